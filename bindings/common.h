@@ -1,0 +1,30 @@
+// Shared helpers for the pybind11 bindings: argument conversion shims and the
+// conversion of replies to Python values. Only the bindings include pybind11.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <string>
+
+#include "redcount/reply.h"
+
+namespace py = pybind11;
+
+namespace redcount::bind {
+
+void register_errors(py::module_& m);
+void register_store(py::module_& m);
+void register_counters(py::module_& m);
+void register_limiter(py::module_& m);
+
+// str -> UTF-8, bytes -> as is (validated as UTF-8 by the core). Anything else is a
+// TypeError; a str with lone surrogates is a clear InvalidArgument.
+std::string text_arg(py::handle obj, const char* what);
+// A Python int that fits int64; bool and float are refused. Past int64 -> InvalidArgument.
+std::int64_t int_arg(py::handle obj, const char* what);
+// Seconds (int or float) -> whole milliseconds, > 0 (or >= 0 when allow_zero).
+std::int64_t seconds_arg(py::handle obj, const char* what, bool allow_zero);
+py::object to_python(const Reply& r);
+
+}  // namespace redcount::bind

@@ -1,0 +1,10 @@
+// redcount._core: the pybind11 module over the C++ core. Each area registers itself.
+#include "common.h"
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "redcount's C++ core: stores, counters and limiters. Use the public API in `redcount`.";
+  redcount::bind::register_errors(m);
+  redcount::bind::register_store(m);
+  redcount::bind::register_counters(m);
+  redcount::bind::register_limiter(m);
+}

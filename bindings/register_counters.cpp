@@ -1,0 +1,196 @@
+// Counters: redcount._core.FixedWindowCounter and RetryStats.
+#include <pybind11/stl.h>
+
+#include <optional>
+
+#include "common.h"
+#include "redcount/errors.h"
+#include "redcount/fixed_window.h"
+
+namespace redcount::bind {
+namespace {
+
+std::optional<std::chrono::milliseconds> timeout_arg(py::object timeout) {
+  if (timeout.is_none()) return std::nullopt;
+  return std::chrono::milliseconds(seconds_arg(timeout, "timeout", true));
+}
+
+std::unique_ptr<FixedWindowCounter> make_counter(std::shared_ptr<Store> store, py::handle name, py::handle window,
+                                                 py::handle prefix, py::handle grace, bool stagger,
+                                                 const std::string& mode, const std::string& on_error,
+                                                 std::int64_t queue_capacity, py::handle retry_backoff,
+                                                 py::handle retry_backoff_max) {
+  FixedWindowOptions o;
+  o.name = text_arg(name, "name");
+  o.prefix = text_arg(prefix, "prefix");
+  o.window_ms = seconds_arg(window, "window", false);
+  o.grace_ms = seconds_arg(grace, "grace", true);
+  o.stagger = stagger;
+  if (mode == "script") {
+    o.mode = FixedWindowOptions::Mode::Script;
+  } else if (mode == "commands") {
+    o.mode = FixedWindowOptions::Mode::Commands;
+  } else {
+    throw InvalidArgument("mode must be 'script' or 'commands', got '" + mode + "'");
+  }
+  if (on_error == "raise") {
+    o.on_error = FixedWindowOptions::OnError::Raise;
+  } else if (on_error == "queue") {
+    o.on_error = FixedWindowOptions::OnError::Queue;
+  } else {
+    throw InvalidArgument("on_error must be 'raise' or 'queue', got '" + on_error + "'");
+  }
+  if (queue_capacity < 1) throw InvalidArgument("queue_capacity must be >= 1, got " + std::to_string(queue_capacity));
+  o.queue_capacity = static_cast<std::size_t>(queue_capacity);
+  o.retry_backoff_min = std::chrono::milliseconds(seconds_arg(retry_backoff, "retry_backoff", false));
+  o.retry_backoff_max = std::chrono::milliseconds(seconds_arg(retry_backoff_max, "retry_backoff_max", false));
+  if (o.retry_backoff_max < o.retry_backoff_min) {
+    throw InvalidArgument("retry_backoff_max must be >= retry_backoff");
+  }
+  return std::make_unique<FixedWindowCounter>(std::move(store), std::move(o));
+}
+
+}  // namespace
+
+void register_counters(py::module_& m) {
+  py::class_<RetryStats>(m, "RetryStats", "Counts of the retry queue's traffic since the counter was made.")
+      .def_readonly("queued", &RetryStats::queued, "Increments put in the queue.")
+      .def_readonly("retried", &RetryStats::retried, "Retry attempts of queued increments.")
+      .def_readonly("delivered", &RetryStats::delivered, "Queued increments that finally landed.")
+      .def_readonly("dropped", &RetryStats::dropped, "Dropped because their window (plus grace) had ended.")
+      .def_readonly("overflowed", &RetryStats::overflowed, "Refused because the queue was full.")
+      .def_readonly("failed", &RetryStats::failed,
+                    "Dropped on a non-transient error, or still queued when the counter was closed.")
+      .def_readonly("pending", &RetryStats::pending, "In the queue now.")
+      .def_readonly("last_error", &RetryStats::last_error, "The most recent transient error, or ''.")
+      .def("__repr__", [](const RetryStats& s) {
+        return "RetryStats(queued=" + std::to_string(s.queued) + ", retried=" + std::to_string(s.retried) +
+               ", delivered=" + std::to_string(s.delivered) + ", dropped=" + std::to_string(s.dropped) +
+               ", overflowed=" + std::to_string(s.overflowed) + ", failed=" + std::to_string(s.failed) +
+               ", pending=" + std::to_string(s.pending) + ")";
+      });
+
+  py::class_<FixedWindowCounter>(m, "FixedWindowCounter", "The C++ fixed-window counter; use redcount.FixedWindowCounter.")
+      .def(py::init(&make_counter), py::arg("store"), py::arg("name"), py::arg("window"), py::arg("prefix"),
+           py::arg("grace"), py::arg("stagger"), py::arg("mode"), py::arg("on_error"), py::arg("queue_capacity"),
+           py::arg("retry_backoff"), py::arg("retry_backoff_max"))
+      .def(
+          "incr",
+          [](FixedWindowCounter& c, py::handle key, py::handle amount, py::handle request_id) {
+            const std::string k = text_arg(key, "key");
+            const std::int64_t a = int_arg(amount, "amount");
+            const std::string rid = request_id.is_none() ? std::string() : text_arg(request_id, "request_id");
+            if (!request_id.is_none() && rid.empty()) throw InvalidArgument("request_id must not be empty");
+            py::gil_scoped_release release;  // network wait
+            return c.incr(k, a, rid);
+          },
+          py::arg("key"), py::arg("amount") = 1, py::kw_only(), py::arg("request_id") = py::none(),
+          "Add `amount` (>= 1) to `key`'s count in the current window and return the new count.\n\n"
+          "With on_error='queue', a transient failure queues the increment for retry and returns 0.\n"
+          "With `request_id`, a repeat of the same id in the same window is counted once.")
+      .def(
+          "incr_many",
+          [](FixedWindowCounter& c, py::dict amounts) {
+            std::vector<std::pair<std::string, std::int64_t>> items;
+            std::vector<py::object> keys;
+            items.reserve(amounts.size());
+            for (auto [k, v] : amounts) {
+              items.emplace_back(text_arg(k, "key"), int_arg(v, "amount"));
+              keys.push_back(py::reinterpret_borrow<py::object>(k));
+            }
+            std::vector<std::int64_t> counts;
+            {
+              py::gil_scoped_release release;  // network wait
+              counts = c.incr_many(items);
+            }
+            py::dict out;
+            for (std::size_t i = 0; i < keys.size(); ++i) out[keys[i]] = counts[i];
+            return out;
+          },
+          py::arg("amounts"),
+          "Increment many keys in one round trip: {key: amount} -> {key: count}. Every key and "
+          "amount is validated before anything is sent.")
+      .def(
+          "get",
+          [](FixedWindowCounter& c, py::handle key) {
+            const std::string k = text_arg(key, "key");
+            py::gil_scoped_release release;  // network wait
+            return c.get(k);
+          },
+          py::arg("key"), "The count of `key` in the current window (0 if none).")
+      .def(
+          "get_many",
+          [](FixedWindowCounter& c, const std::vector<py::object>& keys) {
+            std::vector<std::string> ks;
+            for (const auto& k : keys) ks.push_back(text_arg(k, "key"));
+            std::vector<std::int64_t> counts;
+            {
+              py::gil_scoped_release release;  // network wait
+              counts = c.get_many(ks);
+            }
+            py::dict out;
+            for (std::size_t i = 0; i < keys.size(); ++i) out[keys[i]] = counts[i];
+            return out;
+          },
+          py::arg("keys"), "Counts of many keys in the current window, in one round trip.")
+      .def(
+          "ttl",
+          [](FixedWindowCounter& c, py::handle key) {
+            const std::string k = text_arg(key, "key");
+            std::int64_t ms;
+            {
+              py::gil_scoped_release release;  // network wait
+              ms = c.pttl(k);
+            }
+            return ms < 0 ? static_cast<double>(ms) : static_cast<double>(ms) / 1000.0;
+          },
+          py::arg("key"),
+          "Seconds until the current window's key expires; -2.0 if it does not exist, -1.0 if it "
+          "has no TTL (which redcount never leaves behind).")
+      .def("storage_key", [](const FixedWindowCounter& c, py::handle key) { return c.storage_key(text_arg(key, "key")); },
+           py::arg("key"), "The Redis key that holds `key`'s count in the current window.")
+      .def(
+          "current_window",
+          [](const FixedWindowCounter& c, py::handle key) {
+            const std::string k = text_arg(key, "key");
+            validate_key(k);
+            WindowPos p = c.window(k);
+            return py::make_tuple(static_cast<double>(p.start_ms) / 1000.0, static_cast<double>(p.end_ms) / 1000.0);
+          },
+          py::arg("key"), "(start, end) of `key`'s current window, in seconds since the epoch.")
+      .def(
+          "flush",
+          [](FixedWindowCounter& c, py::object timeout) {
+            auto t = timeout_arg(timeout);
+            py::gil_scoped_release release;  // waits for the retry thread
+            return c.flush(t);
+          },
+          py::arg("timeout") = py::none(),
+          "Retry everything queued now and wait until the queue is empty or `timeout` seconds pass. "
+          "Returns how many increments are still pending (0 = all delivered or dropped).")
+      .def(
+          "close",
+          [](FixedWindowCounter& c, py::object timeout) {
+            auto t = timeout_arg(timeout);
+            py::gil_scoped_release release;  // waits for the retry thread
+            return c.close(t);
+          },
+          py::arg("timeout") = 5.0,
+          "Flush within `timeout` seconds, then stop the retry thread. Returns how many increments "
+          "could not be delivered (they are counted in stats().failed).")
+      .def_property_readonly("pending", &FixedWindowCounter::pending, "Increments waiting in the retry queue.")
+      .def("stats", &FixedWindowCounter::stats, "A snapshot of the retry queue's counters.")
+      .def_property_readonly("name", [](const FixedWindowCounter& c) { return c.options().name; })
+      .def_property_readonly("prefix", [](const FixedWindowCounter& c) { return c.options().prefix; })
+      .def_property_readonly("window", [](const FixedWindowCounter& c) { return static_cast<double>(c.options().window_ms) / 1000.0; })
+      .def_property_readonly("grace", [](const FixedWindowCounter& c) { return static_cast<double>(c.options().grace_ms) / 1000.0; })
+      .def_property_readonly("mode", [](const FixedWindowCounter& c) {
+        return c.options().mode == FixedWindowOptions::Mode::Script ? "script" : "commands";
+      })
+      .def_property_readonly("on_error", [](const FixedWindowCounter& c) {
+        return c.options().on_error == FixedWindowOptions::OnError::Raise ? "raise" : "queue";
+      })
+      .def_property_readonly("store", [](const FixedWindowCounter& c) { return c.store(); });
+}
+
+}  // namespace redcount::bind

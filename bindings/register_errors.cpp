@@ -1,0 +1,126 @@
+// Maps the C++ error tree onto Python exceptions under redcount.RedcountError.
+#include <cmath>
+#include <limits>
+
+#include "common.h"
+#include "redcount/errors.h"
+#include "redcount/window.h"
+
+namespace redcount::bind {
+namespace {
+
+// Created once at import and kept for the life of the process.
+PyObject* g_base = nullptr;
+PyObject* g_invalid = nullptr;
+PyObject* g_connection = nullptr;
+PyObject* g_timeout = nullptr;
+PyObject* g_protocol = nullptr;
+PyObject* g_reply = nullptr;
+PyObject* g_auth = nullptr;
+PyObject* g_script = nullptr;
+PyObject* g_queue_full = nullptr;
+
+PyObject* make(py::module_& m, const char* name, const char* doc, py::tuple bases) {
+  std::string qualified = std::string("redcount.") + name;
+  PyObject* type = PyErr_NewExceptionWithDoc(qualified.c_str(), doc, bases.ptr(), nullptr);
+  if (type == nullptr) throw py::error_already_set();
+  m.add_object(name, py::handle(type));  // the module keeps a reference too
+  return type;
+}
+
+}  // namespace
+
+std::string text_arg(py::handle obj, const char* what) {
+  if (PyUnicode_Check(obj.ptr())) {
+    Py_ssize_t size = 0;
+    const char* data = PyUnicode_AsUTF8AndSize(obj.ptr(), &size);
+    if (data == nullptr) {
+      PyErr_Clear();
+      throw InvalidArgument(std::string(what) + " is not valid Unicode text (it contains lone surrogates)");
+    }
+    return std::string(data, static_cast<std::size_t>(size));
+  }
+  if (PyBytes_Check(obj.ptr())) {
+    return std::string(PyBytes_AS_STRING(obj.ptr()), static_cast<std::size_t>(PyBytes_GET_SIZE(obj.ptr())));
+  }
+  throw py::type_error(std::string(what) + " must be str or bytes, got " +
+                       std::string(Py_TYPE(obj.ptr())->tp_name));
+}
+
+std::int64_t int_arg(py::handle obj, const char* what) {
+  if (!PyLong_Check(obj.ptr()) || PyBool_Check(obj.ptr())) {
+    throw py::type_error(std::string(what) + " must be an int, got " + std::string(Py_TYPE(obj.ptr())->tp_name));
+  }
+  int overflow = 0;
+  long long v = PyLong_AsLongLongAndOverflow(obj.ptr(), &overflow);
+  if (overflow != 0) {
+    throw InvalidArgument(std::string(what) + " " + std::string(py::str(obj)).substr(0, 40) +
+                          " is outside the 64-bit integer range");
+  }
+  if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
+  return v;
+}
+
+std::int64_t seconds_arg(py::handle obj, const char* what, bool allow_zero) {
+  if (PyBool_Check(obj.ptr()) || !(PyLong_Check(obj.ptr()) || PyFloat_Check(obj.ptr()))) {
+    throw py::type_error(std::string(what) + " must be a number of seconds, got " +
+                         std::string(Py_TYPE(obj.ptr())->tp_name));
+  }
+  const double s = py::cast<double>(obj);
+  if (allow_zero && s == 0) return 0;
+  if (allow_zero && s < 0) {
+    throw InvalidArgument(std::string(what) + " must be >= 0 seconds, got " + std::string(py::str(obj)));
+  }
+  return window_seconds_to_ms(s, what);
+}
+
+void register_errors(py::module_& m) {
+  g_base = make(m, "RedcountError", "Base class of every error redcount raises.",
+                py::make_tuple(py::handle(PyExc_Exception)));
+  g_invalid = make(m, "InvalidInputError",
+                   "A bad argument (empty or huge key, non-UTF-8 bytes, window <= 0, bad limit "
+                   "string, bad URL...). Raised before anything is sent or stored. Also a ValueError.",
+                   py::make_tuple(py::handle(g_base), py::handle(PyExc_ValueError)));
+  g_connection = make(m, "ConnectionError",
+                      "The store could not be reached: refused, reset, unknown host, closed. Transient.",
+                      py::make_tuple(py::handle(g_base), py::handle(PyExc_ConnectionError)));
+  g_timeout = make(m, "TimeoutError",
+                   "A connect, command or pool timeout expired. A sent command may or may not have run.",
+                   py::make_tuple(py::handle(g_connection), py::handle(PyExc_TimeoutError)));
+  g_protocol = make(m, "ProtocolError", "The server's reply was not what the protocol allows.",
+                    py::make_tuple(py::handle(g_base)));
+  g_reply = make(m, "ReplyError", "The server answered with an error reply (ERR, WRONGTYPE, READONLY...).",
+                 py::make_tuple(py::handle(g_base)));
+  g_auth = make(m, "AuthenticationError", "AUTH failed or the server needs a password: check the URL.",
+                py::make_tuple(py::handle(g_reply)));
+  g_script = make(m, "ScriptError", "A Lua script failed on the server.", py::make_tuple(py::handle(g_reply)));
+  g_queue_full = make(m, "RetryQueueFull",
+                      "The retry queue is full: the increment was neither applied nor queued.",
+                      py::make_tuple(py::handle(g_base)));
+
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const InvalidArgument& e) {
+      PyErr_SetString(g_invalid, e.what());
+    } catch (const TimeoutError& e) {
+      PyErr_SetString(g_timeout, e.what());
+    } catch (const ConnectionError& e) {
+      PyErr_SetString(g_connection, e.what());
+    } catch (const ProtocolError& e) {
+      PyErr_SetString(g_protocol, e.what());
+    } catch (const AuthenticationError& e) {
+      PyErr_SetString(g_auth, e.what());
+    } catch (const ScriptError& e) {
+      PyErr_SetString(g_script, e.what());
+    } catch (const ReplyError& e) {
+      PyErr_SetString(g_reply, e.what());
+    } catch (const RetryQueueFull& e) {
+      PyErr_SetString(g_queue_full, e.what());
+    } catch (const Error& e) {
+      PyErr_SetString(g_base, e.what());
+    }
+  });
+}
+
+}  // namespace redcount::bind

@@ -1,0 +1,113 @@
+// Limiters: redcount._core.LimitSet, Decision, LimitStats and LimiterCore.
+#include <pybind11/stl.h>
+
+#include "common.h"
+#include "redcount/errors.h"
+#include "redcount/limiter.h"
+#include "redcount/limits.h"
+
+namespace redcount::bind {
+namespace {
+
+struct LimitSet {
+  std::string text;
+  std::vector<RateLimit> limits;
+};
+
+double seconds(std::int64_t ms) { return static_cast<double>(ms) / 1000.0; }
+
+}  // namespace
+
+void register_limiter(py::module_& m) {
+  py::class_<RateLimit>(m, "RateLimit", "One parsed limit, e.g. 100 per 5 minutes.")
+      .def_readonly("amount", &RateLimit::amount)
+      .def_readonly("multiple", &RateLimit::multiple)
+      .def_readonly("unit", &RateLimit::unit)
+      .def_property_readonly("window", [](const RateLimit& r) { return seconds(r.window_ms); }, "Window in seconds.")
+      .def("__str__", &RateLimit::text)
+      .def("__repr__", [](const RateLimit& r) { return "RateLimit('" + r.text() + "')"; });
+
+  py::class_<LimitSet>(m, "LimitSet", "A parsed limit string; all of its limits must hold.")
+      .def(py::init([](py::handle text) {
+             std::string t = text_arg(text, "limit");
+             return LimitSet{t, parse_limits(t)};
+           }),
+           py::arg("text"))
+      .def_readonly("text", &LimitSet::text)
+      .def_property_readonly("limits", [](const LimitSet& s) { return s.limits; })
+      .def("__len__", [](const LimitSet& s) { return s.limits.size(); })
+      .def("__str__", [](const LimitSet& s) { return s.text; })
+      .def("__repr__", [](const LimitSet& s) { return "LimitSet('" + s.text + "')"; });
+
+  py::class_<Decision>(m, "Decision", "The outcome of a rate-limit check. Truthy when allowed.")
+      .def_readonly("allowed", &Decision::allowed, "Whether the hit is (or would be) allowed.")
+      .def_readonly("limit", &Decision::limit, "The amount of the binding limit.")
+      .def_readonly("remaining", &Decision::remaining, "Hits of cost 1 still allowed under every limit.")
+      .def_property_readonly("reset_after", [](const Decision& d) { return seconds(d.reset_after_ms); },
+                             "Seconds until the binding limit's window resets.")
+      .def_property_readonly("retry_after", [](const Decision& d) { return seconds(d.retry_after_ms); },
+                             "0 when allowed; else seconds until the same hit would be allowed.")
+      .def("__bool__", [](const Decision& d) { return d.allowed; })
+      .def("__repr__", [](const Decision& d) {
+        return std::string("Decision(allowed=") + (d.allowed ? "True" : "False") + ", limit=" + std::to_string(d.limit) +
+               ", remaining=" + std::to_string(d.remaining) + ", reset_after=" +
+               std::string(py::repr(py::float_(seconds(d.reset_after_ms)))) + ", retry_after=" +
+               std::string(py::repr(py::float_(seconds(d.retry_after_ms)))) + ")";
+      });
+
+  py::class_<LimitStats>(m, "LimitStats", "The state of one limit for one key.")
+      .def_readonly("limit", &LimitStats::limit)
+      .def_readonly("count", &LimitStats::count)
+      .def_readonly("remaining", &LimitStats::remaining)
+      .def_property_readonly("reset_after", [](const LimitStats& s) { return seconds(s.reset_after_ms); })
+      .def("__repr__", [](const LimitStats& s) {
+        return "LimitStats(limit='" + s.limit.text() + "', count=" + std::to_string(s.count) +
+               ", remaining=" + std::to_string(s.remaining) + ", reset_after=" +
+               std::string(py::repr(py::float_(seconds(s.reset_after_ms)))) + ")";
+      });
+
+  py::class_<LimiterStrategy>(m, "LimiterCore", "A strategy's C++ implementation; use redcount.Limiter.")
+      .def(py::init([](std::shared_ptr<Store> store, const std::string& strategy, py::handle prefix) {
+             return make_limiter(std::move(store), strategy, text_arg(prefix, "prefix"));
+           }),
+           py::arg("store"), py::arg("strategy"), py::arg("prefix"))
+      .def_property_readonly("strategy", [](const LimiterStrategy& s) { return std::string(s.name()); })
+      .def(
+          "hit",
+          [](LimiterStrategy& s, const LimitSet& limits, py::handle key, py::handle cost) {
+            const std::string k = text_arg(key, "key");
+            const std::int64_t c = int_arg(cost, "cost");
+            py::gil_scoped_release release;  // network wait
+            return s.hit(limits.limits, k, c);
+          },
+          py::arg("limits"), py::arg("key"), py::arg("cost"))
+      .def(
+          "test",
+          [](LimiterStrategy& s, const LimitSet& limits, py::handle key, py::handle cost) {
+            const std::string k = text_arg(key, "key");
+            const std::int64_t c = int_arg(cost, "cost");
+            py::gil_scoped_release release;  // network wait
+            return s.test(limits.limits, k, c);
+          },
+          py::arg("limits"), py::arg("key"), py::arg("cost"))
+      .def(
+          "stats",
+          [](LimiterStrategy& s, const LimitSet& limits, py::handle key) {
+            const std::string k = text_arg(key, "key");
+            py::gil_scoped_release release;  // network wait
+            return s.stats(limits.limits, k);
+          },
+          py::arg("limits"), py::arg("key"))
+      .def(
+          "reset",
+          [](LimiterStrategy& s, const LimitSet& limits, py::handle key) {
+            const std::string k = text_arg(key, "key");
+            py::gil_scoped_release release;  // network wait
+            s.reset(limits.limits, k);
+          },
+          py::arg("limits"), py::arg("key"));
+
+  m.def("limiter_strategies", &limiter_strategies, "Names accepted by Limiter(strategy=...).");
+}
+
+}  // namespace redcount::bind

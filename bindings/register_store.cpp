@@ -1,0 +1,176 @@
+// Stores and clocks: redcount._core.Store, ManualClock and open_store().
+#include <pybind11/stl.h>
+
+#include <memory>
+
+#include "common.h"
+#include "redcount/errors.h"
+#include "redcount/memory_store.h"
+#include "redcount/options.h"
+#include "redcount/store.h"
+
+namespace redcount::bind {
+
+py::object to_python(const Reply& r) {
+  switch (r.type) {
+    case Reply::Type::Nil:
+      return py::none();
+    case Reply::Type::Integer:
+      return py::int_(r.integer);
+    case Reply::Type::String:
+      return py::bytes(r.str);
+    case Reply::Type::Status:
+      return py::str(r.str);
+    case Reply::Type::Error:
+      r.check();  // throws the matching ReplyError
+      return py::none();
+    case Reply::Type::Array: {
+      py::list out;
+      for (const auto& e : r.elements) out.append(to_python(e));
+      return out;
+    }
+  }
+  return py::none();
+}
+
+namespace {
+
+std::string arg_to_string(py::handle obj) {
+  if (PyLong_Check(obj.ptr()) && !PyBool_Check(obj.ptr())) return std::string(py::str(obj));
+  if (PyFloat_Check(obj.ptr())) return std::string(py::repr(obj));
+  return text_arg(obj, "command argument");
+}
+
+std::shared_ptr<Store> open_store_shim(const std::string& url, py::object connect_timeout,
+                                       py::object command_timeout, int max_connections, bool keepalive,
+                                       py::object pool_timeout, std::shared_ptr<ManualClock> clock,
+                                       py::object sweep_interval) {
+  StoreOptions o = parse_url(url);
+  o.connect_timeout = std::chrono::milliseconds(seconds_arg(connect_timeout, "connect_timeout", true));
+  o.command_timeout = std::chrono::milliseconds(seconds_arg(command_timeout, "command_timeout", true));
+  o.pool_timeout = std::chrono::milliseconds(seconds_arg(pool_timeout, "pool_timeout", true));
+  o.sweep_interval = std::chrono::milliseconds(seconds_arg(sweep_interval, "sweep_interval", true));
+  if (max_connections < 1) {
+    throw InvalidArgument("max_connections must be >= 1, got " + std::to_string(max_connections));
+  }
+  o.max_connections = max_connections;
+  o.keepalive = keepalive;
+  if (clock) {
+    if (o.kind != StoreOptions::Kind::Memory) {
+      throw InvalidArgument("clock= only applies to memory://; Redis stores use the system clock");
+    }
+    o.clock = clock;
+  }
+  return open_store(o);
+}
+
+}  // namespace
+
+void register_store(py::module_& m) {
+  py::class_<ManualClock, std::shared_ptr<ManualClock>>(
+      m, "ManualClock",
+      "A clock that only moves when told to, for the memory store: windows turn over and keys "
+      "expire exactly when you advance it. Thread-safe.")
+      .def(py::init([](double start) { return std::make_shared<ManualClock>(static_cast<std::int64_t>(start * 1000.0)); }),
+           py::arg("start") = 1'700'000'000.0, "Start at `start` seconds since the Unix epoch.")
+      .def("now", [](const ManualClock& c) { return static_cast<double>(c.now_ms()) / 1000.0; },
+           "Current time in seconds since the epoch.")
+      .def("set", [](ManualClock& c, double t) { c.set(static_cast<std::int64_t>(t * 1000.0)); }, py::arg("t"),
+           "Jump to `t` seconds since the epoch.")
+      .def("advance",
+           [](ManualClock& c, double seconds) {
+             if (seconds < 0) throw InvalidArgument("a ManualClock only moves forward; got " + std::to_string(seconds));
+             c.advance(static_cast<std::int64_t>(seconds * 1000.0 + 0.5));
+           },
+           py::arg("seconds"), "Move forward by `seconds` (millisecond precision).");
+
+  py::class_<Store, std::shared_ptr<Store>>(m, "Store", "A connection to Redis or the embedded memory store.")
+      .def(
+          "execute",
+          [](Store& s, py::args args) {
+            Command cmd;
+            for (auto a : args) cmd.args.push_back(arg_to_string(a));
+            if (cmd.args.empty()) throw InvalidArgument("execute() needs a command name");
+            Reply r;
+            {
+              py::gil_scoped_release release;  // network wait
+              r = s.execute_one(std::move(cmd));
+            }
+            return to_python(r);
+          },
+          "Run one command (e.g. execute('PTTL', key)). Bulk strings come back as bytes, "
+          "status replies as str; error replies raise ReplyError.")
+      .def(
+          "execute_many",
+          [](Store& s, const std::vector<py::tuple>& commands) {
+            std::vector<Request> batch;
+            for (const auto& t : commands) {
+              Command cmd;
+              for (auto a : t) cmd.args.push_back(arg_to_string(a));
+              if (cmd.args.empty()) throw InvalidArgument("execute_many() got an empty command");
+              batch.emplace_back(std::move(cmd));
+            }
+            std::vector<Reply> replies;
+            {
+              py::gil_scoped_release release;  // network wait
+              replies = s.execute(batch);
+            }
+            py::list out;
+            for (const auto& r : replies) out.append(r.is_error() ? py::object(py::str(r.str)) : to_python(r));
+            return out;
+          },
+          py::arg("commands"),
+          "Run several commands in one round trip (a pipeline). Error replies are returned as str.")
+      .def(
+          "ping",
+          [](Store& s) {
+            Reply r;
+            {
+              py::gil_scoped_release release;  // network wait
+              r = s.execute_one(Command{{"PING"}});
+            }
+            r.check();
+            return true;
+          },
+          "Round-trip a PING; raises ConnectionError/AuthenticationError if the store is unusable.")
+      .def("__enter__", [](std::shared_ptr<Store> s) { return s; })
+      .def("__exit__", [](Store& s, py::args) {
+        py::gil_scoped_release release;
+        s.close();
+      })
+      .def("__repr__", [](const Store& s) { return "<redcount.Store " + s.describe() + ">"; })
+      .def("now", [](const Store& s) { return static_cast<double>(s.now_ms()) / 1000.0; },
+           "This store's clock in seconds since the epoch (the ManualClock for memory:// if given).")
+      .def_property_readonly("url", &Store::describe, "The store's URL, without the password.")
+      .def_property_readonly("is_memory", &Store::is_memory, "True for the embedded memory:// store.")
+      .def(
+          "sweep",
+          [](Store& s) -> std::size_t {
+            auto* mem = dynamic_cast<MemoryStore*>(&s);
+            if (!mem) throw InvalidArgument("sweep() applies to memory:// only; Redis expires keys itself");
+            py::gil_scoped_release release;
+            return mem->sweep();
+          },
+          "memory:// only: free expired keys now (a background sweep also does). Returns how many.")
+      .def(
+          "stored_keys",
+          [](Store& s) -> std::size_t {
+            auto* mem = dynamic_cast<MemoryStore*>(&s);
+            if (!mem) throw InvalidArgument("stored_keys() applies to memory:// only; use DBSIZE on Redis");
+            return mem->stored_keys();
+          },
+          "memory:// only: keys held in memory, including expired ones not yet swept.")
+      .def(
+          "close",
+          [](Store& s) {
+            py::gil_scoped_release release;
+            s.close();
+          },
+          "Close every connection (or stop the memory store's sweeper). Later calls raise ConnectionError.");
+
+  m.def("open_store", &open_store_shim, py::arg("url"), py::arg("connect_timeout"), py::arg("command_timeout"),
+        py::arg("max_connections"), py::arg("keepalive"), py::arg("pool_timeout"), py::arg("clock"),
+        py::arg("sweep_interval"), "Open a store; use redcount.connect() instead.");
+}
+
+}  // namespace redcount::bind

@@ -1,0 +1,91 @@
+// The one error tree of the redcount core.
+//
+// Every failure the core reports is an `Error` subclass, so the bindings can map
+// the whole tree onto `redcount.RedcountError` and its children in one place:
+//
+//   try { store.execute(batch); }
+//   catch (const redcount::ConnectionError& e) { /* transient: retry later */ }
+//
+// Bad input from the caller is `InvalidArgument`; it is raised before anything is
+// sent or stored, so it never leaves partial state behind.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace redcount {
+
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The caller passed something the core refuses (empty key, window <= 0...).
+class InvalidArgument : public Error {
+ public:
+  using Error::Error;
+};
+
+// The network path to the server failed: refused, reset, unresolvable host, EOF.
+class ConnectionError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A connect or command timeout expired. Whether a sent command ran is unknown.
+class TimeoutError : public ConnectionError {
+ public:
+  using ConnectionError::ConnectionError;
+};
+
+// The server sent bytes that are not valid RESP, or a reply of an unexpected type.
+class ProtocolError : public Error {
+ public:
+  using Error::Error;
+};
+
+// The server answered with an error reply ("ERR ...", "WRONGTYPE ...").
+class ReplyError : public Error {
+ public:
+  explicit ReplyError(std::string message) : Error(message), code_(first_word(message)) {}
+  // The leading upper-case word of the reply ("ERR", "WRONGPASS", "READONLY").
+  const std::string& code() const noexcept { return code_; }
+  // True for replies that a retry may cure: the server is loading, failing over
+  // or is a read-only replica right now.
+  bool transient() const noexcept;
+
+ private:
+  static std::string first_word(std::string_view s) {
+    auto end = s.find(' ');
+    return std::string(s.substr(0, end));
+  }
+  std::string code_;
+};
+
+// AUTH was refused: wrong user name or password, or the ACL user is disabled.
+class AuthenticationError : public ReplyError {
+ public:
+  using ReplyError::ReplyError;
+};
+
+// A Lua script failed on the server for a reason other than NOSCRIPT.
+class ScriptError : public ReplyError {
+ public:
+  using ReplyError::ReplyError;
+};
+
+// The bounded retry queue is full; the increment was neither applied nor queued.
+class RetryQueueFull : public Error {
+ public:
+  using Error::Error;
+};
+
+// True when `e` is worth retrying later (connection trouble, timeouts, LOADING,
+// READONLY, MASTERDOWN, TRYAGAIN, CLUSTERDOWN, BUSY).
+bool is_transient(const std::exception& e) noexcept;
+
+// Builds the specific ReplyError subclass for an error reply's text and throws it.
+[[noreturn]] void throw_reply_error(std::string message);
+
+}  // namespace redcount

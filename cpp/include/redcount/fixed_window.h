@@ -1,0 +1,141 @@
+// TTL-compensated fixed-window counters.
+//
+//   FixedWindowOptions o;
+//   o.name = "pageviews";
+//   o.window_ms = 3'600'000;  // hourly, turning over on the hour
+//   FixedWindowCounter c(store, o);
+//   std::int64_t n = c.incr("user:42", 1);
+//
+// Every write sets the key's deadline to the window's end plus `grace`, atomically with
+// the increment (mode Script), or with the documented command sequence (mode Commands)
+// for servers that forbid scripting. A key that lost its TTL is repaired by the next
+// increment. With OnError::Queue, transient failures park the increment in a bounded
+// retry queue that a background thread drains with exponential backoff and jitter.
+//
+// Thread-safe.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "redcount/store.h"
+#include "redcount/window.h"
+
+namespace redcount {
+
+extern const Script kFixedWindowIncrScript;
+
+struct FixedWindowOptions {
+  enum class Mode { Script, Commands };
+  enum class OnError { Raise, Queue };
+
+  std::string prefix = "redcount";
+  std::string name;
+  std::int64_t window_ms = 0;
+  std::int64_t grace_ms = 1000;
+  bool stagger = false;
+  Mode mode = Mode::Script;
+  OnError on_error = OnError::Raise;
+  std::size_t queue_capacity = 100'000;                   // increments; must be >= 1
+  std::chrono::milliseconds retry_backoff_min{50};        // first retry delay
+  std::chrono::milliseconds retry_backoff_max{5000};      // cap of the exponential backoff
+  std::size_t max_script_batch = 512;                     // items per script call in incr_many
+};
+
+struct RetryStats {
+  std::uint64_t queued = 0;      // increments put in the queue
+  std::uint64_t retried = 0;     // retry attempts (an increment may be retried many times)
+  std::uint64_t delivered = 0;   // queued increments that finally landed
+  std::uint64_t dropped = 0;     // dropped because their window (plus grace) had ended
+  std::uint64_t overflowed = 0;  // refused because the queue was full (RetryQueueFull raised)
+  std::uint64_t failed = 0;      // dropped on a non-transient error during a retry
+  std::size_t pending = 0;       // in the queue now
+  std::string last_error;        // the most recent transient error seen, if any
+};
+
+// One increment as it travels: already resolved to its window, so a late retry lands
+// in the window it was meant for or is dropped, never counted in a later window.
+struct WindowedIncrement {
+  std::string user_key;
+  std::string storage_key;
+  std::string request_id_key;  // empty = none
+  std::int64_t amount = 0;
+  std::int64_t expire_at_ms = 0;
+};
+
+class FixedWindowCounter {
+ public:
+  FixedWindowCounter(std::shared_ptr<Store> store, FixedWindowOptions options);
+  ~FixedWindowCounter();
+  FixedWindowCounter(const FixedWindowCounter&) = delete;
+  FixedWindowCounter& operator=(const FixedWindowCounter&) = delete;
+
+  // The count in the current window after the increment; 0 when the increment went to
+  // the retry queue (its count is not known yet). Throws RetryQueueFull when queueing
+  // was needed but the queue is full.
+  std::int64_t incr(std::string_view key, std::int64_t amount, std::string_view request_id = {});
+  // One round trip for the whole batch; results in input order.
+  std::vector<std::int64_t> incr_many(const std::vector<std::pair<std::string, std::int64_t>>& items);
+  std::int64_t get(std::string_view key);
+  std::vector<std::int64_t> get_many(const std::vector<std::string>& keys);
+  // Milliseconds until the current window's key expires; -2 absent, -1 no TTL.
+  std::int64_t pttl(std::string_view key);
+  std::string storage_key(std::string_view key) const;
+  WindowPos window(std::string_view key) const;
+
+  // Retries everything queued now and waits until the queue is empty or `timeout`
+  // passes (nullopt = no limit). Returns how many increments are still pending.
+  std::size_t flush(std::optional<std::chrono::milliseconds> timeout);
+  std::size_t pending() const;
+  RetryStats stats() const;
+  // Flushes within `timeout`, then stops the retry thread. Later incr calls raise.
+  std::size_t close(std::optional<std::chrono::milliseconds> timeout);
+
+  const FixedWindowOptions& options() const noexcept { return options_; }
+  const std::shared_ptr<Store>& store() const noexcept { return store_; }
+
+ private:
+  struct Queued {
+    WindowedIncrement inc;
+    std::chrono::steady_clock::time_point due;
+    std::chrono::milliseconds backoff;
+  };
+
+  WindowedIncrement resolve(std::string_view key, std::int64_t amount, std::string_view request_id,
+                            std::int64_t now) const;
+  // Sends the increments; returns per-item results (count, or error reply text).
+  std::vector<Reply> send(const std::vector<WindowedIncrement>& items);
+  std::vector<Reply> send_commands(const std::vector<WindowedIncrement>& items);
+  void enqueue(std::vector<WindowedIncrement> items, const std::string& error);
+  void retry_loop();
+  bool retry_due_once(bool everything);
+
+  std::shared_ptr<Store> store_;
+  FixedWindowOptions options_;
+  WindowSpec spec_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;        // wakes the retry thread
+  std::condition_variable drained_;   // wakes flush() waiters
+  std::deque<Queued> queue_;
+  std::size_t in_flight_ = 0;         // taken off the queue by a retry attempt
+  RetryStats stats_;
+  bool stopping_ = false;
+  bool closed_ = false;
+  bool flush_now_ = false;
+  std::thread retry_thread_;
+};
+
+// Sums per-item script/command replies into counts, or throws for a failed item.
+std::int64_t count_from_reply(const Reply& r);
+
+}  // namespace redcount

@@ -1,0 +1,50 @@
+// Options for opening a store, and the URL parser that fills them.
+//
+//   StoreOptions o = parse_url("redis://app:secret@cache:6380/2");
+//   o.command_timeout = std::chrono::milliseconds(500);
+//   auto store = open_store(o);
+//
+// Accepted URLs:
+//   memory://
+//   redis://[[user]:password@]host[:port][/db]
+//   unix:///path/to/redis.sock[?db=N]
+// rediss:// (TLS) is recognised and refused with a clear message until TLS lands.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "redcount/clock.h"
+
+namespace redcount {
+
+struct StoreOptions {
+  enum class Kind { Memory, Tcp, Unix };
+  Kind kind = Kind::Memory;
+  std::string host = "127.0.0.1";
+  int port = 6379;
+  std::string unix_path;
+  std::string username;  // empty = the "default" ACL user (AUTH password)
+  std::string password;  // empty = no AUTH
+  int db = 0;
+
+  std::chrono::milliseconds connect_timeout{2000};  // 0 = wait forever
+  std::chrono::milliseconds command_timeout{2000};  // 0 = wait forever
+  bool keepalive = true;                            // TCP keepalive on every connection
+  int max_connections = 32;                         // pool size; must be >= 1
+  std::chrono::milliseconds pool_timeout{2000};     // wait for a free connection; 0 = forever
+  std::chrono::milliseconds reconnect_backoff_min{10};
+  std::chrono::milliseconds reconnect_backoff_max{1000};
+
+  // Memory store only.
+  std::shared_ptr<Clock> clock;                      // null = system clock
+  std::chrono::milliseconds sweep_interval{100};     // background expiry sweep period
+};
+
+// Throws InvalidArgument naming the part of the URL that is wrong.
+StoreOptions parse_url(std::string_view url);
+
+}  // namespace redcount

@@ -1,0 +1,98 @@
+// The store interface every counter talks to.
+//
+// A counter builds a batch of requests (plain commands or script calls) and hands it
+// to `Store::execute`, which runs it in one round trip on Redis (pipelined) or under
+// one lock on the memory store. Counters never know which store they are on:
+//
+//   std::vector<Request> batch{ScriptCall{&scripts::fixed_window_incr, {key}, {"1", "2", "0"}}};
+//   std::vector<Reply> replies = store.execute(batch);
+//
+// Error replies come back in-line (Reply::Type::Error) so a batch can report per-item
+// failures; transport failures throw ConnectionError/TimeoutError.
+//
+// Implementations are thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "redcount/clock.h"
+#include "redcount/reply.h"
+
+namespace redcount {
+
+class Keyspace;
+
+// A Lua script with a native twin for the memory store. Both must have the same
+// semantics; the Lua text is what Redis runs, `native` is what the memory store runs
+// under its lock. The SHA1 is computed at build time from the embedded Lua text.
+struct Script {
+  using Native = Reply (*)(Keyspace& ks, const std::vector<std::string>& keys,
+                           const std::vector<std::string>& args);
+  std::string_view name;
+  std::string_view source;
+  std::string_view sha1;
+  Native native;
+};
+
+struct Command {
+  std::vector<std::string> args;
+};
+
+struct ScriptCall {
+  const Script* script;
+  std::vector<std::string> keys;
+  std::vector<std::string> args;
+};
+
+using Request = std::variant<Command, ScriptCall>;
+
+// Operations a native script may perform on the memory store's keyspace, with the
+// semantics of the Redis command of the same name. Only valid inside a script call.
+class Keyspace {
+ public:
+  virtual ~Keyspace() = default;
+  virtual std::int64_t now_ms() const = 0;
+  virtual std::optional<std::string> get(const std::string& key) = 0;
+  // Returns the new value; throws ReplyError exactly where Redis would.
+  virtual std::int64_t incrby(const std::string& key, std::int64_t amount) = 0;
+  // SET key value NX PXAT at_ms; true when it was set.
+  virtual bool set_nx_pxat(const std::string& key, const std::string& value, std::int64_t at_ms) = 0;
+  virtual std::int64_t pttl(const std::string& key) = 0;
+  virtual bool pexpireat(const std::string& key, std::int64_t at_ms) = 0;
+  virtual bool del(const std::string& key) = 0;
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // Runs the whole batch: one round trip on Redis, one critical section in memory.
+  // Replies are in request order; error replies are returned, not thrown.
+  virtual std::vector<Reply> execute(const std::vector<Request>& batch) = 0;
+
+  Reply execute_one(Request request) {
+    std::vector<Request> batch;
+    batch.push_back(std::move(request));
+    return std::move(execute(batch).front());
+  }
+
+  // Milliseconds since the epoch as this store's clients should see them.
+  virtual std::int64_t now_ms() const = 0;
+  // "memory://" or "redis://host:port/db" (never the password).
+  virtual std::string describe() const = 0;
+  virtual bool is_memory() const noexcept = 0;
+  // Releases connections and background threads; later calls raise ConnectionError.
+  virtual void close() = 0;
+};
+
+// Parses `url` and opens the matching store. nullopt/empty url means memory://.
+struct StoreOptions;
+std::shared_ptr<Store> open_store(const StoreOptions& options);
+
+}  // namespace redcount

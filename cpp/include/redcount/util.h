@@ -1,0 +1,26 @@
+// Small helpers shared by the core: strict integer parsing and formatting.
+#pragma once
+
+#include <charconv>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace redcount {
+
+// Parses a decimal int64 the way Redis does (string2ll): optional '-', no '+', no
+// spaces, no leading zeros, no overflow. Returns nullopt when it is not one.
+inline std::optional<std::int64_t> parse_int64(std::string_view s) noexcept {
+  if (s.empty() || s.size() > 20) return std::nullopt;
+  if (s.size() > 1 && (s[0] == '0' || (s[0] == '-' && s[1] == '0'))) return std::nullopt;
+  if (s == "-") return std::nullopt;
+  std::int64_t v = 0;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || ptr != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+inline std::string to_string(std::int64_t v) { return std::to_string(v); }
+
+}  // namespace redcount

@@ -1,0 +1,201 @@
+#include "redcount/limiter.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "redcount/errors.h"
+#include "redcount/lua_scripts.h"
+#include "redcount/util.h"
+#include "redcount/window.h"
+
+namespace redcount {
+namespace {
+
+// The memory store's twin of fixed_window_hit.lua; keep the two in step.
+Reply native_fixed_window_hit(Keyspace& ks, const std::vector<std::string>& keys,
+                              const std::vector<std::string>& args) {
+  const std::size_t n = keys.size();
+  if (args.size() != 1 + 2 * n) return Reply::of_error("ERR fixed_window_hit: malformed arguments");
+  auto cost = parse_int64(args[0]);
+  if (!cost) return Reply::of_error("ERR fixed_window_hit: malformed arguments");
+  std::vector<std::int64_t> counts(n);
+  bool allowed = true;
+  for (std::size_t i = 0; i < n; ++i) {
+    auto v = ks.get(keys[i]);
+    auto c = v ? parse_int64(*v) : std::optional<std::int64_t>(0);
+    auto limit = parse_int64(args[1 + 2 * i]);
+    if (!c) return Reply::of_error("WRONGTYPE limiter key " + keys[i] + " does not hold a counter");
+    if (!limit) return Reply::of_error("ERR fixed_window_hit: malformed arguments");
+    counts[i] = *c;
+    if (*c + *cost > *limit) allowed = false;
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    auto at = parse_int64(args[2 + 2 * i]).value_or(0);
+    if (allowed) {
+      counts[i] = ks.incrby(keys[i], *cost);
+      if (counts[i] == *cost || ks.pttl(keys[i]) == -1) ks.pexpireat(keys[i], at);
+    } else if (counts[i] > 0 && ks.pttl(keys[i]) == -1) {
+      ks.pexpireat(keys[i], at);
+    }
+  }
+  std::vector<Reply> out;
+  out.push_back(Reply::of_integer(allowed ? 1 : 0));
+  for (auto c : counts) out.push_back(Reply::of_integer(c));
+  return Reply::of_array(std::move(out));
+}
+
+class FixedWindowLimiter final : public LimiterStrategy {
+ public:
+  FixedWindowLimiter(std::shared_ptr<Store> store, std::string prefix)
+      : store_(std::move(store)), prefix_(std::move(prefix)) {}
+
+  std::string_view name() const noexcept override { return "fixed-window"; }
+
+  Decision hit(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) override {
+    validate_cost(limits, cost);
+    const std::int64_t now = store_->now_ms();
+    auto places = locate_all(limits, key, now);
+    ScriptCall call{&kFixedWindowHitScript, {}, {std::to_string(cost)}};
+    for (std::size_t i = 0; i < limits.size(); ++i) {
+      call.keys.push_back(places[i].key);
+      call.args.push_back(std::to_string(limits[i].amount));
+      call.args.push_back(std::to_string(places[i].pos.expire_at_ms));
+    }
+    Reply r = store_->execute_one(std::move(call));
+    r.check();
+    if (r.type != Reply::Type::Array || r.elements.size() != limits.size() + 1) {
+      throw ProtocolError("fixed_window_hit returned an unexpected reply");
+    }
+    std::vector<std::int64_t> counts;
+    for (std::size_t i = 0; i < limits.size(); ++i) counts.push_back(r.elements[i + 1].as_integer());
+    const bool allowed = r.elements[0].as_integer() == 1;
+    return decide(limits, places, counts, allowed, allowed ? 0 : cost, now);
+  }
+
+  Decision test(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) override {
+    validate_cost(limits, cost);
+    const std::int64_t now = store_->now_ms();
+    auto places = locate_all(limits, key, now);
+    auto counts = read_counts(places);
+    bool allowed = true;
+    for (std::size_t i = 0; i < limits.size(); ++i) allowed &= counts[i] + cost <= limits[i].amount;
+    return decide(limits, places, counts, allowed, allowed ? 0 : cost, now);
+  }
+
+  std::vector<LimitStats> stats(const std::vector<RateLimit>& limits, std::string_view key) override {
+    const std::int64_t now = store_->now_ms();
+    auto places = locate_all(limits, key, now);
+    auto counts = read_counts(places);
+    std::vector<LimitStats> out;
+    for (std::size_t i = 0; i < limits.size(); ++i) {
+      out.push_back(LimitStats{limits[i], counts[i], std::max<std::int64_t>(0, limits[i].amount - counts[i]),
+                               places[i].pos.end_ms - now});
+    }
+    return out;
+  }
+
+  void reset(const std::vector<RateLimit>& limits, std::string_view key) override {
+    auto places = locate_all(limits, key, store_->now_ms());
+    Command del{{"DEL"}};
+    for (const auto& p : places) del.args.push_back(p.key);
+    store_->execute_one(std::move(del)).check();
+  }
+
+ private:
+  struct Place {
+    WindowPos pos;
+    std::string key;
+  };
+
+  std::vector<Place> locate_all(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t now) const {
+    validate_key(key);
+    if (limits.empty()) throw InvalidArgument("no rate limit given");
+    std::vector<Place> out;
+    out.reserve(limits.size());
+    for (const auto& l : limits) {
+      WindowPos pos = locate(WindowSpec{l.window_ms, 0, false}, key, now);
+      out.push_back(Place{pos, window_key(prefix_, "fw:" + std::to_string(l.amount), key, l.window_ms, pos.index)});
+    }
+    return out;
+  }
+
+  std::vector<std::int64_t> read_counts(const std::vector<Place>& places) {
+    std::vector<Request> batch;
+    for (const auto& p : places) batch.emplace_back(Command{{"GET", p.key}});
+    std::vector<std::int64_t> counts;
+    for (const Reply& r : store_->execute(batch)) {
+      auto s = r.as_string();
+      if (!s) {
+        counts.push_back(0);
+      } else if (auto v = parse_int64(*s)) {
+        counts.push_back(*v);
+      } else {
+        throw ReplyError("WRONGTYPE a limiter key does not hold a counter");
+      }
+    }
+    return counts;
+  }
+
+  // denied_cost: 0 when allowed, else the cost that was refused.
+  static Decision decide(const std::vector<RateLimit>& limits, const std::vector<Place>& places,
+                         const std::vector<std::int64_t>& counts, bool allowed, std::int64_t denied_cost,
+                         std::int64_t now) {
+    Decision d;
+    d.allowed = allowed;
+    d.remaining = std::numeric_limits<std::int64_t>::max();
+    std::size_t binding = 0;
+    for (std::size_t i = 0; i < limits.size(); ++i) {
+      const std::int64_t rem = std::max<std::int64_t>(0, limits[i].amount - counts[i]);
+      if (rem < d.remaining || (rem == d.remaining && places[i].pos.end_ms > places[binding].pos.end_ms)) {
+        d.remaining = rem;
+        binding = i;
+      }
+    }
+    if (!allowed) {
+      // Denied: the binding limit is the refusing one that frees up last.
+      for (std::size_t i = 0; i < limits.size(); ++i) {
+        if (counts[i] + denied_cost <= limits[i].amount) continue;
+        const std::int64_t wait = places[i].pos.end_ms - now;
+        if (wait > d.retry_after_ms) {
+          d.retry_after_ms = wait;
+          binding = i;
+        }
+      }
+    }
+    d.limit = limits[binding].amount;
+    d.reset_after_ms = places[binding].pos.end_ms - now;
+    return d;
+  }
+
+  std::shared_ptr<Store> store_;
+  std::string prefix_;
+};
+
+}  // namespace
+
+const Script kFixedWindowHitScript{"fixed_window_hit", lua::fixed_window_hit_source, lua::fixed_window_hit_sha1,
+                                   &native_fixed_window_hit};
+
+void validate_cost(const std::vector<RateLimit>& limits, std::int64_t cost) {
+  if (cost < 1) throw InvalidArgument("cost must be >= 1, got " + std::to_string(cost));
+  for (const auto& l : limits) {
+    if (cost > l.amount) {
+      throw InvalidArgument("cost " + std::to_string(cost) + " exceeds the limit '" + l.text() +
+                            "': such a hit could never be allowed");
+    }
+  }
+}
+
+std::vector<std::string> limiter_strategies() { return {"fixed-window"}; }
+
+std::unique_ptr<LimiterStrategy> make_limiter(std::shared_ptr<Store> store, std::string_view strategy,
+                                              std::string prefix) {
+  if (!store) throw InvalidArgument("store must not be None");
+  validate_name(prefix, "prefix");
+  if (strategy == "fixed-window") return std::make_unique<FixedWindowLimiter>(std::move(store), std::move(prefix));
+  std::string known;
+  for (const auto& s : limiter_strategies()) known += (known.empty() ? "" : ", ") + s;
+  throw InvalidArgument("unknown rate-limit strategy '" + std::string(strategy) + "' (known: " + known + ")");
+}
+
+}  // namespace redcount
