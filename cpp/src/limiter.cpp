@@ -44,6 +44,11 @@ Reply native_fixed_window_hit(Keyspace& ks, const std::vector<std::string>& keys
   return Reply::of_array(std::move(out));
 }
 
+// Limiter keys outlive their window by this much, like counters' grace: a hit from a
+// client whose clock runs a little behind still finds its window's key, and the count of a
+// window that just ended can still be read.
+constexpr std::int64_t kLimiterGraceMs = 1000;
+
 class FixedWindowLimiter final : public LimiterStrategy {
  public:
   FixedWindowLimiter(std::shared_ptr<Store> store, std::string prefix)
@@ -113,7 +118,7 @@ class FixedWindowLimiter final : public LimiterStrategy {
     std::vector<Place> out;
     out.reserve(limits.size());
     for (const auto& l : limits) {
-      WindowPos pos = locate(WindowSpec{l.window_ms, 0, false}, key, now);
+      WindowPos pos = locate(WindowSpec{l.window_ms, kLimiterGraceMs, false}, key, now);
       out.push_back(Place{pos, window_key(prefix_, "fw:" + std::to_string(l.amount), key, l.window_ms, pos.index)});
     }
     return out;

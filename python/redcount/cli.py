@@ -19,6 +19,7 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--window", type=float, default=1.0, help="window length in seconds (default 1)")
     d.add_argument("--limit", default=None, help="per-client limit (default: '20 per window')")
     d.add_argument("--threads", type=int, default=4, help="worker threads (default 4)")
+    d.add_argument("--rate", type=float, default=4000.0, help="target requests per second in all (default 4000)")
     d.add_argument("--seed", type=int, default=7, help="random seed (default 7)")
 
     b = sub.add_parser("bench", help="measure throughput against limits and redis-benchmark")

@@ -15,7 +15,7 @@ import time
 
 from .counters import FixedWindowCounter
 from .limiter import Limiter
-from .store import connect
+from .store import Store, connect
 
 
 def _fmt_window(start: float, end: float) -> str:
@@ -26,19 +26,21 @@ def _fmt_window(start: float, end: float) -> str:
 def run_demo(args: argparse.Namespace) -> int:
     if args.clients < 1 or args.hot < 0 or args.hot > args.clients or args.threads < 1 or args.windows < 1:
         raise ValueError("need clients >= 1, 0 <= hot <= clients, threads >= 1 and windows >= 1")
+    if not args.rate > 0:
+        raise ValueError(f"--rate must be > 0 requests per second, got {args.rate}")
     store = connect(args.url)
     store.ping()
     window = float(args.window)
-    limit = args.limit or f"20/{window:g} second" if window != 1 else (args.limit or "20/second")
+    limit = args.limit or (f"20/{window:g} seconds" if window != 1 else "20/second")
     run = f"demo{int(time.time() * 1000) % 10_000_000}"  # a fresh prefix per run
     requests = FixedWindowCounter(store, "requests", window, prefix=run, on_error="queue")
-    total = FixedWindowCounter(store, "total", window, prefix=run, on_error="queue")
     limiter = Limiter(store, prefix=f"{run}:lim")
     clients = [f"client-{i:04d}" for i in range(args.clients)]
     hot = clients[: args.hot]
 
-    print(f"redcount demo on {store.url}: {args.clients} clients ({args.hot} hot), {args.threads} threads, "
-          f"{args.windows} windows of {window:g} s, limit {limit!r} per client")
+    print(f"redcount demo on {store.url}: {args.clients} clients ({args.hot} hot, sending 35% of the traffic), "
+          f"about {args.rate:g} requests/s from {args.threads} threads, {args.windows} windows of {window:g} s, "
+          f"limit {limit!r} per client")
     print(f"keys look like: {requests.storage_key(clients[0])}")
 
     # Start at the next boundary so every printed window is complete.
@@ -47,50 +49,53 @@ def run_demo(args: argparse.Namespace) -> int:
         time.sleep(min(0.05, max(0.0, end - store.now())))
     stop_at = end + args.windows * window
 
-    lock = threading.Lock()
-    per_window: dict[float, dict[str, int]] = {}
-    seen: dict[float, set[str]] = {}
-
     def worker(seed: int) -> None:
         rng = random.Random(seed)
+        per_thread = args.rate / args.threads
+        next_at = time.perf_counter()
+        sent = 0
         while store.now() < stop_at:
             who = rng.choice(hot) if hot and rng.random() < 0.35 else rng.choice(clients)
-            w_start, _ = requests.current_window(who)
             requests.incr(who)
-            total.incr("all")
-            decision = limiter.hit(limit, who)
-            with lock:
-                stats = per_window.setdefault(w_start, {"requests": 0, "allowed": 0, "denied": 0})
-                stats["requests"] += 1
-                stats["allowed" if decision else "denied"] += 1
-                seen.setdefault(w_start, set()).add(who)
-            if not store.is_memory:
-                time.sleep(rng.random() * 0.001)
+            limiter.hit(limit, who)
+            sent += 1
+            # Pace to the target rate, with Poisson-like jitter between requests.
+            ahead = next_at - time.perf_counter()
+            next_at += rng.expovariate(per_thread)
+            if ahead > 0:
+                time.sleep(ahead)
 
     threads = [threading.Thread(target=worker, args=(args.seed + i,)) for i in range(args.threads)]
     for t in threads:
         t.start()
 
-    printed = 0
+    window_ms = int(round(window * 1000))
     current = end
-    while printed < args.windows:
+    for _ in range(args.windows):
         while store.now() < current + window:
             time.sleep(0.02)
-        # The window [current, current + window) is over: read what the store holds for it.
-        stats = per_window.get(current, {"requests": 0, "allowed": 0, "denied": 0})
-        hot_counts = ", ".join(f"{h}={_count_in(store, requests, h, current)}" for h in hot) or "-"
-        stored_total = _count_in(store, total, "all", current)
-        ttl = _ttl_in(store, requests, hot[0] if hot else clients[0], current)
-        print(f"window {_fmt_window(current, current + window)}: {stats['requests']:6d} requests "
-              f"(store says {stored_total}), {len(seen.get(current, ())):4d} clients, "
-              f"allowed {stats['allowed']:6d}, denied {stats['denied']:6d}; hot: {hot_counts}; "
-              f"key TTL after window end {ttl}")
-        printed += 1
+        # The window [current, current + window) is over, and its keys live on for the grace
+        # period: every figure below is read back from the store, not tallied locally.
+        index = int(round(current * 1000)) // window_ms
+        req_keys = _keys(store, f"{run}:requests:*:{window_ms}:{index}")
+        lim_keys = _keys(store, f"{run}:lim:*:{window_ms}:{index}")
+        counts = _values(store, req_keys)
+        allowed = sum(_values(store, lim_keys))  # denied hits store nothing
+        total = sum(counts)
+        by_client = dict(zip(req_keys, counts))
+        hot_counts = ", ".join(
+            f"{h}={by_client.get(f'{run}:requests:{{{h}}}:{window_ms}:{index}', 0)}" for h in hot
+        ) or "-"
+        ttls = [t for t in _values(store, req_keys[:50], "PTTL")]
+        ttl_text = f"{min(ttls) / 1000:.2f}-{max(ttls) / 1000:.2f}s" if ttls else "n/a"
+        print(f"window {_fmt_window(current, current + window)}: {total:6d} requests from {len(req_keys):4d} "
+              f"clients, allowed {allowed:6d}, denied {total - allowed:6d}; hot: {hot_counts}; "
+              f"key TTLs {ttl_text} (grace {requests.grace:g}s)", flush=True)
         current += window
 
     for t in threads:
         t.join()
-    left = requests.flush(5.0) + total.flush(5.0)
+    left = requests.flush(5.0)
     s = requests.stats()
     print(f"retry queue: queued={s.queued} retried={s.retried} delivered={s.delivered} "
           f"dropped={s.dropped} overflowed={s.overflowed} pending={left}")
@@ -99,24 +104,16 @@ def run_demo(args: argparse.Namespace) -> int:
         store.sweep()
         print(f"after expiry the embedded store holds {store.stored_keys()} keys: no key outlives its window")
     requests.close()
-    total.close()
     return 0
 
 
-def _key_in(counter: FixedWindowCounter, key: str, window_start: float) -> str:
-    """The storage key of `key` for the window starting at `window_start`."""
-    base = counter.storage_key(key)
-    index = int(round(window_start * 1000)) // int(round(counter.window * 1000))
-    return base.rsplit(":", 1)[0] + f":{index}"
+def _keys(store: Store, pattern: str) -> list[str]:
+    found = store.execute("KEYS", pattern)
+    return sorted(k.decode() for k in found if isinstance(k, bytes)) if isinstance(found, list) else []
 
 
-def _count_in(store: object, counter: FixedWindowCounter, key: str, window_start: float) -> int:
-    raw = counter.store.execute("GET", _key_in(counter, key, window_start))
-    return int(raw) if raw is not None else 0
-
-
-def _ttl_in(store: object, counter: FixedWindowCounter, key: str, window_start: float) -> str:
-    ms = counter.store.execute("PTTL", _key_in(counter, key, window_start))
-    if not isinstance(ms, int) or ms < 0:
-        return "expired" if ms == -2 else "MISSING"
-    return f"{ms / 1000:.2f}s (grace {counter.grace:g}s)"
+def _values(store: Store, keys: list[str], command: str = "GET") -> list[int]:
+    out: list[int] = []
+    for v in store.execute_many([(command, k) for k in keys]):
+        out.append(int(v) if isinstance(v, (bytes, int)) else 0)
+    return out

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs everything redcount's tests need and runs every test.
+#
+#   bash tests/run_all.sh
+#
+# 1. Debian packages: compiler, hiredis, redis-server, GoogleTest, Google Benchmark.
+# 2. A virtualenv (.venv) with redcount built from this checkout (warnings are errors)
+#    and the Python test dependencies.
+# 3. The C++ core's GoogleTest suite under AddressSanitizer + UBSan (and a smoke run of
+#    the micro-benchmarks in the same build).
+# 4. mypy --strict on the package and stubtest of the _core stub against the binary.
+# 5. pytest against real redis-server processes the fixtures start, and the notebooks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends \
+  g++ make cmake ninja-build pkg-config libhiredis-dev redis-server redis-tools \
+  libgtest-dev libbenchmark-dev python3-venv python3-dev >/dev/null
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then "$PY" -m venv .venv; fi
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -C cmake.define.REDCOUNT_WERROR=ON ".[test]"
+
+echo "== C++ core: GoogleTest under AddressSanitizer + UBSan"
+cmake -S . -B build/test-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DREDCOUNT_BUILD_PYTHON=OFF \
+  -DREDCOUNT_BUILD_TESTS=ON -DREDCOUNT_BUILD_BENCHMARKS=ON -DREDCOUNT_SANITIZE=ON -DREDCOUNT_WERROR=ON >/dev/null
+cmake --build build/test-asan
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+(cd build/test-asan && ctest --output-on-failure)
+build/test-asan/redcount_micro_bench --benchmark_min_time=0.001s >/dev/null
+
+echo "== typing: mypy --strict and stubtest"
+.venv/bin/python -m mypy --strict python/redcount
+(cd build && ../.venv/bin/python -m mypy.stubtest redcount._core --allowlist ../tests/stubtest-allowlist.txt)
+
+echo "== Python: pytest against real redis-server processes"
+.venv/bin/python -m pytest tests/python
