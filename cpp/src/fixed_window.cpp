@@ -1,6 +1,7 @@
 #include "redcount/fixed_window.h"
 
 #include <algorithm>
+#include <map>
 #include <random>
 
 #include "redcount/errors.h"
@@ -16,34 +17,37 @@ using SteadyClock = std::chrono::steady_clock;
 Reply native_fixed_window_incr(Keyspace& ks, const std::vector<std::string>& keys,
                                const std::vector<std::string>& args) {
   auto bad = [] { return Reply::of_error("ERR fixed_window_incr: malformed arguments"); };
-  if (args.empty()) return bad();
+  if (args.size() < 2) return bad();
   auto n = parse_int64(args[0]);
-  if (!n || *n < 0 || args.size() != 1 + 3 * static_cast<std::size_t>(*n)) return bad();
+  auto deadline = parse_int64(args[1]);
+  if (!n || !deadline || *n < 0 || static_cast<std::size_t>(*n) > keys.size()) return bad();
+  const std::size_t count = static_cast<std::size_t>(*n);
+  if (args.size() != 2 + count + (keys.size() - count)) return bad();
+  std::vector<const std::string*> rid(count, nullptr);
+  for (std::size_t j = 0; j < keys.size() - count; ++j) {
+    auto item = parse_int64(args[2 + count + j]);
+    if (!item || *item < 1 || static_cast<std::size_t>(*item) > count) return bad();
+    rid[static_cast<std::size_t>(*item) - 1] = &keys[count + j];
+  }
   std::vector<Reply> out;
-  out.reserve(static_cast<std::size_t>(*n));
-  std::size_t k = 0;
-  for (std::int64_t i = 0; i < *n; ++i) {
-    const std::size_t a = 1 + static_cast<std::size_t>(i) * 3;
-    auto amount = parse_int64(args[a]);
-    auto expire_at = parse_int64(args[a + 1]);
-    const bool has_rid = args[a + 2] == "1";
-    if (!amount || !expire_at || k + (has_rid ? 2 : 1) > keys.size()) return bad();
-    const std::string& key = keys[k++];
-    const std::string* rid = has_rid ? &keys[k++] : nullptr;
-    const bool fresh = rid == nullptr || ks.set_nx_pxat(*rid, "1", *expire_at);
-    if (fresh) {
-      try {
-        const std::int64_t v = ks.incrby(key, *amount);
-        if (v == *amount || ks.pttl(key) == -1) ks.pexpireat(key, *expire_at);
-        out.push_back(Reply::of_integer(v));
-      } catch (const ReplyError& e) {
-        if (rid) ks.del(*rid);
-        out.push_back(Reply::of_error(e.what()));
-      }
-    } else {
-      if (ks.pttl(key) == -1) ks.pexpireat(key, *expire_at);
+  out.reserve(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::string& key = keys[i];
+    auto amount = parse_int64(args[2 + i]);
+    if (!amount) return bad();
+    if (rid[i] && !ks.set_nx_pxat(*rid[i], "1", *deadline)) {
+      if (ks.pttl(key) == -1) ks.pexpireat(key, *deadline);
       auto v = ks.get(key);
       out.push_back(v ? Reply::of_string(*v) : Reply::of_integer(0));
+      continue;
+    }
+    try {
+      const std::int64_t v = ks.incrby(key, *amount);
+      if (v == *amount || ks.pttl(key) == -1) ks.pexpireat(key, *deadline);
+      out.push_back(Reply::of_integer(v));
+    } catch (const ReplyError& e) {
+      if (rid[i]) ks.del(*rid[i]);
+      out.push_back(Reply::of_error(e.what()));
     }
   }
   return Reply::of_array(std::move(out));
@@ -118,34 +122,45 @@ WindowedIncrement FixedWindowCounter::resolve(std::string_view key, std::int64_t
 
 std::vector<Reply> FixedWindowCounter::send(const std::vector<WindowedIncrement>& items) {
   if (options_.mode == FixedWindowOptions::Mode::Commands) return send_commands(items);
+  // One script call per max_script_batch items that share a deadline (all of a batch do,
+  // unless stagger spreads them). The calls go in one pipeline, so the server runs the
+  // first while later ones are still being sent.
+  std::map<std::int64_t, std::vector<std::size_t>> by_deadline;
+  for (std::size_t i = 0; i < items.size(); ++i) by_deadline[items[i].expire_at_ms].push_back(i);
   std::vector<Request> batch;
-  std::vector<std::size_t> sizes;
-  for (std::size_t start = 0; start < items.size(); start += options_.max_script_batch) {
-    const std::size_t end = std::min(items.size(), start + options_.max_script_batch);
-    ScriptCall call{&kFixedWindowIncrScript, {}, {}};
-    call.keys.reserve((end - start) * 2);
-    call.args.reserve(1 + (end - start) * 3);
-    call.args.push_back(std::to_string(end - start));
-    for (std::size_t i = start; i < end; ++i) {
-      const auto& inc = items[i];
-      call.keys.push_back(inc.storage_key);
-      if (!inc.request_id_key.empty()) call.keys.push_back(inc.request_id_key);
-      call.args.push_back(std::to_string(inc.amount));
-      call.args.push_back(std::to_string(inc.expire_at_ms));
-      call.args.push_back(inc.request_id_key.empty() ? "0" : "1");
+  std::vector<std::vector<std::size_t>> members;  // item indexes per call
+  for (const auto& [deadline, indexes] : by_deadline) {
+    for (std::size_t start = 0; start < indexes.size(); start += options_.max_script_batch) {
+      const std::size_t end = std::min(indexes.size(), start + options_.max_script_batch);
+      std::vector<std::size_t> group(indexes.begin() + static_cast<std::ptrdiff_t>(start),
+                                     indexes.begin() + static_cast<std::ptrdiff_t>(end));
+      ScriptCall call{&kFixedWindowIncrScript, {}, {}};
+      call.keys.reserve(group.size());
+      call.args.reserve(2 + group.size());
+      call.args.push_back(std::to_string(group.size()));
+      call.args.push_back(std::to_string(deadline));
+      for (std::size_t g : group) {
+        call.keys.push_back(items[g].storage_key);
+        call.args.push_back(std::to_string(items[g].amount));
+      }
+      for (std::size_t g = 0; g < group.size(); ++g) {
+        if (items[group[g]].request_id_key.empty()) continue;
+        call.keys.push_back(items[group[g]].request_id_key);
+        call.args.push_back(std::to_string(g + 1));
+      }
+      batch.emplace_back(std::move(call));
+      members.push_back(std::move(group));
     }
-    sizes.push_back(end - start);
-    batch.emplace_back(std::move(call));
   }
   std::vector<Reply> replies = store_->execute(batch);
-  std::vector<Reply> out;
-  out.reserve(items.size());
+  std::vector<Reply> out(items.size());
   for (std::size_t c = 0; c < replies.size(); ++c) {
     Reply& r = replies[c];
-    if (r.type == Reply::Type::Array && r.elements.size() == sizes[c]) {
-      for (auto& e : r.elements) out.push_back(std::move(e));
+    const auto& group = members[c];
+    if (r.type == Reply::Type::Array && r.elements.size() == group.size()) {
+      for (std::size_t g = 0; g < group.size(); ++g) out[group[g]] = std::move(r.elements[g]);
     } else if (r.is_error()) {
-      for (std::size_t i = 0; i < sizes[c]; ++i) out.push_back(r);  // the whole call failed
+      for (std::size_t g : group) out[g] = r;  // the whole call failed
     } else {
       throw ProtocolError("fixed_window_incr returned an unexpected reply");
     }

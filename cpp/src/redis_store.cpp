@@ -1,11 +1,13 @@
 #include "redcount/redis_store.h"
 
 #include <hiredis/hiredis.h>
+#include <hiredis/sds.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <random>
 #include <string_view>
@@ -17,6 +19,9 @@ namespace redcount {
 namespace {
 
 using SteadyClock = std::chrono::steady_clock;
+
+// Output bytes after which a pipeline is written out before the rest is formatted.
+constexpr std::size_t kEarlyWriteBytes = 4096;
 
 timeval to_timeval(std::chrono::milliseconds ms) {
   timeval tv{};
@@ -52,38 +57,51 @@ struct ReplyDeleter {
   void operator()(void* r) const noexcept { freeReplyObject(r); }
 };
 
-// Appends one command without copying the arguments.
-void append(redisContext* c, const std::vector<std::string_view>& argv) {
-  std::vector<const char*> ptrs;
-  std::vector<std::size_t> lens;
-  ptrs.reserve(argv.size());
-  lens.reserve(argv.size());
-  for (auto a : argv) {
-    ptrs.push_back(a.data());
-    lens.push_back(a.size());
-  }
-  if (redisAppendCommandArgv(c, static_cast<int>(argv.size()), ptrs.data(), lens.data()) != REDIS_OK) {
-    throw ConnectionError("could not buffer a command: out of memory");
-  }
+void append_bulk(std::string& out, std::string_view arg) {
+  char digits[24];
+  auto [end, ec] = std::to_chars(digits, digits + sizeof digits, arg.size());
+  (void)ec;
+  out.push_back('$');
+  out.append(digits, end);
+  out.append("\r\n");
+  out.append(arg);
+  out.append("\r\n");
 }
 
-std::vector<std::string_view> argv_of(const Request& req) {
-  std::vector<std::string_view> argv;
+void append_header(std::string& out, std::size_t argc) {
+  char digits[24];
+  auto [end, ec] = std::to_chars(digits, digits + sizeof digits, argc);
+  (void)ec;
+  out.push_back('*');
+  out.append(digits, end);
+  out.append("\r\n");
+}
+
+// Formats one request as RESP straight into `out` (hiredis's own formatter is several
+// times slower per argument, and batches have thousands of them).
+void format_request(std::string& out, const Request& req) {
   if (const auto* cmd = std::get_if<Command>(&req)) {
     if (cmd->args.empty()) throw InvalidArgument("empty command");
-    for (const auto& a : cmd->args) argv.emplace_back(a);
-    return argv;
+    append_header(out, cmd->args.size());
+    for (const auto& a : cmd->args) append_bulk(out, a);
+    return;
   }
   const auto& call = std::get<ScriptCall>(req);
-  static thread_local std::string numkeys;  // outlives the append below
-  numkeys = std::to_string(call.keys.size());
-  argv.reserve(3 + call.keys.size() + call.args.size());
-  argv.emplace_back("EVALSHA");
-  argv.emplace_back(call.script->sha1);
-  argv.emplace_back(numkeys);
-  for (const auto& k : call.keys) argv.emplace_back(k);
-  for (const auto& a : call.args) argv.emplace_back(a);
-  return argv;
+  append_header(out, 3 + call.keys.size() + call.args.size());
+  append_bulk(out, "EVALSHA");
+  append_bulk(out, call.script->sha1);
+  char digits[24];
+  auto [end, ec] = std::to_chars(digits, digits + sizeof digits, call.keys.size());
+  (void)ec;
+  append_bulk(out, std::string_view(digits, static_cast<std::size_t>(end - digits)));
+  for (const auto& k : call.keys) append_bulk(out, k);
+  for (const auto& a : call.args) append_bulk(out, a);
+}
+
+void append_formatted(redisContext* c, const std::string& buf) {
+  if (redisAppendFormattedCommand(c, buf.data(), buf.size()) != REDIS_OK) {
+    throw ConnectionError("could not buffer a command: out of memory");
+  }
 }
 
 }  // namespace
@@ -118,6 +136,13 @@ class RedisStore::Lease {
       throw ConnectionError("connection to " + where + " closed by the server: " + msg);
     }
     throw ConnectionError("connection to " + where + " failed: " + msg);
+  }
+
+  void flush(const std::string& where) {
+    int done = 0;
+    do {
+      if (redisBufferWrite(ctx(), &done) != REDIS_OK) fail(where);
+    } while (!done);
   }
 
   Reply read(const std::string& where) {
@@ -307,7 +332,12 @@ std::unique_ptr<RedisStore::Connection> RedisStore::connect() {
   const std::string db = std::to_string(options_.db);
   if (options_.db != 0) hello.push_back({"SELECT", db});
   hello.push_back({"PING"});
-  for (const auto& argv : hello) append(conn->ctx.get(), argv);
+  std::string hello_buf;
+  for (const auto& argv : hello) {
+    append_header(hello_buf, argv.size());
+    for (auto a : argv) append_bulk(hello_buf, a);
+  }
+  append_formatted(conn->ctx.get(), hello_buf);
 
   std::vector<Reply> replies;
   for (std::size_t i = 0; i < hello.size(); ++i) {
@@ -351,7 +381,18 @@ std::vector<Reply> RedisStore::execute(const std::vector<Request>& batch) {
   if (batch.empty()) return {};
   Lease lease = acquire();
   const std::string here = where();
-  for (const auto& req : batch) append(lease.ctx(), argv_of(req));
+  std::string buf;
+  for (const auto& req : batch) {
+    format_request(buf, req);
+    // Hand big batches to the server as they are formatted, so it executes the first
+    // commands while the rest are still being built (client and server overlap).
+    if (buf.size() >= kEarlyWriteBytes) {
+      append_formatted(lease.ctx(), buf);
+      buf.clear();
+      lease.flush(here);
+    }
+  }
+  if (!buf.empty()) append_formatted(lease.ctx(), buf);
   std::vector<Reply> replies;
   replies.reserve(batch.size());
   for (std::size_t i = 0; i < batch.size(); ++i) replies.push_back(lease.read(here));
@@ -368,8 +409,10 @@ std::vector<Reply> RedisStore::execute(const std::vector<Request>& batch) {
     }
   }
   if (!again.empty()) {
-    for (const Script* s : to_load) append(lease.ctx(), {"SCRIPT", "LOAD", s->source});
-    for (std::size_t i : again) append(lease.ctx(), argv_of(batch[i]));
+    std::string again_buf;
+    for (const Script* s : to_load) format_request(again_buf, Command{{"SCRIPT", "LOAD", std::string(s->source)}});
+    for (std::size_t i : again) format_request(again_buf, batch[i]);
+    append_formatted(lease.ctx(), again_buf);
     for (const Script* s : to_load) {
       Reply r = lease.read(here);
       if (r.is_error()) {

@@ -48,7 +48,7 @@ struct FixedWindowOptions {
   std::size_t queue_capacity = 100'000;                   // increments; must be >= 1
   std::chrono::milliseconds retry_backoff_min{50};        // first retry delay
   std::chrono::milliseconds retry_backoff_max{5000};      // cap of the exponential backoff
-  std::size_t max_script_batch = 512;                     // items per script call in incr_many
+  std::size_t max_script_batch = 128;                     // items per script call in incr_many
 };
 
 struct RetryStats {
