@@ -123,13 +123,16 @@ WindowedIncrement FixedWindowCounter::resolve(std::string_view key, std::int64_t
 std::vector<Reply> FixedWindowCounter::send(const std::vector<WindowedIncrement>& items) {
   if (options_.mode == FixedWindowOptions::Mode::Commands) return send_commands(items);
   // One script call per max_script_batch items that share a deadline (all of a batch do,
-  // unless stagger spreads them). The calls go in one pipeline, so the server runs the
+  // unless stagger spreads them) and a shard (see Store::shard_of). The calls go in one pipeline, so the server runs the
   // first while later ones are still being sent.
-  std::map<std::int64_t, std::vector<std::size_t>> by_deadline;
-  for (std::size_t i = 0; i < items.size(); ++i) by_deadline[items[i].expire_at_ms].push_back(i);
+  std::map<std::pair<std::int64_t, std::uint32_t>, std::vector<std::size_t>> by_deadline;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    by_deadline[{items[i].expire_at_ms, store_->shard_of(items[i].storage_key)}].push_back(i);
+  }
   std::vector<Request> batch;
   std::vector<std::vector<std::size_t>> members;  // item indexes per call
-  for (const auto& [deadline, indexes] : by_deadline) {
+  for (const auto& [group_key, indexes] : by_deadline) {
+    const std::int64_t deadline = group_key.first;
     for (std::size_t start = 0; start < indexes.size(); start += options_.max_script_batch) {
       const std::size_t end = std::min(indexes.size(), start + options_.max_script_batch);
       std::vector<std::size_t> group(indexes.begin() + static_cast<std::ptrdiff_t>(start),

@@ -82,6 +82,11 @@ class Store {
     return std::move(execute(batch).front());
   }
 
+  // Keys on the same shard may go to one script call together. Single-node stores keep
+  // every key on shard 0; a Redis Cluster store answers with the key's hash slot, so
+  // batching code groups by it and never needs to know about Cluster.
+  virtual std::uint32_t shard_of(std::string_view /*key*/) const noexcept { return 0; }
+
   // Milliseconds since the epoch as this store's clients should see them.
   virtual std::int64_t now_ms() const = 0;
   // "memory://" or "redis://host:port/db" (never the password).
