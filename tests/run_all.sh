@@ -33,7 +33,7 @@ cmake --build build/test-asan
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 (cd build/test-asan && ctest --output-on-failure)
-build/test-asan/redcount_micro_bench --benchmark_min_time=0.001s >/dev/null
+build/test-asan/redcount_micro_bench --benchmark_min_time=0.001 >/dev/null
 
 echo "== typing: mypy --strict and stubtest"
 .venv/bin/python -m mypy --strict python/redcount

@@ -11,6 +11,21 @@
 namespace redcount {
 namespace {
 
+// count + cost > limit, exact for every int64: a foreign write can leave any count in a
+// key, and the sum must not overflow (Lua compares doubles and never overflows either).
+bool exceeds(std::int64_t count, std::int64_t cost, std::int64_t limit) {
+  std::int64_t sum = 0;
+  if (__builtin_add_overflow(count, cost, &sum)) return cost > 0;
+  return sum > limit;
+}
+
+// max(0, limit - count), saturating instead of overflowing for a hugely negative count.
+std::int64_t remaining_of(std::int64_t limit, std::int64_t count) {
+  std::int64_t rem = 0;
+  if (__builtin_sub_overflow(limit, count, &rem)) return std::numeric_limits<std::int64_t>::max();
+  return std::max<std::int64_t>(0, rem);
+}
+
 // The memory store's twin of fixed_window_hit.lua; keep the two in step.
 Reply native_fixed_window_hit(Keyspace& ks, const std::vector<std::string>& keys,
                               const std::vector<std::string>& args) {
@@ -27,7 +42,7 @@ Reply native_fixed_window_hit(Keyspace& ks, const std::vector<std::string>& keys
     if (!c) return Reply::of_error("WRONGTYPE limiter key " + keys[i] + " does not hold a counter");
     if (!limit) return Reply::of_error("ERR fixed_window_hit: malformed arguments");
     counts[i] = *c;
-    if (*c + *cost > *limit) allowed = false;
+    if (exceeds(*c, *cost, *limit)) allowed = false;
   }
   for (std::size_t i = 0; i < n; ++i) {
     auto at = parse_int64(args[2 + 2 * i]).value_or(0);
@@ -83,7 +98,7 @@ class FixedWindowLimiter final : public LimiterStrategy {
     auto places = locate_all(limits, key, now);
     auto counts = read_counts(places);
     bool allowed = true;
-    for (std::size_t i = 0; i < limits.size(); ++i) allowed &= counts[i] + cost <= limits[i].amount;
+    for (std::size_t i = 0; i < limits.size(); ++i) allowed &= !exceeds(counts[i], cost, limits[i].amount);
     return decide(limits, places, counts, allowed, allowed ? 0 : cost, now);
   }
 
@@ -93,7 +108,7 @@ class FixedWindowLimiter final : public LimiterStrategy {
     auto counts = read_counts(places);
     std::vector<LimitStats> out;
     for (std::size_t i = 0; i < limits.size(); ++i) {
-      out.push_back(LimitStats{limits[i], counts[i], std::max<std::int64_t>(0, limits[i].amount - counts[i]),
+      out.push_back(LimitStats{limits[i], counts[i], remaining_of(limits[i].amount, counts[i]),
                                places[i].pos.end_ms - now});
     }
     return out;
@@ -150,7 +165,7 @@ class FixedWindowLimiter final : public LimiterStrategy {
     d.remaining = std::numeric_limits<std::int64_t>::max();
     std::size_t binding = 0;
     for (std::size_t i = 0; i < limits.size(); ++i) {
-      const std::int64_t rem = std::max<std::int64_t>(0, limits[i].amount - counts[i]);
+      const std::int64_t rem = remaining_of(limits[i].amount, counts[i]);
       if (rem < d.remaining || (rem == d.remaining && places[i].pos.end_ms > places[binding].pos.end_ms)) {
         d.remaining = rem;
         binding = i;
@@ -159,7 +174,7 @@ class FixedWindowLimiter final : public LimiterStrategy {
     if (!allowed) {
       // Denied: the binding limit is the refusing one that frees up last.
       for (std::size_t i = 0; i < limits.size(); ++i) {
-        if (counts[i] + denied_cost <= limits[i].amount) continue;
+        if (!exceeds(counts[i], denied_cost, limits[i].amount)) continue;
         const std::int64_t wait = places[i].pos.end_ms - now;
         if (wait > d.retry_after_ms) {
           d.retry_after_ms = wait;

@@ -9,11 +9,13 @@ namespace {
 
 [[noreturn]] void bad(std::string_view url, const std::string& why) {
   // Never echo a password back: show the URL with its credentials masked.
+  // Credentials run from after "://" (or the start, when the scheme is mistyped) to the last '@'.
   std::string shown(url);
   auto scheme_end = shown.find("://");
   auto at = shown.rfind('@');
-  if (scheme_end != std::string::npos && at != std::string::npos && at > scheme_end) {
-    shown = shown.substr(0, scheme_end + 3) + "***@" + shown.substr(at + 1);
+  if (at != std::string::npos) {
+    const std::size_t from = scheme_end != std::string::npos && at > scheme_end ? scheme_end + 3 : 0;
+    shown = shown.substr(0, from) + "***@" + shown.substr(at + 1);
   }
   throw InvalidArgument("invalid store URL '" + shown + "': " + why +
                         " (expected memory://, redis://[[user]:password@]host[:port][/db] or "
@@ -82,7 +84,10 @@ StoreOptions parse_url(std::string_view url) {
     }
     return o;
   }
-  if (scheme != "redis") bad(url, "unknown scheme '" + std::string(scheme) + "'");
+  if (scheme != "redis") {
+    // A '@' means credentials came before the "://" (a mistyped URL): do not echo them.
+    bad(url, "unknown scheme '" + (scheme.find('@') == std::string_view::npos ? std::string(scheme) : "***") + "'");
+  }
 
   o.kind = StoreOptions::Kind::Tcp;
   // Credentials end at the last '@' so passwords may contain '@' unescaped.

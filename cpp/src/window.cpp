@@ -46,7 +46,7 @@ void validate(const WindowSpec& spec) {
 }
 
 std::uint64_t fnv1a64(std::string_view data) noexcept {
-  std::uint64_t h = 1469598103934665603ULL;
+  std::uint64_t h = 14695981039346656037ULL;  // the FNV-1a 64-bit offset basis
   for (unsigned char c : data) {
     h ^= c;
     h *= 1099511628211ULL;

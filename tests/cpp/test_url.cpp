@@ -1,0 +1,203 @@
+// The store URL parser (options.h parse_url).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "redcount/errors.h"
+#include "redcount/options.h"
+#include "test_support.h"
+
+using namespace redcount;
+using rctest::contains;
+using Kind = StoreOptions::Kind;
+
+namespace {
+
+std::string url_error(const std::string& url) {
+  return rctest::error_of<InvalidArgument>([&] { parse_url(url); });
+}
+
+TEST(ParseUrl, Memory) {
+  EXPECT_EQ(parse_url("").kind, Kind::Memory);
+  EXPECT_EQ(parse_url("memory://").kind, Kind::Memory);
+  EXPECT_TRUE(contains(url_error("memory://somewhere"), "memory:// takes no host"));
+}
+
+TEST(ParseUrl, RedisDefaults) {
+  const StoreOptions o = parse_url("redis://localhost");
+  EXPECT_EQ(o.kind, Kind::Tcp);
+  EXPECT_EQ(o.host, "localhost");
+  EXPECT_EQ(o.port, 6379);
+  EXPECT_EQ(o.db, 0);
+  EXPECT_EQ(o.username, "");
+  EXPECT_EQ(o.password, "");
+}
+
+TEST(ParseUrl, PortAndDb) {
+  StoreOptions o = parse_url("redis://cache:6380");
+  EXPECT_EQ(o.host, "cache");
+  EXPECT_EQ(o.port, 6380);
+  EXPECT_EQ(o.db, 0);
+  o = parse_url("redis://cache:6380/2");
+  EXPECT_EQ(o.port, 6380);
+  EXPECT_EQ(o.db, 2);
+  o = parse_url("redis://10.0.0.5/15");
+  EXPECT_EQ(o.host, "10.0.0.5");
+  EXPECT_EQ(o.port, 6379);
+  EXPECT_EQ(o.db, 15);
+  o = parse_url("redis://cache/");
+  EXPECT_EQ(o.db, 0);
+  o = parse_url("redis://cache:1");
+  EXPECT_EQ(o.port, 1);
+  o = parse_url("redis://cache:65535");
+  EXPECT_EQ(o.port, 65535);
+}
+
+TEST(ParseUrl, UserAndPassword) {
+  const StoreOptions o = parse_url("redis://app:secret@cache:6380/2");
+  EXPECT_EQ(o.username, "app");
+  EXPECT_EQ(o.password, "secret");
+  EXPECT_EQ(o.host, "cache");
+  EXPECT_EQ(o.port, 6380);
+  EXPECT_EQ(o.db, 2);
+}
+
+TEST(ParseUrl, PasswordOnly) {
+  StoreOptions o = parse_url("redis://:secret@cache");
+  EXPECT_EQ(o.username, "");
+  EXPECT_EQ(o.password, "secret");
+  EXPECT_EQ(o.host, "cache");
+  o = parse_url("redis://secret@cache:7000");
+  EXPECT_EQ(o.username, "");
+  EXPECT_EQ(o.password, "secret");
+  EXPECT_EQ(o.host, "cache");
+  EXPECT_EQ(o.port, 7000);
+}
+
+TEST(ParseUrl, PercentEscapedCredentials) {
+  StoreOptions o = parse_url("redis://us%65r:p%40ss%3Aw%2Fo%25rd@cache");
+  EXPECT_EQ(o.username, "user");
+  EXPECT_EQ(o.password, "p@ss:w/o%rd");
+  EXPECT_EQ(o.host, "cache");
+  o = parse_url("redis://:%3a%3A@cache");  // lower- and upper-case hex
+  EXPECT_EQ(o.password, "::");
+}
+
+TEST(ParseUrl, PasswordsMayContainAt) {
+  StoreOptions o = parse_url("redis://app:p@ss@word@cache:1234/3");
+  EXPECT_EQ(o.username, "app");
+  EXPECT_EQ(o.password, "p@ss@word");
+  EXPECT_EQ(o.host, "cache");
+  EXPECT_EQ(o.port, 1234);
+  EXPECT_EQ(o.db, 3);
+  o = parse_url("redis://:@@cache");
+  EXPECT_EQ(o.password, "@");
+  EXPECT_EQ(o.host, "cache");
+}
+
+TEST(ParseUrl, Ipv6) {
+  StoreOptions o = parse_url("redis://[::1]:6380");
+  EXPECT_EQ(o.host, "::1");
+  EXPECT_EQ(o.port, 6380);
+  o = parse_url("redis://[::1]");
+  EXPECT_EQ(o.host, "::1");
+  EXPECT_EQ(o.port, 6379);
+  o = parse_url("redis://:pw@[fe80::1:2]:7000/4");
+  EXPECT_EQ(o.host, "fe80::1:2");
+  EXPECT_EQ(o.port, 7000);
+  EXPECT_EQ(o.db, 4);
+  EXPECT_EQ(o.password, "pw");
+}
+
+TEST(ParseUrl, UnixSocket) {
+  StoreOptions o = parse_url("unix:///var/run/redis/redis.sock?db=3");
+  EXPECT_EQ(o.kind, Kind::Unix);
+  EXPECT_EQ(o.unix_path, "/var/run/redis/redis.sock");
+  EXPECT_EQ(o.db, 3);
+  o = parse_url("unix:///tmp/r.sock");
+  EXPECT_EQ(o.kind, Kind::Unix);
+  EXPECT_EQ(o.unix_path, "/tmp/r.sock");
+  EXPECT_EQ(o.db, 0);
+}
+
+TEST(ParseUrl, Errors) {
+  struct Case {
+    std::string url;
+    std::string in_message;
+  };
+  const std::vector<Case> cases = {
+      {"redis://cache:abc", "port"},
+      {"redis://cache:", "port"},
+      {"redis://cache:0", "port"},
+      {"redis://cache:70000", "port"},
+      {"redis://cache:65536", "port"},
+      {"redis://cache:-1", "port"},
+      {"redis://cache:6379x", "port"},
+      {"redis://[::1]:0", "port"},
+      {"redis://[::1]:99999", "port"},
+      {"redis://[::1", "unterminated"},
+      {"redis://[::1]6380", "junk"},
+      {"redis://cache/abc", "database"},
+      {"redis://cache/-1", "database"},
+      {"redis://cache/1/2", "database"},
+      {"redis://cache/01", "database"},
+      {"http://cache", "unknown scheme 'http'"},
+      {"cache:6379", "missing scheme"},
+      {"rediss://cache:6380", "TLS"},
+      {"redis://", "missing host"},
+      {"redis:///0", "missing host"},
+      {"redis://:6379", "missing host"},
+      {"redis://:pw@", "missing host"},
+      {"redis://user:@cache", "needs a password"},
+      {"redis://u:p%4@cache", "%-escape"},
+      {"redis://u:p%zz@cache", "%-escape"},
+      {"redis://ca che", "invalid character"},
+      {"redis://cache?db=1", "invalid character"},
+      {"unix://relative.sock", "absolute"},
+      {"unix://", "absolute"},
+      {"unix:///tmp/r.sock?database=1", "db=N"},
+      {"unix:///tmp/r.sock?db=x", "database"},
+  };
+  for (const auto& c : cases) {
+    const std::string msg = url_error(c.url);
+    EXPECT_TRUE(contains(msg, c.in_message)) << c.url << " -> " << msg;
+  }
+}
+
+TEST(ParseUrl, RedissIsRefusedWithATlsMessage) {
+  const std::string msg = url_error("rediss://:pw@cache:6380/0");
+  EXPECT_TRUE(contains(msg, "TLS")) << msg;
+  EXPECT_TRUE(contains(msg, "rediss://")) << msg;
+}
+
+TEST(ParseUrl, CredentialsAreNeverEchoed) {
+  const std::vector<std::string> bad = {
+      "redis://admin:Sup3rS3cret@cache:0",
+      "redis://admin:Sup3rS3cret@cache:70000",
+      "redis://admin:Sup3rS3cret@cache/db9",
+      "redis://admin:Sup3rS3cret@",
+      "redis://admin:Sup3rS3cret@cache:6379@x:0",
+      "redis://admin:Sup3r@S3cret@cache:bad",
+      "redis://admin:Sup3rS3cret%zz@cache",
+      "redis://admin:Sup3rS3cret%4@cache",
+      "redis://Sup3rS3cret@[::1]:0",
+      "redis://admin:Sup3rS3cret@[::1",
+      "rediss://admin:Sup3rS3cret@cache",
+      "http://admin:Sup3rS3cret@cache",
+      "unix://admin:Sup3rS3cret@relative",
+      // No "://": a typo in the scheme must not leak the password either.
+      "redis:/admin:Sup3rS3cret@cache:6379",
+      "redis//admin:Sup3rS3cret@cache:6379",
+      "admin:Sup3rS3cret@cache:6379",
+      "admin:Sup3rS3cret@cache://6379",
+  };
+  for (const auto& url : bad) {
+    const std::string msg = url_error(url);
+    EXPECT_FALSE(contains(msg, "Sup3r")) << url << " -> " << msg;
+    EXPECT_FALSE(contains(msg, "S3cret")) << url << " -> " << msg;
+    EXPECT_FALSE(contains(msg, "admin")) << url << " -> " << msg;
+  }
+}
+
+}  // namespace
