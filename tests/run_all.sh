@@ -32,7 +32,15 @@ cmake -S . -B build/test-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DREDCOUNT_BUILD
 cmake --build build/test-asan
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-(cd build/test-asan && ctest --output-on-failure)
+# A private redis-server on a Unix socket for the core's real-Redis tests.
+sockdir=$(mktemp -d)
+redis-server --port 0 --unixsocket "$sockdir/redis.sock" --save "" --appendonly no \
+  --daemonize yes --pidfile "$sockdir/redis.pid" --dir "$sockdir" >/dev/null
+trap 'kill "$(cat "$sockdir/redis.pid" 2>/dev/null)" 2>/dev/null || true' EXIT
+for _ in $(seq 100); do redis-cli -s "$sockdir/redis.sock" ping >/dev/null 2>&1 && break; sleep 0.05; done
+REDCOUNT_TEST_REDIS_URL="unix://$sockdir/redis.sock" \
+  bash -c 'cd build/test-asan && ctest --output-on-failure'
+kill "$(cat "$sockdir/redis.pid")"; trap - EXIT
 build/test-asan/redcount_micro_bench --benchmark_min_time=0.001 >/dev/null
 
 echo "== typing: mypy --strict and stubtest"
