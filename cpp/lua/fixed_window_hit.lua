@@ -26,5 +26,13 @@ for i = 1, n do
   end
 end
 local reply = {allowed}
-for i = 1, n do reply[i + 1] = counts[i] end
+for i = 1, n do
+  -- Lua numbers are doubles: a count past 2^53 (only a foreign write makes one) goes back
+  -- as the exact string the key holds.
+  if counts[i] >= 9007199254740992 or counts[i] <= -9007199254740992 then
+    reply[i + 1] = redis.call('GET', KEYS[i])
+  else
+    reply[i + 1] = counts[i]
+  end
+end
 return reply

@@ -1,0 +1,92 @@
+"""Helpers shared by the test modules (importable from spawned worker processes too, so
+this module must not import pytest)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import redcount
+
+
+def all_keys(store: redcount.Store, pattern: str = "*") -> list[bytes]:
+    return sorted(store.execute("KEYS", pattern))
+
+
+def snapshot(store: redcount.Store) -> dict[bytes, bytes | None]:
+    """Every key with its value: compare before/after to prove nothing was stored."""
+    return {k: store.execute("GET", k) for k in all_keys(store)}
+
+
+def sum_keys(store: redcount.Store, pattern: str) -> int:
+    """Sum of the counts in every key matching `pattern` (all windows; request-id keys
+    left out): exact totals even if a run straddled a window boundary."""
+    return sum(int(store.execute("GET", k) or 0) for k in all_keys(store, pattern) if b":rid:" not in k)
+
+
+def wait_for_fresh_window(store: redcount.Store, window: float, needed: float) -> None:
+    """If less than `needed` seconds are left in the current clock-aligned `window` of the
+    store's clock, wait for the next one to begin. Tests on the real clock use this so a
+    short sequence never straddles a boundary (this waits for a time, not for readiness)."""
+    now = store.now()
+    left = window - (now % window)
+    if left < needed:
+        time.sleep(left + 0.002)
+
+
+def ms(seconds: float) -> int:
+    """Seconds as returned by redcount (ms / 1000) back to whole milliseconds."""
+    return round(seconds * 1000)
+
+
+FNV1A64_OFFSET_BASIS = 14695981039346656037  # the published FNV-1a 64-bit parameters
+FNV1A64_PRIME = 1099511628211
+
+
+def fnv1a64(data: bytes) -> int:
+    """FNV-1a, 64 bit, as window.h documents for the stagger offset."""
+    h = FNV1A64_OFFSET_BASIS
+    for c in data:
+        h ^= c
+        h = (h * FNV1A64_PRIME) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def process_worker(url: str, name: str, prefix: str, mode: str, keys: list[str], n: int,
+                   threads: int) -> dict[str, int]:
+    """Run in a spawned process: `threads` threads share one store and one counter, each
+    doing `n` increments spread over `keys` (amounts 1, 2, 3, ... cycling). Returns what
+    this process added per key."""
+    store = redcount.connect(url)
+    counter = redcount.FixedWindowCounter(store, name, 3600, prefix=prefix, mode=mode)  # type: ignore[arg-type]
+    added = {k: 0 for k in keys}
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+    start = threading.Barrier(threads)
+
+    def run(t: int) -> None:
+        mine = {k: 0 for k in keys}
+        try:
+            start.wait()
+            for i in range(n):
+                key = keys[(i + t) % len(keys)]
+                amount = 1 + (i % 3)
+                got = counter.incr(key, amount)
+                if got < amount:  # a count can never be below what this call just added
+                    raise AssertionError(f"incr({key!r}, {amount}) returned {got}")
+                mine[key] += amount
+        except BaseException as e:  # noqa: BLE001 - reported to the parent
+            errors.append(e)
+        with lock:
+            for k, v in mine.items():
+                added[k] += v
+
+    ts = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    store.close()
+    if errors:
+        raise errors[0]
+    return added

@@ -1,0 +1,92 @@
+"""End-to-end smoke test of ``redcount bench`` against a private redis-server.
+
+Checks that the command runs and reports every measurement and ratio; it asserts nothing
+about speed (figures from a 0.2 s run on a shared machine mean little).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.redis_only
+
+
+def _need(binary: str) -> None:
+    # Like conftest.py: a missing redis-server is a broken test setup, not a reason to skip.
+    if shutil.which(binary) is None:
+        pytest.fail(f"{binary!r} not found on PATH: apt-get install redis-server. Refusing to skip.")
+
+
+ROWS = [
+    "redis-benchmark INCR -c1 -P1",
+    "redcount incr (Redis)",
+    "limits FixedWindow hit (RedisStorage)",
+    "redcount Limiter.hit (Redis)",
+    "redis-benchmark INCR -c1 -P128",
+    "redcount incr_many x128 (Redis, per key)",
+    "redcount incr (memory)",
+    "limits FixedWindow hit (MemoryStorage)",
+    "redcount Limiter.hit (memory)",
+]
+RATIOS = [
+    "redcount incr (Redis) / limits hit (Redis)",
+    "redcount incr (Redis) / redis-benchmark -c1 -P1",
+    "redcount incr_many / redis-benchmark -c1 -P128",
+    "redcount incr (memory) / limits hit (memory)",
+    "redcount Limiter.hit / limits hit (Redis)",
+    "redcount Limiter.hit / limits hit (memory)",
+]
+
+
+def test_bench_reports_every_row_and_ratio(tmp_path: Path) -> None:
+    _need("redis-server")
+    _need("redis-benchmark")
+    out_json = tmp_path / "bench.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "redcount", "bench", "--seconds", "0.2", "--json", str(out_json)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    for name in ROWS + RATIOS:
+        assert name in done.stdout, f"{name!r} missing from:\n{done.stdout}"
+    assert done.stdout.count("PASS") + done.stdout.count("MISS") == 4
+    for name in ROWS:  # progress: one line per measurement, on stderr
+        assert name in done.stderr
+
+    data = json.loads(out_json.read_text())
+    assert [r["name"] for r in data["results"]] == ROWS
+    assert all(r["ops_per_sec"] > 0 and r["falsy"] == 0 for r in data["results"])
+    assert [q["name"] for q in data["ratios"]] == RATIOS
+    assert [q["target"] for q in data["ratios"]] == [1.6, 0.8, 0.4, 3.0, None, None]
+    assert not list(tmp_path.glob("*.rdb"))  # the private server saved nothing here
+
+
+def test_bench_refuses_a_missing_binary(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "redcount",
+            "bench",
+            "--seconds",
+            "0.2",
+            "--redis-benchmark",
+            str(tmp_path / "no-such-redis-benchmark"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "apt-get install redis-server" in done.stderr
