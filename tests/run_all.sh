@@ -38,8 +38,8 @@ redis-server --port 0 --unixsocket "$sockdir/redis.sock" --save "" --appendonly 
   --daemonize yes --pidfile "$sockdir/redis.pid" --dir "$sockdir" >/dev/null
 trap 'kill "$(cat "$sockdir/redis.pid" 2>/dev/null)" 2>/dev/null || true' EXIT
 for _ in $(seq 100); do redis-cli -s "$sockdir/redis.sock" ping >/dev/null 2>&1 && break; sleep 0.05; done
-REDCOUNT_TEST_REDIS_URL="unix://$sockdir/redis.sock" \
-  bash -c 'cd build/test-asan && ctest --output-on-failure'
+# The binary itself, not ctest: it names any skipped test (ctest would call it passed).
+REDCOUNT_TEST_REDIS_URL="unix://$sockdir/redis.sock" build/test-asan/redcount_tests
 kill "$(cat "$sockdir/redis.pid")"; trap - EXIT
 build/test-asan/redcount_micro_bench --benchmark_min_time=0.001 >/dev/null
 
