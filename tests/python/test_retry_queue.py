@@ -9,6 +9,8 @@ the server with SHUTDOWN SAVE, whose dump the restart loads.
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -413,3 +415,42 @@ def test_raise_mode_timeout_error(redis_factory: Factory) -> None:
     assert isinstance(info.value, redcount.ConnectionError)
     assert "may or may not have run" in str(info.value)
     store.close()
+
+
+# --------------------------------------------------------------------------- interpreter exit
+
+EXIT_CHILD = """
+import sys, redcount
+store = redcount.connect(sys.argv[1])
+# A first retry 60 s away: only the drain at exit can deliver before the child is gone.
+c = redcount.FixedWindowCounter(store, "exitq", 3600, on_error="queue",
+                                retry_backoff=60.0, retry_backoff_max=60.0)
+for _ in range(7):
+    assert c.incr("k") == 0
+print("queued", c.pending, flush=True)
+how = sys.stdin.readline().strip()  # the parent brings the server back, then lets us exit
+# No flush or close here: interpreter exit must deliver what is queued.
+if how == "abrupt":
+    import os
+    os._exit(0)  # skips every exit handler: the control case, nothing may arrive
+"""
+
+
+@pytest.mark.parametrize(("how", "delivered"), [("normal", 7), ("abrupt", 0)])
+def test_interpreter_exit_drains_the_queue(redis_factory: Factory, how: str, delivered: int) -> None:
+    server = redis_factory()
+    server.stop()
+    child = subprocess.Popen([sys.executable, "-c", EXIT_CHILD, server.url], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdin is not None
+        assert child.stdout.readline().strip() == "queued 7"
+        server.start()
+        child.stdin.write(how + "\n")
+        child.stdin.flush()
+        _, err = child.communicate(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == 0, err
+    assert server_total(server, "redcount:exitq:*") == delivered
