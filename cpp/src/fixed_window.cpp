@@ -231,7 +231,12 @@ std::vector<Reply> FixedWindowCounter::send_commands(const std::vector<WindowedI
         w.request_id_key.clear();
         repairs.push_back(std::move(w));
       }
-      enqueue(std::move(repairs), e.what());
+      try {
+        enqueue(std::move(repairs), e.what());
+      } catch (const RetryQueueFull&) {
+        // Counted in stats().overflowed; the next increment of these keys repairs them.
+        // The increments themselves landed, so this call must not report a failure.
+      }
     } else {
       throw;
     }

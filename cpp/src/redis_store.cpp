@@ -380,6 +380,17 @@ std::unique_ptr<RedisStore::Connection> RedisStore::connect() {
 std::vector<Reply> RedisStore::execute(const std::vector<Request>& batch) {
   if (batch.empty()) return {};
   Lease lease = acquire();
+  try {
+    return run_pipeline(lease, batch);
+  } catch (...) {
+    // Whatever went wrong, replies may still be in flight on this connection: it must
+    // never serve another caller.
+    lease.mark_broken();
+    throw;
+  }
+}
+
+std::vector<Reply> RedisStore::run_pipeline(Lease& lease, const std::vector<Request>& batch) {
   const std::string here = where();
   std::string buf;
   for (const auto& req : batch) {
@@ -402,8 +413,10 @@ std::vector<Reply> RedisStore::execute(const std::vector<Request>& batch) {
   std::vector<std::size_t> again;
   std::vector<const Script*> to_load;
   for (std::size_t i = 0; i < batch.size(); ++i) {
-    if (replies[i].is_error() && replies[i].str.starts_with("NOSCRIPT")) {
-      const Script* s = std::get<ScriptCall>(batch[i]).script;
+    const auto* call = std::get_if<ScriptCall>(&batch[i]);
+    // A raw EVALSHA from the caller (a Command) gets its NOSCRIPT reply as it is.
+    if (call != nullptr && replies[i].is_error() && replies[i].str.starts_with("NOSCRIPT")) {
+      const Script* s = call->script;
       again.push_back(i);
       if (std::find(to_load.begin(), to_load.end(), s) == to_load.end()) to_load.push_back(s);
     }

@@ -57,6 +57,7 @@ class RedisStore final : public Store {
   class Lease;
 
   Lease acquire();
+  std::vector<Reply> run_pipeline(Lease& lease, const std::vector<Request>& batch);
   std::unique_ptr<Connection> connect();
   void give_back(std::unique_ptr<Connection> conn, bool healthy);
   std::string where() const;
