@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 import pytest
 import redcount
@@ -46,3 +47,17 @@ def test_raw_evalsha_of_an_unknown_script_is_a_reply_error(redis_store: redcount
     with pytest.raises(redcount.ReplyError, match="NOSCRIPT"):
         redis_store.execute("EVALSHA", "0" * 40, 0)
     assert redis_store.execute("PING") == "PONG"
+
+
+def test_a_restart_does_not_cost_the_next_command(redis_factory: Callable[..., RedisServer]) -> None:
+    """A pooled connection idle for over a second is checked before use (a peek, nothing
+    sent), so after a server restart the next command goes out on a fresh connection."""
+    server = redis_factory()
+    store = redcount.connect(server.url, max_connections=1)
+    counter = redcount.FixedWindowCounter(store, "restart", 3600)
+    assert counter.incr("k") == 1
+    server.stop()
+    server.start()
+    time.sleep(1.2)  # the documented idle threshold is 1 s; this is not a readiness wait
+    assert counter.incr("k") == 1  # the restarted server is empty; no error on the stale socket
+    store.close()
