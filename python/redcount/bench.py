@@ -30,6 +30,7 @@ import secrets
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -81,6 +82,7 @@ class Result:
     ops: int
     seconds: float
     falsy: int = 0  # results that were falsy (a denied hit, a 0 count): there should be none
+    turn_rates: list[float] = field(default_factory=list)  # ops/s of each turn, in order
 
 
 @dataclass
@@ -88,9 +90,11 @@ class Ratio:
     name: str
     numerator: str
     denominator: str
-    value: float
+    value: float  # the median of the per-turn ratios (turn i of one over turn i of the other)
     target: float | None
     passed: bool | None
+    low: float = math.nan  # the lowest and highest per-turn ratio
+    high: float = math.nan
 
 
 @dataclass
@@ -137,13 +141,14 @@ class _Contender:
         self.ops = 0
         self.elapsed = 0.0
         self.falsy = 0
+        self.turn_rates: list[float] = []
 
     def run_slice(self, seconds: float) -> None:
         raise NotImplementedError
 
     def result(self) -> Result:
         rate = self.ops / self.elapsed if self.elapsed > 0 else 0.0
-        return Result(self.name, rate, self.ops, self.elapsed, self.falsy)
+        return Result(self.name, rate, self.ops, self.elapsed, self.falsy, list(self.turn_rates))
 
 
 class _PythonOp(_Contender, Generic[T]):
@@ -185,6 +190,7 @@ class _PythonOp(_Contender, Generic[T]):
         self.ops += calls * self.per_call
         self.elapsed += elapsed
         self.falsy += falsy * self.per_call
+        self.turn_rates.append(calls * self.per_call / elapsed if elapsed > 0 else 0.0)
 
 
 # --------------------------------------------------------------------------- redis-server
@@ -341,6 +347,7 @@ class _RedisBenchmark(_Contender):
         self.rate = rps
         self.ops += n
         self.elapsed += n / rps if rps > 0 else elapsed
+        self.turn_rates.append(rps)
 
 
 # --------------------------------------------------------------------------- store helpers
@@ -376,10 +383,18 @@ def _delete_keys(store: Store, pattern: str) -> int:
 
 
 def _ratio(results: dict[str, Result], name: str, num: str, den: str, target: float | None) -> Ratio:
-    a, b = results[num].ops_per_sec, results[den].ops_per_sec
-    value = a / b if b > 0 else math.nan
+    """The median of per-turn ratios: turn i of both ran back to back, so each per-turn ratio
+    compares the two under the same machine conditions (scheduler placement flips every few
+    seconds on a small box, and would skew a ratio of whole-run totals)."""
+    a, b = results[num], results[den]
+    per_turn = [x / y for x, y in zip(a.turn_rates, b.turn_rates) if y > 0]
+    if per_turn and len(a.turn_rates) == len(b.turn_rates):
+        value, low, high = statistics.median(per_turn), min(per_turn), max(per_turn)
+    else:
+        value = a.ops_per_sec / b.ops_per_sec if b.ops_per_sec > 0 else math.nan
+        low = high = value
     passed = None if target is None else (not math.isnan(value) and value >= target)
-    return Ratio(name, num, den, value, target, passed)
+    return Ratio(name, num, den, value, target, passed, low, high)
 
 
 def _print_report(rep: Report) -> None:
@@ -403,12 +418,12 @@ def _print_report(rep: Report) -> None:
         print(f"{r.name:<{w}}  {r.ops_per_sec:>12,.0f}  {us:>8.2f}{extra}")
     print()
     w = max(len(r.name) for r in rep.ratios)
-    print(f"{'ratio':<{w}}  {'value':>7}  {'target':>8}  result")
-    print(f"{'-' * w}  {'-' * 7}  {'-' * 8}  ------")
+    print(f"{'ratio (median of turns)':<{w}}  {'value':>7}  {'target':>8}  result  {'turns min-max':>13}")
+    print(f"{'-' * w}  {'-' * 7}  {'-' * 8}  ------  {'-' * 13}")
     for q in rep.ratios:
         target = f">= {q.target:g}" if q.target is not None else "-"
         verdict = "-" if q.passed is None else ("PASS" if q.passed else "MISS")
-        print(f"{q.name:<{w}}  {q.value:>7.3f}  {target:>8}  {verdict}")
+        print(f"{q.name:<{w}}  {q.value:>7.3f}  {target:>8}  {verdict:<6}  {q.low:>6.3f}-{q.high:<6.3f}")
     missed = [q for q in rep.ratios if q.passed is False]
     print()
     if missed:
