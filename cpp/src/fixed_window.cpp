@@ -247,34 +247,7 @@ std::vector<Reply> FixedWindowCounter::send_commands(const std::vector<WindowedI
 std::int64_t FixedWindowCounter::incr(std::string_view key, std::int64_t amount, std::string_view request_id) {
   std::vector<WindowedIncrement> items;
   items.push_back(resolve(key, amount, request_id, store_->now_ms()));
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (closed_) throw Error("this counter is closed; create a new FixedWindowCounter");
-  }
-  const bool queue = options_.on_error == FixedWindowOptions::OnError::Queue;
-  std::vector<Reply> replies;
-  try {
-    replies = send(items);
-  } catch (const Error& e) {
-    if (queue && is_transient(e)) {
-      enqueue(std::move(items), e.what());
-      return 0;
-    }
-    throw;
-  }
-  const Reply& r = replies.front();
-  if (r.is_error()) {
-    try {
-      r.check();
-    } catch (const ReplyError& e) {
-      if (queue && e.transient()) {
-        enqueue(std::move(items), e.what());
-        return 0;
-      }
-      throw;
-    }
-  }
-  return count_from_reply(r);
+  return apply(std::move(items)).front();
 }
 
 std::vector<std::int64_t> FixedWindowCounter::incr_many(
@@ -283,11 +256,15 @@ std::vector<std::int64_t> FixedWindowCounter::incr_many(
   std::vector<WindowedIncrement> items;
   items.reserve(in.size());
   for (const auto& [key, amount] : in) items.push_back(resolve(key, amount, {}, now));  // all validated first
+  return apply(std::move(items));
+}
+
+std::vector<std::int64_t> FixedWindowCounter::apply(std::vector<WindowedIncrement> items) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) throw Error("this counter is closed; create a new FixedWindowCounter");
   }
-  std::vector<std::int64_t> counts(items.size(), 0);
+  std::vector<std::int64_t> counts(items.size(), 0);  // 0 = queued, count not known yet
   if (items.empty()) return counts;
   const bool queue = options_.on_error == FixedWindowOptions::OnError::Queue;
   std::vector<Reply> replies;
@@ -302,27 +279,28 @@ std::vector<std::int64_t> FixedWindowCounter::incr_many(
   }
   std::vector<WindowedIncrement> later;
   std::string later_error, failures;
-  std::size_t failed = 0;
-  std::optional<ReplyError> first_transient;
+  std::size_t failed = 0, first_failed = 0;
   for (std::size_t i = 0; i < items.size(); ++i) {
     if (!replies[i].is_error()) {
       counts[i] = count_from_reply(replies[i]);
       continue;
     }
     ReplyError err(replies[i].str);
-    if (err.transient()) {
-      if (queue) {
-        later.push_back(items[i]);
-        later_error = err.what();
-        continue;
-      }
-      if (!first_transient) first_transient.emplace(err);
+    if (queue && err.transient()) {
+      later.push_back(items[i]);
+      later_error = err.what();
+      continue;
     }
-    ++failed;
+    if (failed++ == 0) first_failed = i;
     if (failures.size() < 500) failures += " key '" + items[i].user_key + "': " + err.what() + ";";
   }
   if (!later.empty()) enqueue(std::move(later), later_error);
-  if (failed == items.size() && first_transient) throw *first_transient;
+  // A single incr, or a batch that failed whole on a transient error (READONLY, LOADING...):
+  // raise the item's own error with its own type, so callers can tell what to do.
+  if (failed == items.size() &&
+      (items.size() == 1 || ReplyError(replies[first_failed].str).transient())) {
+    replies[first_failed].check();
+  }
   if (failed > 0) {
     throw ReplyError("ERR incr_many: " + std::to_string(failed) + " of " + std::to_string(items.size()) +
                      " increments failed and were not applied (the others were):" + failures);

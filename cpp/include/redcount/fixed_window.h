@@ -114,6 +114,8 @@ class FixedWindowCounter {
                             std::int64_t now) const;
   // Sends the increments; returns per-item results (count, or error reply text).
   std::vector<Reply> send(const std::vector<WindowedIncrement>& items);
+  // Sends, then queues or raises per on_error; the counts (0 for a queued item).
+  std::vector<std::int64_t> apply(std::vector<WindowedIncrement> items);
   std::vector<Reply> send_commands(const std::vector<WindowedIncrement>& items);
   void enqueue(std::vector<WindowedIncrement> items, const std::string& error);
   void retry_loop();
