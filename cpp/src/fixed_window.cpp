@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <map>
-#include <random>
 
 #include "redcount/errors.h"
 #include "redcount/lua_scripts.h"
@@ -51,12 +50,6 @@ Reply native_fixed_window_incr(Keyspace& ks, const std::vector<std::string>& key
     }
   }
   return Reply::of_array(std::move(out));
-}
-
-std::chrono::milliseconds jitter(std::chrono::milliseconds backoff) {
-  static thread_local std::minstd_rand rng{std::random_device{}()};
-  const long hi = std::max<long>(backoff.count(), 1);
-  return std::chrono::milliseconds(std::uniform_int_distribution<long>(hi / 2, hi)(rng));
 }
 
 }  // namespace
@@ -344,7 +337,7 @@ void FixedWindowCounter::enqueue(std::vector<WindowedIncrement> items, const std
   const auto now = SteadyClock::now();
   for (auto& inc : items) {
     if (inc.amount > 0) ++stats_.queued;
-    queue_.push_back(Queued{std::move(inc), now + jitter(options_.retry_backoff_min), options_.retry_backoff_min});
+    queue_.push_back(Queued{std::move(inc), now + jittered(options_.retry_backoff_min), options_.retry_backoff_min});
   }
   if (!retry_thread_.joinable()) retry_thread_ = std::thread([this] { retry_loop(); });
   cv_.notify_all();
@@ -371,7 +364,7 @@ void FixedWindowCounter::retry_loop() {
   }
 }
 
-bool FixedWindowCounter::retry_due_once(bool everything) {
+void FixedWindowCounter::retry_due_once(bool everything) {
   std::vector<Queued> batch;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -386,7 +379,7 @@ bool FixedWindowCounter::retry_due_once(bool everything) {
     }
     in_flight_ += batch.size();
   }
-  if (batch.empty()) return false;
+  if (batch.empty()) return;
 
   const std::int64_t store_now = store_->now_ms();
   std::vector<Queued> live;
@@ -433,7 +426,7 @@ bool FixedWindowCounter::retry_due_once(bool everything) {
   const auto now = SteadyClock::now();
   for (auto& q : again) {
     q.backoff = std::min(q.backoff * 2, options_.retry_backoff_max);
-    q.due = now + jitter(q.backoff);
+    q.due = now + jittered(q.backoff);
     queue_.push_back(std::move(q));
   }
   in_flight_ -= batch.size();
@@ -443,7 +436,6 @@ bool FixedWindowCounter::retry_due_once(bool everything) {
   stats_.retried += retried;
   if (!last_error.empty()) stats_.last_error = last_error;
   drained_.notify_all();
-  return true;
 }
 
 std::size_t FixedWindowCounter::flush(std::optional<std::chrono::milliseconds> timeout) {

@@ -34,12 +34,6 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
 [[noreturn]] void bad(std::string_view whole, std::string_view part, const std::string& why) {
   throw InvalidArgument("invalid rate limit '" + std::string(part) + "' in '" + std::string(whole) + "': " + why +
                         " (expected e.g. '10/minute', '10 per minute', '100/5 minutes', '5/second;100/hour')");
@@ -54,7 +48,7 @@ RateLimit parse_one(std::string_view whole, std::string_view part) {
     per_text = trim(s.substr(slash + 1));
   } else {
     // "10 per minute"
-    std::string low = lower(s);
+    std::string low = ascii_lower(s);
     auto per = low.find(" per ");
     if (per == std::string::npos) bad(whole, part, "missing '/' or 'per'");
     amount_text = trim(s.substr(0, per));
@@ -83,7 +77,7 @@ RateLimit parse_one(std::string_view whole, std::string_view part) {
     unit_text = trim(per_text.substr(digits));
   }
   if (unit_text.empty()) bad(whole, part, "missing time unit");
-  const std::string unit = lower(unit_text);
+  const std::string unit = ascii_lower(unit_text);
   for (const Unit& u : kUnits) {
     for (auto alias : u.aliases) {
       if (unit == alias) {

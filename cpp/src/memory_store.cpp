@@ -20,14 +20,8 @@ std::string upper(std::string_view s) {
   return out;
 }
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
 Reply wrong_args(std::string_view cmd) {
-  return Reply::of_error("ERR wrong number of arguments for '" + lower(cmd) + "' command");
+  return Reply::of_error("ERR wrong number of arguments for '" + ascii_lower(cmd) + "' command");
 }
 
 // Redis-style glob matching for KEYS: * ? [abc] [^a] [a-z] and \ escapes.
@@ -375,12 +369,12 @@ Reply MemoryStore::run_command(Ops& ops, const std::vector<std::string>& args) {
     const bool relative = cmd == "PEXPIRE" || cmd == "EXPIRE";
     const std::int64_t lim = std::numeric_limits<std::int64_t>::max();
     if (seconds && (v > lim / 1000 || v < -lim / 1000)) {
-      return Reply::of_error("ERR invalid expire time in '" + lower(cmd) + "' command");
+      return Reply::of_error("ERR invalid expire time in '" + ascii_lower(cmd) + "' command");
     }
     if (seconds) v *= 1000;
     if (relative) {
       if ((v > 0 && v > lim - ops.now_ms())) {
-        return Reply::of_error("ERR invalid expire time in '" + lower(cmd) + "' command");
+        return Reply::of_error("ERR invalid expire time in '" + ascii_lower(cmd) + "' command");
       }
       v += ops.now_ms();
     }

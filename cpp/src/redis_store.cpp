@@ -9,7 +9,6 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
-#include <random>
 #include <string_view>
 
 #include "redcount/errors.h"
@@ -267,11 +266,8 @@ std::unique_ptr<RedisStore::Connection> RedisStore::connect() {
     std::lock_guard<std::mutex> lock(backoff_mu_);
     backoff_ = backoff_.count() == 0 ? options_.reconnect_backoff_min
                                      : std::min(backoff_ * 2, options_.reconnect_backoff_max);
-    // Full jitter keeps many clients from reconnecting in lock-step after a restart.
-    static thread_local std::minstd_rand rng{std::random_device{}()};
-    auto jittered = std::chrono::milliseconds(
-        std::uniform_int_distribution<long>(backoff_.count() / 2, std::max<long>(backoff_.count(), 1))(rng));
-    next_connect_ = SteadyClock::now() + jittered;
+    // Jitter keeps many clients from reconnecting in lock-step after a restart.
+    next_connect_ = SteadyClock::now() + jittered(backoff_);
     last_connect_error_ = msg;
   };
 

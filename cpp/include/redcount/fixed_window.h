@@ -119,7 +119,7 @@ class FixedWindowCounter {
   std::vector<Reply> send_commands(const std::vector<WindowedIncrement>& items);
   void enqueue(std::vector<WindowedIncrement> items, const std::string& error);
   void retry_loop();
-  bool retry_due_once(bool everything);
+  void retry_due_once(bool everything);
 
   std::shared_ptr<Store> store_;
   FixedWindowOptions options_;

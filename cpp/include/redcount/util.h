@@ -1,8 +1,12 @@
 // Small helpers shared by the core: strict integer parsing and formatting.
 #pragma once
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
+#include <chrono>
 #include <cstdint>
+#include <random>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -22,5 +26,19 @@ inline std::optional<std::int64_t> parse_int64(std::string_view s) noexcept {
 }
 
 inline std::string to_string(std::int64_t v) { return std::to_string(v); }
+
+inline std::string ascii_lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// A delay drawn uniformly from [backoff / 2, backoff]: spreads retries and reconnects of
+// many clients so they do not arrive in lock-step.
+inline std::chrono::milliseconds jittered(std::chrono::milliseconds backoff) {
+  static thread_local std::minstd_rand rng{std::random_device{}()};
+  const long hi = std::max<long>(static_cast<long>(backoff.count()), 1);
+  return std::chrono::milliseconds(std::uniform_int_distribution<long>(hi / 2, hi)(rng));
+}
 
 }  // namespace redcount
