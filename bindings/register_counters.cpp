@@ -6,6 +6,8 @@
 #include "common.h"
 #include "redcount/errors.h"
 #include "redcount/fixed_window.h"
+#include "redcount/sliding_window.h"
+#include "redcount/time_source.h"
 
 namespace redcount::bind {
 namespace {
@@ -191,6 +193,75 @@ void register_counters(py::module_& m) {
         return c.options().on_error == FixedWindowOptions::OnError::Raise ? "raise" : "queue";
       })
       .def_property_readonly("store", [](const FixedWindowCounter& c) { return c.store(); });
+
+  py::class_<SlidingWindowCounter>(m, "SlidingWindowCounter",
+                                   "The C++ sliding-window counter; use redcount.SlidingWindowCounter.")
+      .def(py::init([](std::shared_ptr<Store> store, py::handle name, py::handle window, py::handle prefix,
+                       const std::string& clock) {
+             if (!store) throw InvalidArgument("store must not be None");
+             return std::make_unique<SlidingWindowCounter>(std::move(store), text_arg(name, "name"),
+                                                           seconds_arg(window, "window", false),
+                                                           text_arg(prefix, "prefix"), parse_clock_mode(clock));
+           }),
+           py::arg("store"), py::arg("name"), py::arg("window"), py::arg("prefix"), py::arg("clock"))
+      .def(
+          "add",
+          [](SlidingWindowCounter& c, py::handle key, py::handle amount) {
+            const std::string k = text_arg(key, "key");
+            const std::int64_t a = int_arg(amount, "amount");
+            py::gil_scoped_release release;  // network wait
+            return c.add(k, a);
+          },
+          py::arg("key"), py::arg("amount"))
+      .def(
+          "count",
+          [](SlidingWindowCounter& c, py::handle key) {
+            const std::string k = text_arg(key, "key");
+            py::gil_scoped_release release;  // network wait
+            return c.count(k);
+          },
+          py::arg("key"))
+      .def(
+          "add_unique",
+          [](SlidingWindowCounter& c, py::handle key, py::handle item) {
+            const std::string k = text_arg(key, "key");
+            const std::string i = text_arg(item, "item");
+            py::gil_scoped_release release;  // network wait
+            return c.add_unique(k, i);
+          },
+          py::arg("key"), py::arg("item"))
+      .def(
+          "count_unique",
+          [](SlidingWindowCounter& c, py::handle key) {
+            const std::string k = text_arg(key, "key");
+            py::gil_scoped_release release;  // network wait
+            return c.count_unique(k);
+          },
+          py::arg("key"))
+      .def(
+          "clear",
+          [](SlidingWindowCounter& c, py::handle key) {
+            const std::string k = text_arg(key, "key");
+            py::gil_scoped_release release;  // network wait
+            c.clear(k);
+          },
+          py::arg("key"))
+      .def(
+          "storage_keys",
+          [](const SlidingWindowCounter& c, py::handle key) {
+            const std::string k = text_arg(key, "key");
+            return py::make_tuple(c.events_key(k), c.weight_key(k), c.unique_key(k));
+          },
+          py::arg("key"), "The Redis keys behind `key`: (events, extra weight, distinct items).")
+      .def_property_readonly("name", &SlidingWindowCounter::name)
+      .def_property_readonly("prefix", &SlidingWindowCounter::prefix)
+      .def_property_readonly("window",
+                             [](const SlidingWindowCounter& c) { return static_cast<double>(c.window_ms()) / 1000.0; },
+                             "Window in seconds.")
+      .def_property_readonly("clock",
+                             [](const SlidingWindowCounter& c) { return std::string(clock_mode_name(c.clock())); },
+                             "The time source in force: 'client', 'server' or 'server-offset'.")
+      .def_property_readonly("store", &SlidingWindowCounter::store);
 }
 
 }  // namespace redcount::bind

@@ -5,6 +5,7 @@
 #include "redcount/errors.h"
 #include "redcount/limiter.h"
 #include "redcount/limits.h"
+#include "redcount/time_source.h"
 
 namespace redcount::bind {
 namespace {
@@ -23,6 +24,7 @@ void register_limiter(py::module_& m) {
       .def_readonly("amount", &RateLimit::amount)
       .def_readonly("multiple", &RateLimit::multiple)
       .def_readonly("unit", &RateLimit::unit)
+      .def_readonly("burst", &RateLimit::burst, "The 'burst N' given, or 0 (then the capacity is the amount).")
       .def_property_readonly("window", [](const RateLimit& r) { return seconds(r.window_ms); }, "Window in seconds.")
       .def("__str__", &RateLimit::text)
       .def("__repr__", [](const RateLimit& r) { return "RateLimit('" + r.text() + "')"; });
@@ -66,11 +68,58 @@ void register_limiter(py::module_& m) {
                std::string(py::repr(py::float_(seconds(s.reset_after_ms)))) + ")";
       });
 
+  py::class_<Lease>(m, "Lease",
+                    "A slot taken by Limiter.acquire() under strategy='concurrency'. Give it back with "
+                    "Limiter.release(); if it is never released it expires after its lease_timeout.")
+      .def_readonly("key", &Lease::key, "The business key the slot belongs to.")
+      .def_readonly("id", &Lease::id, "The lease's unique id.")
+      .def_readonly("max_in_flight", &Lease::max_in_flight)
+      .def_property_readonly("expires_at", [](const Lease& l) { return seconds(l.expires_at_ms); },
+                             "When the lease expires by itself, in seconds since the epoch (limiter clock).")
+      .def_property_readonly("released", [](const Lease& l) { return l.released && l.released->load(); },
+                             "Whether release() was called.")
+      .def("__repr__", [](const Lease& l) {
+        return "Lease(key='" + l.key + "', id='" + l.id + "', released=" +
+               ((l.released && l.released->load()) ? "True" : "False") + ")";
+      });
+
   py::class_<LimiterStrategy>(m, "LimiterCore", "A strategy's C++ implementation; use redcount.Limiter.")
-      .def(py::init([](std::shared_ptr<Store> store, const std::string& strategy, py::handle prefix) {
-             return make_limiter(std::move(store), strategy, text_arg(prefix, "prefix"));
+      .def(py::init([](std::shared_ptr<Store> store, const std::string& strategy, py::handle prefix,
+                       const std::string& clock, py::handle sub_buckets) {
+             LimiterOptions o;
+             o.prefix = text_arg(prefix, "prefix");
+             o.clock = parse_clock_mode(clock);
+             o.sub_buckets = int_arg(sub_buckets, "sub_buckets");
+             return make_limiter(std::move(store), strategy, std::move(o));
            }),
-           py::arg("store"), py::arg("strategy"), py::arg("prefix"))
+           py::arg("store"), py::arg("strategy"), py::arg("prefix"), py::arg("clock"), py::arg("sub_buckets"))
+      .def_property_readonly("clock", [](const LimiterStrategy& s) { return std::string(clock_mode_name(s.clock())); },
+                             "The time source in force: 'client', 'server' or 'server-offset'.")
+      .def(
+          "acquire",
+          [](LimiterStrategy& s, py::handle max_in_flight, py::handle key, py::handle lease_timeout) {
+            const std::int64_t n = int_arg(max_in_flight, "max_in_flight");
+            const std::string k = text_arg(key, "key");
+            const std::int64_t t = seconds_arg(lease_timeout, "lease_timeout", false);
+            py::gil_scoped_release release;  // network wait
+            return s.acquire(n, k, t);
+          },
+          py::arg("max_in_flight"), py::arg("key"), py::arg("lease_timeout"))
+      .def(
+          "release",
+          [](LimiterStrategy& s, const Lease& lease) {
+            py::gil_scoped_release release;  // network wait
+            return s.release(lease);
+          },
+          py::arg("lease"))
+      .def(
+          "in_flight",
+          [](LimiterStrategy& s, py::handle key) {
+            const std::string k = text_arg(key, "key");
+            py::gil_scoped_release release;  // network wait
+            return s.in_flight(k);
+          },
+          py::arg("key"))
       .def_property_readonly("strategy", [](const LimiterStrategy& s) { return std::string(s.name()); })
       .def(
           "hit",

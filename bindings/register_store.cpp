@@ -55,12 +55,7 @@ std::shared_ptr<Store> open_store_shim(const std::string& url, py::object connec
   }
   o.max_connections = max_connections;
   o.keepalive = keepalive;
-  if (clock) {
-    if (o.kind != StoreOptions::Kind::Memory) {
-      throw InvalidArgument("clock= only applies to memory://; Redis stores use the system clock");
-    }
-    o.clock = clock;
-  }
+  if (clock) o.clock = clock;  // on Redis: the client's idea of now (the server keeps its own)
   return open_store(o);
 }
 

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <limits>
+#include <random>
 
+#include "limiter_internal.h"
 #include "redcount/errors.h"
 #include "redcount/lua_scripts.h"
 #include "redcount/util.h"
@@ -11,20 +13,8 @@
 namespace redcount {
 namespace {
 
-// count + cost > limit, exact for every int64: a foreign write can leave any count in a
-// key, and the sum must not overflow (Lua compares doubles and never overflows either).
-bool exceeds(std::int64_t count, std::int64_t cost, std::int64_t limit) {
-  std::int64_t sum = 0;
-  if (__builtin_add_overflow(count, cost, &sum)) return cost > 0;
-  return sum > limit;
-}
-
-// max(0, limit - count), saturating instead of overflowing for a hugely negative count.
-std::int64_t remaining_of(std::int64_t limit, std::int64_t count) {
-  std::int64_t rem = 0;
-  if (__builtin_sub_overflow(limit, count, &rem)) return std::numeric_limits<std::int64_t>::max();
-  return std::max<std::int64_t>(0, rem);
-}
+using detail::exceeds;
+using detail::remaining_of;
 
 // The memory store's twin of fixed_window_hit.lua; keep the two in step.
 Reply native_fixed_window_hit(Keyspace& ks, const std::vector<std::string>& keys,
@@ -66,14 +56,21 @@ constexpr std::int64_t kLimiterGraceMs = 1000;
 
 class FixedWindowLimiter final : public LimiterStrategy {
  public:
-  FixedWindowLimiter(std::shared_ptr<Store> store, std::string prefix)
-      : store_(std::move(store)), prefix_(std::move(prefix)) {}
+  FixedWindowLimiter(std::shared_ptr<Store> store, const LimiterOptions& o)
+      : store_(store), time_(store, o.clock), prefix_(o.prefix) {}
 
   std::string_view name() const noexcept override { return "fixed-window"; }
+  // The window's key is named after the time, so the client must know it: server time
+  // comes from the measured offset (ServerOffset) rather than from inside the script.
+  ClockMode clock() const noexcept override {
+    return time_.requested() == ClockMode::Client ? ClockMode::Client : ClockMode::ServerOffset;
+  }
 
   Decision hit(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) override {
+    detail::require_limits(limits);
+    detail::require_no_burst(limits, name());
     validate_cost(limits, cost);
-    const std::int64_t now = store_->now_ms();
+    const std::int64_t now = time_.now_ms();
     auto places = locate_all(limits, key, now);
     ScriptCall call{&kFixedWindowHitScript, {}, {std::to_string(cost)}};
     for (std::size_t i = 0; i < limits.size(); ++i) {
@@ -93,8 +90,10 @@ class FixedWindowLimiter final : public LimiterStrategy {
   }
 
   Decision test(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) override {
+    detail::require_limits(limits);
+    detail::require_no_burst(limits, name());
     validate_cost(limits, cost);
-    const std::int64_t now = store_->now_ms();
+    const std::int64_t now = time_.now_ms();
     auto places = locate_all(limits, key, now);
     auto counts = read_counts(places);
     bool allowed = true;
@@ -103,7 +102,8 @@ class FixedWindowLimiter final : public LimiterStrategy {
   }
 
   std::vector<LimitStats> stats(const std::vector<RateLimit>& limits, std::string_view key) override {
-    const std::int64_t now = store_->now_ms();
+    detail::require_limits(limits);
+    const std::int64_t now = time_.now_ms();
     auto places = locate_all(limits, key, now);
     auto counts = read_counts(places);
     std::vector<LimitStats> out;
@@ -115,7 +115,8 @@ class FixedWindowLimiter final : public LimiterStrategy {
   }
 
   void reset(const std::vector<RateLimit>& limits, std::string_view key) override {
-    auto places = locate_all(limits, key, store_->now_ms());
+    detail::require_limits(limits);
+    auto places = locate_all(limits, key, time_.now_ms());
     Command del{{"DEL"}};
     for (const auto& p : places) del.args.push_back(p.key);
     store_->execute_one(std::move(del)).check();
@@ -129,7 +130,6 @@ class FixedWindowLimiter final : public LimiterStrategy {
 
   std::vector<Place> locate_all(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t now) const {
     validate_key(key);
-    if (limits.empty()) throw InvalidArgument("no rate limit given");
     std::vector<Place> out;
     out.reserve(limits.size());
     for (const auto& l : limits) {
@@ -188,6 +188,7 @@ class FixedWindowLimiter final : public LimiterStrategy {
   }
 
   std::shared_ptr<Store> store_;
+  mutable TimeSource time_;
   std::string prefix_;
 };
 
@@ -196,26 +197,150 @@ class FixedWindowLimiter final : public LimiterStrategy {
 const Script kFixedWindowHitScript{"fixed_window_hit", lua::fixed_window_hit_source, lua::fixed_window_hit_sha1,
                                    &native_fixed_window_hit};
 
-void validate_cost(const std::vector<RateLimit>& limits, std::int64_t cost) {
+void validate_cost(const std::vector<RateLimit>& limits, std::int64_t cost, bool use_capacity) {
   if (cost < 1) throw InvalidArgument("cost must be >= 1, got " + std::to_string(cost));
   for (const auto& l : limits) {
-    if (cost > l.amount) {
-      throw InvalidArgument("cost " + std::to_string(cost) + " exceeds the limit '" + l.text() +
+    const std::int64_t most = use_capacity ? l.capacity() : l.amount;
+    if (cost > most) {
+      throw InvalidArgument("cost " + std::to_string(cost) + " exceeds the " +
+                            (use_capacity ? "capacity of" : "limit") + " '" + l.text() +
                             "': such a hit could never be allowed");
     }
   }
 }
 
-std::vector<std::string> limiter_strategies() { return {"fixed-window"}; }
+std::optional<Lease> LimiterStrategy::acquire(std::int64_t, std::string_view, std::int64_t) {
+  throw InvalidArgument("acquire() needs Limiter(strategy='concurrency'); this limiter is '" + std::string(name()) + "'");
+}
+
+bool LimiterStrategy::release(const Lease&) {
+  throw InvalidArgument("release() needs Limiter(strategy='concurrency'); this limiter is '" + std::string(name()) + "'");
+}
+
+std::int64_t LimiterStrategy::in_flight(std::string_view) {
+  throw InvalidArgument("in_flight() needs Limiter(strategy='concurrency'); this limiter is '" + std::string(name()) +
+                        "'");
+}
+
+std::vector<std::string> limiter_strategies() {
+  return {"fixed-window", "sliding-window", "sliding-window-approx", "token-bucket", "gcra", "concurrency"};
+}
 
 std::unique_ptr<LimiterStrategy> make_limiter(std::shared_ptr<Store> store, std::string_view strategy,
-                                              std::string prefix) {
+                                              LimiterOptions options) {
   if (!store) throw InvalidArgument("store must not be None");
-  validate_name(prefix, "prefix");
-  if (strategy == "fixed-window") return std::make_unique<FixedWindowLimiter>(std::move(store), std::move(prefix));
+  validate_name(options.prefix, "prefix");
+  if (options.sub_buckets < 1 || options.sub_buckets > 60) {
+    throw InvalidArgument("sub_buckets must be between 1 and 60, got " + std::to_string(options.sub_buckets));
+  }
+  if (options.sub_buckets != 1 && strategy != "sliding-window-approx") {
+    throw InvalidArgument("sub_buckets applies only to strategy='sliding-window-approx'");
+  }
+  if (strategy == "fixed-window") return detail::make_fixed_window(std::move(store), options);
+  if (strategy == "sliding-window") return detail::make_sliding_log(std::move(store), options);
+  if (strategy == "sliding-window-approx") return detail::make_sliding_approx(std::move(store), options);
+  if (strategy == "token-bucket") return detail::make_token_bucket(std::move(store), options);
+  if (strategy == "gcra") return detail::make_gcra(std::move(store), options);
+  if (strategy == "concurrency") return detail::make_concurrency(std::move(store), options);
   std::string known;
   for (const auto& s : limiter_strategies()) known += (known.empty() ? "" : ", ") + s;
   throw InvalidArgument("unknown rate-limit strategy '" + std::string(strategy) + "' (known: " + known + ")");
 }
 
+namespace detail {
+
+std::unique_ptr<LimiterStrategy> make_fixed_window(std::shared_ptr<Store> store, const LimiterOptions& o) {
+  return std::make_unique<FixedWindowLimiter>(std::move(store), o);
+}
+
+Decision combine(const std::vector<Outcome>& outcomes, bool allowed) {
+  Decision d;
+  d.allowed = allowed;
+  d.remaining = std::numeric_limits<std::int64_t>::max();
+  std::size_t binding = 0;
+  for (std::size_t i = 0; i < outcomes.size(); ++i) {
+    const auto& o = outcomes[i];
+    if (o.remaining < d.remaining ||
+        (o.remaining == d.remaining && o.reset_after_ms > outcomes[binding].reset_after_ms)) {
+      d.remaining = o.remaining;
+      binding = i;
+    }
+  }
+  if (!allowed) {
+    for (std::size_t i = 0; i < outcomes.size(); ++i) {
+      if (outcomes[i].refuses && outcomes[i].retry_after_ms >= d.retry_after_ms) {
+        d.retry_after_ms = outcomes[i].retry_after_ms;
+        binding = i;
+      }
+    }
+  }
+  d.limit = outcomes[binding].amount;
+  d.reset_after_ms = outcomes[binding].reset_after_ms;
+  return d;
+}
+
+std::vector<LimitStats> to_stats(const std::vector<RateLimit>& limits, const std::vector<Outcome>& outcomes) {
+  std::vector<LimitStats> out;
+  for (std::size_t i = 0; i < limits.size(); ++i) {
+    out.push_back(LimitStats{limits[i], outcomes[i].count, outcomes[i].remaining, outcomes[i].reset_after_ms});
+  }
+  return out;
+}
+
+std::string unique_id() {
+  static const std::string base = [] {
+    std::random_device rd;
+    const std::uint64_t v = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+    char buf[17];
+    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+    return std::string(buf);
+  }();
+  static std::atomic<std::uint64_t> seq{0};
+  return base + std::to_string(seq.fetch_add(1, std::memory_order_relaxed));
+}
+
+std::optional<std::int64_t> script_time(Keyspace& ks, const std::string& arg, std::int64_t scale) {
+  if (arg.empty()) return ks.now_ms() * scale;
+  return parse_int64(arg);
+}
+
+std::vector<std::int64_t> integers(const Reply& reply, std::size_t size, std::string_view script) {
+  reply.check();
+  if (reply.type != Reply::Type::Array || reply.elements.size() != size) {
+    throw ProtocolError(std::string(script) + " returned an unexpected reply");
+  }
+  std::vector<std::int64_t> out;
+  out.reserve(size);
+  for (const auto& e : reply.elements) out.push_back(e.as_integer());
+  return out;
+}
+
+void require_limits(const std::vector<RateLimit>& limits) {
+  if (limits.empty()) throw InvalidArgument("no rate limit given");
+}
+
+void require_no_burst(const std::vector<RateLimit>& limits, std::string_view strategy) {
+  for (const auto& l : limits) {
+    if (l.burst > 0) {
+      throw InvalidArgument("'" + l.text() + "': a burst applies only to strategy='token-bucket' or 'gcra', not '" +
+                            std::string(strategy) + "'");
+    }
+  }
+}
+
+void require_exact(const std::vector<RateLimit>& limits, std::string_view strategy, bool use_capacity) {
+  constexpr std::int64_t kExact = std::int64_t{1} << 50;
+  for (const auto& l : limits) {
+    const std::int64_t amount = use_capacity ? std::max(l.capacity(), l.amount) : l.amount;
+    std::int64_t product = 0;
+    if (__builtin_mul_overflow(amount, l.window_ms, &product) || product > kExact) {
+      throw InvalidArgument("'" + l.text() + "' is too large for strategy='" + std::string(strategy) +
+                            "': amount (or burst) times the window in ms must be <= 2^50");
+    }
+  }
+}
+
+Reply malformed(std::string_view script) { return Reply::of_error("ERR " + std::string(script) + ": malformed arguments"); }
+
+}  // namespace detail
 }  // namespace redcount

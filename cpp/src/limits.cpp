@@ -42,6 +42,21 @@ std::string_view trim(std::string_view s) {
 RateLimit parse_one(std::string_view whole, std::string_view part) {
   std::string_view s = trim(part);
   if (s.empty()) bad(whole, part, "empty limit");
+  // An optional trailing "burst N".
+  std::int64_t burst = 0;
+  {
+    const std::string low = ascii_lower(s);
+    if (auto at = low.rfind("burst"); at != std::string::npos && at > 0 &&
+                                      std::isspace(static_cast<unsigned char>(low[at - 1]))) {
+      std::string_view burst_text = trim(s.substr(at + 5));
+      auto b = parse_int64(burst_text);
+      if (!b) bad(whole, part, "burst '" + std::string(burst_text) + "' is not a whole number");
+      if (*b < 1) bad(whole, part, "burst must be >= 1, got " + std::to_string(*b));
+      if (*b > kMaxAmount) bad(whole, part, "burst must be <= 2^53-1");
+      burst = *b;
+      s = trim(s.substr(0, at));
+    }
+  }
   std::string_view amount_text, per_text;
   if (auto slash = s.find('/'); slash != std::string_view::npos) {
     amount_text = trim(s.substr(0, slash));
@@ -87,6 +102,7 @@ RateLimit parse_one(std::string_view whole, std::string_view part) {
         r.multiple = multiple;
         r.window_ms = multiple * u.ms;
         r.unit = std::string(u.name);
+        r.burst = burst;
         return r;
       }
     }
@@ -101,6 +117,7 @@ std::string RateLimit::text() const {
   std::string out = std::to_string(amount) + "/";
   if (multiple != 1) out += std::to_string(multiple) + " " + unit + "s";
   else out += unit;
+  if (burst > 0) out += " burst " + std::to_string(burst);
   return out;
 }
 

@@ -8,9 +8,12 @@ Quick start::
     views = redcount.FixedWindowCounter(store, "views", window=3600)
     views.incr("page:/home")                      # -> count in the current hour
 
-    limiter = redcount.Limiter(store)
+    limiter = redcount.Limiter(store, "sliding-window")
     if not limiter.hit("5/second;100/hour", "ip:203.0.113.9"):
         ...  # reject: 429 Too Many Requests
+
+    recent = redcount.SlidingWindowCounter(store, "logins", window=60)
+    recent.add_unique("user:42", "ip:203.0.113.9")   # -> distinct ips in the last minute
 """
 
 from __future__ import annotations
@@ -22,13 +25,15 @@ from .errors import (
     ConnectionError,
     InvalidInputError,
     ProtocolError,
+    RateLimitExceeded,
     RedcountError,
     ReplyError,
     RetryQueueFull,
     ScriptError,
     TimeoutError,
 )
-from .limiter import Decision, Limiter, LimitSet, LimitStats, parse_limits, strategies
+from .limiter import Decision, Lease, Limiter, LimitSet, LimitStats, parse_limits, strategies
+from .sliding import SlidingWindowCounter
 from .store import ManualClock, Store, connect
 
 __version__ = "0.1.0"
@@ -39,17 +44,20 @@ __all__ = [
     "Decision",
     "FixedWindowCounter",
     "InvalidInputError",
+    "Lease",
     "LimitSet",
     "LimitStats",
     "Limiter",
     "ManualClock",
     "ProtocolError",
     "RateLimit",
+    "RateLimitExceeded",
     "RedcountError",
     "ReplyError",
     "RetryQueueFull",
     "RetryStats",
     "ScriptError",
+    "SlidingWindowCounter",
     "Store",
     "TimeoutError",
     "__version__",

@@ -9,6 +9,7 @@
         ``AuthenticationError``: wrong user name or password, or a password is needed.
         ``ScriptError``: a Lua script failed on the server.
     ``RetryQueueFull``: a queued increment could not be queued; it was not applied.
+    ``RateLimitExceeded``: :meth:`Limiter.lease` found every slot taken.
 """
 
 from __future__ import annotations
@@ -25,11 +26,25 @@ from ._core import (
     TimeoutError,
 )
 
+
+
+class RateLimitExceeded(RedcountError):
+    """Raised by :meth:`redcount.Limiter.lease` when every slot of the key is taken.
+
+    ``key`` and ``limit`` (the max in flight) say which; nothing was stored."""
+
+    def __init__(self, message: str, key: str | bytes, limit: int) -> None:
+        super().__init__(message)
+        self.key = key
+        self.limit = limit
+
+
 __all__ = [
     "AuthenticationError",
     "ConnectionError",
     "InvalidInputError",
     "ProtocolError",
+    "RateLimitExceeded",
     "RedcountError",
     "ReplyError",
     "RetryQueueFull",

@@ -1,17 +1,26 @@
-"""Rate limiting on top of the counters: :class:`Limiter`."""
+"""Rate limiting: :class:`Limiter` and its strategies."""
 
 from __future__ import annotations
 
-from . import _core
-from ._core import Decision, LimitSet, LimitStats, Store
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Literal
 
-__all__ = ["Decision", "LimitSet", "LimitStats", "Limiter", "parse_limits", "strategies"]
+from . import _core
+from ._core import Decision, Lease, LimitSet, LimitStats, Store
+from .errors import RateLimitExceeded
+
+__all__ = ["Decision", "Lease", "LimitSet", "LimitStats", "Limiter", "parse_limits", "strategies"]
+
+Strategy = Literal["fixed-window", "sliding-window", "sliding-window-approx", "token-bucket", "gcra", "concurrency"]
+Clock = Literal["client", "server", "server-offset"]
 
 
 def parse_limits(text: str) -> LimitSet:
-    """Parse a limit string such as ``"10/minute"``, ``"10 per minute"``, ``"100/5 minutes"``
-    or ``"5/second;100/hour"`` (all must hold). Raises ``ValueError``
-    (:class:`~redcount.InvalidInputError`) naming the bad part."""
+    """Parse a limit string such as ``"10/minute"``, ``"10 per minute"``, ``"100/5 minutes"``,
+    ``"5/second;100/hour"`` (all must hold) or, for the bucket strategies,
+    ``"10/second burst 50"``. Raises ``ValueError`` (:class:`~redcount.InvalidInputError`)
+    naming the bad part."""
     return LimitSet(text)
 
 
@@ -28,18 +37,53 @@ class Limiter:
     all-or-nothing: a hit is charged against every limit or, when any limit refuses it,
     against none, so a denied hit stores nothing.
 
-    Strategies: ``"fixed-window"`` (clock-aligned windows; a burst straddling a boundary can
-    get up to twice the limit through). More strategies plug in behind the same methods.
+    Strategies (``strategy=``):
+
+    - ``"fixed-window"``: clock-aligned windows; a burst straddling a boundary can get up to
+      twice the limit through within one window length. O(1) per key.
+    - ``"sliding-window"``: an exact sliding log; never more than the limit in any window
+      length. A refused hit stores nothing, so a key holds at most ``amount`` entries however
+      hard it is hammered. ``cost=n`` adds ``n`` entries.
+    - ``"sliding-window-approx"``: the weighted estimate of ``sub_buckets`` + 1 fixed
+      sub-buckets (1 = the classic two-bucket estimate). O(k) per key; see the README for its
+      documented error.
+    - ``"token-bucket"``: a bucket of ``capacity`` tokens (the limit's ``burst``, by default its
+      amount) refilled continuously at the limit's rate; ``"10/second burst 50"``.
+    - ``"gcra"``: the generic cell rate algorithm, one timestamp per key; same parameters and
+      decisions as the token bucket.
+    - ``"concurrency"``: at most N in flight per key: :meth:`acquire`, :meth:`release`,
+      :meth:`lease`. ``hit("N/period", key)`` takes a slot that frees itself after the period.
+
+    ``clock``: ``"client"`` (default; this process's clock), ``"server"`` (Redis ``TIME``
+    inside the scripts, immune to skew between app servers; falls back to
+    ``"server-offset"`` where the server refuses ``TIME`` in scripts) or ``"server-offset"``
+    (the client clock corrected by an offset measured with ``TIME`` every 10 s). The
+    fixed-window strategy names its keys after the time, so it always uses the offset form
+    for server time. :attr:`clock` tells which is in force.
 
     Thread-safe.
     """
 
-    def __init__(self, store: Store, strategy: str = "fixed-window", *, prefix: str = "redcount:lim") -> None:
-        self._core = _core.LimiterCore(store, strategy, prefix)
+    def __init__(
+        self,
+        store: Store,
+        strategy: Strategy = "fixed-window",
+        *,
+        prefix: str = "redcount:lim",
+        clock: Clock = "client",
+        sub_buckets: int = 1,
+    ) -> None:
+        self._core = _core.LimiterCore(store, strategy, prefix, clock, sub_buckets)
         self._parsed: dict[str, LimitSet] = {}
         self.store = store
         self.strategy = strategy
         self.prefix = prefix
+        self.sub_buckets = sub_buckets
+
+    @property
+    def clock(self) -> str:
+        """The time source in force: ``"client"``, ``"server"`` or ``"server-offset"``."""
+        return self._core.clock
 
     def _limits(self, limit: str | LimitSet) -> LimitSet:
         if isinstance(limit, LimitSet):
@@ -67,8 +111,42 @@ class Limiter:
         return self._core.stats(self._limits(limit), key)
 
     def reset(self, limit: str | LimitSet, key: str | bytes) -> None:
-        """Forget ``key``'s current windows under these limits."""
+        """Forget ``key``'s state under these limits."""
         self._core.reset(self._limits(limit), key)
 
+    # ------------------------------------------------------------------ concurrency
+
+    def acquire(self, max_in_flight: int, key: str | bytes, *, lease_timeout: float = 60.0) -> Lease | None:
+        """Take one of ``key``'s ``max_in_flight`` slots, or return None when all are taken.
+
+        The lease frees itself after ``lease_timeout`` seconds if it is never released, so a
+        crashed worker cannot leak capacity. Needs ``strategy="concurrency"``."""
+        return self._core.acquire(max_in_flight, key, lease_timeout)
+
+    def release(self, lease: Lease) -> bool:
+        """Give the slot back. True when the lease was still held, False when it had already
+        expired. Releasing the same lease twice raises :class:`~redcount.InvalidInputError`."""
+        return self._core.release(lease)
+
+    def in_flight(self, key: str | bytes) -> int:
+        """Leases of ``key`` held now."""
+        return self._core.in_flight(key)
+
+    @contextmanager
+    def lease(self, max_in_flight: int, key: str | bytes, *, lease_timeout: float = 60.0) -> Iterator[Lease]:
+        """``with limiter.lease(5, "user:1") as lease: ...``: holds a slot for the block.
+
+        Raises :class:`~redcount.RateLimitExceeded` when all slots are taken; releases the slot when the block ends, even by an exception."""
+        got = self.acquire(max_in_flight, key, lease_timeout=lease_timeout)
+        if got is None:
+            raise RateLimitExceeded(
+                f"all {max_in_flight} concurrency slots of {key!r} are in use; retry later", key, max_in_flight
+            )
+        try:
+            yield got
+        finally:
+            if not got.released:
+                self.release(got)
+
     def __repr__(self) -> str:
-        return f"Limiter(strategy={self.strategy!r}, store={self.store.url!r})"
+        return f"Limiter(strategy={self.strategy!r}, clock={self.clock!r}, store={self.store.url!r})"

@@ -29,8 +29,10 @@ def connect(
 
     Timeouts are in seconds; 0 means wait forever. ``max_connections`` bounds the pool
     shared by every thread using this store; ``pool_timeout`` is how long a call waits for
-    a free connection. ``clock`` (memory only) replaces the system clock, so tests can step
-    through windows; ``sweep_interval`` (memory only) is how often expired keys are freed.
+    a free connection. ``clock`` replaces the system clock, so tests can step through
+    windows: on memory:// it is the store's clock; on Redis it is the client's clock (what
+    ``clock="client"`` counters and limiters take as now), while the server keeps its own
+    for TTLs and ``clock="server"``; ``sweep_interval`` (memory only) is how often expired keys are freed.
 
     Nothing is sent until the first command, so a wrong host or password shows up then,
     as :class:`~redcount.ConnectionError` or :class:`~redcount.AuthenticationError`.

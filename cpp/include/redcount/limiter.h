@@ -1,28 +1,41 @@
 // Rate-limit strategies behind redcount.Limiter.
 //
-//   auto limiter = make_limiter(store, "fixed-window", "redcount:lim");
+//   auto limiter = make_limiter(store, "sliding-window", LimiterOptions{.prefix = "redcount:lim"});
 //   Decision d = limiter->hit(parse_limits("5/second;100/hour"), "ip:1.2.3.4", 1);
 //   if (!d.allowed) sleep_for(d.retry_after_ms);
 //
 // Every strategy decides several limits in one round trip and all-or-nothing: either
-// each limit is charged or none is, so a denied hit stores nothing. New strategies
-// subclass LimiterStrategy and register in make_limiter().
+// each limit is charged or none is, so a denied hit stores nothing. Strategies:
+//   fixed-window           clock-aligned windows, one counter per window
+//   sliding-window         exact sliding log (a sorted set of admitted hits)
+//   sliding-window-approx  weighted sub-bucket estimate, O(k) per key
+//   token-bucket           capacity ("burst") refilled continuously at the limit's rate
+//   gcra                   generic cell rate algorithm: one timestamp per key
+//   concurrency            at most N leases in flight per key (acquire/release)
 //
 // Thread-safe.
 #pragma once
 
 #include <cstdint>
+#include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "redcount/limits.h"
 #include "redcount/store.h"
+#include "redcount/time_source.h"
 
 namespace redcount {
 
 extern const Script kFixedWindowHitScript;
+extern const Script kSlidingLogScript;
+extern const Script kSlidingApproxScript;
+extern const Script kTokenBucketScript;
+extern const Script kGcraScript;
+extern const Script kConcurrencyScript;
 
 struct Decision {
   bool allowed = false;
@@ -39,6 +52,24 @@ struct LimitStats {
   std::int64_t reset_after_ms = 0;
 };
 
+// A slot held under the concurrency strategy until released or until it expires.
+struct Lease {
+  std::string key;               // the business key
+  std::string storage_key;       // the sorted set holding the key's leases
+  std::string id;                // unique lease id (the set member)
+  std::int64_t max_in_flight = 0;
+  std::int64_t expires_at_ms = 0;  // by the limiter's clock
+  std::shared_ptr<std::atomic<bool>> released = std::make_shared<std::atomic<bool>>(false);
+};
+
+struct LimiterOptions {
+  std::string prefix = "redcount:lim";
+  ClockMode clock = ClockMode::Client;
+  // sliding-window-approx: the window is split into this many sub-buckets (1 = the
+  // classic two-bucket estimate). 1..60, and it must divide the window in milliseconds.
+  std::int64_t sub_buckets = 1;
+};
+
 class LimiterStrategy {
  public:
   virtual ~LimiterStrategy() = default;
@@ -50,14 +81,28 @@ class LimiterStrategy {
   virtual std::vector<LimitStats> stats(const std::vector<RateLimit>& limits, std::string_view key) = 0;
   // Forgets the key's current state under these limits.
   virtual void reset(const std::vector<RateLimit>& limits, std::string_view key) = 0;
+
+  // The concurrency strategy only (others throw InvalidArgument): takes one of at most
+  // `max_in_flight` slots of `key` for up to `lease_timeout_ms`, or nullopt when all are
+  // taken. release() frees it: true when the lease was still held, false when it had
+  // already expired; a second release of the same lease throws InvalidArgument.
+  virtual std::optional<Lease> acquire(std::int64_t max_in_flight, std::string_view key,
+                                       std::int64_t lease_timeout_ms);
+  virtual bool release(const Lease& lease);
+  // Leases of `key` in flight now (concurrency strategy only).
+  virtual std::int64_t in_flight(std::string_view key);
+
+  // The time source's mode in force ("client", "server" or "server-offset").
+  virtual ClockMode clock() const noexcept = 0;
 };
 
-// Names: "fixed-window". Throws InvalidArgument for an unknown name, listing the known ones.
+// Throws InvalidArgument for an unknown name, listing the known ones, or a bad option.
 std::unique_ptr<LimiterStrategy> make_limiter(std::shared_ptr<Store> store, std::string_view strategy,
-                                              std::string prefix);
+                                              LimiterOptions options = {});
 std::vector<std::string> limiter_strategies();
 
-// Checks cost against the limits: 1 <= cost <= each limit's amount.
-void validate_cost(const std::vector<RateLimit>& limits, std::int64_t cost);
+// Checks cost against the limits: 1 <= cost <= each limit's amount (its capacity when
+// `use_capacity`, for the bucket strategies).
+void validate_cost(const std::vector<RateLimit>& limits, std::int64_t cost, bool use_capacity = false);
 
 }  // namespace redcount

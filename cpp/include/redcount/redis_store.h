@@ -37,7 +37,7 @@ class RedisStore final : public Store {
   RedisStore& operator=(const RedisStore&) = delete;
 
   std::vector<Reply> execute(const std::vector<Request>& batch) override;
-  std::int64_t now_ms() const override { return SystemClock().now_ms(); }
+  std::int64_t now_ms() const override { return options_.clock ? options_.clock->now_ms() : SystemClock().now_ms(); }
   std::string describe() const override;
   bool is_memory() const noexcept override { return false; }
   void close() override;

@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -66,6 +67,34 @@ class Keyspace {
   virtual std::int64_t pttl(const std::string& key) = 0;
   virtual bool pexpireat(const std::string& key, std::int64_t at_ms) = 0;
   virtual bool del(const std::string& key) = 0;
+  virtual bool exists(const std::string& key) = 0;
+
+  // Sorted sets, with the semantics of the Redis command of the same name. Score ranges
+  // are inclusive at both ends; a set that becomes empty is deleted with its TTL, as in
+  // Redis. Every method throws ReplyError("WRONGTYPE ...") on a key of another type, and
+  // get()/incrby() do the same on a key that is not a string.
+  using ScoredMember = std::pair<std::string, double>;
+  // Adds or re-scores `member`; true when it was new (ZADD key score member).
+  virtual bool zadd(const std::string& key, double score, const std::string& member) = 0;
+  virtual bool zrem(const std::string& key, const std::string& member) = 0;
+  virtual std::int64_t zcard(const std::string& key) = 0;
+  virtual std::optional<double> zscore(const std::string& key, const std::string& member) = 0;
+  // ZREMRANGEBYSCORE key min max; returns how many were removed.
+  virtual std::int64_t zremrangebyscore(const std::string& key, double min, double max) = 0;
+  // ZRANGE key start stop WITHSCORES: by rank, ascending score then member; negative
+  // indexes count from the end.
+  virtual std::vector<ScoredMember> zrange(const std::string& key, std::int64_t start, std::int64_t stop) = 0;
+  // ZRANGEBYSCORE key min max WITHSCORES [LIMIT 0 limit]; limit < 0 means all.
+  virtual std::vector<ScoredMember> zrangebyscore(const std::string& key, double min, double max,
+                                                  std::int64_t limit = -1) = 0;
+
+  // Hashes (HGET / HSET key field value / HDEL / HGETALL).
+  virtual std::optional<std::string> hget(const std::string& key, const std::string& field) = 0;
+  virtual void hset(const std::string& key, const std::string& field, const std::string& value) = 0;
+  // HDEL key field; true when the field existed. An emptied hash is deleted.
+  virtual bool hdel(const std::string& key, const std::string& field) = 0;
+  // HGETALL key as (field, value) pairs, in no particular order.
+  virtual std::vector<std::pair<std::string, std::string>> hgetall(const std::string& key) = 0;
 };
 
 class Store {

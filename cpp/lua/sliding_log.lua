@@ -1,0 +1,72 @@
+-- Exact sliding-log rate limit over one or more limits, all or nothing.
+-- KEYS[i]: limit i's sorted set of admitted hits (score = time in ms, member unique).
+-- ARGV[1] = now in ms, or '' to read the server's TIME; ARGV[2] = 'hit' or 'test';
+-- ARGV[3] = cost; ARGV[4] = a unique id for this call's members;
+-- then per limit i: ARGV[3 + 2i] = amount, ARGV[4 + 2i] = window in ms.
+-- A hit at time t counts while now - t < window. The hit is checked before anything is
+-- added, so a refused hit stores nothing and a set never holds more than `amount` hits.
+-- Reply: {now, allowed, then per limit: count, newest, need_at}: count = hits in the
+-- window (after this hit when it was charged), newest = time of the newest of them (0 if
+-- none), need_at = for a limit that refuses `cost`, the time from which it would allow it.
+local now = tonumber(ARGV[1])
+if not now then
+  if redis.replicate_commands then redis.replicate_commands() end
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local hit = ARGV[2] == 'hit'
+local cost = tonumber(ARGV[3])
+local n = #KEYS
+local counts, allowed = {}, 1
+for i = 1, n do
+  local amount, window = tonumber(ARGV[3 + 2 * i]), tonumber(ARGV[4 + 2 * i])
+  local from = now - window + 1
+  if hit then
+    redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', from - 1)
+    counts[i] = redis.call('ZCARD', KEYS[i])
+  else
+    counts[i] = redis.call('ZCOUNT', KEYS[i], from, '+inf')
+  end
+  if counts[i] + cost > amount then allowed = 0 end
+end
+local reply = {now, allowed}
+local stamp = string.format('%d', now) .. ':' .. ARGV[4] .. ':'
+for i = 1, n do
+  local amount, window = tonumber(ARGV[3 + 2 * i]), tonumber(ARGV[4 + 2 * i])
+  local from = now - window + 1
+  local need_at = 0
+  if allowed == 1 and hit then
+    local j = 1
+    while j <= cost do
+      local args = {}
+      local last = math.min(cost, j + 255)
+      for m = j, last do
+        args[#args + 1] = now
+        args[#args + 1] = stamp .. m
+      end
+      redis.call('ZADD', KEYS[i], unpack(args))
+      j = last + 1
+    end
+    counts[i] = counts[i] + cost
+    redis.call('PEXPIRE', KEYS[i], window)
+  else
+    if hit and counts[i] > 0 and redis.call('PTTL', KEYS[i]) == -1 then
+      -- A set that lost its TTL would live forever; give it back the window.
+      redis.call('PEXPIRE', KEYS[i], window)
+    end
+    if counts[i] + cost > amount then
+      local gone = redis.call('ZRANGEBYSCORE', KEYS[i], from, '+inf', 'WITHSCORES', 'LIMIT',
+                              counts[i] + cost - amount - 1, 1)
+      need_at = tonumber(gone[2]) + window
+    end
+  end
+  local newest = 0
+  if counts[i] > 0 then
+    local last = redis.call('ZRANGE', KEYS[i], -1, -1, 'WITHSCORES')
+    newest = tonumber(last[2])
+  end
+  reply[#reply + 1] = counts[i]
+  reply[#reply + 1] = newest
+  reply[#reply + 1] = need_at
+end
+return reply

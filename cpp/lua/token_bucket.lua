@@ -1,0 +1,50 @@
+-- Token-bucket rate limit over one or more limits, all or nothing.
+-- KEYS[i]: limit i's hash {tokens, ts}. Tokens are kept in units of 1/window_ms of a
+-- token, so a refill of `amount` tokens per window is exactly `amount` units per ms.
+-- ARGV[1] = now in ms, or '' to read the server's TIME; ARGV[2] = 'hit' or 'test';
+-- ARGV[3] = cost; then per limit i: ARGV[1 + 3i] = amount, ARGV[2 + 3i] = window_ms,
+-- ARGV[3 + 3i] = capacity (tokens). A missing key is a full bucket.
+-- Reply: {now, allowed, then per limit: tokens (units) after this hit when charged}.
+local now = tonumber(ARGV[1])
+if not now then
+  if redis.replicate_commands then redis.replicate_commands() end
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local hit = ARGV[2] == 'hit'
+local cost = tonumber(ARGV[3])
+local n = #KEYS
+local level, allowed = {}, 1
+for i = 1, n do
+  local amount, window, cap = tonumber(ARGV[1 + 3 * i]), tonumber(ARGV[2 + 3 * i]), tonumber(ARGV[3 + 3 * i])
+  local full = cap * window
+  local v = redis.call('HMGET', KEYS[i], 'tokens', 'ts')
+  local tokens, ts = tonumber(v[1]), tonumber(v[2])
+  if not tokens or not ts or tokens < 0 then
+    tokens = full
+  elseif now > ts then
+    if now - ts >= math.ceil((full - tokens) / amount) then
+      tokens = full
+    else
+      tokens = tokens + (now - ts) * amount
+    end
+  end
+  if tokens > full then tokens = full end
+  level[i] = tokens
+  if tokens < cost * window then allowed = 0 end
+end
+local reply = {now, allowed}
+for i = 1, n do
+  local amount, window, cap = tonumber(ARGV[1 + 3 * i]), tonumber(ARGV[2 + 3 * i]), tonumber(ARGV[3 + 3 * i])
+  local full = cap * window
+  if allowed == 1 and hit then
+    level[i] = level[i] - cost * window
+    redis.call('HSET', KEYS[i], 'tokens', string.format('%d', level[i]), 'ts', string.format('%d', now))
+    -- an absent key reads as a full bucket: let it go when the bucket would be full
+    redis.call('PEXPIRE', KEYS[i], math.max(1, math.ceil((full - level[i]) / amount)))
+  elseif hit and redis.call('PTTL', KEYS[i]) == -1 then
+    redis.call('PEXPIRE', KEYS[i], math.max(1, math.ceil((full - level[i]) / amount)))
+  end
+  reply[#reply + 1] = level[i]
+end
+return reply

@@ -1,0 +1,167 @@
+// The concurrency limiter: at most N leases in flight per key.
+//
+// Leases live in one sorted set per key, member = lease id, score = the lease's expiry,
+// so a worker that dies without releasing gives its slot back when the lease times out.
+// hit() with a limit "N/period" takes `cost` slots that are only freed by their expiry
+// after `period`; acquire()/release() take and give back one slot explicitly.
+#include <algorithm>
+
+#include "limiter_internal.h"
+#include "redcount/errors.h"
+#include "redcount/lua_scripts.h"
+#include "redcount/window.h"
+
+namespace redcount {
+namespace {
+
+using detail::Outcome;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// The memory store's twin of concurrency.lua; keep the two in step.
+Reply native_concurrency(Keyspace& ks, const std::vector<std::string>& keys, const std::vector<std::string>& args) {
+  if (keys.size() != 1 || args.size() != 6) return detail::malformed("concurrency");
+  auto now = detail::script_time(ks, args[0]);
+  auto max = parse_int64(args[2]);
+  auto timeout = parse_int64(args[3]);
+  auto cost = parse_int64(args[5]);
+  if (!now || !max || !timeout || !cost) return detail::malformed("concurrency");
+  const std::string& op = args[1];
+  const std::string& key = keys[0];
+  auto member = [&](std::int64_t j) { return *cost == 1 ? args[4] : args[4] + ":" + std::to_string(j); };
+  auto live = [&] {
+    return static_cast<std::int64_t>(ks.zrangebyscore(key, static_cast<double>(*now + 1), kInf).size());
+  };
+  if (op == "acquire") ks.zremrangebyscore(key, -kInf, static_cast<double>(*now));
+  std::int64_t count = live();
+  std::int64_t ok = 0, need_at = 0;
+  if (op == "release") {
+    for (std::int64_t j = 1; j <= *cost; ++j) ok += ks.zrem(key, member(j)) ? 1 : 0;
+    ok = ok > 0 ? 1 : 0;
+    count = live();
+  } else if (count + *cost <= *max) {
+    ok = 1;
+    if (op == "acquire") {
+      for (std::int64_t j = 1; j <= *cost; ++j) ks.zadd(key, static_cast<double>(*now + *timeout), member(j));
+      count += *cost;
+    }
+  } else {
+    auto gone = ks.zrangebyscore(key, static_cast<double>(*now + 1), kInf, count + *cost - *max);
+    need_at = static_cast<std::int64_t>(gone.back().second);
+  }
+  std::int64_t latest = 0;
+  auto last = ks.zrange(key, -1, -1);
+  if (!last.empty() && last[0].second > static_cast<double>(*now)) latest = static_cast<std::int64_t>(last[0].second);
+  if (latest > 0 && op != "test" && (ok == 1 || ks.pttl(key) == -1)) ks.pexpireat(key, ks.now_ms() + latest - *now);
+  return Reply::of_array({Reply::of_integer(*now), Reply::of_integer(ok), Reply::of_integer(count),
+                          Reply::of_integer(need_at), Reply::of_integer(latest)});
+}
+
+class ConcurrencyLimiter final : public LimiterStrategy {
+ public:
+  ConcurrencyLimiter(std::shared_ptr<Store> store, const LimiterOptions& o)
+      : store_(store), time_(store, o.clock), prefix_(o.prefix) {}
+
+  std::string_view name() const noexcept override { return "concurrency"; }
+  ClockMode clock() const noexcept override { return time_.effective(); }
+
+  Decision hit(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) override {
+    const RateLimit& l = one(limits);
+    validate_cost(limits, cost);
+    return decision(l.amount, cost, call("acquire", key, l.amount, l.window_ms, detail::unique_id(), cost));
+  }
+  Decision test(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) override {
+    const RateLimit& l = one(limits);
+    validate_cost(limits, cost);
+    return decision(l.amount, cost, call("test", key, l.amount, l.window_ms, "-", cost));
+  }
+  std::vector<LimitStats> stats(const std::vector<RateLimit>& limits, std::string_view key) override {
+    const RateLimit& l = one(limits);
+    auto v = call("test", key, l.amount, l.window_ms, "-", 1);
+    return {LimitStats{l, v[2], detail::remaining_of(l.amount, v[2]), v[4] > 0 ? v[4] - v[0] : 0}};
+  }
+  void reset(const std::vector<RateLimit>& limits, std::string_view key) override {
+    one(limits);
+    validate_key(key);
+    store_->execute_one(Command{{"DEL", storage_key(key)}}).check();
+  }
+
+  std::optional<Lease> acquire(std::int64_t max_in_flight, std::string_view key,
+                               std::int64_t lease_timeout_ms) override {
+    if (max_in_flight < 1) throw InvalidArgument("max_in_flight must be >= 1, got " + std::to_string(max_in_flight));
+    if (lease_timeout_ms < 1) throw InvalidArgument("lease_timeout must be at least 1 ms");
+    if (lease_timeout_ms > (std::int64_t{1} << 40)) throw InvalidArgument("lease_timeout is too long");
+    Lease lease;
+    lease.id = detail::unique_id();
+    auto v = call("acquire", key, max_in_flight, lease_timeout_ms, lease.id, 1);
+    if (v[1] != 1) return std::nullopt;
+    lease.key = std::string(key);
+    lease.storage_key = storage_key(key);
+    lease.max_in_flight = max_in_flight;
+    lease.expires_at_ms = v[0] + lease_timeout_ms;
+    return lease;
+  }
+
+  bool release(const Lease& lease) override {
+    if (!lease.released || lease.storage_key.empty()) throw InvalidArgument("this lease was not made by acquire()");
+    if (lease.storage_key != storage_key(lease.key)) {
+      throw InvalidArgument("this lease belongs to another limiter (prefix differs)");
+    }
+    if (lease.released->exchange(true)) {
+      throw InvalidArgument("lease " + lease.id + " of key '" + lease.key + "' was already released");
+    }
+    auto v = call("release", lease.key, lease.max_in_flight, 1, lease.id, 1);
+    return v[1] == 1;
+  }
+
+  std::int64_t in_flight(std::string_view key) override { return call("test", key, 1, 1, "-", 1)[2]; }
+
+ private:
+  const RateLimit& one(const std::vector<RateLimit>& limits) const {
+    detail::require_limits(limits);
+    detail::require_no_burst(limits, name());
+    if (limits.size() != 1) {
+      throw InvalidArgument("strategy='concurrency' takes exactly one limit ('N/period': at most N in flight, each "
+                            "held for up to the period), got " + std::to_string(limits.size()));
+    }
+    return limits[0];
+  }
+
+  std::string storage_key(std::string_view key) const { return prefix_ + ":cc:{" + std::string(key) + "}"; }
+
+  std::vector<std::int64_t> call(const char* op, std::string_view key, std::int64_t max, std::int64_t timeout_ms,
+                                 const std::string& id, std::int64_t cost) {
+    validate_key(key);
+    ScriptCall c{&kConcurrencyScript,
+                 {storage_key(key)},
+                 {"", op, std::to_string(max), std::to_string(timeout_ms), id, std::to_string(cost)}};
+    return detail::integers(time_.run(std::move(c), 0), 5, "concurrency");
+  }
+
+  static Decision decision(std::int64_t max, std::int64_t cost, const std::vector<std::int64_t>& v) {
+    Outcome o;
+    o.amount = max;
+    o.count = v[2];
+    o.remaining = detail::remaining_of(max, v[2]);
+    o.reset_after_ms = v[4] > 0 ? v[4] - v[0] : 0;
+    o.refuses = v[1] != 1;
+    o.retry_after_ms = o.refuses ? std::max<std::int64_t>(1, v[3] - v[0]) : 0;
+    (void)cost;
+    return detail::combine({o}, v[1] == 1);
+  }
+
+  std::shared_ptr<Store> store_;
+  TimeSource time_;
+  std::string prefix_;
+};
+
+}  // namespace
+
+const Script kConcurrencyScript{"concurrency", lua::concurrency_source, lua::concurrency_sha1, &native_concurrency};
+
+namespace detail {
+std::unique_ptr<LimiterStrategy> make_concurrency(std::shared_ptr<Store> store, const LimiterOptions& o) {
+  return std::make_unique<ConcurrencyLimiter>(std::move(store), o);
+}
+}  // namespace detail
+}  // namespace redcount

@@ -1,0 +1,81 @@
+// Private helpers shared by the limiter strategies and the sliding-window counter.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "redcount/errors.h"
+#include "redcount/limiter.h"
+#include "redcount/limits.h"
+#include "redcount/store.h"
+#include "redcount/util.h"
+
+namespace redcount::detail {
+
+// count + cost > limit, exact for every int64 (a foreign write can leave any count).
+inline bool exceeds(std::int64_t count, std::int64_t cost, std::int64_t limit) {
+  std::int64_t sum = 0;
+  if (__builtin_add_overflow(count, cost, &sum)) return cost > 0;
+  return sum > limit;
+}
+
+// max(0, limit - count), saturating.
+inline std::int64_t remaining_of(std::int64_t limit, std::int64_t count) {
+  std::int64_t rem = 0;
+  if (__builtin_sub_overflow(limit, count, &rem)) return std::numeric_limits<std::int64_t>::max();
+  return rem < 0 ? 0 : rem;
+}
+
+// ceil(a / b) for b > 0 and any a.
+inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
+  return a >= 0 ? (a + b - 1) / b : -((-a) / b);
+}
+
+// One limit's state after a hit/test, as the strategy computed it.
+struct Outcome {
+  std::int64_t amount = 0;          // the limit's amount (its capacity for buckets)
+  std::int64_t count = 0;           // used up now (hits in the window, tokens spent, ...)
+  std::int64_t remaining = 0;       // further hits of cost 1 it allows now
+  std::int64_t reset_after_ms = 0;  // until it is back to its empty/full state
+  std::int64_t retry_after_ms = 0;  // when it refuses the cost: until it would allow it
+  bool refuses = false;
+};
+
+// Folds the limits' outcomes into one Decision: remaining is the smallest; the binding
+// limit is the one with the least remaining (ties: the later reset) or, when denied,
+// the refusing one that frees up last.
+Decision combine(const std::vector<Outcome>& outcomes, bool allowed);
+std::vector<LimitStats> to_stats(const std::vector<RateLimit>& limits, const std::vector<Outcome>& outcomes);
+
+// Unique member ids: a random per-process base plus a counter.
+std::string unique_id();
+
+// The time a native script runs at: the argument, or the store's clock for "" (the Lua
+// twin reads TIME then). `scale` 1000 gives microseconds. nullopt for a malformed one.
+std::optional<std::int64_t> script_time(Keyspace& ks, const std::string& arg, std::int64_t scale = 1);
+
+// Checks a script reply is an array of exactly `size` elements; returns it as integers.
+std::vector<std::int64_t> integers(const Reply& reply, std::size_t size, std::string_view script);
+
+// Throws unless no limit carries a burst ("burst" only means something to the buckets).
+void require_no_burst(const std::vector<RateLimit>& limits, std::string_view strategy);
+// Throws unless amount * window_ms (or capacity * window_ms) stays exact in a Lua double.
+void require_exact(const std::vector<RateLimit>& limits, std::string_view strategy, bool use_capacity);
+void require_limits(const std::vector<RateLimit>& limits);
+
+// Reply::of_error for a native script given arguments it cannot parse.
+Reply malformed(std::string_view script);
+
+std::unique_ptr<LimiterStrategy> make_fixed_window(std::shared_ptr<Store> store, const LimiterOptions& o);
+std::unique_ptr<LimiterStrategy> make_sliding_log(std::shared_ptr<Store> store, const LimiterOptions& o);
+std::unique_ptr<LimiterStrategy> make_sliding_approx(std::shared_ptr<Store> store, const LimiterOptions& o);
+std::unique_ptr<LimiterStrategy> make_token_bucket(std::shared_ptr<Store> store, const LimiterOptions& o);
+std::unique_ptr<LimiterStrategy> make_gcra(std::shared_ptr<Store> store, const LimiterOptions& o);
+std::unique_ptr<LimiterStrategy> make_concurrency(std::shared_ptr<Store> store, const LimiterOptions& o);
+
+}  // namespace redcount::detail

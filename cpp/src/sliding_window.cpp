@@ -1,0 +1,132 @@
+#include "redcount/sliding_window.h"
+
+#include <limits>
+
+#include "limiter_internal.h"
+#include "redcount/errors.h"
+#include "redcount/lua_scripts.h"
+#include "redcount/window.h"
+
+namespace redcount {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// The weight an event member carries beyond 1: "<time>:<id>*<amount>" -> amount - 1.
+std::int64_t extra_of(const std::string& member) {
+  auto star = member.rfind('*');
+  if (star == std::string::npos) return 0;
+  auto w = parse_int64(std::string_view(member).substr(star + 1));
+  return w && *w > 1 ? *w - 1 : 0;
+}
+
+// The memory store's twin of sliding_counter.lua; keep the two in step.
+Reply native_sliding_counter(Keyspace& ks, const std::vector<std::string>& keys,
+                             const std::vector<std::string>& args) {
+  if (args.size() != 5 || keys.empty()) return detail::malformed("sliding_counter");
+  auto now = detail::script_time(ks, args[0]);
+  auto window = parse_int64(args[2]);
+  if (!now || !window) return detail::malformed("sliding_counter");
+  const std::string& op = args[1];
+  const std::int64_t cutoff = *now - *window;
+  const double cut = static_cast<double>(cutoff);
+  if (op == "unique") {
+    ks.zremrangebyscore(keys[0], -kInf, cut);
+    ks.zadd(keys[0], static_cast<double>(*now), args[3]);
+    ks.pexpireat(keys[0], ks.now_ms() + *window);
+    return Reply::of_integer(ks.zcard(keys[0]));
+  }
+  if (op == "count-unique") {
+    return Reply::of_integer(static_cast<std::int64_t>(ks.zrangebyscore(keys[0], cut + 1, kInf).size()));
+  }
+  if (keys.size() != 2) return detail::malformed("sliding_counter");
+  auto raw = ks.get(keys[1]);
+  std::int64_t extra = 0;
+  if (raw) {
+    auto e = parse_int64(*raw);
+    if (!e) return Reply::of_error("WRONGTYPE counter key " + keys[1] + " does not hold a weight");
+    extra = *e;
+    for (const auto& [member, score] : ks.zrangebyscore(keys[0], -kInf, cut)) extra -= extra_of(member);
+  }
+  if (op == "count") {
+    return Reply::of_integer(static_cast<std::int64_t>(ks.zrangebyscore(keys[0], cut + 1, kInf).size()) + extra);
+  }
+  if (op != "add") return detail::malformed("sliding_counter");
+  auto amount = parse_int64(args[3]);
+  if (!amount) return detail::malformed("sliding_counter");
+  ks.zremrangebyscore(keys[0], -kInf, cut);
+  std::string member = std::to_string(*now) + ":" + args[4];
+  if (*amount > 1) {
+    member += "*" + std::to_string(*amount);
+    extra += *amount - 1;
+  }
+  ks.zadd(keys[0], static_cast<double>(*now), member);
+  ks.pexpireat(keys[0], ks.now_ms() + *window);
+  if (extra > 0) {
+    ks.del(keys[1]);
+    ks.set_nx_pxat(keys[1], std::to_string(extra), ks.now_ms() + *window);
+  } else if (raw) {
+    ks.del(keys[1]);
+  }
+  return Reply::of_integer(ks.zcard(keys[0]) + extra);
+}
+
+}  // namespace
+
+const Script kSlidingCounterScript{"sliding_counter", lua::sliding_counter_source, lua::sliding_counter_sha1,
+                                   &native_sliding_counter};
+
+SlidingWindowCounter::SlidingWindowCounter(std::shared_ptr<Store> store, std::string name, std::int64_t window_ms,
+                                           std::string prefix, ClockMode clock)
+    : store_(std::move(store)),
+      name_(std::move(name)),
+      window_ms_(window_ms),
+      prefix_(std::move(prefix)),
+      time_(store_, clock) {
+  validate_name(prefix_, "prefix");
+  validate_name(name_, "name");
+  validate(WindowSpec{window_ms_, 0, false});
+  if (window_ms_ > (std::int64_t{1} << 40)) throw InvalidArgument("window is too long (at most about 34 years)");
+}
+
+std::string SlidingWindowCounter::events_key(std::string_view key) const {
+  validate_key(key);
+  return prefix_ + ":" + name_ + ":{" + std::string(key) + "}:" + std::to_string(window_ms_) + ":log";
+}
+std::string SlidingWindowCounter::weight_key(std::string_view key) const { return events_key(key) + ":w"; }
+std::string SlidingWindowCounter::unique_key(std::string_view key) const {
+  validate_key(key);
+  return prefix_ + ":" + name_ + ":{" + std::string(key) + "}:" + std::to_string(window_ms_) + ":uniq";
+}
+
+std::int64_t SlidingWindowCounter::run(const char* op, std::vector<std::string> keys, std::string arg) {
+  ScriptCall call{&kSlidingCounterScript, std::move(keys),
+                  {"", op, std::to_string(window_ms_), std::move(arg), detail::unique_id()}};
+  Reply r = time_.run(std::move(call), 0);
+  r.check();
+  return r.as_integer();
+}
+
+std::int64_t SlidingWindowCounter::add(std::string_view key, std::int64_t amount) {
+  if (amount < 1 || amount > kMaxSlidingAmount) {
+    throw InvalidArgument("amount must be between 1 and 2^32, got " + std::to_string(amount));
+  }
+  return run("add", {events_key(key), weight_key(key)}, std::to_string(amount));
+}
+
+std::int64_t SlidingWindowCounter::count(std::string_view key) {
+  return run("count", {events_key(key), weight_key(key)}, "");
+}
+
+std::int64_t SlidingWindowCounter::add_unique(std::string_view key, std::string_view item) {
+  validate_key(item, "item");
+  return run("unique", {unique_key(key)}, std::string(item));
+}
+
+std::int64_t SlidingWindowCounter::count_unique(std::string_view key) { return run("count-unique", {unique_key(key)}, ""); }
+
+void SlidingWindowCounter::clear(std::string_view key) {
+  store_->execute_one(Command{{"DEL", events_key(key), weight_key(key), unique_key(key)}}).check();
+}
+
+}  // namespace redcount
