@@ -1,6 +1,7 @@
 #include "redcount/time_source.h"
 
 #include "redcount/errors.h"
+#include "redcount/lua_scripts.h"
 #include "redcount/util.h"
 
 namespace redcount {
@@ -8,7 +9,14 @@ namespace {
 
 constexpr auto kResyncEvery = std::chrono::seconds(10);
 
+Reply native_time_probe(Keyspace& ks, const std::vector<std::string>&, const std::vector<std::string>&) {
+  const std::int64_t now = ks.now_ms();
+  return Reply::of_array({Reply::of_integer(now / 1000), Reply::of_integer((now % 1000) * 1000)});
+}
+
 }  // namespace
+
+const Script kTimeProbeScript{"time_probe", lua::time_probe_source, lua::time_probe_sha1, &native_time_probe};
 
 ClockMode parse_clock_mode(std::string_view text) {
   if (text == "client") return ClockMode::Client;
@@ -24,15 +32,6 @@ std::string_view clock_mode_name(ClockMode mode) noexcept {
     case ClockMode::ServerOffset: return "server-offset";
   }
   return "client";
-}
-
-bool is_time_refusal(std::string_view error_text) noexcept {
-  const std::string low = ascii_lower(error_text);
-  const bool names_time = low.find("'time'") != std::string::npos || low.find("time command") != std::string::npos ||
-                          low.find("'time' command") != std::string::npos;
-  const bool nondeterministic = low.find("non deterministic") != std::string::npos ||
-                                low.find("nondeterministic") != std::string::npos;
-  return names_time || nondeterministic;
 }
 
 TimeSource::TimeSource(std::shared_ptr<Store> store, ClockMode mode)
@@ -54,13 +53,20 @@ std::string TimeSource::script_now(std::int64_t scale) {
 Reply TimeSource::run(ScriptCall call, std::size_t now_arg, std::int64_t scale) {
   call.args.at(now_arg) = script_now(scale);
   Reply r = store_->execute_one(call);
-  if (r.type == Reply::Type::Error && call.args[now_arg].empty() && is_time_refusal(r.str)) {
-    // The server will not run TIME inside scripts: measure its clock from outside instead.
+  if (r.type == Reply::Type::Error && call.args[now_arg].empty() && !script_time_allowed()) {
+    // The server will not run TIME inside scripts (an ACL, a renamed command, an old
+    // server): measure its clock from outside instead.
     effective_.store(ClockMode::ServerOffset, std::memory_order_release);
     call.args[now_arg] = script_now(scale);
     r = store_->execute_one(std::move(call));
   }
   return r;
+}
+
+bool TimeSource::script_time_allowed() {
+  // Error replies say little about which command failed inside a script, so ask directly.
+  Reply probe = store_->execute_one(ScriptCall{&kTimeProbeScript, {}, {}});
+  return probe.type != Reply::Type::Error;
 }
 
 std::int64_t TimeSource::offset_ms() {

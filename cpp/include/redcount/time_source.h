@@ -12,7 +12,8 @@
 //   the store's clock is the server clock.
 // - ServerOffset: the client clock corrected by an offset measured with the TIME command
 //   (one extra round trip every 10 s). For deployments that refuse TIME inside scripts:
-//   Server mode falls back to it by itself the first time the server refuses.
+//   when a Server-mode script fails, a probe script checks whether TIME is the reason,
+//   and if so the source switches to ServerOffset for good and reruns the call.
 //
 // Thread-safe.
 #pragma once
@@ -35,8 +36,8 @@ enum class ClockMode { Client, Server, ServerOffset };
 ClockMode parse_clock_mode(std::string_view text);
 std::string_view clock_mode_name(ClockMode mode) noexcept;
 
-// Whether an error reply says the server refused the TIME command inside a script.
-bool is_time_refusal(std::string_view error_text) noexcept;
+// `return redis.call('TIME')`: succeeds where scripts may read the server's clock.
+extern const Script kTimeProbeScript;
 
 class TimeSource {
  public:
@@ -59,6 +60,7 @@ class TimeSource {
 
  private:
   std::int64_t offset_ms();
+  bool script_time_allowed();
 
   std::shared_ptr<Store> store_;
   ClockMode requested_;
