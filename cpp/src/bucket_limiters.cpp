@@ -25,19 +25,20 @@ Reply native_token_bucket(Keyspace& ks, const std::vector<std::string>& keys, co
   const std::size_t n = keys.size();
   if (args.size() != 3 + 3 * n) return detail::malformed("token_bucket");
   auto now = detail::script_time(ks, args[0]);
-  auto cost = parse_int64(args[2]);
+  auto cost = detail::arg_in(args[2], 1, detail::kMaxExact);
   if (!now || !cost) return detail::malformed("token_bucket");
   const bool hit = args[1] == "hit";
   std::vector<std::int64_t> amount(n), window(n), full(n), level(n);
   bool allowed = true;
   for (std::size_t i = 0; i < n; ++i) {
-    auto a = parse_int64(args[3 + 3 * i]);
-    auto w = parse_int64(args[4 + 3 * i]);
-    auto cap = parse_int64(args[5 + 3 * i]);
-    if (!a || !w || !cap || *a < 1) return detail::malformed("token_bucket");
+    auto a = detail::arg_in(args[3 + 3 * i], 1, detail::kMaxExact);
+    auto w = detail::arg_in(args[4 + 3 * i], 1, detail::kMaxSpanMs);
+    auto cap = detail::arg_in(args[5 + 3 * i], 1, detail::kMaxExact);
+    if (!a || !w || !cap || __builtin_mul_overflow(*cap, *w, &full[i]) || full[i] > detail::kMaxExact) {
+      return detail::malformed("token_bucket");
+    }
     amount[i] = *a;
     window[i] = *w;
-    full[i] = *cap * *w;
     const std::int64_t t = parse_int64(ks.hget(keys[i], "tokens").value_or("")).value_or(-1);
     const auto s = parse_int64(ks.hget(keys[i], "ts").value_or(""));
     const std::int64_t stamp = s.value_or(0);
@@ -45,12 +46,13 @@ Reply native_token_bucket(Keyspace& ks, const std::vector<std::string>& keys, co
     if (t < 0 || !s) {  // absent (or not ours): a full bucket
       lv = full[i];
     } else if (*now > stamp) {
-      lv = (*now - stamp >= ceil_div(full[i] - t, amount[i])) ? full[i] : t + (*now - stamp) * amount[i];
+      const std::int64_t elapsed = detail::sat_sub(*now, stamp);
+      lv = (elapsed >= ceil_div(detail::sat_sub(full[i], t), amount[i])) ? full[i] : t + elapsed * amount[i];
     } else {
       lv = t;
     }
     level[i] = std::min(lv, full[i]);
-    if (level[i] < *cost * window[i]) allowed = false;
+    if (level[i] < detail::sat_mul(*cost, window[i])) allowed = false;
   }
   std::vector<Reply> out{Reply::of_integer(*now), Reply::of_integer(allowed ? 1 : 0)};
   for (std::size_t i = 0; i < n; ++i) {
@@ -103,6 +105,7 @@ class TokenBucketLimiter final : public LimiterStrategy {
   Decision run(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost, const char* mode,
                std::vector<Outcome>* stats_out) {
     detail::require_limits(limits);
+    detail::require_span(limits, name());
     detail::require_exact(limits, name(), true);
     validate_key(key);
     if (!stats_out) validate_cost(limits, cost, true);
@@ -146,26 +149,28 @@ Reply native_gcra(Keyspace& ks, const std::vector<std::string>& keys, const std:
   const std::size_t n = keys.size();
   if (args.size() != 3 + 2 * n) return detail::malformed("gcra");
   auto now = detail::script_time(ks, args[0], 1000);
-  auto cost = parse_int64(args[2]);
+  auto cost = detail::arg_in(args[2], 1, detail::kMaxExact);
   if (!now || !cost) return detail::malformed("gcra");
   const bool hit = args[1] == "hit";
   std::vector<std::int64_t> interval(n), tats(n);
   bool allowed = true;
   for (std::size_t i = 0; i < n; ++i) {
-    auto t = parse_int64(args[3 + 2 * i]);
-    auto burst = parse_int64(args[4 + 2 * i]);
+    auto t = detail::arg_in(args[3 + 2 * i], 1, detail::kMaxExact);
+    auto burst = detail::arg_in(args[4 + 2 * i], 1, detail::kMaxExact);
     if (!t || !burst) return detail::malformed("gcra");
     interval[i] = *t;
     auto raw = ks.get(keys[i]);
     auto tat = raw ? parse_int64(*raw) : std::optional<std::int64_t>(0);
     if (!tat) return Reply::of_error("WRONGTYPE limiter key " + keys[i] + " does not hold a GCRA time");
+    using detail::sat_add;
+    using detail::sat_mul;
     tats[i] = std::max(*tat, *now);
-    if (tats[i] + *cost * *t - *now > *burst * *t) allowed = false;
+    if (detail::sat_sub(sat_add(tats[i], sat_mul(*cost, *t)), *now) > sat_mul(*burst, *t)) allowed = false;
   }
   std::vector<Reply> out{Reply::of_integer(*now), Reply::of_integer(allowed ? 1 : 0)};
   for (std::size_t i = 0; i < n; ++i) {
     if (allowed && hit) {
-      tats[i] += *cost * interval[i];
+      tats[i] = detail::sat_add(tats[i], detail::sat_mul(*cost, interval[i]));
       ks.del(keys[i]);  // SET key tat PX ttl, as del + set-if-absent
       ks.set_nx_pxat(keys[i], std::to_string(tats[i]), ks.now_ms() + ceil_div(tats[i] - *now, 1000));
     } else if (hit && tats[i] > *now && ks.pttl(keys[i]) == -1) {

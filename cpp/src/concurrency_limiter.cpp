@@ -22,9 +22,9 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 Reply native_concurrency(Keyspace& ks, const std::vector<std::string>& keys, const std::vector<std::string>& args) {
   if (keys.size() != 1 || args.size() != 6) return detail::malformed("concurrency");
   auto now = detail::script_time(ks, args[0]);
-  auto max = parse_int64(args[2]);
-  auto timeout = parse_int64(args[3]);
-  auto cost = parse_int64(args[5]);
+  auto max = detail::arg_in(args[2], 1, detail::kMaxMembers);
+  auto timeout = detail::arg_in(args[3], 1, detail::kMaxSpanMs);
+  auto cost = detail::arg_in(args[5], 1, detail::kMaxMembers);
   if (!now || !max || !timeout || !cost) return detail::malformed("concurrency");
   const std::string& op = args[1];
   const std::string& key = keys[0];
@@ -47,6 +47,9 @@ Reply native_concurrency(Keyspace& ks, const std::vector<std::string>& keys, con
     }
   } else {
     auto gone = ks.zrangebyscore(key, static_cast<double>(*now + 1), kInf, count + *cost - *max);
+    if (static_cast<std::int64_t>(gone.size()) != count + *cost - *max) {
+      return detail::malformed("concurrency");  // cost > max: the Lua twin fails here too
+    }
     need_at = static_cast<std::int64_t>(gone.back().second);
   }
   std::int64_t latest = 0;
@@ -67,6 +70,7 @@ class ConcurrencyLimiter final : public LimiterStrategy {
 
   Decision hit(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) override {
     const RateLimit& l = one(limits);
+    if (l.window_ms > detail::kMaxSpanMs) throw InvalidArgument("'" + l.text() + "': the period is too long");
     validate_cost(limits, cost);
     return decision(l.amount, cost, call("acquire", key, l.amount, l.window_ms, detail::unique_id(), cost));
   }
@@ -88,7 +92,10 @@ class ConcurrencyLimiter final : public LimiterStrategy {
 
   std::optional<Lease> acquire(std::int64_t max_in_flight, std::string_view key,
                                std::int64_t lease_timeout_ms) override {
-    if (max_in_flight < 1) throw InvalidArgument("max_in_flight must be >= 1, got " + std::to_string(max_in_flight));
+    if (max_in_flight < 1 || max_in_flight > detail::kMaxMembers) {
+      throw InvalidArgument("max_in_flight must be between 1 and " + std::to_string(detail::kMaxMembers) + ", got " +
+                            std::to_string(max_in_flight));
+    }
     if (lease_timeout_ms < 1) throw InvalidArgument("lease_timeout must be at least 1 ms");
     if (lease_timeout_ms > (std::int64_t{1} << 40)) throw InvalidArgument("lease_timeout is too long");
     Lease lease;
@@ -120,6 +127,7 @@ class ConcurrencyLimiter final : public LimiterStrategy {
   const RateLimit& one(const std::vector<RateLimit>& limits) const {
     detail::require_limits(limits);
     detail::require_no_burst(limits, name());
+    detail::require_members(limits, name());
     if (limits.size() != 1) {
       throw InvalidArgument("strategy='concurrency' takes exactly one limit ('N/period': at most N in flight, each "
                             "held for up to the period), got " + std::to_string(limits.size()));

@@ -247,6 +247,13 @@ std::unique_ptr<LimiterStrategy> make_limiter(std::shared_ptr<Store> store, std:
   throw InvalidArgument("unknown rate-limit strategy '" + std::string(strategy) + "' (known: " + known + ")");
 }
 
+std::unique_ptr<LimiterStrategy> make_limiter(std::shared_ptr<Store> store, std::string_view strategy,
+                                              std::string prefix) {
+  LimiterOptions o;
+  o.prefix = std::move(prefix);
+  return make_limiter(std::move(store), strategy, std::move(o));
+}
+
 namespace detail {
 
 std::unique_ptr<LimiterStrategy> make_fixed_window(std::shared_ptr<Store> store, const LimiterOptions& o) {
@@ -301,7 +308,26 @@ std::string unique_id() {
 
 std::optional<std::int64_t> script_time(Keyspace& ks, const std::string& arg, std::int64_t scale) {
   if (arg.empty()) return ks.now_ms() * scale;
-  return parse_int64(arg);
+  return arg_in(arg, 0, kMaxExact);
+}
+
+void require_span(const std::vector<RateLimit>& limits, std::string_view strategy) {
+  for (const auto& l : limits) {
+    if (l.window_ms > kMaxSpanMs) {
+      throw InvalidArgument("'" + l.text() + "': windows of strategy='" + std::string(strategy) +
+                            "' are at most 2^42 ms (about 139 years)");
+    }
+  }
+}
+
+void require_members(const std::vector<RateLimit>& limits, std::string_view strategy) {
+  for (const auto& l : limits) {
+    if (l.amount > kMaxMembers) {
+      throw InvalidArgument("'" + l.text() + "' is too large for strategy='" + std::string(strategy) +
+                            "': it stores one entry per hit in flight or in the window, so amounts are capped at " +
+                            std::to_string(kMaxMembers) + " (use 'sliding-window-approx' or 'gcra' for more)");
+    }
+  }
 }
 
 std::vector<std::int64_t> integers(const Reply& reply, std::size_t size, std::string_view script) {

@@ -36,6 +36,36 @@ inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
   return a >= 0 ? (a + b - 1) / b : -((-a) / b);
 }
 
+// Saturating arithmetic for native scripts working on values read from the store: a
+// foreign write can leave any int64 there, and Lua (doubles) never overflows either.
+inline std::int64_t sat_add(std::int64_t a, std::int64_t b) {
+  std::int64_t r = 0;
+  if (!__builtin_add_overflow(a, b, &r)) return r;
+  return b > 0 ? std::numeric_limits<std::int64_t>::max() : std::numeric_limits<std::int64_t>::min();
+}
+inline std::int64_t sat_sub(std::int64_t a, std::int64_t b) {
+  std::int64_t r = 0;
+  if (!__builtin_sub_overflow(a, b, &r)) return r;
+  return b < 0 ? std::numeric_limits<std::int64_t>::max() : std::numeric_limits<std::int64_t>::min();
+}
+inline std::int64_t sat_mul(std::int64_t a, std::int64_t b) {
+  std::int64_t r = 0;
+  if (!__builtin_mul_overflow(a, b, &r)) return r;
+  return (a < 0) == (b < 0) ? std::numeric_limits<std::int64_t>::max() : std::numeric_limits<std::int64_t>::min();
+}
+
+// A numeric script argument within [lo, hi], or nullopt. Native scripts only accept the
+// ranges the strategies ever send, so malformed calls get an error reply, never UB.
+inline std::optional<std::int64_t> arg_in(const std::string& arg, std::int64_t lo, std::int64_t hi) {
+  auto v = parse_int64(arg);
+  if (!v || *v < lo || *v > hi) return std::nullopt;
+  return v;
+}
+inline constexpr std::int64_t kMaxExact = std::int64_t{1} << 53;   // exact in a Lua double
+inline constexpr std::int64_t kMaxSpanMs = std::int64_t{1} << 42;  // about 139 years
+// The exact log and the concurrency limiter store one set member per unit of cost.
+inline constexpr std::int64_t kMaxMembers = 1'000'000;
+
 // One limit's state after a hit/test, as the strategy computed it.
 struct Outcome {
   std::int64_t amount = 0;          // the limit's amount (its capacity for buckets)
@@ -58,6 +88,12 @@ std::string unique_id();
 // The time a native script runs at: the argument, or the store's clock for "" (the Lua
 // twin reads TIME then). `scale` 1000 gives microseconds. nullopt for a malformed one.
 std::optional<std::int64_t> script_time(Keyspace& ks, const std::string& arg, std::int64_t scale = 1);
+
+// Throws unless every limit's amount is at most kMaxMembers (strategies that store one
+// entry per admitted hit).
+void require_members(const std::vector<RateLimit>& limits, std::string_view strategy);
+// Throws unless every window is at most kMaxSpanMs.
+void require_span(const std::vector<RateLimit>& limits, std::string_view strategy);
 
 // Checks a script reply is an array of exactly `size` elements; returns it as integers.
 std::vector<std::int64_t> integers(const Reply& reply, std::size_t size, std::string_view script);

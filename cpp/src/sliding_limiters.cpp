@@ -21,14 +21,14 @@ Reply native_sliding_log(Keyspace& ks, const std::vector<std::string>& keys, con
   const std::size_t n = keys.size();
   if (args.size() != 4 + 2 * n) return detail::malformed("sliding_log");
   auto now = detail::script_time(ks, args[0]);
-  auto cost = parse_int64(args[2]);
+  auto cost = detail::arg_in(args[2], 1, detail::kMaxMembers);
   if (!now || !cost) return detail::malformed("sliding_log");
   const bool hit = args[1] == "hit";
   std::vector<std::int64_t> amount(n), window(n), counts(n);
   bool allowed = true;
   for (std::size_t i = 0; i < n; ++i) {
-    auto a = parse_int64(args[4 + 2 * i]);
-    auto w = parse_int64(args[5 + 2 * i]);
+    auto a = detail::arg_in(args[4 + 2 * i], 1, detail::kMaxMembers);
+    auto w = detail::arg_in(args[5 + 2 * i], 1, detail::kMaxSpanMs);
     if (!a || !w) return detail::malformed("sliding_log");
     amount[i] = *a;
     window[i] = *w;
@@ -56,6 +56,9 @@ Reply native_sliding_log(Keyspace& ks, const std::vector<std::string>& keys, con
       if (counts[i] + *cost > amount[i]) {
         auto gone = ks.zrangebyscore(keys[i], from, std::numeric_limits<double>::infinity(),
                                      counts[i] + *cost - amount[i]);
+        if (static_cast<std::int64_t>(gone.size()) != counts[i] + *cost - amount[i]) {
+          return detail::malformed("sliding_log");  // cost > amount: the Lua twin fails here too
+        }
         need_at = static_cast<std::int64_t>(gone.back().second) + window[i];
       }
     }
@@ -104,6 +107,8 @@ class SlidingLogLimiter final : public LimiterStrategy {
                std::vector<Outcome>* stats_out) {
     detail::require_limits(limits);
     detail::require_no_burst(limits, name());
+    detail::require_members(limits, name());
+    detail::require_span(limits, name());
     validate_key(key);
     if (!stats_out) validate_cost(limits, cost);
     ScriptCall call{&kSlidingLogScript, {}, {"", mode, std::to_string(cost), detail::unique_id()}};
@@ -144,7 +149,7 @@ Reply native_sliding_approx(Keyspace& ks, const std::vector<std::string>& keys,
   const std::size_t n = keys.size();
   if (args.size() != 3 + 3 * n) return detail::malformed("sliding_approx");
   auto now = detail::script_time(ks, args[0]);
-  auto cost = parse_int64(args[2]);
+  auto cost = detail::arg_in(args[2], 1, detail::kMaxExact);
   if (!now || !cost) return detail::malformed("sliding_approx");
   const bool hit = args[1] == "hit";
   struct State {
@@ -154,10 +159,10 @@ Reply native_sliding_approx(Keyspace& ks, const std::vector<std::string>& keys,
   std::vector<State> all;
   bool allowed = true;
   for (std::size_t i = 0; i < n; ++i) {
-    auto amount = parse_int64(args[3 + 3 * i]);
-    auto bucket = parse_int64(args[4 + 3 * i]);
-    auto k = parse_int64(args[5 + 3 * i]);
-    if (!amount || !bucket || !k || *bucket < 1 || *k < 1) return detail::malformed("sliding_approx");
+    auto amount = detail::arg_in(args[3 + 3 * i], 1, detail::kMaxExact);
+    auto bucket = detail::arg_in(args[4 + 3 * i], 1, detail::kMaxSpanMs);
+    auto k = detail::arg_in(args[5 + 3 * i], 1, 60);
+    if (!amount || !bucket || !k) return detail::malformed("sliding_approx");
     const std::int64_t cur = *now / *bucket;  // now > 0
     State st{std::vector<std::int64_t>(static_cast<std::size_t>(*k + 1), 0), cur, *bucket, *k};
     for (const auto& [field, value] : ks.hgetall(keys[i])) {
@@ -169,9 +174,11 @@ Reply native_sliding_approx(Keyspace& ks, const std::vector<std::string>& keys,
         ks.hdel(keys[i], field);
       }
     }
-    std::int64_t scaled = st.c[0] * (*bucket - (*now - cur * *bucket));
-    for (std::int64_t off = 1; off <= *k; ++off) scaled += st.c[static_cast<std::size_t>(off)] * *bucket;
-    if (scaled + *cost * *bucket > *amount * *bucket) allowed = false;
+    using detail::sat_add;
+    using detail::sat_mul;
+    std::int64_t scaled = sat_mul(st.c[0], *bucket - (*now - cur * *bucket));
+    for (std::int64_t off = 1; off <= *k; ++off) scaled = sat_add(scaled, sat_mul(st.c[static_cast<std::size_t>(off)], *bucket));
+    if (sat_add(scaled, sat_mul(*cost, *bucket)) > sat_mul(*amount, *bucket)) allowed = false;
     all.push_back(std::move(st));
   }
   std::vector<Reply> out{Reply::of_integer(*now), Reply::of_integer(allowed ? 1 : 0)};
@@ -182,7 +189,7 @@ Reply native_sliding_approx(Keyspace& ks, const std::vector<std::string>& keys,
       const std::string field = std::to_string(st.cur);
       auto prev = ks.hget(keys[i], field);
       std::int64_t v = prev ? parse_int64(*prev).value_or(0) : 0;
-      v += *cost;
+      if (__builtin_add_overflow(v, *cost, &v)) return Reply::of_error("ERR increment or decrement would overflow");
       ks.hset(keys[i], field, std::to_string(v));
       st.c[static_cast<std::size_t>(st.k)] = v;
       ks.pexpireat(keys[i], ks.now_ms() + ttl);
@@ -225,6 +232,7 @@ class SlidingApproxLimiter final : public LimiterStrategy {
   void check(const std::vector<RateLimit>& limits) const {
     detail::require_limits(limits);
     detail::require_no_burst(limits, name());
+    detail::require_span(limits, name());
     detail::require_exact(limits, name(), false);
     for (const auto& l : limits) {
       if (l.window_ms % k_ != 0) {

@@ -25,7 +25,7 @@ Reply native_sliding_counter(Keyspace& ks, const std::vector<std::string>& keys,
                              const std::vector<std::string>& args) {
   if (args.size() != 5 || keys.empty()) return detail::malformed("sliding_counter");
   auto now = detail::script_time(ks, args[0]);
-  auto window = parse_int64(args[2]);
+  auto window = detail::arg_in(args[2], 1, detail::kMaxSpanMs);
   if (!now || !window) return detail::malformed("sliding_counter");
   const std::string& op = args[1];
   const std::int64_t cutoff = *now - *window;
@@ -46,19 +46,20 @@ Reply native_sliding_counter(Keyspace& ks, const std::vector<std::string>& keys,
     auto e = parse_int64(*raw);
     if (!e) return Reply::of_error("WRONGTYPE counter key " + keys[1] + " does not hold a weight");
     extra = *e;
-    for (const auto& [member, score] : ks.zrangebyscore(keys[0], -kInf, cut)) extra -= extra_of(member);
+    for (const auto& [member, score] : ks.zrangebyscore(keys[0], -kInf, cut)) extra = detail::sat_sub(extra, extra_of(member));
   }
   if (op == "count") {
-    return Reply::of_integer(static_cast<std::int64_t>(ks.zrangebyscore(keys[0], cut + 1, kInf).size()) + extra);
+    return Reply::of_integer(
+        detail::sat_add(static_cast<std::int64_t>(ks.zrangebyscore(keys[0], cut + 1, kInf).size()), extra));
   }
   if (op != "add") return detail::malformed("sliding_counter");
-  auto amount = parse_int64(args[3]);
+  auto amount = detail::arg_in(args[3], 1, kMaxSlidingAmount);
   if (!amount) return detail::malformed("sliding_counter");
   ks.zremrangebyscore(keys[0], -kInf, cut);
   std::string member = std::to_string(*now) + ":" + args[4];
   if (*amount > 1) {
     member += "*" + std::to_string(*amount);
-    extra += *amount - 1;
+    extra = detail::sat_add(extra, *amount - 1);
   }
   ks.zadd(keys[0], static_cast<double>(*now), member);
   ks.pexpireat(keys[0], ks.now_ms() + *window);
@@ -68,7 +69,7 @@ Reply native_sliding_counter(Keyspace& ks, const std::vector<std::string>& keys,
   } else if (raw) {
     ks.del(keys[1]);
   }
-  return Reply::of_integer(ks.zcard(keys[0]) + extra);
+  return Reply::of_integer(detail::sat_add(ks.zcard(keys[0]), extra));
 }
 
 }  // namespace

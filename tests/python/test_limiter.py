@@ -180,7 +180,14 @@ def test_parse_limits() -> None:
 
 
 def test_strategies(clock_store: redcount.Store) -> None:
-    assert redcount.strategies() == ["fixed-window"]
+    assert redcount.strategies() == [
+        "fixed-window",
+        "sliding-window",
+        "sliding-window-approx",
+        "token-bucket",
+        "gcra",
+        "concurrency",
+    ]
     for name in redcount.strategies():
         lim = redcount.Limiter(clock_store, name)
         assert lim.strategy == name

@@ -1,6 +1,6 @@
 // Rate-limit strategies behind redcount.Limiter.
 //
-//   auto limiter = make_limiter(store, "sliding-window", LimiterOptions{.prefix = "redcount:lim"});
+//   auto limiter = make_limiter(store, "sliding-window", "redcount:lim");
 //   Decision d = limiter->hit(parse_limits("5/second;100/hour"), "ip:1.2.3.4", 1);
 //   if (!d.allowed) sleep_for(d.retry_after_ms);
 //
@@ -99,6 +99,9 @@ class LimiterStrategy {
 // Throws InvalidArgument for an unknown name, listing the known ones, or a bad option.
 std::unique_ptr<LimiterStrategy> make_limiter(std::shared_ptr<Store> store, std::string_view strategy,
                                               LimiterOptions options = {});
+// The same with default options and this key prefix.
+std::unique_ptr<LimiterStrategy> make_limiter(std::shared_ptr<Store> store, std::string_view strategy,
+                                              std::string prefix);
 std::vector<std::string> limiter_strategies();
 
 // Checks cost against the limits: 1 <= cost <= each limit's amount (its capacity when
