@@ -2,6 +2,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <iterator>
 #include <limits>
 
 #include "redcount/errors.h"
@@ -13,6 +18,9 @@ namespace {
 constexpr const char* kNotInteger = "ERR value is not an integer or out of range";
 constexpr const char* kOverflow = "ERR increment or decrement would overflow";
 constexpr const char* kSyntax = "ERR syntax error";
+constexpr const char* kWrongType = "WRONGTYPE Operation against a key holding the wrong kind of value";
+constexpr const char* kNotFloat = "ERR value is not a valid float";
+constexpr const char* kBadRange = "ERR min or max is not a float";
 
 std::string upper(std::string_view s) {
   std::string out(s);
@@ -22,6 +30,68 @@ std::string upper(std::string_view s) {
 
 Reply wrong_args(std::string_view cmd) {
   return Reply::of_error("ERR wrong number of arguments for '" + ascii_lower(cmd) + "' command");
+}
+
+std::int64_t int64_arg(const std::string& s) {
+  auto v = parse_int64(s);
+  if (!v) throw ReplyError(kNotInteger);
+  return *v;
+}
+
+// A score as ZADD reads it (Redis string2d): strtod over the whole argument, no leading
+// space, no NaN, no overflow to infinity or underflow to zero ("inf" itself is fine).
+std::optional<double> parse_score(const std::string& s) {
+  if (s.empty() || std::isspace(static_cast<unsigned char>(s[0]))) return std::nullopt;
+  errno = 0;
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (end != s.c_str() + s.size() || std::isnan(v)) return std::nullopt;
+  if (errno == ERANGE && (std::isinf(v) || v == 0.0)) return std::nullopt;
+  return v;
+}
+
+// A score interval of ZCOUNT, ZRANGEBYSCORE and ZREMRANGEBYSCORE.
+struct ScoreRange {
+  double min = 0, max = 0;
+  bool minex = false, maxex = false;  // exclusive ends
+  bool empty() const { return min > max || (min == max && (minex || maxex)); }
+};
+
+// One end of a score range as Redis reads it (zslParseRange): an optional '(' for an
+// exclusive end, then strtod up to the first NUL. That is laxer than ZADD: leading
+// space and overflow to +-inf pass, and an empty bound reads as 0.
+bool parse_bound(const std::string& s, double& value, bool& exclusive) {
+  const char* p = s.c_str();
+  exclusive = *p == '(';
+  if (exclusive) ++p;
+  char* end = nullptr;
+  value = std::strtod(p, &end);
+  return *end == '\0' && !std::isnan(value);
+}
+
+ScoreRange parse_range(const std::string& min, const std::string& max) {
+  ScoreRange r;
+  if (!parse_bound(min, r.min, r.minex) || !parse_bound(max, r.max, r.maxex)) throw ReplyError(kBadRange);
+  return r;
+}
+
+// A score in a reply, as Redis 7.0 writes one over RESP2 (addReplyDouble: "%.17g", with
+// infinities spelled "inf" and "-inf").
+std::string format_score(double d) {
+  if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
+  char buf[40];
+  const int len = std::snprintf(buf, sizeof buf, "%.17g", d);
+  return std::string(buf, static_cast<std::size_t>(len));
+}
+
+Reply scored_members_reply(std::vector<Keyspace::ScoredMember> items, bool withscores) {
+  std::vector<Reply> out;
+  out.reserve(items.size() * (withscores ? 2 : 1));
+  for (auto& [member, score] : items) {
+    out.push_back(Reply::of_string(std::move(member)));
+    if (withscores) out.push_back(Reply::of_string(format_score(score)));
+  }
+  return Reply::of_array(std::move(out));
 }
 
 // Redis-style glob matching for KEYS: * ? [abc] [^a] [a-z] and \ escapes.
@@ -104,6 +174,23 @@ class MemoryStore::Ops final : public Keyspace {
     return &it->second;
   }
 
+  // The live value of `key` if it is a T; nullptr when there is none; WRONGTYPE when
+  // the key holds another type.
+  template <class T>
+  T* find_as(const std::string& key) {
+    Entry* e = find(key);
+    if (!e) return nullptr;
+    T* v = std::get_if<T>(&e->value);
+    if (!v) throw ReplyError(kWrongType);
+    return v;
+  }
+
+  template <class T>
+  T& find_or_create(const std::string& key) {
+    if (T* v = find_as<T>(key)) return *v;
+    return s_.data_[key].value.template emplace<T>();  // find() left no expired entry behind
+  }
+
   void erase(std::unordered_map<std::string, Entry>::iterator it) {
     if (it->second.expire_at != 0) s_.expiry_.erase({it->second.expire_at, it->first});
     s_.data_.erase(it);
@@ -115,34 +202,37 @@ class MemoryStore::Ops final : public Keyspace {
     if (at != 0) s_.expiry_.insert({at, key});
   }
 
+  // ---- keys and strings ---------------------------------------------------------------
+
   std::optional<std::string> get(const std::string& key) override {
-    Entry* e = find(key);
-    if (!e) return std::nullopt;
-    return e->value;
+    const std::string* v = find_as<std::string>(key);
+    if (!v) return std::nullopt;
+    return *v;
   }
 
   std::int64_t incrby(const std::string& key, std::int64_t amount) override {
-    Entry* e = find(key);
+    std::string* v = find_as<std::string>(key);
     std::int64_t cur = 0;
-    if (e) {
-      auto v = parse_int64(e->value);
-      if (!v) throw ReplyError(kNotInteger);
-      cur = *v;
+    if (v) {
+      auto parsed = parse_int64(*v);
+      if (!parsed) throw ReplyError(kNotInteger);
+      cur = *parsed;
     }
     if ((amount > 0 && cur > std::numeric_limits<std::int64_t>::max() - amount) ||
         (amount < 0 && cur < std::numeric_limits<std::int64_t>::min() - amount)) {
       throw ReplyError(kOverflow);
     }
     cur += amount;
-    if (e) {
-      e->value = to_string(cur);
+    if (v) {
+      *v = to_string(cur);
     } else {
       s_.data_[key] = Entry{to_string(cur), 0};
     }
     return cur;
   }
 
-  // SET with every option; returns false when NX/XX prevented it.
+  // SET with every option; returns false when NX/XX prevented it. Like Redis, it
+  // replaces a value of any type.
   bool set(const std::string& key, const std::string& value, bool nx, bool xx, std::int64_t at,
            bool keepttl) {
     Entry* e = find(key);
@@ -192,6 +282,215 @@ class MemoryStore::Ops final : public Keyspace {
     if (!find(key)) return false;
     erase(s_.data_.find(key));
     return true;
+  }
+
+  bool exists(const std::string& key) override { return find(key) != nullptr; }
+
+  // TYPE's answer.
+  const char* type_of(const std::string& key) {
+    const Entry* e = find(key);
+    if (!e) return "none";
+    if (std::holds_alternative<ZSet>(e->value)) return "zset";
+    if (std::holds_alternative<Hash>(e->value)) return "hash";
+    return "string";
+  }
+
+  // ---- sorted sets ----------------------------------------------------------------------
+
+  using ZOrderIt = std::set<ZItem, ZLess>::const_iterator;
+
+  struct ZAddFlags {
+    bool nx = false, xx = false, gt = false, lt = false;
+  };
+  enum class ZAdded { kNothing, kAdded, kRescored };
+
+  // One score-member pair of ZADD (Redis zsetAdd without INCR). `score` is not NaN.
+  static ZAdded zset_add(ZSet& z, double score, const std::string& member, ZAddFlags f) {
+    // A small Redis set (listpack) stores -0 as 0; do the same so ZSCORE agrees.
+    if (score == 0) score = 0;
+    auto it = z.scores.find(member);
+    if (it == z.scores.end()) {
+      if (f.xx) return ZAdded::kNothing;
+      z.scores.emplace(member, score);
+      z.order.emplace(score, member);
+      return ZAdded::kAdded;
+    }
+    const double cur = it->second;
+    if (f.nx || (f.gt && score <= cur) || (f.lt && score >= cur) || score == cur) return ZAdded::kNothing;
+    auto node = z.order.extract(ZItem{cur, member});
+    node.value().first = score;
+    z.order.insert(std::move(node));
+    it->second = score;
+    return ZAdded::kRescored;
+  }
+
+  // The members of `z` in `r`, as [first, last).
+  static std::pair<ZOrderIt, ZOrderIt> zset_range(const ZSet& z, const ScoreRange& r) {
+    if (r.empty()) return {z.order.end(), z.order.end()};
+    auto first = r.minex ? z.order.upper_bound(r.min) : z.order.lower_bound(r.min);
+    auto last = r.maxex ? z.order.lower_bound(r.max) : z.order.upper_bound(r.max);
+    return {first, last};
+  }
+
+  // Deletes `key` when its sorted set or hash has just lost its last element, TTL and all.
+  void drop_if_empty(const std::string& key, bool empty) {
+    if (empty) erase(s_.data_.find(key));
+  }
+
+  bool zadd(const std::string& key, double score, const std::string& member) override {
+    if (std::isnan(score)) throw ReplyError(kNotFloat);
+    return zset_add(find_or_create<ZSet>(key), score, member, {}) == ZAdded::kAdded;
+  }
+
+  bool zrem(const std::string& key, const std::string& member) override {
+    ZSet* z = find_as<ZSet>(key);
+    if (!z) return false;
+    auto it = z->scores.find(member);
+    if (it == z->scores.end()) return false;
+    z->order.erase(ZItem{it->second, member});
+    z->scores.erase(it);
+    drop_if_empty(key, z->scores.empty());
+    return true;
+  }
+
+  std::int64_t zcard(const std::string& key) override {
+    const ZSet* z = find_as<ZSet>(key);
+    return z ? static_cast<std::int64_t>(z->scores.size()) : 0;
+  }
+
+  std::optional<double> zscore(const std::string& key, const std::string& member) override {
+    const ZSet* z = find_as<ZSet>(key);
+    if (!z) return std::nullopt;
+    auto it = z->scores.find(member);
+    if (it == z->scores.end()) return std::nullopt;
+    return it->second;
+  }
+
+  std::int64_t zcount(const std::string& key, const ScoreRange& r) {
+    const ZSet* z = find_as<ZSet>(key);
+    if (!z) return 0;
+    auto [first, last] = zset_range(*z, r);
+    return static_cast<std::int64_t>(std::distance(first, last));
+  }
+
+  std::int64_t zremrangebyscore(const std::string& key, const ScoreRange& r) {
+    ZSet* z = find_as<ZSet>(key);
+    if (!z) return 0;
+    auto [first, last] = zset_range(*z, r);
+    std::int64_t removed = 0;
+    while (first != last) {
+      z->scores.erase(first->second);
+      first = z->order.erase(first);
+      ++removed;
+    }
+    drop_if_empty(key, z->scores.empty());
+    return removed;
+  }
+
+  std::int64_t zremrangebyscore(const std::string& key, double min, double max) override {
+    if (std::isnan(min) || std::isnan(max)) throw ReplyError(kBadRange);
+    return zremrangebyscore(key, ScoreRange{min, max, false, false});
+  }
+
+  std::vector<ScoredMember> zrange(const std::string& key, std::int64_t start, std::int64_t stop) override {
+    const ZSet* z = find_as<ZSet>(key);
+    if (!z) return {};
+    const auto size = static_cast<std::int64_t>(z->order.size());
+    if (start < 0) start += size;
+    if (stop < 0) stop += size;
+    if (start < 0) start = 0;
+    if (start > stop || start >= size) return {};
+    if (stop >= size) stop = size - 1;
+    // std::set has no rank index: walk from whichever end is nearer.
+    auto it = start <= size - start ? std::next(z->order.begin(), start)
+                                    : std::prev(z->order.end(), size - start);
+    std::vector<ScoredMember> out;
+    out.reserve(static_cast<std::size_t>(stop - start + 1));
+    for (std::int64_t i = start; i <= stop; ++i, ++it) out.emplace_back(it->second, it->first);
+    return out;
+  }
+
+  // ZRANGEBYSCORE key range LIMIT offset count; count < 0 means all, and a negative
+  // offset gives nothing, as in Redis.
+  std::vector<ScoredMember> zrangebyscore(const std::string& key, const ScoreRange& r, std::int64_t offset,
+                                          std::int64_t count) {
+    const ZSet* z = find_as<ZSet>(key);
+    if (!z || offset < 0) return {};
+    auto [it, last] = zset_range(*z, r);
+    for (; offset > 0 && it != last; --offset) ++it;
+    std::vector<ScoredMember> out;
+    for (; count != 0 && it != last; ++it, --count) out.emplace_back(it->second, it->first);
+    return out;
+  }
+
+  std::vector<ScoredMember> zrangebyscore(const std::string& key, double min, double max,
+                                          std::int64_t limit) override {
+    if (std::isnan(min) || std::isnan(max)) throw ReplyError(kBadRange);
+    return zrangebyscore(key, ScoreRange{min, max, false, false}, 0, limit);
+  }
+
+  // ---- hashes ---------------------------------------------------------------------------
+
+  std::optional<std::string> hget(const std::string& key, const std::string& field) override {
+    const Hash* h = find_as<Hash>(key);
+    if (!h) return std::nullopt;
+    auto it = h->index.find(field);
+    if (it == h->index.end()) return std::nullopt;
+    return it->second->second;
+  }
+
+  // Sets one field; true when it is new. A new field goes last, an existing one keeps
+  // its place (as in a listpack).
+  static bool hash_set(Hash& h, const std::string& field, const std::string& value) {
+    if (auto it = h.index.find(field); it != h.index.end()) {
+      it->second->second = value;
+      return false;
+    }
+    h.fields.emplace_back(field, value);
+    auto node = std::prev(h.fields.end());
+    h.index.emplace(std::string_view(node->first), node);
+    return true;
+  }
+
+  void hset(const std::string& key, const std::string& field, const std::string& value) override {
+    hash_set(find_or_create<Hash>(key), field, value);
+  }
+
+  bool hdel(const std::string& key, const std::string& field) override {
+    Hash* h = find_as<Hash>(key);
+    if (!h) return false;
+    auto it = h->index.find(field);
+    if (it == h->index.end()) return false;
+    auto node = it->second;
+    h->index.erase(it);  // before the node whose name it views
+    h->fields.erase(node);
+    drop_if_empty(key, h->fields.empty());
+    return true;
+  }
+
+  // In insertion order, which is what HGETALL answers with.
+  std::vector<std::pair<std::string, std::string>> hgetall(const std::string& key) override {
+    const Hash* h = find_as<Hash>(key);
+    if (!h) return {};
+    return {h->fields.begin(), h->fields.end()};
+  }
+
+  std::int64_t hincrby(const std::string& key, const std::string& field, std::int64_t amount) {
+    Hash& h = find_or_create<Hash>(key);
+    std::int64_t cur = 0;
+    auto it = h.index.find(field);
+    if (it != h.index.end()) {
+      auto parsed = parse_int64(it->second->second);
+      if (!parsed) throw ReplyError("ERR hash value is not an integer");
+      cur = *parsed;
+    }
+    if ((amount > 0 && cur > std::numeric_limits<std::int64_t>::max() - amount) ||
+        (amount < 0 && cur < std::numeric_limits<std::int64_t>::min() - amount)) {
+      throw ReplyError(kOverflow);
+    }
+    cur += amount;
+    hash_set(h, field, to_string(cur));
+    return cur;
   }
 
  private:
@@ -356,6 +655,10 @@ Reply MemoryStore::run_command(Ops& ops, const std::vector<std::string>& args) {
     }
     return Reply::of_integer(count);
   }
+  if (cmd == "TYPE") {
+    if (n != 2) return wrong_args(cmd);
+    return Reply::of_status(ops.type_of(args[1]));
+  }
   if (cmd == "PTTL" || cmd == "TTL") {
     if (n != 2) return wrong_args(cmd);
     std::int64_t ms = ops.pttl(args[1]);
@@ -426,9 +729,179 @@ Reply MemoryStore::run_command(Ops& ops, const std::vector<std::string>& args) {
     expiry_.clear();
     return Reply::of_status("OK");
   }
+  if (!cmd.empty() && cmd[0] == 'Z') {
+    if (auto reply = run_zset_command(ops, cmd, args)) return std::move(*reply);
+  }
+  if (!cmd.empty() && cmd[0] == 'H') {
+    if (auto reply = run_hash_command(ops, cmd, args)) return std::move(*reply);
+  }
   std::string shown;
   for (std::size_t i = 1; i < n && i < 4; ++i) shown += "'" + args[i] + "' ";
   return Reply::of_error("ERR unknown command '" + args[0] + "', with args beginning with: " + shown);
+}
+
+std::optional<Reply> MemoryStore::run_zset_command(Ops& ops, const std::string& cmd,
+                                                   const std::vector<std::string>& args) {
+  // Argument errors come before the key is looked at, in the order Redis reports them.
+  const std::size_t n = args.size();
+  if (cmd == "ZADD") {
+    if (n < 4) return wrong_args(cmd);
+    Ops::ZAddFlags f;
+    bool ch = false, incr = false;
+    std::size_t i = 2;
+    for (; i < n; ++i) {
+      const std::string opt = upper(args[i]);
+      if (opt == "NX") f.nx = true;
+      else if (opt == "XX") f.xx = true;
+      else if (opt == "GT") f.gt = true;
+      else if (opt == "LT") f.lt = true;
+      else if (opt == "CH") ch = true;
+      else if (opt == "INCR") incr = true;
+      else break;
+    }
+    const std::size_t pairs = (n - i) / 2;
+    if (i == n || (n - i) % 2 != 0) return Reply::of_error(kSyntax);
+    if (f.nx && f.xx) return Reply::of_error("ERR XX and NX options at the same time are not compatible");
+    if ((f.nx && (f.gt || f.lt)) || (f.gt && f.lt)) {
+      return Reply::of_error("ERR GT, LT, and/or NX options at the same time are not compatible");
+    }
+    if (incr && pairs > 1) return Reply::of_error("ERR INCR option supports a single increment-element pair");
+    if (incr) return Reply::of_error("ERR the memory:// store does not support ZADD INCR; use ZSCORE and ZADD");
+    std::vector<double> scores;
+    scores.reserve(pairs);
+    for (std::size_t j = i; j < n; j += 2) {
+      auto score = parse_score(args[j]);
+      if (!score) return Reply::of_error(kNotFloat);
+      scores.push_back(*score);
+    }
+    ZSet* z = ops.find_as<ZSet>(args[1]);
+    if (!z) {
+      if (f.xx) return Reply::of_integer(0);  // XX never creates the key
+      z = &ops.find_or_create<ZSet>(args[1]);
+    }
+    std::int64_t added = 0, rescored = 0;
+    for (std::size_t p = 0; p < pairs; ++p) {
+      switch (Ops::zset_add(*z, scores[p], args[i + 2 * p + 1], f)) {
+        case Ops::ZAdded::kAdded: ++added; break;
+        case Ops::ZAdded::kRescored: ++rescored; break;
+        case Ops::ZAdded::kNothing: break;
+      }
+    }
+    return Reply::of_integer(ch ? added + rescored : added);
+  }
+  if (cmd == "ZREM") {
+    if (n < 3) return wrong_args(cmd);
+    std::int64_t removed = 0;
+    for (std::size_t i = 2; i < n; ++i) removed += ops.zrem(args[1], args[i]);
+    return Reply::of_integer(removed);
+  }
+  if (cmd == "ZCARD") {
+    if (n != 2) return wrong_args(cmd);
+    return Reply::of_integer(ops.zcard(args[1]));
+  }
+  if (cmd == "ZSCORE") {
+    if (n != 3) return wrong_args(cmd);
+    auto score = ops.zscore(args[1], args[2]);
+    return score ? Reply::of_string(format_score(*score)) : Reply::nil();
+  }
+  if (cmd == "ZCOUNT") {
+    if (n != 4) return wrong_args(cmd);
+    return Reply::of_integer(ops.zcount(args[1], parse_range(args[2], args[3])));
+  }
+  if (cmd == "ZREMRANGEBYSCORE") {
+    if (n != 4) return wrong_args(cmd);
+    return Reply::of_integer(ops.zremrangebyscore(args[1], parse_range(args[2], args[3])));
+  }
+  if (cmd == "ZRANGE" || cmd == "ZRANGEBYSCORE") {
+    if (n < 4) return wrong_args(cmd);
+    const bool by_score = cmd == "ZRANGEBYSCORE";
+    bool withscores = false;
+    std::int64_t offset = 0, count = -1;
+    for (std::size_t i = 4; i < n; ++i) {
+      const std::string opt = upper(args[i]);
+      if (opt == "WITHSCORES") {
+        withscores = true;
+      } else if (opt == "LIMIT" && n - i > 2) {
+        offset = int64_arg(args[i + 1]);
+        count = int64_arg(args[i + 2]);
+        i += 2;
+      } else if (!by_score && (opt == "BYSCORE" || opt == "BYLEX" || opt == "REV")) {
+        return Reply::of_error("ERR syntax error, the memory:// store supports ZRANGE by rank only; "
+                               "use ZRANGEBYSCORE");
+      } else {
+        return Reply::of_error(kSyntax);
+      }
+    }
+    if (by_score) {
+      const ScoreRange range = parse_range(args[2], args[3]);
+      return scored_members_reply(ops.zrangebyscore(args[1], range, offset, count), withscores);
+    }
+    if (count != -1) {  // Redis's own check, which lets "LIMIT x -1" through
+      return Reply::of_error("ERR syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX");
+    }
+    const std::int64_t start = int64_arg(args[2]);
+    const std::int64_t stop = int64_arg(args[3]);
+    return scored_members_reply(ops.zrange(args[1], start, stop), withscores);
+  }
+  return std::nullopt;
+}
+
+std::optional<Reply> MemoryStore::run_hash_command(Ops& ops, const std::string& cmd,
+                                                   const std::vector<std::string>& args) {
+  const std::size_t n = args.size();
+  if (cmd == "HSET") {
+    if (n < 4 || n % 2 != 0) return wrong_args(cmd);
+    Hash& h = ops.find_or_create<Hash>(args[1]);
+    std::int64_t added = 0;
+    for (std::size_t i = 2; i < n; i += 2) added += Ops::hash_set(h, args[i], args[i + 1]);
+    return Reply::of_integer(added);
+  }
+  if (cmd == "HGET") {
+    if (n != 3) return wrong_args(cmd);
+    auto v = ops.hget(args[1], args[2]);
+    return v ? Reply::of_string(std::move(*v)) : Reply::nil();
+  }
+  if (cmd == "HMGET") {
+    if (n < 3) return wrong_args(cmd);
+    std::vector<Reply> out;
+    out.reserve(n - 2);
+    for (std::size_t i = 2; i < n; ++i) {
+      auto v = ops.hget(args[1], args[i]);
+      out.push_back(v ? Reply::of_string(std::move(*v)) : Reply::nil());
+    }
+    return Reply::of_array(std::move(out));
+  }
+  if (cmd == "HGETALL") {
+    if (n != 2) return wrong_args(cmd);
+    std::vector<Reply> out;
+    for (auto& [field, value] : ops.hgetall(args[1])) {
+      out.push_back(Reply::of_string(std::move(field)));
+      out.push_back(Reply::of_string(std::move(value)));
+    }
+    return Reply::of_array(std::move(out));
+  }
+  if (cmd == "HDEL") {
+    if (n < 3) return wrong_args(cmd);
+    std::int64_t removed = 0;
+    for (std::size_t i = 2; i < n; ++i) removed += ops.hdel(args[1], args[i]);
+    return Reply::of_integer(removed);
+  }
+  if (cmd == "HLEN") {
+    if (n != 2) return wrong_args(cmd);
+    const Hash* h = ops.find_as<Hash>(args[1]);
+    return Reply::of_integer(h ? static_cast<std::int64_t>(h->fields.size()) : 0);
+  }
+  if (cmd == "HEXISTS") {
+    if (n != 3) return wrong_args(cmd);
+    const Hash* h = ops.find_as<Hash>(args[1]);
+    return Reply::of_integer(h && h->index.count(args[2]) ? 1 : 0);
+  }
+  if (cmd == "HINCRBY") {
+    if (n != 4) return wrong_args(cmd);
+    const std::int64_t amount = int64_arg(args[3]);
+    return Reply::of_integer(ops.hincrby(args[1], args[2], amount));
+  }
+  return std::nullopt;
 }
 
 }  // namespace redcount

@@ -214,9 +214,9 @@ SEQUENCE: list[tuple[Any, ...]] = [
 ]
 
 
-def run_sequence(store: redcount.Store) -> list[Any]:
+def run_sequence(store: redcount.Store, sequence: list[tuple[Any, ...]] = SEQUENCE) -> list[Any]:
     out: list[Any] = []
-    for cmd in SEQUENCE:
+    for cmd in sequence:
         try:
             r = store.execute(*cmd)
         except redcount.RedcountError as e:
@@ -241,6 +241,211 @@ def test_same_command_sequence_same_results(memory_store: redcount.Store, redis_
     # The sequence is not trivially empty: it hit every kind of reply.
     flat = [type(r) for r in mem]
     assert {int, bytes, str, type(None), tuple, list} <= set(flat)
+
+
+# --------------------------------------------------------------------------- sorted sets and hashes
+
+WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
+
+
+def reply_error(store: redcount.Store, *args: Any) -> str:
+    """The error text of a command that must fail with a ReplyError."""
+    with pytest.raises(redcount.ReplyError) as info:
+        store.execute(*args)
+    return str(info.value)
+
+
+def test_type_of_each_kind_of_key(store: redcount.Store) -> None:
+    x = store.execute
+    x("SET", "s", "1")
+    x("ZADD", "z", 1, "m")
+    x("HSET", "h", "f", "v")
+    assert [x("TYPE", k) for k in ("s", "z", "h", "none")] == ["string", "zset", "hash", "none"]
+    # SET replaces a key of any type; NX still sees it.
+    assert x("SET", "z", "x", "NX") is None
+    assert x("SET", "z", "x") == "OK"
+    assert x("TYPE", "z") == "string"
+
+
+def test_wrongtype_errors_both_directions(store: redcount.Store) -> None:
+    x = store.execute
+    x("SET", "s", "1")
+    x("ZADD", "z", 1, "m")
+    x("HSET", "h", "f", "v")
+    for key in ("z", "h"):
+        for cmd in (("GET", key), ("INCR", key), ("INCRBY", key, 1), ("DECRBY", key, 1)):
+            assert reply_error(store, *cmd) == WRONGTYPE, cmd
+    for key in ("s", "h"):
+        for cmd in (("ZADD", key, 1, "a"), ("ZREM", key, "a"), ("ZCARD", key), ("ZSCORE", key, "a"),
+                    ("ZCOUNT", key, 0, 1), ("ZRANGE", key, 0, -1), ("ZRANGEBYSCORE", key, 0, 1),
+                    ("ZREMRANGEBYSCORE", key, 0, 1)):
+            assert reply_error(store, *cmd) == WRONGTYPE, cmd
+    for key in ("s", "z"):
+        for cmd in (("HSET", key, "f", "v"), ("HGET", key, "f"), ("HMGET", key, "f"), ("HGETALL", key),
+                    ("HDEL", key, "f"), ("HLEN", key), ("HEXISTS", key, "f"), ("HINCRBY", key, "f", 1)):
+            assert reply_error(store, *cmd) == WRONGTYPE, cmd
+    # In a batch the error comes back in-line.
+    assert store.execute_many([("GET", "z"), ("ZCARD", "z")]) == [WRONGTYPE, 1]
+    assert (x("GET", "s"), x("ZSCORE", "z", "m"), x("HGET", "h", "f")) == (b"1", b"1", b"v")
+
+
+def test_zscore_formatting(store: redcount.Store) -> None:
+    x = store.execute
+    # These print the same on every Redis 7; scores like 0.1 print as 0.10000000000000001
+    # on 7.0 ("%.17g") but as 0.1 on 7.2+, so only their value is compared.
+    for score, text in ((1.5, b"1.5"), (100, b"100"), ("1e20", b"1e+20"), ("-inf", b"-inf"), ("+inf", b"inf"),
+                        (-2.25, b"-2.25"), ("0x10", b"16"), ("-0", b"0"), (2**53, b"9007199254740992")):
+        x("ZADD", "z", score, "m")
+        assert x("ZSCORE", "z", "m") == text, score
+    for score in ("0.1", "1e-300", "3.141592653589793", "12345678901234567890"):
+        x("ZADD", "z", score, "m")
+        assert float(x("ZSCORE", "z", "m")) == float(score)
+    for bad in ("nan", "", " 1", "1e400", "abc"):
+        assert reply_error(store, "ZADD", "z", bad, "m") == "ERR value is not a valid float", bad
+    assert x("ZSCORE", "z", "nope") is None
+    assert x("ZSCORE", "nope", "m") is None
+
+
+def test_zadd_flags(store: redcount.Store) -> None:
+    x = store.execute
+    assert x("ZADD", "z", "XX", 1, "a") == 0
+    assert x("EXISTS", "z") == 0
+    assert x("ZADD", "z", 1, "a", 2, "b") == 2
+    assert x("ZADD", "z", "NX", 5, "a", 3, "c") == 1
+    assert x("ZADD", "z", "XX", "CH", 5, "a", 9, "new") == 1
+    assert x("ZADD", "z", "GT", "CH", 4, "a", 7, "b", 1, "d") == 2
+    assert x("ZADD", "z", "LT", "CH", 6, "a", 2, "b") == 1
+    assert x("ZADD", "z", "CH", 2, "b") == 0
+    assert x("ZRANGE", "z", 0, -1, "WITHSCORES") == [b"d", b"1", b"b", b"2", b"c", b"3", b"a", b"5"]
+    assert reply_error(store, "ZADD", "z", "NX", "XX", 1, "a") == (
+        "ERR XX and NX options at the same time are not compatible")
+    assert reply_error(store, "ZADD", "z", "GT", "LT", 1, "a").startswith("ERR GT, LT, and/or NX")
+    assert reply_error(store, "ZADD", "z", 1, "a", 2) == "ERR syntax error"
+    assert reply_error(store, "ZADD", "z", 1, "x", "bad", "y") == "ERR value is not a valid float"
+    assert x("ZCARD", "z") == 4  # the refused commands wrote nothing
+
+
+def test_zrange_by_rank_and_by_score(store: redcount.Store) -> None:
+    x = store.execute
+    # Ties at one score go by member bytes.
+    assert x("ZADD", "z", 2, "b", 1, "c", 2, "a", 1, b"\xff", 1, "", 2, "A", "-inf", "lo", "inf", "hi") == 8
+    assert x("ZRANGE", "z", 0, -1) == [b"lo", b"", b"c", b"\xff", b"A", b"a", b"b", b"hi"]
+    assert x("ZRANGE", "z", -3, -2) == [b"a", b"b"]
+    assert x("ZRANGE", "z", -100, 0, "WITHSCORES") == [b"lo", b"-inf"]
+    assert x("ZRANGE", "z", 7, 100, "WITHSCORES") == [b"hi", b"inf"]
+    assert x("ZRANGE", "z", 3, 1) == []
+    assert x("ZRANGE", "nope", 0, -1) == []
+    assert x("ZRANGEBYSCORE", "z", 1, 2) == [b"", b"c", b"\xff", b"A", b"a", b"b"]
+    assert x("ZRANGEBYSCORE", "z", "(1", 2) == [b"A", b"a", b"b"]
+    assert x("ZRANGEBYSCORE", "z", 1, "(2", "WITHSCORES") == [b"", b"1", b"c", b"1", b"\xff", b"1"]
+    assert x("ZRANGEBYSCORE", "z", "(-inf", "(inf") == [b"", b"c", b"\xff", b"A", b"a", b"b"]
+    assert x("ZRANGEBYSCORE", "z", "-inf", "+inf", "LIMIT", 2, 3) == [b"c", b"\xff", b"A"]
+    assert x("ZRANGEBYSCORE", "z", "-inf", "+inf", "WITHSCORES", "LIMIT", 6, -1) == [
+        b"b", b"2", b"hi", b"inf"]
+    assert x("ZRANGEBYSCORE", "z", "-inf", "+inf", "LIMIT", -1, 2) == []
+    assert x("ZRANGEBYSCORE", "z", "(2", "(2") == []
+    assert x("ZRANGEBYSCORE", "z", 3, 1) == []
+    assert x("ZCOUNT", "z", "(1", "+inf") == 4
+    assert x("ZCOUNT", "z", "-inf", "(1") == 1
+    for bad in ("x", "nan", "((1", "[1"):
+        assert reply_error(store, "ZRANGEBYSCORE", "z", bad, 1) == "ERR min or max is not a float"
+        assert reply_error(store, "ZCOUNT", "z", 0, bad) == "ERR min or max is not a float"
+    assert reply_error(store, "ZRANGE", "z", "a", 1) == "ERR value is not an integer or out of range"
+    assert reply_error(store, "ZRANGE", "z", 0, 1, "LIMIT", 0, 1).startswith("ERR syntax error")
+    assert reply_error(store, "ZRANGEBYSCORE", "z", 0, 1, "LIMIT", 0) == "ERR syntax error"
+
+
+def test_zrem_and_zremrangebyscore_delete_an_emptied_set_with_its_ttl(store: redcount.Store) -> None:
+    x = store.execute
+    x("ZADD", "z", 1, "a", 2, "b", 3, "c")
+    assert x("PEXPIRE", "z", 60_000) == 1
+    assert x("ZREM", "z", "a", "zz", "a") == 1
+    assert x("ZREMRANGEBYSCORE", "z", "(2", 10) == 1
+    assert 0 < x("PTTL", "z") <= 60_000
+    assert x("ZREM", "z", "b") == 1
+    assert (x("EXISTS", "z"), x("TYPE", "z"), x("PTTL", "z")) == (0, "none", -2)
+    assert x("ZADD", "z", 1, "a") == 1
+    assert x("PTTL", "z") == -1  # a fresh set, without the old TTL
+    x("PEXPIRE", "z", 60_000)
+    assert x("ZREMRANGEBYSCORE", "z", "-inf", "+inf") == 1
+    assert x("EXISTS", "z") == 0
+    assert x("ZREM", "nope", "a") == 0
+    assert x("ZREMRANGEBYSCORE", "nope", 0, 1) == 0
+    assert x("ZCARD", "nope") == 0
+
+
+def test_hash_commands(store: redcount.Store) -> None:
+    x = store.execute
+    assert x("HSET", "h", "f1", "v1", "f2", "v2") == 2
+    assert x("HSET", "h", "f1", "x", "f3", b"\x00\xff") == 1
+    assert x("HGET", "h", "f1") == b"x"
+    assert x("HGET", "h", "f3") == b"\x00\xff"
+    assert x("HGET", "h", "nope") is None
+    assert x("HMGET", "h", "f2", "nope", "f1") == [b"v2", None, b"x"]
+    assert x("HMGET", "nope", "a") == [None]
+    # A small hash answers in insertion order on Redis too.
+    assert x("HGETALL", "h") == [b"f1", b"x", b"f2", b"v2", b"f3", b"\x00\xff"]
+    assert x("HGETALL", "nope") == []
+    assert (x("HLEN", "h"), x("HLEN", "nope")) == (3, 0)
+    assert (x("HEXISTS", "h", "f2"), x("HEXISTS", "h", "zz"), x("HEXISTS", "nope", "f2")) == (1, 0, 0)
+    assert x("HINCRBY", "h", "n", 5) == 5
+    assert x("HINCRBY", "h", "n", -7) == -2
+    assert x("HGET", "h", "n") == b"-2"
+    assert reply_error(store, "HINCRBY", "h", "f1", 1) == "ERR hash value is not an integer"
+    assert reply_error(store, "HINCRBY", "h", "n", "1.5") == "ERR value is not an integer or out of range"
+    x("HSET", "h", "max", MAX64)
+    assert reply_error(store, "HINCRBY", "h", "max", 1) == "ERR increment or decrement would overflow"
+    assert reply_error(store, "HSET", "h", "f") == "ERR wrong number of arguments for 'hset' command"
+    assert x("HDEL", "h", "f2", "zz", "f2") == 1
+    x("PEXPIRE", "h", 60_000)
+    assert x("HDEL", "h", "f1", "f3", "n", "max") == 4
+    assert (x("EXISTS", "h"), x("PTTL", "h")) == (0, -2)  # emptied: deleted, TTL and all
+    assert x("HDEL", "nope", "f") == 0
+
+
+def test_zset_and_hash_keys_expire(store: redcount.Store) -> None:
+    x = store.execute
+    x("ZADD", "z", 1, "a")
+    x("HSET", "h", "f", "v")
+    assert x("PEXPIRE", "z", 100) == 1
+    assert x("PEXPIREAT", "h", ms(store.now()) + 100) == 1
+    assert 0 < x("PTTL", "h") <= 100
+    deadline = time.monotonic() + 10
+    while x("EXISTS", "z", "h") and time.monotonic() < deadline:
+        time.sleep(0.01)  # a bounded poll: real time must pass on the real server
+    assert (x("EXISTS", "z", "h"), x("ZCARD", "z"), x("HGET", "h", "f"), x("DBSIZE")) == (0, 0, None, 0)
+    x("HSET", "h", "f", "v")
+    assert x("EXPIRE", "h", -1) == 1  # in the past: deleted at once
+    assert x("TYPE", "h") == "none"
+
+
+# Sorted-set and hash commands, replies and errors alike, compared value for value.
+ZSET_HASH_SEQUENCE: list[tuple[Any, ...]] = [
+    ("ZADD", "z", 3, "c", 1, "a", 2, "b", 2, "bb", "1.5", "x"), ("ZADD", "z", "NX", "CH", 9, "a", 4, "d"),
+    ("ZADD", "z", "XX", 7, "zz"), ("ZADD", "z", "GT", "CH", 0, "c", 10, "c"),
+    ("ZADD", "z", "INCR", 1, "a", 2, "b"), ("ZADD", "z", "LT", "GT", 1, "a"), ("ZADD", "z"), ("ZADD", "z", 1),
+    ("ZADD", "z", "nan", "a"), ("ZRANGE", "z", 0, -1, "WITHSCORES"), ("ZRANGE", "z", -2, 10),
+    ("ZRANGE", "z", 1, 0), ("ZRANGE", "z", "x", 1),
+    ("ZRANGEBYSCORE", "z", "(1", 3, "WITHSCORES", "LIMIT", 1, 2),
+    ("ZRANGEBYSCORE", "z", "-inf", "(2"), ("ZRANGEBYSCORE", "z", "foo", 1), ("ZCOUNT", "z", 2, 2),
+    ("ZCOUNT", "z", "(2", "(2"), ("ZSCORE", "z", "x"),
+    ("ZSCORE", "z", "missing"), ("ZREM", "z", "x", "x", "missing"), ("ZREMRANGEBYSCORE", "z", 2, "(4"),
+    ("ZCARD", "z"), ("TYPE", "z"), ("GET", "z"), ("HSET", "z", "f", "v"), ("HSET", "h", "a", 1, "b", 2),
+    ("HSET", "h", "a", 3), ("HSET", "h", "c"), ("HGET", "h", "a"), ("HMGET", "h", "b", "q"), ("HGETALL", "h"),
+    ("HINCRBY", "h", "b", 40), ("HINCRBY", "h", "b", "x"), ("HLEN", "h"), ("HEXISTS", "h", "c"),
+    ("HDEL", "h", "a", "b"), ("EXISTS", "h"), ("ZADD", "h", 1, "m"), ("TYPE", "h"), ("INCR", "h"),
+    ("ZREMRANGEBYSCORE", "z", "-inf", "+inf"), ("EXISTS", "z"), ("DBSIZE",),
+]
+
+
+@pytest.mark.redis_only
+def test_same_zset_and_hash_sequence_same_results(memory_store: redcount.Store,
+                                                   redis_store: redcount.Store) -> None:
+    mem = run_sequence(memory_store, ZSET_HASH_SEQUENCE)
+    red = run_sequence(redis_store, ZSET_HASH_SEQUENCE)
+    assert len(mem) == len(red) == len(ZSET_HASH_SEQUENCE)
+    for cmd, a, b in zip(ZSET_HASH_SEQUENCE, mem, red):
+        assert a == b, (cmd, a, b)
 
 
 # --------------------------------------------------------------------------- counters

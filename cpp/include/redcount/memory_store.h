@@ -1,30 +1,43 @@
 // The embedded in-process store behind memory://.
 //
-// It keeps string keys with Redis semantics for the commands redcount uses (GET, SET
-// with NX/XX/EX/PX/EXAT/PXAT/KEEPTTL, INCR, INCRBY, DECRBY, DEL, EXISTS, PTTL, TTL,
-// PEXPIREAT, PEXPIRE, EXPIREAT, EXPIRE, PERSIST, KEYS, DBSIZE, FLUSHALL, FLUSHDB, PING,
-// TIME) and runs scripts through their native twins under the same lock, so a script is
-// as atomic here as it is on Redis.
+// It keeps strings, sorted sets and hashes with Redis semantics for the commands
+// redcount and its users need:
+//   keys     DEL, UNLINK, EXISTS, TYPE, PTTL, TTL, PEXPIREAT, PEXPIRE, EXPIREAT, EXPIRE,
+//            PERSIST, KEYS, DBSIZE, FLUSHALL, FLUSHDB
+//   strings  GET, SET (NX/XX/EX/PX/EXAT/PXAT/KEEPTTL), INCR, DECR, INCRBY, DECRBY
+//   zsets    ZADD (NX/XX/GT/LT/CH), ZREM, ZCARD, ZSCORE, ZCOUNT, ZRANGE (by rank,
+//            WITHSCORES), ZRANGEBYSCORE (WITHSCORES, LIMIT), ZREMRANGEBYSCORE
+//   hashes   HSET, HGET, HMGET, HGETALL, HDEL, HLEN, HEXISTS, HINCRBY
+//   server   PING, TIME
+// A command on a key of the wrong type fails with Redis's WRONGTYPE error, and a sorted
+// set or hash that loses its last member is deleted with its TTL. Scripts run through
+// their native twins (see `Keyspace`) under the same lock, so a script is as atomic here
+// as it is on Redis.
 //
 // Expiry is real: a key past its deadline is invisible at once (lazy expiry) and a
 // background sweep frees it, so memory does not grow with dead keys.
 //
 //   MemoryStore store;
 //   store.execute_one(Command{{"SET", "k", "0", "NX", "PX", "1000"}});
+//   store.execute_one(Command{{"ZADD", "z", "1.5", "a"}});
 //
 // Thread-safe: one mutex guards the keyspace; no I/O happens under it.
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "redcount/options.h"
@@ -51,13 +64,42 @@ class MemoryStore final : public Store {
   std::size_t sweep();
 
  private:
+  // Members ordered as Redis orders a sorted set: by score, then by member bytes. The
+  // bare-score overloads let a range start at a score without naming a member.
+  using ZItem = std::pair<double, std::string>;
+  struct ZLess {
+    using is_transparent = void;
+    bool operator()(const ZItem& a, const ZItem& b) const { return a < b; }
+    bool operator()(const ZItem& a, double score) const { return a.first < score; }
+    bool operator()(double score, const ZItem& b) const { return score < b.first; }
+  };
+  struct ZSet {
+    std::unordered_map<std::string, double> scores;  // member -> score
+    std::set<ZItem, ZLess> order;
+  };
+  // Fields kept in insertion order, the order a small Redis hash (listpack) answers
+  // HGETALL in. `index` views the field names inside `fields`, whose nodes never move,
+  // so a Hash can be moved but not copied.
+  struct Hash {
+    using Fields = std::list<std::pair<std::string, std::string>>;
+    Fields fields;
+    std::unordered_map<std::string_view, Fields::iterator> index;
+    Hash() = default;
+    Hash(Hash&&) = default;
+    Hash& operator=(Hash&&) = default;
+    Hash(const Hash&) = delete;
+    Hash& operator=(const Hash&) = delete;
+  };
   struct Entry {
-    std::string value;
+    std::variant<std::string, ZSet, Hash> value;
     std::int64_t expire_at = 0;  // ms since epoch; 0 = no TTL
   };
   class Ops;  // the Keyspace implementation, valid while the lock is held
 
   Reply run_command(Ops& ops, const std::vector<std::string>& args);
+  // The Z* and H* commands; nullopt when `cmd` is none of them.
+  std::optional<Reply> run_zset_command(Ops& ops, const std::string& cmd, const std::vector<std::string>& args);
+  std::optional<Reply> run_hash_command(Ops& ops, const std::string& cmd, const std::vector<std::string>& args);
   void sweeper_loop();
 
   std::shared_ptr<Clock> clock_;
