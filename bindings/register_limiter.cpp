@@ -1,6 +1,11 @@
 // Limiters: redcount._core.LimitSet, Decision, LimitStats and LimiterCore.
 #include <pybind11/stl.h>
 
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+
 #include "common.h"
 #include "redcount/errors.h"
 #include "redcount/limiter.h"
@@ -16,6 +21,47 @@ struct LimitSet {
 };
 
 double seconds(std::int64_t ms) { return static_cast<double>(ms) / 1000.0; }
+
+// redcount._core.LimiterCore: a strategy plus a cache of parsed limit strings, so that
+// limiter.hit("10/minute", key) parses "10/minute" once.
+struct LimiterHandle {
+  std::unique_ptr<LimiterStrategy> strategy;
+  bool memory = false;  // nothing to wait for on the memory store: keep the GIL
+  std::mutex mu;
+  std::unordered_map<std::string, std::shared_ptr<const LimitSet>> parsed;
+
+  std::shared_ptr<const LimitSet> limits(py::handle limit) {
+    if (py::isinstance<LimitSet>(limit)) {
+      // Borrowed: the caller's LimitSet outlives the call (it is an argument).
+      return std::shared_ptr<const LimitSet>(std::shared_ptr<const LimitSet>(), &limit.cast<const LimitSet&>());
+    }
+    if (!PyUnicode_Check(limit.ptr())) {
+      throw py::type_error("limit must be a str or LimitSet, got " +
+                           std::string(py::str(py::type::handle_of(limit).attr("__name__"))));
+    }
+    std::string text = text_arg(limit, "limit");
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = parsed.find(text);
+      if (it != parsed.end()) return it->second;
+    }
+    auto set = std::make_shared<const LimitSet>(LimitSet{text, parse_limits(text)});
+    std::lock_guard<std::mutex> lock(mu);
+    if (parsed.size() < 4096) parsed.emplace(std::move(text), set);
+    return set;
+  }
+};
+
+// Releases the GIL for the duration of a call that may wait on the network.
+class NetworkWait {
+ public:
+  explicit NetworkWait(bool memory) {
+    if (!memory) release_.emplace();
+  }
+
+ private:
+  std::optional<py::gil_scoped_release> release_;
+};
 
 }  // namespace
 
@@ -83,78 +129,92 @@ void register_limiter(py::module_& m) {
                ((l.released && l.released->load()) ? "True" : "False") + ")";
       });
 
-  py::class_<LimiterStrategy>(m, "LimiterCore", "A strategy's C++ implementation; use redcount.Limiter.")
+  py::class_<LimiterHandle>(m, "LimiterCore", "A strategy's C++ implementation; use redcount.Limiter.")
       .def(py::init([](std::shared_ptr<Store> store, const std::string& strategy, py::handle prefix,
                        const std::string& clock, py::handle sub_buckets) {
              LimiterOptions o;
              o.prefix = text_arg(prefix, "prefix");
              o.clock = parse_clock_mode(clock);
              o.sub_buckets = int_arg(sub_buckets, "sub_buckets");
-             return make_limiter(std::move(store), strategy, std::move(o));
+             auto h = std::make_unique<LimiterHandle>();
+             h->memory = store && store->is_memory();
+             h->strategy = make_limiter(std::move(store), strategy, std::move(o));
+             return h;
            }),
            py::arg("store"), py::arg("strategy"), py::arg("prefix"), py::arg("clock"), py::arg("sub_buckets"))
-      .def_property_readonly("clock", [](const LimiterStrategy& s) { return std::string(clock_mode_name(s.clock())); },
+      .def_property_readonly("clock",
+                             [](const LimiterHandle& h) { return std::string(clock_mode_name(h.strategy->clock())); },
                              "The time source in force: 'client', 'server' or 'server-offset'.")
       .def(
+          "hit",
+          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost) {
+            auto limits = h.limits(limit);
+            const std::string k = text_arg(key, "key");
+            const std::int64_t c = int_arg(cost, "cost");
+            NetworkWait wait(h.memory);
+            return h.strategy->hit(limits->limits, k, c);
+          },
+          py::arg("limit"), py::arg("key"), py::arg("cost") = 1,
+          "Charge `cost` against `key` if every limit allows it; return the Decision. `limit` is a "
+          "string like '10/minute' or '5/second;100/hour' (parsed once and cached) or a LimitSet.")
+      .def(
+          "test",
+          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost) {
+            auto limits = h.limits(limit);
+            const std::string k = text_arg(key, "key");
+            const std::int64_t c = int_arg(cost, "cost");
+            NetworkWait wait(h.memory);
+            return h.strategy->test(limits->limits, k, c);
+          },
+          py::arg("limit"), py::arg("key"), py::arg("cost") = 1,
+          "What hit() would decide now, without charging anything.")
+      .def(
+          "stats",
+          [](LimiterHandle& h, py::handle limit, py::handle key) {
+            auto limits = h.limits(limit);
+            const std::string k = text_arg(key, "key");
+            NetworkWait wait(h.memory);
+            return h.strategy->stats(limits->limits, k);
+          },
+          py::arg("limit"), py::arg("key"), "The count, remaining hits and reset time of `key` under each limit.")
+      .def(
+          "reset",
+          [](LimiterHandle& h, py::handle limit, py::handle key) {
+            auto limits = h.limits(limit);
+            const std::string k = text_arg(key, "key");
+            NetworkWait wait(h.memory);
+            h.strategy->reset(limits->limits, k);
+          },
+          py::arg("limit"), py::arg("key"), "Forget `key`'s state under these limits.")
+      .def(
           "acquire",
-          [](LimiterStrategy& s, py::handle max_in_flight, py::handle key, py::handle lease_timeout) {
+          [](LimiterHandle& h, py::handle max_in_flight, py::handle key, py::handle lease_timeout) {
             const std::int64_t n = int_arg(max_in_flight, "max_in_flight");
             const std::string k = text_arg(key, "key");
             const std::int64_t t = seconds_arg(lease_timeout, "lease_timeout", false);
-            py::gil_scoped_release release;  // network wait
-            return s.acquire(n, k, t);
+            NetworkWait wait(h.memory);
+            return h.strategy->acquire(n, k, t);
           },
-          py::arg("max_in_flight"), py::arg("key"), py::arg("lease_timeout"))
+          py::arg("max_in_flight"), py::arg("key"), py::kw_only(), py::arg("lease_timeout") = 60.0,
+          "Take one of `key`'s `max_in_flight` slots, or return None when all are taken (strategy="
+          "'concurrency'). The lease frees itself after `lease_timeout` seconds if never released.")
       .def(
           "release",
-          [](LimiterStrategy& s, const Lease& lease) {
-            py::gil_scoped_release release;  // network wait
-            return s.release(lease);
+          [](LimiterHandle& h, const Lease& lease) {
+            NetworkWait wait(h.memory);
+            return h.strategy->release(lease);
           },
-          py::arg("lease"))
+          py::arg("lease"),
+          "Give the slot back: True when the lease was still held, False when it had already expired. "
+          "Releasing the same lease twice raises InvalidInputError.")
       .def(
           "in_flight",
-          [](LimiterStrategy& s, py::handle key) {
+          [](LimiterHandle& h, py::handle key) {
             const std::string k = text_arg(key, "key");
-            py::gil_scoped_release release;  // network wait
-            return s.in_flight(k);
+            NetworkWait wait(h.memory);
+            return h.strategy->in_flight(k);
           },
-          py::arg("key"))
-      .def_property_readonly("strategy", [](const LimiterStrategy& s) { return std::string(s.name()); })
-      .def(
-          "hit",
-          [](LimiterStrategy& s, const LimitSet& limits, py::handle key, py::handle cost) {
-            const std::string k = text_arg(key, "key");
-            const std::int64_t c = int_arg(cost, "cost");
-            py::gil_scoped_release release;  // network wait
-            return s.hit(limits.limits, k, c);
-          },
-          py::arg("limits"), py::arg("key"), py::arg("cost"))
-      .def(
-          "test",
-          [](LimiterStrategy& s, const LimitSet& limits, py::handle key, py::handle cost) {
-            const std::string k = text_arg(key, "key");
-            const std::int64_t c = int_arg(cost, "cost");
-            py::gil_scoped_release release;  // network wait
-            return s.test(limits.limits, k, c);
-          },
-          py::arg("limits"), py::arg("key"), py::arg("cost"))
-      .def(
-          "stats",
-          [](LimiterStrategy& s, const LimitSet& limits, py::handle key) {
-            const std::string k = text_arg(key, "key");
-            py::gil_scoped_release release;  // network wait
-            return s.stats(limits.limits, k);
-          },
-          py::arg("limits"), py::arg("key"))
-      .def(
-          "reset",
-          [](LimiterStrategy& s, const LimitSet& limits, py::handle key) {
-            const std::string k = text_arg(key, "key");
-            py::gil_scoped_release release;  // network wait
-            s.reset(limits.limits, k);
-          },
-          py::arg("limits"), py::arg("key"));
+          py::arg("key"), "Leases of `key` held now (strategy='concurrency').");
 
   m.def("limiter_strategies", &limiter_strategies, "Names accepted by Limiter(strategy=...).");
 }

@@ -61,7 +61,9 @@ for i = 1, n do
     end
   end
   local newest = 0
-  if counts[i] > 0 then
+  if allowed == 1 and hit then
+    newest = now  -- just added (a faster client's later entries make reset_after at most shorter)
+  elseif counts[i] > 0 then
     local last = redis.call('ZRANGE', KEYS[i], -1, -1, 'WITHSCORES')
     newest = tonumber(last[2])
   end

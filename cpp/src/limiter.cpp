@@ -294,7 +294,7 @@ std::vector<LimitStats> to_stats(const std::vector<RateLimit>& limits, const std
   return out;
 }
 
-std::string unique_id() {
+std::string unique_id(bool in_process) {
   static const std::string base = [] {
     std::random_device rd;
     const std::uint64_t v = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
@@ -303,7 +303,14 @@ std::string unique_id() {
     return std::string(buf);
   }();
   static std::atomic<std::uint64_t> seq{0};
-  return base + std::to_string(seq.fetch_add(1, std::memory_order_relaxed));
+  std::uint64_t n = seq.fetch_add(1, std::memory_order_relaxed);
+  if (!in_process) return base + std::to_string(n);
+  std::string out;
+  do {
+    out.push_back("0123456789abcdefghijklmnopqrstuvwxyz"[n % 36]);
+    n /= 36;
+  } while (n != 0);
+  return out;
 }
 
 std::optional<std::int64_t> script_time(Keyspace& ks, const std::string& arg, std::int64_t scale) {

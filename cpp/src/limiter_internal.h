@@ -82,8 +82,9 @@ struct Outcome {
 Decision combine(const std::vector<Outcome>& outcomes, bool allowed);
 std::vector<LimitStats> to_stats(const std::vector<RateLimit>& limits, const std::vector<Outcome>& outcomes);
 
-// Unique member ids: a random per-process base plus a counter.
-std::string unique_id();
+// Unique member ids: a random per-process base plus a counter, unique across processes;
+// `in_process` gives a short id (the counter alone) unique within this process only.
+std::string unique_id(bool in_process = false);
 
 // The time a native script runs at: the argument, or the store's clock for "" (the Lua
 // twin reads TIME then). `scale` 1000 gives microseconds. nullopt for a malformed one.

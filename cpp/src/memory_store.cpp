@@ -192,13 +192,18 @@ class MemoryStore::Ops final : public Keyspace {
   }
 
   void erase(std::unordered_map<std::string, Entry>::iterator it) {
-    if (it->second.expire_at != 0) s_.expiry_.erase({it->second.expire_at, it->first});
+    if (it->second.indexed_at != 0) s_.expiry_.erase({it->second.indexed_at, it->first});
     s_.data_.erase(it);
   }
 
+  // Keeps the invariant "a key with a deadline is filed in expiry_ at or before it" with
+  // as little index work as possible: a deadline pushed later (a sliding window's key on
+  // every hit) costs nothing here.
   void set_expiry(const std::string& key, Entry& e, std::int64_t at) {
-    if (e.expire_at != 0) s_.expiry_.erase({e.expire_at, key});
     e.expire_at = at;
+    if (at != 0 && e.indexed_at != 0 && e.indexed_at <= at) return;
+    if (e.indexed_at != 0) s_.expiry_.erase({e.indexed_at, key});
+    e.indexed_at = at;
     if (at != 0) s_.expiry_.insert({at, key});
   }
 
@@ -535,12 +540,25 @@ std::size_t MemoryStore::sweep() {
     std::lock_guard<std::mutex> lock(mu_);
     const std::int64_t now = clock_->now_ms();
     std::size_t slice = 0;
+    std::size_t erased = 0;
     while (!expiry_.empty() && expiry_.begin()->first <= now && slice < 1024) {
       auto node = expiry_.extract(expiry_.begin());
-      data_.erase(node.value().second);
       ++slice;
+      auto it = data_.find(node.value().second);
+      if (it == data_.end()) continue;
+      Entry& e = it->second;
+      if (e.expire_at != 0 && e.expire_at > now) {  // its deadline moved later: file it there
+        e.indexed_at = e.expire_at;
+        node.value().first = e.expire_at;
+        expiry_.insert(std::move(node));
+      } else if (e.expire_at == 0) {
+        e.indexed_at = 0;
+      } else {
+        data_.erase(it);
+        ++erased;
+      }
     }
-    freed += slice;
+    freed += erased;
     if (slice < 1024) return freed;
   }
 }

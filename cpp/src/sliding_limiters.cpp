@@ -43,7 +43,9 @@ Reply native_sliding_log(Keyspace& ks, const std::vector<std::string>& keys, con
     if (counts[i] + *cost > amount[i]) allowed = false;
   }
   std::vector<Reply> out{Reply::of_integer(*now), Reply::of_integer(allowed ? 1 : 0)};
-  const std::string stamp = std::to_string(*now) + ":" + args[3] + ":";
+  // Members only need to be unique: unlike the Lua twin, the memory store leaves the time
+  // out of them, so that with a compact id they fit std::string's inline buffer.
+  const std::string stamp = args[3] + ":";
   for (std::size_t i = 0; i < n; ++i) {
     const double from = static_cast<double>(*now - window[i] + 1);
     std::int64_t need_at = 0;
@@ -63,7 +65,11 @@ Reply native_sliding_log(Keyspace& ks, const std::vector<std::string>& keys, con
       }
     }
     std::int64_t newest = 0;
-    if (counts[i] > 0) newest = static_cast<std::int64_t>(ks.zrange(keys[i], -1, -1).at(0).second);
+    if (allowed && hit) {
+      newest = *now;
+    } else if (counts[i] > 0) {
+      newest = static_cast<std::int64_t>(ks.zrange(keys[i], -1, -1).at(0).second);
+    }
     out.push_back(Reply::of_integer(counts[i]));
     out.push_back(Reply::of_integer(newest));
     out.push_back(Reply::of_integer(need_at));
@@ -74,7 +80,7 @@ Reply native_sliding_log(Keyspace& ks, const std::vector<std::string>& keys, con
 class SlidingLogLimiter final : public LimiterStrategy {
  public:
   SlidingLogLimiter(std::shared_ptr<Store> store, const LimiterOptions& o)
-      : store_(store), time_(store, o.clock), prefix_(o.prefix) {}
+      : store_(store), time_(store, o.clock), prefix_(o.prefix), memory_(store->is_memory()) {}
 
   std::string_view name() const noexcept override { return "sliding-window"; }
   ClockMode clock() const noexcept override { return time_.effective(); }
@@ -111,7 +117,7 @@ class SlidingLogLimiter final : public LimiterStrategy {
     detail::require_span(limits, name());
     validate_key(key);
     if (!stats_out) validate_cost(limits, cost);
-    ScriptCall call{&kSlidingLogScript, {}, {"", mode, std::to_string(cost), detail::unique_id()}};
+    ScriptCall call{&kSlidingLogScript, {}, {"", mode, std::to_string(cost), detail::unique_id(memory_)}};
     for (const auto& l : limits) {
       call.keys.push_back(storage_key(l, key));
       call.args.push_back(std::to_string(l.amount));
@@ -139,6 +145,7 @@ class SlidingLogLimiter final : public LimiterStrategy {
   std::shared_ptr<Store> store_;
   TimeSource time_;
   std::string prefix_;
+  bool memory_;
 };
 
 // ---------------------------------------------------------- approximate sliding window

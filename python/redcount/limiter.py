@@ -29,7 +29,7 @@ def strategies() -> list[str]:
     return _core.limiter_strategies()
 
 
-class Limiter:
+class Limiter(_core.LimiterCore):
     """Decides whether a key may do something, under one or more rate limits.
 
     ``limit`` arguments are strings like ``"10/minute"`` or ``"5/second;100/hour"`` (parsed
@@ -37,13 +37,19 @@ class Limiter:
     all-or-nothing: a hit is charged against every limit or, when any limit refuses it,
     against none, so a denied hit stores nothing.
 
+    Methods (implemented in C++): ``hit(limit, key, cost=1) -> Decision`` charges ``cost`` if
+    every limit allows it; ``test(limit, key, cost=1)`` decides without charging;
+    ``stats(limit, key) -> list[LimitStats]``; ``reset(limit, key)``; and for the
+    concurrency strategy ``acquire(max_in_flight, key, *, lease_timeout=60.0) -> Lease | None``,
+    ``release(lease) -> bool``, ``in_flight(key)`` and the :meth:`lease` context manager.
+
     Strategies (``strategy=``):
 
     - ``"fixed-window"``: clock-aligned windows; a burst straddling a boundary can get up to
       twice the limit through within one window length. O(1) per key.
     - ``"sliding-window"``: an exact sliding log; never more than the limit in any window
       length. A refused hit stores nothing, so a key holds at most ``amount`` entries however
-      hard it is hammered. ``cost=n`` adds ``n`` entries.
+      hard it is hammered. ``cost=n`` adds ``n`` entries. Amounts up to 1,000,000.
     - ``"sliding-window-approx"``: the weighted estimate of ``sub_buckets`` + 1 fixed
       sub-buckets (1 = the classic two-bucket estimate). O(k) per key; see the README for its
       documented error.
@@ -73,70 +79,18 @@ class Limiter:
         clock: Clock = "client",
         sub_buckets: int = 1,
     ) -> None:
-        self._core = _core.LimiterCore(store, strategy, prefix, clock, sub_buckets)
-        self._parsed: dict[str, LimitSet] = {}
+        super().__init__(store, strategy, prefix, clock, sub_buckets)
         self.store = store
         self.strategy = strategy
         self.prefix = prefix
         self.sub_buckets = sub_buckets
 
-    @property
-    def clock(self) -> str:
-        """The time source in force: ``"client"``, ``"server"`` or ``"server-offset"``."""
-        return self._core.clock
-
-    def _limits(self, limit: str | LimitSet) -> LimitSet:
-        if isinstance(limit, LimitSet):
-            return limit
-        parsed = self._parsed.get(limit)
-        if parsed is None:
-            if not isinstance(limit, str):
-                raise TypeError(f"limit must be a str or LimitSet, got {type(limit).__name__}")
-            parsed = LimitSet(limit)
-            if len(self._parsed) < 4096:
-                self._parsed[limit] = parsed
-        return parsed
-
-    def hit(self, limit: str | LimitSet, key: str | bytes, cost: int = 1) -> Decision:
-        """Charge ``cost`` against ``key`` if every limit allows it; return the decision."""
-        parsed = self._parsed.get(limit) if isinstance(limit, str) else None
-        return self._core.hit(parsed or self._limits(limit), key, cost)
-
-    def test(self, limit: str | LimitSet, key: str | bytes, cost: int = 1) -> Decision:
-        """What :meth:`hit` would decide now, without charging anything."""
-        return self._core.test(self._limits(limit), key, cost)
-
-    def stats(self, limit: str | LimitSet, key: str | bytes) -> list[LimitStats]:
-        """The count, remaining hits and reset time of ``key`` under each limit."""
-        return self._core.stats(self._limits(limit), key)
-
-    def reset(self, limit: str | LimitSet, key: str | bytes) -> None:
-        """Forget ``key``'s state under these limits."""
-        self._core.reset(self._limits(limit), key)
-
-    # ------------------------------------------------------------------ concurrency
-
-    def acquire(self, max_in_flight: int, key: str | bytes, *, lease_timeout: float = 60.0) -> Lease | None:
-        """Take one of ``key``'s ``max_in_flight`` slots, or return None when all are taken.
-
-        The lease frees itself after ``lease_timeout`` seconds if it is never released, so a
-        crashed worker cannot leak capacity. Needs ``strategy="concurrency"``."""
-        return self._core.acquire(max_in_flight, key, lease_timeout)
-
-    def release(self, lease: Lease) -> bool:
-        """Give the slot back. True when the lease was still held, False when it had already
-        expired. Releasing the same lease twice raises :class:`~redcount.InvalidInputError`."""
-        return self._core.release(lease)
-
-    def in_flight(self, key: str | bytes) -> int:
-        """Leases of ``key`` held now."""
-        return self._core.in_flight(key)
-
     @contextmanager
     def lease(self, max_in_flight: int, key: str | bytes, *, lease_timeout: float = 60.0) -> Iterator[Lease]:
         """``with limiter.lease(5, "user:1") as lease: ...``: holds a slot for the block.
 
-        Raises :class:`~redcount.RateLimitExceeded` when all slots are taken; releases the slot when the block ends, even by an exception."""
+        Raises :class:`~redcount.RateLimitExceeded` when all slots are taken; releases the
+        slot when the block ends, even by an exception."""
         got = self.acquire(max_in_flight, key, lease_timeout=lease_timeout)
         if got is None:
             raise RateLimitExceeded(

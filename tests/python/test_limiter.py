@@ -193,7 +193,7 @@ def test_strategies(clock_store: redcount.Store) -> None:
         assert lim.strategy == name
         assert lim.hit("1/minute", "k")
     with pytest.raises(redcount.InvalidInputError, match="fixed-window"):
-        redcount.Limiter(clock_store, "token-bucket")
+        redcount.Limiter(clock_store, "leaky-bucket")  # type: ignore[arg-type]
 
 
 def test_limitset_object_and_string_agree(lim: redcount.Limiter) -> None:

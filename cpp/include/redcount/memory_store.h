@@ -93,6 +93,9 @@ class MemoryStore final : public Store {
   struct Entry {
     std::variant<std::string, ZSet, Hash> value;
     std::int64_t expire_at = 0;  // ms since epoch; 0 = no TTL
+    // Where the key sits in expiry_ (0 = nowhere): at or before expire_at. A deadline that
+    // moves later leaves the index alone; the sweep re-files the key when it gets there.
+    std::int64_t indexed_at = 0;
   };
   class Ops;  // the Keyspace implementation, valid while the lock is held
 
@@ -107,7 +110,7 @@ class MemoryStore final : public Store {
 
   mutable std::mutex mu_;
   std::unordered_map<std::string, Entry> data_;
-  std::set<std::pair<std::int64_t, std::string>> expiry_;  // (expire_at, key)
+  std::set<std::pair<std::int64_t, std::string>> expiry_;  // (indexed_at, key)
   bool closed_ = false;
 
   std::mutex sweeper_mu_;
