@@ -1,7 +1,9 @@
 """``redcount bench``: redcount's throughput against ``limits`` and ``redis-benchmark``.
 
 Every figure comes from one run against one redis-server (a private one on a free loopback
-port unless ``--url`` names an existing server), so the ratios compare like with like:
+port unless ``--url`` names an existing server), so the ratios compare like with like.
+
+Fixed windows (``--only fixed``; all of them under a limit of 10^9/minute that is never reached):
 
 - redcount ``FixedWindowCounter.incr`` and ``incr_many`` (per key) on Redis;
 - the ``limits`` library's ``FixedWindowRateLimiter.hit`` on ``RedisStorage`` and on
@@ -10,11 +12,31 @@ port unless ``--url`` names an existing server), so the ratios compare like with
 - ``redis-benchmark`` INCR with one client, unpipelined (``-P 1``) and pipelined (``-P N``):
   the floor set by the round trip and by the server itself.
 
+Sliding windows and buckets (``--only sliding``), on Redis and on the embedded memory store:
+
+- redcount ``Limiter("sliding-window").hit`` against ``limits``' ``MovingWindowRateLimiter.hit``
+  (both an exact log of the hits in the window);
+- redcount ``Limiter("sliding-window-approx").hit`` (``sub_buckets=1``, the classic two-bucket
+  estimate) against ``limits``' ``SlidingWindowCounterRateLimiter.hit`` (the same estimate);
+- redcount ``Limiter("token-bucket")`` and ``Limiter("gcra")`` ``hit`` on their own (``limits``
+  has neither), also shown relative to redcount's sliding window, without a target.
+
+Both sides use the same limit, :data:`SLIDING_LIMIT` ``"100/second"``, and the same key
+rotation. A limit that is never reached keeps every hit allowed, as in the fixed-window rows,
+but an exact log stores every hit still in its window: under the fixed rows' 10^9/minute a key
+would pile up every hit of the run, and each hit would cost more than the last (``limits``'
+memory log is a Python list that grows at the front). A per-second window keeps each key's log
+at the hits of the last second instead, ``rate / 10,000`` of them with the keys hit in turn
+(about 2 on Redis, at most a few dozen in memory), however long the run; 100 per second is then
+never reached (it would take a million hits per second), and the buckets, refilled at 100 per
+second, never run dry.
+
 Each measurement runs single-threaded for about ``--seconds`` in all, after a short warm-up,
 over 10,000 rotating keys under a key prefix unique to the run. The measurements take turns
 in slices of about 0.4 s (see :func:`_rounds`), so a change in the machine's state mid-run
-hits every contender alike. On a ``--url`` server only the run's own keys are written, and
-they are deleted (SCAN + DEL) at the end.
+hits every contender alike; the two sides of each ratio with a target run back to back. On a
+``--url`` server only the run's own keys are written, and they are deleted (SCAN + DEL) at the
+end.
 """
 
 from __future__ import annotations
@@ -46,7 +68,7 @@ from typing import Any, Generic, NoReturn, TypeVar
 
 from . import __version__
 from .counters import FixedWindowCounter
-from .limiter import Limiter
+from .limiter import Limiter, Strategy
 from .store import Store, connect
 
 __all__ = ["run_bench"]
@@ -69,6 +91,16 @@ RC_MANY = "redcount incr_many x{batch} (Redis, per key)"
 RC_INCR_MEM = "redcount incr (memory)"
 LIM_HIT_MEM = "limits FixedWindow hit (MemoryStorage)"
 RC_HIT_MEM = "redcount Limiter.hit (memory)"
+
+SLIDING_LIMIT = "100/second"  # see the module docstring: never reached, and windows stay small
+# {store}: "Redis" or "memory"; {storage}: limits' "RedisStorage" or "MemoryStorage".
+RC_SW = "redcount sliding-window hit ({store})"
+LIM_MW = "limits MovingWindow hit ({storage})"
+RC_SWA = "redcount sliding-window-approx hit ({store})"
+LIM_SWC = "limits SlidingWindowCounter hit ({storage})"
+RC_TB = "redcount token-bucket hit ({store})"
+RC_GCRA = "redcount gcra hit ({store})"
+ONLY = ("all", "fixed", "sliding")
 
 
 class BenchError(ValueError):
@@ -108,6 +140,9 @@ class Report:
     batch: int
     keys: int
     key_prefix: str
+    only: str = "all"  # --only: which measurements ran
+    fixed_limit: str = BIG_LIMIT  # the limit of the fixed-window hits
+    sliding_limit: str = SLIDING_LIMIT  # the limit of the sliding-window and bucket hits
     rounds: int = 1
     results: list[Result] = field(default_factory=list)
     ratios: list[Ratio] = field(default_factory=list)
@@ -408,6 +443,12 @@ def _print_report(rep: Report) -> None:
         f"one Python thread, {rep.keys:,} rotating keys, ~{rep.seconds:g} s per measurement{turns}, "
         f"key prefix {rep.key_prefix!r}"
     )
+    limits_used = []
+    if rep.only in ("all", "fixed"):
+        limits_used.append(f"fixed windows {rep.fixed_limit!r}")
+    if rep.only in ("all", "sliding"):
+        limits_used.append(f"sliding windows and buckets {rep.sliding_limit!r} (never reached)")
+    print("limits: " + ", ".join(limits_used))
     print()
     w = max(len(r.name) for r in rep.results)
     print(f"{'measurement':<{w}}  {'ops/s':>12}  {'us/op':>8}")
@@ -432,6 +473,50 @@ def _print_report(rep: Report) -> None:
         print("all targets met")
 
 
+# --------------------------------------------------------------------------- sliding windows
+
+# (ratio name, numerator row, denominator row, target or None)
+_RatioSpec = tuple[str, str, str, "float | None"]
+
+
+def _sliding_block(
+    store: Store,
+    where: str,
+    storage: str,
+    prefix: str,
+    keys: Sequence[str],
+    moving_window_hit: Callable[[str], object],
+    sliding_counter_hit: Callable[[str], object],
+    target: float,
+) -> tuple[list[_Contender], list[_RatioSpec]]:
+    """The sliding-window and bucket contenders on one store, and their ratios.
+
+    redcount's exact log and two-bucket estimate each run right before their ``limits``
+    twin, so that each per-turn ratio compares two slices taken back to back."""
+
+    def hit(strategy: Strategy) -> Callable[[str], object]:
+        return partial(Limiter(store, strategy, prefix=prefix).hit, SLIDING_LIMIT)
+
+    sw, mw = RC_SW.format(store=where), LIM_MW.format(storage=storage)
+    swa, swc = RC_SWA.format(store=where), LIM_SWC.format(storage=storage)
+    tb, gcra = RC_TB.format(store=where), RC_GCRA.format(store=where)
+    contenders: list[_Contender] = [
+        _PythonOp(sw, hit("sliding-window"), keys),
+        _PythonOp(mw, moving_window_hit, keys),
+        _PythonOp(swa, hit("sliding-window-approx"), keys),
+        _PythonOp(swc, sliding_counter_hit, keys),
+        _PythonOp(tb, hit("token-bucket"), keys),
+        _PythonOp(gcra, hit("gcra"), keys),
+    ]
+    ratios: list[_RatioSpec] = [
+        (f"redcount sliding-window / limits MovingWindow ({where})", sw, mw, target),
+        (f"redcount sliding-window-approx / limits SlidingWindowCounter ({where})", swa, swc, target),
+        (f"redcount token-bucket / redcount sliding-window ({where})", tb, sw, None),
+        (f"redcount gcra / redcount sliding-window ({where})", gcra, sw, None),
+    ]
+    return contenders, ratios
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -452,17 +537,24 @@ def run_bench(args: argparse.Namespace) -> int:
 
     seconds = float(args.seconds)
     batch = int(args.batch)
+    only = str(getattr(args, "only", "all"))
     if not seconds > 0 or not math.isfinite(seconds):
         raise ValueError(f"--seconds must be > 0, got {args.seconds}")
     if batch < 1:
         raise ValueError(f"--batch must be >= 1, got {args.batch}")
+    if only not in ONLY:
+        raise ValueError(f"--only must be one of {', '.join(ONLY)}, got {only!r}")
+    fixed, sliding = only in ("all", "fixed"), only in ("all", "sliding")
 
-    bench_bin = shutil.which(args.redis_benchmark)
-    if bench_bin is None:
-        raise BenchError(
-            f"redis-benchmark not found (looked for {args.redis_benchmark!r}); {INSTALL_REDIS}, "
-            f"or pass --redis-benchmark PATH"
-        )
+    bench_bin = ""  # only the fixed-window measurements run redis-benchmark
+    if fixed:
+        found = shutil.which(args.redis_benchmark)
+        if found is None:
+            raise BenchError(
+                f"redis-benchmark not found (looked for {args.redis_benchmark!r}); {INSTALL_REDIS}, "
+                f"or pass --redis-benchmark PATH"
+            )
+        bench_bin = found
     server_bin: str | None = None
     if args.url is None:
         server_bin = shutil.which(args.redis_server)
@@ -480,10 +572,12 @@ def run_bench(args: argparse.Namespace) -> int:
     keys = [f"user:{i}" for i in range(n_keys)]
     batches = [{keys[(j * batch + i) % n_keys]: 1 for i in range(batch)} for j in range(-(-n_keys // batch))]
     item = limits.parse(BIG_LIMIT)
+    sliding_item = limits.parse(SLIDING_LIMIT)
 
     with _sigterm_as_exit(), _private_server(server_bin) if server_bin else _existing(args.url) as url:
         store = connect(url)
         mem = connect()
+        mem_sliding = connect()  # its own, so that its figures do not depend on --only
         try:
             store.ping()
             rep = Report(
@@ -496,27 +590,80 @@ def run_bench(args: argparse.Namespace) -> int:
                 batch=batch,
                 keys=n_keys,
                 key_prefix=prefix,
+                only=only,
             )
-            counter = FixedWindowCounter(store, "incr", COUNTER_WINDOW, prefix=prefix)
-            limiter = Limiter(store, prefix=f"{prefix}:lim")
-            mem_counter = FixedWindowCounter(mem, "incr", COUNTER_WINDOW, prefix=prefix)
-            mem_limiter = Limiter(mem, prefix=f"{prefix}:lim")
-            lim_redis = limits.strategies.FixedWindowRateLimiter(
-                limits.storage.RedisStorage(url, key_prefix=f"{prefix}:limits")
-            )
-            lim_mem = limits.strategies.FixedWindowRateLimiter(limits.storage.MemoryStorage())
+            plan: list[_Contender] = []
+            ratios: list[_RatioSpec] = []
+            counters: list[FixedWindowCounter] = []
+            if fixed:
+                counter = FixedWindowCounter(store, "incr", COUNTER_WINDOW, prefix=prefix)
+                limiter = Limiter(store, prefix=f"{prefix}:lim")
+                mem_counter = FixedWindowCounter(mem, "incr", COUNTER_WINDOW, prefix=prefix)
+                mem_limiter = Limiter(mem, prefix=f"{prefix}:lim")
+                counters += [counter, mem_counter]
+                lim_redis = limits.strategies.FixedWindowRateLimiter(
+                    limits.storage.RedisStorage(url, key_prefix=f"{prefix}:limits")
+                )
+                lim_mem = limits.strategies.FixedWindowRateLimiter(limits.storage.MemoryStorage())
+                plan += [
+                    _RedisBenchmark(RB_P1, bench_bin, url, 1, rb_key),
+                    _PythonOp(RC_INCR, counter.incr, keys),
+                    _PythonOp(LIM_HIT_REDIS, partial(lim_redis.hit, item), keys),
+                    _PythonOp(RC_HIT_REDIS, partial(limiter.hit, BIG_LIMIT), keys),
+                    _RedisBenchmark(RB_PN.format(batch=batch), bench_bin, url, batch, rb_key),
+                    _PythonOp(RC_MANY.format(batch=batch), counter.incr_many, batches, per_call=batch),
+                    _PythonOp(RC_INCR_MEM, mem_counter.incr, keys),
+                    _PythonOp(LIM_HIT_MEM, partial(lim_mem.hit, item), keys),
+                    _PythonOp(RC_HIT_MEM, partial(mem_limiter.hit, BIG_LIMIT), keys),
+                ]
+                ratios += [
+                    ("redcount incr (Redis) / limits hit (Redis)", RC_INCR, LIM_HIT_REDIS, 1.6),
+                    ("redcount incr (Redis) / redis-benchmark -c1 -P1", RC_INCR, RB_P1, 0.8),
+                    (
+                        f"redcount incr_many / redis-benchmark -c1 -P{batch}",
+                        RC_MANY.format(batch=batch),
+                        RB_PN.format(batch=batch),
+                        0.4,
+                    ),
+                    ("redcount incr (memory) / limits hit (memory)", RC_INCR_MEM, LIM_HIT_MEM, 3.0),
+                    ("redcount Limiter.hit / limits hit (Redis)", RC_HIT_REDIS, LIM_HIT_REDIS, None),
+                    ("redcount Limiter.hit / limits hit (memory)", RC_HIT_MEM, LIM_HIT_MEM, None),
+                ]
+            if sliding:
+                # One limits storage per limiter, like the fixed-window one above: in memory
+                # each brings its own expiry timer thread, which would otherwise sweep the
+                # other's keys too.
+                for where, storage, rc_store, mw, swc, target in [
+                    (
+                        "Redis",
+                        "RedisStorage",
+                        store,
+                        limits.storage.RedisStorage(url, key_prefix=f"{prefix}:limits-mw"),
+                        limits.storage.RedisStorage(url, key_prefix=f"{prefix}:limits-swc"),
+                        1.6,
+                    ),
+                    (
+                        "memory",
+                        "MemoryStorage",
+                        mem_sliding,
+                        limits.storage.MemoryStorage(),
+                        limits.storage.MemoryStorage(),
+                        5.0,
+                    ),
+                ]:
+                    more, more_ratios = _sliding_block(
+                        rc_store,
+                        where,
+                        storage,
+                        f"{prefix}:lim",
+                        keys,
+                        partial(limits.strategies.MovingWindowRateLimiter(mw).hit, sliding_item),
+                        partial(limits.strategies.SlidingWindowCounterRateLimiter(swc).hit, sliding_item),
+                        target,
+                    )
+                    plan += more
+                    ratios += more_ratios
 
-            plan: list[_Contender] = [
-                _RedisBenchmark(RB_P1, bench_bin, url, 1, rb_key),
-                _PythonOp(RC_INCR, counter.incr, keys),
-                _PythonOp(LIM_HIT_REDIS, partial(lim_redis.hit, item), keys),
-                _PythonOp(RC_HIT_REDIS, partial(limiter.hit, BIG_LIMIT), keys),
-                _RedisBenchmark(RB_PN.format(batch=batch), bench_bin, url, batch, rb_key),
-                _PythonOp(RC_MANY.format(batch=batch), counter.incr_many, batches, per_call=batch),
-                _PythonOp(RC_INCR_MEM, mem_counter.incr, keys),
-                _PythonOp(LIM_HIT_MEM, partial(lim_mem.hit, item), keys),
-                _PythonOp(RC_HIT_MEM, partial(mem_limiter.hit, BIG_LIMIT), keys),
-            ]
             rounds = _rounds(seconds)
             step = 0
             for r in range(1, rounds + 1):
@@ -527,28 +674,11 @@ def run_bench(args: argparse.Namespace) -> int:
                     contender.run_slice(seconds / rounds)
             rep.results = [c.result() for c in plan]
             rep.rounds = rounds
-            counter.close()
-            mem_counter.close()
+            for c in counters:
+                c.close()
 
             by_name = {r.name: r for r in rep.results}
-            rep.ratios = [
-                _ratio(by_name, "redcount incr (Redis) / limits hit (Redis)", RC_INCR, LIM_HIT_REDIS, 1.6),
-                _ratio(by_name, "redcount incr (Redis) / redis-benchmark -c1 -P1", RC_INCR, RB_P1, 0.8),
-                _ratio(
-                    by_name,
-                    f"redcount incr_many / redis-benchmark -c1 -P{batch}",
-                    RC_MANY.format(batch=batch),
-                    RB_PN.format(batch=batch),
-                    0.4,
-                ),
-                _ratio(
-                    by_name, "redcount incr (memory) / limits hit (memory)", RC_INCR_MEM, LIM_HIT_MEM, 3.0
-                ),
-                _ratio(
-                    by_name, "redcount Limiter.hit / limits hit (Redis)", RC_HIT_REDIS, LIM_HIT_REDIS, None
-                ),
-                _ratio(by_name, "redcount Limiter.hit / limits hit (memory)", RC_HIT_MEM, LIM_HIT_MEM, None),
-            ]
+            rep.ratios = [_ratio(by_name, *spec) for spec in ratios]
             _print_report(rep)
             if args.json:
                 with open(args.json, "w", encoding="utf-8") as f:
@@ -561,6 +691,7 @@ def run_bench(args: argparse.Namespace) -> int:
             finally:
                 store.close()
                 mem.close()
+                mem_sliding.close()
     return 0
 
 

@@ -1,4 +1,4 @@
-"""The ``redcount`` command: ``redcount demo`` and ``redcount bench``."""
+"""The ``redcount`` command: ``redcount demo``, ``bench``, ``accuracy`` and ``abuse``."""
 
 from __future__ import annotations
 
@@ -22,6 +22,20 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--rate", type=float, default=4000.0, help="target requests per second in all (default 4000)")
     d.add_argument("--seed", type=int, default=7, help="random seed (default 7)")
 
+    acc = sub.add_parser("accuracy", help="measure how far past its limit each strategy lets a client go")
+    acc.add_argument("--limit", type=int, default=100, help="hits allowed per window (default 100)")
+    acc.add_argument("--window", type=int, default=60, help="window length in whole seconds (default 60)")
+    acc.add_argument("--seed", type=int, default=1, help="seed of the random scenario (default 1)")
+    acc.add_argument("--json", default=None, help="also write the figures to this JSON file")
+
+    ab = sub.add_parser("abuse", help="measure the Redis memory one abusive client costs per strategy")
+    ab.add_argument("--url", default=None, help="an existing redis:// server (default: start a private one)")
+    ab.add_argument("--limits", default="10,100,1000", help="limits per window to try (default 10,100,1000)")
+    ab.add_argument("--factor", type=int, default=10, help="requests per window, times the limit (default 10)")
+    ab.add_argument("--window", type=int, default=60, help="window length in whole seconds (default 60)")
+    ab.add_argument("--redis-server", default="redis-server", help="redis-server binary to start")
+    ab.add_argument("--json", default=None, help="also write the figures to this JSON file")
+
     b = sub.add_parser("bench", help="measure throughput against limits and redis-benchmark")
     b.add_argument("--url", default=None, help="an existing redis:// server (default: start a private one)")
     b.add_argument("--seconds", type=float, default=2.0, help="seconds per measurement (default 2)")
@@ -29,6 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--redis-server", default="redis-server", help="redis-server binary to start")
     b.add_argument("--redis-benchmark", default="redis-benchmark", help="redis-benchmark binary")
     b.add_argument("--json", default=None, help="also write the figures to this JSON file")
+    b.add_argument("--only", choices=["all", "fixed", "sliding"], default="all", help="which measurements")
     return p
 
 
@@ -41,6 +56,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .demo import run_demo
 
             return run_demo(args)
+        if args.command == "accuracy":
+            from .accuracy import run_accuracy
+
+            return run_accuracy(args)
+        if args.command == "abuse":
+            from .abuse import run_abuse
+
+            return run_abuse(args)
         from .bench import run_bench
 
         return run_bench(args)

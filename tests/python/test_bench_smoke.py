@@ -23,7 +23,7 @@ def _need(binary: str) -> None:
         pytest.fail(f"{binary!r} not found on PATH: apt-get install redis-server. Refusing to skip.")
 
 
-ROWS = [
+FIXED_ROWS = [
     "redis-benchmark INCR -c1 -P1",
     "redcount incr (Redis)",
     "limits FixedWindow hit (RedisStorage)",
@@ -34,7 +34,22 @@ ROWS = [
     "limits FixedWindow hit (MemoryStorage)",
     "redcount Limiter.hit (memory)",
 ]
-RATIOS = [
+SLIDING_ROWS = [
+    "redcount sliding-window hit (Redis)",
+    "limits MovingWindow hit (RedisStorage)",
+    "redcount sliding-window-approx hit (Redis)",
+    "limits SlidingWindowCounter hit (RedisStorage)",
+    "redcount token-bucket hit (Redis)",
+    "redcount gcra hit (Redis)",
+    "redcount sliding-window hit (memory)",
+    "limits MovingWindow hit (MemoryStorage)",
+    "redcount sliding-window-approx hit (memory)",
+    "limits SlidingWindowCounter hit (MemoryStorage)",
+    "redcount token-bucket hit (memory)",
+    "redcount gcra hit (memory)",
+]
+ROWS = FIXED_ROWS + SLIDING_ROWS
+FIXED_RATIOS = [
     "redcount incr (Redis) / limits hit (Redis)",
     "redcount incr (Redis) / redis-benchmark -c1 -P1",
     "redcount incr_many / redis-benchmark -c1 -P128",
@@ -42,6 +57,19 @@ RATIOS = [
     "redcount Limiter.hit / limits hit (Redis)",
     "redcount Limiter.hit / limits hit (memory)",
 ]
+SLIDING_RATIOS = [
+    "redcount sliding-window / limits MovingWindow (Redis)",
+    "redcount sliding-window-approx / limits SlidingWindowCounter (Redis)",
+    "redcount token-bucket / redcount sliding-window (Redis)",
+    "redcount gcra / redcount sliding-window (Redis)",
+    "redcount sliding-window / limits MovingWindow (memory)",
+    "redcount sliding-window-approx / limits SlidingWindowCounter (memory)",
+    "redcount token-bucket / redcount sliding-window (memory)",
+    "redcount gcra / redcount sliding-window (memory)",
+]
+RATIOS = FIXED_RATIOS + SLIDING_RATIOS
+FIXED_TARGETS = [1.6, 0.8, 0.4, 3.0, None, None]
+SLIDING_TARGETS = [1.6, 1.6, None, None, 5.0, 5.0, None, None]
 
 
 def test_bench_reports_every_row_and_ratio(tmp_path: Path) -> None:
@@ -59,7 +87,7 @@ def test_bench_reports_every_row_and_ratio(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     for name in ROWS + RATIOS:
         assert name in done.stdout, f"{name!r} missing from:\n{done.stdout}"
-    assert done.stdout.count("PASS") + done.stdout.count("MISS") == 4
+    assert done.stdout.count("PASS") + done.stdout.count("MISS") == 8
     for name in ROWS:  # progress: one line per measurement, on stderr
         assert name in done.stderr
 
@@ -67,8 +95,51 @@ def test_bench_reports_every_row_and_ratio(tmp_path: Path) -> None:
     assert [r["name"] for r in data["results"]] == ROWS
     assert all(r["ops_per_sec"] > 0 and r["falsy"] == 0 for r in data["results"])
     assert [q["name"] for q in data["ratios"]] == RATIOS
-    assert [q["target"] for q in data["ratios"]] == [1.6, 0.8, 0.4, 3.0, None, None]
+    assert [q["target"] for q in data["ratios"]] == FIXED_TARGETS + SLIDING_TARGETS
+    assert data["only"] == "all"
+    assert data["sliding_limit"] == "100/second"
     assert not list(tmp_path.glob("*.rdb"))  # the private server saved nothing here
+
+
+def test_bench_only_sliding(tmp_path: Path) -> None:
+    # --only sliding measures the sliding windows and buckets alone, and needs no
+    # redis-benchmark (only the fixed-window rows run it).
+    _need("redis-server")
+    out_json = tmp_path / "bench.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "redcount",
+            "bench",
+            "--seconds",
+            "0.2",
+            "--only",
+            "sliding",
+            "--redis-benchmark",
+            str(tmp_path / "no-such-redis-benchmark"),
+            "--json",
+            str(out_json),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    for name in SLIDING_ROWS + SLIDING_RATIOS:
+        assert name in done.stdout, f"{name!r} missing from:\n{done.stdout}"
+    for name in FIXED_ROWS + FIXED_RATIOS:
+        assert name not in done.stdout
+    assert done.stdout.count("PASS") + done.stdout.count("MISS") == 4
+
+    data = json.loads(out_json.read_text())
+    assert [r["name"] for r in data["results"]] == SLIDING_ROWS
+    assert all(r["ops_per_sec"] > 0 and r["falsy"] == 0 for r in data["results"])
+    assert [q["name"] for q in data["ratios"]] == SLIDING_RATIOS
+    assert [q["target"] for q in data["ratios"]] == SLIDING_TARGETS
+    assert data["only"] == "sliding"
 
 
 def test_bench_refuses_a_missing_binary(tmp_path: Path) -> None:
