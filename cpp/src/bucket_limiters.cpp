@@ -69,44 +69,27 @@ Reply native_token_bucket(Keyspace& ks, const std::vector<std::string>& keys, co
   return Reply::of_array(std::move(out));
 }
 
-class TokenBucketLimiter final : public LimiterStrategy {
+class TokenBucketLimiter final : public detail::ScriptedLimiter {
  public:
-  TokenBucketLimiter(std::shared_ptr<Store> store, const LimiterOptions& o)
-      : store_(store), time_(store, o.clock), prefix_(o.prefix) {}
+  TokenBucketLimiter(const std::shared_ptr<Store>& store, const LimiterOptions& o) : ScriptedLimiter(store, o) {}
 
   std::string_view name() const noexcept override { return "token-bucket"; }
-  ClockMode clock() const noexcept override { return time_.effective(); }
-
-  Decision hit(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) override {
-    return run(limits, key, cost, "hit", nullptr);
-  }
-  Decision test(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) override {
-    return run(limits, key, cost, "test", nullptr);
-  }
-  std::vector<LimitStats> stats(const std::vector<RateLimit>& limits, std::string_view key) override {
-    std::vector<Outcome> outcomes;
-    run(limits, key, 1, "test", &outcomes);
-    return detail::to_stats(limits, outcomes);
-  }
-  void reset(const std::vector<RateLimit>& limits, std::string_view key) override {
-    detail::require_limits(limits);
-    validate_key(key);
-    Command del{{"DEL"}};
-    for (const auto& l : limits) del.args.push_back(storage_key(l, key));
-    store_->execute_one(std::move(del)).check();
-  }
 
  private:
-  std::string storage_key(const RateLimit& l, std::string_view key) const {
+  void check(const std::vector<RateLimit>& limits) const override {
+    detail::require_limits(limits);
+    detail::require_span(limits, name());
+    detail::require_exact(limits, name(), true);
+  }
+
+  std::string storage_key(const RateLimit& l, std::string_view key) const override {
     return prefix_ + ":tb:" + std::to_string(l.amount) + ":" + std::to_string(l.capacity()) + ":{" + std::string(key) +
            "}:" + std::to_string(l.window_ms);
   }
 
   Decision run(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost, const char* mode,
-               std::vector<Outcome>* stats_out) {
-    detail::require_limits(limits);
-    detail::require_span(limits, name());
-    detail::require_exact(limits, name(), true);
+               std::vector<Outcome>* stats_out) override {
+    check(limits);
     validate_key(key);
     if (!stats_out) validate_cost(limits, cost, true);
     ScriptCall call{&kTokenBucketScript, {}, {"", mode, std::to_string(cost)}};
@@ -137,9 +120,6 @@ class TokenBucketLimiter final : public LimiterStrategy {
     return detail::combine(outcomes, allowed);
   }
 
-  std::shared_ptr<Store> store_;
-  TimeSource time_;
-  std::string prefix_;
 };
 
 // ------------------------------------------------------------------------------- GCRA
@@ -181,38 +161,17 @@ Reply native_gcra(Keyspace& ks, const std::vector<std::string>& keys, const std:
   return Reply::of_array(std::move(out));
 }
 
-class GcraLimiter final : public LimiterStrategy {
+class GcraLimiter final : public detail::ScriptedLimiter {
  public:
-  GcraLimiter(std::shared_ptr<Store> store, const LimiterOptions& o)
-      : store_(store), time_(store, o.clock), prefix_(o.prefix) {}
+  GcraLimiter(const std::shared_ptr<Store>& store, const LimiterOptions& o) : ScriptedLimiter(store, o) {}
 
   std::string_view name() const noexcept override { return "gcra"; }
-  ClockMode clock() const noexcept override { return time_.effective(); }
-
-  Decision hit(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) override {
-    return run(limits, key, cost, "hit", nullptr);
-  }
-  Decision test(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) override {
-    return run(limits, key, cost, "test", nullptr);
-  }
-  std::vector<LimitStats> stats(const std::vector<RateLimit>& limits, std::string_view key) override {
-    std::vector<Outcome> outcomes;
-    run(limits, key, 1, "test", &outcomes);
-    return detail::to_stats(limits, outcomes);
-  }
-  void reset(const std::vector<RateLimit>& limits, std::string_view key) override {
-    detail::require_limits(limits);
-    validate_key(key);
-    Command del{{"DEL"}};
-    for (const auto& l : limits) del.args.push_back(storage_key(l, key));
-    store_->execute_one(std::move(del)).check();
-  }
 
  private:
   // The emission interval in µs, rounded up so the rate is never exceeded.
   static std::int64_t interval_us(const RateLimit& l) { return ceil_div(l.window_ms * 1000, l.amount); }
 
-  static void check(const std::vector<RateLimit>& limits) {
+  void check(const std::vector<RateLimit>& limits) const override {
     detail::require_limits(limits);
     for (const auto& l : limits) {
       std::int64_t span = 0;
@@ -224,13 +183,13 @@ class GcraLimiter final : public LimiterStrategy {
     }
   }
 
-  std::string storage_key(const RateLimit& l, std::string_view key) const {
+  std::string storage_key(const RateLimit& l, std::string_view key) const override {
     return prefix_ + ":gcra:" + std::to_string(l.amount) + ":" + std::to_string(l.capacity()) + ":{" +
            std::string(key) + "}:" + std::to_string(l.window_ms);
   }
 
   Decision run(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost, const char* mode,
-               std::vector<Outcome>* stats_out) {
+               std::vector<Outcome>* stats_out) override {
     check(limits);
     validate_key(key);
     if (!stats_out) validate_cost(limits, cost, true);
@@ -262,9 +221,6 @@ class GcraLimiter final : public LimiterStrategy {
     return detail::combine(outcomes, allowed);
   }
 
-  std::shared_ptr<Store> store_;
-  TimeSource time_;
-  std::string prefix_;
 };
 
 }  // namespace

@@ -286,6 +286,14 @@ Decision combine(const std::vector<Outcome>& outcomes, bool allowed) {
   return d;
 }
 
+void ScriptedLimiter::reset(const std::vector<RateLimit>& limits, std::string_view key) {
+  check(limits);
+  validate_key(key);
+  Command del{{"DEL"}};
+  for (const auto& l : limits) del.args.push_back(storage_key(l, key));
+  store_->execute_one(std::move(del)).check();
+}
+
 std::vector<LimitStats> to_stats(const std::vector<RateLimit>& limits, const std::vector<Outcome>& outcomes) {
   std::vector<LimitStats> out;
   for (std::size_t i = 0; i < limits.size(); ++i) {

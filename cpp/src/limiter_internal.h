@@ -13,7 +13,9 @@
 #include "redcount/limiter.h"
 #include "redcount/limits.h"
 #include "redcount/store.h"
+#include "redcount/time_source.h"
 #include "redcount/util.h"
+#include "redcount/window.h"
 
 namespace redcount::detail {
 
@@ -107,6 +109,40 @@ void require_limits(const std::vector<RateLimit>& limits);
 
 // Reply::of_error for a native script given arguments it cannot parse.
 Reply malformed(std::string_view script);
+
+// A strategy that decides with one script call over one key per limit, in "hit" or
+// "test" mode: hit/test/stats/reset come from run(), check() and storage_key().
+class ScriptedLimiter : public LimiterStrategy {
+ public:
+  ScriptedLimiter(const std::shared_ptr<Store>& store, const LimiterOptions& o)
+      : store_(store), time_(store, o.clock), prefix_(o.prefix) {}
+
+  ClockMode clock() const noexcept override { return time_.effective(); }
+  Decision hit(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) override {
+    return run(limits, key, cost, "hit", nullptr);
+  }
+  Decision test(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) override {
+    return run(limits, key, cost, "test", nullptr);
+  }
+  std::vector<LimitStats> stats(const std::vector<RateLimit>& limits, std::string_view key) override {
+    std::vector<Outcome> outcomes;
+    run(limits, key, 1, "test", &outcomes);
+    return to_stats(limits, outcomes);
+  }
+  void reset(const std::vector<RateLimit>& limits, std::string_view key) override;
+
+ protected:
+  // Throws InvalidArgument unless the limits suit this strategy.
+  virtual void check(const std::vector<RateLimit>& limits) const = 0;
+  virtual std::string storage_key(const RateLimit& limit, std::string_view key) const = 0;
+  // One decision; with `stats_out` (stats()), cost is 1 and not validated against the limits.
+  virtual Decision run(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost,
+                       const char* mode, std::vector<Outcome>* stats_out) = 0;
+
+  std::shared_ptr<Store> store_;
+  TimeSource time_;
+  std::string prefix_;
+};
 
 std::unique_ptr<LimiterStrategy> make_fixed_window(std::shared_ptr<Store> store, const LimiterOptions& o);
 std::unique_ptr<LimiterStrategy> make_sliding_log(std::shared_ptr<Store> store, const LimiterOptions& o);

@@ -77,44 +77,28 @@ Reply native_sliding_log(Keyspace& ks, const std::vector<std::string>& keys, con
   return Reply::of_array(std::move(out));
 }
 
-class SlidingLogLimiter final : public LimiterStrategy {
+class SlidingLogLimiter final : public detail::ScriptedLimiter {
  public:
-  SlidingLogLimiter(std::shared_ptr<Store> store, const LimiterOptions& o)
-      : store_(store), time_(store, o.clock), prefix_(o.prefix), memory_(store->is_memory()) {}
+  SlidingLogLimiter(const std::shared_ptr<Store>& store, const LimiterOptions& o)
+      : ScriptedLimiter(store, o), memory_(store->is_memory()) {}
 
   std::string_view name() const noexcept override { return "sliding-window"; }
-  ClockMode clock() const noexcept override { return time_.effective(); }
-
-  Decision hit(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) override {
-    return run(limits, key, cost, "hit", nullptr);
-  }
-  Decision test(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) override {
-    return run(limits, key, cost, "test", nullptr);
-  }
-  std::vector<LimitStats> stats(const std::vector<RateLimit>& limits, std::string_view key) override {
-    std::vector<Outcome> outcomes;
-    run(limits, key, 1, "test", &outcomes);
-    return detail::to_stats(limits, outcomes);
-  }
-  void reset(const std::vector<RateLimit>& limits, std::string_view key) override {
-    detail::require_limits(limits);
-    validate_key(key);
-    Command del{{"DEL"}};
-    for (const auto& l : limits) del.args.push_back(storage_key(l, key));
-    store_->execute_one(std::move(del)).check();
-  }
 
  private:
-  std::string storage_key(const RateLimit& l, std::string_view key) const {
-    return prefix_ + ":sw:" + std::to_string(l.amount) + ":{" + std::string(key) + "}:" + std::to_string(l.window_ms);
-  }
-
-  Decision run(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost, const char* mode,
-               std::vector<Outcome>* stats_out) {
+  void check(const std::vector<RateLimit>& limits) const override {
     detail::require_limits(limits);
     detail::require_no_burst(limits, name());
     detail::require_members(limits, name());
     detail::require_span(limits, name());
+  }
+
+  std::string storage_key(const RateLimit& l, std::string_view key) const override {
+    return prefix_ + ":sw:" + std::to_string(l.amount) + ":{" + std::string(key) + "}:" + std::to_string(l.window_ms);
+  }
+
+  Decision run(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost, const char* mode,
+               std::vector<Outcome>* stats_out) override {
+    check(limits);
     validate_key(key);
     if (!stats_out) validate_cost(limits, cost);
     ScriptCall call{&kSlidingLogScript, {}, {"", mode, std::to_string(cost), detail::unique_id(memory_)}};
@@ -142,9 +126,6 @@ class SlidingLogLimiter final : public LimiterStrategy {
     return detail::combine(outcomes, allowed);
   }
 
-  std::shared_ptr<Store> store_;
-  TimeSource time_;
-  std::string prefix_;
   bool memory_;
 };
 
@@ -208,35 +189,15 @@ Reply native_sliding_approx(Keyspace& ks, const std::vector<std::string>& keys,
   return Reply::of_array(std::move(out));
 }
 
-class SlidingApproxLimiter final : public LimiterStrategy {
+class SlidingApproxLimiter final : public detail::ScriptedLimiter {
  public:
-  SlidingApproxLimiter(std::shared_ptr<Store> store, const LimiterOptions& o)
-      : store_(store), time_(store, o.clock), prefix_(o.prefix), k_(o.sub_buckets) {}
+  SlidingApproxLimiter(const std::shared_ptr<Store>& store, const LimiterOptions& o)
+      : ScriptedLimiter(store, o), k_(o.sub_buckets) {}
 
   std::string_view name() const noexcept override { return "sliding-window-approx"; }
-  ClockMode clock() const noexcept override { return time_.effective(); }
-
-  Decision hit(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) override {
-    return run(limits, key, cost, "hit", nullptr);
-  }
-  Decision test(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) override {
-    return run(limits, key, cost, "test", nullptr);
-  }
-  std::vector<LimitStats> stats(const std::vector<RateLimit>& limits, std::string_view key) override {
-    std::vector<Outcome> outcomes;
-    run(limits, key, 1, "test", &outcomes);
-    return detail::to_stats(limits, outcomes);
-  }
-  void reset(const std::vector<RateLimit>& limits, std::string_view key) override {
-    check(limits);
-    validate_key(key);
-    Command del{{"DEL"}};
-    for (const auto& l : limits) del.args.push_back(storage_key(l, key));
-    store_->execute_one(std::move(del)).check();
-  }
 
  private:
-  void check(const std::vector<RateLimit>& limits) const {
+  void check(const std::vector<RateLimit>& limits) const override {
     detail::require_limits(limits);
     detail::require_no_burst(limits, name());
     detail::require_span(limits, name());
@@ -249,13 +210,13 @@ class SlidingApproxLimiter final : public LimiterStrategy {
     }
   }
 
-  std::string storage_key(const RateLimit& l, std::string_view key) const {
+  std::string storage_key(const RateLimit& l, std::string_view key) const override {
     return prefix_ + ":swa" + std::to_string(k_) + ":" + std::to_string(l.amount) + ":{" + std::string(key) + "}:" +
            std::to_string(l.window_ms);
   }
 
   Decision run(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost, const char* mode,
-               std::vector<Outcome>* stats_out) {
+               std::vector<Outcome>* stats_out) override {
     check(limits);
     validate_key(key);
     if (!stats_out) validate_cost(limits, cost);
@@ -331,9 +292,6 @@ class SlidingApproxLimiter final : public LimiterStrategy {
     return o;
   }
 
-  std::shared_ptr<Store> store_;
-  TimeSource time_;
-  std::string prefix_;
   std::int64_t k_;
 };
 
