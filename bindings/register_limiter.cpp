@@ -35,21 +35,31 @@ struct LimiterHandle {
       // Borrowed: the caller's LimitSet outlives the call (it is an argument).
       return std::shared_ptr<const LimitSet>(std::shared_ptr<const LimitSet>(), &limit.cast<const LimitSet&>());
     }
+    // The same str object as last time (a literal at a call site): no hashing, no lock.
+    // Only touched with the GIL held, which serialises it.
+    if (limit.ptr() == last_text.ptr() && last_set) return last_set;
     if (!PyUnicode_Check(limit.ptr())) {
       throw py::type_error("limit must be a str or LimitSet, got " +
                            std::string(py::str(py::type::handle_of(limit).attr("__name__"))));
     }
     std::string text = text_arg(limit, "limit");
+    std::shared_ptr<const LimitSet> set;
     {
       std::lock_guard<std::mutex> lock(mu);
       auto it = parsed.find(text);
-      if (it != parsed.end()) return it->second;
+      if (it != parsed.end()) set = it->second;
     }
-    auto set = std::make_shared<const LimitSet>(LimitSet{text, parse_limits(text)});
-    std::lock_guard<std::mutex> lock(mu);
-    if (parsed.size() < 4096) parsed.emplace(std::move(text), set);
+    if (!set) {
+      set = std::make_shared<const LimitSet>(LimitSet{text, parse_limits(text)});
+      std::lock_guard<std::mutex> lock(mu);
+      if (parsed.size() < 4096) parsed.emplace(std::move(text), set);
+    }
+    last_text = py::reinterpret_borrow<py::object>(limit);
+    last_set = set;
     return set;
   }
+  py::object last_text;
+  std::shared_ptr<const LimitSet> last_set;
 };
 
 // Releases the GIL for the duration of a call that may wait on the network.

@@ -12,6 +12,7 @@
 #include "redcount/errors.h"
 #include "redcount/limiter.h"
 #include "redcount/limits.h"
+#include "redcount/memory_store.h"
 #include "redcount/store.h"
 #include "redcount/time_source.h"
 #include "redcount/util.h"
@@ -115,7 +116,7 @@ Reply malformed(std::string_view script);
 class ScriptedLimiter : public LimiterStrategy {
  public:
   ScriptedLimiter(const std::shared_ptr<Store>& store, const LimiterOptions& o)
-      : store_(store), time_(store, o.clock), prefix_(o.prefix) {}
+      : store_(store), time_(store, o.clock), prefix_(o.prefix), memory_(dynamic_cast<MemoryStore*>(store.get())) {}
 
   ClockMode clock() const noexcept override { return time_.effective(); }
   Decision hit(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) override {
@@ -139,10 +140,38 @@ class ScriptedLimiter : public LimiterStrategy {
   virtual Decision run(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost,
                        const char* mode, std::vector<Outcome>* stats_out) = 0;
 
+  // The memory store, for the typed fast path (run_typed), or null.
+  MemoryStore* memory() const noexcept { return memory_; }
+
   std::shared_ptr<Store> store_;
   TimeSource time_;
   std::string prefix_;
+
+ private:
+  MemoryStore* memory_;
 };
+
+// Runs a native script's typed core on the memory store under its lock, at the store's
+// now: what a script call does, minus formatting arguments and parsing the reply.
+template <class Call>
+std::vector<std::int64_t> run_typed(MemoryStore& store, Call& call,
+                                    std::optional<std::vector<std::int64_t>> (*core)(Keyspace&, const Call&),
+                                    std::string_view script) {
+  struct Ctx {
+    Call* call;
+    decltype(core) fn;
+    std::optional<std::vector<std::int64_t>> out;
+  } ctx{&call, core, std::nullopt};
+  store.atomically(
+      [](Keyspace& ks, void* p) {
+        auto* c = static_cast<Ctx*>(p);
+        c->call->now = ks.now_ms();
+        c->out = c->fn(ks, *c->call);
+      },
+      &ctx);
+  if (!ctx.out) throw InvalidArgument(std::string(script) + ": arguments out of range");
+  return std::move(*ctx.out);
+}
 
 std::unique_ptr<LimiterStrategy> make_fixed_window(std::shared_ptr<Store> store, const LimiterOptions& o);
 std::unique_ptr<LimiterStrategy> make_sliding_log(std::shared_ptr<Store> store, const LimiterOptions& o);

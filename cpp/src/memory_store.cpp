@@ -165,14 +165,23 @@ class MemoryStore::Ops final : public Keyspace {
   std::int64_t now_ms() const override { return now_; }
 
   Entry* find(const std::string& key) {
+    // A script touches the same key several times in a row: remember the last one found.
+    // (Element pointers survive rehashing; erase() forgets it.)
+    if (memo_ != nullptr && memo_key_ == key) {
+      if (memo_->expire_at == 0 || memo_->expire_at > now_) return memo_;
+    }
     auto it = s_.data_.find(key);
     if (it == s_.data_.end()) return nullptr;
     if (it->second.expire_at != 0 && it->second.expire_at <= now_) {
       erase(it);
       return nullptr;
     }
+    memo_key_ = it->first;
+    memo_ = &it->second;
     return &it->second;
   }
+
+  void forget() noexcept { memo_ = nullptr; }
 
   // The live value of `key` if it is a T; nullptr when there is none; WRONGTYPE when
   // the key holds another type.
@@ -192,6 +201,7 @@ class MemoryStore::Ops final : public Keyspace {
   }
 
   void erase(std::unordered_map<std::string, Entry>::iterator it) {
+    forget();
     if (it->second.indexed_at != 0) s_.expiry_.erase({it->second.indexed_at, it->first});
     s_.data_.erase(it);
   }
@@ -480,7 +490,7 @@ class MemoryStore::Ops final : public Keyspace {
     return {h->fields.begin(), h->fields.end()};
   }
 
-  std::int64_t hincrby(const std::string& key, const std::string& field, std::int64_t amount) {
+  std::int64_t hincrby(const std::string& key, const std::string& field, std::int64_t amount) override {
     Hash& h = find_or_create<Hash>(key);
     std::int64_t cur = 0;
     auto it = h.index.find(field);
@@ -501,6 +511,8 @@ class MemoryStore::Ops final : public Keyspace {
  private:
   MemoryStore& s_;
   std::int64_t now_;
+  std::string_view memo_key_;
+  Entry* memo_ = nullptr;
 };
 
 MemoryStore::MemoryStore(const StoreOptions& options)
@@ -587,6 +599,13 @@ std::vector<Reply> MemoryStore::execute(const std::vector<Request>& batch) {
     }
   }
   return out;
+}
+
+void MemoryStore::atomically(void (*fn)(Keyspace& ks, void* ctx), void* ctx) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_) throw ConnectionError("the memory:// store is closed; open a new one with redcount.connect()");
+  Ops ops(*this, clock_->now_ms());
+  fn(ops, ctx);
 }
 
 Reply MemoryStore::run_command(Ops& ops, const std::vector<std::string>& args) {
@@ -743,6 +762,7 @@ Reply MemoryStore::run_command(Ops& ops, const std::vector<std::string>& args) {
     return Reply::of_array(std::move(keys));
   }
   if (cmd == "FLUSHALL" || cmd == "FLUSHDB") {
+    ops.forget();
     data_.clear();
     expiry_.clear();
     return Reply::of_status("OK");

@@ -6,6 +6,7 @@
 #include "limiter_internal.h"
 #include "redcount/errors.h"
 #include "redcount/lua_scripts.h"
+#include "redcount/memory_store.h"
 #include "redcount/window.h"
 
 namespace redcount {
@@ -16,71 +17,102 @@ using detail::Outcome;
 
 // ------------------------------------------------------------------ exact sliding log
 
-// The memory store's twin of sliding_log.lua; keep the two in step.
+// The exact log's decision on the memory store: sliding_log.lua's twin, keep the two in
+// step. Returns the Lua reply's integers, or nullopt for arguments the strategy never sends.
+struct LogCall {
+  std::int64_t now = 0;
+  bool hit = false;
+  std::int64_t cost = 0;
+  std::string_view uid;
+  const std::vector<std::string>* keys = nullptr;
+  std::vector<std::int64_t> amount, window;
+};
+
+std::optional<std::vector<std::int64_t>> sliding_log_core(Keyspace& ks, const LogCall& c) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  const auto& keys = *c.keys;
+  const std::size_t n = keys.size();
+  std::vector<std::int64_t> counts(n);
+  bool allowed = true;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double from = static_cast<double>(c.now - c.window[i] + 1);
+    if (c.hit) {
+      ks.zremrangebyscore(keys[i], -kInf, from - 1);
+      counts[i] = ks.zcard(keys[i]);
+    } else {
+      counts[i] = static_cast<std::int64_t>(ks.zrangebyscore(keys[i], from, kInf).size());
+    }
+    if (counts[i] + c.cost > c.amount[i]) allowed = false;
+  }
+  std::vector<std::int64_t> out{c.now, allowed ? 1 : 0};
+  out.reserve(2 + 3 * n);
+  // Members only need to be unique: unlike the Lua twin, the memory store leaves the time
+  // out of them, so that with a compact id they fit std::string's inline buffer.
+  std::string member(c.uid);
+  member += ':';
+  const std::size_t stem = member.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    const double from = static_cast<double>(c.now - c.window[i] + 1);
+    std::int64_t need_at = 0;
+    if (allowed && c.hit) {
+      for (std::int64_t m = 1; m <= c.cost; ++m) {
+        member.resize(stem);
+        member += std::to_string(m);
+        ks.zadd(keys[i], static_cast<double>(c.now), member);
+      }
+      counts[i] += c.cost;
+      ks.pexpireat(keys[i], ks.now_ms() + c.window[i]);
+    } else {
+      if (c.hit && counts[i] > 0 && ks.pttl(keys[i]) == -1) ks.pexpireat(keys[i], ks.now_ms() + c.window[i]);
+      if (counts[i] + c.cost > c.amount[i]) {
+        const std::int64_t need = counts[i] + c.cost - c.amount[i];
+        auto gone = ks.zrangebyscore(keys[i], from, kInf, need);
+        if (static_cast<std::int64_t>(gone.size()) != need) return std::nullopt;  // cost > amount
+        need_at = static_cast<std::int64_t>(gone.back().second) + c.window[i];
+      }
+    }
+    std::int64_t newest = 0;
+    if (allowed && c.hit) {
+      newest = c.now;
+    } else if (counts[i] > 0) {
+      newest = static_cast<std::int64_t>(ks.zrange(keys[i], -1, -1).at(0).second);
+    }
+    out.push_back(counts[i]);
+    out.push_back(newest);
+    out.push_back(need_at);
+  }
+  return out;
+}
+
+Reply to_reply(const std::optional<std::vector<std::int64_t>>& v, std::string_view script) {
+  if (!v) return detail::malformed(script);
+  std::vector<Reply> out;
+  out.reserve(v->size());
+  for (auto x : *v) out.push_back(Reply::of_integer(x));
+  return Reply::of_array(std::move(out));
+}
+
+// The memory store's twin of sliding_log.lua, as a script.
 Reply native_sliding_log(Keyspace& ks, const std::vector<std::string>& keys, const std::vector<std::string>& args) {
   const std::size_t n = keys.size();
   if (args.size() != 4 + 2 * n) return detail::malformed("sliding_log");
   auto now = detail::script_time(ks, args[0]);
   auto cost = detail::arg_in(args[2], 1, detail::kMaxMembers);
   if (!now || !cost) return detail::malformed("sliding_log");
-  const bool hit = args[1] == "hit";
-  std::vector<std::int64_t> amount(n), window(n), counts(n);
-  bool allowed = true;
+  LogCall c{*now, args[1] == "hit", *cost, args[3], &keys, {}, {}};
   for (std::size_t i = 0; i < n; ++i) {
     auto a = detail::arg_in(args[4 + 2 * i], 1, detail::kMaxMembers);
     auto w = detail::arg_in(args[5 + 2 * i], 1, detail::kMaxSpanMs);
     if (!a || !w) return detail::malformed("sliding_log");
-    amount[i] = *a;
-    window[i] = *w;
-    const double from = static_cast<double>(*now - *w + 1);
-    if (hit) {
-      ks.zremrangebyscore(keys[i], -std::numeric_limits<double>::infinity(), from - 1);
-      counts[i] = ks.zcard(keys[i]);
-    } else {
-      counts[i] = static_cast<std::int64_t>(
-          ks.zrangebyscore(keys[i], from, std::numeric_limits<double>::infinity()).size());
-    }
-    if (counts[i] + *cost > amount[i]) allowed = false;
+    c.amount.push_back(*a);
+    c.window.push_back(*w);
   }
-  std::vector<Reply> out{Reply::of_integer(*now), Reply::of_integer(allowed ? 1 : 0)};
-  // Members only need to be unique: unlike the Lua twin, the memory store leaves the time
-  // out of them, so that with a compact id they fit std::string's inline buffer.
-  const std::string stamp = args[3] + ":";
-  for (std::size_t i = 0; i < n; ++i) {
-    const double from = static_cast<double>(*now - window[i] + 1);
-    std::int64_t need_at = 0;
-    if (allowed && hit) {
-      for (std::int64_t m = 1; m <= *cost; ++m) ks.zadd(keys[i], static_cast<double>(*now), stamp + std::to_string(m));
-      counts[i] += *cost;
-      ks.pexpireat(keys[i], ks.now_ms() + window[i]);
-    } else {
-      if (hit && counts[i] > 0 && ks.pttl(keys[i]) == -1) ks.pexpireat(keys[i], ks.now_ms() + window[i]);
-      if (counts[i] + *cost > amount[i]) {
-        auto gone = ks.zrangebyscore(keys[i], from, std::numeric_limits<double>::infinity(),
-                                     counts[i] + *cost - amount[i]);
-        if (static_cast<std::int64_t>(gone.size()) != counts[i] + *cost - amount[i]) {
-          return detail::malformed("sliding_log");  // cost > amount: the Lua twin fails here too
-        }
-        need_at = static_cast<std::int64_t>(gone.back().second) + window[i];
-      }
-    }
-    std::int64_t newest = 0;
-    if (allowed && hit) {
-      newest = *now;
-    } else if (counts[i] > 0) {
-      newest = static_cast<std::int64_t>(ks.zrange(keys[i], -1, -1).at(0).second);
-    }
-    out.push_back(Reply::of_integer(counts[i]));
-    out.push_back(Reply::of_integer(newest));
-    out.push_back(Reply::of_integer(need_at));
-  }
-  return Reply::of_array(std::move(out));
+  return to_reply(sliding_log_core(ks, c), "sliding_log");
 }
 
 class SlidingLogLimiter final : public detail::ScriptedLimiter {
  public:
-  SlidingLogLimiter(const std::shared_ptr<Store>& store, const LimiterOptions& o)
-      : ScriptedLimiter(store, o), memory_(store->is_memory()) {}
+  SlidingLogLimiter(const std::shared_ptr<Store>& store, const LimiterOptions& o) : ScriptedLimiter(store, o) {}
 
   std::string_view name() const noexcept override { return "sliding-window"; }
 
@@ -101,13 +133,27 @@ class SlidingLogLimiter final : public detail::ScriptedLimiter {
     check(limits);
     validate_key(key);
     if (!stats_out) validate_cost(limits, cost);
-    ScriptCall call{&kSlidingLogScript, {}, {"", mode, std::to_string(cost), detail::unique_id(memory_)}};
-    for (const auto& l : limits) {
-      call.keys.push_back(storage_key(l, key));
-      call.args.push_back(std::to_string(l.amount));
-      call.args.push_back(std::to_string(l.window_ms));
+    std::vector<std::int64_t> v;
+    if (MemoryStore* mem = memory()) {
+      std::vector<std::string> keys;
+      LogCall c{0, std::string_view(mode) == "hit", cost, {}, &keys, {}, {}};
+      const std::string uid = detail::unique_id(true);
+      c.uid = uid;
+      for (const auto& l : limits) {
+        keys.push_back(storage_key(l, key));
+        c.amount.push_back(l.amount);
+        c.window.push_back(l.window_ms);
+      }
+      v = detail::run_typed(*mem, c, &sliding_log_core, "sliding_log");
+    } else {
+      ScriptCall call{&kSlidingLogScript, {}, {"", mode, std::to_string(cost), detail::unique_id()}};
+      for (const auto& l : limits) {
+        call.keys.push_back(storage_key(l, key));
+        call.args.push_back(std::to_string(l.amount));
+        call.args.push_back(std::to_string(l.window_ms));
+      }
+      v = detail::integers(time_.run(std::move(call), 0), 2 + 3 * limits.size(), "sliding_log");
     }
-    auto v = detail::integers(time_.run(std::move(call), 0), 2 + 3 * limits.size(), "sliding_log");
     const std::int64_t now = v[0];
     const bool allowed = v[1] == 1;
     std::vector<Outcome> outcomes;
@@ -126,12 +172,66 @@ class SlidingLogLimiter final : public detail::ScriptedLimiter {
     return detail::combine(outcomes, allowed);
   }
 
-  bool memory_;
 };
 
 // ---------------------------------------------------------- approximate sliding window
 
-// The memory store's twin of sliding_approx.lua; keep the two in step.
+// The approximate window's decision on the memory store: sliding_approx.lua's twin, keep
+// the two in step. Returns the Lua reply's integers, or nullopt for bad arguments.
+struct ApproxCall {
+  std::int64_t now = 0;
+  bool hit = false;
+  std::int64_t cost = 0;
+  const std::vector<std::string>* keys = nullptr;
+  std::vector<std::int64_t> amount, bucket, k;
+};
+
+std::optional<std::vector<std::int64_t>> sliding_approx_core(Keyspace& ks, const ApproxCall& call) {
+  using detail::sat_add;
+  using detail::sat_mul;
+  const auto& keys = *call.keys;
+  const std::size_t n = keys.size();
+  const std::int64_t now = call.now;
+  std::vector<std::int64_t> counts;  // k+1 per limit, sub-buckets cur-k .. cur
+  std::vector<std::size_t> first(n);
+  bool allowed = true;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::int64_t bucket = call.bucket[i], k = call.k[i];
+    const std::int64_t cur = now / bucket;
+    first[i] = counts.size();
+    counts.resize(counts.size() + static_cast<std::size_t>(k + 1), 0);
+    std::int64_t* c = counts.data() + first[i];
+    for (const auto& [field, value] : ks.hgetall(keys[i])) {
+      auto idx = parse_int64(field);
+      auto v = parse_int64(value);
+      if (idx && v && *idx >= cur - k && *idx <= cur) {
+        c[*idx - cur + k] = *v;
+      } else if (call.hit && (!idx || !v || *idx < cur - k)) {
+        ks.hdel(keys[i], field);  // a sub-bucket that left the window
+      }
+    }
+    std::int64_t scaled = sat_mul(c[0], bucket - (now - cur * bucket));
+    for (std::int64_t off = 1; off <= k; ++off) scaled = sat_add(scaled, sat_mul(c[off], bucket));
+    if (sat_add(scaled, sat_mul(call.cost, bucket)) > sat_mul(call.amount[i], bucket)) allowed = false;
+  }
+  std::vector<std::int64_t> out{now, allowed ? 1 : 0};
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::int64_t bucket = call.bucket[i], k = call.k[i];
+    const std::int64_t cur = now / bucket;
+    std::int64_t* c = counts.data() + first[i];
+    const std::int64_t ttl = (cur + k + 1) * bucket - now;
+    if (allowed && call.hit) {
+      c[k] = ks.hincrby(keys[i], std::to_string(cur), call.cost);
+      ks.pexpireat(keys[i], ks.now_ms() + ttl);
+    } else if (call.hit && ks.pttl(keys[i]) == -1) {
+      ks.pexpireat(keys[i], ks.now_ms() + ttl);
+    }
+    out.insert(out.end(), c, c + k + 1);
+  }
+  return out;
+}
+
+// The memory store's twin of sliding_approx.lua, as a script.
 Reply native_sliding_approx(Keyspace& ks, const std::vector<std::string>& keys,
                             const std::vector<std::string>& args) {
   const std::size_t n = keys.size();
@@ -139,54 +239,17 @@ Reply native_sliding_approx(Keyspace& ks, const std::vector<std::string>& keys,
   auto now = detail::script_time(ks, args[0]);
   auto cost = detail::arg_in(args[2], 1, detail::kMaxExact);
   if (!now || !cost) return detail::malformed("sliding_approx");
-  const bool hit = args[1] == "hit";
-  struct State {
-    std::vector<std::int64_t> c;
-    std::int64_t cur, bucket, k;
-  };
-  std::vector<State> all;
-  bool allowed = true;
+  ApproxCall call{*now, args[1] == "hit", *cost, &keys, {}, {}, {}};
   for (std::size_t i = 0; i < n; ++i) {
     auto amount = detail::arg_in(args[3 + 3 * i], 1, detail::kMaxExact);
     auto bucket = detail::arg_in(args[4 + 3 * i], 1, detail::kMaxSpanMs);
     auto k = detail::arg_in(args[5 + 3 * i], 1, 60);
     if (!amount || !bucket || !k) return detail::malformed("sliding_approx");
-    const std::int64_t cur = *now / *bucket;  // now > 0
-    State st{std::vector<std::int64_t>(static_cast<std::size_t>(*k + 1), 0), cur, *bucket, *k};
-    for (const auto& [field, value] : ks.hgetall(keys[i])) {
-      auto idx = parse_int64(field);
-      auto v = parse_int64(value);
-      if (idx && v && *idx >= cur - *k && *idx <= cur) {
-        st.c[static_cast<std::size_t>(*idx - cur + *k)] = *v;
-      } else if (hit && (!idx || !v || *idx < cur - *k)) {
-        ks.hdel(keys[i], field);
-      }
-    }
-    using detail::sat_add;
-    using detail::sat_mul;
-    std::int64_t scaled = sat_mul(st.c[0], *bucket - (*now - cur * *bucket));
-    for (std::int64_t off = 1; off <= *k; ++off) scaled = sat_add(scaled, sat_mul(st.c[static_cast<std::size_t>(off)], *bucket));
-    if (sat_add(scaled, sat_mul(*cost, *bucket)) > sat_mul(*amount, *bucket)) allowed = false;
-    all.push_back(std::move(st));
+    call.amount.push_back(*amount);
+    call.bucket.push_back(*bucket);
+    call.k.push_back(*k);
   }
-  std::vector<Reply> out{Reply::of_integer(*now), Reply::of_integer(allowed ? 1 : 0)};
-  for (std::size_t i = 0; i < n; ++i) {
-    auto& st = all[i];
-    const std::int64_t ttl = (st.cur + st.k + 1) * st.bucket - *now;
-    if (allowed && hit) {
-      const std::string field = std::to_string(st.cur);
-      auto prev = ks.hget(keys[i], field);
-      std::int64_t v = prev ? parse_int64(*prev).value_or(0) : 0;
-      if (__builtin_add_overflow(v, *cost, &v)) return Reply::of_error("ERR increment or decrement would overflow");
-      ks.hset(keys[i], field, std::to_string(v));
-      st.c[static_cast<std::size_t>(st.k)] = v;
-      ks.pexpireat(keys[i], ks.now_ms() + ttl);
-    } else if (hit && ks.pttl(keys[i]) == -1) {
-      ks.pexpireat(keys[i], ks.now_ms() + ttl);
-    }
-    for (auto c : st.c) out.push_back(Reply::of_integer(c));
-  }
-  return Reply::of_array(std::move(out));
+  return to_reply(sliding_approx_core(ks, call), "sliding_approx");
 }
 
 class SlidingApproxLimiter final : public detail::ScriptedLimiter {
@@ -220,29 +283,40 @@ class SlidingApproxLimiter final : public detail::ScriptedLimiter {
     check(limits);
     validate_key(key);
     if (!stats_out) validate_cost(limits, cost);
-    ScriptCall call{&kSlidingApproxScript, {}, {"", mode, std::to_string(cost)}};
-    for (const auto& l : limits) {
-      call.keys.push_back(storage_key(l, key));
-      call.args.push_back(std::to_string(l.amount));
-      call.args.push_back(std::to_string(l.window_ms / k_));
-      call.args.push_back(std::to_string(k_));
-    }
     const std::size_t per = static_cast<std::size_t>(k_ + 1);
-    auto v = detail::integers(time_.run(std::move(call), 0), 2 + per * limits.size(), "sliding_approx");
+    std::vector<std::int64_t> v;
+    if (MemoryStore* mem = memory()) {
+      std::vector<std::string> keys;
+      ApproxCall c{0, std::string_view(mode) == "hit", cost, &keys, {}, {}, {}};
+      for (const auto& l : limits) {
+        keys.push_back(storage_key(l, key));
+        c.amount.push_back(l.amount);
+        c.bucket.push_back(l.window_ms / k_);
+        c.k.push_back(k_);
+      }
+      v = detail::run_typed(*mem, c, &sliding_approx_core, "sliding_approx");
+    } else {
+      ScriptCall call{&kSlidingApproxScript, {}, {"", mode, std::to_string(cost)}};
+      for (const auto& l : limits) {
+        call.keys.push_back(storage_key(l, key));
+        call.args.push_back(std::to_string(l.amount));
+        call.args.push_back(std::to_string(l.window_ms / k_));
+        call.args.push_back(std::to_string(k_));
+      }
+      v = detail::integers(time_.run(std::move(call), 0), 2 + per * limits.size(), "sliding_approx");
+    }
     const std::int64_t now = v[0];
     const bool allowed = v[1] == 1;
     std::vector<Outcome> outcomes;
     for (std::size_t i = 0; i < limits.size(); ++i) {
-      std::vector<std::int64_t> c(v.begin() + 2 + static_cast<std::ptrdiff_t>(per * i),
-                                  v.begin() + 2 + static_cast<std::ptrdiff_t>(per * (i + 1)));
-      outcomes.push_back(outcome(limits[i], c, now, cost));
+      outcomes.push_back(outcome(limits[i], v.data() + 2 + per * i, now, cost));
     }
     if (stats_out) *stats_out = outcomes;
     return detail::combine(outcomes, allowed);
   }
 
   // c[off] = count of sub-bucket cur-k+off. Everything is scaled by the bucket length.
-  Outcome outcome(const RateLimit& l, const std::vector<std::int64_t>& c, std::int64_t now, std::int64_t cost) const {
+  Outcome outcome(const RateLimit& l, const std::int64_t* c, std::int64_t now, std::int64_t cost) const {
     const std::int64_t b = l.window_ms / k_;
     const std::int64_t cur = now / b;
     const std::int64_t e = now - cur * b;
@@ -250,7 +324,7 @@ class SlidingApproxLimiter final : public detail::ScriptedLimiter {
     //   recent(j) + old(j) * (b - ep),
     // recent(j) = b * (sum of c over sub-buckets cur+j-k+1 .. cur), old(j) = c[cur+j-k].
     auto count_of = [&](std::int64_t idx) -> std::int64_t {
-      return idx >= cur - k_ && idx <= cur ? c[static_cast<std::size_t>(idx - cur + k_)] : 0;
+      return idx >= cur - k_ && idx <= cur ? c[idx - cur + k_] : 0;
     };
     auto recent = [&](std::int64_t j) {
       std::int64_t sum = 0;

@@ -53,6 +53,10 @@ class MemoryStore final : public Store {
   MemoryStore& operator=(const MemoryStore&) = delete;
 
   std::vector<Reply> execute(const std::vector<Request>& batch) override;
+  // Runs fn(keyspace, ctx) under the store's lock with the clock frozen, like one script
+  // call: the typed fast path of counters and limiters, with no arguments formatted as
+  // text and no reply to parse. Errors fn throws (ReplyError included) propagate.
+  void atomically(void (*fn)(Keyspace& ks, void* ctx), void* ctx);
   std::int64_t now_ms() const override { return clock_->now_ms(); }
   std::string describe() const override { return "memory://"; }
   bool is_memory() const noexcept override { return true; }

@@ -91,6 +91,8 @@ class Keyspace {
   // Hashes (HGET / HSET key field value / HDEL / HGETALL).
   virtual std::optional<std::string> hget(const std::string& key, const std::string& field) = 0;
   virtual void hset(const std::string& key, const std::string& field, const std::string& value) = 0;
+  // HINCRBY key field amount: the new value; throws ReplyError where Redis errs.
+  virtual std::int64_t hincrby(const std::string& key, const std::string& field, std::int64_t amount) = 0;
   // HDEL key field; true when the field existed. An emptied hash is deleted.
   virtual bool hdel(const std::string& key, const std::string& field) = 0;
   // HGETALL key as (field, value) pairs, in no particular order.
