@@ -2,6 +2,7 @@
 #pragma once
 
 #include <atomic>
+#include <charconv>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -68,6 +69,20 @@ inline constexpr std::int64_t kMaxExact = std::int64_t{1} << 53;   // exact in a
 inline constexpr std::int64_t kMaxSpanMs = std::int64_t{1} << 42;  // about 139 years
 // The exact log and the concurrency limiter store one set member per unit of cost.
 inline constexpr std::int64_t kMaxMembers = 1'000'000;
+
+// "<prefix>:<kind>:<amount>:{<key>}:<window_ms>" built with one allocation; `extra`
+// (e.g. ":<capacity>") goes after the amount.
+inline std::string limiter_key(std::string_view prefix, std::string_view kind, std::int64_t amount,
+                               std::string_view extra, std::string_view key, std::int64_t window_ms) {
+  char num1[24], num2[24];
+  const std::size_t n1 = static_cast<std::size_t>(std::to_chars(num1, num1 + sizeof num1, amount).ptr - num1);
+  const std::size_t n2 = static_cast<std::size_t>(std::to_chars(num2, num2 + sizeof num2, window_ms).ptr - num2);
+  std::string out;
+  out.reserve(prefix.size() + kind.size() + extra.size() + key.size() + n1 + n2 + 8);
+  out.append(prefix).append(":").append(kind).append(":").append(num1, n1);
+  out.append(extra).append(":{").append(key).append("}:").append(num2, n2);
+  return out;
+}
 
 // One limit's state after a hit/test, as the strategy computed it.
 struct Outcome {

@@ -483,6 +483,13 @@ class MemoryStore::Ops final : public Keyspace {
     return true;
   }
 
+  void hvisit(const std::string& key, void* ctx,
+              void (*visit)(void* ctx, std::string_view field, std::string_view value)) override {
+    const Hash* h = find_as<Hash>(key);
+    if (!h) return;
+    for (const auto& [field, value] : h->fields) visit(ctx, field, value);
+  }
+
   // In insertion order, which is what HGETALL answers with.
   std::vector<std::pair<std::string, std::string>> hgetall(const std::string& key) override {
     const Hash* h = find_as<Hash>(key);

@@ -1,5 +1,6 @@
 // The sliding-window limiters: the exact log and the weighted sub-bucket estimate.
 #include <algorithm>
+#include <charconv>
 #include <limits>
 #include <map>
 
@@ -125,7 +126,7 @@ class SlidingLogLimiter final : public detail::ScriptedLimiter {
   }
 
   std::string storage_key(const RateLimit& l, std::string_view key) const override {
-    return prefix_ + ":sw:" + std::to_string(l.amount) + ":{" + std::string(key) + "}:" + std::to_string(l.window_ms);
+    return detail::limiter_key(prefix_, "sw", l.amount, "", key, l.window_ms);
   }
 
   Decision run(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost, const char* mode,
@@ -179,11 +180,14 @@ class SlidingLogLimiter final : public detail::ScriptedLimiter {
 // The approximate window's decision on the memory store: sliding_approx.lua's twin, keep
 // the two in step. Returns the Lua reply's integers, or nullopt for bad arguments.
 struct ApproxCall {
+  struct Limit {
+    std::int64_t amount, bucket, k;
+  };
   std::int64_t now = 0;
   bool hit = false;
   std::int64_t cost = 0;
   const std::vector<std::string>* keys = nullptr;
-  std::vector<std::int64_t> amount, bucket, k;
+  std::vector<Limit> limits;
 };
 
 std::optional<std::vector<std::int64_t>> sliding_approx_core(Keyspace& ks, const ApproxCall& call) {
@@ -192,41 +196,52 @@ std::optional<std::vector<std::int64_t>> sliding_approx_core(Keyspace& ks, const
   const auto& keys = *call.keys;
   const std::size_t n = keys.size();
   const std::int64_t now = call.now;
-  std::vector<std::int64_t> counts;  // k+1 per limit, sub-buckets cur-k .. cur
-  std::vector<std::size_t> first(n);
+  // The reply: now, allowed, then k+1 counts per limit (sub-buckets cur-k .. cur).
+  std::size_t size = 2;
+  for (const auto& l : call.limits) size += static_cast<std::size_t>(l.k + 1);
+  std::vector<std::int64_t> out(size, 0);
+  out[0] = now;
   bool allowed = true;
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::int64_t bucket = call.bucket[i], k = call.k[i];
+  std::vector<std::string> stale;
+  for (std::size_t i = 0, at = 2; i < n; at += static_cast<std::size_t>(call.limits[i].k + 1), ++i) {
+    const std::int64_t bucket = call.limits[i].bucket, k = call.limits[i].k;
     const std::int64_t cur = now / bucket;
-    first[i] = counts.size();
-    counts.resize(counts.size() + static_cast<std::size_t>(k + 1), 0);
-    std::int64_t* c = counts.data() + first[i];
-    for (const auto& [field, value] : ks.hgetall(keys[i])) {
+    std::int64_t* c = out.data() + at;
+    struct Visit {
+      std::int64_t* c;
+      std::int64_t cur, k;
+      bool hit;
+      std::vector<std::string>* stale;
+    } visit{c, cur, k, call.hit, &stale};
+    ks.hvisit(keys[i], &visit, [](void* p, std::string_view field, std::string_view value) {
+      auto* v = static_cast<Visit*>(p);
       auto idx = parse_int64(field);
-      auto v = parse_int64(value);
-      if (idx && v && *idx >= cur - k && *idx <= cur) {
-        c[*idx - cur + k] = *v;
-      } else if (call.hit && (!idx || !v || *idx < cur - k)) {
-        ks.hdel(keys[i], field);  // a sub-bucket that left the window
+      auto count = parse_int64(value);
+      if (idx && count && *idx >= v->cur - v->k && *idx <= v->cur) {
+        v->c[*idx - v->cur + v->k] = *count;
+      } else if (v->hit && (!idx || !count || *idx < v->cur - v->k)) {
+        v->stale->emplace_back(field);  // a sub-bucket that left the window
       }
-    }
+    });
+    for (const auto& field : stale) ks.hdel(keys[i], field);
+    stale.clear();
     std::int64_t scaled = sat_mul(c[0], bucket - (now - cur * bucket));
     for (std::int64_t off = 1; off <= k; ++off) scaled = sat_add(scaled, sat_mul(c[off], bucket));
-    if (sat_add(scaled, sat_mul(call.cost, bucket)) > sat_mul(call.amount[i], bucket)) allowed = false;
+    if (sat_add(scaled, sat_mul(call.cost, bucket)) > sat_mul(call.limits[i].amount, bucket)) allowed = false;
   }
-  std::vector<std::int64_t> out{now, allowed ? 1 : 0};
-  for (std::size_t i = 0; i < n; ++i) {
-    const std::int64_t bucket = call.bucket[i], k = call.k[i];
+  out[1] = allowed ? 1 : 0;
+  for (std::size_t i = 0, at = 2; i < n; at += static_cast<std::size_t>(call.limits[i].k + 1), ++i) {
+    const std::int64_t bucket = call.limits[i].bucket, k = call.limits[i].k;
     const std::int64_t cur = now / bucket;
-    std::int64_t* c = counts.data() + first[i];
     const std::int64_t ttl = (cur + k + 1) * bucket - now;
     if (allowed && call.hit) {
-      c[k] = ks.hincrby(keys[i], std::to_string(cur), call.cost);
+      char field[24];
+      const auto len = static_cast<std::size_t>(std::to_chars(field, field + sizeof field, cur).ptr - field);
+      out[at + static_cast<std::size_t>(k)] = ks.hincrby(keys[i], std::string(field, len), call.cost);
       ks.pexpireat(keys[i], ks.now_ms() + ttl);
     } else if (call.hit && ks.pttl(keys[i]) == -1) {
       ks.pexpireat(keys[i], ks.now_ms() + ttl);
     }
-    out.insert(out.end(), c, c + k + 1);
   }
   return out;
 }
@@ -239,15 +254,13 @@ Reply native_sliding_approx(Keyspace& ks, const std::vector<std::string>& keys,
   auto now = detail::script_time(ks, args[0]);
   auto cost = detail::arg_in(args[2], 1, detail::kMaxExact);
   if (!now || !cost) return detail::malformed("sliding_approx");
-  ApproxCall call{*now, args[1] == "hit", *cost, &keys, {}, {}, {}};
+  ApproxCall call{*now, args[1] == "hit", *cost, &keys, {}};
   for (std::size_t i = 0; i < n; ++i) {
     auto amount = detail::arg_in(args[3 + 3 * i], 1, detail::kMaxExact);
     auto bucket = detail::arg_in(args[4 + 3 * i], 1, detail::kMaxSpanMs);
     auto k = detail::arg_in(args[5 + 3 * i], 1, 60);
     if (!amount || !bucket || !k) return detail::malformed("sliding_approx");
-    call.amount.push_back(*amount);
-    call.bucket.push_back(*bucket);
-    call.k.push_back(*k);
+    call.limits.push_back({*amount, *bucket, *k});
   }
   return to_reply(sliding_approx_core(ks, call), "sliding_approx");
 }
@@ -255,7 +268,7 @@ Reply native_sliding_approx(Keyspace& ks, const std::vector<std::string>& keys,
 class SlidingApproxLimiter final : public detail::ScriptedLimiter {
  public:
   SlidingApproxLimiter(const std::shared_ptr<Store>& store, const LimiterOptions& o)
-      : ScriptedLimiter(store, o), k_(o.sub_buckets) {}
+      : ScriptedLimiter(store, o), k_(o.sub_buckets), kind_("swa" + std::to_string(k_)) {}
 
   std::string_view name() const noexcept override { return "sliding-window-approx"; }
 
@@ -274,8 +287,7 @@ class SlidingApproxLimiter final : public detail::ScriptedLimiter {
   }
 
   std::string storage_key(const RateLimit& l, std::string_view key) const override {
-    return prefix_ + ":swa" + std::to_string(k_) + ":" + std::to_string(l.amount) + ":{" + std::string(key) + "}:" +
-           std::to_string(l.window_ms);
+    return detail::limiter_key(prefix_, kind_, l.amount, "", key, l.window_ms);
   }
 
   Decision run(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost, const char* mode,
@@ -287,12 +299,12 @@ class SlidingApproxLimiter final : public detail::ScriptedLimiter {
     std::vector<std::int64_t> v;
     if (MemoryStore* mem = memory()) {
       std::vector<std::string> keys;
-      ApproxCall c{0, std::string_view(mode) == "hit", cost, &keys, {}, {}, {}};
+      ApproxCall c{0, std::string_view(mode) == "hit", cost, &keys, {}};
+      keys.reserve(limits.size());
+      c.limits.reserve(limits.size());
       for (const auto& l : limits) {
         keys.push_back(storage_key(l, key));
-        c.amount.push_back(l.amount);
-        c.bucket.push_back(l.window_ms / k_);
-        c.k.push_back(k_);
+        c.limits.push_back({l.amount, l.window_ms / k_, k_});
       }
       v = detail::run_typed(*mem, c, &sliding_approx_core, "sliding_approx");
     } else {
@@ -367,6 +379,7 @@ class SlidingApproxLimiter final : public detail::ScriptedLimiter {
   }
 
   std::int64_t k_;
+  std::string kind_;  // "swa<k>"
 };
 
 }  // namespace

@@ -95,6 +95,10 @@ class Keyspace {
   virtual std::int64_t hincrby(const std::string& key, const std::string& field, std::int64_t amount) = 0;
   // HDEL key field; true when the field existed. An emptied hash is deleted.
   virtual bool hdel(const std::string& key, const std::string& field) = 0;
+  // Calls visit(ctx, field, value) for each field, in no particular order, without
+  // copying; visit must not change the keyspace.
+  virtual void hvisit(const std::string& key, void* ctx,
+                      void (*visit)(void* ctx, std::string_view field, std::string_view value)) = 0;
   // HGETALL key as (field, value) pairs, in no particular order.
   virtual std::vector<std::pair<std::string, std::string>> hgetall(const std::string& key) = 0;
 };
