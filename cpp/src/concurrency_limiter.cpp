@@ -72,12 +72,12 @@ class ConcurrencyLimiter final : public LimiterStrategy {
     const RateLimit& l = one(limits);
     if (l.window_ms > detail::kMaxSpanMs) throw InvalidArgument("'" + l.text() + "': the period is too long");
     validate_cost(limits, cost);
-    return decision(l.amount, cost, call("acquire", key, l.amount, l.window_ms, detail::unique_id(), cost));
+    return decision(l.amount, call("acquire", key, l.amount, l.window_ms, detail::unique_id(), cost));
   }
   Decision test(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) override {
     const RateLimit& l = one(limits);
     validate_cost(limits, cost);
-    return decision(l.amount, cost, call("test", key, l.amount, l.window_ms, "-", cost));
+    return decision(l.amount, call("test", key, l.amount, l.window_ms, "-", cost));
   }
   std::vector<LimitStats> stats(const std::vector<RateLimit>& limits, std::string_view key) override {
     const RateLimit& l = one(limits);
@@ -146,7 +146,7 @@ class ConcurrencyLimiter final : public LimiterStrategy {
     return detail::integers(time_.run(std::move(c), 0), 5, "concurrency");
   }
 
-  static Decision decision(std::int64_t max, std::int64_t cost, const std::vector<std::int64_t>& v) {
+  static Decision decision(std::int64_t max, const std::vector<std::int64_t>& v) {
     Outcome o;
     o.amount = max;
     o.count = v[2];
@@ -154,7 +154,6 @@ class ConcurrencyLimiter final : public LimiterStrategy {
     o.reset_after_ms = v[4] > 0 ? v[4] - v[0] : 0;
     o.refuses = v[1] != 1;
     o.retry_after_ms = o.refuses ? std::max<std::int64_t>(1, v[3] - v[0]) : 0;
-    (void)cost;
     return detail::combine({o}, v[1] == 1);
   }
 

@@ -30,10 +30,8 @@ a prefix unique to the run are written, and they are deleted at the end.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import secrets
-import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -41,7 +39,16 @@ from dataclasses import asdict, dataclass, field
 
 from . import __version__
 from .accuracy import STRATEGIES, StrategyCase, limit_text
-from .bench import BenchError, _delete_keys, _existing, _private_server, _redis_version, _sigterm_as_exit
+from .bench import (
+    BenchError,
+    _delete_keys,
+    _existing,
+    _private_server,
+    _redis_version,
+    _server_binary,
+    _sigterm_as_exit,
+    write_json,
+)
 from .limiter import Limiter
 from .store import ManualClock, Store, connect
 
@@ -57,7 +64,6 @@ __all__ = [
 
 NAIVE = "naive sorted set (every request)"
 DEFAULT_LIMITS = (10, 100, 1000)
-INSTALL_REDIS = "install it with `apt-get install redis-server`"
 
 
 @dataclass
@@ -245,14 +251,7 @@ def run_abuse(args: argparse.Namespace) -> int:
         raise BenchError(
             f"redcount abuse measures Redis memory: --url must be a redis:// or unix:// URL, got {args.url!r}"
         )
-    server_bin: str | None = None
-    if args.url is None:
-        server_bin = shutil.which(args.redis_server)
-        if server_bin is None:
-            raise BenchError(
-                f"redis-server not found (looked for {args.redis_server!r}); {INSTALL_REDIS}, "
-                f"pass --redis-server PATH, or point --url at a running server"
-            )
+    server_bin = _server_binary(args.redis_server) if args.url is None else None
     prefix = f"rcabuse:{os.getpid()}:{secrets.token_hex(4)}"
     with _sigterm_as_exit(), _private_server(server_bin) if server_bin else _existing(args.url) as url:
         store, clock = open_sim_store(url, window)
@@ -270,9 +269,7 @@ def run_abuse(args: argparse.Namespace) -> int:
             rep.rows = measure_abuse(store, clock, prefix, limits, factor, window)
             print(format_markdown(rep))
             if args.json:
-                with open(args.json, "w", encoding="utf-8") as f:
-                    json.dump(asdict(rep), f, indent=2, ensure_ascii=False)
-                    f.write("\n")
+                write_json(args.json, asdict(rep))
             sys.stdout.flush()
         finally:
             try:

@@ -49,12 +49,12 @@ What to expect, and why:
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
+from .bench import write_json
 from .limiter import Limiter, Strategy
 from .store import ManualClock, connect
 
@@ -317,8 +317,6 @@ def run_accuracy(args: argparse.Namespace) -> int:
     rep = measure_accuracy(int(args.limit), int(args.window), int(args.seed))
     print(format_markdown(rep))
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(asdict(rep), f, indent=2, ensure_ascii=False)
-            f.write("\n")
+        write_json(args.json, asdict(rep))
     sys.stdout.flush()
     return 0

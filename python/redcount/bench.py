@@ -231,6 +231,24 @@ class _PythonOp(_Contender, Generic[T]):
 # --------------------------------------------------------------------------- redis-server
 
 
+def _server_binary(name: str) -> str:
+    """The redis-server to start for a private server, or a BenchError saying what to do."""
+    found = shutil.which(name)
+    if found is None:
+        raise BenchError(
+            f"redis-server not found (looked for {name!r}); {INSTALL_REDIS}, "
+            f"pass --redis-server PATH, or point --url at a running server"
+        )
+    return found
+
+
+def write_json(path: str, data: Any) -> None:
+    """Write a report's figures as indented JSON (the ``--json`` option of the commands)."""
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -555,15 +573,8 @@ def run_bench(args: argparse.Namespace) -> int:
                 f"or pass --redis-benchmark PATH"
             )
         bench_bin = found
-    server_bin: str | None = None
-    if args.url is None:
-        server_bin = shutil.which(args.redis_server)
-        if server_bin is None:
-            raise BenchError(
-                f"redis-server not found (looked for {args.redis_server!r}); {INSTALL_REDIS}, "
-                f"pass --redis-server PATH, or point --url at a running server"
-            )
-    else:
+    server_bin = _server_binary(args.redis_server) if args.url is None else None
+    if args.url is not None:
         _benchmark_target(args.url)  # refuse what redis-benchmark and limits cannot use, up front
 
     prefix = f"rcbench:{os.getpid()}:{secrets.token_hex(4)}"
@@ -681,9 +692,7 @@ def run_bench(args: argparse.Namespace) -> int:
             rep.ratios = [_ratio(by_name, *spec) for spec in ratios]
             _print_report(rep)
             if args.json:
-                with open(args.json, "w", encoding="utf-8") as f:
-                    json.dump(_json_ready(asdict(rep)), f, indent=2)
-                    f.write("\n")
+                write_json(args.json, _json_ready(asdict(rep)))
         finally:
             try:
                 if server_bin is None:  # our keys on someone's server: take them away
