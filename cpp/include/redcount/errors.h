@@ -81,6 +81,12 @@ class RetryQueueFull : public Error {
   using Error::Error;
 };
 
+// The caller cancelled the operation (an asyncio task was cancelled) before it completed.
+class Cancelled : public Error {
+ public:
+  using Error::Error;
+};
+
 // True when `e` is worth retrying later (connection trouble, timeouts, LOADING,
 // READONLY, MASTERDOWN, TRYAGAIN, CLUSTERDOWN, BUSY).
 bool is_transient(const std::exception& e) noexcept;

@@ -38,6 +38,17 @@ struct StoreOptions {
   std::chrono::milliseconds pool_timeout{2000};     // wait for a free connection; 0 = forever
   std::chrono::milliseconds reconnect_backoff_min{10};
   std::chrono::milliseconds reconnect_backoff_max{1000};
+  int connections = 1;  // multiplexed connections per server, 1..4
+
+  // TLS (rediss://), with redis-py's option names; also accepted as URL query parameters.
+  enum class CertReqs { Required, Optional, None };
+  bool tls = false;
+  std::string ssl_ca_certs;                       // CA bundle (PEM); empty = the system trust store
+  std::string ssl_certfile;                       // client certificate (mutual TLS); empty = none
+  std::string ssl_keyfile;                        // its private key; empty = in ssl_certfile
+  CertReqs ssl_cert_reqs = CertReqs::Required;    // None only when asked, with a warning
+  bool ssl_check_hostname = true;                 // the certificate must name `host`
+  std::string ssl_server_name;                    // SNI and the name checked; empty = host
 
   // Memory store only.
   std::shared_ptr<Clock> clock;                      // null = system clock

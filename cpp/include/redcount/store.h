@@ -13,7 +13,10 @@
 // Implementations are thread-safe.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -45,11 +48,32 @@ struct Command {
   std::vector<std::string> args;
 };
 
-struct ScriptCall {
-  const Script* script;
-  std::vector<std::string> keys;
-  std::vector<std::string> args;
+// A script call's arguments in typed form. The memory store's twins may read them as
+// they are (no text to format or parse); a network store renders them as ARGV text.
+struct ScriptArgs {
+  virtual ~ScriptArgs() = default;
+  virtual std::vector<std::string> render() const = 0;
 };
+
+struct ScriptCall {
+  const Script* script = nullptr;
+  std::vector<std::string> keys;
+  std::vector<std::string> args;             // ARGV as text; may be empty when `typed` is set
+  std::shared_ptr<const ScriptArgs> typed{};  // optional typed form of the same ARGV
+
+  // ARGV as Redis receives it: `args`, or `typed` rendered into `scratch`.
+  const std::vector<std::string>& argv(std::vector<std::string>& scratch) const {
+    if (args.empty() && typed) {
+      scratch = typed->render();
+      return scratch;
+    }
+    return args;
+  }
+};
+
+// Every script redcount sends, in one registry: what a connection loads with SCRIPT LOAD
+// in its handshake, and what the parity test walks.
+const std::vector<const Script*>& all_scripts();
 
 using Request = std::variant<Command, ScriptCall>;
 
@@ -103,6 +127,12 @@ class Keyspace {
   virtual std::vector<std::pair<std::string, std::string>> hgetall(const std::string& key) = 0;
 };
 
+// Called exactly once with a batch's replies (in request order) or a transport error.
+using BatchDone = std::function<void(std::vector<Reply>&& replies, std::exception_ptr error)>;
+// Set to true by a caller that gave up (a cancelled coroutine): a store drops the batch
+// if it has not been written yet, and discards its replies if it has.
+using CancelFlag = std::shared_ptr<std::atomic<bool>>;
+
 class Store {
  public:
   virtual ~Store() = default;
@@ -110,6 +140,11 @@ class Store {
   // Runs the whole batch: one round trip on Redis, one critical section in memory.
   // Replies are in request order; error replies are returned, not thrown.
   virtual std::vector<Reply> execute(const std::vector<Request>& batch) = 0;
+
+  // Runs the batch without blocking the caller on the network: `done` is called on the
+  // store's I/O thread, or on the calling thread before submit returns (the memory store,
+  // or an error known at once). The default runs execute() inline.
+  virtual void submit(std::vector<Request> batch, BatchDone done, CancelFlag cancelled = nullptr);
 
   Reply execute_one(Request request) {
     std::vector<Request> batch;
