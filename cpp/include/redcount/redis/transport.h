@@ -40,7 +40,20 @@ class Transport {
   virtual std::string kind() const = 0;
 };
 
+struct StoreOptions;
+
 // Takes ownership of a connected non-blocking socket.
 std::unique_ptr<Transport> make_plain_transport(int fd);
+
+// One store's TLS configuration (an SSL_CTX with its CA, client certificate and verify
+// mode), shared by its connections. Throws InvalidArgument for unreadable or mismatched
+// certificate files, naming the file.
+class TlsContext;
+std::shared_ptr<TlsContext> make_tls_context(const StoreOptions& options);
+// Takes ownership of a connected non-blocking socket and starts TLS on it; handshake()
+// then drives the TLS handshake. `server_name` is sent as SNI and, with
+// ssl_check_hostname, must match the server's certificate.
+std::unique_ptr<Transport> make_tls_transport(int fd, std::shared_ptr<TlsContext> context,
+                                              const std::string& server_name);
 
 }  // namespace redcount
