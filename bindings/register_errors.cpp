@@ -66,7 +66,13 @@ std::int64_t seconds_arg(py::handle obj, const char* what, bool allow_zero) {
     throw py::type_error(std::string(what) + " must be a number of seconds, got " +
                          std::string(Py_TYPE(obj.ptr())->tp_name));
   }
-  const double s = py::cast<double>(obj);
+  // PyFloat_AsDouble, not py::cast: an int past the double range (10**400) must be a
+  // clear InvalidInputError naming the argument, not pybind11's bare cast error.
+  const double s = PyFloat_AsDouble(obj.ptr());
+  if (s == -1.0 && PyErr_Occurred()) {
+    PyErr_Clear();
+    throw InvalidArgument(std::string(what) + " is too large to be a number of seconds");
+  }
   if (allow_zero && s == 0) return 0;
   if (allow_zero && s < 0) {
     throw InvalidArgument(std::string(what) + " must be >= 0 seconds, got " + std::string(py::str(obj)));

@@ -1,6 +1,7 @@
 // Stores and clocks: redcount._core.Store, ManualClock and open_store().
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <memory>
 
 #include "common.h"
@@ -41,6 +42,18 @@ std::string arg_to_string(py::handle obj) {
   return text_arg(obj, "command argument");
 }
 
+// Seconds since the epoch (ManualClock) -> ms, refusing what the clock cannot hold:
+// NaN and infinities, and times past about 285,000 years either way.
+std::int64_t epoch_ms_arg(double seconds, const char* what) {
+  constexpr double kMaxMs = 9.0e18;
+  const double ms = seconds * 1000.0;
+  if (!std::isfinite(seconds) || ms > kMaxMs || ms < -kMaxMs) {
+    throw InvalidArgument(std::string(what) + " must be a finite number of seconds within +-9e15, got " +
+                          std::string(py::repr(py::float_(seconds))));
+  }
+  return static_cast<std::int64_t>(std::llround(ms));
+}
+
 std::shared_ptr<Store> open_store_shim(const std::string& url, py::object connect_timeout,
                                        py::object command_timeout, int max_connections, bool keepalive,
                                        py::object pool_timeout, std::shared_ptr<ManualClock> clock,
@@ -66,16 +79,21 @@ void register_store(py::module_& m) {
       m, "ManualClock",
       "A clock that only moves when told to, for the memory store: windows turn over and keys "
       "expire exactly when you advance it. Thread-safe.")
-      .def(py::init([](double start) { return std::make_shared<ManualClock>(static_cast<std::int64_t>(start * 1000.0)); }),
+      .def(py::init([](double start) { return std::make_shared<ManualClock>(epoch_ms_arg(start, "start")); }),
            py::arg("start") = 1'700'000'000.0, "Start at `start` seconds since the Unix epoch.")
       .def("now", [](const ManualClock& c) { return static_cast<double>(c.now_ms()) / 1000.0; },
            "Current time in seconds since the epoch.")
-      .def("set", [](ManualClock& c, double t) { c.set(static_cast<std::int64_t>(t * 1000.0)); }, py::arg("t"),
+      .def("set", [](ManualClock& c, double t) { c.set(epoch_ms_arg(t, "t")); }, py::arg("t"),
            "Jump to `t` seconds since the epoch.")
       .def("advance",
            [](ManualClock& c, double seconds) {
-             if (seconds < 0) throw InvalidArgument("a ManualClock only moves forward; got " + std::to_string(seconds));
-             c.advance(static_cast<std::int64_t>(seconds * 1000.0 + 0.5));
+             const std::int64_t step = epoch_ms_arg(seconds, "seconds");
+             if (step < 0) throw InvalidArgument("a ManualClock only moves forward; got " + std::to_string(seconds));
+             std::int64_t then = 0;
+             if (__builtin_add_overflow(c.now_ms(), step, &then) || then > 9'000'000'000'000'000'000) {
+               throw InvalidArgument("advance(" + std::to_string(seconds) + ") would move the clock past its range");
+             }
+             c.advance(step);
            },
            py::arg("seconds"), "Move forward by `seconds` (millisecond precision).");
 

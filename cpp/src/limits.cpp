@@ -1,5 +1,6 @@
 #include "redcount/limits.h"
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <utility>
@@ -12,6 +13,9 @@ namespace {
 
 constexpr std::int64_t kMaxAmount = (std::int64_t{1} << 53) - 1;  // exact in a Lua double
 constexpr std::int64_t kMaxWindowMs = std::int64_t{1} << 52;
+constexpr std::size_t kMaxLimits = 16;
+// Far more than 16 limits of the longest sensible spelling ("9007199254740991 per 999 seconds burst ...").
+constexpr std::size_t kMaxLimitText = 2048;
 
 struct Unit {
   std::string_view name;
@@ -35,7 +39,7 @@ std::string_view trim(std::string_view s) {
 }
 
 [[noreturn]] void bad(std::string_view whole, std::string_view part, const std::string& why) {
-  throw InvalidArgument("invalid rate limit '" + std::string(part) + "' in '" + std::string(whole) + "': " + why +
+  throw InvalidArgument("invalid rate limit '" + printable(trim(part)) + "' in '" + printable(whole) + "': " + why +
                         " (expected e.g. '10/minute', '10 per minute', '100/5 minutes', '5/second;100/hour')");
 }
 
@@ -50,7 +54,7 @@ RateLimit parse_one(std::string_view whole, std::string_view part) {
                                       std::isspace(static_cast<unsigned char>(low[at - 1]))) {
       std::string_view burst_text = trim(s.substr(at + 5));
       auto b = parse_int64(burst_text);
-      if (!b) bad(whole, part, "burst '" + std::string(burst_text) + "' is not a whole number");
+      if (!b) bad(whole, part, "burst '" + printable(burst_text) + "' is not a whole number");
       if (*b < 1) bad(whole, part, "burst must be >= 1, got " + std::to_string(*b));
       if (*b > kMaxAmount) bad(whole, part, "burst must be <= 2^53-1");
       burst = *b;
@@ -73,9 +77,9 @@ RateLimit parse_one(std::string_view whole, std::string_view part) {
   if (!amount) {
     if (!amount_text.empty() && std::isdigit(static_cast<unsigned char>(amount_text.back())) &&
         amount_text.find_first_not_of("0123456789") == std::string_view::npos) {
-      bad(whole, part, "amount '" + std::string(amount_text) + "' is too large");
+      bad(whole, part, "amount '" + printable(amount_text) + "' is too large");
     }
-    bad(whole, part, "amount '" + std::string(amount_text) + "' is not a whole number");
+    bad(whole, part, "amount '" + printable(amount_text) + "' is not a whole number");
   }
   if (*amount < 1) bad(whole, part, "amount must be >= 1, got " + std::to_string(*amount));
   if (*amount > kMaxAmount) bad(whole, part, "amount must be <= 2^53-1");
@@ -86,7 +90,7 @@ RateLimit parse_one(std::string_view whole, std::string_view part) {
   while (digits < per_text.size() && std::isdigit(static_cast<unsigned char>(per_text[digits]))) ++digits;
   if (digits > 0) {
     auto m = parse_int64(per_text.substr(0, digits));
-    if (!m) bad(whole, part, "window multiple '" + std::string(per_text.substr(0, digits)) + "' is not valid");
+    if (!m) bad(whole, part, "window multiple '" + printable(per_text.substr(0, digits)) + "' is not valid");
     if (*m < 1) bad(whole, part, "window multiple must be >= 1");
     multiple = *m;
     unit_text = trim(per_text.substr(digits));
@@ -107,7 +111,7 @@ RateLimit parse_one(std::string_view whole, std::string_view part) {
       }
     }
   }
-  bad(whole, part, "unknown time unit '" + std::string(unit_text) +
+  bad(whole, part, "unknown time unit '" + printable(unit_text) +
                        "' (use second, minute, hour, day, month or year)");
 }
 
@@ -123,6 +127,18 @@ std::string RateLimit::text() const {
 
 std::vector<RateLimit> parse_limits(std::string_view text) {
   if (trim(text).empty()) throw InvalidArgument("rate limit string is empty (expected e.g. '10/minute')");
+  // The caps are checked before any parsing, so a huge string costs a scan, not a parse.
+  if (text.size() > kMaxLimitText) {
+    throw InvalidArgument("rate limit string is " + std::to_string(text.size()) + " bytes long; at most " +
+                          std::to_string(kMaxLimitText) + " are accepted ('" + printable(text, 40) + "')");
+  }
+  const std::size_t parts = 1 + static_cast<std::size_t>(std::count_if(text.begin(), text.end(), [](char c) {
+                              return c == ';' || c == ',';
+                            }));
+  if (parts > kMaxLimits) {
+    throw InvalidArgument("at most " + std::to_string(kMaxLimits) + " limits may be combined, got " +
+                          std::to_string(parts));
+  }
   std::vector<RateLimit> out;
   std::size_t start = 0;
   while (start <= text.size()) {
@@ -131,7 +147,6 @@ std::vector<RateLimit> parse_limits(std::string_view text) {
     out.push_back(parse_one(text, text.substr(start, end - start)));
     start = end + 1;
   }
-  if (out.size() > 16) throw InvalidArgument("at most 16 limits may be combined, got " + std::to_string(out.size()));
   return out;
 }
 

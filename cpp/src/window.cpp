@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "redcount/errors.h"
+#include "redcount/util.h"
 
 namespace redcount {
 namespace {
@@ -133,7 +134,7 @@ void validate_name(std::string_view name, const char* what) {
   validate_text(name, what, 256);
   if (name.find_first_of("{}") != std::string_view::npos) {
     throw InvalidArgument(std::string(what) + " must not contain '{' or '}' (they would change the Redis "
-                          "Cluster hash tag), got '" + std::string(name) + "'");
+                          "Cluster hash tag), got '" + printable(name) + "'");
   }
 }
 

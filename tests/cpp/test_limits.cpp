@@ -180,6 +180,30 @@ TEST(ParseLimits, AtMostSixteenLimits) {
   EXPECT_TRUE(contains(msg, "17")) << msg;
 }
 
+// Issue 8 item 16: the caps are checked before parsing, so a huge string is refused at the
+// cost of a scan, and its error message stays short.
+TEST(ParseLimits, HugeStringsAreRefusedBeforeParsing) {
+  std::string many;
+  for (int i = 0; i < 400'000; ++i) many += "1/second;";  // 3.6 MB of valid limits
+  const std::string msg = parse_error(many);
+  EXPECT_TRUE(contains(msg, "2048")) << msg.substr(0, 200);
+  EXPECT_LT(msg.size(), 400u);
+  const std::string msg2 = parse_error(std::string(1 << 20, 'x'));
+  EXPECT_TRUE(contains(msg2, "bytes long")) << msg2.substr(0, 200);
+  EXPECT_LT(msg2.size(), 400u);
+  std::string seventeen;
+  for (int i = 0; i < 17; ++i) seventeen += "x;";
+  EXPECT_TRUE(contains(parse_error(seventeen), "at most 16")) << parse_error(seventeen);
+}
+
+// Issue 8 item 17: a NUL or other control byte in the input must not cut the message.
+TEST(ParseLimits, ControlBytesAreEscapedInMessages) {
+  const std::string msg = parse_error(std::string("10/min\0ute", 10));
+  EXPECT_TRUE(contains(msg, "\\x00")) << msg;
+  EXPECT_TRUE(contains(msg, "unknown time unit")) << msg;
+  EXPECT_EQ(std::string(msg.c_str()), msg);  // no NUL inside: what() keeps the whole text
+}
+
 TEST(ParseLimits, ErrorsAreInvalidArgumentAndRedcountErrors) {
   try {
     parse_limits("10/fortnight");

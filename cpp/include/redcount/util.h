@@ -27,6 +27,28 @@ inline std::optional<std::int64_t> parse_int64(std::string_view s) noexcept {
 
 inline std::string to_string(std::int64_t v) { return std::to_string(v); }
 
+// Caller-supplied text made safe to quote in an error message: control bytes (a NUL would
+// cut the message short where it is handed on as a C string) become \xNN, and text past
+// `max` bytes is cut with "...(N bytes)", so a huge argument never makes a huge message.
+inline std::string printable(std::string_view s, std::size_t max = 80) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  const std::size_t shown = std::min(s.size(), max);
+  out.reserve(shown + 16);
+  for (std::size_t i = 0; i < shown; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7f) {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  if (s.size() > max) out += "...(" + std::to_string(s.size()) + " bytes)";
+  return out;
+}
+
 inline std::string ascii_lower(std::string_view s) {
   std::string out(s);
   for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
