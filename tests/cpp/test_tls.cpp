@@ -338,6 +338,136 @@ std::string ping_error(int port, const StoreOptions& o, const std::string& name 
   }
 }
 
+// --- rediss:// URLs and TLS options ------------------------------------------------------------
+
+std::string url_error(const std::string& url) {
+  return rctest::error_of<InvalidArgument>([&] { parse_url(url); });
+}
+
+TEST(TlsUrl, RedissDefaults) {
+  const StoreOptions o = parse_url("rediss://cache");
+  EXPECT_EQ(o.kind, StoreOptions::Kind::Tcp);
+  EXPECT_TRUE(o.tls);
+  EXPECT_EQ(o.host, "cache");
+  EXPECT_EQ(o.port, 6379);
+  EXPECT_EQ(o.ssl_cert_reqs, StoreOptions::CertReqs::Required);
+  EXPECT_TRUE(o.ssl_check_hostname);
+  EXPECT_EQ(o.ssl_ca_certs, "");
+  EXPECT_EQ(o.ssl_certfile, "");
+  EXPECT_EQ(o.ssl_keyfile, "");
+  EXPECT_EQ(o.ssl_server_name, "");
+  EXPECT_FALSE(parse_url("redis://cache").tls);
+  EXPECT_FALSE(parse_url("unix:///tmp/r.sock").tls);
+}
+
+TEST(TlsUrl, EveryQueryParameter) {
+  const StoreOptions o = parse_url(
+      "rediss://app:s%3Fcret@cache.example:6380/2?ssl_ca_certs=%2Fetc%2Fredis%20ca.pem&ssl_certfile=/c/client.pem"
+      "&ssl_keyfile=/c/client%40host.key&ssl_cert_reqs=optional&ssl_check_hostname=false"
+      "&ssl_server_name=redis.internal");
+  EXPECT_TRUE(o.tls);
+  EXPECT_EQ(o.username, "app");
+  EXPECT_EQ(o.password, "s?cret");  // a '?' in a password is written %3F
+  EXPECT_EQ(o.host, "cache.example");
+  EXPECT_EQ(o.port, 6380);
+  EXPECT_EQ(o.db, 2);
+  EXPECT_EQ(o.ssl_ca_certs, "/etc/redis ca.pem");
+  EXPECT_EQ(o.ssl_certfile, "/c/client.pem");
+  EXPECT_EQ(o.ssl_keyfile, "/c/client@host.key");
+  EXPECT_EQ(o.ssl_cert_reqs, StoreOptions::CertReqs::Optional);
+  EXPECT_FALSE(o.ssl_check_hostname);
+  EXPECT_EQ(o.ssl_server_name, "redis.internal");
+}
+
+TEST(TlsUrl, ValuesOfCertReqsAndCheckHostname) {
+  using R = StoreOptions::CertReqs;
+  EXPECT_EQ(parse_url("rediss://h?ssl_cert_reqs=required").ssl_cert_reqs, R::Required);
+  EXPECT_EQ(parse_url("rediss://h?ssl_cert_reqs=none").ssl_cert_reqs, R::None);
+  EXPECT_EQ(parse_url("rediss://h?ssl_cert_reqs=NONE").ssl_cert_reqs, R::None);
+  EXPECT_EQ(parse_url("rediss://h?ssl_cert_reqs=CERT_OPTIONAL").ssl_cert_reqs, R::Optional);
+  EXPECT_TRUE(parse_url("rediss://h?ssl_check_hostname=true").ssl_check_hostname);
+  EXPECT_TRUE(parse_url("rediss://h?ssl_check_hostname=1").ssl_check_hostname);
+  EXPECT_FALSE(parse_url("rediss://h?ssl_check_hostname=0").ssl_check_hostname);
+  EXPECT_FALSE(parse_url("rediss://h?ssl_check_hostname=False").ssl_check_hostname);
+}
+
+TEST(TlsUrl, QueryEdgeCases) {
+  EXPECT_TRUE(parse_url("rediss://cache?").tls);
+  EXPECT_EQ(parse_url("rediss://cache/3?").db, 3);
+  EXPECT_EQ(parse_url("rediss://cache?&ssl_cert_reqs=none&").ssl_cert_reqs, StoreOptions::CertReqs::None);
+  StoreOptions o = parse_url("rediss://[::1]:6380?ssl_check_hostname=0");
+  EXPECT_EQ(o.host, "::1");
+  EXPECT_EQ(o.port, 6380);
+  EXPECT_FALSE(o.ssl_check_hostname);
+  o = parse_url("unix:///tmp/r.sock?db=4&");
+  EXPECT_EQ(o.db, 4);
+}
+
+TEST(TlsUrl, Errors) {
+  struct Case {
+    std::string url;
+    std::string in_message;
+  };
+  const std::vector<Case> cases = {
+      {"rediss://h?ssl_cert_reqs=maybe", "ssl_cert_reqs must be required, optional or none, got 'maybe'"},
+      {"rediss://h?ssl_check_hostname=yes", "ssl_check_hostname must be true, false, 1 or 0, got 'yes'"},
+      {"rediss://h?ssl_verify=none", "unknown query parameter 'ssl_verify' (rediss:// accepts ssl_ca_certs, "
+                                     "ssl_certfile, ssl_keyfile, ssl_cert_reqs, ssl_check_hostname, "
+                                     "ssl_server_name)"},
+      {"redis://h?timeout=3", "unknown query parameter 'timeout'"},
+      {"rediss://h?ssl_ca_certs=/a&ssl_ca_certs=/b", "query parameter 'ssl_ca_certs' is given twice"},
+      {"rediss://h?ssl_ca_certs", "query parameter 'ssl_ca_certs' needs a value"},
+      {"rediss://h?ssl_ca_certs=", "ssl_ca_certs must not be empty"},
+      {"rediss://h?ssl_ca_certs=%2", "truncated %-escape in query parameter 'ssl_ca_certs'"},
+      {"rediss://h?ssl_ca_certs=%zz", "bad %-escape in query parameter 'ssl_ca_certs'"},
+      {"rediss://h?ssl_ca_certs=a%00b", "NUL"},
+      {"rediss://h?ssl_server_name=a/b", "ssl_server_name must be a host name"},
+      {"rediss://h?ssl_certfile=/a@b", "percent-encode"},
+      {"redis://h?ssl_ca_certs=/ca.pem", "ssl_ca_certs applies to TLS connections only: use a rediss:// URL "
+                                         "(this one is redis://)"},
+      {"redis://h/0?ssl_cert_reqs=none", "use a rediss:// URL"},
+      {"unix:///tmp/r.sock?ssl_ca_certs=/ca.pem", "(this one is unix://)"},
+      {"unix:///tmp/r.sock?db=1&db=2", "'db' is given twice"},
+      {"unix:///tmp/r.sock?password=x", "unknown query parameter 'password' (unix:// takes db=N)"},
+      {"rediss://h?%41=1", "unknown query parameter (name not shown)"},
+  };
+  for (const auto& c : cases) {
+    const std::string msg = url_error(c.url);
+    EXPECT_TRUE(contains(msg, c.in_message)) << c.url << " -> " << msg;
+    EXPECT_TRUE(contains(msg, "expected memory://")) << c.url << " -> " << msg;
+  }
+}
+
+TEST(TlsUrl, QueryValuesAndPasswordsAreNotEchoed) {
+  const std::vector<std::string> bad = {
+      "rediss://:Sup3rS3cret@h?ssl_verify=1",
+      "rediss://h?ssl_ca_certs=/Sup3rS3cret/ca.pem&nope=1",
+      "rediss://h/0?nope=Sup3rS3cret",
+      "rediss://:Sup3r?S3cret@h",
+      "rediss://:Sup3r?x=S3cret@h:6379",
+      "unix:///tmp/r.sock?password=Sup3rS3cret",
+      "unix:///tmp/r.sock?db=x&password=Sup3rS3cret",
+      "redis://h?password=Sup3rS3cret",
+  };
+  for (const auto& url : bad) {
+    const std::string msg = url_error(url);
+    EXPECT_FALSE(contains(msg, "Sup3r")) << url << " -> " << msg;
+    EXPECT_FALSE(contains(msg, "S3cret")) << url << " -> " << msg;
+  }
+}
+
+TEST(TlsUrl, SetTlsOption) {
+  StoreOptions o = parse_url("rediss://h?ssl_cert_reqs=none");
+  set_tls_option(o, "ssl_cert_reqs", "required");  // a keyword overrides the query
+  EXPECT_EQ(o.ssl_cert_reqs, StoreOptions::CertReqs::Required);
+  set_tls_option(o, "ssl_ca_certs", "/x/ca.pem");
+  EXPECT_EQ(o.ssl_ca_certs, "/x/ca.pem");
+  EXPECT_THROW(set_tls_option(o, "ssl_password", "x"), InvalidArgument);
+  StoreOptions plain = parse_url("redis://h");
+  const std::string msg = rctest::error_of<InvalidArgument>([&] { set_tls_option(plain, "ssl_certfile", "/c.pem"); });
+  EXPECT_TRUE(contains(msg, "ssl_certfile applies to TLS connections only")) << msg;
+}
+
 // --- TlsContext: its files -------------------------------------------------------------------
 
 std::string context_error(const StoreOptions& o) {
