@@ -11,7 +11,6 @@
 #include <arpa/inet.h>
 #include <openssl/bio.h>
 #include <openssl/err.h>
-#include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 #include <sys/socket.h>
@@ -21,7 +20,6 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
-#include <limits>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -47,7 +45,6 @@ struct BioDeleter {
 // OpenSSL callbacks below (on the engine's thread, inside SSL_do_handshake/SSL_read).
 struct Observed {
   int verify_error = X509_V_OK;   // the first certificate the verifier refused...
-  int verify_depth = 0;           // ...its depth in the chain (0 = the server's own)...
   std::string verify_subject;     // ...its subject...
   std::string verify_not_after;   // ...its expiry date...
   std::string verify_names;       // ...and the names it lists (its subjectAltName)
@@ -137,7 +134,6 @@ int verify_callback(int ok, X509_STORE_CTX* store) {
   Observed* seen = ssl ? observed_of(ssl) : nullptr;
   if (seen && seen->verify_error == X509_V_OK) {
     seen->verify_error = X509_STORE_CTX_get_error(store);
-    seen->verify_depth = X509_STORE_CTX_get_error_depth(store);
     if (X509* cert = X509_STORE_CTX_get_current_cert(store)) {
       seen->verify_subject = name_of(X509_get_subject_name(cert));
       seen->verify_not_after = time_of(X509_get0_notAfter(cert));
@@ -374,13 +370,14 @@ class TlsTransport final : public Transport {
     ERR_clear_error();
     errno = 0;
     const int rc = SSL_do_handshake(ssl_.get());
+    const int saved_errno = errno;
     if (rc == 1) {
       established_ = true;
       return true;
     }
     const int err = SSL_get_error(ssl_.get(), rc);
     if (retry_later(err)) return false;
-    fail(err, errno, "the TLS handshake");
+    fail(err, saved_errno, "the TLS handshake");
   }
 
   std::size_t read(char* buf, std::size_t len) override {
@@ -392,9 +389,10 @@ class TlsTransport final : public Transport {
       received_ = true;
       return got;
     }
+    const int saved_errno = errno;
     const int err = SSL_get_error(ssl_.get(), 0);
     if (retry_later(err)) return 0;
-    fail(err, errno, "a read");
+    fail(err, saved_errno, "a read");
   }
 
   std::size_t write(const char* buf, std::size_t len) override {
@@ -403,9 +401,10 @@ class TlsTransport final : public Transport {
     errno = 0;
     std::size_t put = 0;
     if (SSL_write_ex(ssl_.get(), buf, len, &put) == 1) return put;
+    const int saved_errno = errno;
     const int err = SSL_get_error(ssl_.get(), 0);
     if (retry_later(err)) return 0;
-    Failure failure = describe_failure(err, errno, "a write");
+    Failure failure = describe_failure(err, saved_errno, "a write");
     ERR_clear_error();
     if (!failure.named_cause) {
       // A server that refuses us after our side of the handshake is done (TLS 1.3 checks
@@ -415,8 +414,9 @@ class TlsTransport final : public Transport {
       std::size_t ignored = 0;
       errno = 0;
       if (SSL_read_ex(ssl_.get(), scratch, sizeof scratch, &ignored) != 1) {
+        const int read_errno = errno;
         const int read_err = SSL_get_error(ssl_.get(), 0);
-        Failure alert = describe_failure(read_err, errno, "a write");
+        Failure alert = describe_failure(read_err, read_errno, "a write");
         if (alert.named_cause) failure = std::move(alert);
       }
       ERR_clear_error();
