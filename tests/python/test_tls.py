@@ -281,7 +281,10 @@ def test_good_tls_urls_and_keywords_pass_validation(certs: Path) -> None:
         (f"rediss://localhost:6380/0?ssl_ca_certs={certs / 'ca.pem'}&ssl_cert_reqs=optional", {}),
         ("rediss://localhost:6380/0", {"ssl_cert_reqs": ssl.CERT_REQUIRED, "ssl_server_name": "redis.example"}),
     ]:
-        store = _connect(url, connect_timeout=0.2, command_timeout=0.2, **kwargs)
+        try:
+            store = _connect(url, connect_timeout=0.2, command_timeout=0.2, **kwargs)
+        except redcount.ConnectionError:
+            continue  # an engine that connects at once: nothing listens there, which is fine here
         if store is not None:
             store.close()
 
