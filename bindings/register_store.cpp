@@ -3,6 +3,8 @@
 
 #include <cmath>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "common.h"
 #include "redcount/errors.h"
@@ -54,11 +56,41 @@ std::int64_t epoch_ms_arg(double seconds, const char* what) {
   return static_cast<std::int64_t>(std::llround(ms));
 }
 
+// TLS keyword arguments override the URL's query; each is checked as the query would be
+// (a TLS option on a non-TLS URL is an InvalidArgument naming it).
+struct TlsKeywords {
+  std::optional<std::string> ca_certs, certfile, keyfile, cert_reqs, server_name;
+  std::optional<bool> check_hostname;
+};
+
+void apply_tls_keywords(StoreOptions& o, const TlsKeywords& k) {
+  auto set = [&](const char* name, const std::optional<std::string>& v) {
+    if (v) set_tls_option(o, name, *v);
+  };
+  set("ssl_ca_certs", k.ca_certs);
+  set("ssl_certfile", k.certfile);
+  set("ssl_keyfile", k.keyfile);
+  set("ssl_cert_reqs", k.cert_reqs);
+  set("ssl_server_name", k.server_name);
+  if (k.check_hostname) set_tls_option(o, "ssl_check_hostname", *k.check_hostname ? "true" : "false");
+  if (o.tls && o.ssl_cert_reqs == StoreOptions::CertReqs::None) {
+    // Once per connect(), pointing at the caller's line (stacklevel 2: above connect()).
+    py::object category = py::module_::import("redcount.errors").attr("SecurityWarning");
+    if (PyErr_WarnEx(category.ptr(),
+                     "ssl_cert_reqs='none': the TLS connection is encrypted but the server's certificate is not "
+                     "verified, so anyone on the network path can impersonate it; pass ssl_ca_certs instead",
+                     2) != 0) {
+      throw py::error_already_set();  // warnings turned into errors (-W error)
+    }
+  }
+}
+
 std::shared_ptr<Store> open_store_shim(const std::string& url, py::object connect_timeout,
                                        py::object command_timeout, int max_connections, bool keepalive,
                                        py::object pool_timeout, std::shared_ptr<ManualClock> clock,
-                                       py::object sweep_interval) {
+                                       py::object sweep_interval, const TlsKeywords& tls) {
   StoreOptions o = parse_url(url);
+  apply_tls_keywords(o, tls);
   o.connect_timeout = std::chrono::milliseconds(seconds_arg(connect_timeout, "connect_timeout", true));
   o.command_timeout = std::chrono::milliseconds(seconds_arg(command_timeout, "command_timeout", true));
   o.pool_timeout = std::chrono::milliseconds(seconds_arg(pool_timeout, "pool_timeout", true));
@@ -181,9 +213,23 @@ void register_store(py::module_& m) {
           },
           "Close every connection (or stop the memory store's sweeper). Later calls raise ConnectionError.");
 
-  m.def("open_store", &open_store_shim, py::arg("url"), py::arg("connect_timeout"), py::arg("command_timeout"),
-        py::arg("max_connections"), py::arg("keepalive"), py::arg("pool_timeout"), py::arg("clock"),
-        py::arg("sweep_interval"), "Open a store; use redcount.connect() instead.");
+  m.def(
+      "open_store",
+      [](const std::string& url, py::object connect_timeout, py::object command_timeout, int max_connections,
+         bool keepalive, py::object pool_timeout, std::shared_ptr<ManualClock> clock, py::object sweep_interval,
+         std::optional<std::string> ssl_ca_certs, std::optional<std::string> ssl_certfile,
+         std::optional<std::string> ssl_keyfile, std::optional<std::string> ssl_cert_reqs,
+         std::optional<bool> ssl_check_hostname, std::optional<std::string> ssl_server_name) {
+        const TlsKeywords tls{std::move(ssl_ca_certs), std::move(ssl_certfile), std::move(ssl_keyfile),
+                              std::move(ssl_cert_reqs), std::move(ssl_server_name), ssl_check_hostname};
+        return open_store_shim(url, std::move(connect_timeout), std::move(command_timeout), max_connections,
+                               keepalive, std::move(pool_timeout), std::move(clock), std::move(sweep_interval), tls);
+      },
+      py::arg("url"), py::arg("connect_timeout"), py::arg("command_timeout"), py::arg("max_connections"),
+      py::arg("keepalive"), py::arg("pool_timeout"), py::arg("clock"), py::arg("sweep_interval"),
+      py::arg("ssl_ca_certs") = py::none(), py::arg("ssl_certfile") = py::none(), py::arg("ssl_keyfile") = py::none(),
+      py::arg("ssl_cert_reqs") = py::none(), py::arg("ssl_check_hostname") = py::none(),
+      py::arg("ssl_server_name") = py::none(), "Open a store; use redcount.connect() instead.");
 }
 
 }  // namespace redcount::bind

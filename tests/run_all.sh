@@ -3,7 +3,8 @@
 #
 #   bash tests/run_all.sh
 #
-# 1. Debian packages: compiler, hiredis, redis-server, GoogleTest, Google Benchmark.
+# 1. Debian packages: compiler, hiredis, OpenSSL (libssl-dev and the CLI the TLS tests use),
+#    redis-server, GoogleTest, Google Benchmark.
 # 2. A virtualenv (.venv) with redcount built from this checkout (warnings are errors)
 #    and the Python test dependencies.
 # 3. The C++ core's GoogleTest suite under AddressSanitizer + UBSan (and a smoke run of
@@ -18,7 +19,7 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
-  g++ make cmake ninja-build pkg-config libhiredis-dev redis-server redis-tools \
+  g++ make cmake ninja-build pkg-config libhiredis-dev libssl-dev openssl redis-server redis-tools \
   libgtest-dev libbenchmark-dev python3-venv python3-dev >/dev/null
 
 PY=${PYTHON:-python3}

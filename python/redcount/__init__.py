@@ -30,6 +30,7 @@ from .errors import (
     ReplyError,
     RetryQueueFull,
     ScriptError,
+    SecurityWarning,
     TimeoutError,
 )
 from .limiter import Decision, Lease, Limiter, LimitSet, LimitStats, parse_limits, strategies
@@ -57,6 +58,7 @@ __all__ = [
     "RetryQueueFull",
     "RetryStats",
     "ScriptError",
+    "SecurityWarning",
     "SlidingWindowCounter",
     "Store",
     "TimeoutError",

@@ -48,6 +48,12 @@ def open_store(
     pool_timeout: float,
     clock: ManualClock | None,
     sweep_interval: float,
+    ssl_ca_certs: str | None = None,
+    ssl_certfile: str | None = None,
+    ssl_keyfile: str | None = None,
+    ssl_cert_reqs: str | None = None,
+    ssl_check_hostname: bool | None = None,
+    ssl_server_name: str | None = None,
 ) -> Store: ...
 
 class RetryStats:

@@ -10,6 +10,9 @@
         ``ScriptError``: a Lua script failed on the server.
     ``RetryQueueFull``: a queued increment could not be queued; it was not applied.
     ``RateLimitExceeded``: :meth:`Limiter.lease` found every slot taken.
+
+``SecurityWarning`` (a ``UserWarning``, not an exception): :func:`redcount.connect` was
+asked to skip TLS certificate verification (``ssl_cert_reqs="none"``).
 """
 
 from __future__ import annotations
@@ -26,6 +29,14 @@ from ._core import (
     TimeoutError,
 )
 
+
+
+class SecurityWarning(UserWarning):
+    """Warned once by :func:`redcount.connect` when ``ssl_cert_reqs="none"`` turns off the
+    verification of the server's TLS certificate: the traffic is encrypted, but the server
+    is not authenticated. A ``UserWarning``, so it shows by default; filter it by this
+    class (``warnings.filterwarnings("ignore", category=redcount.SecurityWarning)``) where
+    that is a deliberate choice."""
 
 
 class RateLimitExceeded(RedcountError):
@@ -49,5 +60,6 @@ __all__ = [
     "ReplyError",
     "RetryQueueFull",
     "ScriptError",
+    "SecurityWarning",
     "TimeoutError",
 ]

@@ -300,7 +300,7 @@ def test_memory_only_methods_on_redis(redis_store: redcount.Store) -> None:
     ("redis://host:65536", "port"),
     ("redis://host:-1", "port"),
     ("foo://x", "unknown scheme 'foo'"),
-    ("rediss://x", "TLS"),
+    ("rediss://x?ssl_cert_reqs=maybe", "ssl_cert_reqs must be required, optional or none"),
     ("redis://h/abc", "database must be a number"),
     ("redis://h/-1", "database"),
     ("redis://", "missing host"),

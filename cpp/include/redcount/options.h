@@ -7,8 +7,13 @@
 // Accepted URLs:
 //   memory://
 //   redis://[[user]:password@]host[:port][/db]
+//   rediss://[[user]:password@]host[:port][/db][?query]   (TLS)
 //   unix:///path/to/redis.sock[?db=N]
-// rediss:// (TLS) is recognised and refused with a clear message until TLS lands.
+// The rediss:// query takes redis-py's names, percent-encoded values, '&'-separated:
+//   ssl_ca_certs=PATH  ssl_certfile=PATH  ssl_keyfile=PATH  ssl_cert_reqs=required|optional|none
+//   ssl_check_hostname=true|false|1|0  ssl_server_name=NAME
+// Any other query parameter is an error; so is a TLS option on a redis:// or unix:// URL.
+// Errors never show credentials or query values.
 #pragma once
 
 #include <chrono>
@@ -46,6 +51,9 @@ struct StoreOptions {
   std::string ssl_ca_certs;                       // CA bundle (PEM); empty = the system trust store
   std::string ssl_certfile;                       // client certificate (mutual TLS); empty = none
   std::string ssl_keyfile;                        // its private key; empty = in ssl_certfile
+  // Optional verifies like Required (a TLS server always presents a certificate; Python's
+  // ssl module treats CERT_OPTIONAL the same for clients). None verifies nothing, so it
+  // also turns the hostname check off.
   CertReqs ssl_cert_reqs = CertReqs::Required;    // None only when asked, with a warning
   bool ssl_check_hostname = true;                 // the certificate must name `host`
   std::string ssl_server_name;                    // SNI and the name checked; empty = host
@@ -57,5 +65,10 @@ struct StoreOptions {
 
 // Throws InvalidArgument naming the part of the URL that is wrong.
 StoreOptions parse_url(std::string_view url);
+
+// Sets one TLS option by its redis-py name from its text form, as a URL query does
+// (set_tls_option(o, "ssl_cert_reqs", "none")); keyword arguments use it to override the
+// URL. Throws InvalidArgument for an unknown name, a bad value, or when `o.tls` is false.
+void set_tls_option(StoreOptions& o, std::string_view name, std::string_view value);
 
 }  // namespace redcount

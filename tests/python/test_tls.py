@@ -1,0 +1,430 @@
+"""TLS: ``rediss://`` URLs, the ``ssl_*`` keywords of :func:`redcount.connect`, the
+``ssl_cert_reqs="none"`` warning, and end-to-end counters and limiters over TLS against
+redis-servers this module starts with certificates it generates (tests/tls/make_certs.sh,
+the openssl CLI: SANs for localhost and 127.0.0.1, a second CA, an expired certificate,
+one for another name, client certificates).
+
+Tests marked ``needs_engine`` need the I/O engine (issue 7), which carries the TLS
+transport into the stores; until it is merged ``connect("rediss://...")`` refuses TLS, and
+they are skipped with that reason. Everything else runs now.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redcount
+from conftest import READY_TIMEOUT, RedisServer, free_port
+
+MAKE_CERTS = Path(__file__).resolve().parent.parent / "tls" / "make_certs.sh"
+REDIS_SERVER = shutil.which("redis-server")
+ENGINE_REFUSAL = "needs redcount's I/O engine"  # what a build without the engine says
+
+needs_engine = pytest.mark.needs_engine
+
+
+def _engine_has_tls() -> bool:
+    try:
+        store = redcount.connect("rediss://127.0.0.1:1/0", connect_timeout=0.2, command_timeout=0.2)
+    except redcount.InvalidInputError as e:
+        if ENGINE_REFUSAL in str(e):
+            return False
+        raise
+    except redcount.ConnectionError:
+        return True  # an engine that connects eagerly: nothing listens on port 1
+    store.close()
+    return True
+
+
+@pytest.fixture(autouse=True)
+def _skip_without_engine(request: pytest.FixtureRequest) -> None:
+    if request.node.get_closest_marker("needs_engine") and not _engine_has_tls():
+        pytest.skip("needs the I/O engine branch: this build refuses rediss:// (issue 7)")
+
+
+def _connect(url: str, **kwargs: Any) -> redcount.Store | None:
+    """connect(), or None where this build refuses TLS after checking the URL and the
+    keywords (which is all the tests that use this need)."""
+    try:
+        return redcount.connect(url, **kwargs)
+    except redcount.InvalidInputError as e:
+        if ENGINE_REFUSAL not in str(e):
+            raise
+        return None
+
+
+# --- certificates and TLS servers ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if shutil.which("openssl") is None:
+        pytest.fail("the openssl CLI is needed to make test certificates (apt-get install openssl)", pytrace=False)
+    out = tmp_path_factory.mktemp("tls-certs")
+    done = subprocess.run(["bash", str(MAKE_CERTS), str(out)], capture_output=True, text=True)
+    assert done.returncode == 0, f"make_certs.sh failed:\n{done.stdout}\n{done.stderr}"
+    return out
+
+
+class TlsRedis:
+    """A redis-server that speaks only TLS (``--port 0 --tls-port P``) with one of the
+    generated server certificates; ready when a TLS PING answers."""
+
+    def __init__(self, certs: Path, cert: str = "server", auth_clients: str = "no") -> None:
+        if REDIS_SERVER is None:
+            pytest.fail("redis-server not found on PATH (apt-get install redis-server)", pytrace=False)
+        self.certs = certs
+        self.cert = cert
+        self.auth_clients = auth_clients
+        self.dir = Path(tempfile.mkdtemp(prefix="redcount-tls-redis-"))
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.port = 0
+
+    def url(self, host: str = "localhost") -> str:
+        return f"rediss://{host}:{self.port}/0"
+
+    def start(self) -> TlsRedis:
+        for _ in range(3):  # another process may take the free port we picked
+            self.port = free_port()
+            if self._start_once():
+                return self
+        raise RuntimeError(f"TLS redis-server did not start:\n{self._log()}")
+
+    def _log(self) -> str:
+        path = self.dir / "redis.log"
+        return path.read_text(errors="replace")[-2000:] if path.exists() else ""
+
+    def _start_once(self) -> bool:
+        assert REDIS_SERVER is not None
+        c = self.certs
+        self.proc = subprocess.Popen(
+            [
+                REDIS_SERVER,
+                "--port", "0",
+                "--tls-port", str(self.port),
+                "--bind", "127.0.0.1",
+                "--tls-cert-file", str(c / f"{self.cert}.pem"),
+                "--tls-key-file", str(c / f"{self.cert}.key"),
+                "--tls-ca-cert-file", str(c / "ca.pem"),
+                "--tls-auth-clients", self.auth_clients,
+                "--save", "",
+                "--appendonly", "no",
+                "--dir", str(self.dir),
+                "--logfile", str(self.dir / "redis.log"),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + READY_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                return False
+            try:
+                if self._ping():
+                    return True
+            except (OSError, ssl.SSLError):
+                pass
+            time.sleep(0.01)  # poll interval of a bounded readiness loop
+        self.kill()
+        raise RuntimeError(f"TLS redis-server on port {self.port} not ready after {READY_TIMEOUT}s:\n{self._log()}")
+
+    def _ping(self) -> bool:
+        # The stdlib's TLS, with the client certificate (servers that require one) and no
+        # verification (the expired and wrong-name certificates must pass readiness too).
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        ctx.load_cert_chain(self.certs / "client.pem", self.certs / "client.key")
+        with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as raw:
+            with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+                s.sendall(b"PING\r\n")
+                return s.recv(64).startswith(b"+PONG")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def cleanup(self) -> None:
+        self.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class TlsServers:
+    """The module's TLS servers, each started on first use."""
+
+    KINDS = {
+        "server": ("server", "optional"),  # a client certificate is verified if sent
+        "mtls": ("server", "yes"),  # a client certificate is required
+        "expired": ("expired", "no"),
+        "wrongname": ("wrongname", "no"),  # names redis.invalid only
+    }
+
+    def __init__(self, certs: Path) -> None:
+        self.certs = certs
+        self.running: dict[str, TlsRedis] = {}
+
+    def __getitem__(self, kind: str) -> TlsRedis:
+        if kind not in self.running:
+            cert, auth = self.KINDS[kind]
+            self.running[kind] = TlsRedis(self.certs, cert, auth).start()
+        return self.running[kind]
+
+    def cleanup(self) -> None:
+        for s in self.running.values():
+            s.cleanup()
+
+
+@pytest.fixture(scope="module")
+def tls(certs: Path) -> Iterator[TlsServers]:
+    servers = TlsServers(certs)
+    try:
+        yield servers
+    finally:
+        servers.cleanup()
+
+
+# --- URLs and keywords (run today) ---------------------------------------------------------------
+
+TLS_KEYWORDS: list[tuple[str, object]] = [
+    ("ssl_ca_certs", "/etc/ssl/ca.pem"),
+    ("ssl_certfile", "/etc/ssl/client.pem"),
+    ("ssl_keyfile", "/etc/ssl/client.key"),
+    ("ssl_cert_reqs", "required"),
+    ("ssl_check_hostname", True),
+    ("ssl_server_name", "redis.example"),
+]
+
+
+@pytest.mark.parametrize("url", ["redis://127.0.0.1:6379/0", "unix:///tmp/redis.sock", "memory://", None])
+@pytest.mark.parametrize(("name", "value"), TLS_KEYWORDS)
+def test_tls_keywords_need_a_rediss_url(url: str | None, name: str, value: object) -> None:
+    with pytest.raises(redcount.InvalidInputError, match=f"{name} applies to TLS connections only: use a rediss:// URL"):
+        redcount.connect(url, **{name: value})
+
+
+@pytest.mark.parametrize("url", [
+    "redis://127.0.0.1:6379/0?ssl_ca_certs=/ca.pem",
+    "redis://127.0.0.1/0?ssl_cert_reqs=none",
+    "unix:///tmp/redis.sock?ssl_certfile=/c.pem",
+])
+def test_tls_query_parameters_need_a_rediss_url(url: str) -> None:
+    with pytest.raises(ValueError, match="applies to TLS connections only: use a rediss:// URL"):
+        redcount.connect(url)
+
+
+@pytest.mark.parametrize(("url", "match"), [
+    ("rediss://h?ssl_verify=none", r"unknown query parameter 'ssl_verify' \(rediss:// accepts ssl_ca_certs"),
+    ("redis://h?timeout=3", "unknown query parameter 'timeout'"),
+    ("redis://h?db=3", r"the database goes in the path \(redis://host:port/N\)"),
+    ("rediss://h?ssl_cert_reqs=maybe", "ssl_cert_reqs must be required, optional or none, got 'maybe'"),
+    ("rediss://h?ssl_check_hostname=yes", "ssl_check_hostname must be true, false, 1 or 0"),
+    ("rediss://h?ssl_ca_certs=/a&ssl_ca_certs=/b", "'ssl_ca_certs' is given twice"),
+    ("rediss://h?ssl_ca_certs=", "ssl_ca_certs must not be empty"),
+    ("rediss://h?ssl_ca_certs=%zz", "bad %-escape in query parameter 'ssl_ca_certs'"),
+    ("rediss://h?ssl_certfile=/home/a@b/c.pem", "percent-encode"),
+    ("unix:///tmp/r.sock?timeout=1", r"unknown query parameter 'timeout' \(unix:// takes db=N\)"),
+])
+def test_bad_tls_urls(url: str, match: str) -> None:
+    with pytest.raises(redcount.InvalidInputError, match=match) as info:
+        redcount.connect(url)
+    assert "expected memory://" in str(info.value)
+
+
+@pytest.mark.parametrize(("kwargs", "error", "match"), [
+    ({"ssl_cert_reqs": "maybe"}, redcount.InvalidInputError, "ssl_cert_reqs must be required, optional or none"),
+    ({"ssl_ca_certs": ""}, redcount.InvalidInputError, "ssl_ca_certs must not be empty"),
+    ({"ssl_server_name": "a/b"}, redcount.InvalidInputError, "ssl_server_name must be a host name"),
+    ({"ssl_check_hostname": "yes"}, TypeError, "ssl_check_hostname must be a bool, got str"),
+    ({"ssl_cert_reqs": 0}, TypeError, "ssl_cert_reqs must be a str or ssl.VerifyMode, got int"),
+    ({"ssl_ca_certs": 3}, TypeError, r"ssl_ca_certs must be a path \(str or os.PathLike\), got int"),
+    ({"ssl_certfile": b"/c.pem"}, TypeError, "ssl_certfile must be a path"),
+    ({"ssl_server_name": 1}, TypeError, "ssl_server_name must be a str, got int"),
+])
+def test_bad_tls_keywords(kwargs: dict[str, Any], error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        redcount.connect("rediss://127.0.0.1:6380/0", **kwargs)
+
+
+@pytest.mark.parametrize("url", [
+    "unix:///tmp/redis.sock?password=hunter2secret",
+    "unix:///tmp/redis.sock?db=x&password=hunter2secret",
+    "rediss://:hunter2secret@h?ssl_verify=1",
+    "rediss://:hunter2?secret@h:6380",
+    "rediss://h?nope=hunter2secret",
+])
+def test_url_errors_never_echo_secrets(url: str) -> None:
+    with pytest.raises(redcount.InvalidInputError) as info:
+        redcount.connect(url)
+    assert "hunter2" not in str(info.value)
+    assert "secret" not in str(info.value)
+
+
+def test_good_tls_urls_and_keywords_pass_validation(certs: Path) -> None:
+    # Up to the point where a store opens: the engine's tests below go further.
+    for url, kwargs in [
+        ("rediss://localhost:6380/0", {}),
+        ("rediss://127.0.0.1:6380", {"ssl_ca_certs": certs / "ca.pem"}),
+        ("rediss://[::1]:6380/3?ssl_check_hostname=false", {}),
+        (f"rediss://localhost:6380/0?ssl_ca_certs={certs / 'ca.pem'}&ssl_cert_reqs=optional", {}),
+        ("rediss://localhost:6380/0", {"ssl_cert_reqs": ssl.CERT_REQUIRED, "ssl_server_name": "redis.example"}),
+    ]:
+        try:
+            store = _connect(url, connect_timeout=0.2, command_timeout=0.2, **kwargs)
+        except redcount.ConnectionError:
+            continue  # an engine that connects at once: nothing listens there, which is fine here
+        if store is not None:
+            store.close()
+
+
+@pytest.mark.parametrize(("url", "kwargs"), [
+    ("rediss://localhost:{port}/0?ssl_cert_reqs=none", {}),
+    ("rediss://localhost:{port}/0", {"ssl_cert_reqs": "none"}),
+    ("rediss://localhost:{port}/0", {"ssl_cert_reqs": ssl.CERT_NONE}),
+    ("rediss://localhost:{port}/0?ssl_cert_reqs=required", {"ssl_cert_reqs": "NONE"}),  # the keyword wins
+])
+def test_cert_reqs_none_warns_once_at_connect(tls: TlsServers, url: str, kwargs: dict[str, Any]) -> None:
+    with pytest.warns(redcount.SecurityWarning, match="ssl_cert_reqs='none'") as record:
+        store = _connect(url.format(port=tls["wrongname"].port), **kwargs)
+    assert len(record) == 1
+    assert record[0].filename == __file__  # points at the caller, not into redcount
+    assert issubclass(redcount.SecurityWarning, UserWarning)
+    if store is not None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # and not again on use
+            assert store.ping()
+        store.close()
+
+
+def test_a_keyword_overrides_the_query(tls: TlsServers, certs: Path) -> None:
+    # The URL says none, the keyword required: no warning (the suite turns warnings into
+    # errors), and verification happens.
+    url = f"rediss://localhost:{tls['server'].port}/0?ssl_cert_reqs=none&ssl_ca_certs=/nonexistent.pem"
+    store = _connect(url, ssl_cert_reqs="required", ssl_ca_certs=str(certs / "ca.pem"))
+    if store is not None:
+        assert store.ping()
+        store.close()
+
+
+# --- end to end over TLS (the engine) --------------------------------------------------------------
+
+
+def _open(url: str, **kwargs: Any) -> redcount.Store:
+    kwargs.setdefault("connect_timeout", 5.0)
+    kwargs.setdefault("command_timeout", 5.0)
+    return redcount.connect(url, **kwargs)
+
+
+@needs_engine
+@pytest.mark.parametrize("host", ["localhost", "127.0.0.1"])
+def test_counters_and_limiter_over_tls(tls: TlsServers, certs: Path, host: str) -> None:
+    store = _open(tls["server"].url(host), ssl_ca_certs=certs / "ca.pem")
+    try:
+        store.execute("FLUSHALL")
+        views = redcount.FixedWindowCounter(store, "tls-views", window=3600)
+        for _ in range(5):
+            views.incr("page")
+        assert views.get("page") == 5
+        limiter = redcount.Limiter(store, "sliding-window")
+        decisions = [bool(limiter.hit("3/minute", "tls-user")) for _ in range(5)]
+        assert decisions == [True, True, True, False, False]
+    finally:
+        store.close()
+
+
+@needs_engine
+def test_large_values_over_tls(tls: TlsServers, certs: Path) -> None:
+    store = _open(tls["server"].url(), ssl_ca_certs=str(certs / "ca.pem"))
+    try:
+        value = bytes(range(256)) * (4 * 4096)  # 4 MiB: many TLS records and partial writes
+        assert store.execute("SET", "tls:big", value) == "OK"
+        assert store.execute("GET", "tls:big") == value
+    finally:
+        store.close()
+
+
+@needs_engine
+def test_mutual_tls(tls: TlsServers, certs: Path) -> None:
+    url = f"{tls['mtls'].url()}?ssl_certfile={certs / 'client.pem'}&ssl_keyfile={certs / 'client.key'}"
+    store = _open(url, ssl_ca_certs=certs / "ca.pem")
+    try:
+        assert store.ping()
+    finally:
+        store.close()
+
+
+@needs_engine
+@pytest.mark.parametrize(("server", "ca", "kwargs", "causes"), [
+    ("server", "other-ca.pem", {}, ["certificate verify failed", "ssl_ca_certs"]),
+    ("expired", "ca.pem", {}, ["certificate verify failed: certificate has expired", "2020"]),
+    ("wrongname", "ca.pem", {}, ["hostname mismatch", "'localhost'", "redis.invalid"]),
+    ("mtls", "ca.pem", {}, ["requires a client certificate", "ssl_certfile and ssl_keyfile"]),
+    ("mtls", "ca.pem", {"ssl_certfile": "other-client.pem", "ssl_keyfile": "other-client.key"},
+     ["the server refused our client certificate"]),
+])
+def test_failures_name_their_cause(
+    tls: TlsServers, certs: Path, server: str, ca: str, kwargs: dict[str, str], causes: list[str]
+) -> None:
+    files = {k: str(certs / v) for k, v in kwargs.items()}
+    store = None
+    with pytest.raises(redcount.ConnectionError) as info:
+        store = _open(tls[server].url(), ssl_ca_certs=certs / ca, **files)
+        store.ping()
+    if store is not None:
+        store.close()
+    for cause in causes:
+        assert cause in str(info.value)
+
+
+@needs_engine
+def test_cert_reqs_none_accepts_an_untrusted_certificate(tls: TlsServers, certs: Path) -> None:
+    with pytest.warns(redcount.SecurityWarning):
+        store = _open(tls["wrongname"].url(), ssl_ca_certs=certs / "other-ca.pem", ssl_cert_reqs="none")
+    try:
+        assert store.ping()
+    finally:
+        store.close()
+
+
+@needs_engine
+def test_a_hostname_mismatch_can_be_resolved_by_server_name_or_turned_off(tls: TlsServers, certs: Path) -> None:
+    for kwargs in ({"ssl_server_name": "redis.invalid"}, {"ssl_check_hostname": False}):
+        store = _open(tls["wrongname"].url("127.0.0.1"), ssl_ca_certs=certs / "ca.pem", **kwargs)
+        try:
+            assert store.ping()
+        finally:
+            store.close()
+
+
+@needs_engine
+def test_a_plain_text_port_fails_clearly(redis_server: RedisServer, certs: Path) -> None:
+    # A plain redis-server never answers a TLS ClientHello: the connect deadline ends it.
+    with pytest.raises(redcount.ConnectionError):
+        store = _open(f"rediss://localhost:{redis_server.port}/0", ssl_ca_certs=certs / "ca.pem",
+                      connect_timeout=0.5, command_timeout=0.5)
+        store.ping()
+
+
+@needs_engine
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"ssl_ca_certs": "/nonexistent/ca.pem"}, "cannot read ssl_ca_certs '/nonexistent/ca.pem'"),
+    ({"ssl_ca_certs": "{certs}/ca.pem", "ssl_certfile": "{certs}/client.pem", "ssl_keyfile": "{certs}/other-client.key"},
+     "does not match the certificate in ssl_certfile"),
+])
+def test_bad_certificate_files_are_named(tls: TlsServers, certs: Path, kwargs: dict[str, str], match: str) -> None:
+    files = {k: v.format(certs=certs) for k, v in kwargs.items()}
+    with pytest.raises(redcount.InvalidInputError, match=match):
+        store = _open(tls["server"].url(), **files)
+        store.ping()
