@@ -315,8 +315,17 @@ ReadResult read_exactly(Transport& t, std::size_t want, std::size_t chunk = 4096
 }
 
 std::string resp(const std::vector<std::string>& args) {
-  std::string out = "*" + std::to_string(args.size()) + "\r\n";
-  for (const auto& a : args) out += "$" + std::to_string(a.size()) + "\r\n" + a + "\r\n";
+  // Appended piece by piece: GCC 12 at -O3 misreports "$" + to_string(...) chains (-Wrestrict).
+  std::string out = "*";
+  out += std::to_string(args.size());
+  out += "\r\n";
+  for (const auto& a : args) {
+    out += '$';
+    out += std::to_string(a.size());
+    out += "\r\n";
+    out += a;
+    out += "\r\n";
+  }
   return out;
 }
 
