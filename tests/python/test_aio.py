@@ -1,0 +1,333 @@
+"""redcount.aio: awaitable stores, counters and limiters (issue 7 §3).
+
+Every test runs on asyncio's default loop, on uvloop, and on a loop without ``add_reader``
+(the ``call_soon_threadsafe`` fallback). Stores: the memory store and Redis complete calls
+inline today (Redis until the I/O engine lands); ``deferred-*`` wraps either in
+``_core._DeferredStore``, which completes batches on a worker thread as the engine will, so
+futures, the completion queue and cancellation are exercised for real.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any, TypeVar
+
+import pytest
+import redcount
+import redcount.aio as aio
+import uvloop
+from conftest import RedisServer
+from redcount import _core
+
+T = TypeVar("T")
+Runner = Callable[[Coroutine[Any, Any, T]], T]
+
+class NoReaderLoop(asyncio.SelectorEventLoop):
+    """A loop whose add_reader is missing, as on Windows' proactor loop."""
+
+    def add_reader(self, fd: Any, callback: Callable[..., Any], *args: Any) -> None:
+        raise NotImplementedError
+
+
+LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
+    "asyncio": asyncio.new_event_loop,
+    "uvloop": uvloop.new_event_loop,
+    "call_soon_threadsafe": NoReaderLoop,
+}
+
+
+@pytest.fixture(params=list(LOOPS))
+def run(request: pytest.FixtureRequest) -> Iterator[Runner[Any]]:
+    """Runs a coroutine to completion on a fresh loop of the kind under test."""
+    loops: list[asyncio.AbstractEventLoop] = []
+
+    def runner(coro: Coroutine[Any, Any, T]) -> T:
+        loop = LOOPS[request.param]()
+        loops.append(loop)
+        return loop.run_until_complete(coro)
+
+    yield runner
+    for loop in loops:
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+    assert _core._aio_inflight() == 0  # no future left registered for cancellation
+
+
+def _open(request: pytest.FixtureRequest, kind: str) -> redcount.Store:
+    if kind == "memory":
+        return redcount.connect()
+    server: RedisServer = request.getfixturevalue("redis_server")
+    s = redcount.connect(server.url)
+    s.execute("FLUSHALL")
+    return s
+
+
+STORES = ["memory", pytest.param("redis", marks=pytest.mark.redis_only)]
+
+
+@pytest.fixture(params=[*STORES, "deferred-memory", pytest.param("deferred-redis", marks=pytest.mark.redis_only)])
+def store(request: pytest.FixtureRequest) -> Iterator[redcount.Store]:
+    kind: str = request.param
+    inner = _open(request, kind.removeprefix("deferred-"))
+    s: redcount.Store = _core._DeferredStore(inner) if kind.startswith("deferred") else inner
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.fixture(params=STORES)
+def deferred(request: pytest.FixtureRequest) -> Iterator[_core._DeferredStore]:
+    """A store whose calls complete on another thread, through the completion queue."""
+    s = _core._DeferredStore(_open(request, request.param))
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+# ------------------------------------------------------------------------- store level
+
+
+def test_execute_results(run: Runner[Any], store: redcount.Store) -> None:
+    astore = aio.AsyncStore(store)
+
+    async def main() -> None:
+        assert await astore.ping() is True
+        assert await astore.execute("SET", "k", "v") == "OK"
+        assert await astore.execute("GET", "k") == b"v"
+        assert await astore.execute("GET", "missing") is None
+        assert await astore.execute("INCRBY", "n", 5) == 5
+        assert await astore.execute_many([("INCR", "n"), ("INCR", "k"), ("GET", "n")]) == [
+            6,
+            "ERR value is not an integer or out of range",
+            b"6",
+        ]
+
+    run(main())
+    assert store.execute("GET", "n") == b"6"  # the sync view sees what the async one did
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("INCR", "k"),  # a string that is not an integer
+        ("LPUSH", "k", "x"),  # WRONGTYPE
+        ("INCRBY", "n"),  # wrong number of arguments
+        ("EVALSHA", "0" * 40, "0"),  # NOSCRIPT
+    ],
+)
+def test_error_replies_raise_the_same_class_as_sync(
+    run: Runner[Any], store: redcount.Store, command: tuple[str, ...]
+) -> None:
+    store.execute("SET", "k", "v")
+    with pytest.raises(redcount.RedcountError) as sync_error:
+        store.execute(*command)
+    astore = aio.AsyncStore(store)
+    with pytest.raises(redcount.RedcountError) as async_error:
+        run(astore.execute(*command))
+    assert type(async_error.value) is type(sync_error.value)
+    assert isinstance(async_error.value, redcount.ReplyError)
+    assert str(async_error.value) == str(sync_error.value)
+
+
+def test_bad_input_raises_before_anything_is_sent(run: Runner[Any], store: redcount.Store) -> None:
+    astore = aio.AsyncStore(store)
+    with pytest.raises(redcount.InvalidInputError):
+        run(astore.execute())
+    with pytest.raises(TypeError):
+        run(astore.execute("SET", "k", object()))  # type: ignore[arg-type]
+    assert run(astore.execute("EXISTS", "k")) == 0
+
+
+def test_many_concurrent_coroutines_get_exact_results(run: Runner[Any], store: redcount.Store) -> None:
+    astore = aio.AsyncStore(store)
+    n = 500
+
+    async def one(i: int) -> tuple[int, int]:
+        count = await astore.execute("INCR", "hits")
+        mine = await astore.execute("INCRBY", f"own:{i}", i)
+        assert isinstance(count, int) and isinstance(mine, int)
+        return count, mine
+
+    async def main() -> list[tuple[int, int]]:
+        return await asyncio.gather(*(one(i) for i in range(n)))
+
+    results = run(main())
+    assert sorted(c for c, _ in results) == list(range(1, n + 1))  # each INCR got its own reply
+    assert [m for _, m in results] == list(range(n))
+    assert store.execute("GET", "hits") == str(n).encode()
+
+
+def test_memory_awaits_complete_without_a_future(run: Runner[Any]) -> None:
+    store = redcount.connect()
+    try:
+        # The core returns the reply itself: no future, no completion queue, no loop needed.
+        assert _core.execute_async(store, "SET", "k", "v") == "OK"
+        assert _core.ping_async(store) is True
+        astore = aio.AsyncStore(store)
+
+        def completes_at_once(coro: Coroutine[Any, Any, T]) -> T:
+            # A coroutine that never suspends finishes on its first step.
+            with pytest.raises(StopIteration) as done:
+                coro.send(None)
+            return done.value.value  # type: ignore[no-any-return]
+
+        assert completes_at_once(astore.execute("GET", "k")) == b"v"
+
+        async def in_a_loop() -> None:
+            before = len(aio._queues)
+            assert await astore.execute("GET", "k") == b"v"
+            assert len(aio._queues) == before  # no queue was made for this loop
+
+        run(in_a_loop())
+    finally:
+        store.close()
+
+
+def test_outside_a_running_loop_nothing_is_sent(deferred: _core._DeferredStore) -> None:
+    with pytest.raises(RuntimeError, match="no running event loop"):
+        _core.execute_async(deferred, "INCR", "k")
+    deferred.wait_idle()
+    assert deferred.executed == 0
+
+
+# ------------------------------------------------------------------------- completion queue
+
+
+def test_one_wakeup_completes_many_calls(run: Runner[Any], deferred: _core._DeferredStore) -> None:
+    astore = aio.AsyncStore(deferred)
+    n = 200
+
+    async def main() -> None:
+        queue = aio._queue_for_running_loop()
+        deferred.hold()
+        tasks = [asyncio.ensure_future(astore.execute("INCR", "k")) for _ in range(n)]
+        while deferred.queued < n:  # let every task submit its batch
+            await asyncio.sleep(0)
+        signals, wakeups, delivered = queue.signals, queue.wakeups, queue.delivered
+        deferred.resume()
+        deferred.wait_idle()  # every batch completes while the loop is busy here
+        results = await asyncio.gather(*tasks)
+        assert sorted(results) == list(range(1, n + 1))
+        # The first completion signalled; the other 199 found the queue non-empty.
+        assert queue.signals - signals == 1
+        assert queue.wakeups - wakeups == 1
+        assert queue.delivered - delivered == n
+
+    run(main())
+
+
+def test_each_loop_gets_its_own_queue(run: Runner[Any], deferred: _core._DeferredStore) -> None:
+    astore = aio.AsyncStore(deferred)
+
+    async def main() -> tuple[_core.CompletionQueue, Any]:
+        assert await astore.execute("INCR", "k") in (1, 2)
+        return aio._queue_for_running_loop(), asyncio.get_running_loop()
+
+    q1, loop1 = run(main())
+    q2, loop2 = run(main())
+    assert q1 is not q2 and loop1 is not loop2
+    assert q1.uses_call_soon_threadsafe == isinstance(loop1, NoReaderLoop)
+    assert deferred.execute("GET", "k") == b"2"
+
+
+# ------------------------------------------------------------------------- cancellation
+
+
+def test_a_cancelled_call_that_was_not_sent_is_dropped(run: Runner[Any], deferred: _core._DeferredStore) -> None:
+    astore = aio.AsyncStore(deferred)
+
+    async def main() -> None:
+        deferred.hold()
+        task = asyncio.ensure_future(astore.execute("INCR", "dropped"))
+        while deferred.queued < 1:
+            await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        deferred.resume()
+        # The store is usable, and the next calls get their own replies.
+        assert await astore.execute("INCR", "kept") == 1
+        assert await astore.execute("GET", "dropped") is None
+
+    run(main())
+    assert deferred.dropped == 1
+
+
+def test_a_timeout_while_held_drops_the_request(run: Runner[Any], deferred: _core._DeferredStore) -> None:
+    astore = aio.AsyncStore(deferred)
+
+    async def main() -> None:
+        deferred.hold()
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(astore.execute("INCR", "k"), timeout=0.05)
+        deferred.resume()
+        assert await astore.execute("INCR", "k") == 1  # the first one never ran
+
+    run(main())
+
+
+def test_a_late_reply_of_a_cancelled_call_is_discarded(run: Runner[Any], deferred: _core._DeferredStore) -> None:
+    astore = aio.AsyncStore(deferred)
+
+    async def main() -> None:
+        task = asyncio.ensure_future(astore.execute("INCR", "sent"))
+        while deferred.queued < 1 and deferred.executed < 1:
+            await asyncio.sleep(0)
+        deferred.wait_idle()  # it ran: its completion waits in the queue, not yet delivered
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # The discarded reply went nowhere: the next calls read their own.
+        assert await astore.execute("GET", "sent") == b"1"
+        assert await astore.execute("INCR", "sent") == 2
+
+    run(main())
+    assert deferred.dropped == 0
+
+
+def test_cancelling_many_in_flight_calls_keeps_results_exact(run: Runner[Any], deferred: _core._DeferredStore) -> None:
+    astore = aio.AsyncStore(deferred)
+
+    async def main() -> None:
+        deferred.hold()
+        tasks = [asyncio.ensure_future(astore.execute("INCR", "c")) for _ in range(100)]
+        while deferred.queued < 100:
+            await asyncio.sleep(0)
+        for t in tasks[::2]:
+            t.cancel()
+        deferred.resume()
+        done = await asyncio.gather(*tasks, return_exceptions=True)
+        got = [r for r in done if not isinstance(r, BaseException)]
+        assert all(isinstance(r, asyncio.CancelledError) for r in done[::2])
+        assert sorted(got) == list(range(1, 51))  # only the 50 that were not cancelled ran
+        assert await astore.execute("GET", "c") == b"50"
+
+    run(main())
+    assert deferred.dropped == 50
+
+
+def test_dropping_a_loop_with_calls_in_flight_leaks_nothing_python_can_see(deferred: _core._DeferredStore) -> None:
+    loop = asyncio.new_event_loop()
+    astore = aio.AsyncStore(deferred)
+
+    async def start() -> None:
+        deferred.hold()
+        asyncio.ensure_future(astore.execute("INCR", "k"))
+        while deferred.queued < 1:
+            await asyncio.sleep(0)
+
+    loop.run_until_complete(start())
+    for task in asyncio.all_tasks(loop):
+        task.cancel()
+    loop.run_until_complete(asyncio.sleep(0))
+    loop.close()
+    deferred.resume()
+    deferred.wait_idle()
+    del loop
+    gc.collect()
+    assert deferred.execute("INCR", "k") == 1  # the cancelled one was dropped
+    assert _core._aio_inflight() == 0
