@@ -24,6 +24,15 @@ from redcount import _core
 T = TypeVar("T")
 Runner = Callable[[Coroutine[Any, Any, T]], T]
 
+# The counters' and limiters' async calls on Redis need the core's operation bindings
+# (LimiterCore.hit_async, ...), which come with the I/O engine's integration.
+HAVE_OPS = hasattr(_core.LimiterCore, "hit_async")
+needs_ops = [
+    pytest.mark.needs_ops,
+    pytest.mark.skipif(not HAVE_OPS, reason="needs the core's *_async operation bindings (issue 7 integration)"),
+]
+
+
 class NoReaderLoop(asyncio.SelectorEventLoop):
     """A loop whose add_reader is missing, as on Windows' proactor loop."""
 
@@ -168,6 +177,8 @@ def test_memory_awaits_complete_without_a_future(run: Runner[Any]) -> None:
         assert _core.execute_async(store, "SET", "k", "v") == "OK"
         assert _core.ping_async(store) is True
         astore = aio.AsyncStore(store)
+        limiter = aio.Limiter(store)
+        counter = aio.FixedWindowCounter(store, "c", 60)
 
         def completes_at_once(coro: Coroutine[Any, Any, T]) -> T:
             # A coroutine that never suspends finishes on its first step.
@@ -176,11 +187,13 @@ def test_memory_awaits_complete_without_a_future(run: Runner[Any]) -> None:
             return done.value.value  # type: ignore[no-any-return]
 
         assert completes_at_once(astore.execute("GET", "k")) == b"v"
+        assert completes_at_once(limiter.hit("10/minute", "x")).remaining == 9
+        assert completes_at_once(counter.incr("x")) == 1
 
         async def in_a_loop() -> None:
-            before = len(aio._queues)
             assert await astore.execute("GET", "k") == b"v"
-            assert len(aio._queues) == before  # no queue was made for this loop
+            assert await limiter.hit("10/minute", "x")
+            assert asyncio.get_running_loop() not in aio._queues  # no queue was made for this loop
 
         run(in_a_loop())
     finally:
@@ -274,10 +287,12 @@ def test_a_late_reply_of_a_cancelled_call_is_discarded(run: Runner[Any], deferre
     astore = aio.AsyncStore(deferred)
 
     async def main() -> None:
+        deferred.hold()
         task = asyncio.ensure_future(astore.execute("INCR", "sent"))
-        while deferred.queued < 1 and deferred.executed < 1:
+        while deferred.queued < 1:
             await asyncio.sleep(0)
-        deferred.wait_idle()  # it ran: its completion waits in the queue, not yet delivered
+        deferred.resume()
+        deferred.wait_idle()  # it ran: its completion waits in the queue (the loop is busy here)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -331,3 +346,141 @@ def test_dropping_a_loop_with_calls_in_flight_leaks_nothing_python_can_see(defer
     gc.collect()
     assert deferred.execute("INCR", "k") == 1  # the cancelled one was dropped
     assert _core._aio_inflight() == 0
+
+
+# ------------------------------------------------------------------------- async classes
+
+
+@pytest.fixture(params=["memory", pytest.param("redis", marks=[pytest.mark.redis_only, *needs_ops])])
+def class_store(request: pytest.FixtureRequest) -> Iterator[redcount.Store]:
+    s = _open(request, request.param)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def test_async_limiter_shares_its_core_with_the_sync_one(run: Runner[Any], class_store: redcount.Store) -> None:
+    limiter = redcount.Limiter(class_store, "sliding-window")
+    alimiter = aio.Limiter.from_sync(limiter)
+    assert alimiter.sync is limiter and alimiter.sync._core is limiter._core
+    assert (alimiter.strategy, alimiter.clock, alimiter.store) == ("sliding-window", "client", class_store)
+
+    async def main() -> None:
+        assert (await alimiter.hit("3/minute", "u")).remaining == 2
+        assert limiter.hit("3/minute", "u").remaining == 1  # one count, whichever side hits
+        d = await alimiter.hit("3/minute", "u")
+        assert d.allowed and d.remaining == 0
+        denied = await alimiter.hit("3/minute", "u")
+        assert not denied and denied.retry_after > 0
+        assert (await alimiter.test("3/minute", "u")).allowed is False
+        [stats] = await alimiter.stats("3/minute", "u")
+        assert stats.count == 3
+        await alimiter.reset("3/minute", "u")
+        assert limiter.test("3/minute", "u").remaining == 3
+
+    run(main())
+    assert repr(alimiter) == "redcount.aio." + repr(limiter)
+
+
+def test_async_limiter_same_arguments_and_errors(run: Runner[Any], class_store: redcount.Store) -> None:
+    alimiter = aio.Limiter(aio.AsyncStore(class_store), "token-bucket", prefix="p", clock="client")
+    assert alimiter.prefix == "p" and alimiter.sync.store is class_store
+
+    async def main() -> None:
+        with pytest.raises(redcount.InvalidInputError):
+            await alimiter.hit("ten per fortnight", "k")
+        with pytest.raises(redcount.InvalidInputError):
+            await alimiter.hit("10/second", "")
+        assert (await alimiter.hit(redcount.parse_limits("10/second burst 20"), "k", cost=5)).remaining == 15
+
+    run(main())
+
+
+def test_async_lease(run: Runner[Any], class_store: redcount.Store) -> None:
+    alimiter = aio.Limiter(class_store, "concurrency")
+
+    async def main() -> None:
+        async with alimiter.lease(1, "job") as lease:
+            assert await alimiter.in_flight("job") == 1
+            with pytest.raises(redcount.RateLimitExceeded):
+                async with alimiter.lease(1, "job"):
+                    pass
+        assert lease.released and await alimiter.in_flight("job") == 0
+        got = await alimiter.acquire(2, "job", lease_timeout=5)
+        assert got is not None and await alimiter.release(got) is True
+
+    run(main())
+
+
+def test_async_fixed_window_counter(run: Runner[Any], class_store: redcount.Store) -> None:
+    counter = redcount.FixedWindowCounter(class_store, "views", 60)
+    acounter = aio.FixedWindowCounter.from_sync(counter)
+    own = aio.FixedWindowCounter(class_store, "views", 60)  # its own core, the same keys
+
+    async def main() -> None:
+        assert await acounter.incr("p") == 1
+        assert counter.incr("p", 2) == 3
+        assert await own.incr("p", request_id="r1") == 4
+        assert await own.incr("p", request_id="r1") == 4  # counted once
+        assert await acounter.get("p") == 4
+        assert await acounter.incr_many({"a": 2, "b": 3}) == {"a": 2, "b": 3}
+        assert await acounter.get_many(["a", "b", "c"]) == {"a": 2, "b": 3, "c": 0}
+        assert 0 < await acounter.ttl("p") <= 61
+        with pytest.raises(redcount.InvalidInputError):
+            await acounter.incr("p", 0)
+        async with own:
+            pass
+        assert await acounter.flush(1.0) == 0
+
+    run(main())
+    assert acounter.storage_key("p") == counter.storage_key("p") and acounter.window == 60.0
+    assert acounter.stats().queued == 0 and acounter.pending == 0
+
+
+def test_async_sliding_window_counter(run: Runner[Any], class_store: redcount.Store) -> None:
+    counter = redcount.SlidingWindowCounter(class_store, "logins", 60)
+    acounter = aio.SlidingWindowCounter.from_sync(counter)
+
+    async def main() -> None:
+        assert await acounter.add("u") == 1
+        assert await acounter.add("u", 4) == 5
+        assert counter.count("u") == 5 and await acounter.count("u") == 5
+        assert await acounter.add_unique("u", "ip1") == 1
+        assert await acounter.add_unique("u", "ip1") == 1
+        assert await acounter.count_unique("u") == 1
+        await acounter.clear("u")
+        assert await acounter.count("u") == 0
+
+    run(main())
+    assert acounter.storage_keys("u") == counter.storage_keys("u")
+
+
+def test_many_coroutines_on_one_async_counter_are_exact(run: Runner[Any], class_store: redcount.Store) -> None:
+    acounter = aio.FixedWindowCounter(class_store, "c", 3600)
+    alimiter = aio.Limiter(class_store, "fixed-window")
+
+    async def one(i: int) -> tuple[int, bool]:
+        return await acounter.incr("k"), bool(await alimiter.hit("300/hour", "k"))
+
+    async def main() -> list[tuple[int, bool]]:
+        return await asyncio.gather(*(one(i) for i in range(1000)))
+
+    results = run(main())
+    assert sorted(c for c, _ in results) == list(range(1, 1001))
+    assert sum(ok for _, ok in results) == 300
+
+
+@pytest.mark.redis_only
+@pytest.mark.skipif(HAVE_OPS, reason="the operation bindings are present")
+def test_without_the_operation_bindings_redis_says_what_is_missing(
+    run: Runner[Any], redis_server: RedisServer
+) -> None:
+    store = redcount.connect(redis_server.url)
+    try:
+        alimiter = aio.Limiter(store)
+        with pytest.raises(NotImplementedError, match=r"LimiterCore\.hit_async"):
+            run(alimiter.hit("1/second", "k"))
+        assert run(aio.AsyncStore(store).ping()) is True  # the store-level calls work
+    finally:
+        store.close()
