@@ -281,7 +281,7 @@ class DeferredStore final : public Store {
       std::lock_guard<std::mutex> lock(state_->mu);
       if (!state_->stopping) {
         state_->jobs.push_back(Job{std::move(batch), std::move(done), std::move(cancelled)});
-        state_->cv.notify_all();
+        if (!state_->held) state_->cv.notify_all();  // a held worker is woken by resume()
         return;
       }
     }
