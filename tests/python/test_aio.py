@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import random
+import threading
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
@@ -346,6 +348,61 @@ def test_dropping_a_loop_with_calls_in_flight_leaks_nothing_python_can_see(defer
     gc.collect()
     assert deferred.execute("INCR", "k") == 1  # the cancelled one was dropped
     assert _core._aio_inflight() == 0
+
+
+def test_random_cancellations_under_load_keep_every_reply_in_place(
+    run: Runner[Any], deferred: _core._DeferredStore
+) -> None:
+    # The worker runs while calls are submitted, so completions race with the making of
+    # their futures (the inline/detached hand-over) and with the cancellations.
+    astore = aio.AsyncStore(deferred)
+    rng = random.Random(7)
+    n = 2000
+
+    async def main() -> list[object]:
+        tasks: list[asyncio.Future[Any]] = []
+        for _ in range(n // 10):
+            tasks += [asyncio.ensure_future(astore.execute("INCR", "c")) for _ in range(10)]
+            await asyncio.sleep(0)
+            for t in rng.sample(tasks[-40:], k=4):
+                t.cancel()
+        return await asyncio.gather(*tasks, return_exceptions=True)
+
+    done = run(main())
+    got = [r for r in done if not isinstance(r, BaseException)]
+    assert all(isinstance(r, (int, asyncio.CancelledError)) for r in done)
+    assert len(set(got)) == len(got)  # no reply delivered twice or to the wrong caller
+    deferred.wait_idle()
+    final = deferred.execute("GET", "c")
+    assert final is not None and int(final) == deferred.executed  # every sent INCR ran once
+    assert set(got) <= set(range(1, int(final) + 1))
+    assert len(got) < n and deferred.executed + deferred.dropped <= n
+
+
+def test_loops_in_several_threads(deferred: _core._DeferredStore) -> None:
+    astore = aio.AsyncStore(deferred)
+    errors: list[BaseException] = []
+
+    def worker(make_loop: Callable[[], asyncio.AbstractEventLoop]) -> None:
+        async def main() -> None:
+            results = await asyncio.gather(*(astore.execute("INCR", "t") for _ in range(300)))
+            assert len(set(results)) == 300
+
+        loop = make_loop()
+        try:
+            loop.run_until_complete(main())
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+        finally:
+            loop.close()
+
+    threads = [threading.Thread(target=worker, args=(list(LOOPS.values())[i % 3],)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert deferred.execute("GET", "t") == b"1200"
 
 
 # ------------------------------------------------------------------------- async classes
