@@ -24,7 +24,9 @@
 //
 // `convert` turns the operation's result into a Python object; it runs with the GIL held on
 // the loop's thread, may throw (a C++ error becomes the matching redcount exception), and
-// must not capture Python objects (it may be destroyed on the store's I/O thread).
+// must not capture Python objects (it may be destroyed on the store's I/O thread). What it
+// needs from Python (e.g. incr_many's original key objects) goes in `context`, which it gets
+// as a second argument: (T&, py::handle context) -> py::object.
 #pragma once
 
 #include <atomic>
@@ -54,12 +56,15 @@ class Completion {
   std::exception_ptr error;
   CancelFlag cancelled = std::make_shared<std::atomic<bool>>(false);
 
+ protected:
+  PyObject* context_ = nullptr;  // owned; released with the GIL held once the call settles
+
  private:
   friend py::object start(std::shared_ptr<Store> store, std::shared_ptr<Operation> op,
                           std::shared_ptr<Completion> c);
   friend class CompletionQueue;
   static void on_done(const std::shared_ptr<Completion>& c, std::exception_ptr e);
-  py::object settle_inline();
+  py::object settle_inline();  // GIL held: the result or the error; releases the context
 
   enum : int { kSubmitting = 0, kInline = 1, kDetached = 2 };
   std::atomic<int> state_{kSubmitting};
@@ -114,19 +119,31 @@ py::object start(std::shared_ptr<Store> store, std::shared_ptr<Operation> op, st
 template <class OpT, class Convert>
 class OpCompletion final : public Completion {
  public:
-  OpCompletion(std::shared_ptr<OpT> op, Convert convert) : op_(std::move(op)), convert_(std::move(convert)) {}
-  py::object result() override { return py::object(convert_(op_->result())); }
+  OpCompletion(std::shared_ptr<OpT> op, Convert convert, py::object context)
+      : op_(std::move(op)), convert_(std::move(convert)) {
+    if (context) context_ = context.release().ptr();
+  }
+  py::object result() override {
+    using T = typename OpT::Result;
+    if constexpr (std::is_invocable_v<Convert&, T&, py::handle>) {
+      return py::object(convert_(op_->result(), py::handle(context_ != nullptr ? context_ : Py_None)));
+    } else {
+      return py::object(convert_(op_->result()));
+    }
+  }
 
  private:
   std::shared_ptr<OpT> op_;
   Convert convert_;
 };
 
-// See the top of this file. OpT is an Op<T>; convert: (T&) -> py::object.
+// See the top of this file. OpT is an Op<T>; convert: (T&) -> py::object, or
+// (T&, py::handle context) -> py::object.
 template <class OpT, class Convert>
-py::object submit_async(std::shared_ptr<Store> store, std::shared_ptr<OpT> op, Convert convert) {
+py::object submit_async(std::shared_ptr<Store> store, std::shared_ptr<OpT> op, Convert convert,
+                        py::object context = py::object()) {
   static_assert(std::is_base_of_v<Operation, OpT>, "submit_async runs an Operation");
-  auto c = std::make_shared<OpCompletion<OpT, Convert>>(op, std::move(convert));
+  auto c = std::make_shared<OpCompletion<OpT, Convert>>(op, std::move(convert), std::move(context));
   return start(std::move(store), std::move(op), std::move(c));
 }
 

@@ -75,9 +75,10 @@ void set_nonblocking_cloexec(int fd) {
 
 Completion::~Completion() {
   // Still owning a future means the queue was dropped before it drained this completion.
-  if (future_ != nullptr && gil_held_and_alive()) {
-    inflight().erase(future_);
-    Py_DECREF(future_);
+  if ((future_ != nullptr || context_ != nullptr) && gil_held_and_alive()) {
+    if (future_ != nullptr) inflight().erase(future_);
+    Py_XDECREF(future_);
+    Py_XDECREF(context_);
   }
 }
 
@@ -91,6 +92,10 @@ void Completion::on_done(const std::shared_ptr<Completion>& c, std::exception_pt
 }
 
 py::object Completion::settle_inline() {
+  struct ReleaseContext {
+    PyObject*& context;
+    ~ReleaseContext() { Py_CLEAR(context); }
+  } release{context_};
   if (error) std::rethrow_exception(error);
   return result();
 }
@@ -244,7 +249,10 @@ void CompletionQueue::deliver(Completion& c) {
   inflight().erase(raw);
   py::object fut = py::reinterpret_steal<py::object>(raw);
   try {
-    if (py::bool_(fut.attr("done")())) return;  // cancelled: the outcome is dropped
+    if (py::bool_(fut.attr("done")())) {  // cancelled: the outcome is dropped
+      Py_CLEAR(c.context_);
+      return;
+    }
     py::object value;
     try {
       value = c.settle_inline();
@@ -500,6 +508,18 @@ void register_aio(py::module_& m) {
       },
       py::arg("future"), "Cancel the operation behind `future` (called by _OpFuture.cancel).");
   m.def("_aio_inflight", [] { return aio::inflight().size(); }, "Futures still waiting for an operation.");
+  m.def(
+      "_aio_echo_async",
+      [](std::shared_ptr<Store> store, py::object value) {
+        std::vector<Request> batch;
+        batch.emplace_back(Command{{"PING"}});
+        return aio::submit_async(
+            std::move(store), std::make_shared<CommandsOp>(std::move(batch)),
+            [](std::vector<Reply>&, py::handle context) { return py::reinterpret_borrow<py::object>(context); },
+            std::move(value));
+      },
+      py::arg("store"), py::arg("value"),
+      "Test support: a PING whose result is `value`, handed through submit_async's context.");
 
   py::class_<aio::DeferredStore, Store, std::shared_ptr<aio::DeferredStore>>(
       m, "_DeferredStore",

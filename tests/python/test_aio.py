@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import random
+import sys
 import threading
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
@@ -97,6 +98,11 @@ def deferred(request: pytest.FixtureRequest) -> Iterator[_core._DeferredStore]:
         yield s
     finally:
         s.close()
+
+
+async def settle(r: Any) -> Any:
+    """What the core's *_async functions return, awaited if it is a future."""
+    return (await r) if isinstance(r, aio._OpFuture) else r
 
 
 # ------------------------------------------------------------------------- store level
@@ -403,6 +409,41 @@ def test_loops_in_several_threads(deferred: _core._DeferredStore) -> None:
         t.join()
     assert not errors, errors
     assert deferred.execute("GET", "t") == b"1200"
+
+
+def test_a_python_context_reaches_convert_and_is_released(run: Runner[Any], store: redcount.Store) -> None:
+    # submit_async's context: what a conversion needs from Python (incr_many's key objects),
+    # held while the call is in flight and released once it settles, cancelled or not.
+    value = object()
+    base = sys.getrefcount(value)
+    deferred = store if isinstance(store, _core._DeferredStore) else None
+
+    async def main() -> None:
+        r = _core._aio_echo_async(store, value)
+        assert (await r if isinstance(r, aio._OpFuture) else r) is value
+        results = await asyncio.gather(*(settle(_core._aio_echo_async(store, value)) for _ in range(50)))
+        assert all(x is value for x in results)
+        if deferred is not None:
+            deferred.hold()
+            task = asyncio.ensure_future(settle(_core._aio_echo_async(store, value)))
+            while deferred.queued < 1:
+                await asyncio.sleep(0)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            queue = aio._queue_for_running_loop()
+            delivered = queue.delivered
+            deferred.resume()
+            deferred.wait_idle()
+            for _ in range(100_000):  # poll: the queue's drain runs on the loop
+                if queue.delivered > delivered:
+                    break
+                await asyncio.sleep(0)
+            assert queue.delivered == delivered + 1
+
+    run(main())
+    gc.collect()
+    assert sys.getrefcount(value) == base
 
 
 # ------------------------------------------------------------------------- async classes
