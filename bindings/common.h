@@ -5,6 +5,7 @@
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <exception>
 #include <string>
 
 #include "redcount/reply.h"
@@ -17,6 +18,7 @@ void register_errors(py::module_& m);
 void register_store(py::module_& m);
 void register_counters(py::module_& m);
 void register_limiter(py::module_& m);
+void register_aio(py::module_& m);
 
 // str -> UTF-8, bytes -> as is (validated as UTF-8 by the core). Anything else is a
 // TypeError; a str with lone surrogates is a clear InvalidArgument.
@@ -26,5 +28,14 @@ std::int64_t int_arg(py::handle obj, const char* what);
 // Seconds (int or float) -> whole milliseconds, > 0 (or >= 0 when allow_zero).
 std::int64_t seconds_arg(py::handle obj, const char* what, bool allow_zero);
 py::object to_python(const Reply& r);
+// One argument of a raw command: str/bytes as text, int and float in decimal.
+std::string command_arg(py::handle obj);
+
+// Sets the Python error matching a redcount::Error (the same mapping as for exceptions that
+// leave a bound function). Only for exceptions derived from redcount::Error.
+void set_python_error(const std::exception_ptr& error);
+// The Python exception object for a C++ exception, as a bound function would raise it:
+// for asyncio, where the error goes to future.set_exception() instead of being raised.
+py::object exception_object(const std::exception_ptr& error);
 
 }  // namespace redcount::bind

@@ -107,26 +107,52 @@ void register_errors(py::module_& m) {
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
-    } catch (const InvalidArgument& e) {
-      PyErr_SetString(g_invalid, e.what());
-    } catch (const TimeoutError& e) {
-      PyErr_SetString(g_timeout, e.what());
-    } catch (const ConnectionError& e) {
-      PyErr_SetString(g_connection, e.what());
-    } catch (const ProtocolError& e) {
-      PyErr_SetString(g_protocol, e.what());
-    } catch (const AuthenticationError& e) {
-      PyErr_SetString(g_auth, e.what());
-    } catch (const ScriptError& e) {
-      PyErr_SetString(g_script, e.what());
-    } catch (const ReplyError& e) {
-      PyErr_SetString(g_reply, e.what());
-    } catch (const RetryQueueFull& e) {
-      PyErr_SetString(g_queue_full, e.what());
-    } catch (const Error& e) {
-      PyErr_SetString(g_base, e.what());
+    } catch (const Error&) {
+      set_python_error(p);
     }
   });
+}
+
+void set_python_error(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const InvalidArgument& e) {
+    PyErr_SetString(g_invalid, e.what());
+  } catch (const TimeoutError& e) {
+    PyErr_SetString(g_timeout, e.what());
+  } catch (const ConnectionError& e) {
+    PyErr_SetString(g_connection, e.what());
+  } catch (const ProtocolError& e) {
+    PyErr_SetString(g_protocol, e.what());
+  } catch (const AuthenticationError& e) {
+    PyErr_SetString(g_auth, e.what());
+  } catch (const ScriptError& e) {
+    PyErr_SetString(g_script, e.what());
+  } catch (const ReplyError& e) {
+    PyErr_SetString(g_reply, e.what());
+  } catch (const RetryQueueFull& e) {
+    PyErr_SetString(g_queue_full, e.what());
+  } catch (const Error& e) {
+    PyErr_SetString(g_base, e.what());
+  }
+}
+
+py::object exception_object(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (py::error_already_set& e) {
+    return e.value();
+  } catch (const py::builtin_exception& e) {
+    e.set_error();
+  } catch (const Error&) {
+    set_python_error(error);
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  } catch (...) {
+    PyErr_SetString(PyExc_RuntimeError, "unknown C++ exception");
+  }
+  py::error_already_set raised;  // takes the error set above
+  return raised.value();
 }
 
 }  // namespace redcount::bind

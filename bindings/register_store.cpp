@@ -36,13 +36,13 @@ py::object to_python(const Reply& r) {
   return py::none();
 }
 
-namespace {
-
-std::string arg_to_string(py::handle obj) {
+std::string command_arg(py::handle obj) {
   if (PyLong_Check(obj.ptr()) && !PyBool_Check(obj.ptr())) return std::string(py::str(obj));
   if (PyFloat_Check(obj.ptr())) return std::string(py::repr(obj));
   return text_arg(obj, "command argument");
 }
+
+namespace {
 
 // Seconds since the epoch (ManualClock) -> ms, refusing what the clock cannot hold:
 // NaN and infinities, and times past about 285,000 years either way.
@@ -134,7 +134,7 @@ void register_store(py::module_& m) {
           "execute",
           [](Store& s, py::args args) {
             Command cmd;
-            for (auto a : args) cmd.args.push_back(arg_to_string(a));
+            for (auto a : args) cmd.args.push_back(command_arg(a));
             if (cmd.args.empty()) throw InvalidArgument("execute() needs a command name");
             Reply r;
             {
@@ -151,7 +151,7 @@ void register_store(py::module_& m) {
             std::vector<Request> batch;
             for (const auto& t : commands) {
               Command cmd;
-              for (auto a : t) cmd.args.push_back(arg_to_string(a));
+              for (auto a : t) cmd.args.push_back(command_arg(a));
               if (cmd.args.empty()) throw InvalidArgument("execute_many() got an empty command");
               batch.emplace_back(std::move(cmd));
             }

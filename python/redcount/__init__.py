@@ -14,6 +14,10 @@ Quick start::
 
     recent = redcount.SlidingWindowCounter(store, "logins", window=60)
     recent.add_unique("user:42", "ip:203.0.113.9")   # -> distinct ips in the last minute
+
+asyncio: :mod:`redcount.aio` has the same classes with coroutine methods
+(``await redcount.aio.Limiter(store).hit("10/minute", key)``). The ``redcount`` command's
+tools (demo, bench, accuracy, abuse) live in :mod:`redcount.tools`.
 """
 
 from __future__ import annotations

@@ -9,13 +9,17 @@ from typing import Literal
 
 from . import _core
 from ._core import RetryStats, Store
+from ._wrap import bind_fast_paths
 
 __all__ = ["FixedWindowCounter", "RetryStats"]
 
 _QUEUED: weakref.WeakSet[FixedWindowCounter] = weakref.WeakSet()
 
+# Methods that go straight to the core object (see _wrap.py).
+_FAST = ("incr", "incr_many", "get", "get_many", "ttl", "storage_key", "current_window", "flush", "close", "stats")
 
-class FixedWindowCounter(_core.FixedWindowCounter):
+
+class FixedWindowCounter:
     """Counts events per key in clock-aligned windows of ``window`` seconds.
 
     Windows start at multiples of ``window`` since the Unix epoch, so an hourly counter turns
@@ -40,8 +44,15 @@ class FixedWindowCounter(_core.FixedWindowCounter):
         retry_backoff, retry_backoff_max: the retry thread's first delay and its cap, in
             seconds; delays double per failed attempt, with jitter.
 
+    :class:`redcount.aio.FixedWindowCounter` is the asyncio twin; it can share this
+    counter's core (``redcount.aio.FixedWindowCounter.from_sync(counter)``).
+
     Thread-safe; share one instance between threads.
     """
+
+    _core: _core.FixedWindowCounter
+    #: Seconds :func:`close` may wait for the retry queue at interpreter exit.
+    exit_timeout: float
 
     def __init__(
         self,
@@ -58,7 +69,7 @@ class FixedWindowCounter(_core.FixedWindowCounter):
         retry_backoff: float = 0.05,
         retry_backoff_max: float = 5.0,
     ) -> None:
-        super().__init__(
+        core = _core.FixedWindowCounter(
             store,
             name,
             window,
@@ -71,10 +82,99 @@ class FixedWindowCounter(_core.FixedWindowCounter):
             retry_backoff,
             retry_backoff_max,
         )
-        #: Seconds :func:`close` may wait for the retry queue at interpreter exit.
+        self._core = core
+        bind_fast_paths(self, FixedWindowCounter, core, _FAST)
         self.exit_timeout = 5.0
         if on_error == "queue":
             _QUEUED.add(self)
+
+    # The methods below document the calls; on an instance, bind_fast_paths has replaced
+    # them by the core's own bound methods (same arguments, results and errors).
+
+    def incr(self, key: str | bytes, amount: int = 1, *, request_id: str | bytes | None = None) -> int:
+        """Add ``amount`` (>= 1) to ``key``'s count in the current window and return the new count.
+
+        With ``on_error="queue"``, a transient failure queues the increment for retry and
+        returns 0. With ``request_id``, a repeat of the same id in the same window is
+        counted once."""
+        return self._core.incr(key, amount, request_id=request_id)
+
+    def incr_many(
+        self, amounts: dict[str, int] | dict[bytes, int] | dict[str | bytes, int]
+    ) -> dict[str | bytes, int]:
+        """Increment many keys in one round trip: ``{key: amount} -> {key: count}``. Every key
+        and amount is validated before anything is sent."""
+        return self._core.incr_many(amounts)
+
+    def get(self, key: str | bytes) -> int:
+        """The count of ``key`` in the current window (0 if none)."""
+        return self._core.get(key)
+
+    def get_many(self, keys: list[str] | list[bytes] | list[str | bytes]) -> dict[str | bytes, int]:
+        """Counts of many keys in the current window, in one round trip."""
+        return self._core.get_many(keys)
+
+    def ttl(self, key: str | bytes) -> float:
+        """Seconds until the current window's key expires; -2.0 if it does not exist, -1.0 if
+        it has no TTL (which redcount never leaves behind)."""
+        return self._core.ttl(key)
+
+    def storage_key(self, key: str | bytes) -> str:
+        """The Redis key that holds ``key``'s count in the current window."""
+        return self._core.storage_key(key)
+
+    def current_window(self, key: str | bytes) -> tuple[float, float]:
+        """``(start, end)`` of ``key``'s current window, in seconds since the epoch."""
+        return self._core.current_window(key)
+
+    def flush(self, timeout: float | None = None) -> int:
+        """Retry everything queued now and wait until the queue is empty or ``timeout``
+        seconds pass. Returns how many increments are still pending (0 = all delivered or
+        dropped)."""
+        return self._core.flush(timeout)
+
+    def close(self, timeout: float | None = 5.0) -> int:
+        """Flush within ``timeout`` seconds, then stop the retry thread. Returns how many
+        increments could not be delivered (they are counted in ``stats().failed``)."""
+        return self._core.close(timeout)
+
+    def stats(self) -> RetryStats:
+        """A snapshot of the retry queue's counters."""
+        return self._core.stats()
+
+    @property
+    def pending(self) -> int:
+        """Increments waiting in the retry queue."""
+        return self._core.pending
+
+    @property
+    def name(self) -> str:
+        return self._core.name
+
+    @property
+    def prefix(self) -> str:
+        return self._core.prefix
+
+    @property
+    def window(self) -> float:
+        """Window length in seconds."""
+        return self._core.window
+
+    @property
+    def grace(self) -> float:
+        return self._core.grace
+
+    @property
+    def mode(self) -> str:
+        return self._core.mode
+
+    @property
+    def on_error(self) -> str:
+        return self._core.on_error
+
+    @property
+    def store(self) -> Store:
+        return self._core.store
 
     def __enter__(self) -> FixedWindowCounter:
         return self

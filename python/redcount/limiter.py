@@ -8,12 +8,16 @@ from typing import Literal
 
 from . import _core
 from ._core import Decision, Lease, LimitSet, LimitStats, Store
+from ._wrap import bind_fast_paths
 from .errors import RateLimitExceeded
 
 __all__ = ["Decision", "Lease", "LimitSet", "LimitStats", "Limiter", "parse_limits", "strategies"]
 
 Strategy = Literal["fixed-window", "sliding-window", "sliding-window-approx", "token-bucket", "gcra", "concurrency"]
 Clock = Literal["client", "server", "server-offset"]
+
+# Methods that go straight to the core object (see _wrap.py).
+_FAST = ("hit", "test", "stats", "reset", "acquire", "release", "in_flight")
 
 
 def parse_limits(text: str) -> LimitSet:
@@ -29,7 +33,7 @@ def strategies() -> list[str]:
     return _core.limiter_strategies()
 
 
-class Limiter(_core.LimiterCore):
+class Limiter:
     """Decides whether a key may do something, under one or more rate limits.
 
     ``limit`` arguments are strings like ``"10/minute"`` or ``"5/second;100/hour"`` (parsed
@@ -67,8 +71,13 @@ class Limiter(_core.LimiterCore):
     fixed-window strategy names its keys after the time, so it always uses the offset form
     for server time. :attr:`clock` tells which is in force.
 
+    :class:`redcount.aio.Limiter` is the asyncio twin; it can share this limiter's core
+    (``redcount.aio.Limiter.from_sync(limiter)``).
+
     Thread-safe.
     """
+
+    _core: _core.LimiterCore
 
     def __init__(
         self,
@@ -79,11 +88,55 @@ class Limiter(_core.LimiterCore):
         clock: Clock = "client",
         sub_buckets: int = 1,
     ) -> None:
-        super().__init__(store, strategy, prefix, clock, sub_buckets)
+        core = _core.LimiterCore(store, strategy, prefix, clock, sub_buckets)
+        self._core = core
+        bind_fast_paths(self, Limiter, core, _FAST)
         self.store = store
         self.strategy = strategy
         self.prefix = prefix
         self.sub_buckets = sub_buckets
+
+    # The methods below document the calls; on an instance, bind_fast_paths has replaced
+    # them by the core's own bound methods (same arguments, results and errors).
+
+    def hit(self, limit: str | LimitSet, key: str | bytes, cost: int = 1) -> Decision:
+        """Charge ``cost`` against ``key`` if every limit allows it; return the :class:`Decision`.
+
+        ``limit`` is a string like ``"10/minute"`` or ``"5/second;100/hour"`` (parsed once and
+        cached) or a :class:`LimitSet`."""
+        return self._core.hit(limit, key, cost)
+
+    def test(self, limit: str | LimitSet, key: str | bytes, cost: int = 1) -> Decision:
+        """What :meth:`hit` would decide now, without charging anything."""
+        return self._core.test(limit, key, cost)
+
+    def stats(self, limit: str | LimitSet, key: str | bytes) -> list[LimitStats]:
+        """The count, remaining hits and reset time of ``key`` under each limit."""
+        return self._core.stats(limit, key)
+
+    def reset(self, limit: str | LimitSet, key: str | bytes) -> None:
+        """Forget ``key``'s state under these limits."""
+        self._core.reset(limit, key)
+
+    def acquire(self, max_in_flight: int, key: str | bytes, *, lease_timeout: float = 60.0) -> Lease | None:
+        """Take one of ``key``'s ``max_in_flight`` slots, or return None when all are taken
+        (``strategy="concurrency"``). The lease frees itself after ``lease_timeout`` seconds if
+        never released."""
+        return self._core.acquire(max_in_flight, key, lease_timeout=lease_timeout)
+
+    def release(self, lease: Lease) -> bool:
+        """Give the slot back: True when the lease was still held, False when it had already
+        expired. Releasing the same lease twice raises :class:`~redcount.InvalidInputError`."""
+        return self._core.release(lease)
+
+    def in_flight(self, key: str | bytes) -> int:
+        """Leases of ``key`` held now (``strategy="concurrency"``)."""
+        return self._core.in_flight(key)
+
+    @property
+    def clock(self) -> str:
+        """The time source in force: ``"client"``, ``"server"`` or ``"server-offset"``."""
+        return self._core.clock
 
     @contextmanager
     def lease(self, max_in_flight: int, key: str | bytes, *, lease_timeout: float = 60.0) -> Iterator[Lease]:

@@ -6,13 +6,18 @@ from typing import Literal
 
 from . import _core
 from ._core import Store
+from ._wrap import bind_fast_paths
 
 __all__ = ["SlidingWindowCounter"]
 
 Clock = Literal["client", "server", "server-offset"]
 
+# Methods that go straight to the core object (see _wrap.py). Not add(): the core's add
+# has no default for ``amount``, so it keeps its Python method here.
+_FAST = ("count", "add_unique", "count_unique", "clear", "storage_keys")
 
-class SlidingWindowCounter(_core.SlidingWindowCounter):
+
+class SlidingWindowCounter:
     """Counts the events, or the distinct items, of each key in the last ``window`` seconds.
 
     Unlike :class:`~redcount.FixedWindowCounter`, the window slides with the clock at
@@ -38,8 +43,13 @@ class SlidingWindowCounter(_core.SlidingWindowCounter):
             in scripts); ``"server-offset"`` corrects the client clock by an offset
             measured with ``TIME`` every 10 s.
 
+    :class:`redcount.aio.SlidingWindowCounter` is the asyncio twin; it can share this
+    counter's core (``redcount.aio.SlidingWindowCounter.from_sync(counter)``).
+
     Thread-safe.
     """
+
+    _core: _core.SlidingWindowCounter
 
     def __init__(
         self,
@@ -50,29 +60,60 @@ class SlidingWindowCounter(_core.SlidingWindowCounter):
         prefix: str = "redcount",
         clock: Clock = "client",
     ) -> None:
-        super().__init__(store, name, window, prefix, clock)
+        core = _core.SlidingWindowCounter(store, name, window, prefix, clock)
+        self._core = core
+        bind_fast_paths(self, SlidingWindowCounter, core, _FAST)
+
+    # The methods below document the calls; on an instance, bind_fast_paths has replaced
+    # them by the core's own bound methods (same arguments, results and errors).
 
     def add(self, key: str | bytes, amount: int = 1) -> int:
         """Record ``amount`` events (1 .. 2**32) now; return the window's count including them.
 
         ``amount > 1`` is stored as one weighted member, not ``amount`` members."""
-        return super().add(key, amount)
+        return self._core.add(key, amount)
 
     def count(self, key: str | bytes) -> int:
         """The events of the last ``window`` seconds (read-only)."""
-        return super().count(key)
+        return self._core.count(key)
 
     def add_unique(self, key: str | bytes, item: str | bytes) -> int:
         """Record that ``item`` was seen now; return the distinct items of the window."""
-        return super().add_unique(key, item)
+        return self._core.add_unique(key, item)
 
     def count_unique(self, key: str | bytes) -> int:
         """The distinct items seen in the last ``window`` seconds (read-only)."""
-        return super().count_unique(key)
+        return self._core.count_unique(key)
 
     def clear(self, key: str | bytes) -> None:
         """Forget ``key``'s events and items."""
-        super().clear(key)
+        self._core.clear(key)
+
+    def storage_keys(self, key: str | bytes) -> tuple[str, str, str]:
+        """The Redis keys behind ``key``: (events, extra weight, distinct items)."""
+        return self._core.storage_keys(key)
+
+    @property
+    def name(self) -> str:
+        return self._core.name
+
+    @property
+    def prefix(self) -> str:
+        return self._core.prefix
+
+    @property
+    def window(self) -> float:
+        """Window in seconds."""
+        return self._core.window
+
+    @property
+    def clock(self) -> str:
+        """The time source in force: ``"client"``, ``"server"`` or ``"server-offset"``."""
+        return self._core.clock
+
+    @property
+    def store(self) -> Store:
+        return self._core.store
 
     def __repr__(self) -> str:
         return (

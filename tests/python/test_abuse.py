@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import redcount
 from conftest import RedisServer
-from redcount.abuse import NAIVE, SimClock, measure_abuse, measure_limiter, measure_naive, open_sim_store
-from redcount.accuracy import STRATEGIES, limit_text
+from redcount.tools.abuse import NAIVE, SimClock, measure_abuse, measure_limiter, measure_naive, open_sim_store
+from redcount.tools.accuracy import STRATEGIES, limit_text
 
 pytestmark = pytest.mark.redis_only
 

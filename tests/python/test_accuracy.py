@@ -49,7 +49,7 @@ import pytest
 import redcount
 from conftest import RedisServer
 from helpers import ms
-from redcount.accuracy import STRATEGIES, StrategyCase, max_in_window, measure_accuracy
+from redcount.tools.accuracy import STRATEGIES, StrategyCase, max_in_window, measure_accuracy
 
 HOUR_MS = 3_600_000
 MEMORY_START = 472_222 * HOUR_MS  # 2023-11-14 22:00 UTC: aligned to every window used here

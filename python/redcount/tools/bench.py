@@ -66,10 +66,11 @@ from functools import partial
 from types import FrameType
 from typing import Any, Generic, NoReturn, TypeVar
 
-from . import __version__
-from .counters import FixedWindowCounter
-from .limiter import Limiter, Strategy
-from .store import Store, connect
+from .. import __version__
+from ..counters import FixedWindowCounter
+from ..limiter import Limiter, Strategy
+from ..store import Store, connect
+from .urls import mask_url, redact
 
 __all__ = ["run_bench"]
 
@@ -341,20 +342,45 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 # --------------------------------------------------------------------------- redis-benchmark
 
 
-def _benchmark_target(url: str) -> list[str]:
+def _benchmark_target(url: str) -> tuple[list[str], dict[str, str]]:
+    """redis-benchmark's arguments for the server at ``url``, and the environment to run it in.
+
+    The password never goes on the command line (any local user can read a process's
+    arguments in /proc/<pid>/cmdline): it goes in ``REDISCLI_AUTH``, the variable the Redis
+    command-line tools read it from. A redis-benchmark that ignores it (7.0 does) fails to
+    authenticate, and :func:`_check_benchmark_auth` says so before anything is measured."""
     u = urllib.parse.urlsplit(url)
     if u.scheme != "redis":
-        raise BenchError(f"--url must be a redis:// URL, got {url!r}")
-    return ["-u", url]
+        raise BenchError(f"--url must be a redis:// URL, got {mask_url(url)!r}")
+    try:
+        port = u.port or 6379
+    except ValueError:
+        raise BenchError(f"--url has a bad port: {mask_url(url)!r}") from None
+    argv = ["-h", u.hostname or "127.0.0.1", "-p", str(port)]
+    db = u.path.strip("/")
+    if db:
+        if not db.isdigit():
+            raise BenchError(f"--url must end in a database number (/0), got {mask_url(url)!r}")
+        argv += ["--dbnum", db]
+    if u.username:
+        argv += ["--user", urllib.parse.unquote(u.username)]
+    env = dict(os.environ)
+    env.pop("REDISCLI_AUTH", None)  # only this URL's password, if any
+    if u.password:
+        env["REDISCLI_AUTH"] = urllib.parse.unquote(u.password)
+    return argv, env
 
 
-def _redis_benchmark(binary: str, url: str, pipeline: int, key: str, n: int) -> tuple[float, float]:
-    """Run ``redis-benchmark INCR key:__rand_int__`` with one client; (requests/s, seconds)."""
+def _benchmark_command(
+    binary: str, url: str, pipeline: int, key: str, n: int
+) -> tuple[list[str], dict[str, str]]:
+    """The argv and environment of ``redis-benchmark INCR key:__rand_int__`` with one client."""
     # `INCR <prefix>:rb:__rand_int__` is what `-t incr` sends (it uses `counter:__rand_int__`),
     # but under this run's own prefix, so nothing outside it is touched on a --url server.
-    cmd = [
+    target, env = _benchmark_target(url)
+    argv = [
         binary,
-        *_benchmark_target(url),
+        *target,
         "-c",
         "1",
         "-P",
@@ -367,18 +393,52 @@ def _redis_benchmark(binary: str, url: str, pipeline: int, key: str, n: int) -> 
         "INCR",
         key,
     ]
+    return argv, env
+
+
+def _redis_benchmark(binary: str, url: str, pipeline: int, key: str, n: int) -> tuple[float, float]:
+    """Run ``redis-benchmark INCR key:__rand_int__`` with one client; (requests/s, seconds)."""
+    cmd, env = _benchmark_command(binary, url, pipeline, key, n)
     start = time.perf_counter()
-    done = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False)
+    done = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False, env=env)
     elapsed = time.perf_counter() - start
     if done.returncode != 0:
         raise BenchError(
-            f"redis-benchmark failed (exit {done.returncode}): {(done.stderr or done.stdout)[-400:]}"
+            f"redis-benchmark failed (exit {done.returncode}): {redact((done.stderr or done.stdout)[-400:], url)}"
         )
     for row in csv.DictReader(io.StringIO(done.stdout)):
         rps = row.get("rps")
         if rps:
             return float(rps), elapsed
-    raise BenchError(f"could not find 'rps' in redis-benchmark's output: {done.stdout[-400:]!r}")
+    raise BenchError(f"could not find 'rps' in redis-benchmark's output: {redact(done.stdout[-400:], url)!r}")
+
+
+def _check_benchmark_auth(binary: str, url: str) -> None:
+    """With a password in ``url``: check that redis-benchmark authenticates from the
+    environment (one PING) before anything is measured, and say what to do if not."""
+    if not urllib.parse.urlsplit(url).password:
+        return
+    target, env = _benchmark_target(url)
+    done = subprocess.run(
+        [binary, *target, "-c", "1", "-n", "1", "--csv", "PING"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+    )
+    said = redact((done.stderr or done.stdout).strip()[-300:], url)
+    if any(word in done.stdout + done.stderr for word in ("NOAUTH", "WRONGPASS", "AUTH failed")):
+        raise BenchError(
+            "redis-benchmark did not authenticate with the password from the environment "
+            "(REDISCLI_AUTH); this redis-benchmark takes a password only on its command line, where any "
+            "local user can read it, and redcount bench does not put it there. Run "
+            "`redcount bench --only sliding` against this server (no redis-benchmark rows), or "
+            "leave out --url to measure on a private server without a password. "
+            f"redis-benchmark said: {said}"
+        )
+    if done.returncode != 0:
+        raise BenchError(f"redis-benchmark could not run against {mask_url(url)} (exit {done.returncode}): {said}")
 
 
 class _RedisBenchmark(_Contender):
@@ -576,6 +636,8 @@ def run_bench(args: argparse.Namespace) -> int:
     server_bin = _server_binary(args.redis_server) if args.url is None else None
     if args.url is not None:
         _benchmark_target(args.url)  # refuse what redis-benchmark and limits cannot use, up front
+        if fixed:
+            _check_benchmark_auth(bench_bin, args.url)
 
     prefix = f"rcbench:{os.getpid()}:{secrets.token_hex(4)}"
     rb_key = f"{prefix}:rb:__rand_int__"

@@ -49,7 +49,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from .errors import RedcountError
+    from ..errors import RedcountError
+    from .urls import redact
 
     try:
         if args.command == "demo":
@@ -68,7 +69,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_bench(args)
     except (RedcountError, ValueError) as e:
-        print(f"redcount {args.command}: error: {e}", file=sys.stderr)
+        # An error may quote the URL (or a part of it): never print its password.
+        print(f"redcount {args.command}: error: {redact(str(e), getattr(args, 'url', None))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

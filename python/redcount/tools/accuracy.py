@@ -55,8 +55,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 from .bench import write_json
-from .limiter import Limiter, Strategy
-from .store import ManualClock, connect
+from ..limiter import Limiter, Strategy
+from ..store import ManualClock, connect
 
 __all__ = [
     "STRATEGIES",

@@ -37,7 +37,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
-from . import __version__
+from .. import __version__
 from .accuracy import STRATEGIES, StrategyCase, limit_text
 from .bench import (
     BenchError,
@@ -49,8 +49,9 @@ from .bench import (
     _sigterm_as_exit,
     write_json,
 )
-from .limiter import Limiter
-from .store import ManualClock, Store, connect
+from ..limiter import Limiter
+from ..store import ManualClock, Store, connect
+from .urls import mask_url
 
 __all__ = [
     "NAIVE",
@@ -249,7 +250,8 @@ def run_abuse(args: argparse.Namespace) -> int:
         raise ValueError(f"--window must be a whole number of seconds >= 1, got {args.window}")
     if args.url is not None and not str(args.url).startswith(("redis://", "unix://")):
         raise BenchError(
-            f"redcount abuse measures Redis memory: --url must be a redis:// or unix:// URL, got {args.url!r}"
+            "redcount abuse measures Redis memory: --url must be a redis:// or unix:// URL, "
+            f"got {mask_url(str(args.url))!r}"
         )
     server_bin = _server_binary(args.redis_server) if args.url is None else None
     prefix = f"rcabuse:{os.getpid()}:{secrets.token_hex(4)}"

@@ -15,9 +15,9 @@ import random
 import threading
 import time
 
-from .counters import FixedWindowCounter
-from .limiter import Limiter, parse_limits
-from .store import Store, connect
+from ..counters import FixedWindowCounter
+from ..limiter import Limiter, parse_limits
+from ..store import Store, connect
 
 
 def _fmt_window(start: float, end: float) -> str:

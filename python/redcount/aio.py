@@ -1,0 +1,543 @@
+"""Native asyncio: awaitable stores, counters and limiters.
+
+::
+
+    import redcount, redcount.aio
+
+    store = redcount.connect("redis://localhost:6379/0")   # the same store object as for sync code
+    limiter = redcount.aio.Limiter(store, "sliding-window")
+    if not await limiter.hit("10/minute", "ip:203.0.113.9"):
+        ...  # 429
+
+    astore = redcount.aio.AsyncStore(store)
+    await astore.execute("GET", "k")
+
+The classes take the same arguments as their sync twins and have the same methods, as
+coroutines, with the same results and errors. A sync and an async object can share one core
+(``redcount.aio.Limiter.from_sync(limiter)``; ``alimiter.sync`` is the sync twin), so a
+limit is counted once whichever side is called.
+
+How a call completes: the store runs the operation without a thread per call; when it
+finishes on the store's I/O thread, it goes to a per-loop completion queue, without the
+GIL, and the loop is woken through an eventfd registered once with ``loop.add_reader`` only
+when that queue goes from empty to non-empty: one wake-up completes every call finished
+since the last one. Loops without ``add_reader`` (Windows' proactor) are woken with one
+``loop.call_soon_threadsafe`` per such transition instead. Works on asyncio's loops and on
+uvloop. On the memory store a call completes inline: no future, no thread hop.
+
+Cancelling a coroutine that awaits a call (``asyncio.wait_for``, ``task.cancel()``) drops the
+request if it was not sent yet and discards its reply if it was; the connection stays in
+step and later calls get their own replies.
+
+Not there yet: until the I/O engine (issue 7) lands, a Redis store runs each batch on the
+calling thread, so an await on Redis blocks the loop for one round trip; and the counters'
+and limiters' async calls on Redis need the core's operation bindings (``hit_async``...):
+without them they raise ``NotImplementedError`` (the memory store works fully).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from . import _core
+from ._core import CompletionQueue, Decision, Lease, LimitSet, LimitStats, RetryStats, Store
+from .counters import FixedWindowCounter as _SyncFixedWindowCounter
+from .errors import RateLimitExceeded
+from .limiter import Clock, Strategy
+from .limiter import Limiter as _SyncLimiter
+from .sliding import SlidingWindowCounter as _SyncSlidingWindowCounter
+from .store import connect as _connect
+
+if TYPE_CHECKING:
+    from ._core import Value
+
+__all__ = ["AsyncStore", "FixedWindowCounter", "Limiter", "SlidingWindowCounter", "connect"]
+
+T = TypeVar("T")
+
+
+class _OpFuture(asyncio.Future[Any]):
+    """The future of one call that did not complete inline. Cancelling it cancels the
+    operation in the store (an unsent batch is dropped, a late reply discarded)."""
+
+    __slots__ = ()
+
+    def cancel(self, msg: Any | None = None) -> bool:
+        if not self.done():
+            _core._aio_cancel(self)
+        return super().cancel(msg)
+
+
+# The completion queue of each loop; a loop's queue lives as long as the loop.
+_queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, CompletionQueue] = weakref.WeakKeyDictionary()
+_last: tuple[weakref.ref[asyncio.AbstractEventLoop], CompletionQueue] | None = None
+
+
+def _queue_for_running_loop() -> CompletionQueue:
+    """The running loop's completion queue, made and registered with the loop on first use."""
+    global _last
+    loop = asyncio.get_running_loop()
+    last = _last
+    if last is not None and last[0]() is loop:
+        return last[1]
+    q = _queues.get(loop)
+    if q is None:
+        q = CompletionQueue(loop)
+        try:
+            loop.add_reader(q.fd, q.drain)
+        except NotImplementedError:  # e.g. the proactor loop on Windows
+            q.use_call_soon_threadsafe()
+        _queues[loop] = q
+    _last = (weakref.ref(loop), q)
+    return q
+
+
+_core._aio_setup(_OpFuture, _queue_for_running_loop)
+
+
+def _unwrap(store: Store | AsyncStore) -> Store:
+    return store.store if isinstance(store, AsyncStore) else store
+
+
+def _engine_method(core: object, name: str, store: Store) -> Callable[..., Any]:
+    """How an async class calls ``name``: on the memory store the sync core method itself
+    (it completes inline and cannot block); elsewhere the core's ``<name>_async``, which
+    returns the result or an :class:`_OpFuture`."""
+    if store.is_memory:
+        return getattr(core, name)  # type: ignore[no-any-return]
+    bound = getattr(core, name + "_async", None)
+    if bound is not None:
+        return bound  # type: ignore[no-any-return]
+
+    def missing(*args: object, **kwargs: object) -> Any:
+        raise NotImplementedError(
+            f"redcount.aio: {name}() on {store.url} needs the I/O engine's operation bindings "
+            f"({type(core).__name__}.{name}_async), which this build of redcount does not have yet; "
+            "call the sync class from a thread meanwhile, or use memory://"
+        )
+
+    return missing
+
+
+class AsyncStore:
+    """An awaitable view of a :class:`~redcount.Store`, with the same vocabulary.
+
+    ``await astore.execute("GET", key)``, ``await astore.execute_many([...])``,
+    ``await astore.ping()``. The store itself is :attr:`store` (close it there, or use
+    ``async with``). Thread-safe, like the store.
+    """
+
+    def __init__(self, store: Store) -> None:
+        if isinstance(store, AsyncStore):
+            store = store.store
+        self.store = store
+
+    async def execute(self, *args: str | bytes | int | float) -> Value:
+        """Run one command; bulk strings come back as bytes, status replies as str; an error
+        reply raises :class:`~redcount.ReplyError` (or a subclass)."""
+        r = _core.execute_async(self.store, *args)
+        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+
+    async def execute_many(self, commands: list[tuple[str | bytes | int | float, ...]]) -> list[Value]:
+        """Run several commands in one round trip; error replies are returned as str."""
+        r = _core.execute_many_async(self.store, commands)
+        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+
+    async def ping(self) -> bool:
+        """Round-trip a PING; raises ConnectionError/AuthenticationError if the store is unusable."""
+        r = _core.ping_async(self.store)
+        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+
+    @property
+    def url(self) -> str:
+        return self.store.url
+
+    @property
+    def is_memory(self) -> bool:
+        return self.store.is_memory
+
+    def close(self) -> None:
+        """Close the store (every view of it)."""
+        self.store.close()
+
+    async def __aenter__(self) -> AsyncStore:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"AsyncStore({self.store.url!r})"
+
+
+def connect(url: str | None = None, **options: Any) -> AsyncStore:
+    """:func:`redcount.connect` for asyncio: the same arguments, an :class:`AsyncStore`."""
+    return AsyncStore(_connect(url, **options))
+
+
+async def _off_loop(fn: Callable[[], T]) -> T:
+    """Runs ``fn`` in the default executor: only for calls that wait on a background thread
+    (a retry queue's flush or close), never for a request."""
+    return await asyncio.get_running_loop().run_in_executor(None, fn)
+
+
+class FixedWindowCounter:
+    """The asyncio twin of :class:`redcount.FixedWindowCounter`: the same arguments and
+    behaviour, with :meth:`incr`, :meth:`incr_many`, :meth:`get`, :meth:`get_many` and
+    :meth:`ttl` as coroutines.
+
+    ``FixedWindowCounter.from_sync(counter)`` shares an existing sync counter's core (and its
+    retry queue); :attr:`sync` is the sync twin either way. Thread-safe.
+    """
+
+    sync: _SyncFixedWindowCounter
+
+    def __init__(
+        self,
+        store: Store | AsyncStore,
+        name: str,
+        window: float,
+        *,
+        mode: Literal["script", "commands"] = "script",
+        grace: float = 1.0,
+        on_error: Literal["raise", "queue"] = "raise",
+        prefix: str = "redcount",
+        stagger: bool = False,
+        queue_capacity: int = 100_000,
+        retry_backoff: float = 0.05,
+        retry_backoff_max: float = 5.0,
+    ) -> None:
+        self._share(
+            _SyncFixedWindowCounter(
+                _unwrap(store),
+                name,
+                window,
+                mode=mode,
+                grace=grace,
+                on_error=on_error,
+                prefix=prefix,
+                stagger=stagger,
+                queue_capacity=queue_capacity,
+                retry_backoff=retry_backoff,
+                retry_backoff_max=retry_backoff_max,
+            )
+        )
+
+    @classmethod
+    def from_sync(cls, counter: _SyncFixedWindowCounter) -> FixedWindowCounter:
+        """An async view of ``counter``, sharing its core: the same counts and retry queue."""
+        self = cls.__new__(cls)
+        self._share(counter)
+        return self
+
+    def _share(self, sync: _SyncFixedWindowCounter) -> None:
+        self.sync = sync
+        core, store = sync._core, sync.store
+        self._incr = _engine_method(core, "incr", store)
+        self._incr_many = _engine_method(core, "incr_many", store)
+        self._get = _engine_method(core, "get", store)
+        self._get_many = _engine_method(core, "get_many", store)
+        self._ttl = _engine_method(core, "ttl", store)
+
+    async def incr(self, key: str | bytes, amount: int = 1, *, request_id: str | bytes | None = None) -> int:
+        """Add ``amount`` to ``key``'s count in the current window; the new count (see
+        :meth:`redcount.FixedWindowCounter.incr`)."""
+        r = self._incr(key, amount, request_id=request_id)
+        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+
+    async def incr_many(
+        self, amounts: dict[str, int] | dict[bytes, int] | dict[str | bytes, int]
+    ) -> dict[str | bytes, int]:
+        """``{key: amount} -> {key: count}`` in one round trip."""
+        r = self._incr_many(amounts)
+        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+
+    async def get(self, key: str | bytes) -> int:
+        """The count of ``key`` in the current window (0 if none)."""
+        r = self._get(key)
+        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+
+    async def get_many(self, keys: list[str] | list[bytes] | list[str | bytes]) -> dict[str | bytes, int]:
+        """Counts of many keys in the current window, in one round trip."""
+        r = self._get_many(keys)
+        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+
+    async def ttl(self, key: str | bytes) -> float:
+        """Seconds until the current window's key expires; -2.0 if none, -1.0 if no TTL."""
+        r = self._ttl(key)
+        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+
+    async def flush(self, timeout: float | None = None) -> int:
+        """:meth:`redcount.FixedWindowCounter.flush`, waited for off the loop (it waits for
+        the retry thread)."""
+        return await _off_loop(lambda: self.sync.flush(timeout))
+
+    async def close(self, timeout: float | None = 5.0) -> int:
+        """:meth:`redcount.FixedWindowCounter.close` (of the shared core), off the loop."""
+        return await _off_loop(lambda: self.sync.close(timeout))
+
+    def storage_key(self, key: str | bytes) -> str:
+        return self.sync.storage_key(key)
+
+    def current_window(self, key: str | bytes) -> tuple[float, float]:
+        return self.sync.current_window(key)
+
+    def stats(self) -> RetryStats:
+        return self.sync.stats()
+
+    @property
+    def pending(self) -> int:
+        return self.sync.pending
+
+    @property
+    def name(self) -> str:
+        return self.sync.name
+
+    @property
+    def prefix(self) -> str:
+        return self.sync.prefix
+
+    @property
+    def window(self) -> float:
+        return self.sync.window
+
+    @property
+    def grace(self) -> float:
+        return self.sync.grace
+
+    @property
+    def mode(self) -> str:
+        return self.sync.mode
+
+    @property
+    def on_error(self) -> str:
+        return self.sync.on_error
+
+    @property
+    def store(self) -> Store:
+        return self.sync.store
+
+    async def __aenter__(self) -> FixedWindowCounter:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close(self.sync.exit_timeout)
+
+    def __repr__(self) -> str:
+        return "redcount.aio." + repr(self.sync)
+
+
+class SlidingWindowCounter:
+    """The asyncio twin of :class:`redcount.SlidingWindowCounter`: the same arguments and
+    behaviour, with :meth:`add`, :meth:`count`, :meth:`add_unique`, :meth:`count_unique` and
+    :meth:`clear` as coroutines. ``from_sync(counter)`` shares a sync counter's core;
+    :attr:`sync` is the sync twin. Thread-safe.
+    """
+
+    sync: _SyncSlidingWindowCounter
+
+    def __init__(
+        self,
+        store: Store | AsyncStore,
+        name: str,
+        window: float,
+        *,
+        prefix: str = "redcount",
+        clock: Clock = "client",
+    ) -> None:
+        self._share(_SyncSlidingWindowCounter(_unwrap(store), name, window, prefix=prefix, clock=clock))
+
+    @classmethod
+    def from_sync(cls, counter: _SyncSlidingWindowCounter) -> SlidingWindowCounter:
+        """An async view of ``counter``, sharing its core."""
+        self = cls.__new__(cls)
+        self._share(counter)
+        return self
+
+    def _share(self, sync: _SyncSlidingWindowCounter) -> None:
+        self.sync = sync
+        core, store = sync._core, sync.store
+        self._add = _engine_method(core, "add", store)
+        self._count = _engine_method(core, "count", store)
+        self._add_unique = _engine_method(core, "add_unique", store)
+        self._count_unique = _engine_method(core, "count_unique", store)
+        self._clear = _engine_method(core, "clear", store)
+
+    async def add(self, key: str | bytes, amount: int = 1) -> int:
+        """Record ``amount`` events now; the window's count including them."""
+        r = self._add(key, amount)
+        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+
+    async def count(self, key: str | bytes) -> int:
+        """The events of the last ``window`` seconds (read-only)."""
+        r = self._count(key)
+        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+
+    async def add_unique(self, key: str | bytes, item: str | bytes) -> int:
+        """Record that ``item`` was seen now; the distinct items of the window."""
+        r = self._add_unique(key, item)
+        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+
+    async def count_unique(self, key: str | bytes) -> int:
+        """The distinct items seen in the last ``window`` seconds (read-only)."""
+        r = self._count_unique(key)
+        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+
+    async def clear(self, key: str | bytes) -> None:
+        """Forget ``key``'s events and items."""
+        r = self._clear(key)
+        if r.__class__ is _OpFuture:
+            await r
+
+    def storage_keys(self, key: str | bytes) -> tuple[str, str, str]:
+        return self.sync.storage_keys(key)
+
+    @property
+    def name(self) -> str:
+        return self.sync.name
+
+    @property
+    def prefix(self) -> str:
+        return self.sync.prefix
+
+    @property
+    def window(self) -> float:
+        return self.sync.window
+
+    @property
+    def clock(self) -> str:
+        return self.sync.clock
+
+    @property
+    def store(self) -> Store:
+        return self.sync.store
+
+    def __repr__(self) -> str:
+        return "redcount.aio." + repr(self.sync)
+
+
+class Limiter:
+    """The asyncio twin of :class:`redcount.Limiter`: the same arguments, strategies and
+    decisions, with :meth:`hit`, :meth:`test`, :meth:`stats`, :meth:`reset`, :meth:`acquire`,
+    :meth:`release` and :meth:`in_flight` as coroutines, and :meth:`lease` as an async
+    context manager.
+
+    ``Limiter.from_sync(limiter)`` shares a sync limiter's core (its parsed-limit cache and
+    clock); :attr:`sync` is the sync twin either way. Thread-safe.
+    """
+
+    sync: _SyncLimiter
+
+    def __init__(
+        self,
+        store: Store | AsyncStore,
+        strategy: Strategy = "fixed-window",
+        *,
+        prefix: str = "redcount:lim",
+        clock: Clock = "client",
+        sub_buckets: int = 1,
+    ) -> None:
+        self._share(_SyncLimiter(_unwrap(store), strategy, prefix=prefix, clock=clock, sub_buckets=sub_buckets))
+
+    @classmethod
+    def from_sync(cls, limiter: _SyncLimiter) -> Limiter:
+        """An async view of ``limiter``, sharing its core."""
+        self = cls.__new__(cls)
+        self._share(limiter)
+        return self
+
+    def _share(self, sync: _SyncLimiter) -> None:
+        self.sync = sync
+        core, store = sync._core, sync.store
+        self._hit = _engine_method(core, "hit", store)
+        self._test = _engine_method(core, "test", store)
+        self._stats = _engine_method(core, "stats", store)
+        self._reset = _engine_method(core, "reset", store)
+        self._acquire = _engine_method(core, "acquire", store)
+        self._release = _engine_method(core, "release", store)
+        self._in_flight = _engine_method(core, "in_flight", store)
+
+    async def hit(self, limit: str | LimitSet, key: str | bytes, cost: int = 1) -> Decision:
+        """Charge ``cost`` against ``key`` if every limit allows it; the :class:`~redcount.Decision`."""
+        r = self._hit(limit, key, cost)
+        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+
+    async def test(self, limit: str | LimitSet, key: str | bytes, cost: int = 1) -> Decision:
+        """What :meth:`hit` would decide now, without charging anything."""
+        r = self._test(limit, key, cost)
+        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+
+    async def stats(self, limit: str | LimitSet, key: str | bytes) -> list[LimitStats]:
+        """The count, remaining hits and reset time of ``key`` under each limit."""
+        r = self._stats(limit, key)
+        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+
+    async def reset(self, limit: str | LimitSet, key: str | bytes) -> None:
+        """Forget ``key``'s state under these limits."""
+        r = self._reset(limit, key)
+        if r.__class__ is _OpFuture:
+            await r
+
+    async def acquire(self, max_in_flight: int, key: str | bytes, *, lease_timeout: float = 60.0) -> Lease | None:
+        """Take one of ``key``'s ``max_in_flight`` slots, or None when all are taken."""
+        r = self._acquire(max_in_flight, key, lease_timeout=lease_timeout)
+        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+
+    async def release(self, lease: Lease) -> bool:
+        """Give the slot back: True when the lease was still held."""
+        r = self._release(lease)
+        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+
+    async def in_flight(self, key: str | bytes) -> int:
+        """Leases of ``key`` held now."""
+        r = self._in_flight(key)
+        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+
+    @asynccontextmanager
+    async def lease(self, max_in_flight: int, key: str | bytes, *, lease_timeout: float = 60.0) -> AsyncIterator[Lease]:
+        """``async with limiter.lease(5, "user:1") as lease: ...``: holds a slot for the block.
+
+        Raises :class:`~redcount.RateLimitExceeded` when all slots are taken; releases the
+        slot when the block ends, even by an exception or a cancellation."""
+        got = await self.acquire(max_in_flight, key, lease_timeout=lease_timeout)
+        if got is None:
+            raise RateLimitExceeded(
+                f"all {max_in_flight} concurrency slots of {key!r} are in use; retry later", key, max_in_flight
+            )
+        try:
+            yield got
+        finally:
+            if not got.released:
+                await self.release(got)
+
+    @property
+    def clock(self) -> str:
+        return self.sync.clock
+
+    @property
+    def strategy(self) -> str:
+        return self.sync.strategy
+
+    @property
+    def prefix(self) -> str:
+        return self.sync.prefix
+
+    @property
+    def sub_buckets(self) -> int:
+        return self.sync.sub_buckets
+
+    @property
+    def store(self) -> Store:
+        return self.sync.store
+
+    def __repr__(self) -> str:
+        return "redcount.aio." + repr(self.sync)
