@@ -44,7 +44,7 @@ std::string arg_to_string(py::handle obj) {
 std::shared_ptr<Store> open_store_shim(const std::string& url, py::object connect_timeout,
                                        py::object command_timeout, int max_connections, bool keepalive,
                                        py::object pool_timeout, std::shared_ptr<ManualClock> clock,
-                                       py::object sweep_interval) {
+                                       py::object sweep_interval, int connections) {
   StoreOptions o = parse_url(url);
   o.connect_timeout = std::chrono::milliseconds(seconds_arg(connect_timeout, "connect_timeout", true));
   o.command_timeout = std::chrono::milliseconds(seconds_arg(command_timeout, "command_timeout", true));
@@ -54,6 +54,7 @@ std::shared_ptr<Store> open_store_shim(const std::string& url, py::object connec
     throw InvalidArgument("max_connections must be >= 1, got " + std::to_string(max_connections));
   }
   o.max_connections = max_connections;
+  o.connections = connections;  // validated by the Redis store (1..4); unused by memory://
   o.keepalive = keepalive;
   if (clock) o.clock = clock;  // on Redis: the client's idea of now (the server keeps its own)
   return open_store(o);
@@ -165,7 +166,7 @@ void register_store(py::module_& m) {
 
   m.def("open_store", &open_store_shim, py::arg("url"), py::arg("connect_timeout"), py::arg("command_timeout"),
         py::arg("max_connections"), py::arg("keepalive"), py::arg("pool_timeout"), py::arg("clock"),
-        py::arg("sweep_interval"), "Open a store; use redcount.connect() instead.");
+        py::arg("sweep_interval"), py::arg("connections") = 1, "Open a store; use redcount.connect() instead.");
 }
 
 }  // namespace redcount::bind
