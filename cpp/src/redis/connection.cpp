@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -185,6 +186,15 @@ void Connection::on_connected() {
     if (transport_->handshake()) send_hello();
     return;
   }
+  // Blocking mode with a receive timeout: see read_until(). Every other read and write
+  // passes MSG_DONTWAIT.
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0 && ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) == 0) {
+    timeval tv{};
+    tv.tv_sec = static_cast<time_t>(options_.command_timeout.count() / 1000);
+    tv.tv_usec = static_cast<suseconds_t>((options_.command_timeout.count() % 1000) * 1000);
+    blocking_recv_ = ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0;
+  }
   transport_ = make_plain_transport(fd);
   send_hello();
 }
@@ -282,6 +292,20 @@ bool Connection::flush_until(TimePoint deadline) {
     if (!wait_fd(fd(), ev, deadline)) return false;
   }
   return true;
+}
+
+std::size_t Connection::recv_blocking(TimePoint deadline) {
+  for (;;) {
+    const ssize_t n = ::recv(fd(), buf_, sizeof buf_, 0);
+    if (n > 0) return static_cast<std::size_t>(n);
+    if (n == 0) throw ConnectionError("the server closed the connection");
+    if (errno == EINTR) {
+      if (SteadyClock::now() >= deadline) return 0;
+      continue;
+    }
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+    throw ConnectionError(std::string("read failed: ") + std::strerror(errno));
+  }
 }
 
 bool Connection::wait_readable(TimePoint deadline) {

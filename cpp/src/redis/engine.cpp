@@ -243,9 +243,12 @@ std::vector<Reply> Engine::execute(const std::vector<Request>& batch) {
   const TimePoint deadline =
       options_.command_timeout.count() > 0 ? SteadyClock::now() + options_.command_timeout : kNever;
   auto job = make_job(batch, [&w](std::vector<Reply>&& r, std::exception_ptr e) { w.set(std::move(r), e); }, nullptr,
-                      deadline);
+                      deadline, false);
   const int slot = try_borrow();
-  if (slot < 0 || !run_borrowed(slot, job)) enqueue(job, true);
+  if (slot < 0 || !run_borrowed(slot, job)) {
+    format_wire(*job);  // here, not on the reactor thread
+    enqueue(job, true);
+  }
   return w.wait();
 }
 

@@ -48,11 +48,22 @@ bool did_not_run(const Reply& reply, const Request& request) noexcept {
          word_is(text, "TRYAGAIN") || word_is(text, "CLUSTERDOWN") || is_noscript(reply, request);
 }
 
-std::shared_ptr<Job> make_job(std::vector<Request> batch, BatchDone done, CancelFlag cancelled, TimePoint deadline) {
+void format_wire(Job& job) {
+  if (!job.wire.empty()) return;
+  std::vector<std::string> scratch;
+  for (const auto& r : job.requests) resp::format(job.wire, r, scratch);
+}
+
+std::shared_ptr<Job> make_job(std::vector<Request> batch, BatchDone done, CancelFlag cancelled, TimePoint deadline,
+                              bool format) {
   auto job = std::make_shared<Job>();
   std::vector<std::string> scratch;
   for (const auto& r : batch) {
-    resp::format(job->wire, r, scratch);
+    if (format) {
+      resp::format(job->wire, r, scratch);
+    } else if (const auto* cmd = std::get_if<Command>(&r); cmd != nullptr && cmd->args.empty()) {
+      throw InvalidArgument("empty command");
+    }
     if (!job->multi && is_multi(r)) job->multi = true;
   }
   job->replies.resize(batch.size());
@@ -74,8 +85,13 @@ void start_round(const std::shared_ptr<Job>& job, std::string& out, std::deque<E
     inflight.push_back(Expect{job, -static_cast<std::int32_t>(i) - 1});
     ++j.outstanding;
   }
-  if (j.todo.empty()) {  // the first round: every request, formatted by the submitter
-    out += j.wire;
+  if (j.todo.empty()) {  // the first round: every request, formatted by the submitter or now
+    if (!j.wire.empty()) {
+      out += j.wire;
+    } else {
+      std::vector<std::string> scratch;
+      for (const auto& r : j.requests) resp::format(out, r, scratch);
+    }
     for (std::size_t i = 0; i < j.requests.size(); ++i) inflight.push_back(Expect{job, static_cast<std::int32_t>(i)});
     j.outstanding += j.requests.size();
     return;

@@ -94,6 +94,17 @@ class Connection {
   // replies to on_reply. False on timeout.
   template <class F>
   bool read_until(TimePoint deadline, F&& on_reply) {
+    if (blocking_recv_) {
+      // Plain sockets stay in blocking mode (the reactor passes MSG_DONTWAIT), so a caller
+      // waits in recv() itself, bounded by SO_RCVTIMEO = command_timeout: one syscall.
+      const std::size_t n = recv_blocking(deadline);
+      if (n == 0) return SteadyClock::now() < deadline;
+      parser_.feed(buf_, n);
+      last_progress_ = SteadyClock::now();
+      while (auto r = parser_.next()) on_reply(std::move(*r));
+      if (n == sizeof buf_) read(on_reply);
+      return true;
+    }
     if (!wait_readable(deadline)) return false;
     read(on_reply);
     return true;
@@ -112,6 +123,8 @@ class Connection {
   void send_hello();
   void check_hello(std::size_t index, const Reply& reply);
   bool wait_readable(TimePoint deadline);
+  // One blocking recv into buf_; 0 when it timed out. Throws on EOF and errors.
+  std::size_t recv_blocking(TimePoint deadline);
   [[noreturn]] void fail_connect(int err) const;
 
   const StoreOptions& options_;
@@ -123,6 +136,7 @@ class Connection {
   addrinfo* addrs_ = nullptr;
   addrinfo* next_addr_ = nullptr;
   int last_errno_ = 0;
+  bool blocking_recv_ = false;
   TimePoint setup_deadline_ = kNever;
 
   std::vector<std::string> hello_;  // the first word of each handshake command

@@ -68,8 +68,12 @@ struct Expect {
   std::int32_t slot;         // >= 0: index into job->replies; < 0: SCRIPT LOAD -(slot + 1) of the round
 };
 
-// Builds a job for `batch` (does the validation and formats the first round).
-std::shared_ptr<Job> make_job(std::vector<Request> batch, BatchDone done, CancelFlag cancelled, TimePoint deadline);
+// Builds a job for `batch`. With `format`, the first round is formatted now (on the
+// submitting thread, so the reactor only copies bytes); otherwise start_round formats it.
+std::shared_ptr<Job> make_job(std::vector<Request> batch, BatchDone done, CancelFlag cancelled, TimePoint deadline,
+                              bool format = true);
+// Formats the first round into job.wire now (before handing the job to the reactor).
+void format_wire(Job& job);
 
 // Appends the job's current round to `out` and its expected replies to `inflight`.
 void start_round(const std::shared_ptr<Job>& job, std::string& out, std::deque<Expect>& inflight,
