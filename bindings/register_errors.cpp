@@ -19,6 +19,7 @@ PyObject* g_reply = nullptr;
 PyObject* g_auth = nullptr;
 PyObject* g_script = nullptr;
 PyObject* g_queue_full = nullptr;
+PyObject* g_store_closed = nullptr;
 
 PyObject* make(py::module_& m, const char* name, const char* doc, py::tuple bases) {
   std::string qualified = std::string("redcount.") + name;
@@ -26,6 +27,17 @@ PyObject* make(py::module_& m, const char* name, const char* doc, py::tuple base
   if (type == nullptr) throw py::error_already_set();
   m.add_object(name, py::handle(type));  // the module keeps a reference too
   return type;
+}
+
+// A ConnectionError instance carrying `maybe_applied`: whether the request reached the
+// server before the failure (so it may have run) or certainly did not run.
+void set_connection_error(PyObject* type, const ConnectionError& e) {
+  PyObject* exc = PyObject_CallFunction(type, "s", e.what());
+  if (exc == nullptr) return;  // the conversion's own error stays set
+  if (PyObject_SetAttrString(exc, "maybe_applied", e.maybe_applied() ? Py_True : Py_False) == 0) {
+    PyErr_SetObject(type, exc);
+  }
+  Py_DECREF(exc);
 }
 
 }  // namespace
@@ -88,8 +100,15 @@ void register_errors(py::module_& m) {
                    "string, bad URL...). Raised before anything is sent or stored. Also a ValueError.",
                    py::make_tuple(py::handle(g_base), py::handle(PyExc_ValueError)));
   g_connection = make(m, "ConnectionError",
-                      "The store could not be reached: refused, reset, unknown host, closed. Transient.",
+                      "The store could not be reached: refused, reset, unknown host, closed. Transient. "
+                      "`maybe_applied` is True when the request had been sent (it may or may not have run), "
+                      "False when it certainly did not run.",
                       py::make_tuple(py::handle(g_base), py::handle(PyExc_ConnectionError)));
+  // Where nothing says otherwise (an error raised by Python code), nothing was sent.
+  if (PyObject_SetAttrString(g_connection, "maybe_applied", Py_False) != 0) throw py::error_already_set();
+  g_store_closed = make(m, "StoreClosed",
+                        "The store was closed: nothing was sent. Not transient: a retry cannot help.",
+                        py::make_tuple(py::handle(g_connection)));
   g_timeout = make(m, "TimeoutError",
                    "A connect, command or pool timeout expired. A sent command may or may not have run.",
                    py::make_tuple(py::handle(g_connection), py::handle(PyExc_TimeoutError)));
@@ -118,10 +137,12 @@ void set_python_error(const std::exception_ptr& error) {
     std::rethrow_exception(error);
   } catch (const InvalidArgument& e) {
     PyErr_SetString(g_invalid, e.what());
+  } catch (const StoreClosed& e) {
+    set_connection_error(g_store_closed, e);
   } catch (const TimeoutError& e) {
-    PyErr_SetString(g_timeout, e.what());
+    set_connection_error(g_timeout, e);
   } catch (const ConnectionError& e) {
-    PyErr_SetString(g_connection, e.what());
+    set_connection_error(g_connection, e);
   } catch (const ProtocolError& e) {
     PyErr_SetString(g_protocol, e.what());
   } catch (const AuthenticationError& e) {

@@ -88,7 +88,7 @@ void apply_tls_keywords(StoreOptions& o, const TlsKeywords& k) {
 std::shared_ptr<Store> open_store_shim(const std::string& url, py::object connect_timeout,
                                        py::object command_timeout, int max_connections, bool keepalive,
                                        py::object pool_timeout, std::shared_ptr<ManualClock> clock,
-                                       py::object sweep_interval, const TlsKeywords& tls) {
+                                       py::object sweep_interval, int connections, const TlsKeywords& tls) {
   StoreOptions o = parse_url(url);
   apply_tls_keywords(o, tls);
   o.connect_timeout = std::chrono::milliseconds(seconds_arg(connect_timeout, "connect_timeout", true));
@@ -99,6 +99,7 @@ std::shared_ptr<Store> open_store_shim(const std::string& url, py::object connec
     throw InvalidArgument("max_connections must be >= 1, got " + std::to_string(max_connections));
   }
   o.max_connections = max_connections;
+  o.connections = connections;  // validated by the Redis store (1..4); unused by memory://
   o.keepalive = keepalive;
   if (clock) o.clock = clock;  // on Redis: the client's idea of now (the server keeps its own)
   return open_store(o);
@@ -217,17 +218,18 @@ void register_store(py::module_& m) {
       "open_store",
       [](const std::string& url, py::object connect_timeout, py::object command_timeout, int max_connections,
          bool keepalive, py::object pool_timeout, std::shared_ptr<ManualClock> clock, py::object sweep_interval,
-         std::optional<std::string> ssl_ca_certs, std::optional<std::string> ssl_certfile,
+         int connections, std::optional<std::string> ssl_ca_certs, std::optional<std::string> ssl_certfile,
          std::optional<std::string> ssl_keyfile, std::optional<std::string> ssl_cert_reqs,
          std::optional<bool> ssl_check_hostname, std::optional<std::string> ssl_server_name) {
         const TlsKeywords tls{std::move(ssl_ca_certs), std::move(ssl_certfile), std::move(ssl_keyfile),
                               std::move(ssl_cert_reqs), std::move(ssl_server_name), ssl_check_hostname};
         return open_store_shim(url, std::move(connect_timeout), std::move(command_timeout), max_connections,
-                               keepalive, std::move(pool_timeout), std::move(clock), std::move(sweep_interval), tls);
+                               keepalive, std::move(pool_timeout), std::move(clock), std::move(sweep_interval), connections,
+                               tls);
       },
       py::arg("url"), py::arg("connect_timeout"), py::arg("command_timeout"), py::arg("max_connections"),
       py::arg("keepalive"), py::arg("pool_timeout"), py::arg("clock"), py::arg("sweep_interval"),
-      py::arg("ssl_ca_certs") = py::none(), py::arg("ssl_certfile") = py::none(), py::arg("ssl_keyfile") = py::none(),
+      py::arg("connections") = 1, py::arg("ssl_ca_certs") = py::none(), py::arg("ssl_certfile") = py::none(), py::arg("ssl_keyfile") = py::none(),
       py::arg("ssl_cert_reqs") = py::none(), py::arg("ssl_check_hostname") = py::none(),
       py::arg("ssl_server_name") = py::none(), "Open a store; use redcount.connect() instead.");
 }

@@ -17,6 +17,7 @@ bool ReplyError::transient() const noexcept {
 }
 
 bool is_transient(const std::exception& e) noexcept {
+  if (dynamic_cast<const StoreClosed*>(&e)) return false;
   if (dynamic_cast<const ConnectionError*>(&e)) return true;
   if (const auto* r = dynamic_cast<const ReplyError*>(&e)) return r->transient();
   return false;

@@ -591,7 +591,7 @@ std::vector<Reply> MemoryStore::execute(const std::vector<Request>& batch) {
   std::vector<Reply> out;
   out.reserve(batch.size());
   std::lock_guard<std::mutex> lock(mu_);
-  if (closed_) throw ConnectionError("the memory:// store is closed; open a new one with redcount.connect()");
+  if (closed_) throw StoreClosed("the memory:// store is closed; open a new one with redcount.connect()");
   for (const Request& req : batch) {
     Ops ops(*this, clock_->now_ms());
     try {
@@ -610,7 +610,7 @@ std::vector<Reply> MemoryStore::execute(const std::vector<Request>& batch) {
 
 void MemoryStore::atomically(void (*fn)(Keyspace& ks, void* ctx), void* ctx) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (closed_) throw ConnectionError("the memory:// store is closed; open a new one with redcount.connect()");
+  if (closed_) throw StoreClosed("the memory:// store is closed; open a new one with redcount.connect()");
   Ops ops(*this, clock_->now_ms());
   fn(ops, ctx);
 }

@@ -8,11 +8,6 @@ namespace redcount {
 
 std::shared_ptr<Store> open_store(const StoreOptions& options) {
   if (options.kind == StoreOptions::Kind::Memory) return std::make_shared<MemoryStore>(options);
-  // The hiredis client below cannot speak TLS, and must not send AUTH in plain text to a
-  // rediss:// server. The I/O engine (issue 7) uses the TLS transport; drop this with it.
-  if (options.tls) {
-    throw InvalidArgument("rediss:// (TLS) needs redcount's I/O engine, which this build does not include yet");
-  }
   return std::make_shared<RedisStore>(options);
 }
 

@@ -35,6 +35,7 @@ from .errors import (
     RetryQueueFull,
     ScriptError,
     SecurityWarning,
+    StoreClosed,
     TimeoutError,
 )
 from .limiter import Decision, Lease, Limiter, LimitSet, LimitStats, parse_limits, strategies
@@ -63,6 +64,7 @@ __all__ = [
     "RetryStats",
     "ScriptError",
     "SecurityWarning",
+    "StoreClosed",
     "SlidingWindowCounter",
     "Store",
     "TimeoutError",

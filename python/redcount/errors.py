@@ -3,7 +3,10 @@
 ``RedcountError``
     ``InvalidInputError`` (also a ``ValueError``): a bad argument; nothing was sent or stored.
     ``ConnectionError`` (also the builtin ``ConnectionError``): the store could not be reached.
+    Its ``maybe_applied`` is True when the request had been sent before the failure (it may
+    or may not have run; redcount never resends it), False when it certainly did not run.
         ``TimeoutError`` (also the builtin ``TimeoutError``): a connect, command or pool timeout.
+        ``StoreClosed``: the store was closed; not transient, so it is never queued for retry.
     ``ProtocolError``: the server's reply broke the protocol.
     ``ReplyError``: the server answered with an error reply.
         ``AuthenticationError``: wrong user name or password, or a password is needed.
@@ -26,6 +29,7 @@ from ._core import (
     ReplyError,
     RetryQueueFull,
     ScriptError,
+    StoreClosed,
     TimeoutError,
 )
 
@@ -61,5 +65,6 @@ __all__ = [
     "RetryQueueFull",
     "ScriptError",
     "SecurityWarning",
+    "StoreClosed",
     "TimeoutError",
 ]

@@ -34,6 +34,7 @@ def connect(
     connect_timeout: float = 2.0,
     command_timeout: float = 2.0,
     max_connections: int = 32,
+    connections: int = 1,
     keepalive: bool = True,
     pool_timeout: float = 2.0,
     clock: ManualClock | None = None,
@@ -54,9 +55,12 @@ def connect(
     - ``"rediss://[[user]:password@]host[:port][/db][?ssl_ca_certs=...&...]"``: TLS;
     - ``"unix:///path/to/redis.sock?db=N"``.
 
-    Timeouts are in seconds; 0 means wait forever. ``max_connections`` bounds the pool
-    shared by every thread using this store; ``pool_timeout`` is how long a call waits for
-    a free connection. ``clock`` replaces the system clock, so tests can step through
+    Timeouts are in seconds; 0 means wait forever. On Redis, one I/O thread per store
+    multiplexes every caller (threads and event loops) over ``connections`` sockets (1 to 4,
+    default 1), writing whatever is queued in one system call (auto-pipelining);
+    ``pool_timeout`` is how long a call waits when the store's queue of unsent requests is
+    full. ``max_connections`` is still accepted (>= 1) for compatibility but no longer bounds
+    anything: there is no pool of blocking connections any more. ``clock`` replaces the system clock, so tests can step through
     windows: on memory:// it is the store's clock; on Redis it is the client's clock (what
     ``clock="client"`` counters and limiters take as now), while the server keeps its own
     for TTLs and ``clock="server"``; ``sweep_interval`` (memory only) is how often expired keys are freed.
@@ -81,6 +85,8 @@ def connect(
         raise TypeError(f"url must be a str, got {type(url).__name__}")
     if not isinstance(max_connections, int) or isinstance(max_connections, bool):
         raise TypeError(f"max_connections must be an int, got {type(max_connections).__name__}")
+    if not isinstance(connections, int) or isinstance(connections, bool):
+        raise TypeError(f"connections must be an int, got {type(connections).__name__}")
     cert_reqs: str | None
     if isinstance(ssl_cert_reqs, ssl.VerifyMode):
         cert_reqs = _CERT_REQS[ssl_cert_reqs]
@@ -101,6 +107,7 @@ def connect(
         pool_timeout=pool_timeout,
         clock=clock,
         sweep_interval=sweep_interval,
+        connections=connections,
         ssl_ca_certs=_tls_path("ssl_ca_certs", ssl_ca_certs),
         ssl_certfile=_tls_path("ssl_certfile", ssl_certfile),
         ssl_keyfile=_tls_path("ssl_keyfile", ssl_keyfile),

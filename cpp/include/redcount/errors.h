@@ -28,13 +28,29 @@ class InvalidArgument : public Error {
 };
 
 // The network path to the server failed: refused, reset, unresolvable host, EOF.
+// `maybe_applied()` is true when the request had been sent before the failure, so it may
+// or may not have run; false when nothing of it can have run (never sent, store closed).
 class ConnectionError : public Error {
  public:
-  using Error::Error;
+  explicit ConnectionError(const std::string& message, bool maybe_applied = false)
+      : Error(message), maybe_applied_(maybe_applied) {}
+  explicit ConnectionError(const char* message, bool maybe_applied = false)
+      : Error(message), maybe_applied_(maybe_applied) {}
+  bool maybe_applied() const noexcept { return maybe_applied_; }
+
+ private:
+  bool maybe_applied_;
 };
 
 // A connect or command timeout expired. Whether a sent command ran is unknown.
 class TimeoutError : public ConnectionError {
+ public:
+  using ConnectionError::ConnectionError;
+};
+
+// The store was closed: nothing was sent. Not transient (a retry cannot help), so a
+// queueing counter raises it instead of queueing.
+class StoreClosed : public ConnectionError {
  public:
   using ConnectionError::ConnectionError;
 };

@@ -1,22 +1,26 @@
-// The Redis store: a pool of hiredis connections with pipelining and EVALSHA.
+// The Redis store: counters and limiters talk to Redis through this, via Store::execute
+// (blocking) or Store::submit (asynchronous).
 //
 //   auto store = std::make_shared<RedisStore>(parse_url("redis://localhost:6379/0"));
 //   auto replies = store->execute(batch);  // one round trip for the whole batch
+//   store->submit(batch, [](std::vector<Reply>&& r, std::exception_ptr e) { ... });
 //
-// - Connections are opened lazily, authenticated (AUTH [user] password), switched to the
-//   URL's database (SELECT) and checked with PING in one round trip.
-// - A connection that failed is dropped; the next call opens a new one. Failed connects
-//   are retried with exponential backoff: inside the backoff window calls fail at once
-//   with ConnectionError instead of piling up connect attempts on a dead server.
-// - Scripts run by EVALSHA; a NOSCRIPT reply (SCRIPT FLUSH, restart, failover) loads the
-//   script and runs the call again on the same connection.
+// Underneath is one I/O engine (redis/engine.h: a reactor thread, `connections`
+// multiplexed sockets, auto-pipelining, deadlines and the failure contract). This class
+// adds what belongs to the store:
+// - Connection-state commands are refused on the shared connections (SELECT, WATCH,
+//   SUBSCRIBE, CLIENT REPLY, AUTH, HELLO, RESET, blocking pops...), with InvalidArgument
+//   saying why; MULTI is accepted only with its EXEC or DISCARD in the same batch (a batch
+//   is written contiguously, so a transaction cannot interleave with other callers).
+// - Fork safety: a child process never touches the parent's engine, sockets or thread; it
+//   opens its own engine at its first call, and the parent keeps working.
+// - close() is idempotent and safe from any number of threads; later calls raise
+//   StoreClosed (a ConnectionError that is not transient).
 //
-// Thread-safe: each call leases a connection from the pool; no lock is held during I/O
-// and no hiredis context is ever used by two threads at once.
+// Thread-safe.
 #pragma once
 
-#include <chrono>
-#include <condition_variable>
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -25,9 +29,11 @@
 #include "redcount/options.h"
 #include "redcount/store.h"
 
-struct redisContext;
-
 namespace redcount {
+
+namespace redis {
+class Engine;
+}
 
 class RedisStore final : public Store {
  public:
@@ -37,43 +43,32 @@ class RedisStore final : public Store {
   RedisStore& operator=(const RedisStore&) = delete;
 
   std::vector<Reply> execute(const std::vector<Request>& batch) override;
+  void submit(std::vector<Request> batch, BatchDone done, CancelFlag cancelled = nullptr) override;
   std::int64_t now_ms() const override { return options_.clock ? options_.clock->now_ms() : SystemClock().now_ms(); }
   std::string describe() const override;
   bool is_memory() const noexcept override { return false; }
   void close() override;
 
-  // Connections currently open (idle or leased).
+  // Connections open right now (set up and usable).
   int open_connections() const;
 
- private:
-  struct ContextDeleter {
-    void operator()(redisContext* c) const noexcept;
-  };
-  using ContextPtr = std::unique_ptr<redisContext, ContextDeleter>;
-  struct Connection {
-    ContextPtr ctx;
-    std::chrono::steady_clock::time_point last_used;
-  };
-  class Lease;
+  // Used by the fork handlers only.
+  void before_fork();
+  void after_fork_in_parent();
+  void after_fork_in_child();
 
-  Lease acquire();
-  std::vector<Reply> run_pipeline(Lease& lease, const std::vector<Request>& batch);
-  std::unique_ptr<Connection> connect();
-  void give_back(std::unique_ptr<Connection> conn, bool healthy);
-  std::string where() const;
+ private:
+  redis::Engine& engine();
+  [[noreturn]] void throw_closed() const;
 
   StoreOptions options_;
-
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<std::unique_ptr<Connection>> idle_;
-  int open_ = 0;
-  bool closed_ = false;
-
-  std::mutex backoff_mu_;
-  std::chrono::steady_clock::time_point next_connect_{};
-  std::chrono::milliseconds backoff_{0};
-  std::string last_connect_error_;
+  std::atomic<bool> closed_{false};
+  std::mutex mu_;  // creating or replacing the engine
+  std::shared_ptr<redis::Engine> engine_;
+  std::atomic<redis::Engine*> current_{nullptr};
+  // Where an engine inherited through fork() is put: never destroyed, never used (its
+  // thread does not exist in the child and its sockets belong to the parent).
+  alignas(std::shared_ptr<redis::Engine>) unsigned char inherited_[sizeof(std::shared_ptr<redis::Engine>)];
 };
 
 }  // namespace redcount

@@ -1,0 +1,157 @@
+// One connection to a Redis server: a non-blocking connect (TCP with TCP_NODELAY and
+// keepalive, or a Unix socket), TLS when asked, then the handshake pipelined in one write
+// (AUTH, SELECT, CLIENT SETNAME redcount, SCRIPT LOAD of every script), then the data path:
+// an output buffer written in one syscall, a RESP parser, and the FIFO of replies it waits
+// for.
+//
+//   Connection c(options, tls_context);
+//   c.open(now);                          // throws ConnectionError (unresolvable host...)
+//   while (!c.ready()) { poll(c.fd(), c.wanted()); c.advance(now); }   // throws on failure
+//   start_round(job, c.out(), c.inflight(), c.stream_end());
+//   c.flush();  c.read([&](Reply&& r) { ... });
+//
+// Not thread-safe: one thread at a time (the engine's reactor, or a caller that borrowed
+// the idle connection from it) uses a connection.
+#pragma once
+
+#include <netdb.h>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+
+#include "redcount/options.h"
+#include "redcount/redis/pipeline.h"
+#include "redcount/redis/resp.h"
+#include "redcount/redis/transport.h"
+
+namespace redcount::redis {
+
+class Connection {
+ public:
+  enum class State { Connecting, Securing, Hello, Ready };
+
+  Connection(const StoreOptions& options, std::shared_ptr<TlsContext> tls);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  // Starts connecting. Throws the user-facing error when that fails at once.
+  void open(TimePoint now);
+  // Makes progress on connect / TLS / handshake after a readiness event. Throws
+  // ConnectionError, TimeoutError (never here: see expired()), AuthenticationError or
+  // ReplyError (a refused SELECT) when the set-up failed.
+  void advance();
+  // The set-up did not finish within connect_timeout: the error to report.
+  [[noreturn]] void throw_setup_timeout() const;
+
+  State state() const noexcept { return state_; }
+  bool ready() const noexcept { return state_ == State::Ready; }
+  int fd() const noexcept;
+  // EPOLLIN/EPOLLOUT the current state needs (data path: EPOLLIN, plus EPOLLOUT while
+  // output is pending).
+  std::uint32_t wanted() const noexcept;
+  TimePoint setup_deadline() const noexcept { return setup_deadline_; }
+
+  // Data path.
+  std::string& out() noexcept { return out_; }
+  std::deque<Expect>& inflight() noexcept { return inflight_; }
+  // Stream offsets: bytes ever appended to out() / handed to the kernel.
+  std::uint64_t stream_end() const noexcept { return written_ + (out_.size() - out_pos_); }
+  std::uint64_t written() const noexcept { return written_; }
+  bool has_output() const noexcept { return out_pos_ < out_.size(); }
+  // Drops output not yet written (the connection is being given up).
+  void discard_output() noexcept {
+    out_.clear();
+    out_pos_ = 0;
+  }
+  bool idle() const noexcept { return inflight_.empty() && !has_output(); }
+  // One write of everything pending; true when all of it went out. Throws ConnectionError.
+  bool flush();
+  // Reads what the socket has and hands every complete reply to on_reply. Throws
+  // ConnectionError (EOF, reset) or ProtocolError.
+  template <class F>
+  void read(F&& on_reply) {
+    for (;;) {
+      const std::size_t n = transport_->read(buf_, sizeof buf_);
+      if (n == 0) break;
+      parser_.feed(buf_, n);
+      last_progress_ = SteadyClock::now();
+      while (auto r = parser_.next()) on_reply(std::move(*r));
+      // A short read drained the socket; TLS may still hold decrypted bytes.
+      if (n < sizeof buf_ && !transport_->has_buffered()) break;
+    }
+  }
+
+  // For a synchronous caller that borrowed this idle connection: true when the socket
+  // looks usable (no EOF or stray bytes waiting); one non-blocking peek.
+  bool alive() const noexcept;
+  // Writes everything pending, waiting for the socket until `deadline`. False on timeout.
+  bool flush_until(TimePoint deadline);
+  // Waits for bytes until `deadline` and feeds them to the parser, handing complete
+  // replies to on_reply. False on timeout.
+  template <class F>
+  bool read_until(TimePoint deadline, F&& on_reply) {
+    if (blocking_recv_) {
+      // Plain sockets stay in blocking mode (the reactor passes MSG_DONTWAIT), so a caller
+      // waits in recv() itself, bounded by SO_RCVTIMEO = command_timeout: one syscall.
+      const std::size_t n = recv_blocking(deadline);
+      if (n == 0) return SteadyClock::now() < deadline;
+      parser_.feed(buf_, n);
+      last_progress_ = SteadyClock::now();
+      while (auto r = parser_.next()) on_reply(std::move(*r));
+      if (n == sizeof buf_) read(on_reply);
+      return true;
+    }
+    if (!wait_readable(deadline)) return false;
+    read(on_reply);
+    return true;
+  }
+
+  TimePoint last_progress() const noexcept { return last_progress_; }
+  void touch(TimePoint now) noexcept { last_progress_ = now; }
+  // Where this connection goes, for messages ("127.0.0.1:6379", "unix socket /x.sock").
+  const std::string& where() const noexcept { return where_; }
+  // Half-closes the socket so that a caller blocked on it wakes up (close()).
+  void interrupt() noexcept;
+
+ private:
+  void start_connect();
+  void on_connected();
+  void send_hello();
+  void check_hello(std::size_t index, const Reply& reply);
+  bool wait_readable(TimePoint deadline);
+  // One blocking recv into buf_; 0 when it timed out. Throws on EOF and errors.
+  std::size_t recv_blocking(TimePoint deadline);
+  [[noreturn]] void fail_connect(int err) const;
+
+  const StoreOptions& options_;
+  std::shared_ptr<TlsContext> tls_;
+  std::string where_;
+  State state_ = State::Connecting;
+  int fd_ = -1;  // until the transport owns it
+  std::unique_ptr<Transport> transport_;
+  addrinfo* addrs_ = nullptr;
+  addrinfo* next_addr_ = nullptr;
+  int last_errno_ = 0;
+  bool blocking_recv_ = false;
+  TimePoint setup_deadline_ = kNever;
+
+  std::vector<std::string> hello_;  // the first word of each handshake command
+  std::size_t hello_seen_ = 0;
+
+  resp::Parser parser_;
+  std::string out_;
+  std::size_t out_pos_ = 0;
+  std::uint64_t written_ = 0;
+  std::deque<Expect> inflight_;
+  TimePoint last_progress_{};
+  char buf_[16384];
+};
+
+// "127.0.0.1:6379" or "unix socket /path": how messages name the server.
+std::string server_name(const StoreOptions& options);
+
+}  // namespace redcount::redis

@@ -1,0 +1,163 @@
+// The I/O engine under RedisStore: one reactor thread per store, a few multiplexed
+// connections, auto-pipelining, per-request deadlines and the failure contract below.
+//
+//   auto engine = std::make_shared<redis::Engine>(options);
+//   engine->submit(batch, [](std::vector<Reply>&& replies, std::exception_ptr error) { ... });
+//   std::vector<Reply> replies = engine->execute(batch);   // synchronous
+//   engine->close();
+//
+// Why epoll + eventfd + timerfd and not Asio: no extra dependency for a wheel, and the
+// engine needs exact control of each write (everything queued since the last wake-up goes
+// out in one syscall: auto-pipelining) and of TLS's want-read/want-write, which an
+// asynchronous framework hides behind its own buffering.
+//
+// How it works. Callers on any thread submit a batch (a Job); it is formatted on the
+// caller's thread, queued, and the reactor is woken through an eventfd (once per batch of
+// submissions). On each wake-up the reactor moves every queued job to the least loaded of
+// the store's `connections` sockets, appends its bytes to that socket's output and writes
+// each output in one syscall; a job's requests are contiguous on the wire. Replies complete
+// jobs in FIFO order per connection; `done` runs on the reactor thread. A timerfd carries
+// every deadline, the watchdog and the set-up timeouts.
+// A synchronous caller that finds a connection idle (nothing queued or in flight) borrows
+// it and does its own write and read, with no thread hop: the single-thread path costs what
+// a plain blocking client costs. While borrowed, the reactor does not touch it (the idle
+// connection is registered for EPOLLRDHUP only, one-shot, so the caller's reply does not
+// wake the reactor).
+//
+// The failure contract (request by request):
+// - A request not yet written when its connection dies is sent again on a new connection
+//   (it cannot have run). If no connection can be opened, it fails at once with
+//   ConnectionError, maybe_applied = false; so does every call while the reconnect backoff
+//   lasts (refused connections and failed authentication alike, exponential with jitter).
+// - A reply meaning "did not run" (LOADING, READONLY, MASTERDOWN, TRYAGAIN, CLUSTERDOWN, and
+//   NOSCRIPT for a script call) is retried within the request's deadline, after a short
+//   backoff (NOSCRIPT: SCRIPT LOAD and the rerun at once, written together). A transaction
+//   (MULTI) is retried only when none of it ran. Past the deadline the caller gets the reply.
+// - A request written but unanswered when its connection dies fails with ConnectionError,
+//   maybe_applied = true. Nothing written is ever resent: a script or an INCRBY may have run,
+//   and sending it again would count it twice (request ids make a caller's retry safe).
+// - A request unanswered at its deadline (command_timeout) fails alone with TimeoutError
+//   (maybe_applied = true, "may or may not have run"); it stays in flight, its late reply is
+//   discarded, and the connection stays in step. A connection that has answered nothing for
+//   twice the command timeout (at least 2 s) while requests are pending is closed by the
+//   watchdog, and its pending requests fail as above.
+// - Backpressure: at most kMaxQueued requests wait to be written and kMaxInFlight await
+//   replies per connection; beyond that a caller waits up to pool_timeout, then gets
+//   TimeoutError.
+// - close(): queued requests fail with StoreClosed (not transient, nothing sent); requests in
+//   flight fail with StoreClosed, maybe_applied = true.
+//
+// Thread-safe. `done` callbacks run on the reactor thread (or on the submitting thread when
+// the outcome is known at once); they must be quick and must not call execute() (submit()
+// is fine). Not fork-safe by itself: RedisStore abandons an engine inherited through fork().
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "redcount/options.h"
+#include "redcount/redis/connection.h"
+#include "redcount/redis/pipeline.h"
+#include "redcount/store.h"
+
+namespace redcount::redis {
+
+class Engine : public std::enable_shared_from_this<Engine> {
+ public:
+  static constexpr std::size_t kMaxQueued = 1u << 16;    // requests waiting to be written
+  static constexpr std::size_t kMaxInFlight = 1u << 14;  // replies awaited per connection
+
+  // Validates the options (connections 1..4, timeouts >= 0); starts nothing yet.
+  explicit Engine(const StoreOptions& options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  void submit(std::vector<Request> batch, BatchDone done, CancelFlag cancelled);
+  std::vector<Reply> execute(const std::vector<Request>& batch);
+  // Idempotent; from any thread, also from a done callback.
+  void close();
+  bool closed() const;
+  // Connections open right now (set-up finished).
+  int open_connections() const;
+  const std::string& where() const noexcept { return where_; }
+
+ private:
+  enum class Owner { None, Reactor, Caller };
+  struct Slot {
+    std::unique_ptr<Connection> conn;
+    // Under mu_:
+    Owner owner = Owner::None;
+    bool ready = false;
+    bool hup = false;        // an event came while a caller had it
+    bool adopt = false;      // a caller handed it back with work for the reactor
+    std::size_t load = 0;    // replies awaited
+    // Reactor only:
+    bool in_epoll = false;
+    std::uint32_t mask = 0;  // registered events; 0 after a one-shot fired
+    std::uint32_t events = 0;
+    TimePoint min_deadline = kNever;
+  };
+  enum class FailureKind { Connection, Timeout, Auth, Reply };
+
+  void start_locked();
+  void wake();
+  void enqueue(std::shared_ptr<Job> job, bool may_wait);
+  int try_borrow();
+  bool run_borrowed(int slot, const std::shared_ptr<Job>& job);
+  void give_back(int slot, bool to_reactor);
+  std::exception_ptr backoff_error_locked(TimePoint now) const;
+
+  void run();
+  bool step(bool tick);
+  void handle_slot(int i, TimePoint now, std::vector<std::shared_ptr<Job>>& requeue);
+  void round_over(int i, const std::shared_ptr<Job>& job, TimePoint now);
+  void connection_lost(int i, const std::string& why, std::vector<std::shared_ptr<Job>>& requeue);
+  void connect_failed(int i, std::exception_ptr error, TimePoint now);
+  void open_slot(int i, TimePoint now);
+  void expire(TimePoint now, const bool* ours, std::vector<std::shared_ptr<Job>>& requeue);
+  void set_interest(int i, std::uint32_t mask);
+  void arm(TimePoint at);
+  void shutdown_reactor();
+
+  const StoreOptions options_;
+  const std::string where_;
+  const std::chrono::milliseconds watchdog_;
+  std::shared_ptr<TlsContext> tls_;
+
+  mutable std::mutex mu_;
+  std::condition_variable space_cv_;   // queue space, borrowers gone, close finished
+  std::vector<Slot> slots_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  std::size_t queued_requests_ = 0;
+  std::vector<std::shared_ptr<Job>> handoff_;  // from borrowers: retry later
+  bool started_ = false;
+  bool closed_ = false;
+  bool close_done_ = false;
+  bool wake_pending_ = false;
+  int connecting_ = 0;
+  std::chrono::milliseconds backoff_{0};
+  TimePoint next_connect_{};
+  FailureKind failure_kind_ = FailureKind::Connection;
+  std::string failure_;
+
+  int epoll_fd_ = -1;
+  int event_fd_ = -1;
+  int timer_fd_ = -1;
+  std::thread thread_;
+  std::shared_ptr<Engine> keepalive_;  // set when closed from its own thread
+
+  // Reactor only.
+  std::vector<std::shared_ptr<Job>> delayed_;
+  std::vector<std::shared_ptr<Job>> finished_;
+  TimePoint armed_ = kNever;
+};
+
+}  // namespace redcount::redis

@@ -1,0 +1,56 @@
+// RESP on the wire: requests formatted straight into a byte buffer, and replies parsed by
+// hiredis's redisReader into redcount::Reply. No socket here: the connection feeds bytes in
+// and takes bytes out, so this file is the whole of redcount's protocol knowledge.
+//
+//   std::string out;
+//   std::vector<std::string> scratch;
+//   resp::format(out, Command{{"INCR", "k"}}, scratch);   // "*2\r\n$4\r\nINCR\r\n$1\r\nk\r\n"
+//   resp::Parser p;
+//   p.feed(bytes, n);
+//   while (auto reply = p.next()) use(*reply);             // throws ProtocolError on bad bytes
+//
+// A Parser is used by one thread at a time; the functions are thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "redcount/reply.h"
+#include "redcount/store.h"
+
+struct redisReader;
+
+namespace redcount::resp {
+
+// Appends one command (an array of bulk strings).
+void format_args(std::string& out, const std::vector<std::string_view>& args);
+void format_args(std::string& out, const std::vector<std::string>& args);
+// Appends a request: a Command as it is, a ScriptCall as EVALSHA <sha1> <numkeys> keys...
+// argv... with ARGV from call.argv(scratch) (typed arguments rendered as text).
+void format(std::string& out, const Request& request, std::vector<std::string>& scratch);
+// SCRIPT LOAD <source>.
+void format_script_load(std::string& out, const Script& script);
+
+class Parser {
+ public:
+  Parser();
+  ~Parser();
+  Parser(const Parser&) = delete;
+  Parser& operator=(const Parser&) = delete;
+
+  void feed(const char* data, std::size_t len);
+  // The next complete reply, or nullopt when more bytes are needed. Throws ProtocolError.
+  std::optional<Reply> next();
+
+ private:
+  struct Deleter {
+    void operator()(redisReader* r) const noexcept;
+  };
+  std::unique_ptr<redisReader, Deleter> reader_;
+};
+
+}  // namespace redcount::resp

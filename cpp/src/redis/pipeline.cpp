@@ -1,0 +1,178 @@
+#include "redcount/redis/pipeline.h"
+
+#include <algorithm>
+
+#include "redcount/errors.h"
+#include "redcount/redis/resp.h"
+#include "redcount/util.h"
+
+namespace redcount::redis {
+namespace {
+
+bool word_is(std::string_view text, std::string_view word) {
+  return text.starts_with(word) && (text.size() == word.size() || text[word.size()] == ' ');
+}
+
+bool is_noscript(const Reply& reply, const Request& request) {
+  return reply.is_error() && word_is(reply.str, "NOSCRIPT") && std::holds_alternative<ScriptCall>(request);
+}
+
+bool is_multi(const Request& request) {
+  const auto* cmd = std::get_if<Command>(&request);
+  return cmd != nullptr && !cmd->args.empty() && ascii_lower(cmd->args[0]) == "multi";
+}
+
+}  // namespace
+
+void Job::deliver() noexcept {
+  BatchDone d = std::move(done);
+  done = nullptr;
+  if (!d) return;
+  try {
+    if (error) {
+      d({}, error);
+    } else {
+      d(std::move(replies), nullptr);
+    }
+  } catch (...) {
+    // A completion callback must not throw (it runs on the engine's thread); there is
+    // nobody to report it to, and the engine must keep serving the other callers.
+  }
+}
+
+bool did_not_run(const Reply& reply, const Request& request) noexcept {
+  if (!reply.is_error()) return false;
+  const std::string_view text = reply.str;
+  // Each of these is answered before the command (or the script's first write) executes.
+  return word_is(text, "LOADING") || word_is(text, "READONLY") || word_is(text, "MASTERDOWN") ||
+         word_is(text, "TRYAGAIN") || word_is(text, "CLUSTERDOWN") || is_noscript(reply, request);
+}
+
+void format_wire(Job& job) {
+  if (!job.wire.empty()) return;
+  std::vector<std::string> scratch;
+  for (const auto& r : job.requests) resp::format(job.wire, r, scratch);
+}
+
+std::shared_ptr<Job> make_job(std::vector<Request> batch, BatchDone done, CancelFlag cancelled, TimePoint deadline,
+                              bool format) {
+  auto job = std::make_shared<Job>();
+  std::vector<std::string> scratch;
+  for (const auto& r : batch) {
+    if (format) {
+      resp::format(job->wire, r, scratch);
+    } else if (const auto* cmd = std::get_if<Command>(&r); cmd != nullptr && cmd->args.empty()) {
+      throw InvalidArgument("empty command");
+    }
+    if (!job->multi && is_multi(r)) job->multi = true;
+  }
+  job->replies.resize(batch.size());
+  job->requests = std::move(batch);
+  job->done = std::move(done);
+  job->cancelled = std::move(cancelled);
+  job->deadline = deadline;
+  return job;
+}
+
+void start_round(const std::shared_ptr<Job>& job, std::string& out, std::deque<Expect>& inflight,
+                 std::uint64_t stream_offset) {
+  Job& j = *job;
+  j.round_begin = stream_offset;
+  j.load_error.clear();
+  j.outstanding = 0;
+  for (std::size_t i = 0; i < j.loads.size(); ++i) {
+    resp::format_script_load(out, *j.loads[i]);
+    inflight.push_back(Expect{job, -static_cast<std::int32_t>(i) - 1});
+    ++j.outstanding;
+  }
+  if (j.todo.empty()) {  // the first round: every request, formatted by the submitter or now
+    if (!j.wire.empty()) {
+      out += j.wire;
+    } else {
+      std::vector<std::string> scratch;
+      for (const auto& r : j.requests) resp::format(out, r, scratch);
+    }
+    for (std::size_t i = 0; i < j.requests.size(); ++i) inflight.push_back(Expect{job, static_cast<std::int32_t>(i)});
+    j.outstanding += j.requests.size();
+    return;
+  }
+  std::vector<std::string> scratch;
+  for (std::uint32_t i : j.todo) {
+    resp::format(out, j.requests[i], scratch);
+    inflight.push_back(Expect{job, static_cast<std::int32_t>(i)});
+    ++j.outstanding;
+  }
+}
+
+std::shared_ptr<Job> take_reply(std::deque<Expect>& inflight, Reply&& reply, std::string_view where) {
+  Expect e = std::move(inflight.front());
+  inflight.pop_front();
+  if (!e.job) return nullptr;
+  Job& j = *e.job;
+  if (e.slot < 0) {
+    const Script& s = *j.loads[static_cast<std::size_t>(-(e.slot + 1))];
+    if (reply.is_error()) {
+      j.load_error = "could not load script '" + std::string(s.name) + "' on " + std::string(where) + ": " + reply.str;
+    } else if (reply.str != s.sha1) {
+      j.load_error = "script '" + std::string(s.name) + "' loaded with SHA1 " + reply.str + ", expected " +
+                     std::string(s.sha1);
+    }
+  } else {
+    j.replies[static_cast<std::size_t>(e.slot)] = std::move(reply);
+  }
+  if (--j.outstanding > 0 || j.abandoned) return nullptr;
+  return std::move(e.job);
+}
+
+Next after_round(Job& job, TimePoint now, std::chrono::milliseconds backoff_min, std::chrono::milliseconds backoff_max) {
+  if (!job.load_error.empty()) {
+    job.fail(std::make_exception_ptr(ScriptError(job.load_error)));
+    return Next::Complete;
+  }
+  std::vector<std::uint32_t> retry;
+  bool all_noscript = true;
+  auto check = [&](std::uint32_t i) {
+    if (did_not_run(job.replies[i], job.requests[i])) {
+      retry.push_back(i);
+      if (!is_noscript(job.replies[i], job.requests[i])) all_noscript = false;
+    }
+  };
+  if (job.todo.empty()) {
+    for (std::uint32_t i = 0; i < job.requests.size(); ++i) check(i);
+  } else {
+    for (std::uint32_t i : job.todo) check(i);
+  }
+  // A transaction is resent only when none of it ran.
+  if (retry.empty() || (job.multi && retry.size() != job.requests.size())) {
+    job.succeed();
+    return Next::Complete;
+  }
+  std::vector<const Script*> loads;
+  for (std::uint32_t i : retry) {
+    if (!is_noscript(job.replies[i], job.requests[i])) continue;
+    const Script* s = std::get<ScriptCall>(job.requests[i]).script;
+    if (std::find(loads.begin(), loads.end(), s) == loads.end()) loads.push_back(s);
+  }
+  if (all_noscript) {
+    // The script cache was flushed (SCRIPT FLUSH, a restart, a promoted replica): load and
+    // rerun at once, contiguously. Twice in a row means something keeps flushing it.
+    if (++job.noscript_rounds > 2) {
+      job.succeed();
+      return Next::Complete;
+    }
+    job.loads = std::move(loads);
+    job.todo = std::move(retry);
+    return Next::Again;
+  }
+  job.backoff = job.backoff.count() == 0 ? backoff_min : std::min(job.backoff * 2, backoff_max);
+  job.not_before = now + jittered(job.backoff);
+  if (job.not_before >= job.deadline) {  // no time left: the caller gets the rejection itself
+    job.succeed();
+    return Next::Complete;
+  }
+  job.loads = std::move(loads);
+  job.todo = std::move(retry);
+  return Next::Later;
+}
+
+}  // namespace redcount::redis

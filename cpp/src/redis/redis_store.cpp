@@ -1,0 +1,221 @@
+#include "redcount/redis_store.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <new>
+#include <string_view>
+
+#include "redcount/errors.h"
+#include "redcount/redis/engine.h"
+#include "redcount/util.h"
+
+namespace redcount {
+namespace {
+
+// Every live RedisStore, so that fork() can be made safe for each (pthread_atfork).
+std::mutex& registry_mu() {
+  static auto* m = new std::mutex;  // never destroyed: fork handlers may run at exit
+  return *m;
+}
+std::vector<RedisStore*>& registry() {
+  static auto* v = new std::vector<RedisStore*>;
+  return *v;
+}
+
+void prepare_fork() {
+  registry_mu().lock();
+  for (RedisStore* s : registry()) s->before_fork();
+}
+void parent_after_fork() {
+  for (RedisStore* s : registry()) s->after_fork_in_parent();
+  registry_mu().unlock();
+}
+void child_after_fork() {
+  for (RedisStore* s : registry()) s->after_fork_in_child();
+  registry_mu().unlock();
+}
+
+void register_store(RedisStore* s) {
+  static const int installed = pthread_atfork(prepare_fork, parent_after_fork, child_after_fork);
+  (void)installed;
+  std::lock_guard<std::mutex> lock(registry_mu());
+  registry().push_back(s);
+}
+
+void unregister_store(RedisStore* s) {
+  std::lock_guard<std::mutex> lock(registry_mu());
+  auto& r = registry();
+  r.erase(std::remove(r.begin(), r.end(), s), r.end());
+}
+
+// Why a command cannot run on a connection that every caller of the store shares, or
+// empty. `name` is lower case.
+std::string refusal(std::string_view name, const std::vector<std::string>& args) {
+  if (name == "select") {
+    return "SELECT would switch the database of the connection every caller of this store shares; put the "
+           "database in the URL (redis://host:port/N) or open another store";
+  }
+  if (name == "watch" || name == "unwatch") {
+    return "WATCH needs a connection of its own, and this store shares its connections between all callers; "
+           "use a script, or MULTI ... EXEC in one execute_many() batch";
+  }
+  if (name == "subscribe" || name == "psubscribe" || name == "ssubscribe" || name == "unsubscribe" ||
+      name == "punsubscribe" || name == "sunsubscribe" || name == "monitor" || name == "sync" ||
+      name == "psync" || name == "replconf") {
+    return "it turns the connection into a stream that no longer answers commands, and this store shares its "
+           "connections between all callers; use a dedicated Redis client for it";
+  }
+  if (name == "auth" || name == "hello" || name == "reset" || name == "quit" || name == "readonly" ||
+      name == "readwrite") {
+    return "it changes the state of the connection every caller of this store shares; credentials and the "
+           "database belong in the URL";
+  }
+  if (name == "client" && args.size() >= 2) {
+    const std::string sub = ascii_lower(args[1]);
+    if (sub == "reply" || sub == "setname" || sub == "setinfo" || sub == "tracking" || sub == "caching" ||
+        sub == "no-evict" || sub == "no-touch") {
+      return "CLIENT " + ascii_lower(args[1]).substr(0, 32) +
+             " changes the connection's state, and this store shares its connections between all callers";
+    }
+  }
+  if (name == "blpop" || name == "brpop" || name == "brpoplpush" || name == "blmove" || name == "blmpop" ||
+      name == "bzpopmin" || name == "bzpopmax" || name == "bzmpop" || name == "wait" || name == "waitaof") {
+    return "a blocking command would stall every caller sharing this store's connection; use a dedicated Redis "
+           "client for it";
+  }
+  if (name == "xread" || name == "xreadgroup") {
+    for (const auto& a : args) {
+      if (ascii_lower(a) == "block") {
+        return "XREAD ... BLOCK would stall every caller sharing this store's connection; drop BLOCK or use a "
+               "dedicated Redis client";
+      }
+    }
+  }
+  return {};
+}
+
+bool cheap_name(const std::string& s) {
+  // Counters send these all the time: skip the full check for them.
+  return s == "SET" || s == "INCRBY" || s == "PTTL" || s == "GET" || s == "PEXPIREAT" || s == "EVALSHA";
+}
+
+// Throws InvalidArgument for a batch with a command the shared connection cannot carry.
+void check_batch(const std::vector<Request>& batch) {
+  bool in_multi = false;
+  for (const auto& r : batch) {
+    const auto* cmd = std::get_if<Command>(&r);
+    if (cmd == nullptr) continue;
+    if (cmd->args.empty()) throw InvalidArgument("empty command");
+    if (cheap_name(cmd->args[0])) continue;
+    const std::string name = ascii_lower(cmd->args[0]);
+    if (name == "multi") {
+      if (in_multi) throw InvalidArgument("MULTI inside MULTI: a transaction cannot be nested");
+      in_multi = true;
+      continue;
+    }
+    if (name == "exec" || name == "discard") {
+      if (!in_multi) {
+        throw InvalidArgument(
+            "EXEC/DISCARD without MULTI in the same batch: a transaction must be sent whole (MULTI ... EXEC in one "
+            "execute_many() call), because this store shares its connections between all callers");
+      }
+      in_multi = false;
+      continue;
+    }
+    const std::string why = refusal(name, cmd->args);
+    if (!why.empty()) {
+      throw InvalidArgument("refused " + name.substr(0, 32) + ": " + why);
+    }
+  }
+  if (in_multi) {
+    throw InvalidArgument(
+        "MULTI without EXEC or DISCARD in the same batch: a transaction must be sent whole (MULTI ... EXEC in one "
+        "execute_many() call), because this store shares its connections between all callers");
+  }
+}
+
+}  // namespace
+
+RedisStore::RedisStore(StoreOptions options) : options_(std::move(options)) {
+  if (options_.max_connections < 1) {
+    throw InvalidArgument("max_connections must be >= 1, got " + std::to_string(options_.max_connections));
+  }
+  engine_ = std::make_shared<redis::Engine>(options_);  // validates; starts nothing yet
+  current_.store(engine_.get(), std::memory_order_release);
+  register_store(this);
+}
+
+RedisStore::~RedisStore() {
+  unregister_store(this);
+  if (engine_) engine_->close();
+}
+
+redis::Engine& RedisStore::engine() {
+  if (redis::Engine* e = current_.load(std::memory_order_acquire)) return *e;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!engine_) {  // first call in a forked child: a fresh engine of its own
+    engine_ = std::make_shared<redis::Engine>(options_);
+    current_.store(engine_.get(), std::memory_order_release);
+  }
+  return *engine_;
+}
+
+void RedisStore::before_fork() { mu_.lock(); }
+
+void RedisStore::after_fork_in_parent() { mu_.unlock(); }
+
+void RedisStore::after_fork_in_child() {
+  // Only this thread exists now. The parent's engine is parked where nothing will ever
+  // destroy it (its destructor would join a thread that is not here and close sockets
+  // the parent still uses); the next call opens a new engine.
+  new (inherited_) std::shared_ptr<redis::Engine>(std::move(engine_));
+  current_.store(nullptr, std::memory_order_release);
+  mu_.unlock();
+}
+
+void RedisStore::throw_closed() const {
+  throw StoreClosed("the store for " + describe() + " is closed; open a new one with redcount.connect()");
+}
+
+std::vector<Reply> RedisStore::execute(const std::vector<Request>& batch) {
+  if (closed_.load(std::memory_order_acquire)) throw_closed();
+  check_batch(batch);
+  return engine().execute(batch);
+}
+
+void RedisStore::submit(std::vector<Request> batch, BatchDone done, CancelFlag cancelled) {
+  try {
+    if (closed_.load(std::memory_order_acquire)) throw_closed();
+    check_batch(batch);
+  } catch (...) {
+    return done({}, std::current_exception());
+  }
+  engine().submit(std::move(batch), std::move(done), std::move(cancelled));
+}
+
+void RedisStore::close() {
+  closed_.store(true, std::memory_order_release);
+  std::shared_ptr<redis::Engine> e;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    e = engine_;
+  }
+  if (e) e->close();
+}
+
+int RedisStore::open_connections() const {
+  redis::Engine* e = current_.load(std::memory_order_acquire);
+  return e ? e->open_connections() : 0;
+}
+
+std::string RedisStore::describe() const {
+  if (options_.kind == StoreOptions::Kind::Unix) {
+    return "unix://" + options_.unix_path + "?db=" + std::to_string(options_.db);
+  }
+  return std::string(options_.tls ? "rediss://" : "redis://") +
+         (options_.username.empty() ? std::string() : options_.username + "@") + options_.host + ":" +
+         std::to_string(options_.port) + "/" + std::to_string(options_.db);
+}
+
+}  // namespace redcount

@@ -1,0 +1,188 @@
+// The I/O engine under RedisStore, against a real redis-server (REDCOUNT_TEST_REDIS_URL;
+// skipped otherwise): synchronous calls and submit() callbacks from many threads with exact
+// totals, callbacks that submit again from the engine's thread, a cancelled batch that is
+// never written, refused connection-state commands, and close() from many threads.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "redcount/errors.h"
+#include "redcount/options.h"
+#include "redcount/redis_store.h"
+#include "test_support.h"
+
+using namespace redcount;
+
+namespace {
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* url = std::getenv("REDCOUNT_TEST_REDIS_URL");
+    if (url == nullptr || *url == '\0') GTEST_SKIP() << "REDCOUNT_TEST_REDIS_URL is not set";
+    options_ = parse_url(url);
+    static int run = 0;
+    prefix_ = rctest::cat("rcengine", ::getpid(), "x", ++run, ":");
+    admin_ = std::make_shared<RedisStore>(options_);
+  }
+  void TearDown() override {
+    if (!admin_) return;
+    Reply keys = rctest::run(*admin_, {"KEYS", prefix_ + "*"});
+    for (const auto& k : keys.elements) rctest::run(*admin_, {"DEL", k.str});
+    admin_->close();
+  }
+  std::int64_t get(const std::string& key) {
+    auto v = rctest::run(*admin_, {"GET", key}).as_string();
+    return v ? std::stoll(*v) : 0;
+  }
+
+  StoreOptions options_;
+  std::string prefix_;
+  std::shared_ptr<RedisStore> admin_;
+};
+
+// Waits for a number of callbacks.
+struct Latch {
+  std::mutex m;
+  std::condition_variable cv;
+  int left;
+  explicit Latch(int n) : left(n) {}
+  void count_down() {
+    std::lock_guard<std::mutex> lock(m);
+    if (--left == 0) cv.notify_all();
+  }
+  bool wait_for(std::chrono::seconds s) {
+    std::unique_lock<std::mutex> lock(m);
+    return cv.wait_for(lock, s, [this] { return left == 0; });
+  }
+};
+
+TEST_F(EngineTest, SyncAndSubmitFromManyThreadsExactTotals) {
+  for (int connections : {1, 2}) {
+    StoreOptions o = options_;
+    o.connections = connections;
+    auto store = std::make_shared<RedisStore>(o);
+    const std::string key = prefix_ + rctest::cat("k", connections);
+    constexpr int kThreads = 8, kEach = 300;
+    Latch latch(kThreads * kEach);
+    std::atomic<int> errors{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        for (int i = 0; i < kEach; ++i) {
+          if (t % 2 == 0) {
+            if (rctest::run(*store, {"INCRBY", key, "2"}).is_error()) ++errors;
+            latch.count_down();
+          } else {
+            store->submit({Command{{"INCRBY", key, "2"}}}, [&](std::vector<Reply>&& r, std::exception_ptr e) {
+              if (e || r.size() != 1 || r[0].is_error()) ++errors;
+              latch.count_down();
+            });
+          }
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    ASSERT_TRUE(latch.wait_for(std::chrono::seconds(30)));
+    EXPECT_EQ(errors.load(), 0);
+    EXPECT_EQ(get(key), 2 * kThreads * kEach);
+    EXPECT_LE(store->open_connections(), connections);
+    store->close();
+  }
+}
+
+TEST_F(EngineTest, CallbacksMaySubmitAgainFromTheEngineThread) {
+  auto store = std::make_shared<RedisStore>(options_);
+  const std::string key = prefix_ + "chain";
+  Latch latch(1);
+  std::atomic<int> steps{0};
+  std::function<void()> next;
+  next = [&] {
+    store->submit({Command{{"INCR", key}}}, [&](std::vector<Reply>&& r, std::exception_ptr e) {
+      if (e || r[0].is_error()) return latch.count_down();
+      // A blocking call here would deadlock the engine's thread: it is refused.
+      if (steps == 0) {
+        try {
+          store->execute({Command{{"PING"}}});
+        } catch (const Error&) {
+          steps += 1000;
+        }
+      }
+      if (++steps % 1000 == 200) return latch.count_down();
+      next();
+    });
+  };
+  next();
+  ASSERT_TRUE(latch.wait_for(std::chrono::seconds(30)));
+  EXPECT_EQ(steps.load(), 1200);  // the refusal was seen once, then 200 chained submits
+  EXPECT_EQ(get(key), 200);
+  store->close();
+}
+
+TEST_F(EngineTest, CancelledBatchIsNeverWritten) {
+  const std::string key = prefix_ + "cancelled";
+  auto flag = std::make_shared<std::atomic<bool>>(true);
+  auto store = std::make_shared<RedisStore>(options_);
+  std::exception_ptr got;
+  store->submit({Command{{"INCR", key}}}, [&](std::vector<Reply>&&, std::exception_ptr e) { got = e; }, flag);
+  ASSERT_TRUE(got);  // known at once
+  EXPECT_THROW(std::rethrow_exception(got), Cancelled);
+
+  // Cancelled while queued: the server pauses every client, so the new store's handshake
+  // waits, and its batch with it; the flag is set before the pause ends.
+  rctest::run(*admin_, {"CLIENT", "PAUSE", "300", "ALL"});
+  flag->store(false);
+  Latch latch(1);
+  store->submit({Command{{"INCR", key}}}, [&](std::vector<Reply>&&, std::exception_ptr e) {
+    got = e;
+    latch.count_down();
+  }, flag);
+  flag->store(true);
+  ASSERT_TRUE(latch.wait_for(std::chrono::seconds(10)));
+  ASSERT_TRUE(got);
+  EXPECT_THROW(std::rethrow_exception(got), Cancelled);
+  EXPECT_EQ(get(key), 0);
+  EXPECT_EQ(rctest::run(*store, {"INCR", key}).integer, 1);  // the store works on
+  store->close();
+}
+
+TEST_F(EngineTest, ConnectionStateCommandsAreRefused) {
+  for (std::vector<std::string> cmd : std::vector<std::vector<std::string>>{
+           {"SELECT", "1"}, {"select", "1"}, {"WATCH", "k"}, {"SUBSCRIBE", "c"}, {"CLIENT", "REPLY", "OFF"},
+           {"AUTH", "pw"}, {"HELLO", "3"}, {"RESET"}, {"BLPOP", "k", "0"}, {"MULTI"}, {"EXEC"}}) {
+    EXPECT_THROW(rctest::run(*admin_, cmd), InvalidArgument) << cmd[0];
+  }
+  const std::string key = prefix_ + "tx";
+  std::vector<Request> tx{Command{{"MULTI"}}, Command{{"INCRBY", key, "5"}}, Command{{"PEXPIRE", key, "60000"}},
+                          Command{{"EXEC"}}};
+  auto replies = admin_->execute(tx);
+  ASSERT_EQ(replies.size(), 4u);
+  ASSERT_EQ(replies[3].elements.size(), 2u);
+  EXPECT_EQ(replies[3].elements[0].integer, 5);
+  EXPECT_EQ(rctest::run(*admin_, {"PING"}).str, "PONG");  // still in step, still db 0
+}
+
+TEST_F(EngineTest, CloseFromManyThreadsThenCallsRaiseStoreClosed) {
+  auto store = std::make_shared<RedisStore>(options_);
+  EXPECT_EQ(rctest::run(*store, {"PING"}).str, "PONG");
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) threads.emplace_back([&] { store->close(); });
+  for (auto& t : threads) t.join();
+  try {
+    rctest::run(*store, {"PING"});
+    ADD_FAILURE() << "no error";
+  } catch (const StoreClosed& e) {
+    EXPECT_FALSE(is_transient(e));
+    EXPECT_FALSE(e.maybe_applied());
+  }
+}
+
+}  // namespace
