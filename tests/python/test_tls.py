@@ -3,10 +3,6 @@
 redis-servers this module starts with certificates it generates (tests/tls/make_certs.sh,
 the openssl CLI: SANs for localhost and 127.0.0.1, a second CA, an expired certificate,
 one for another name, client certificates).
-
-Tests marked ``needs_engine`` need the I/O engine (issue 7), which carries the TLS
-transport into the stores; until it is merged ``connect("rediss://...")`` refuses TLS, and
-they are skipped with that reason. Everything else runs now.
 """
 
 from __future__ import annotations
@@ -29,39 +25,6 @@ from conftest import READY_TIMEOUT, RedisServer, free_port
 
 MAKE_CERTS = Path(__file__).resolve().parent.parent / "tls" / "make_certs.sh"
 REDIS_SERVER = shutil.which("redis-server")
-ENGINE_REFUSAL = "needs redcount's I/O engine"  # what a build without the engine says
-
-needs_engine = pytest.mark.needs_engine
-
-
-def _engine_has_tls() -> bool:
-    try:
-        store = redcount.connect("rediss://127.0.0.1:1/0", connect_timeout=0.2, command_timeout=0.2)
-    except redcount.InvalidInputError as e:
-        if ENGINE_REFUSAL in str(e):
-            return False
-        raise
-    except redcount.ConnectionError:
-        return True  # an engine that connects eagerly: nothing listens on port 1
-    store.close()
-    return True
-
-
-@pytest.fixture(autouse=True)
-def _skip_without_engine(request: pytest.FixtureRequest) -> None:
-    if request.node.get_closest_marker("needs_engine") and not _engine_has_tls():
-        pytest.skip("needs the I/O engine branch: this build refuses rediss:// (issue 7)")
-
-
-def _connect(url: str, **kwargs: Any) -> redcount.Store | None:
-    """connect(), or None where this build refuses TLS after checking the URL and the
-    keywords (which is all the tests that use this need)."""
-    try:
-        return redcount.connect(url, **kwargs)
-    except redcount.InvalidInputError as e:
-        if ENGINE_REFUSAL not in str(e):
-            raise
-        return None
 
 
 # --- certificates and TLS servers ------------------------------------------------------------
@@ -282,11 +245,10 @@ def test_good_tls_urls_and_keywords_pass_validation(certs: Path) -> None:
         ("rediss://localhost:6380/0", {"ssl_cert_reqs": ssl.CERT_REQUIRED, "ssl_server_name": "redis.example"}),
     ]:
         try:
-            store = _connect(url, connect_timeout=0.2, command_timeout=0.2, **kwargs)
+            store = redcount.connect(url, connect_timeout=0.2, command_timeout=0.2, **kwargs)
         except redcount.ConnectionError:
-            continue  # an engine that connects at once: nothing listens there, which is fine here
-        if store is not None:
-            store.close()
+            continue  # a store that connects at once: nothing listens there, which is fine here
+        store.close()
 
 
 @pytest.mark.parametrize(("url", "kwargs"), [
@@ -295,27 +257,25 @@ def test_good_tls_urls_and_keywords_pass_validation(certs: Path) -> None:
     ("rediss://localhost:{port}/0", {"ssl_cert_reqs": ssl.CERT_NONE}),
     ("rediss://localhost:{port}/0?ssl_cert_reqs=required", {"ssl_cert_reqs": "NONE"}),  # the keyword wins
 ])
-def test_cert_reqs_none_warns_once_at_connect(tls: TlsServers, url: str, kwargs: dict[str, Any]) -> None:
+def test_cert_reqs_none_warns_once_atredcount.connect(tls: TlsServers, url: str, kwargs: dict[str, Any]) -> None:
     with pytest.warns(redcount.SecurityWarning, match="ssl_cert_reqs='none'") as record:
-        store = _connect(url.format(port=tls["wrongname"].port), **kwargs)
+        store = redcount.connect(url.format(port=tls["wrongname"].port), **kwargs)
     assert len(record) == 1
     assert record[0].filename == __file__  # points at the caller, not into redcount
     assert issubclass(redcount.SecurityWarning, UserWarning)
-    if store is not None:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")  # and not again on use
-            assert store.ping()
-        store.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # and not again on use
+        assert store.ping()
+    store.close()
 
 
 def test_a_keyword_overrides_the_query(tls: TlsServers, certs: Path) -> None:
     # The URL says none, the keyword required: no warning (the suite turns warnings into
     # errors), and verification happens.
     url = f"rediss://localhost:{tls['server'].port}/0?ssl_cert_reqs=none&ssl_ca_certs=/nonexistent.pem"
-    store = _connect(url, ssl_cert_reqs="required", ssl_ca_certs=str(certs / "ca.pem"))
-    if store is not None:
-        assert store.ping()
-        store.close()
+    store = redcount.connect(url, ssl_cert_reqs="required", ssl_ca_certs=str(certs / "ca.pem"))
+    assert store.ping()
+    store.close()
 
 
 # --- end to end over TLS (the engine) --------------------------------------------------------------
@@ -327,7 +287,6 @@ def _open(url: str, **kwargs: Any) -> redcount.Store:
     return redcount.connect(url, **kwargs)
 
 
-@needs_engine
 @pytest.mark.parametrize("host", ["localhost", "127.0.0.1"])
 def test_counters_and_limiter_over_tls(tls: TlsServers, certs: Path, host: str) -> None:
     store = _open(tls["server"].url(host), ssl_ca_certs=certs / "ca.pem")
@@ -344,7 +303,6 @@ def test_counters_and_limiter_over_tls(tls: TlsServers, certs: Path, host: str) 
         store.close()
 
 
-@needs_engine
 def test_large_values_over_tls(tls: TlsServers, certs: Path) -> None:
     store = _open(tls["server"].url(), ssl_ca_certs=str(certs / "ca.pem"))
     try:
@@ -355,7 +313,6 @@ def test_large_values_over_tls(tls: TlsServers, certs: Path) -> None:
         store.close()
 
 
-@needs_engine
 def test_mutual_tls(tls: TlsServers, certs: Path) -> None:
     url = f"{tls['mtls'].url()}?ssl_certfile={certs / 'client.pem'}&ssl_keyfile={certs / 'client.key'}"
     store = _open(url, ssl_ca_certs=certs / "ca.pem")
@@ -365,7 +322,6 @@ def test_mutual_tls(tls: TlsServers, certs: Path) -> None:
         store.close()
 
 
-@needs_engine
 @pytest.mark.parametrize(("server", "ca", "kwargs", "causes"), [
     ("server", "other-ca.pem", {}, ["certificate verify failed", "ssl_ca_certs"]),
     ("expired", "ca.pem", {}, ["certificate verify failed: certificate has expired", "2020"]),
@@ -388,7 +344,6 @@ def test_failures_name_their_cause(
         assert cause in str(info.value)
 
 
-@needs_engine
 def test_cert_reqs_none_accepts_an_untrusted_certificate(tls: TlsServers, certs: Path) -> None:
     with pytest.warns(redcount.SecurityWarning):
         store = _open(tls["wrongname"].url(), ssl_ca_certs=certs / "other-ca.pem", ssl_cert_reqs="none")
@@ -398,7 +353,6 @@ def test_cert_reqs_none_accepts_an_untrusted_certificate(tls: TlsServers, certs:
         store.close()
 
 
-@needs_engine
 def test_a_hostname_mismatch_can_be_resolved_by_server_name_or_turned_off(tls: TlsServers, certs: Path) -> None:
     for kwargs in ({"ssl_server_name": "redis.invalid"}, {"ssl_check_hostname": False}):
         store = _open(tls["wrongname"].url("127.0.0.1"), ssl_ca_certs=certs / "ca.pem", **kwargs)
@@ -408,7 +362,6 @@ def test_a_hostname_mismatch_can_be_resolved_by_server_name_or_turned_off(tls: T
             store.close()
 
 
-@needs_engine
 def test_a_plain_text_port_fails_clearly(redis_server: RedisServer, certs: Path) -> None:
     # A plain redis-server never answers a TLS ClientHello: the connect deadline ends it.
     with pytest.raises(redcount.ConnectionError):
@@ -417,7 +370,6 @@ def test_a_plain_text_port_fails_clearly(redis_server: RedisServer, certs: Path)
         store.ping()
 
 
-@needs_engine
 @pytest.mark.parametrize(("kwargs", "match"), [
     ({"ssl_ca_certs": "/nonexistent/ca.pem"}, "cannot read ssl_ca_certs '/nonexistent/ca.pem'"),
     ({"ssl_ca_certs": "{certs}/ca.pem", "ssl_certfile": "{certs}/client.pem", "ssl_keyfile": "{certs}/other-client.key"},
