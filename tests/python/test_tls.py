@@ -257,7 +257,7 @@ def test_good_tls_urls_and_keywords_pass_validation(certs: Path) -> None:
     ("rediss://localhost:{port}/0", {"ssl_cert_reqs": ssl.CERT_NONE}),
     ("rediss://localhost:{port}/0?ssl_cert_reqs=required", {"ssl_cert_reqs": "NONE"}),  # the keyword wins
 ])
-def test_cert_reqs_none_warns_once_atredcount.connect(tls: TlsServers, url: str, kwargs: dict[str, Any]) -> None:
+def test_cert_reqs_none_warns_once_at_connect(tls: TlsServers, url: str, kwargs: dict[str, Any]) -> None:
     with pytest.warns(redcount.SecurityWarning, match="ssl_cert_reqs='none'") as record:
         store = redcount.connect(url.format(port=tls["wrongname"].port), **kwargs)
     assert len(record) == 1
