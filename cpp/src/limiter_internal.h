@@ -8,12 +8,13 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "redcount/errors.h"
 #include "redcount/limiter.h"
 #include "redcount/limits.h"
-#include "redcount/memory_store.h"
 #include "redcount/store.h"
 #include "redcount/time_source.h"
 #include "redcount/util.h"
@@ -103,6 +104,13 @@ std::vector<LimitStats> to_stats(const std::vector<RateLimit>& limits, const std
 // Unique member ids: a random per-process base plus a counter, unique across processes;
 // `in_process` gives a short id (the counter alone) unique within this process only.
 std::string unique_id(bool in_process = false);
+// The same id before it is formatted: global() is unique_id(), local() unique_id(true).
+struct UniqueId {
+  std::uint64_t n = 0;
+  std::string global() const;
+  std::string local() const;
+};
+UniqueId next_unique_id();
 
 // The time a native script runs at: the argument, or the store's clock for "" (the Lua
 // twin reads TIME then). `scale` 1000 gives microseconds. nullopt for a malformed one.
@@ -126,67 +134,90 @@ void require_limits(const std::vector<RateLimit>& limits);
 // Reply::of_error for a native script given arguments it cannot parse.
 Reply malformed(std::string_view script);
 
-// A strategy that decides with one script call over one key per limit, in "hit" or
-// "test" mode: hit/test/stats/reset come from run(), check() and storage_key().
-class ScriptedLimiter : public LimiterStrategy {
+// What a strategy that decides with one script call over one key per limit, in "hit" or
+// "test" mode, needs to know: immutable, shared by the strategy and its operations, so
+// an operation may outlive the strategy that made it.
+class ScriptedRules {
  public:
-  ScriptedLimiter(const std::shared_ptr<Store>& store, const LimiterOptions& o)
-      : store_(store), time_(store, o.clock), prefix_(o.prefix), memory_(dynamic_cast<MemoryStore*>(store.get())) {}
-
-  ClockMode clock() const noexcept override { return time_.effective(); }
-  Decision hit(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) override {
-    return run(limits, key, cost, "hit", nullptr);
-  }
-  Decision test(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) override {
-    return run(limits, key, cost, "test", nullptr);
-  }
-  std::vector<LimitStats> stats(const std::vector<RateLimit>& limits, std::string_view key) override {
-    std::vector<Outcome> outcomes;
-    run(limits, key, 1, "test", &outcomes);
-    return to_stats(limits, outcomes);
-  }
-  void reset(const std::vector<RateLimit>& limits, std::string_view key) override;
-
- protected:
+  explicit ScriptedRules(std::string prefix) : prefix_(std::move(prefix)) {}
+  virtual ~ScriptedRules() = default;
+  virtual std::string_view name() const noexcept = 0;
   // Throws InvalidArgument unless the limits suit this strategy.
   virtual void check(const std::vector<RateLimit>& limits) const = 0;
+  // The buckets check a cost against the capacity (the burst), the others the amount.
+  virtual bool cost_by_capacity() const noexcept { return false; }
+  // The script's time unit: 1 = ms, 1000 = µs.
+  virtual std::int64_t time_scale() const noexcept { return 1; }
   virtual std::string storage_key(const RateLimit& limit, std::string_view key) const = 0;
-  // One decision; with `stats_out` (stats()), cost is 1 and not validated against the limits.
-  virtual Decision run(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost,
-                       const char* mode, std::vector<Outcome>* stats_out) = 0;
+  // The script call at `now` (in the script's unit; nullopt: the script reads TIME).
+  virtual ScriptCall call(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost, bool hit,
+                          std::optional<std::int64_t> now) const = 0;
+  virtual const Script& script() const noexcept = 0;
+  // The script's reply is an array of this many integers: now, allowed, then per limit.
+  virtual std::size_t reply_size(const std::vector<RateLimit>& limits) const = 0;
+  virtual std::vector<Outcome> outcomes(const std::vector<RateLimit>& limits, std::int64_t cost,
+                                        const std::vector<std::int64_t>& v) const = 0;
 
-  // The memory store, for the typed fast path (run_typed), or null.
-  MemoryStore* memory() const noexcept { return memory_; }
-
-  std::shared_ptr<Store> store_;
-  TimeSource time_;
+ protected:
   std::string prefix_;
-
- private:
-  MemoryStore* memory_;
 };
 
-// Runs a native script's typed core on the memory store under its lock, at the store's
-// now: what a script call does, minus formatting arguments and parsing the reply.
-template <class Call>
-std::vector<std::int64_t> run_typed(MemoryStore& store, Call& call,
-                                    std::optional<std::vector<std::int64_t>> (*core)(Keyspace&, const Call&),
-                                    std::string_view script) {
-  struct Ctx {
-    Call* call;
-    decltype(core) fn;
-    std::optional<std::vector<std::int64_t>> out;
-  } ctx{&call, core, std::nullopt};
-  store.atomically(
-      [](Keyspace& ks, void* p) {
-        auto* c = static_cast<Ctx*>(p);
-        c->call->now = ks.now_ms();
-        c->out = c->fn(ks, *c->call);
-      },
-      &ctx);
-  if (!ctx.out) throw InvalidArgument(std::string(script) + ": arguments out of range");
-  return std::move(*ctx.out);
-}
+// One scripted decision as a ClockedScript spec; T is Decision (hit, test) or
+// std::vector<LimitStats> (stats).
+template <class T>
+struct ScriptedSpec {
+  std::shared_ptr<const ScriptedRules> rules;
+  std::vector<RateLimit> limits;
+  std::string key;
+  std::int64_t cost = 1;
+  bool hit = false;
+
+  ScriptCall call(std::optional<std::int64_t> now) const { return rules->call(limits, key, cost, hit, now); }
+  T finish(Reply reply) const {
+    auto v = integers(reply, rules->reply_size(limits), rules->script().name);
+    auto outcomes = rules->outcomes(limits, cost, v);
+    if constexpr (std::is_same_v<T, Decision>) {
+      return combine(outcomes, v[1] == 1);
+    } else {
+      return to_stats(limits, outcomes);
+    }
+  }
+};
+
+// A strategy made of ScriptedRules: hit/test/stats are one script call, reset one DEL.
+class ScriptedLimiter final : public LimiterStrategy {
+ public:
+  ScriptedLimiter(const std::shared_ptr<Store>& store, const LimiterOptions& o,
+                  std::shared_ptr<const ScriptedRules> rules)
+      : LimiterStrategy(store), time_(store, o.clock), rules_(std::move(rules)) {}
+
+  std::string_view name() const noexcept override { return rules_->name(); }
+  ClockMode clock() const noexcept override { return time_.effective(); }
+  std::shared_ptr<Op<Decision>> make_hit(const std::vector<RateLimit>& limits, std::string_view key,
+                                         std::int64_t cost) override;
+  std::shared_ptr<Op<Decision>> make_test(const std::vector<RateLimit>& limits, std::string_view key,
+                                          std::int64_t cost) override;
+  std::shared_ptr<Op<std::vector<LimitStats>>> make_stats(const std::vector<RateLimit>& limits,
+                                                          std::string_view key) override;
+  std::shared_ptr<Op<std::monostate>> make_reset(const std::vector<RateLimit>& limits, std::string_view key) override;
+
+ private:
+  std::shared_ptr<Op<Decision>> decide(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost,
+                                       bool hit);
+
+  TimeSource time_;
+  std::shared_ptr<const ScriptedRules> rules_;
+};
+
+// DEL of `keys` as an operation (reset).
+std::shared_ptr<Op<std::monostate>> make_delete(std::vector<std::string> keys);
+
+// A typed script argument list that carries the time: the memory store's twin reads it
+// as it is; a network store gets render(). `now` nullopt = the script reads TIME.
+struct TimedArgs : ScriptArgs {
+  std::optional<std::int64_t> now;
+  std::string now_text() const { return now ? std::to_string(*now) : std::string(); }
+};
 
 std::unique_ptr<LimiterStrategy> make_fixed_window(std::shared_ptr<Store> store, const LimiterOptions& o);
 std::unique_ptr<LimiterStrategy> make_sliding_log(std::shared_ptr<Store> store, const LimiterOptions& o);

@@ -599,20 +599,20 @@ std::vector<Reply> MemoryStore::execute(const std::vector<Request>& batch) {
         out.push_back(run_command(ops, cmd->args));
       } else {
         const auto& call = std::get<ScriptCall>(req);
-        out.push_back(call.script->native(ops, call.keys, call.args));
+        if (call.typed && call.script->typed != nullptr) {
+          out.push_back(call.script->typed(ops, call.keys, *call.typed));
+        } else if (call.typed && call.args.empty()) {
+          std::vector<std::string> scratch;
+          out.push_back(call.script->native(ops, call.keys, call.argv(scratch)));
+        } else {
+          out.push_back(call.script->native(ops, call.keys, call.args));
+        }
       }
     } catch (const ReplyError& e) {
       out.push_back(Reply::of_error(e.what()));
     }
   }
   return out;
-}
-
-void MemoryStore::atomically(void (*fn)(Keyspace& ks, void* ctx), void* ctx) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (closed_) throw ConnectionError("the memory:// store is closed; open a new one with redcount.connect()");
-  Ops ops(*this, clock_->now_ms());
-  fn(ops, ctx);
 }
 
 Reply MemoryStore::run_command(Ops& ops, const std::vector<std::string>& args) {
