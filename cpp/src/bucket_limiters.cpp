@@ -103,7 +103,7 @@ class TokenBucketRules final : public detail::ScriptedRules {
   std::size_t reply_size(const std::vector<RateLimit>& limits) const override { return 2 + limits.size(); }
 
   std::vector<Outcome> outcomes(const std::vector<RateLimit>& limits, std::int64_t cost,
-                                const std::vector<std::int64_t>& v) const override {
+                                const detail::Ints& v) const override {
     std::vector<Outcome> outcomes;
     for (std::size_t i = 0; i < limits.size(); ++i) {
       const RateLimit& l = limits[i];
@@ -206,7 +206,7 @@ class GcraRules final : public detail::ScriptedRules {
   std::size_t reply_size(const std::vector<RateLimit>& limits) const override { return 2 + limits.size(); }
 
   std::vector<Outcome> outcomes(const std::vector<RateLimit>& limits, std::int64_t cost,
-                                const std::vector<std::int64_t>& v) const override {
+                                const detail::Ints& v) const override {
     const std::int64_t now = v[0];
     std::vector<Outcome> outcomes;
     for (std::size_t i = 0; i < limits.size(); ++i) {

@@ -94,7 +94,7 @@ class ConcurrencyLimiter final : public LimiterStrategy {
     validate_cost(limits, cost);
     const std::int64_t max = l.amount;
     return call<Decision>("acquire", key, max, l.window_ms, detail::unique_id(), cost,
-                          [max](const std::vector<std::int64_t>& v) { return decision(max, v); });
+                          [max](const detail::Ints& v) { return decision(max, v); });
   }
   std::shared_ptr<Op<Decision>> make_test(const std::vector<RateLimit>& limits, std::string_view key,
                                           std::int64_t cost) override {
@@ -102,13 +102,13 @@ class ConcurrencyLimiter final : public LimiterStrategy {
     validate_cost(limits, cost);
     const std::int64_t max = l.amount;
     return call<Decision>("test", key, max, l.window_ms, "-", cost,
-                          [max](const std::vector<std::int64_t>& v) { return decision(max, v); });
+                          [max](const detail::Ints& v) { return decision(max, v); });
   }
   std::shared_ptr<Op<std::vector<LimitStats>>> make_stats(const std::vector<RateLimit>& limits,
                                                           std::string_view key) override {
     const RateLimit& l = one(limits);
     return call<std::vector<LimitStats>>("test", key, l.amount, l.window_ms, "-", 1,
-                                         [l](const std::vector<std::int64_t>& v) {
+                                         [l](const detail::Ints& v) {
                                            return std::vector<LimitStats>{LimitStats{
                                                l, v[2], detail::remaining_of(l.amount, v[2]), v[4] > 0 ? v[4] - v[0] : 0}};
                                          });
@@ -136,7 +136,7 @@ class ConcurrencyLimiter final : public LimiterStrategy {
     const std::string id = lease.id;
     return call<std::optional<Lease>>(
         "acquire", key, max_in_flight, lease_timeout_ms, id, 1,
-        [lease, lease_timeout_ms](const std::vector<std::int64_t>& v) -> std::optional<Lease> {
+        [lease, lease_timeout_ms](const detail::Ints& v) -> std::optional<Lease> {
           if (v[1] != 1) return std::nullopt;
           Lease out = lease;
           out.released = std::make_shared<std::atomic<bool>>(false);
@@ -155,11 +155,11 @@ class ConcurrencyLimiter final : public LimiterStrategy {
       throw InvalidArgument("lease " + lease.id + " of key '" + lease.key + "' was already released");
     }
     return call<bool>("release", lease.key, lease.max_in_flight, 1, lease.id, 1,
-                      [](const std::vector<std::int64_t>& v) { return v[1] == 1; });
+                      [](const detail::Ints& v) { return v[1] == 1; });
   }
 
   std::shared_ptr<Op<std::int64_t>> make_in_flight(std::string_view key) override {
-    return call<std::int64_t>("test", key, 1, 1, "-", 1, [](const std::vector<std::int64_t>& v) { return v[2]; });
+    return call<std::int64_t>("test", key, 1, 1, "-", 1, [](const detail::Ints& v) { return v[2]; });
   }
 
  private:
@@ -184,7 +184,7 @@ class ConcurrencyLimiter final : public LimiterStrategy {
         time_, 1, CcSpec<R, Finish>{storage_key(key), op, max, timeout_ms, cost, std::move(id), std::move(finish)});
   }
 
-  static Decision decision(std::int64_t max, const std::vector<std::int64_t>& v) {
+  static Decision decision(std::int64_t max, const detail::Ints& v) {
     Outcome o;
     o.amount = max;
     o.count = v[2];

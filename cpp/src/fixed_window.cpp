@@ -513,7 +513,11 @@ std::shared_ptr<Op<std::int64_t>> FixedWindowCounter::make_pttl(std::string_view
 }
 
 std::int64_t FixedWindowCounter::incr(std::string_view key, std::int64_t amount, std::string_view request_id) {
-  return run(*core_->store, *make_incr(key, amount, request_id));
+  // make_incr's operation, on this stack frame: the hot path pays no allocation for it.
+  std::vector<WindowedIncrement> items;
+  items.push_back(core_->resolve(key, amount, request_id, core_->store->now_ms()));
+  IncrOp<std::int64_t> op(core_, std::move(items));
+  return run(*core_->store, op);
 }
 
 std::vector<std::int64_t> FixedWindowCounter::incr_many(const std::vector<std::pair<std::string, std::int64_t>>& items) {

@@ -366,11 +366,15 @@ Decision combine(const std::vector<Outcome>& outcomes, bool allowed) {
   return d;
 }
 
-std::shared_ptr<Op<Decision>> ScriptedLimiter::decide(const std::vector<RateLimit>& limits, std::string_view key,
-                                                     std::int64_t cost, bool hit) {
+void ScriptedLimiter::check(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) const {
   rules_->check(limits);
   validate_key(key);
   validate_cost(limits, cost, rules_->cost_by_capacity());
+}
+
+std::shared_ptr<Op<Decision>> ScriptedLimiter::decide(const std::vector<RateLimit>& limits, std::string_view key,
+                                                     std::int64_t cost, bool hit) {
+  check(limits, key, cost);
   return make_clocked_script<Decision>(time_, rules_->time_scale(),
                                        ScriptedSpec<Decision>{rules_, limits, std::string(key), cost, hit});
 }
@@ -477,15 +481,31 @@ void require_members(const std::vector<RateLimit>& limits, std::string_view stra
   }
 }
 
-std::vector<std::int64_t> integers(const Reply& reply, std::size_t size, std::string_view script) {
+Ints integers(const Reply& reply, std::size_t size, std::string_view script) {
   reply.check();
   if (reply.type != Reply::Type::Array || reply.elements.size() != size) {
     throw ProtocolError(std::string(script) + " returned an unexpected reply");
   }
-  std::vector<std::int64_t> out;
-  out.reserve(size);
-  for (const auto& e : reply.elements) out.push_back(e.as_integer());
+  Ints out;
+  for (const auto& e : reply.elements) out.push_back(e.type == Reply::Type::Integer ? e.integer : e.as_integer());
   return out;
+}
+
+Reply TimedArgs::answer_with(bool ok, std::string_view script) const {
+  if (!ok) return malformed(script);
+  answered = true;
+  return Reply::of_status(std::string(kAnsweredInPlace));
+}
+
+Reply int_array(const Ints& v) {
+  Reply r;
+  r.type = Reply::Type::Array;
+  r.elements.resize(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    r.elements[i].type = Reply::Type::Integer;
+    r.elements[i].integer = v[i];
+  }
+  return r;
 }
 
 void require_limits(const std::vector<RateLimit>& limits) {

@@ -1,7 +1,10 @@
 // Private helpers shared by the limiter strategies and the sliding-window counter.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <atomic>
+#include <cstddef>
 #include <charconv>
 #include <cstdint>
 #include <limits>
@@ -122,8 +125,58 @@ void require_members(const std::vector<RateLimit>& limits, std::string_view stra
 // Throws unless every window is at most kMaxSpanMs.
 void require_span(const std::vector<RateLimit>& limits, std::string_view strategy);
 
+// A vector that keeps up to N elements inline: the per-call lists of a hit (one entry per
+// limit, a reply's integers) rarely exceed a few, and the memory store's hot paths
+// should not pay an allocation for each.
+template <class T, std::size_t N>
+class SmallVec {
+ public:
+  void push_back(const T& v) {
+    if (heap_.empty() && n_ < N) {
+      inline_[n_++] = v;
+      return;
+    }
+    if (heap_.empty()) heap_.assign(inline_.begin(), inline_.begin() + static_cast<std::ptrdiff_t>(n_));
+    heap_.push_back(v);
+    ++n_;
+  }
+  void assign(std::size_t n, const T& v) {
+    clear();
+    if (n <= N) {
+      std::fill_n(inline_.begin(), n, v);
+      n_ = n;
+      return;
+    }
+    heap_.assign(n, v);
+    n_ = n;
+  }
+  void clear() {
+    n_ = 0;
+    heap_.clear();
+  }
+  std::size_t size() const noexcept { return n_; }
+  bool empty() const noexcept { return n_ == 0; }
+  T* data() noexcept { return heap_.empty() ? inline_.data() : heap_.data(); }
+  const T* data() const noexcept { return heap_.empty() ? inline_.data() : heap_.data(); }
+  T& operator[](std::size_t i) noexcept { return data()[i]; }
+  const T& operator[](std::size_t i) const noexcept { return data()[i]; }
+  T& back() noexcept { return data()[n_ - 1]; }
+  const T* begin() const noexcept { return data(); }
+  const T* end() const noexcept { return data() + n_; }
+
+ private:
+  std::array<T, N> inline_;  // (not value-initialised: only [0, n_) is ever read)
+  std::size_t n_ = 0;
+  std::vector<T> heap_;
+};
+
+// A script reply's integers.
+using Ints = SmallVec<std::int64_t, 24>;
+
 // Checks a script reply is an array of exactly `size` elements; returns it as integers.
-std::vector<std::int64_t> integers(const Reply& reply, std::size_t size, std::string_view script);
+Ints integers(const Reply& reply, std::size_t size, std::string_view script);
+// A native script's integers as its array reply.
+Reply int_array(const Ints& v);
 
 // Throws unless no limit carries a burst ("burst" only means something to the buckets).
 void require_no_burst(const std::vector<RateLimit>& limits, std::string_view strategy);
@@ -150,31 +203,61 @@ class ScriptedRules {
   virtual std::int64_t time_scale() const noexcept { return 1; }
   virtual std::string storage_key(const RateLimit& limit, std::string_view key) const = 0;
   // The script call at `now` (in the script's unit; nullopt: the script reads TIME).
+  // Typed arguments, when the call has them, are a TimedArgs.
   virtual ScriptCall call(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost, bool hit,
                           std::optional<std::int64_t> now) const = 0;
   virtual const Script& script() const noexcept = 0;
   // The script's reply is an array of this many integers: now, allowed, then per limit.
   virtual std::size_t reply_size(const std::vector<RateLimit>& limits) const = 0;
   virtual std::vector<Outcome> outcomes(const std::vector<RateLimit>& limits, std::int64_t cost,
-                                        const std::vector<std::int64_t>& v) const = 0;
+                                        const Ints& v) const = 0;
 
  protected:
   std::string prefix_;
 };
 
+// A typed script argument list that carries the time: the memory store's twin reads it
+// as it is; a network store gets render(). `now` nullopt = the script reads TIME. The
+// typed twins of the limiters answer in place (see ScriptArgs): the integers the Lua
+// script would return go to `ints`.
+struct TimedArgs : ScriptArgs {
+  std::optional<std::int64_t> now;
+  mutable Ints ints;
+  mutable bool answered = false;
+  std::string now_text() const { return now ? std::to_string(*now) : std::string(); }
+  std::optional<Reply> answer() const override {
+    if (!answered) return std::nullopt;
+    return int_array(ints);
+  }
+  // What a typed twin returns once it wrote `ints` (ok) or found its arguments malformed.
+  Reply answer_with(bool ok, std::string_view script) const;
+};
+
 // One scripted decision as a ClockedScript spec; T is Decision (hit, test) or
-// std::vector<LimitStats> (stats).
-template <class T>
+// std::vector<LimitStats> (stats). An owned spec (the make_ factories) holds copies; a
+// borrowed one refers to the caller's arguments, for a synchronous call that runs the
+// operation on its own stack frame.
+template <class T, bool Owned = true>
 struct ScriptedSpec {
-  std::shared_ptr<const ScriptedRules> rules;
-  std::vector<RateLimit> limits;
-  std::string key;
+  std::conditional_t<Owned, std::shared_ptr<const ScriptedRules>, const ScriptedRules*> rules;
+  std::conditional_t<Owned, std::vector<RateLimit>, const std::vector<RateLimit>&> limits;
+  std::conditional_t<Owned, std::string, std::string_view> key;
   std::int64_t cost = 1;
   bool hit = false;
 
-  ScriptCall call(std::optional<std::int64_t> now) const { return rules->call(limits, key, cost, hit, now); }
+  std::shared_ptr<const TimedArgs> sent{};  // the typed arguments of the last call, if any
+
+  ScriptCall call(std::optional<std::int64_t> now) {
+    ScriptCall c = rules->call(limits, key, cost, hit, now);
+    sent = std::static_pointer_cast<const TimedArgs>(c.typed);
+    return c;
+  }
   T finish(Reply reply) const {
-    auto v = integers(reply, rules->reply_size(limits), rules->script().name);
+    const bool in_place = sent && sent->answered && reply.type == Reply::Type::Status && reply.str == kAnsweredInPlace;
+    if (in_place && sent->ints.size() != rules->reply_size(limits)) {
+      throw ProtocolError(std::string(rules->script().name) + " returned an unexpected reply");
+    }
+    const Ints& v = in_place ? sent->ints : (scratch_ = integers(reply, rules->reply_size(limits), rules->script().name));
     auto outcomes = rules->outcomes(limits, cost, v);
     if constexpr (std::is_same_v<T, Decision>) {
       return combine(outcomes, v[1] == 1);
@@ -182,6 +265,7 @@ struct ScriptedSpec {
       return to_stats(limits, outcomes);
     }
   }
+  mutable Ints scratch_{};
 };
 
 // A strategy made of ScriptedRules: hit/test/stats are one script call, reset one DEL.
@@ -200,10 +284,24 @@ class ScriptedLimiter final : public LimiterStrategy {
   std::shared_ptr<Op<std::vector<LimitStats>>> make_stats(const std::vector<RateLimit>& limits,
                                                           std::string_view key) override;
   std::shared_ptr<Op<std::monostate>> make_reset(const std::vector<RateLimit>& limits, std::string_view key) override;
+  Decision hit(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) override {
+    return decide_now(limits, key, cost, true);
+  }
+  Decision test(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) override {
+    return decide_now(limits, key, cost, false);
+  }
 
  private:
+  void check(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) const;
   std::shared_ptr<Op<Decision>> decide(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost,
                                        bool hit);
+  // The same operation on this stack frame, borrowing the arguments.
+  Decision decide_now(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost, bool hit) {
+    check(limits, key, cost);
+    ClockedScript<Decision, ScriptedSpec<Decision, false>> op(
+        time_, rules_->time_scale(), ScriptedSpec<Decision, false>{rules_.get(), limits, key, cost, hit});
+    return run(*store_, op);
+  }
 
   TimeSource time_;
   std::shared_ptr<const ScriptedRules> rules_;
@@ -211,13 +309,6 @@ class ScriptedLimiter final : public LimiterStrategy {
 
 // DEL of `keys` as an operation (reset).
 std::shared_ptr<Op<std::monostate>> make_delete(std::vector<std::string> keys);
-
-// A typed script argument list that carries the time: the memory store's twin reads it
-// as it is; a network store gets render(). `now` nullopt = the script reads TIME.
-struct TimedArgs : ScriptArgs {
-  std::optional<std::int64_t> now;
-  std::string now_text() const { return now ? std::to_string(*now) : std::string(); }
-};
 
 std::unique_ptr<LimiterStrategy> make_fixed_window(std::shared_ptr<Store> store, const LimiterOptions& o);
 std::unique_ptr<LimiterStrategy> make_sliding_log(std::shared_ptr<Store> store, const LimiterOptions& o);

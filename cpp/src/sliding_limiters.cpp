@@ -23,7 +23,7 @@ struct LogArgs final : detail::TimedArgs {
   bool hit = false;
   std::int64_t cost = 0;
   detail::UniqueId id;
-  std::vector<std::int64_t> amount, window;
+  detail::SmallVec<std::int64_t, 4> amount, window;
   std::vector<std::string> render() const override {
     std::vector<std::string> out{now_text(), hit ? "hit" : "test", std::to_string(cost), id.global()};
     for (std::size_t i = 0; i < amount.size(); ++i) {
@@ -34,11 +34,13 @@ struct LogArgs final : detail::TimedArgs {
   }
 };
 
-std::optional<std::vector<std::int64_t>> sliding_log_core(Keyspace& ks, const std::vector<std::string>& keys,
-                                                          std::int64_t now, const LogArgs& c, std::string_view uid) {
+// Writes the integers to `out`; false for arguments the strategy never sends.
+bool sliding_log_core(Keyspace& ks, const std::vector<std::string>& keys, std::int64_t now, const LogArgs& c,
+                      std::string_view uid, detail::Ints& out) {
   constexpr double kInf = std::numeric_limits<double>::infinity();
   const std::size_t n = keys.size();
-  std::vector<std::int64_t> counts(n);
+  detail::SmallVec<std::int64_t, 8> counts;
+  counts.assign(n, 0);
   bool allowed = true;
   for (std::size_t i = 0; i < n; ++i) {
     const double from = static_cast<double>(now - c.window[i] + 1);
@@ -50,8 +52,9 @@ std::optional<std::vector<std::int64_t>> sliding_log_core(Keyspace& ks, const st
     }
     if (counts[i] + c.cost > c.amount[i]) allowed = false;
   }
-  std::vector<std::int64_t> out{now, allowed ? 1 : 0};
-  out.reserve(2 + 3 * n);
+  out.clear();
+  out.push_back(now);
+  out.push_back(allowed ? 1 : 0);
   // Members only need to be unique: unlike the Lua twin, the memory store leaves the time
   // out of them, so that with a compact id they fit std::string's inline buffer.
   std::string member(uid);
@@ -73,7 +76,7 @@ std::optional<std::vector<std::int64_t>> sliding_log_core(Keyspace& ks, const st
       if (counts[i] + c.cost > c.amount[i]) {
         const std::int64_t need = counts[i] + c.cost - c.amount[i];
         auto gone = ks.zrangebyscore(keys[i], from, kInf, need);
-        if (static_cast<std::int64_t>(gone.size()) != need) return std::nullopt;  // cost > amount
+        if (static_cast<std::int64_t>(gone.size()) != need) return false;  // cost > amount
         need_at = static_cast<std::int64_t>(gone.back().second) + c.window[i];
       }
     }
@@ -87,15 +90,12 @@ std::optional<std::vector<std::int64_t>> sliding_log_core(Keyspace& ks, const st
     out.push_back(newest);
     out.push_back(need_at);
   }
-  return out;
+  return true;
 }
 
-Reply to_reply(const std::optional<std::vector<std::int64_t>>& v, std::string_view script) {
-  if (!v) return detail::malformed(script);
-  std::vector<Reply> out;
-  out.reserve(v->size());
-  for (auto x : *v) out.push_back(Reply::of_integer(x));
-  return Reply::of_array(std::move(out));
+Reply to_reply(bool ok, const detail::Ints& v, std::string_view script) {
+  if (!ok) return detail::malformed(script);
+  return detail::int_array(v);
 }
 
 // The memory store's twin of sliding_log.lua, as a script.
@@ -115,15 +115,18 @@ Reply native_sliding_log(Keyspace& ks, const std::vector<std::string>& keys, con
     c.amount.push_back(*a);
     c.window.push_back(*w);
   }
-  return to_reply(sliding_log_core(ks, keys, *now, c, args[3]), "sliding_log");
+  detail::Ints out;
+  const bool ok = sliding_log_core(ks, keys, *now, c, args[3], out);
+  return to_reply(ok, out, "sliding_log");
 }
 
 // The typed twin: the same core with no text to parse; members take the short in-process
 // form of the id (unique within this process, which is all an in-process store needs).
 Reply typed_sliding_log(Keyspace& ks, const std::vector<std::string>& keys, const ScriptArgs& args) {
   const auto& c = static_cast<const LogArgs&>(args);
+  if (c.amount.size() != keys.size() || c.window.size() != keys.size()) return detail::malformed("sliding_log");
   const std::string uid = c.id.local();
-  return to_reply(sliding_log_core(ks, keys, c.now ? *c.now : ks.now_ms(), c, uid), "sliding_log");
+  return c.answer_with(sliding_log_core(ks, keys, c.now ? *c.now : ks.now_ms(), c, uid, c.ints), "sliding_log");
 }
 
 class SlidingLogRules final : public detail::ScriptedRules {
@@ -152,8 +155,6 @@ class SlidingLogRules final : public detail::ScriptedRules {
     args->id = detail::next_unique_id();
     ScriptCall c{&kSlidingLogScript, {}, {}};
     c.keys.reserve(limits.size());
-    args->amount.reserve(limits.size());
-    args->window.reserve(limits.size());
     for (const auto& l : limits) {
       c.keys.push_back(storage_key(l, key));
       args->amount.push_back(l.amount);
@@ -166,7 +167,7 @@ class SlidingLogRules final : public detail::ScriptedRules {
   std::size_t reply_size(const std::vector<RateLimit>& limits) const override { return 2 + 3 * limits.size(); }
 
   std::vector<Outcome> outcomes(const std::vector<RateLimit>& limits, std::int64_t,
-                                const std::vector<std::int64_t>& v) const override {
+                                const detail::Ints& v) const override {
     const std::int64_t now = v[0];
     std::vector<Outcome> outcomes;
     for (std::size_t i = 0; i < limits.size(); ++i) {
@@ -194,7 +195,7 @@ struct ApproxArgs final : detail::TimedArgs {
   };
   bool hit = false;
   std::int64_t cost = 0;
-  std::vector<Limit> limits;
+  detail::SmallVec<Limit, 4> limits;
   std::vector<std::string> render() const override {
     std::vector<std::string> out{now_text(), hit ? "hit" : "test", std::to_string(cost)};
     for (const auto& l : limits) {
@@ -206,7 +207,7 @@ struct ApproxArgs final : detail::TimedArgs {
   }
 };
 
-std::optional<std::vector<std::int64_t>> sliding_approx_core(Keyspace& ks, const std::vector<std::string>& keys,
+bool sliding_approx_core(Keyspace& ks, const std::vector<std::string>& keys, detail::Ints& out,
                                                              std::int64_t now, const ApproxArgs& call) {
   using detail::sat_add;
   using detail::sat_mul;
@@ -214,7 +215,7 @@ std::optional<std::vector<std::int64_t>> sliding_approx_core(Keyspace& ks, const
   // The reply: now, allowed, then k+1 counts per limit (sub-buckets cur-k .. cur).
   std::size_t size = 2;
   for (const auto& l : call.limits) size += static_cast<std::size_t>(l.k + 1);
-  std::vector<std::int64_t> out(size, 0);
+  out.assign(size, 0);
   out[0] = now;
   bool allowed = true;
   std::vector<std::string> stale;
@@ -258,7 +259,7 @@ std::optional<std::vector<std::int64_t>> sliding_approx_core(Keyspace& ks, const
       ks.pexpireat(keys[i], ks.now_ms() + ttl);
     }
   }
-  return out;
+  return true;
 }
 
 // The memory store's twin of sliding_approx.lua, as a script.
@@ -279,13 +280,16 @@ Reply native_sliding_approx(Keyspace& ks, const std::vector<std::string>& keys,
     if (!amount || !bucket || !k) return detail::malformed("sliding_approx");
     call.limits.push_back({*amount, *bucket, *k});
   }
-  return to_reply(sliding_approx_core(ks, keys, *now, call), "sliding_approx");
+  detail::Ints out;
+  const bool ok = sliding_approx_core(ks, keys, out, *now, call);
+  return to_reply(ok, out, "sliding_approx");
 }
 
 // The typed twin: the same core with no text to parse.
 Reply typed_sliding_approx(Keyspace& ks, const std::vector<std::string>& keys, const ScriptArgs& args) {
   const auto& c = static_cast<const ApproxArgs&>(args);
-  return to_reply(sliding_approx_core(ks, keys, c.now ? *c.now : ks.now_ms(), c), "sliding_approx");
+  if (c.limits.size() != keys.size()) return detail::malformed("sliding_approx");
+  return c.answer_with(sliding_approx_core(ks, keys, c.ints, c.now ? *c.now : ks.now_ms(), c), "sliding_approx");
 }
 
 class SlidingApproxRules final : public detail::ScriptedRules {
@@ -321,10 +325,9 @@ class SlidingApproxRules final : public detail::ScriptedRules {
     args->cost = cost;
     ScriptCall c{&kSlidingApproxScript, {}, {}};
     c.keys.reserve(limits.size());
-    args->limits.reserve(limits.size());
     for (const auto& l : limits) {
       c.keys.push_back(storage_key(l, key));
-      args->limits.push_back({l.amount, l.window_ms / k_, k_});
+      args->limits.push_back(ApproxArgs::Limit{l.amount, l.window_ms / k_, k_});
     }
     c.typed = std::move(args);
     return c;
@@ -335,7 +338,7 @@ class SlidingApproxRules final : public detail::ScriptedRules {
   }
 
   std::vector<Outcome> outcomes(const std::vector<RateLimit>& limits, std::int64_t cost,
-                                const std::vector<std::int64_t>& v) const override {
+                                const detail::Ints& v) const override {
     const std::size_t per = static_cast<std::size_t>(k_ + 1);
     const std::int64_t now = v[0];
     std::vector<Outcome> out;

@@ -482,6 +482,11 @@ TEST_F(LuaTwinTest, EveryScriptMatchesItsTwins) {
         const std::string what = std::string(s->name) + (c->typed ? " (typed) " : " ") + std::to_string(i);
         Reply r = redis_->execute_one(text);
         Reply m = memory_->execute_one(call);
+        if (call.typed && m.type == Reply::Type::Status && m.str == kAnsweredInPlace) {
+          auto answer = call.typed->answer();  // the typed twin answered in place
+          ASSERT_TRUE(answer) << what;
+          m = *answer;
+        }
         if (c->shape_only) {
           expect_same_shape(r, m, what);
         } else {

@@ -79,12 +79,14 @@ class LimiterStrategy {
  public:
   virtual ~LimiterStrategy() = default;
   virtual std::string_view name() const noexcept = 0;
-  // Charges `cost` against every limit if all of them allow it.
-  Decision hit(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) {
+  // Charges `cost` against every limit if all of them allow it. (The synchronous methods
+  // run the make_ operation; a strategy may override them to run the same operation
+  // without copying its arguments.)
+  virtual Decision hit(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) {
     return run(*store_, *make_hit(limits, key, cost));
   }
   // Whether hit() would allow it now, without charging anything.
-  Decision test(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) {
+  virtual Decision test(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) {
     return run(*store_, *make_test(limits, key, cost));
   }
   std::vector<LimitStats> stats(const std::vector<RateLimit>& limits, std::string_view key) {

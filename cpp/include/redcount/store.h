@@ -34,10 +34,16 @@ class Keyspace;
 
 // A script call's arguments in typed form. The memory store's twins may read them as
 // they are (no text to format or parse); a network store renders them as ARGV text.
+//
+// A typed twin may answer in place: it leaves its result in the arguments object and
+// replies Status "ANSWERED" (kAnsweredInPlace), sparing the caller an array reply it
+// would only take apart again; answer() then gives the reply it stands for.
 struct ScriptArgs {
   virtual ~ScriptArgs() = default;
   virtual std::vector<std::string> render() const = 0;
+  virtual std::optional<Reply> answer() const { return std::nullopt; }
 };
+inline constexpr std::string_view kAnsweredInPlace = "ANSWERED";
 
 // A Lua script with native twins for the memory store. All must have the same
 // semantics; the Lua text is what Redis runs, `native` is what the memory store runs
