@@ -178,8 +178,8 @@ class GcraRules final : public detail::ScriptedRules {
     detail::require_limits(limits);
     for (const auto& l : limits) {
       std::int64_t span = 0;
-      if (l.window_ms > (std::int64_t{1} << 40) ||
-          __builtin_mul_overflow(interval_us(l), l.capacity() + 1, &span) || span > (std::int64_t{1} << 50)) {
+      if (l.window_ms > kMaxLongTimeoutMs ||
+          __builtin_mul_overflow(interval_us(l), l.capacity() + 1, &span) || span > kMaxExactProduct) {
         throw InvalidArgument("'" + l.text() + "' is too large for strategy='gcra': burst times the emission " +
                               "interval must stay under 2^50 µs (about 35 years)");
       }

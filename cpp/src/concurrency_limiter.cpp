@@ -126,7 +126,7 @@ class ConcurrencyLimiter final : public LimiterStrategy {
                             std::to_string(max_in_flight));
     }
     if (lease_timeout_ms < 1) throw InvalidArgument("lease_timeout must be at least 1 ms");
-    if (lease_timeout_ms > (std::int64_t{1} << 40)) throw InvalidArgument("lease_timeout is too long");
+    if (lease_timeout_ms > kMaxLongTimeoutMs) throw InvalidArgument("lease_timeout is too long");
     validate_key(key);
     Lease lease;
     lease.id = detail::unique_id();
@@ -174,7 +174,7 @@ class ConcurrencyLimiter final : public LimiterStrategy {
     return limits[0];
   }
 
-  std::string storage_key(std::string_view key) const { return prefix_ + ":cc:{" + std::string(key) + "}"; }
+  std::string storage_key(std::string_view key) const { return concurrency_key(prefix_, key); }
 
   template <class R, class Finish>
   std::shared_ptr<Op<R>> call(const char* op, std::string_view key, std::int64_t max, std::int64_t timeout_ms,

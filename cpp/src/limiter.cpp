@@ -49,10 +49,6 @@ Reply native_fixed_window_hit(Keyspace& ks, const std::vector<std::string>& keys
   return Reply::of_array(std::move(out));
 }
 
-// Limiter keys outlive their window by this much, like counters' grace: a hit from a
-// client whose clock runs a little behind still finds its window's key, and the count of a
-// window that just ended can still be read.
-constexpr std::int64_t kLimiterGraceMs = 1000;
 
 // Where one limit's window is now: its position and its key.
 struct Place {
@@ -76,7 +72,7 @@ struct FixedWindowWork {
     places.reserve(limits.size());
     for (const auto& l : limits) {
       WindowPos pos = locate(WindowSpec{l.window_ms, kLimiterGraceMs, false}, key, now);
-      places.push_back(Place{pos, window_key(*prefix, "fw:" + std::to_string(l.amount), key, l.window_ms, pos.index)});
+      places.push_back(Place{pos, fixed_window_limiter_key(*prefix, l.amount, key, l.window_ms, pos.index)});
     }
   }
 
@@ -310,7 +306,7 @@ std::unique_ptr<LimiterStrategy> make_limiter(std::shared_ptr<Store> store, std:
                                               LimiterOptions options) {
   if (!store) throw InvalidArgument("store must not be None");
   validate_name(options.prefix, "prefix");
-  if (options.sub_buckets < 1 || options.sub_buckets > 60) {
+  if (options.sub_buckets < 1 || options.sub_buckets > kMaxSubBuckets) {
     throw InvalidArgument("sub_buckets must be between 1 and 60, got " + std::to_string(options.sub_buckets));
   }
   if (options.sub_buckets != 1 && strategy != "sliding-window-approx") {
@@ -522,11 +518,10 @@ void require_no_burst(const std::vector<RateLimit>& limits, std::string_view str
 }
 
 void require_exact(const std::vector<RateLimit>& limits, std::string_view strategy, bool use_capacity) {
-  constexpr std::int64_t kExact = std::int64_t{1} << 50;
   for (const auto& l : limits) {
     const std::int64_t amount = use_capacity ? std::max(l.capacity(), l.amount) : l.amount;
     std::int64_t product = 0;
-    if (__builtin_mul_overflow(amount, l.window_ms, &product) || product > kExact) {
+    if (__builtin_mul_overflow(amount, l.window_ms, &product) || product > kMaxExactProduct) {
       throw InvalidArgument("'" + l.text() + "' is too large for strategy='" + std::string(strategy) +
                             "': amount (or burst) times the window in ms must be <= 2^50");
     }

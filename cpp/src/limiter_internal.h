@@ -15,7 +15,9 @@
 #include <utility>
 #include <vector>
 
+#include "redcount/bounds.h"
 #include "redcount/errors.h"
+#include "redcount/keys.h"
 #include "redcount/limiter.h"
 #include "redcount/limits.h"
 #include "redcount/store.h"
@@ -69,24 +71,10 @@ inline std::optional<std::int64_t> arg_in(const std::string& arg, std::int64_t l
   if (!v || *v < lo || *v > hi) return std::nullopt;
   return v;
 }
-inline constexpr std::int64_t kMaxExact = std::int64_t{1} << 53;   // exact in a Lua double
-inline constexpr std::int64_t kMaxSpanMs = std::int64_t{1} << 42;  // about 139 years
-// The exact log and the concurrency limiter store one set member per unit of cost.
-inline constexpr std::int64_t kMaxMembers = 1'000'000;
-
-// "<prefix>:<kind>:<amount>:{<key>}:<window_ms>" built with one allocation; `extra`
-// (e.g. ":<capacity>") goes after the amount.
-inline std::string limiter_key(std::string_view prefix, std::string_view kind, std::int64_t amount,
-                               std::string_view extra, std::string_view key, std::int64_t window_ms) {
-  char num1[24], num2[24];
-  const std::size_t n1 = static_cast<std::size_t>(std::to_chars(num1, num1 + sizeof num1, amount).ptr - num1);
-  const std::size_t n2 = static_cast<std::size_t>(std::to_chars(num2, num2 + sizeof num2, window_ms).ptr - num2);
-  std::string out;
-  out.reserve(prefix.size() + kind.size() + extra.size() + key.size() + n1 + n2 + 8);
-  out.append(prefix).append(":").append(kind).append(":").append(num1, n1);
-  out.append(extra).append(":{").append(key).append("}:").append(num2, n2);
-  return out;
-}
+using ::redcount::kMaxExact;
+using ::redcount::kMaxMembers;
+using ::redcount::kMaxSpanMs;
+using ::redcount::limiter_key;
 
 // One limit's state after a hit/test, as the strategy computed it.
 struct Outcome {

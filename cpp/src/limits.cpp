@@ -4,14 +4,13 @@
 #include <cctype>
 #include <utility>
 
+#include "redcount/bounds.h"
 #include "redcount/errors.h"
 #include "redcount/util.h"
 
 namespace redcount {
 namespace {
 
-constexpr std::int64_t kMaxAmount = (std::int64_t{1} << 53) - 1;  // exact in a Lua double
-constexpr std::int64_t kMaxWindowMs = std::int64_t{1} << 52;
 
 struct Unit {
   std::string_view name;

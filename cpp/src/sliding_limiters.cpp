@@ -276,7 +276,7 @@ Reply native_sliding_approx(Keyspace& ks, const std::vector<std::string>& keys,
   for (std::size_t i = 0; i < n; ++i) {
     auto amount = detail::arg_in(args[3 + 3 * i], 1, detail::kMaxExact);
     auto bucket = detail::arg_in(args[4 + 3 * i], 1, detail::kMaxSpanMs);
-    auto k = detail::arg_in(args[5 + 3 * i], 1, 60);
+    auto k = detail::arg_in(args[5 + 3 * i], 1, kMaxSubBuckets);
     if (!amount || !bucket || !k) return detail::malformed("sliding_approx");
     call.limits.push_back({*amount, *bucket, *k});
   }

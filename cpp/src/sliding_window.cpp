@@ -87,17 +87,20 @@ SlidingWindowCounter::SlidingWindowCounter(std::shared_ptr<Store> store, std::st
   validate_name(prefix_, "prefix");
   validate_name(name_, "name");
   validate(WindowSpec{window_ms_, 0, false});
-  if (window_ms_ > (std::int64_t{1} << 40)) throw InvalidArgument("window is too long (at most about 34 years)");
+  if (window_ms_ > kMaxLongTimeoutMs) throw InvalidArgument("window is too long (at most about 34 years)");
 }
 
 std::string SlidingWindowCounter::events_key(std::string_view key) const {
   validate_key(key);
-  return prefix_ + ":" + name_ + ":{" + std::string(key) + "}:" + std::to_string(window_ms_) + ":log";
+  return sliding_counter_key(prefix_, name_, key, window_ms_, "log");
 }
-std::string SlidingWindowCounter::weight_key(std::string_view key) const { return events_key(key) + ":w"; }
+std::string SlidingWindowCounter::weight_key(std::string_view key) const {
+  validate_key(key);
+  return sliding_counter_key(prefix_, name_, key, window_ms_, "log:w");
+}
 std::string SlidingWindowCounter::unique_key(std::string_view key) const {
   validate_key(key);
-  return prefix_ + ":" + name_ + ":{" + std::string(key) + "}:" + std::to_string(window_ms_) + ":uniq";
+  return sliding_counter_key(prefix_, name_, key, window_ms_, "uniq");
 }
 
 namespace {

@@ -27,6 +27,7 @@
 #include <variant>
 #include <vector>
 
+#include "redcount/bounds.h"
 #include "redcount/operation.h"
 #include "redcount/store.h"
 #include "redcount/time_source.h"
@@ -35,8 +36,6 @@ namespace redcount {
 
 extern const Script kSlidingCounterScript;
 
-// The largest amount one add() may carry; sums stay exact in Lua's doubles.
-inline constexpr std::int64_t kMaxSlidingAmount = std::int64_t{1} << 32;
 
 class SlidingWindowCounter {
  public:
