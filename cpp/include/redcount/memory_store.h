@@ -22,6 +22,11 @@
 //   store.execute_one(Command{{"SET", "k", "0", "NX", "PX", "1000"}});
 //   store.execute_one(Command{{"ZADD", "z", "1.5", "a"}});
 //
+// Layout: this class (cpp/src/memory_store.cpp: locking, expiry sweep, dispatch of a
+// batch); its keyspace (cpp/src/memory/keyspace.h); its command interpreter
+// (cpp/src/memory/commands.cpp); the scripts' native twins sit next to the strategies that
+// send them (see all_scripts()).
+//
 // Thread-safe: one mutex guards the keyspace; no I/O happens under it.
 #pragma once
 
