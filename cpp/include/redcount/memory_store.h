@@ -108,6 +108,7 @@ class MemoryStore final : public Store {
   };
   class Ops;  // the Keyspace implementation, valid while the lock is held
 
+  Reply run_request(Ops& ops, const Request& req);
   Reply run_command(Ops& ops, const std::vector<std::string>& args);
   // The Z* and H* commands; nullopt when `cmd` is none of them.
   std::optional<Reply> run_zset_command(Ops& ops, const std::string& cmd, const std::vector<std::string>& args);

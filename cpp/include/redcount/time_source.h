@@ -103,7 +103,7 @@ class ClockedScript final : public Op<R> {
       : time_(std::move(time)), scale_(scale), spec_(std::move(spec)) {}
 
   std::vector<Request> prepare() override {
-    if (time_.effective() != ClockMode::Server && time_.offset_stale()) {
+    if (time_.effective() != ClockMode::Server && time_.offset_stale()) [[unlikely]] {
       step_ = Step::Sync;
       sent_ms_ = time_.client_now_ms();
       std::vector<Request> out;
@@ -114,8 +114,22 @@ class ClockedScript final : public Op<R> {
   }
 
   std::vector<Request> finish(std::vector<Reply> replies) override {
-    if (replies.size() != 1) throw ProtocolError("expected one reply, got " + std::to_string(replies.size()));
+    if (replies.size() != 1) [[unlikely]] {
+      throw ProtocolError("expected one reply, got " + std::to_string(replies.size()));
+    }
     Reply& r = replies.front();
+    if (step_ == Step::Call && !r.is_error()) [[likely]] {
+      this->complete(spec_.finish(std::move(r)));
+      return {};
+    }
+    return follow_up(r);
+  }
+
+ private:
+  enum class Step { Sync, Call, Probe };
+
+  // Everything but a plain successful call: the TIME sync, the probe, the rerun.
+  [[gnu::noinline]] std::vector<Request> follow_up(Reply& r) {
     switch (step_) {
       case Step::Sync:
         time_.record_time(r, sent_ms_, time_.client_now_ms());
@@ -143,9 +157,6 @@ class ClockedScript final : public Op<R> {
     }
     return {};
   }
-
- private:
-  enum class Step { Sync, Call, Probe };
 
   std::vector<Request> send() {
     step_ = Step::Call;
