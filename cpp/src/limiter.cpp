@@ -61,18 +61,25 @@ struct Place {
 // key is named after it).
 struct FixedWindowWork {
   std::shared_ptr<const std::string> prefix;
-  std::vector<RateLimit> limits;
-  std::string key;
+  // Owned copies (the make_ factories), or the caller's arguments (a synchronous call
+  // that runs the operation on its own stack frame).
+  std::vector<RateLimit> own_limits;
+  std::string own_key;
+  const std::vector<RateLimit>* borrowed_limits = nullptr;
+  std::string_view borrowed_key;
   std::int64_t now = 0;
+
+  const std::vector<RateLimit>& lims() const { return borrowed_limits ? *borrowed_limits : own_limits; }
+  std::string_view key() const { return borrowed_limits ? borrowed_key : std::string_view(own_key); }
   std::vector<Place> places;
 
   void locate_all(std::int64_t at) {
     now = at;
     places.clear();
-    places.reserve(limits.size());
-    for (const auto& l : limits) {
-      WindowPos pos = locate(WindowSpec{l.window_ms, kLimiterGraceMs, false}, key, now);
-      places.push_back(Place{pos, fixed_window_limiter_key(*prefix, l.amount, key, l.window_ms, pos.index)});
+    places.reserve(lims().size());
+    for (const auto& l : lims()) {
+      WindowPos pos = locate(WindowSpec{l.window_ms, kLimiterGraceMs, false}, key(), now);
+      places.push_back(Place{pos, fixed_window_limiter_key(*prefix, l.amount, key(), l.window_ms, pos.index)});
     }
   }
 
@@ -103,8 +110,8 @@ struct FixedWindowWork {
     d.allowed = allowed;
     d.remaining = std::numeric_limits<std::int64_t>::max();
     std::size_t binding = 0;
-    for (std::size_t i = 0; i < limits.size(); ++i) {
-      const std::int64_t rem = remaining_of(limits[i].amount, counts[i]);
+    for (std::size_t i = 0; i < lims().size(); ++i) {
+      const std::int64_t rem = remaining_of(lims()[i].amount, counts[i]);
       if (rem < d.remaining || (rem == d.remaining && places[i].pos.end_ms > places[binding].pos.end_ms)) {
         d.remaining = rem;
         binding = i;
@@ -112,8 +119,8 @@ struct FixedWindowWork {
     }
     if (!allowed) {
       // Denied: the binding limit is the refusing one that frees up last.
-      for (std::size_t i = 0; i < limits.size(); ++i) {
-        if (!exceeds(counts[i], denied_cost, limits[i].amount)) continue;
+      for (std::size_t i = 0; i < lims().size(); ++i) {
+        if (!exceeds(counts[i], denied_cost, lims()[i].amount)) continue;
         const std::int64_t wait = places[i].pos.end_ms - now;
         if (wait > d.retry_after_ms) {
           d.retry_after_ms = wait;
@@ -121,7 +128,7 @@ struct FixedWindowWork {
         }
       }
     }
-    d.limit = limits[binding].amount;
+    d.limit = lims()[binding].amount;
     d.reset_after_ms = places[binding].pos.end_ms - now;
     return d;
   }
@@ -132,11 +139,11 @@ struct FixedWindowHit : FixedWindowWork {
   std::vector<Request> batch(std::int64_t at) {
     locate_all(at);
     ScriptCall call{&kFixedWindowHitScript, {}, {std::to_string(cost)}};
-    call.keys.reserve(limits.size());
-    call.args.reserve(1 + 2 * limits.size());
-    for (std::size_t i = 0; i < limits.size(); ++i) {
+    call.keys.reserve(lims().size());
+    call.args.reserve(1 + 2 * lims().size());
+    for (std::size_t i = 0; i < lims().size(); ++i) {
       call.keys.push_back(places[i].key);
-      call.args.push_back(std::to_string(limits[i].amount));
+      call.args.push_back(std::to_string(lims()[i].amount));
       call.args.push_back(std::to_string(places[i].pos.expire_at_ms));
     }
     std::vector<Request> out;
@@ -147,12 +154,12 @@ struct FixedWindowHit : FixedWindowWork {
     if (replies.size() != 1) throw ProtocolError("fixed_window_hit: expected one reply");
     const Reply& r = replies.front();
     r.check();
-    if (r.type != Reply::Type::Array || r.elements.size() != limits.size() + 1) {
+    if (r.type != Reply::Type::Array || r.elements.size() != lims().size() + 1) {
       throw ProtocolError("fixed_window_hit returned an unexpected reply");
     }
     std::vector<std::int64_t> counts;
-    counts.reserve(limits.size());
-    for (std::size_t i = 0; i < limits.size(); ++i) counts.push_back(r.elements[i + 1].as_integer());
+    counts.reserve(lims().size());
+    for (std::size_t i = 0; i < lims().size(); ++i) counts.push_back(r.elements[i + 1].as_integer());
     const bool allowed = r.elements[0].as_integer() == 1;
     return decide(counts, allowed, allowed ? 0 : cost);
   }
@@ -167,7 +174,7 @@ struct FixedWindowTest : FixedWindowWork {
   Decision finish(std::vector<Reply>&& replies) const {
     auto counts = read_counts(replies);
     bool allowed = true;
-    for (std::size_t i = 0; i < limits.size(); ++i) allowed &= !exceeds(counts[i], cost, limits[i].amount);
+    for (std::size_t i = 0; i < lims().size(); ++i) allowed &= !exceeds(counts[i], cost, lims()[i].amount);
     return decide(counts, allowed, allowed ? 0 : cost);
   }
 };
@@ -180,8 +187,8 @@ struct FixedWindowStats : FixedWindowWork {
   std::vector<LimitStats> finish(std::vector<Reply>&& replies) const {
     auto counts = read_counts(replies);
     std::vector<LimitStats> out;
-    for (std::size_t i = 0; i < limits.size(); ++i) {
-      out.push_back(LimitStats{limits[i], counts[i], remaining_of(limits[i].amount, counts[i]),
+    for (std::size_t i = 0; i < lims().size(); ++i) {
+      out.push_back(LimitStats{lims()[i], counts[i], remaining_of(lims()[i].amount, counts[i]),
                                places[i].pos.end_ms - now});
     }
     return out;
@@ -224,6 +231,19 @@ class FixedWindowLimiter final : public LimiterStrategy {
     return make_clocked_batch<Decision>(time_, std::move(spec));
   }
 
+  // make_hit's operation on this stack frame, borrowing the arguments: no copies on the
+  // hot path.
+  Decision hit(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) override {
+    check_cost(limits, key, cost);
+    FixedWindowHit spec;
+    spec.prefix = prefix_;
+    spec.borrowed_limits = &limits;
+    spec.borrowed_key = key;
+    spec.cost = cost;
+    ClockedBatch<Decision, FixedWindowHit> op(time_, std::move(spec));
+    return run(*store_, op);
+  }
+
   std::shared_ptr<Op<Decision>> make_test(const std::vector<RateLimit>& limits, std::string_view key,
                                           std::int64_t cost) override {
     check_cost(limits, key, cost);
@@ -260,8 +280,8 @@ class FixedWindowLimiter final : public LimiterStrategy {
 
   void fill(FixedWindowWork& w, const std::vector<RateLimit>& limits, std::string_view key) const {
     w.prefix = prefix_;
-    w.limits = limits;
-    w.key = std::string(key);
+    w.own_limits = limits;
+    w.own_key = std::string(key);
   }
 
   TimeSource time_;
