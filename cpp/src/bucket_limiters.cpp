@@ -69,13 +69,13 @@ Reply native_token_bucket(Keyspace& ks, const std::vector<std::string>& keys, co
   return Reply::of_array(std::move(out));
 }
 
-class TokenBucketLimiter final : public detail::ScriptedLimiter {
+class TokenBucketRules final : public detail::ScriptedRules {
  public:
-  TokenBucketLimiter(const std::shared_ptr<Store>& store, const LimiterOptions& o) : ScriptedLimiter(store, o) {}
-
+  using ScriptedRules::ScriptedRules;
   std::string_view name() const noexcept override { return "token-bucket"; }
+  const Script& script() const noexcept override { return kTokenBucketScript; }
+  bool cost_by_capacity() const noexcept override { return true; }
 
- private:
   void check(const std::vector<RateLimit>& limits) const override {
     detail::require_limits(limits);
     detail::require_span(limits, name());
@@ -88,20 +88,22 @@ class TokenBucketLimiter final : public detail::ScriptedLimiter {
     return detail::limiter_key(prefix_, "tb", l.amount, capacity, key, l.window_ms);
   }
 
-  Decision run(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost, const char* mode,
-               std::vector<Outcome>* stats_out) override {
-    check(limits);
-    validate_key(key);
-    if (!stats_out) validate_cost(limits, cost, true);
-    ScriptCall call{&kTokenBucketScript, {}, {"", mode, std::to_string(cost)}};
+  ScriptCall call(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost, bool hit,
+                  std::optional<std::int64_t> now) const override {
+    ScriptCall call{&kTokenBucketScript, {}, {now ? std::to_string(*now) : "", hit ? "hit" : "test", std::to_string(cost)}};
     for (const auto& l : limits) {
       call.keys.push_back(storage_key(l, key));
       call.args.push_back(std::to_string(l.amount));
       call.args.push_back(std::to_string(l.window_ms));
       call.args.push_back(std::to_string(l.capacity()));
     }
-    auto v = detail::integers(time_.run(std::move(call), 0), 2 + limits.size(), "token_bucket");
-    const bool allowed = v[1] == 1;
+    return call;
+  }
+
+  std::size_t reply_size(const std::vector<RateLimit>& limits) const override { return 2 + limits.size(); }
+
+  std::vector<Outcome> outcomes(const std::vector<RateLimit>& limits, std::int64_t cost,
+                                const detail::Ints& v) const override {
     std::vector<Outcome> outcomes;
     for (std::size_t i = 0; i < limits.size(); ++i) {
       const RateLimit& l = limits[i];
@@ -117,8 +119,7 @@ class TokenBucketLimiter final : public detail::ScriptedLimiter {
       o.retry_after_ms = o.refuses ? std::max<std::int64_t>(1, ceil_div(need - level, l.amount)) : 0;
       outcomes.push_back(o);
     }
-    if (stats_out) *stats_out = outcomes;
-    return detail::combine(outcomes, allowed);
+    return outcomes;
   }
 
 };
@@ -162,13 +163,14 @@ Reply native_gcra(Keyspace& ks, const std::vector<std::string>& keys, const std:
   return Reply::of_array(std::move(out));
 }
 
-class GcraLimiter final : public detail::ScriptedLimiter {
+class GcraRules final : public detail::ScriptedRules {
  public:
-  GcraLimiter(const std::shared_ptr<Store>& store, const LimiterOptions& o) : ScriptedLimiter(store, o) {}
-
+  using ScriptedRules::ScriptedRules;
   std::string_view name() const noexcept override { return "gcra"; }
+  const Script& script() const noexcept override { return kGcraScript; }
+  bool cost_by_capacity() const noexcept override { return true; }
+  std::int64_t time_scale() const noexcept override { return 1000; }
 
- private:
   // The emission interval in µs, rounded up so the rate is never exceeded.
   static std::int64_t interval_us(const RateLimit& l) { return ceil_div(l.window_ms * 1000, l.amount); }
 
@@ -176,8 +178,8 @@ class GcraLimiter final : public detail::ScriptedLimiter {
     detail::require_limits(limits);
     for (const auto& l : limits) {
       std::int64_t span = 0;
-      if (l.window_ms > (std::int64_t{1} << 40) ||
-          __builtin_mul_overflow(interval_us(l), l.capacity() + 1, &span) || span > (std::int64_t{1} << 50)) {
+      if (l.window_ms > kMaxLongTimeoutMs ||
+          __builtin_mul_overflow(interval_us(l), l.capacity() + 1, &span) || span > kMaxExactProduct) {
         throw InvalidArgument("'" + l.text() + "' is too large for strategy='gcra': burst times the emission " +
                               "interval must stay under 2^50 µs (about 35 years)");
       }
@@ -190,20 +192,22 @@ class GcraLimiter final : public detail::ScriptedLimiter {
     return detail::limiter_key(prefix_, "gcra", l.amount, capacity, key, l.window_ms);
   }
 
-  Decision run(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost, const char* mode,
-               std::vector<Outcome>* stats_out) override {
-    check(limits);
-    validate_key(key);
-    if (!stats_out) validate_cost(limits, cost, true);
-    ScriptCall call{&kGcraScript, {}, {"", mode, std::to_string(cost)}};
+  ScriptCall call(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost, bool hit,
+                  std::optional<std::int64_t> now) const override {
+    ScriptCall call{&kGcraScript, {}, {now ? std::to_string(*now) : "", hit ? "hit" : "test", std::to_string(cost)}};
     for (const auto& l : limits) {
       call.keys.push_back(storage_key(l, key));
       call.args.push_back(std::to_string(interval_us(l)));
       call.args.push_back(std::to_string(l.capacity()));
     }
-    auto v = detail::integers(time_.run(std::move(call), 0, 1000), 2 + limits.size(), "gcra");
+    return call;
+  }
+
+  std::size_t reply_size(const std::vector<RateLimit>& limits) const override { return 2 + limits.size(); }
+
+  std::vector<Outcome> outcomes(const std::vector<RateLimit>& limits, std::int64_t cost,
+                                const detail::Ints& v) const override {
     const std::int64_t now = v[0];
-    const bool allowed = v[1] == 1;
     std::vector<Outcome> outcomes;
     for (std::size_t i = 0; i < limits.size(); ++i) {
       const RateLimit& l = limits[i];
@@ -219,8 +223,7 @@ class GcraLimiter final : public detail::ScriptedLimiter {
       o.retry_after_ms = o.refuses ? std::max<std::int64_t>(1, ceil_div(over, 1000)) : 0;
       outcomes.push_back(o);
     }
-    if (stats_out) *stats_out = outcomes;
-    return detail::combine(outcomes, allowed);
+    return outcomes;
   }
 
 };
@@ -233,10 +236,10 @@ const Script kGcraScript{"gcra", lua::gcra_source, lua::gcra_sha1, &native_gcra}
 
 namespace detail {
 std::unique_ptr<LimiterStrategy> make_token_bucket(std::shared_ptr<Store> store, const LimiterOptions& o) {
-  return std::make_unique<TokenBucketLimiter>(std::move(store), o);
+  return std::make_unique<ScriptedLimiter>(store, o, std::make_shared<TokenBucketRules>(o.prefix));
 }
 std::unique_ptr<LimiterStrategy> make_gcra(std::shared_ptr<Store> store, const LimiterOptions& o) {
-  return std::make_unique<GcraLimiter>(std::move(store), o);
+  return std::make_unique<ScriptedLimiter>(store, o, std::make_shared<GcraRules>(o.prefix));
 }
 }  // namespace detail
 }  // namespace redcount

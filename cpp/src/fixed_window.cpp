@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <type_traits>
 
 #include "redcount/errors.h"
 #include "redcount/lua_scripts.h"
@@ -63,325 +64,534 @@ std::int64_t count_from_reply(const Reply& r) {
   return r.as_integer();
 }
 
-FixedWindowCounter::FixedWindowCounter(std::shared_ptr<Store> store, FixedWindowOptions options)
-    : store_(std::move(store)), options_(std::move(options)) {
-  if (!store_) throw InvalidArgument("store must not be None");
-  validate_name(options_.prefix, "prefix");
-  validate_name(options_.name, "name");
-  spec_ = WindowSpec{options_.window_ms, options_.grace_ms, options_.stagger};
-  validate(spec_);
-  if (options_.queue_capacity < 1) throw InvalidArgument("queue_capacity must be >= 1");
-  if (options_.retry_backoff_min.count() < 1 || options_.retry_backoff_max < options_.retry_backoff_min) {
-    throw InvalidArgument("retry backoff must satisfy 1 ms <= min <= max");
+struct FixedWindowCounter::Core {
+  struct Queued {
+    WindowedIncrement inc;
+    SteadyClock::time_point due;
+    std::chrono::milliseconds backoff;
+  };
+
+  std::shared_ptr<Store> store;
+  FixedWindowOptions options;
+  WindowSpec spec;
+
+  mutable std::mutex mu;
+  std::condition_variable cv;        // wakes the retry thread
+  std::condition_variable drained;   // wakes flush() waiters
+  std::deque<Queued> queue;
+  std::size_t in_flight = 0;         // taken off the queue by a retry attempt
+  RetryStats stats;
+  bool stopping = false;
+  bool closed = false;
+  bool flush_now = false;
+  std::thread retry_thread;
+
+  ~Core() {
+    // The counter closes the queue when it goes; this only covers a Core whose thread
+    // was started by an operation finishing after that (enqueue refuses then, so never).
+    if (retry_thread.joinable()) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        stopping = true;
+      }
+      cv.notify_all();
+      if (retry_thread.get_id() == std::this_thread::get_id()) {
+        retry_thread.detach();
+      } else {
+        retry_thread.join();
+      }
+    }
   }
-  if (options_.max_script_batch < 1) options_.max_script_batch = 1;
-}
 
-FixedWindowCounter::~FixedWindowCounter() { close(std::chrono::milliseconds(0)); }
+  bool queueing() const noexcept { return options.on_error == FixedWindowOptions::OnError::Queue; }
+  void check_open() const {
+    std::lock_guard<std::mutex> lock(mu);
+    if (closed) throw Error("this counter is closed; create a new FixedWindowCounter");
+  }
+  WindowedIncrement resolve(std::string_view key, std::int64_t amount, std::string_view request_id,
+                            std::int64_t now) const;
+  void enqueue(std::vector<WindowedIncrement> items, const std::string& error);
+  void retry_loop();
+  void retry_due_once(bool everything);
+  std::size_t flush(std::optional<std::chrono::milliseconds> timeout);
+};
 
-WindowPos FixedWindowCounter::window(std::string_view key) const {
-  return locate(spec_, key, store_->now_ms());
-}
+namespace {
 
-std::string FixedWindowCounter::storage_key(std::string_view key) const {
-  validate_key(key);
-  const WindowPos pos = window(key);
-  return window_key(options_.prefix, options_.name, key, spec_.window_ms, pos.index);
-}
+using Core = FixedWindowCounter::Core;
 
-WindowedIncrement FixedWindowCounter::resolve(std::string_view key, std::int64_t amount,
-                                              std::string_view request_id, std::int64_t now) const {
+// Sends increments and answers one reply per item (a count, or the item's error reply).
+// Script mode: one script call per max_script_batch items sharing a deadline and a shard.
+// Commands mode: SET NX PXAT + INCRBY + PTTL per item, then a PEXPIREAT follow-up batch
+// for the items whose deadline is missing; if that repair fails transiently under
+// OnError::Queue, TTL repairs (amount 0) go to the retry queue, since the increments
+// themselves landed and must never be counted again.
+class SendOp final : public Op<std::vector<Reply>> {
+ public:
+  SendOp(Core& core, std::vector<WindowedIncrement> items) : core_(core), items_(std::move(items)) {}
+
+  const std::vector<WindowedIncrement>& items() const noexcept { return items_; }
+
+  std::vector<Request> prepare() override {
+    return core_.options.mode == FixedWindowOptions::Mode::Commands ? commands() : scripts();
+  }
+
+  std::vector<Request> finish(std::vector<Reply> replies) override {
+    switch (step_) {
+      case Step::Scripts: complete(scripts_done(replies)); return {};
+      case Step::Commands: return commands_done(replies);
+      case Step::Repair:
+        try {
+          for (const Reply& rr : replies) rr.check();
+        } catch (const Error& e) {
+          repair_failed(e);
+        }
+        complete(std::move(out_));
+        return {};
+    }
+    return {};
+  }
+
+  std::vector<Request> fail(std::exception_ptr error) override {
+    if (step_ != Step::Repair) std::rethrow_exception(error);
+    try {
+      std::rethrow_exception(error);
+    } catch (const Error& e) {
+      repair_failed(e);
+    }
+    complete(std::move(out_));
+    return {};
+  }
+
+ private:
+  enum class Step { Scripts, Commands, Repair };
+
+  std::vector<Request> scripts() {
+    step_ = Step::Scripts;
+    // The calls go in one pipeline, so the server runs the first while later ones are
+    // still being sent.
+    std::map<std::pair<std::int64_t, std::uint32_t>, std::vector<std::size_t>> by_deadline;
+    for (std::size_t i = 0; i < items_.size(); ++i) {
+      by_deadline[{items_[i].expire_at_ms, core_.store->shard_of(items_[i].storage_key)}].push_back(i);
+    }
+    std::vector<Request> batch;
+    const std::size_t per_call = core_.options.max_script_batch;
+    for (const auto& [group_key, indexes] : by_deadline) {
+      const std::int64_t deadline = group_key.first;
+      for (std::size_t start = 0; start < indexes.size(); start += per_call) {
+        const std::size_t end = std::min(indexes.size(), start + per_call);
+        std::vector<std::size_t> group(indexes.begin() + static_cast<std::ptrdiff_t>(start),
+                                       indexes.begin() + static_cast<std::ptrdiff_t>(end));
+        ScriptCall call{&kFixedWindowIncrScript, {}, {}};
+        call.keys.reserve(group.size());
+        call.args.reserve(2 + group.size());
+        call.args.push_back(std::to_string(group.size()));
+        call.args.push_back(std::to_string(deadline));
+        for (std::size_t g : group) {
+          call.keys.push_back(items_[g].storage_key);
+          call.args.push_back(std::to_string(items_[g].amount));
+        }
+        for (std::size_t g = 0; g < group.size(); ++g) {
+          if (items_[group[g]].request_id_key.empty()) continue;
+          call.keys.push_back(items_[group[g]].request_id_key);
+          call.args.push_back(std::to_string(g + 1));
+        }
+        batch.emplace_back(std::move(call));
+        members_.push_back(std::move(group));
+      }
+    }
+    return batch;
+  }
+
+  std::vector<Reply> scripts_done(std::vector<Reply>& replies) {
+    if (replies.size() != members_.size()) throw ProtocolError("fixed_window_incr: reply count mismatch");
+    std::vector<Reply> out(items_.size());
+    for (std::size_t c = 0; c < replies.size(); ++c) {
+      Reply& r = replies[c];
+      const auto& group = members_[c];
+      if (r.type == Reply::Type::Array && r.elements.size() == group.size()) {
+        for (std::size_t g = 0; g < group.size(); ++g) out[group[g]] = std::move(r.elements[g]);
+      } else if (r.is_error()) {
+        for (std::size_t g : group) out[g] = r;  // the whole call failed
+      } else {
+        throw ProtocolError("fixed_window_incr returned an unexpected reply");
+      }
+    }
+    return out;
+  }
+
+  std::vector<Request> commands() {
+    step_ = Step::Commands;
+    // Per item: SET key 0 NX PXAT deadline; INCRBY key amount; PTTL key.
+    // (amount 0 marks a pending TTL repair: PTTL only.)
+    std::vector<Request> batch;
+    batch.reserve(items_.size() * 3);
+    for (const auto& inc : items_) {
+      if (inc.amount > 0) {
+        batch.emplace_back(Command{{"SET", inc.storage_key, "0", "NX", "PXAT", std::to_string(inc.expire_at_ms)}});
+        batch.emplace_back(Command{{"INCRBY", inc.storage_key, std::to_string(inc.amount)}});
+      }
+      batch.emplace_back(Command{{"PTTL", inc.storage_key}});
+    }
+    return batch;
+  }
+
+  std::vector<Request> commands_done(const std::vector<Reply>& replies) {
+    std::size_t expected = 0;
+    for (const auto& inc : items_) expected += inc.amount > 0 ? 3 : 1;
+    if (replies.size() != expected) throw ProtocolError("fixed-window commands: reply count mismatch");
+    std::size_t r = 0;
+    for (std::size_t i = 0; i < items_.size(); ++i) {
+      const auto& inc = items_[i];
+      if (inc.amount == 0) {
+        const Reply& pttl = replies[r++];
+        out_.push_back(Reply::of_integer(0));
+        if (!pttl.is_error() && pttl.type == Reply::Type::Integer && pttl.integer == -1) fix_.push_back(i);
+        continue;
+      }
+      const Reply& set = replies[r];
+      const Reply& incr = replies[r + 1];
+      const Reply& pttl = replies[r + 2];
+      r += 3;
+      if (set.is_error()) {
+        out_.push_back(set);
+        continue;
+      }
+      out_.push_back(incr);
+      if (incr.is_error()) continue;
+      // The key expired between SET and INCRBY (so INCRBY created it bare), or its TTL was
+      // lost: either way PTTL reads -1. INCRBY == amount with no SET means the same race.
+      const bool bare = pttl.type == Reply::Type::Integer && pttl.integer == -1;
+      const bool first_without_set =
+          incr.type == Reply::Type::Integer && incr.integer == inc.amount && set.is_nil();
+      if (bare || first_without_set) fix_.push_back(i);
+    }
+    if (fix_.empty()) {
+      complete(std::move(out_));
+      return {};
+    }
+    // The follow-up, only when a deadline is missing: PEXPIREAT key deadline.
+    step_ = Step::Repair;
+    std::vector<Request> repair;
+    for (std::size_t i : fix_) {
+      repair.emplace_back(Command{{"PEXPIREAT", items_[i].storage_key, std::to_string(items_[i].expire_at_ms)}});
+    }
+    return repair;
+  }
+
+  // Called inside a catch block: queues TTL repairs, or rethrows.
+  void repair_failed(const Error& e) {
+    if (!(core_.queueing() && is_transient(e))) throw;
+    std::vector<WindowedIncrement> repairs;
+    for (std::size_t i : fix_) {
+      WindowedIncrement w = items_[i];
+      w.amount = 0;
+      w.request_id_key.clear();
+      repairs.push_back(std::move(w));
+    }
+    try {
+      core_.enqueue(std::move(repairs), e.what());
+    } catch (const RetryQueueFull&) {
+      // Counted in stats().overflowed; the next increment of these keys repairs them.
+      // The increments themselves landed, so this call must not report a failure.
+    }
+  }
+
+  Core& core_;
+  std::vector<WindowedIncrement> items_;
+  Step step_ = Step::Scripts;
+  std::vector<std::vector<std::size_t>> members_;  // item indexes per script call
+  std::vector<Reply> out_;                          // commands mode: per-item replies
+  std::vector<std::size_t> fix_;                    // commands mode: items to repair
+};
+
+// Increments as the caller sees them: sends, then per item a count, a queued increment
+// (0) on a transient error with OnError::Queue, or an error. T is std::int64_t for incr,
+// std::vector<std::int64_t> for incr_many.
+template <class T>
+class IncrOp final : public Op<T> {
+ public:
+  IncrOp(std::shared_ptr<Core> core, std::vector<WindowedIncrement> items)
+      : core_(std::move(core)), send_(*core_, std::move(items)) {}
+
+  std::vector<Request> prepare() override {
+    core_->check_open();
+    if (send_.items().empty()) {
+      done_with({});
+      return {};
+    }
+    return send_.prepare();
+  }
+
+  std::vector<Request> finish(std::vector<Reply> replies) override {
+    std::vector<Request> next;
+    try {
+      next = send_.finish(std::move(replies));
+    } catch (const Error& e) {
+      return send_failed(e);
+    }
+    return next.empty() ? apply() : next;
+  }
+
+  std::vector<Request> fail(std::exception_ptr error) override {
+    std::vector<Request> next;
+    try {
+      next = send_.fail(error);
+    } catch (const Error& e) {
+      return send_failed(e);
+    }
+    return next.empty() ? apply() : next;
+  }
+
+ private:
+  void done_with(std::vector<std::int64_t> counts) {
+    if constexpr (std::is_same_v<T, std::int64_t>) {
+      this->complete(counts.front());
+    } else {
+      this->complete(std::move(counts));
+    }
+  }
+
+  // Called inside a catch block: the whole send failed.
+  std::vector<Request> send_failed(const Error& e) {
+    if (!(core_->queueing() && is_transient(e))) throw;
+    core_->enqueue(send_.items(), e.what());
+    done_with(std::vector<std::int64_t>(send_.items().size(), 0));
+    return {};
+  }
+
+  std::vector<Request> apply() {
+    const auto& items = send_.items();
+    std::vector<Reply> replies = send_.take();
+    std::vector<std::int64_t> counts(items.size(), 0);  // 0 = queued, count not known yet
+    const bool queue = core_->queueing();
+    std::vector<WindowedIncrement> later;
+    std::string later_error, failures;
+    std::size_t failed = 0, first_failed = 0;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      if (!replies[i].is_error()) {
+        counts[i] = count_from_reply(replies[i]);
+        continue;
+      }
+      ReplyError err(replies[i].str);
+      if (queue && err.transient()) {
+        later.push_back(items[i]);
+        later_error = err.what();
+        continue;
+      }
+      if (failed++ == 0) first_failed = i;
+      if (failures.size() < 500) failures += " key '" + items[i].user_key + "': " + err.what() + ";";
+    }
+    if (!later.empty()) core_->enqueue(std::move(later), later_error);
+    // A single incr, or a batch that failed whole on a transient error (READONLY, LOADING...):
+    // raise the item's own error with its own type, so callers can tell what to do.
+    if (failed == items.size() &&
+        (items.size() == 1 || ReplyError(replies[first_failed].str).transient())) {
+      replies[first_failed].check();
+    }
+    if (failed > 0) {
+      throw ReplyError("ERR incr_many: " + std::to_string(failed) + " of " + std::to_string(items.size()) +
+                       " increments failed and were not applied (the others were):" + failures);
+    }
+    done_with(std::move(counts));
+    return {};
+  }
+
+  std::shared_ptr<Core> core_;
+  SendOp send_;
+};
+
+}  // namespace
+
+WindowedIncrement FixedWindowCounter::Core::resolve(std::string_view key, std::int64_t amount,
+                                                    std::string_view request_id, std::int64_t now) const {
   validate_key(key);
   if (amount < 1) {
     throw InvalidArgument("amount must be a positive integer, got " + std::to_string(amount));
   }
   if (!request_id.empty()) {
     validate_request_id(request_id);
-    if (options_.mode == FixedWindowOptions::Mode::Commands) {
+    if (options.mode == FixedWindowOptions::Mode::Commands) {
       throw InvalidArgument(
           "request_id needs mode='script': without a script the id check and the increment "
           "cannot be made atomic");
     }
   }
-  const WindowPos pos = locate(spec_, key, now);
+  const WindowPos pos = locate(spec, key, now);
   WindowedIncrement inc;
   inc.user_key = std::string(key);
-  inc.storage_key = window_key(options_.prefix, options_.name, key, spec_.window_ms, pos.index);
+  inc.storage_key = window_key(options.prefix, options.name, key, spec.window_ms, pos.index);
   if (!request_id.empty()) inc.request_id_key = request_id_key(inc.storage_key, request_id);
   inc.amount = amount;
   inc.expire_at_ms = pos.expire_at_ms;
   return inc;
 }
 
-std::vector<Reply> FixedWindowCounter::send(const std::vector<WindowedIncrement>& items) {
-  if (options_.mode == FixedWindowOptions::Mode::Commands) return send_commands(items);
-  // One script call per max_script_batch items that share a deadline (all of a batch do,
-  // unless stagger spreads them) and a shard (see Store::shard_of). The calls go in one pipeline, so the server runs the
-  // first while later ones are still being sent.
-  std::map<std::pair<std::int64_t, std::uint32_t>, std::vector<std::size_t>> by_deadline;
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    by_deadline[{items[i].expire_at_ms, store_->shard_of(items[i].storage_key)}].push_back(i);
+FixedWindowCounter::FixedWindowCounter(std::shared_ptr<Store> store, FixedWindowOptions options)
+    : core_(std::make_shared<Core>()) {
+  if (!store) throw InvalidArgument("store must not be None");
+  core_->store = std::move(store);
+  core_->options = std::move(options);
+  FixedWindowOptions& o = core_->options;
+  validate_name(o.prefix, "prefix");
+  validate_name(o.name, "name");
+  core_->spec = WindowSpec{o.window_ms, o.grace_ms, o.stagger};
+  validate(core_->spec);
+  if (o.queue_capacity < 1) throw InvalidArgument("queue_capacity must be >= 1");
+  if (o.retry_backoff_min.count() < 1 || o.retry_backoff_max < o.retry_backoff_min) {
+    throw InvalidArgument("retry backoff must satisfy 1 ms <= min <= max");
   }
-  std::vector<Request> batch;
-  std::vector<std::vector<std::size_t>> members;  // item indexes per call
-  for (const auto& [group_key, indexes] : by_deadline) {
-    const std::int64_t deadline = group_key.first;
-    for (std::size_t start = 0; start < indexes.size(); start += options_.max_script_batch) {
-      const std::size_t end = std::min(indexes.size(), start + options_.max_script_batch);
-      std::vector<std::size_t> group(indexes.begin() + static_cast<std::ptrdiff_t>(start),
-                                     indexes.begin() + static_cast<std::ptrdiff_t>(end));
-      ScriptCall call{&kFixedWindowIncrScript, {}, {}};
-      call.keys.reserve(group.size());
-      call.args.reserve(2 + group.size());
-      call.args.push_back(std::to_string(group.size()));
-      call.args.push_back(std::to_string(deadline));
-      for (std::size_t g : group) {
-        call.keys.push_back(items[g].storage_key);
-        call.args.push_back(std::to_string(items[g].amount));
-      }
-      for (std::size_t g = 0; g < group.size(); ++g) {
-        if (items[group[g]].request_id_key.empty()) continue;
-        call.keys.push_back(items[group[g]].request_id_key);
-        call.args.push_back(std::to_string(g + 1));
-      }
-      batch.emplace_back(std::move(call));
-      members.push_back(std::move(group));
-    }
-  }
-  std::vector<Reply> replies = store_->execute(batch);
-  std::vector<Reply> out(items.size());
-  for (std::size_t c = 0; c < replies.size(); ++c) {
-    Reply& r = replies[c];
-    const auto& group = members[c];
-    if (r.type == Reply::Type::Array && r.elements.size() == group.size()) {
-      for (std::size_t g = 0; g < group.size(); ++g) out[group[g]] = std::move(r.elements[g]);
-    } else if (r.is_error()) {
-      for (std::size_t g : group) out[g] = r;  // the whole call failed
-    } else {
-      throw ProtocolError("fixed_window_incr returned an unexpected reply");
-    }
-  }
-  return out;
+  if (o.max_script_batch < 1) o.max_script_batch = 1;
 }
 
-std::vector<Reply> FixedWindowCounter::send_commands(const std::vector<WindowedIncrement>& items) {
-  // Round trip 1, per item: SET key 0 NX PXAT deadline; INCRBY key amount; PTTL key.
-  // (amount 0 marks a pending TTL repair: PTTL only.)
+FixedWindowCounter::~FixedWindowCounter() { close(std::chrono::milliseconds(0)); }
+
+const FixedWindowOptions& FixedWindowCounter::options() const noexcept { return core_->options; }
+const std::shared_ptr<Store>& FixedWindowCounter::store() const noexcept { return core_->store; }
+
+WindowPos FixedWindowCounter::window(std::string_view key) const {
+  return locate(core_->spec, key, core_->store->now_ms());
+}
+
+std::string FixedWindowCounter::storage_key(std::string_view key) const {
+  validate_key(key);
+  const WindowPos pos = window(key);
+  return window_key(core_->options.prefix, core_->options.name, key, core_->spec.window_ms, pos.index);
+}
+
+std::shared_ptr<Op<std::int64_t>> FixedWindowCounter::make_incr(std::string_view key, std::int64_t amount,
+                                                                std::string_view request_id) {
+  std::vector<WindowedIncrement> items;
+  items.push_back(core_->resolve(key, amount, request_id, core_->store->now_ms()));
+  return std::make_shared<IncrOp<std::int64_t>>(core_, std::move(items));
+}
+
+std::shared_ptr<Op<std::vector<std::int64_t>>> FixedWindowCounter::make_incr_many(
+    const std::vector<std::pair<std::string, std::int64_t>>& in) {
+  const std::int64_t now = core_->store->now_ms();
+  std::vector<WindowedIncrement> items;
+  items.reserve(in.size());
+  for (const auto& [key, amount] : in) items.push_back(core_->resolve(key, amount, {}, now));  // all validated first
+  return std::make_shared<IncrOp<std::vector<std::int64_t>>>(core_, std::move(items));
+}
+
+std::shared_ptr<Op<std::vector<std::int64_t>>> FixedWindowCounter::make_get_many(const std::vector<std::string>& keys) {
+  const std::int64_t now = core_->store->now_ms();
+  const auto& o = core_->options;
   std::vector<Request> batch;
-  batch.reserve(items.size() * 3);
-  for (const auto& inc : items) {
-    const std::string at = std::to_string(inc.expire_at_ms);
-    if (inc.amount > 0) {
-      batch.emplace_back(Command{{"SET", inc.storage_key, "0", "NX", "PXAT", at}});
-      batch.emplace_back(Command{{"INCRBY", inc.storage_key, std::to_string(inc.amount)}});
-    }
-    batch.emplace_back(Command{{"PTTL", inc.storage_key}});
+  batch.reserve(keys.size());
+  for (const auto& key : keys) {
+    validate_key(key);
+    const WindowPos pos = locate(core_->spec, key, now);
+    batch.emplace_back(Command{{"GET", window_key(o.prefix, o.name, key, core_->spec.window_ms, pos.index)}});
   }
-  std::vector<Reply> replies = store_->execute(batch);
-  std::vector<Reply> out;
-  std::vector<std::size_t> fix;
-  std::size_t r = 0;
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    const auto& inc = items[i];
-    if (inc.amount == 0) {
-      const Reply& pttl = replies[r++];
-      out.push_back(Reply::of_integer(0));
-      if (!pttl.is_error() && pttl.type == Reply::Type::Integer && pttl.integer == -1) fix.push_back(i);
-      continue;
-    }
-    const Reply& set = replies[r];
-    const Reply& incr = replies[r + 1];
-    const Reply& pttl = replies[r + 2];
-    r += 3;
-    if (set.is_error()) {
-      out.push_back(set);
-      continue;
-    }
-    out.push_back(incr);
-    if (incr.is_error()) continue;
-    // The key expired between SET and INCRBY (so INCRBY created it bare), or its TTL was
-    // lost: either way PTTL reads -1. INCRBY == amount with no SET means the same race.
-    const bool bare = pttl.type == Reply::Type::Integer && pttl.integer == -1;
-    const bool first_without_set = incr.type == Reply::Type::Integer && incr.integer == inc.amount && set.is_nil();
-    if (bare || first_without_set) fix.push_back(i);
-  }
-  if (fix.empty()) return out;
-  // Round trip 2, only when a deadline is missing: PEXPIREAT key deadline.
-  std::vector<Request> repair;
-  for (std::size_t i : fix) {
-    repair.emplace_back(Command{{"PEXPIREAT", items[i].storage_key, std::to_string(items[i].expire_at_ms)}});
-  }
-  try {
-    for (const Reply& rr : store_->execute(repair)) rr.check();
-  } catch (const Error& e) {
-    // The increments landed; only their deadline is missing. Never count them again:
-    // queue a TTL repair (amount 0) instead, or report the error.
-    if (options_.on_error == FixedWindowOptions::OnError::Queue && is_transient(e)) {
-      std::vector<WindowedIncrement> repairs;
-      for (std::size_t i : fix) {
-        WindowedIncrement w = items[i];
-        w.amount = 0;
-        w.request_id_key.clear();
-        repairs.push_back(std::move(w));
-      }
-      try {
-        enqueue(std::move(repairs), e.what());
-      } catch (const RetryQueueFull&) {
-        // Counted in stats().overflowed; the next increment of these keys repairs them.
-        // The increments themselves landed, so this call must not report a failure.
-      }
-    } else {
-      throw;
-    }
-  }
-  return out;
+  return make_batch_op<std::vector<std::int64_t>>(std::move(batch), [](std::vector<Reply>&& replies) {
+    std::vector<std::int64_t> out;
+    out.reserve(replies.size());
+    for (const Reply& r : replies) out.push_back(count_from_reply(r));
+    return out;
+  });
+}
+
+std::shared_ptr<Op<std::int64_t>> FixedWindowCounter::make_get(std::string_view key) {
+  validate_key(key);
+  std::vector<Request> batch;
+  batch.emplace_back(Command{{"GET", storage_key(key)}});
+  return make_batch_op<std::int64_t>(std::move(batch), [](std::vector<Reply>&& replies) {
+    if (replies.size() != 1) throw ProtocolError("GET: expected one reply");
+    return count_from_reply(replies.front());
+  });
+}
+
+std::shared_ptr<Op<std::int64_t>> FixedWindowCounter::make_pttl(std::string_view key) {
+  std::vector<Request> batch;
+  batch.emplace_back(Command{{"PTTL", storage_key(key)}});
+  return make_batch_op<std::int64_t>(std::move(batch), [](std::vector<Reply>&& replies) {
+    if (replies.size() != 1) throw ProtocolError("PTTL: expected one reply");
+    return replies.front().as_integer();
+  });
 }
 
 std::int64_t FixedWindowCounter::incr(std::string_view key, std::int64_t amount, std::string_view request_id) {
+  // make_incr's operation, on this stack frame: the hot path pays no allocation for it.
   std::vector<WindowedIncrement> items;
-  items.push_back(resolve(key, amount, request_id, store_->now_ms()));
-  return apply(std::move(items)).front();
+  items.push_back(core_->resolve(key, amount, request_id, core_->store->now_ms()));
+  IncrOp<std::int64_t> op(core_, std::move(items));
+  return run(*core_->store, op);
 }
 
-std::vector<std::int64_t> FixedWindowCounter::incr_many(
-    const std::vector<std::pair<std::string, std::int64_t>>& in) {
-  const std::int64_t now = store_->now_ms();
-  std::vector<WindowedIncrement> items;
-  items.reserve(in.size());
-  for (const auto& [key, amount] : in) items.push_back(resolve(key, amount, {}, now));  // all validated first
-  return apply(std::move(items));
+std::vector<std::int64_t> FixedWindowCounter::incr_many(const std::vector<std::pair<std::string, std::int64_t>>& items) {
+  return run(*core_->store, *make_incr_many(items));
 }
 
-std::vector<std::int64_t> FixedWindowCounter::apply(std::vector<WindowedIncrement> items) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (closed_) throw Error("this counter is closed; create a new FixedWindowCounter");
-  }
-  std::vector<std::int64_t> counts(items.size(), 0);  // 0 = queued, count not known yet
-  if (items.empty()) return counts;
-  const bool queue = options_.on_error == FixedWindowOptions::OnError::Queue;
-  std::vector<Reply> replies;
-  try {
-    replies = send(items);
-  } catch (const Error& e) {
-    if (queue && is_transient(e)) {
-      enqueue(std::move(items), e.what());
-      return counts;
-    }
-    throw;
-  }
-  std::vector<WindowedIncrement> later;
-  std::string later_error, failures;
-  std::size_t failed = 0, first_failed = 0;
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    if (!replies[i].is_error()) {
-      counts[i] = count_from_reply(replies[i]);
-      continue;
-    }
-    ReplyError err(replies[i].str);
-    if (queue && err.transient()) {
-      later.push_back(items[i]);
-      later_error = err.what();
-      continue;
-    }
-    if (failed++ == 0) first_failed = i;
-    if (failures.size() < 500) failures += " key '" + items[i].user_key + "': " + err.what() + ";";
-  }
-  if (!later.empty()) enqueue(std::move(later), later_error);
-  // A single incr, or a batch that failed whole on a transient error (READONLY, LOADING...):
-  // raise the item's own error with its own type, so callers can tell what to do.
-  if (failed == items.size() &&
-      (items.size() == 1 || ReplyError(replies[first_failed].str).transient())) {
-    replies[first_failed].check();
-  }
-  if (failed > 0) {
-    throw ReplyError("ERR incr_many: " + std::to_string(failed) + " of " + std::to_string(items.size()) +
-                     " increments failed and were not applied (the others were):" + failures);
-  }
-  return counts;
-}
-
-std::int64_t FixedWindowCounter::get(std::string_view key) {
-  return get_many({std::string(key)}).front();
-}
+std::int64_t FixedWindowCounter::get(std::string_view key) { return run(*core_->store, *make_get(key)); }
 
 std::vector<std::int64_t> FixedWindowCounter::get_many(const std::vector<std::string>& keys) {
-  const std::int64_t now = store_->now_ms();
-  std::vector<Request> batch;
-  for (const auto& key : keys) {
-    validate_key(key);
-    const WindowPos pos = locate(spec_, key, now);
-    batch.emplace_back(Command{{"GET", window_key(options_.prefix, options_.name, key, spec_.window_ms, pos.index)}});
-  }
-  std::vector<std::int64_t> out;
-  for (const Reply& r : store_->execute(batch)) out.push_back(count_from_reply(r));
-  return out;
+  return run(*core_->store, *make_get_many(keys));
 }
 
-std::int64_t FixedWindowCounter::pttl(std::string_view key) {
-  return store_->execute_one(Command{{"PTTL", storage_key(key)}}).as_integer();
-}
+std::int64_t FixedWindowCounter::pttl(std::string_view key) { return run(*core_->store, *make_pttl(key)); }
 
 // ---- retry queue -------------------------------------------------------------------
 
-void FixedWindowCounter::enqueue(std::vector<WindowedIncrement> items, const std::string& error) {
-  std::lock_guard<std::mutex> lock(mu_);
-  stats_.last_error = error;
-  if (closed_ || stopping_) throw Error("this counter is closed; the increment was not applied: " + error);
-  if (queue_.size() + in_flight_ + items.size() > options_.queue_capacity) {
-    stats_.overflowed += items.size();
-    throw RetryQueueFull("retry queue is full (capacity " + std::to_string(options_.queue_capacity) +
+void FixedWindowCounter::Core::enqueue(std::vector<WindowedIncrement> items, const std::string& error) {
+  std::lock_guard<std::mutex> lock(mu);
+  stats.last_error = error;
+  if (closed || stopping) throw Error("this counter is closed; the increment was not applied: " + error);
+  if (queue.size() + in_flight + items.size() > options.queue_capacity) {
+    stats.overflowed += items.size();
+    throw RetryQueueFull("retry queue is full (capacity " + std::to_string(options.queue_capacity) +
                          "): " + std::to_string(items.size()) +
                          " increment(s) were not applied; the store keeps failing with: " + error);
   }
   const auto now = SteadyClock::now();
   for (auto& inc : items) {
-    if (inc.amount > 0) ++stats_.queued;
-    queue_.push_back(Queued{std::move(inc), now + jittered(options_.retry_backoff_min), options_.retry_backoff_min});
+    if (inc.amount > 0) ++stats.queued;
+    queue.push_back(Queued{std::move(inc), now + jittered(options.retry_backoff_min), options.retry_backoff_min});
   }
-  if (!retry_thread_.joinable()) retry_thread_ = std::thread([this] { retry_loop(); });
-  cv_.notify_all();
+  if (!retry_thread.joinable()) retry_thread = std::thread([this] { retry_loop(); });
+  cv.notify_all();
 }
 
-void FixedWindowCounter::retry_loop() {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!stopping_) {
-    if (queue_.empty()) {
-      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+void FixedWindowCounter::Core::retry_loop() {
+  std::unique_lock<std::mutex> lock(mu);
+  while (!stopping) {
+    if (queue.empty()) {
+      cv.wait(lock, [this] { return stopping || !queue.empty(); });
       continue;
     }
-    auto earliest = std::min_element(queue_.begin(), queue_.end(),
+    auto earliest = std::min_element(queue.begin(), queue.end(),
                                      [](const Queued& a, const Queued& b) { return a.due < b.due; })->due;
-    if (!flush_now_ && SteadyClock::now() < earliest) {
-      cv_.wait_until(lock, earliest, [this] { return stopping_ || flush_now_; });
+    if (!flush_now && SteadyClock::now() < earliest) {
+      cv.wait_until(lock, earliest, [this] { return stopping || flush_now; });
       continue;
     }
-    const bool everything = flush_now_;
-    flush_now_ = false;
+    const bool everything = flush_now;
+    flush_now = false;
     lock.unlock();
     retry_due_once(everything);
     lock.lock();
   }
 }
 
-void FixedWindowCounter::retry_due_once(bool everything) {
+void FixedWindowCounter::Core::retry_due_once(bool everything) {
   std::vector<Queued> batch;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::mutex> lock(mu);
     const auto now = SteadyClock::now();
-    for (auto it = queue_.begin(); it != queue_.end() && batch.size() < 4096;) {
+    for (auto it = queue.begin(); it != queue.end() && batch.size() < 4096;) {
       if (everything || it->due <= now) {
         batch.push_back(std::move(*it));
-        it = queue_.erase(it);
+        it = queue.erase(it);
       } else {
         ++it;
       }
     }
-    in_flight_ += batch.size();
+    in_flight += batch.size();
   }
   if (batch.empty()) return;
 
-  const std::int64_t store_now = store_->now_ms();
+  const std::int64_t store_now = store->now_ms();
   std::vector<Queued> live;
   std::uint64_t dropped = 0;
   for (auto& q : batch) {
@@ -401,7 +611,9 @@ void FixedWindowCounter::retry_due_once(bool everything) {
     for (const auto& q : live) items.push_back(q.inc);
     for (const auto& q : live) retried += q.inc.amount > 0 ? 1 : 0;
     try {
-      std::vector<Reply> replies = send(items);
+      // The retry thread may block: the synchronous driver is all it needs.
+      SendOp resend(*this, std::move(items));
+      std::vector<Reply> replies = run(*store, resend);
       for (std::size_t i = 0; i < live.size(); ++i) {
         if (!replies[i].is_error()) {
           delivered += live[i].inc.amount > 0 ? 1 : 0;
@@ -422,63 +634,68 @@ void FixedWindowCounter::retry_due_once(bool everything) {
       }
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(mu);
   const auto now = SteadyClock::now();
   for (auto& q : again) {
-    q.backoff = std::min(q.backoff * 2, options_.retry_backoff_max);
+    q.backoff = std::min(q.backoff * 2, options.retry_backoff_max);
     q.due = now + jittered(q.backoff);
-    queue_.push_back(std::move(q));
+    queue.push_back(std::move(q));
   }
-  in_flight_ -= batch.size();
-  stats_.dropped += dropped;
-  stats_.delivered += delivered;
-  stats_.failed += failed;
-  stats_.retried += retried;
-  if (!last_error.empty()) stats_.last_error = last_error;
-  drained_.notify_all();
+  in_flight -= batch.size();
+  stats.dropped += dropped;
+  stats.delivered += delivered;
+  stats.failed += failed;
+  stats.retried += retried;
+  if (!last_error.empty()) stats.last_error = last_error;
+  drained.notify_all();
+}
+
+std::size_t FixedWindowCounter::Core::flush(std::optional<std::chrono::milliseconds> timeout) {
+  std::unique_lock<std::mutex> lock(mu);
+  if (queue.empty() && in_flight == 0) return 0;
+  flush_now = true;
+  cv.notify_all();
+  auto done = [this] { return queue.empty() && in_flight == 0; };
+  if (timeout) {
+    drained.wait_for(lock, *timeout, done);
+  } else {
+    drained.wait(lock, done);
+  }
+  return queue.size() + in_flight;
 }
 
 std::size_t FixedWindowCounter::flush(std::optional<std::chrono::milliseconds> timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (queue_.empty() && in_flight_ == 0) return 0;
-  flush_now_ = true;
-  cv_.notify_all();
-  auto done = [this] { return queue_.empty() && in_flight_ == 0; };
-  if (timeout) {
-    drained_.wait_for(lock, *timeout, done);
-  } else {
-    drained_.wait(lock, done);
-  }
-  return queue_.size() + in_flight_;
+  return core_->flush(timeout);
 }
 
 std::size_t FixedWindowCounter::pending() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return queue_.size() + in_flight_;
+  std::lock_guard<std::mutex> lock(core_->mu);
+  return core_->queue.size() + core_->in_flight;
 }
 
 RetryStats FixedWindowCounter::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  RetryStats s = stats_;
-  s.pending = queue_.size() + in_flight_;
+  std::lock_guard<std::mutex> lock(core_->mu);
+  RetryStats s = core_->stats;
+  s.pending = core_->queue.size() + core_->in_flight;
   return s;
 }
 
 std::size_t FixedWindowCounter::close(std::optional<std::chrono::milliseconds> timeout) {
-  std::size_t left = flush(timeout);
+  Core& c = *core_;
+  std::size_t left = c.flush(timeout);
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (closed_) return left;
-    stopping_ = true;
-    closed_ = true;
+    std::lock_guard<std::mutex> lock(c.mu);
+    if (c.closed) return left;
+    c.stopping = true;
+    c.closed = true;
   }
-  cv_.notify_all();
-  if (retry_thread_.joinable()) retry_thread_.join();
-  std::lock_guard<std::mutex> lock(mu_);
+  c.cv.notify_all();
+  if (c.retry_thread.joinable()) c.retry_thread.join();
+  std::lock_guard<std::mutex> lock(c.mu);
   // Whatever is still queued will never be sent: count it as failed, never silently.
-  for (const auto& q : queue_) stats_.failed += q.inc.amount > 0 ? 1 : 0;
-  left = queue_.size();
-  queue_.clear();
+  for (const auto& q : c.queue) c.stats.failed += q.inc.amount > 0 ? 1 : 0;
+  left = c.queue.size();
+  c.queue.clear();
   return left;
 }
 

@@ -49,101 +49,49 @@ Reply native_fixed_window_hit(Keyspace& ks, const std::vector<std::string>& keys
   return Reply::of_array(std::move(out));
 }
 
-// Limiter keys outlive their window by this much, like counters' grace: a hit from a
-// client whose clock runs a little behind still finds its window's key, and the count of a
-// window that just ended can still be read.
-constexpr std::int64_t kLimiterGraceMs = 1000;
 
-class FixedWindowLimiter final : public LimiterStrategy {
- public:
-  FixedWindowLimiter(std::shared_ptr<Store> store, const LimiterOptions& o)
-      : store_(store), time_(store, o.clock), prefix_(o.prefix) {}
+// Where one limit's window is now: its position and its key.
+struct Place {
+  WindowPos pos;
+  std::string key;
+};
 
-  std::string_view name() const noexcept override { return "fixed-window"; }
-  // The window's key is named after the time, so the client must know it: server time
-  // comes from the measured offset (ServerOffset) rather than from inside the script.
-  ClockMode clock() const noexcept override {
-    return time_.requested() == ClockMode::Client ? ClockMode::Client : ClockMode::ServerOffset;
-  }
+// What every fixed-window operation shares: the limits and key it was made for, and the
+// places they resolve to at the time the operation runs (client-side time: the window's
+// key is named after it).
+struct FixedWindowWork {
+  std::shared_ptr<const std::string> prefix;
+  // Owned copies (the make_ factories), or the caller's arguments (a synchronous call
+  // that runs the operation on its own stack frame).
+  std::vector<RateLimit> own_limits;
+  std::string own_key;
+  const std::vector<RateLimit>* borrowed_limits = nullptr;
+  std::string_view borrowed_key;
+  std::int64_t now = 0;
 
-  Decision hit(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) override {
-    detail::require_limits(limits);
-    detail::require_no_burst(limits, name());
-    validate_cost(limits, cost);
-    const std::int64_t now = time_.now_ms();
-    auto places = locate_all(limits, key, now);
-    ScriptCall call{&kFixedWindowHitScript, {}, {std::to_string(cost)}};
-    for (std::size_t i = 0; i < limits.size(); ++i) {
-      call.keys.push_back(places[i].key);
-      call.args.push_back(std::to_string(limits[i].amount));
-      call.args.push_back(std::to_string(places[i].pos.expire_at_ms));
+  const std::vector<RateLimit>& lims() const { return borrowed_limits ? *borrowed_limits : own_limits; }
+  std::string_view key() const { return borrowed_limits ? borrowed_key : std::string_view(own_key); }
+  std::vector<Place> places;
+
+  void locate_all(std::int64_t at) {
+    now = at;
+    places.clear();
+    places.reserve(lims().size());
+    for (const auto& l : lims()) {
+      WindowPos pos = locate(WindowSpec{l.window_ms, kLimiterGraceMs, false}, key(), now);
+      places.push_back(Place{pos, fixed_window_limiter_key(*prefix, l.amount, key(), l.window_ms, pos.index)});
     }
-    Reply r = store_->execute_one(std::move(call));
-    r.check();
-    if (r.type != Reply::Type::Array || r.elements.size() != limits.size() + 1) {
-      throw ProtocolError("fixed_window_hit returned an unexpected reply");
-    }
-    std::vector<std::int64_t> counts;
-    for (std::size_t i = 0; i < limits.size(); ++i) counts.push_back(r.elements[i + 1].as_integer());
-    const bool allowed = r.elements[0].as_integer() == 1;
-    return decide(limits, places, counts, allowed, allowed ? 0 : cost, now);
   }
 
-  Decision test(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) override {
-    detail::require_limits(limits);
-    detail::require_no_burst(limits, name());
-    validate_cost(limits, cost);
-    const std::int64_t now = time_.now_ms();
-    auto places = locate_all(limits, key, now);
-    auto counts = read_counts(places);
-    bool allowed = true;
-    for (std::size_t i = 0; i < limits.size(); ++i) allowed &= !exceeds(counts[i], cost, limits[i].amount);
-    return decide(limits, places, counts, allowed, allowed ? 0 : cost, now);
-  }
-
-  std::vector<LimitStats> stats(const std::vector<RateLimit>& limits, std::string_view key) override {
-    detail::require_limits(limits);
-    const std::int64_t now = time_.now_ms();
-    auto places = locate_all(limits, key, now);
-    auto counts = read_counts(places);
-    std::vector<LimitStats> out;
-    for (std::size_t i = 0; i < limits.size(); ++i) {
-      out.push_back(LimitStats{limits[i], counts[i], remaining_of(limits[i].amount, counts[i]),
-                               places[i].pos.end_ms - now});
-    }
-    return out;
-  }
-
-  void reset(const std::vector<RateLimit>& limits, std::string_view key) override {
-    detail::require_limits(limits);
-    auto places = locate_all(limits, key, time_.now_ms());
-    Command del{{"DEL"}};
-    for (const auto& p : places) del.args.push_back(p.key);
-    store_->execute_one(std::move(del)).check();
-  }
-
- private:
-  struct Place {
-    WindowPos pos;
-    std::string key;
-  };
-
-  std::vector<Place> locate_all(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t now) const {
-    validate_key(key);
-    std::vector<Place> out;
-    out.reserve(limits.size());
-    for (const auto& l : limits) {
-      WindowPos pos = locate(WindowSpec{l.window_ms, kLimiterGraceMs, false}, key, now);
-      out.push_back(Place{pos, window_key(prefix_, "fw:" + std::to_string(l.amount), key, l.window_ms, pos.index)});
-    }
-    return out;
-  }
-
-  std::vector<std::int64_t> read_counts(const std::vector<Place>& places) {
+  std::vector<Request> gets() const {
     std::vector<Request> batch;
     for (const auto& p : places) batch.emplace_back(Command{{"GET", p.key}});
+    return batch;
+  }
+
+  static std::vector<std::int64_t> read_counts(const std::vector<Reply>& replies) {
     std::vector<std::int64_t> counts;
-    for (const Reply& r : store_->execute(batch)) {
+    for (const Reply& r : replies) {
       auto s = r.as_string();
       if (!s) {
         counts.push_back(0);
@@ -157,15 +105,13 @@ class FixedWindowLimiter final : public LimiterStrategy {
   }
 
   // denied_cost: 0 when allowed, else the cost that was refused.
-  static Decision decide(const std::vector<RateLimit>& limits, const std::vector<Place>& places,
-                         const std::vector<std::int64_t>& counts, bool allowed, std::int64_t denied_cost,
-                         std::int64_t now) {
+  Decision decide(const std::vector<std::int64_t>& counts, bool allowed, std::int64_t denied_cost) const {
     Decision d;
     d.allowed = allowed;
     d.remaining = std::numeric_limits<std::int64_t>::max();
     std::size_t binding = 0;
-    for (std::size_t i = 0; i < limits.size(); ++i) {
-      const std::int64_t rem = remaining_of(limits[i].amount, counts[i]);
+    for (std::size_t i = 0; i < lims().size(); ++i) {
+      const std::int64_t rem = remaining_of(lims()[i].amount, counts[i]);
       if (rem < d.remaining || (rem == d.remaining && places[i].pos.end_ms > places[binding].pos.end_ms)) {
         d.remaining = rem;
         binding = i;
@@ -173,8 +119,8 @@ class FixedWindowLimiter final : public LimiterStrategy {
     }
     if (!allowed) {
       // Denied: the binding limit is the refusing one that frees up last.
-      for (std::size_t i = 0; i < limits.size(); ++i) {
-        if (!exceeds(counts[i], denied_cost, limits[i].amount)) continue;
+      for (std::size_t i = 0; i < lims().size(); ++i) {
+        if (!exceeds(counts[i], denied_cost, lims()[i].amount)) continue;
         const std::int64_t wait = places[i].pos.end_ms - now;
         if (wait > d.retry_after_ms) {
           d.retry_after_ms = wait;
@@ -182,14 +128,164 @@ class FixedWindowLimiter final : public LimiterStrategy {
         }
       }
     }
-    d.limit = limits[binding].amount;
+    d.limit = lims()[binding].amount;
     d.reset_after_ms = places[binding].pos.end_ms - now;
     return d;
   }
+};
 
-  std::shared_ptr<Store> store_;
-  mutable TimeSource time_;
-  std::string prefix_;
+struct FixedWindowHit : FixedWindowWork {
+  std::int64_t cost = 1;
+  std::vector<Request> batch(std::int64_t at) {
+    locate_all(at);
+    ScriptCall call{&kFixedWindowHitScript, {}, {std::to_string(cost)}};
+    call.keys.reserve(lims().size());
+    call.args.reserve(1 + 2 * lims().size());
+    for (std::size_t i = 0; i < lims().size(); ++i) {
+      call.keys.push_back(places[i].key);
+      call.args.push_back(std::to_string(lims()[i].amount));
+      call.args.push_back(std::to_string(places[i].pos.expire_at_ms));
+    }
+    std::vector<Request> out;
+    out.emplace_back(std::move(call));
+    return out;
+  }
+  Decision finish(std::vector<Reply>&& replies) const {
+    if (replies.size() != 1) throw ProtocolError("fixed_window_hit: expected one reply");
+    const Reply& r = replies.front();
+    r.check();
+    if (r.type != Reply::Type::Array || r.elements.size() != lims().size() + 1) {
+      throw ProtocolError("fixed_window_hit returned an unexpected reply");
+    }
+    std::vector<std::int64_t> counts;
+    counts.reserve(lims().size());
+    for (std::size_t i = 0; i < lims().size(); ++i) counts.push_back(r.elements[i + 1].as_integer());
+    const bool allowed = r.elements[0].as_integer() == 1;
+    return decide(counts, allowed, allowed ? 0 : cost);
+  }
+};
+
+struct FixedWindowTest : FixedWindowWork {
+  std::int64_t cost = 1;
+  std::vector<Request> batch(std::int64_t at) {
+    locate_all(at);
+    return gets();
+  }
+  Decision finish(std::vector<Reply>&& replies) const {
+    auto counts = read_counts(replies);
+    bool allowed = true;
+    for (std::size_t i = 0; i < lims().size(); ++i) allowed &= !exceeds(counts[i], cost, lims()[i].amount);
+    return decide(counts, allowed, allowed ? 0 : cost);
+  }
+};
+
+struct FixedWindowStats : FixedWindowWork {
+  std::vector<Request> batch(std::int64_t at) {
+    locate_all(at);
+    return gets();
+  }
+  std::vector<LimitStats> finish(std::vector<Reply>&& replies) const {
+    auto counts = read_counts(replies);
+    std::vector<LimitStats> out;
+    for (std::size_t i = 0; i < lims().size(); ++i) {
+      out.push_back(LimitStats{lims()[i], counts[i], remaining_of(lims()[i].amount, counts[i]),
+                               places[i].pos.end_ms - now});
+    }
+    return out;
+  }
+};
+
+struct FixedWindowReset : FixedWindowWork {
+  std::vector<Request> batch(std::int64_t at) {
+    locate_all(at);
+    Command del{{"DEL"}};
+    for (const auto& p : places) del.args.push_back(p.key);
+    std::vector<Request> out;
+    out.emplace_back(std::move(del));
+    return out;
+  }
+  std::monostate finish(std::vector<Reply>&& replies) const {
+    for (const Reply& r : replies) r.check();
+    return {};
+  }
+};
+
+class FixedWindowLimiter final : public LimiterStrategy {
+ public:
+  FixedWindowLimiter(std::shared_ptr<Store> store, const LimiterOptions& o)
+      : LimiterStrategy(store), time_(store, o.clock), prefix_(std::make_shared<const std::string>(o.prefix)) {}
+
+  std::string_view name() const noexcept override { return "fixed-window"; }
+  // The window's key is named after the time, so the client must know it: server time
+  // comes from the measured offset (ServerOffset) rather than from inside the script.
+  ClockMode clock() const noexcept override {
+    return time_.requested() == ClockMode::Client ? ClockMode::Client : ClockMode::ServerOffset;
+  }
+
+  std::shared_ptr<Op<Decision>> make_hit(const std::vector<RateLimit>& limits, std::string_view key,
+                                         std::int64_t cost) override {
+    check_cost(limits, key, cost);
+    FixedWindowHit spec;
+    fill(spec, limits, key);
+    spec.cost = cost;
+    return make_clocked_batch<Decision>(time_, std::move(spec));
+  }
+
+  // make_hit's operation on this stack frame, borrowing the arguments: no copies on the
+  // hot path.
+  Decision hit(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) override {
+    check_cost(limits, key, cost);
+    FixedWindowHit spec;
+    spec.prefix = prefix_;
+    spec.borrowed_limits = &limits;
+    spec.borrowed_key = key;
+    spec.cost = cost;
+    ClockedBatch<Decision, FixedWindowHit> op(time_, std::move(spec));
+    return run(*store_, op);
+  }
+
+  std::shared_ptr<Op<Decision>> make_test(const std::vector<RateLimit>& limits, std::string_view key,
+                                          std::int64_t cost) override {
+    check_cost(limits, key, cost);
+    FixedWindowTest spec;
+    fill(spec, limits, key);
+    spec.cost = cost;
+    return make_clocked_batch<Decision>(time_, std::move(spec));
+  }
+
+  std::shared_ptr<Op<std::vector<LimitStats>>> make_stats(const std::vector<RateLimit>& limits,
+                                                          std::string_view key) override {
+    detail::require_limits(limits);
+    validate_key(key);
+    FixedWindowStats spec;
+    fill(spec, limits, key);
+    return make_clocked_batch<std::vector<LimitStats>>(time_, std::move(spec));
+  }
+
+  std::shared_ptr<Op<std::monostate>> make_reset(const std::vector<RateLimit>& limits, std::string_view key) override {
+    detail::require_limits(limits);
+    validate_key(key);
+    FixedWindowReset spec;
+    fill(spec, limits, key);
+    return make_clocked_batch<std::monostate>(time_, std::move(spec));
+  }
+
+ private:
+  void check_cost(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) const {
+    detail::require_limits(limits);
+    detail::require_no_burst(limits, name());
+    validate_cost(limits, cost);
+    validate_key(key);
+  }
+
+  void fill(FixedWindowWork& w, const std::vector<RateLimit>& limits, std::string_view key) const {
+    w.prefix = prefix_;
+    w.own_limits = limits;
+    w.own_key = std::string(key);
+  }
+
+  TimeSource time_;
+  std::shared_ptr<const std::string> prefix_;
 };
 
 }  // namespace
@@ -209,15 +305,15 @@ void validate_cost(const std::vector<RateLimit>& limits, std::int64_t cost, bool
   }
 }
 
-std::optional<Lease> LimiterStrategy::acquire(std::int64_t, std::string_view, std::int64_t) {
+std::shared_ptr<Op<std::optional<Lease>>> LimiterStrategy::make_acquire(std::int64_t, std::string_view, std::int64_t) {
   throw InvalidArgument("acquire() needs Limiter(strategy='concurrency'); this limiter is '" + std::string(name()) + "'");
 }
 
-bool LimiterStrategy::release(const Lease&) {
+std::shared_ptr<Op<bool>> LimiterStrategy::make_release(const Lease&) {
   throw InvalidArgument("release() needs Limiter(strategy='concurrency'); this limiter is '" + std::string(name()) + "'");
 }
 
-std::int64_t LimiterStrategy::in_flight(std::string_view) {
+std::shared_ptr<Op<std::int64_t>> LimiterStrategy::make_in_flight(std::string_view) {
   throw InvalidArgument("in_flight() needs Limiter(strategy='concurrency'); this limiter is '" + std::string(name()) +
                         "'");
 }
@@ -230,7 +326,7 @@ std::unique_ptr<LimiterStrategy> make_limiter(std::shared_ptr<Store> store, std:
                                               LimiterOptions options) {
   if (!store) throw InvalidArgument("store must not be None");
   validate_name(options.prefix, "prefix");
-  if (options.sub_buckets < 1 || options.sub_buckets > 60) {
+  if (options.sub_buckets < 1 || options.sub_buckets > kMaxSubBuckets) {
     throw InvalidArgument("sub_buckets must be between 1 and 60, got " + std::to_string(options.sub_buckets));
   }
   if (options.sub_buckets != 1 && strategy != "sliding-window-approx") {
@@ -286,12 +382,56 @@ Decision combine(const std::vector<Outcome>& outcomes, bool allowed) {
   return d;
 }
 
-void ScriptedLimiter::reset(const std::vector<RateLimit>& limits, std::string_view key) {
-  check(limits);
+void ScriptedLimiter::check(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) const {
+  rules_->check(limits);
   validate_key(key);
+  validate_cost(limits, cost, rules_->cost_by_capacity());
+}
+
+std::shared_ptr<Op<Decision>> ScriptedLimiter::decide(const std::vector<RateLimit>& limits, std::string_view key,
+                                                     std::int64_t cost, bool hit) {
+  check(limits, key, cost);
+  return make_clocked_script<Decision>(time_, rules_->time_scale(),
+                                       ScriptedSpec<Decision>{rules_, limits, std::string(key), cost, hit});
+}
+
+std::shared_ptr<Op<Decision>> ScriptedLimiter::make_hit(const std::vector<RateLimit>& limits, std::string_view key,
+                                                        std::int64_t cost) {
+  return decide(limits, key, cost, true);
+}
+
+std::shared_ptr<Op<Decision>> ScriptedLimiter::make_test(const std::vector<RateLimit>& limits, std::string_view key,
+                                                         std::int64_t cost) {
+  return decide(limits, key, cost, false);
+}
+
+std::shared_ptr<Op<std::vector<LimitStats>>> ScriptedLimiter::make_stats(const std::vector<RateLimit>& limits,
+                                                                         std::string_view key) {
+  // Cost 1, not validated against the limits: stats of any limit are fine.
+  rules_->check(limits);
+  validate_key(key);
+  return make_clocked_script<std::vector<LimitStats>>(
+      time_, rules_->time_scale(), ScriptedSpec<std::vector<LimitStats>>{rules_, limits, std::string(key), 1, false});
+}
+
+std::shared_ptr<Op<std::monostate>> ScriptedLimiter::make_reset(const std::vector<RateLimit>& limits,
+                                                                std::string_view key) {
+  rules_->check(limits);
+  validate_key(key);
+  std::vector<std::string> keys;
+  for (const auto& l : limits) keys.push_back(rules_->storage_key(l, key));
+  return make_delete(std::move(keys));
+}
+
+std::shared_ptr<Op<std::monostate>> make_delete(std::vector<std::string> keys) {
   Command del{{"DEL"}};
-  for (const auto& l : limits) del.args.push_back(storage_key(l, key));
-  store_->execute_one(std::move(del)).check();
+  for (auto& k : keys) del.args.push_back(std::move(k));
+  std::vector<Request> batch;
+  batch.emplace_back(std::move(del));
+  return make_batch_op<std::monostate>(std::move(batch), [](std::vector<Reply>&& replies) {
+    for (const Reply& r : replies) r.check();
+    return std::monostate{};
+  });
 }
 
 std::vector<LimitStats> to_stats(const std::vector<RateLimit>& limits, const std::vector<Outcome>& outcomes) {
@@ -302,7 +442,12 @@ std::vector<LimitStats> to_stats(const std::vector<RateLimit>& limits, const std
   return out;
 }
 
-std::string unique_id(bool in_process) {
+UniqueId next_unique_id() {
+  static std::atomic<std::uint64_t> seq{0};
+  return UniqueId{seq.fetch_add(1, std::memory_order_relaxed)};
+}
+
+std::string UniqueId::global() const {
   static const std::string base = [] {
     std::random_device rd;
     const std::uint64_t v = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
@@ -310,15 +455,22 @@ std::string unique_id(bool in_process) {
     std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
     return std::string(buf);
   }();
-  static std::atomic<std::uint64_t> seq{0};
-  std::uint64_t n = seq.fetch_add(1, std::memory_order_relaxed);
-  if (!in_process) return base + std::to_string(n);
+  return base + std::to_string(n);
+}
+
+std::string UniqueId::local() const {
+  std::uint64_t v = n;
   std::string out;
   do {
-    out.push_back("0123456789abcdefghijklmnopqrstuvwxyz"[n % 36]);
-    n /= 36;
-  } while (n != 0);
+    out.push_back("0123456789abcdefghijklmnopqrstuvwxyz"[v % 36]);
+    v /= 36;
+  } while (v != 0);
   return out;
+}
+
+std::string unique_id(bool in_process) {
+  const UniqueId id = next_unique_id();
+  return in_process ? id.local() : id.global();
 }
 
 std::optional<std::int64_t> script_time(Keyspace& ks, const std::string& arg, std::int64_t scale) {
@@ -345,15 +497,31 @@ void require_members(const std::vector<RateLimit>& limits, std::string_view stra
   }
 }
 
-std::vector<std::int64_t> integers(const Reply& reply, std::size_t size, std::string_view script) {
+Ints integers(const Reply& reply, std::size_t size, std::string_view script) {
   reply.check();
   if (reply.type != Reply::Type::Array || reply.elements.size() != size) {
     throw ProtocolError(std::string(script) + " returned an unexpected reply");
   }
-  std::vector<std::int64_t> out;
-  out.reserve(size);
-  for (const auto& e : reply.elements) out.push_back(e.as_integer());
+  Ints out;
+  for (const auto& e : reply.elements) out.push_back(e.type == Reply::Type::Integer ? e.integer : e.as_integer());
   return out;
+}
+
+Reply TimedArgs::answer_with(bool ok, std::string_view script) const {
+  if (!ok) return malformed(script);
+  answered = true;
+  return Reply::of_status(std::string(kAnsweredInPlace));
+}
+
+Reply int_array(const Ints& v) {
+  Reply r;
+  r.type = Reply::Type::Array;
+  r.elements.resize(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    r.elements[i].type = Reply::Type::Integer;
+    r.elements[i].integer = v[i];
+  }
+  return r;
 }
 
 void require_limits(const std::vector<RateLimit>& limits) {
@@ -370,11 +538,10 @@ void require_no_burst(const std::vector<RateLimit>& limits, std::string_view str
 }
 
 void require_exact(const std::vector<RateLimit>& limits, std::string_view strategy, bool use_capacity) {
-  constexpr std::int64_t kExact = std::int64_t{1} << 50;
   for (const auto& l : limits) {
     const std::int64_t amount = use_capacity ? std::max(l.capacity(), l.amount) : l.amount;
     std::int64_t product = 0;
-    if (__builtin_mul_overflow(amount, l.window_ms, &product) || product > kExact) {
+    if (__builtin_mul_overflow(amount, l.window_ms, &product) || product > kMaxExactProduct) {
       throw InvalidArgument("'" + l.text() + "' is too large for strategy='" + std::string(strategy) +
                             "': amount (or burst) times the window in ms must be <= 2^50");
     }

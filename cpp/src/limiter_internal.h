@@ -1,19 +1,25 @@
 // Private helpers shared by the limiter strategies and the sliding-window counter.
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <atomic>
+#include <cstddef>
 #include <charconv>
 #include <cstdint>
 #include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
+#include "redcount/bounds.h"
 #include "redcount/errors.h"
+#include "redcount/keys.h"
 #include "redcount/limiter.h"
 #include "redcount/limits.h"
-#include "redcount/memory_store.h"
 #include "redcount/store.h"
 #include "redcount/time_source.h"
 #include "redcount/util.h"
@@ -65,24 +71,10 @@ inline std::optional<std::int64_t> arg_in(const std::string& arg, std::int64_t l
   if (!v || *v < lo || *v > hi) return std::nullopt;
   return v;
 }
-inline constexpr std::int64_t kMaxExact = std::int64_t{1} << 53;   // exact in a Lua double
-inline constexpr std::int64_t kMaxSpanMs = std::int64_t{1} << 42;  // about 139 years
-// The exact log and the concurrency limiter store one set member per unit of cost.
-inline constexpr std::int64_t kMaxMembers = 1'000'000;
-
-// "<prefix>:<kind>:<amount>:{<key>}:<window_ms>" built with one allocation; `extra`
-// (e.g. ":<capacity>") goes after the amount.
-inline std::string limiter_key(std::string_view prefix, std::string_view kind, std::int64_t amount,
-                               std::string_view extra, std::string_view key, std::int64_t window_ms) {
-  char num1[24], num2[24];
-  const std::size_t n1 = static_cast<std::size_t>(std::to_chars(num1, num1 + sizeof num1, amount).ptr - num1);
-  const std::size_t n2 = static_cast<std::size_t>(std::to_chars(num2, num2 + sizeof num2, window_ms).ptr - num2);
-  std::string out;
-  out.reserve(prefix.size() + kind.size() + extra.size() + key.size() + n1 + n2 + 8);
-  out.append(prefix).append(":").append(kind).append(":").append(num1, n1);
-  out.append(extra).append(":{").append(key).append("}:").append(num2, n2);
-  return out;
-}
+using ::redcount::kMaxExact;
+using ::redcount::kMaxMembers;
+using ::redcount::kMaxSpanMs;
+using ::redcount::limiter_key;
 
 // One limit's state after a hit/test, as the strategy computed it.
 struct Outcome {
@@ -103,6 +95,13 @@ std::vector<LimitStats> to_stats(const std::vector<RateLimit>& limits, const std
 // Unique member ids: a random per-process base plus a counter, unique across processes;
 // `in_process` gives a short id (the counter alone) unique within this process only.
 std::string unique_id(bool in_process = false);
+// The same id before it is formatted: global() is unique_id(), local() unique_id(true).
+struct UniqueId {
+  std::uint64_t n = 0;
+  std::string global() const;
+  std::string local() const;
+};
+UniqueId next_unique_id();
 
 // The time a native script runs at: the argument, or the store's clock for "" (the Lua
 // twin reads TIME then). `scale` 1000 gives microseconds. nullopt for a malformed one.
@@ -114,8 +113,58 @@ void require_members(const std::vector<RateLimit>& limits, std::string_view stra
 // Throws unless every window is at most kMaxSpanMs.
 void require_span(const std::vector<RateLimit>& limits, std::string_view strategy);
 
+// A vector that keeps up to N elements inline: the per-call lists of a hit (one entry per
+// limit, a reply's integers) rarely exceed a few, and the memory store's hot paths
+// should not pay an allocation for each.
+template <class T, std::size_t N>
+class SmallVec {
+ public:
+  void push_back(const T& v) {
+    if (heap_.empty() && n_ < N) {
+      inline_[n_++] = v;
+      return;
+    }
+    if (heap_.empty()) heap_.assign(inline_.begin(), inline_.begin() + static_cast<std::ptrdiff_t>(n_));
+    heap_.push_back(v);
+    ++n_;
+  }
+  void assign(std::size_t n, const T& v) {
+    clear();
+    if (n <= N) {
+      std::fill_n(inline_.begin(), n, v);
+      n_ = n;
+      return;
+    }
+    heap_.assign(n, v);
+    n_ = n;
+  }
+  void clear() {
+    n_ = 0;
+    heap_.clear();
+  }
+  std::size_t size() const noexcept { return n_; }
+  bool empty() const noexcept { return n_ == 0; }
+  T* data() noexcept { return heap_.empty() ? inline_.data() : heap_.data(); }
+  const T* data() const noexcept { return heap_.empty() ? inline_.data() : heap_.data(); }
+  T& operator[](std::size_t i) noexcept { return data()[i]; }
+  const T& operator[](std::size_t i) const noexcept { return data()[i]; }
+  T& back() noexcept { return data()[n_ - 1]; }
+  const T* begin() const noexcept { return data(); }
+  const T* end() const noexcept { return data() + n_; }
+
+ private:
+  std::array<T, N> inline_;  // (not value-initialised: only [0, n_) is ever read)
+  std::size_t n_ = 0;
+  std::vector<T> heap_;
+};
+
+// A script reply's integers.
+using Ints = SmallVec<std::int64_t, 24>;
+
 // Checks a script reply is an array of exactly `size` elements; returns it as integers.
-std::vector<std::int64_t> integers(const Reply& reply, std::size_t size, std::string_view script);
+Ints integers(const Reply& reply, std::size_t size, std::string_view script);
+// A native script's integers as its array reply.
+Reply int_array(const Ints& v);
 
 // Throws unless no limit carries a burst ("burst" only means something to the buckets).
 void require_no_burst(const std::vector<RateLimit>& limits, std::string_view strategy);
@@ -126,67 +175,128 @@ void require_limits(const std::vector<RateLimit>& limits);
 // Reply::of_error for a native script given arguments it cannot parse.
 Reply malformed(std::string_view script);
 
-// A strategy that decides with one script call over one key per limit, in "hit" or
-// "test" mode: hit/test/stats/reset come from run(), check() and storage_key().
-class ScriptedLimiter : public LimiterStrategy {
+// What a strategy that decides with one script call over one key per limit, in "hit" or
+// "test" mode, needs to know: immutable, shared by the strategy and its operations, so
+// an operation may outlive the strategy that made it.
+class ScriptedRules {
  public:
-  ScriptedLimiter(const std::shared_ptr<Store>& store, const LimiterOptions& o)
-      : store_(store), time_(store, o.clock), prefix_(o.prefix), memory_(dynamic_cast<MemoryStore*>(store.get())) {}
-
-  ClockMode clock() const noexcept override { return time_.effective(); }
-  Decision hit(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) override {
-    return run(limits, key, cost, "hit", nullptr);
-  }
-  Decision test(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) override {
-    return run(limits, key, cost, "test", nullptr);
-  }
-  std::vector<LimitStats> stats(const std::vector<RateLimit>& limits, std::string_view key) override {
-    std::vector<Outcome> outcomes;
-    run(limits, key, 1, "test", &outcomes);
-    return to_stats(limits, outcomes);
-  }
-  void reset(const std::vector<RateLimit>& limits, std::string_view key) override;
-
- protected:
+  explicit ScriptedRules(std::string prefix) : prefix_(std::move(prefix)) {}
+  virtual ~ScriptedRules() = default;
+  virtual std::string_view name() const noexcept = 0;
   // Throws InvalidArgument unless the limits suit this strategy.
   virtual void check(const std::vector<RateLimit>& limits) const = 0;
+  // The buckets check a cost against the capacity (the burst), the others the amount.
+  virtual bool cost_by_capacity() const noexcept { return false; }
+  // The script's time unit: 1 = ms, 1000 = µs.
+  virtual std::int64_t time_scale() const noexcept { return 1; }
   virtual std::string storage_key(const RateLimit& limit, std::string_view key) const = 0;
-  // One decision; with `stats_out` (stats()), cost is 1 and not validated against the limits.
-  virtual Decision run(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost,
-                       const char* mode, std::vector<Outcome>* stats_out) = 0;
+  // The script call at `now` (in the script's unit; nullopt: the script reads TIME).
+  // Typed arguments, when the call has them, are a TimedArgs.
+  virtual ScriptCall call(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost, bool hit,
+                          std::optional<std::int64_t> now) const = 0;
+  virtual const Script& script() const noexcept = 0;
+  // The script's reply is an array of this many integers: now, allowed, then per limit.
+  virtual std::size_t reply_size(const std::vector<RateLimit>& limits) const = 0;
+  virtual std::vector<Outcome> outcomes(const std::vector<RateLimit>& limits, std::int64_t cost,
+                                        const Ints& v) const = 0;
 
-  // The memory store, for the typed fast path (run_typed), or null.
-  MemoryStore* memory() const noexcept { return memory_; }
-
-  std::shared_ptr<Store> store_;
-  TimeSource time_;
+ protected:
   std::string prefix_;
-
- private:
-  MemoryStore* memory_;
 };
 
-// Runs a native script's typed core on the memory store under its lock, at the store's
-// now: what a script call does, minus formatting arguments and parsing the reply.
-template <class Call>
-std::vector<std::int64_t> run_typed(MemoryStore& store, Call& call,
-                                    std::optional<std::vector<std::int64_t>> (*core)(Keyspace&, const Call&),
-                                    std::string_view script) {
-  struct Ctx {
-    Call* call;
-    decltype(core) fn;
-    std::optional<std::vector<std::int64_t>> out;
-  } ctx{&call, core, std::nullopt};
-  store.atomically(
-      [](Keyspace& ks, void* p) {
-        auto* c = static_cast<Ctx*>(p);
-        c->call->now = ks.now_ms();
-        c->out = c->fn(ks, *c->call);
-      },
-      &ctx);
-  if (!ctx.out) throw InvalidArgument(std::string(script) + ": arguments out of range");
-  return std::move(*ctx.out);
-}
+// A typed script argument list that carries the time: the memory store's twin reads it
+// as it is; a network store gets render(). `now` nullopt = the script reads TIME. The
+// typed twins of the limiters answer in place (see ScriptArgs): the integers the Lua
+// script would return go to `ints`.
+struct TimedArgs : ScriptArgs {
+  std::optional<std::int64_t> now;
+  mutable Ints ints;
+  mutable bool answered = false;
+  std::string now_text() const { return now ? std::to_string(*now) : std::string(); }
+  std::optional<Reply> answer() const override {
+    if (!answered) return std::nullopt;
+    return int_array(ints);
+  }
+  // What a typed twin returns once it wrote `ints` (ok) or found its arguments malformed.
+  Reply answer_with(bool ok, std::string_view script) const;
+};
+
+// One scripted decision as a ClockedScript spec; T is Decision (hit, test) or
+// std::vector<LimitStats> (stats). An owned spec (the make_ factories) holds copies; a
+// borrowed one refers to the caller's arguments, for a synchronous call that runs the
+// operation on its own stack frame.
+template <class T, bool Owned = true>
+struct ScriptedSpec {
+  std::conditional_t<Owned, std::shared_ptr<const ScriptedRules>, const ScriptedRules*> rules;
+  std::conditional_t<Owned, std::vector<RateLimit>, const std::vector<RateLimit>&> limits;
+  std::conditional_t<Owned, std::string, std::string_view> key;
+  std::int64_t cost = 1;
+  bool hit = false;
+
+  std::shared_ptr<const TimedArgs> sent{};  // the typed arguments of the last call, if any
+
+  ScriptCall call(std::optional<std::int64_t> now) {
+    ScriptCall c = rules->call(limits, key, cost, hit, now);
+    sent = std::static_pointer_cast<const TimedArgs>(c.typed);
+    return c;
+  }
+  T finish(Reply reply) const {
+    const bool in_place = sent && sent->answered && reply.type == Reply::Type::Status && reply.str == kAnsweredInPlace;
+    if (in_place && sent->ints.size() != rules->reply_size(limits)) {
+      throw ProtocolError(std::string(rules->script().name) + " returned an unexpected reply");
+    }
+    const Ints& v = in_place ? sent->ints : (scratch_ = integers(reply, rules->reply_size(limits), rules->script().name));
+    auto outcomes = rules->outcomes(limits, cost, v);
+    if constexpr (std::is_same_v<T, Decision>) {
+      return combine(outcomes, v[1] == 1);
+    } else {
+      return to_stats(limits, outcomes);
+    }
+  }
+  mutable Ints scratch_{};
+};
+
+// A strategy made of ScriptedRules: hit/test/stats are one script call, reset one DEL.
+class ScriptedLimiter final : public LimiterStrategy {
+ public:
+  ScriptedLimiter(const std::shared_ptr<Store>& store, const LimiterOptions& o,
+                  std::shared_ptr<const ScriptedRules> rules)
+      : LimiterStrategy(store), time_(store, o.clock), rules_(std::move(rules)) {}
+
+  std::string_view name() const noexcept override { return rules_->name(); }
+  ClockMode clock() const noexcept override { return time_.effective(); }
+  std::shared_ptr<Op<Decision>> make_hit(const std::vector<RateLimit>& limits, std::string_view key,
+                                         std::int64_t cost) override;
+  std::shared_ptr<Op<Decision>> make_test(const std::vector<RateLimit>& limits, std::string_view key,
+                                          std::int64_t cost) override;
+  std::shared_ptr<Op<std::vector<LimitStats>>> make_stats(const std::vector<RateLimit>& limits,
+                                                          std::string_view key) override;
+  std::shared_ptr<Op<std::monostate>> make_reset(const std::vector<RateLimit>& limits, std::string_view key) override;
+  Decision hit(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) override {
+    return decide_now(limits, key, cost, true);
+  }
+  Decision test(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) override {
+    return decide_now(limits, key, cost, false);
+  }
+
+ private:
+  void check(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) const;
+  std::shared_ptr<Op<Decision>> decide(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost,
+                                       bool hit);
+  // The same operation on this stack frame, borrowing the arguments.
+  Decision decide_now(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost, bool hit) {
+    check(limits, key, cost);
+    ClockedScript<Decision, ScriptedSpec<Decision, false>> op(
+        time_, rules_->time_scale(), ScriptedSpec<Decision, false>{rules_.get(), limits, key, cost, hit});
+    return run(*store_, op);
+  }
+
+  TimeSource time_;
+  std::shared_ptr<const ScriptedRules> rules_;
+};
+
+// DEL of `keys` as an operation (reset).
+std::shared_ptr<Op<std::monostate>> make_delete(std::vector<std::string> keys);
 
 std::unique_ptr<LimiterStrategy> make_fixed_window(std::shared_ptr<Store> store, const LimiterOptions& o);
 std::unique_ptr<LimiterStrategy> make_sliding_log(std::shared_ptr<Store> store, const LimiterOptions& o);

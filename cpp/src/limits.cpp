@@ -5,14 +5,13 @@
 #include <cctype>
 #include <utility>
 
+#include "redcount/bounds.h"
 #include "redcount/errors.h"
 #include "redcount/util.h"
 
 namespace redcount {
 namespace {
 
-constexpr std::int64_t kMaxAmount = (std::int64_t{1} << 53) - 1;  // exact in a Lua double
-constexpr std::int64_t kMaxWindowMs = std::int64_t{1} << 52;
 constexpr std::size_t kMaxLimits = 16;
 // Far more than 16 limits of the longest sensible spelling ("9007199254740991 per 999 seconds burst ...").
 constexpr std::size_t kMaxLimitText = 2048;

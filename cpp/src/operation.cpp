@@ -3,10 +3,25 @@
 #include "redcount/errors.h"
 
 namespace redcount {
+namespace {
+
+// For a store that reads only text ARGV: typed script arguments rendered in place.
+void render_typed(const Store& store, std::vector<Request>& batch) {
+  if (store.accepts_typed_args()) return;
+  for (Request& r : batch) {
+    if (auto* call = std::get_if<ScriptCall>(&r); call && call->typed && call->args.empty()) {
+      call->args = call->typed->render();
+      call->typed.reset();
+    }
+  }
+}
+
+}  // namespace
 
 void run_operation(Store& store, Operation& op) {
   std::vector<Request> batch = op.prepare();
   while (!batch.empty()) {
+    render_typed(store, batch);
     std::vector<Reply> replies;
     try {
       replies = store.execute(batch);
@@ -26,6 +41,7 @@ void step(std::shared_ptr<Store> store, std::shared_ptr<Operation> op, Operation
           std::vector<Request> batch) {
   if (batch.empty()) return done(nullptr);
   Store& s = *store;
+  render_typed(s, batch);
   s.submit(
       std::move(batch),
       [store = std::move(store), op = std::move(op), done = std::move(done), cancelled](

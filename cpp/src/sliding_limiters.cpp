@@ -7,7 +7,6 @@
 #include "limiter_internal.h"
 #include "redcount/errors.h"
 #include "redcount/lua_scripts.h"
-#include "redcount/memory_store.h"
 #include "redcount/window.h"
 
 namespace redcount {
@@ -20,23 +19,31 @@ using detail::Outcome;
 
 // The exact log's decision on the memory store: sliding_log.lua's twin, keep the two in
 // step. Returns the Lua reply's integers, or nullopt for arguments the strategy never sends.
-struct LogCall {
-  std::int64_t now = 0;
+struct LogArgs final : detail::TimedArgs {
   bool hit = false;
   std::int64_t cost = 0;
-  std::string_view uid;
-  const std::vector<std::string>* keys = nullptr;
-  std::vector<std::int64_t> amount, window;
+  detail::UniqueId id;
+  detail::SmallVec<std::int64_t, 4> amount, window;
+  std::vector<std::string> render() const override {
+    std::vector<std::string> out{now_text(), hit ? "hit" : "test", std::to_string(cost), id.global()};
+    for (std::size_t i = 0; i < amount.size(); ++i) {
+      out.push_back(std::to_string(amount[i]));
+      out.push_back(std::to_string(window[i]));
+    }
+    return out;
+  }
 };
 
-std::optional<std::vector<std::int64_t>> sliding_log_core(Keyspace& ks, const LogCall& c) {
+// Writes the integers to `out`; false for arguments the strategy never sends.
+bool sliding_log_core(Keyspace& ks, const std::vector<std::string>& keys, std::int64_t now, const LogArgs& c,
+                      std::string_view uid, detail::Ints& out) {
   constexpr double kInf = std::numeric_limits<double>::infinity();
-  const auto& keys = *c.keys;
   const std::size_t n = keys.size();
-  std::vector<std::int64_t> counts(n);
+  detail::SmallVec<std::int64_t, 8> counts;
+  counts.assign(n, 0);
   bool allowed = true;
   for (std::size_t i = 0; i < n; ++i) {
-    const double from = static_cast<double>(c.now - c.window[i] + 1);
+    const double from = static_cast<double>(now - c.window[i] + 1);
     if (c.hit) {
       ks.zremrangebyscore(keys[i], -kInf, from - 1);
       counts[i] = ks.zcard(keys[i]);
@@ -45,21 +52,22 @@ std::optional<std::vector<std::int64_t>> sliding_log_core(Keyspace& ks, const Lo
     }
     if (counts[i] + c.cost > c.amount[i]) allowed = false;
   }
-  std::vector<std::int64_t> out{c.now, allowed ? 1 : 0};
-  out.reserve(2 + 3 * n);
+  out.clear();
+  out.push_back(now);
+  out.push_back(allowed ? 1 : 0);
   // Members only need to be unique: unlike the Lua twin, the memory store leaves the time
   // out of them, so that with a compact id they fit std::string's inline buffer.
-  std::string member(c.uid);
+  std::string member(uid);
   member += ':';
   const std::size_t stem = member.size();
   for (std::size_t i = 0; i < n; ++i) {
-    const double from = static_cast<double>(c.now - c.window[i] + 1);
+    const double from = static_cast<double>(now - c.window[i] + 1);
     std::int64_t need_at = 0;
     if (allowed && c.hit) {
       for (std::int64_t m = 1; m <= c.cost; ++m) {
         member.resize(stem);
         member += std::to_string(m);
-        ks.zadd(keys[i], static_cast<double>(c.now), member);
+        ks.zadd(keys[i], static_cast<double>(now), member);
       }
       counts[i] += c.cost;
       ks.pexpireat(keys[i], ks.now_ms() + c.window[i]);
@@ -68,13 +76,13 @@ std::optional<std::vector<std::int64_t>> sliding_log_core(Keyspace& ks, const Lo
       if (counts[i] + c.cost > c.amount[i]) {
         const std::int64_t need = counts[i] + c.cost - c.amount[i];
         auto gone = ks.zrangebyscore(keys[i], from, kInf, need);
-        if (static_cast<std::int64_t>(gone.size()) != need) return std::nullopt;  // cost > amount
+        if (static_cast<std::int64_t>(gone.size()) != need) return false;  // cost > amount
         need_at = static_cast<std::int64_t>(gone.back().second) + c.window[i];
       }
     }
     std::int64_t newest = 0;
     if (allowed && c.hit) {
-      newest = c.now;
+      newest = now;
     } else if (counts[i] > 0) {
       newest = static_cast<std::int64_t>(ks.zrange(keys[i], -1, -1).at(0).second);
     }
@@ -82,15 +90,12 @@ std::optional<std::vector<std::int64_t>> sliding_log_core(Keyspace& ks, const Lo
     out.push_back(newest);
     out.push_back(need_at);
   }
-  return out;
+  return true;
 }
 
-Reply to_reply(const std::optional<std::vector<std::int64_t>>& v, std::string_view script) {
-  if (!v) return detail::malformed(script);
-  std::vector<Reply> out;
-  out.reserve(v->size());
-  for (auto x : *v) out.push_back(Reply::of_integer(x));
-  return Reply::of_array(std::move(out));
+Reply to_reply(bool ok, const detail::Ints& v, std::string_view script) {
+  if (!ok) return detail::malformed(script);
+  return detail::int_array(v);
 }
 
 // The memory store's twin of sliding_log.lua, as a script.
@@ -100,7 +105,9 @@ Reply native_sliding_log(Keyspace& ks, const std::vector<std::string>& keys, con
   auto now = detail::script_time(ks, args[0]);
   auto cost = detail::arg_in(args[2], 1, detail::kMaxMembers);
   if (!now || !cost) return detail::malformed("sliding_log");
-  LogCall c{*now, args[1] == "hit", *cost, args[3], &keys, {}, {}};
+  LogArgs c;
+  c.hit = args[1] == "hit";
+  c.cost = *cost;
   for (std::size_t i = 0; i < n; ++i) {
     auto a = detail::arg_in(args[4 + 2 * i], 1, detail::kMaxMembers);
     auto w = detail::arg_in(args[5 + 2 * i], 1, detail::kMaxSpanMs);
@@ -108,16 +115,26 @@ Reply native_sliding_log(Keyspace& ks, const std::vector<std::string>& keys, con
     c.amount.push_back(*a);
     c.window.push_back(*w);
   }
-  return to_reply(sliding_log_core(ks, c), "sliding_log");
+  detail::Ints out;
+  const bool ok = sliding_log_core(ks, keys, *now, c, args[3], out);
+  return to_reply(ok, out, "sliding_log");
 }
 
-class SlidingLogLimiter final : public detail::ScriptedLimiter {
+// The typed twin: the same core with no text to parse; members take the short in-process
+// form of the id (unique within this process, which is all an in-process store needs).
+Reply typed_sliding_log(Keyspace& ks, const std::vector<std::string>& keys, const ScriptArgs& args) {
+  const auto& c = static_cast<const LogArgs&>(args);
+  if (c.amount.size() != keys.size() || c.window.size() != keys.size()) return detail::malformed("sliding_log");
+  const std::string uid = c.id.local();
+  return c.answer_with(sliding_log_core(ks, keys, c.now ? *c.now : ks.now_ms(), c, uid, c.ints), "sliding_log");
+}
+
+class SlidingLogRules final : public detail::ScriptedRules {
  public:
-  SlidingLogLimiter(const std::shared_ptr<Store>& store, const LimiterOptions& o) : ScriptedLimiter(store, o) {}
-
+  using ScriptedRules::ScriptedRules;
   std::string_view name() const noexcept override { return "sliding-window"; }
+  const Script& script() const noexcept override { return kSlidingLogScript; }
 
- private:
   void check(const std::vector<RateLimit>& limits) const override {
     detail::require_limits(limits);
     detail::require_no_burst(limits, name());
@@ -129,34 +146,29 @@ class SlidingLogLimiter final : public detail::ScriptedLimiter {
     return detail::limiter_key(prefix_, "sw", l.amount, "", key, l.window_ms);
   }
 
-  Decision run(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost, const char* mode,
-               std::vector<Outcome>* stats_out) override {
-    check(limits);
-    validate_key(key);
-    if (!stats_out) validate_cost(limits, cost);
-    std::vector<std::int64_t> v;
-    if (MemoryStore* mem = memory()) {
-      std::vector<std::string> keys;
-      LogCall c{0, std::string_view(mode) == "hit", cost, {}, &keys, {}, {}};
-      const std::string uid = detail::unique_id(true);
-      c.uid = uid;
-      for (const auto& l : limits) {
-        keys.push_back(storage_key(l, key));
-        c.amount.push_back(l.amount);
-        c.window.push_back(l.window_ms);
-      }
-      v = detail::run_typed(*mem, c, &sliding_log_core, "sliding_log");
-    } else {
-      ScriptCall call{&kSlidingLogScript, {}, {"", mode, std::to_string(cost), detail::unique_id()}};
-      for (const auto& l : limits) {
-        call.keys.push_back(storage_key(l, key));
-        call.args.push_back(std::to_string(l.amount));
-        call.args.push_back(std::to_string(l.window_ms));
-      }
-      v = detail::integers(time_.run(std::move(call), 0), 2 + 3 * limits.size(), "sliding_log");
+  ScriptCall call(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost, bool hit,
+                  std::optional<std::int64_t> now) const override {
+    auto args = std::make_shared<LogArgs>();
+    args->now = now;
+    args->hit = hit;
+    args->cost = cost;
+    args->id = detail::next_unique_id();
+    ScriptCall c{&kSlidingLogScript, {}, {}};
+    c.keys.reserve(limits.size());
+    for (const auto& l : limits) {
+      c.keys.push_back(storage_key(l, key));
+      args->amount.push_back(l.amount);
+      args->window.push_back(l.window_ms);
     }
+    c.typed = std::move(args);
+    return c;
+  }
+
+  std::size_t reply_size(const std::vector<RateLimit>& limits) const override { return 2 + 3 * limits.size(); }
+
+  std::vector<Outcome> outcomes(const std::vector<RateLimit>& limits, std::int64_t,
+                                const detail::Ints& v) const override {
     const std::int64_t now = v[0];
-    const bool allowed = v[1] == 1;
     std::vector<Outcome> outcomes;
     for (std::size_t i = 0; i < limits.size(); ++i) {
       const std::int64_t count = v[2 + 3 * i], newest = v[3 + 3 * i], need_at = v[4 + 3 * i];
@@ -169,37 +181,41 @@ class SlidingLogLimiter final : public detail::ScriptedLimiter {
       o.retry_after_ms = o.refuses ? std::max<std::int64_t>(1, need_at - now) : 0;
       outcomes.push_back(o);
     }
-    if (stats_out) *stats_out = outcomes;
-    return detail::combine(outcomes, allowed);
+    return outcomes;
   }
-
 };
 
 // ---------------------------------------------------------- approximate sliding window
 
 // The approximate window's decision on the memory store: sliding_approx.lua's twin, keep
 // the two in step. Returns the Lua reply's integers, or nullopt for bad arguments.
-struct ApproxCall {
+struct ApproxArgs final : detail::TimedArgs {
   struct Limit {
     std::int64_t amount, bucket, k;
   };
-  std::int64_t now = 0;
   bool hit = false;
   std::int64_t cost = 0;
-  const std::vector<std::string>* keys = nullptr;
-  std::vector<Limit> limits;
+  detail::SmallVec<Limit, 4> limits;
+  std::vector<std::string> render() const override {
+    std::vector<std::string> out{now_text(), hit ? "hit" : "test", std::to_string(cost)};
+    for (const auto& l : limits) {
+      out.push_back(std::to_string(l.amount));
+      out.push_back(std::to_string(l.bucket));
+      out.push_back(std::to_string(l.k));
+    }
+    return out;
+  }
 };
 
-std::optional<std::vector<std::int64_t>> sliding_approx_core(Keyspace& ks, const ApproxCall& call) {
+bool sliding_approx_core(Keyspace& ks, const std::vector<std::string>& keys, detail::Ints& out,
+                                                             std::int64_t now, const ApproxArgs& call) {
   using detail::sat_add;
   using detail::sat_mul;
-  const auto& keys = *call.keys;
   const std::size_t n = keys.size();
-  const std::int64_t now = call.now;
   // The reply: now, allowed, then k+1 counts per limit (sub-buckets cur-k .. cur).
   std::size_t size = 2;
   for (const auto& l : call.limits) size += static_cast<std::size_t>(l.k + 1);
-  std::vector<std::int64_t> out(size, 0);
+  out.assign(size, 0);
   out[0] = now;
   bool allowed = true;
   std::vector<std::string> stale;
@@ -243,7 +259,7 @@ std::optional<std::vector<std::int64_t>> sliding_approx_core(Keyspace& ks, const
       ks.pexpireat(keys[i], ks.now_ms() + ttl);
     }
   }
-  return out;
+  return true;
 }
 
 // The memory store's twin of sliding_approx.lua, as a script.
@@ -254,25 +270,36 @@ Reply native_sliding_approx(Keyspace& ks, const std::vector<std::string>& keys,
   auto now = detail::script_time(ks, args[0]);
   auto cost = detail::arg_in(args[2], 1, detail::kMaxExact);
   if (!now || !cost) return detail::malformed("sliding_approx");
-  ApproxCall call{*now, args[1] == "hit", *cost, &keys, {}};
+  ApproxArgs call;
+  call.hit = args[1] == "hit";
+  call.cost = *cost;
   for (std::size_t i = 0; i < n; ++i) {
     auto amount = detail::arg_in(args[3 + 3 * i], 1, detail::kMaxExact);
     auto bucket = detail::arg_in(args[4 + 3 * i], 1, detail::kMaxSpanMs);
-    auto k = detail::arg_in(args[5 + 3 * i], 1, 60);
+    auto k = detail::arg_in(args[5 + 3 * i], 1, kMaxSubBuckets);
     if (!amount || !bucket || !k) return detail::malformed("sliding_approx");
     call.limits.push_back({*amount, *bucket, *k});
   }
-  return to_reply(sliding_approx_core(ks, call), "sliding_approx");
+  detail::Ints out;
+  const bool ok = sliding_approx_core(ks, keys, out, *now, call);
+  return to_reply(ok, out, "sliding_approx");
 }
 
-class SlidingApproxLimiter final : public detail::ScriptedLimiter {
+// The typed twin: the same core with no text to parse.
+Reply typed_sliding_approx(Keyspace& ks, const std::vector<std::string>& keys, const ScriptArgs& args) {
+  const auto& c = static_cast<const ApproxArgs&>(args);
+  if (c.limits.size() != keys.size()) return detail::malformed("sliding_approx");
+  return c.answer_with(sliding_approx_core(ks, keys, c.ints, c.now ? *c.now : ks.now_ms(), c), "sliding_approx");
+}
+
+class SlidingApproxRules final : public detail::ScriptedRules {
  public:
-  SlidingApproxLimiter(const std::shared_ptr<Store>& store, const LimiterOptions& o)
-      : ScriptedLimiter(store, o), k_(o.sub_buckets), kind_("swa" + std::to_string(k_)) {}
+  SlidingApproxRules(std::string prefix, std::int64_t k)
+      : ScriptedRules(std::move(prefix)), k_(k), kind_("swa" + std::to_string(k_)) {}
 
   std::string_view name() const noexcept override { return "sliding-window-approx"; }
+  const Script& script() const noexcept override { return kSlidingApproxScript; }
 
- private:
   void check(const std::vector<RateLimit>& limits) const override {
     detail::require_limits(limits);
     detail::require_no_burst(limits, name());
@@ -290,43 +317,37 @@ class SlidingApproxLimiter final : public detail::ScriptedLimiter {
     return detail::limiter_key(prefix_, kind_, l.amount, "", key, l.window_ms);
   }
 
-  Decision run(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost, const char* mode,
-               std::vector<Outcome>* stats_out) override {
-    check(limits);
-    validate_key(key);
-    if (!stats_out) validate_cost(limits, cost);
-    const std::size_t per = static_cast<std::size_t>(k_ + 1);
-    std::vector<std::int64_t> v;
-    if (MemoryStore* mem = memory()) {
-      std::vector<std::string> keys;
-      ApproxCall c{0, std::string_view(mode) == "hit", cost, &keys, {}};
-      keys.reserve(limits.size());
-      c.limits.reserve(limits.size());
-      for (const auto& l : limits) {
-        keys.push_back(storage_key(l, key));
-        c.limits.push_back({l.amount, l.window_ms / k_, k_});
-      }
-      v = detail::run_typed(*mem, c, &sliding_approx_core, "sliding_approx");
-    } else {
-      ScriptCall call{&kSlidingApproxScript, {}, {"", mode, std::to_string(cost)}};
-      for (const auto& l : limits) {
-        call.keys.push_back(storage_key(l, key));
-        call.args.push_back(std::to_string(l.amount));
-        call.args.push_back(std::to_string(l.window_ms / k_));
-        call.args.push_back(std::to_string(k_));
-      }
-      v = detail::integers(time_.run(std::move(call), 0), 2 + per * limits.size(), "sliding_approx");
+  ScriptCall call(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost, bool hit,
+                  std::optional<std::int64_t> now) const override {
+    auto args = std::make_shared<ApproxArgs>();
+    args->now = now;
+    args->hit = hit;
+    args->cost = cost;
+    ScriptCall c{&kSlidingApproxScript, {}, {}};
+    c.keys.reserve(limits.size());
+    for (const auto& l : limits) {
+      c.keys.push_back(storage_key(l, key));
+      args->limits.push_back(ApproxArgs::Limit{l.amount, l.window_ms / k_, k_});
     }
-    const std::int64_t now = v[0];
-    const bool allowed = v[1] == 1;
-    std::vector<Outcome> outcomes;
-    for (std::size_t i = 0; i < limits.size(); ++i) {
-      outcomes.push_back(outcome(limits[i], v.data() + 2 + per * i, now, cost));
-    }
-    if (stats_out) *stats_out = outcomes;
-    return detail::combine(outcomes, allowed);
+    c.typed = std::move(args);
+    return c;
   }
 
+  std::size_t reply_size(const std::vector<RateLimit>& limits) const override {
+    return 2 + static_cast<std::size_t>(k_ + 1) * limits.size();
+  }
+
+  std::vector<Outcome> outcomes(const std::vector<RateLimit>& limits, std::int64_t cost,
+                                const detail::Ints& v) const override {
+    const std::size_t per = static_cast<std::size_t>(k_ + 1);
+    const std::int64_t now = v[0];
+    std::vector<Outcome> out;
+    out.reserve(limits.size());
+    for (std::size_t i = 0; i < limits.size(); ++i) out.push_back(outcome(limits[i], v.data() + 2 + per * i, now, cost));
+    return out;
+  }
+
+ private:
   // c[off] = count of sub-bucket cur-k+off. Everything is scaled by the bucket length.
   Outcome outcome(const RateLimit& l, const std::int64_t* c, std::int64_t now, std::int64_t cost) const {
     const std::int64_t b = l.window_ms / k_;
@@ -384,16 +405,17 @@ class SlidingApproxLimiter final : public detail::ScriptedLimiter {
 
 }  // namespace
 
-const Script kSlidingLogScript{"sliding_log", lua::sliding_log_source, lua::sliding_log_sha1, &native_sliding_log};
+const Script kSlidingLogScript{"sliding_log", lua::sliding_log_source, lua::sliding_log_sha1, &native_sliding_log,
+                               &typed_sliding_log};
 const Script kSlidingApproxScript{"sliding_approx", lua::sliding_approx_source, lua::sliding_approx_sha1,
-                                  &native_sliding_approx};
+                                  &native_sliding_approx, &typed_sliding_approx};
 
 namespace detail {
 std::unique_ptr<LimiterStrategy> make_sliding_log(std::shared_ptr<Store> store, const LimiterOptions& o) {
-  return std::make_unique<SlidingLogLimiter>(std::move(store), o);
+  return std::make_unique<ScriptedLimiter>(store, o, std::make_shared<SlidingLogRules>(o.prefix));
 }
 std::unique_ptr<LimiterStrategy> make_sliding_approx(std::shared_ptr<Store> store, const LimiterOptions& o) {
-  return std::make_unique<SlidingApproxLimiter>(std::move(store), o);
+  return std::make_unique<ScriptedLimiter>(store, o, std::make_shared<SlidingApproxRules>(o.prefix, o.sub_buckets));
 }
 }  // namespace detail
 }  // namespace redcount

@@ -34,59 +34,38 @@ std::string_view clock_mode_name(ClockMode mode) noexcept {
   return "client";
 }
 
-TimeSource::TimeSource(std::shared_ptr<Store> store, ClockMode mode)
-    : store_(std::move(store)), requested_(mode), effective_(mode) {
-  if (!store_) throw InvalidArgument("store must not be None");
+TimeSource::TimeSource(std::shared_ptr<Store> store, ClockMode mode) : state_(std::make_shared<State>()) {
+  if (!store) throw InvalidArgument("store must not be None");
+  state_->store = std::move(store);
+  state_->requested = mode;
+  state_->effective.store(mode);
 }
 
-std::int64_t TimeSource::now_ms() {
-  const std::int64_t client = store_->now_ms();
-  if (effective() == ClockMode::Client || store_->is_memory()) return client;
-  return client + offset_ms();
+bool TimeSource::offset_stale() const {
+  if (!needs_offset()) return false;
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return !state_->synced || std::chrono::steady_clock::now() - state_->synced_at >= kResyncEvery;
 }
 
-std::string TimeSource::script_now(std::int64_t scale) {
-  if (effective() == ClockMode::Server) return "";
-  return std::to_string(now_ms() * scale);
+std::int64_t TimeSource::now_ms() const {
+  const std::int64_t client = state_->store->now_ms();
+  if (!needs_offset()) return client;
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return client + state_->offset;
 }
 
-Reply TimeSource::run(ScriptCall call, std::size_t now_arg, std::int64_t scale) {
-  call.args.at(now_arg) = script_now(scale);
-  Reply r = store_->execute_one(call);
-  if (r.type == Reply::Type::Error && call.args[now_arg].empty() && !script_time_allowed()) {
-    // The server will not run TIME inside scripts (an ACL, a renamed command, an old
-    // server): measure its clock from outside instead.
-    effective_.store(ClockMode::ServerOffset, std::memory_order_release);
-    call.args[now_arg] = script_now(scale);
-    r = store_->execute_one(std::move(call));
-  }
-  return r;
-}
-
-bool TimeSource::script_time_allowed() {
-  // Error replies say little about which command failed inside a script, so ask directly.
-  Reply probe = store_->execute_one(ScriptCall{&kTimeProbeScript, {}, {}});
-  return probe.type != Reply::Type::Error;
-}
-
-std::int64_t TimeSource::offset_ms() {
-  std::lock_guard<std::mutex> lock(mu_);
-  const auto steady = std::chrono::steady_clock::now();
-  if (synced_ && steady - synced_at_ < kResyncEvery) return offset_;
-  const std::int64_t t0 = store_->now_ms();
-  Reply r = store_->execute_one(Command{{"TIME"}});
-  const std::int64_t t1 = store_->now_ms();
+void TimeSource::record_time(const Reply& r, std::int64_t sent_ms, std::int64_t received_ms) {
   if (r.type == Reply::Type::Error) {
-    throw ReplyError("clock='" + std::string(clock_mode_name(requested_)) +
+    throw ReplyError("clock='" + std::string(clock_mode_name(requested())) +
                      "' needs the Redis TIME command, which this server refused (" + r.str +
                      "); use clock='client' or allow TIME");
   }
   if (r.type != Reply::Type::Array || r.elements.size() != 2) throw ProtocolError("TIME returned an unexpected reply");
   const std::int64_t server = r.elements[0].as_integer() * 1000 + r.elements[1].as_integer() / 1000;
-  offset_ = server - (t0 + t1) / 2;
-  synced_ = true;
-  synced_at_ = steady;
-  return offset_;
+  std::lock_guard<std::mutex> lock(state_->mu);
+  state_->offset = server - (sent_ms + received_ms) / 2;
+  state_->synced = true;
+  state_->synced_at = std::chrono::steady_clock::now();
 }
 
 }  // namespace redcount

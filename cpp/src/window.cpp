@@ -138,20 +138,4 @@ void validate_name(std::string_view name, const char* what) {
   }
 }
 
-std::string window_key(std::string_view prefix, std::string_view name, std::string_view key,
-                       std::int64_t window_ms, std::int64_t index) {
-  std::string out;
-  out.reserve(prefix.size() + name.size() + key.size() + 48);
-  out.append(prefix).append(":").append(name).append(":{").append(key).append("}:");
-  out.append(std::to_string(window_ms)).append(":").append(std::to_string(index));
-  return out;
-}
-
-std::string request_id_key(std::string_view window_key, std::string_view request_id) {
-  std::string out;
-  out.reserve(window_key.size() + request_id.size() + 5);
-  out.append(window_key).append(":rid:").append(request_id);
-  return out;
-}
-
 }  // namespace redcount

@@ -3,7 +3,11 @@
 // and, when REDCOUNT_TEST_REDIS_URL is set, every Lua script against its native twin.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <functional>
+#include <set>
+#include <string_view>
 #include <memory>
 #include <random>
 #include <string>
@@ -11,6 +15,7 @@
 
 #include "redcount/clock.h"
 #include "redcount/errors.h"
+#include "redcount/fixed_window.h"
 #include "redcount/limiter.h"
 #include "redcount/limits.h"
 #include "redcount/memory_store.h"
@@ -308,35 +313,193 @@ void expect_same(const Reply& a, const Reply& b, const std::string& what) {
   for (std::size_t i = 0; i < a.elements.size(); ++i) expect_same(a.elements[i], b.elements[i], what);
 }
 
-// The same script calls, with explicit times, give the same replies from the Lua text on
-// Redis and from its native twin on the memory store.
-TEST_F(LuaTwinTest, EveryScriptMatchesItsTwin) {
+// ------------------------------------------------- the script registry and its parity cases
+
+// How the parity test calls one script: `make` builds round i's call at time `now`; the
+// same call goes to Redis (as text) and to the memory store (to the typed twin when the
+// call carries typed arguments, else to the text twin).
+struct ParityCase {
+  std::string name;  // Script::name
+  bool typed = false;
+  std::function<ScriptCall(std::mt19937& rng, std::int64_t now, int i)> make;
+  bool shape_only = false;  // replies that legitimately differ (the server's own time)
+};
+
+std::int64_t wall_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// A typed call as a strategy makes it: the first request of its operation, built on a
+// scratch memory store whose clock reads `now`.
+ScriptCall typed_call(const char* strategy, std::int64_t sub_buckets, const char* limits, std::mt19937& rng,
+                      std::int64_t now) {
+  static auto clock = std::make_shared<ManualClock>(kT0);
+  static auto scratch = rctest::memory_store(clock);
+  clock->set(now);
+  LimiterOptions o;
+  o.prefix = "ty";
+  o.sub_buckets = sub_buckets;
+  auto lim = make_limiter(scratch, strategy, o);
+  const auto parsed = parse_limits(limits);
+  const std::int64_t cost = 1 + static_cast<std::int64_t>(rng() % 3);
+  auto op = rng() % 4 == 0 ? lim->make_test(parsed, "a", cost) : lim->make_hit(parsed, "a", cost);
+  auto batch = op->prepare();
+  ScriptCall call = std::get<ScriptCall>(batch.at(0));
+  EXPECT_TRUE(call.typed) << strategy << " sends no typed arguments";
+  return call;
+}
+
+const std::vector<ParityCase>& parity_cases() {
+  static const std::int64_t deadline = wall_ms() + 3'600'000;  // absolute: the same on both stores
+  static const std::vector<ParityCase> cases = {
+      {"fixed_window_incr", false,
+       [](std::mt19937& rng, std::int64_t, int) {
+         const bool rid = rng() % 2 == 0;
+         ScriptCall c{&kFixedWindowIncrScript, {"fwi:{a}:1", "fwi:{a}:2"},
+                      {"2", std::to_string(deadline), std::to_string(1 + rng() % 3), std::to_string(1 + rng() % 3)}};
+         if (rid) {
+           c.keys.push_back("fwi:{a}:1:rid:" + std::to_string(rng() % 4));
+           c.args.push_back("1");
+         }
+         return c;
+       }},
+      {"fixed_window_hit", false,
+       [](std::mt19937& rng, std::int64_t, int) {
+         return ScriptCall{&kFixedWindowHitScript,
+                           {"fwh:{a}:1", "fwh:{a}:2"},
+                           {std::to_string(1 + rng() % 3), "40", std::to_string(deadline), "90", std::to_string(deadline)}};
+       }},
+      {"sliding_log", false,
+       [](std::mt19937& rng, std::int64_t now, int i) {
+         return ScriptCall{&kSlidingLogScript,
+                           {"sw:{a}:1", "sw:{a}:2"},
+                           {std::to_string(now), rng() % 4 == 0 ? "test" : "hit", std::to_string(1 + rng() % 3),
+                            "id" + std::to_string(i), "5", "10000", "9", "60000"}};
+       }},
+      {"sliding_log", true,
+       [](std::mt19937& rng, std::int64_t now, int) {
+         return typed_call("sliding-window", 1, "5 per 10 seconds;9/minute", rng, now);
+       }},
+      {"sliding_approx", false,
+       [](std::mt19937& rng, std::int64_t now, int) {
+         return ScriptCall{&kSlidingApproxScript,
+                           {"swa:{a}:1", "swa:{a}:2"},
+                           {std::to_string(now), rng() % 4 == 0 ? "test" : "hit", std::to_string(1 + rng() % 3), "6",
+                            "2500", "4", "9", "60000", "1"}};
+       }},
+      {"sliding_approx", true,
+       [](std::mt19937& rng, std::int64_t now, int) {
+         return typed_call("sliding-window-approx", 4, "6 per 10 seconds;9/minute", rng, now);
+       }},
+      {"token_bucket", false,
+       [](std::mt19937& rng, std::int64_t now, int) {
+         return ScriptCall{&kTokenBucketScript,
+                           {"tb:{a}"},
+                           {std::to_string(now), rng() % 4 == 0 ? "test" : "hit", std::to_string(1 + rng() % 3), "5",
+                            "10000", "8"}};
+       }},
+      {"gcra", false,
+       [](std::mt19937& rng, std::int64_t now, int) {
+         return ScriptCall{&kGcraScript,
+                           {"gcra:{a}"},
+                           {std::to_string(now * 1000), rng() % 4 == 0 ? "test" : "hit", std::to_string(1 + rng() % 3),
+                            "2000000", "8"}};
+       }},
+      {"concurrency", false,
+       [](std::mt19937& rng, std::int64_t now, int) {
+         const char* ops[] = {"acquire", "test", "release"};
+         const char* op = ops[rng() % 3];
+         const std::string lease = "l" + std::to_string(rng() % 5);
+         return ScriptCall{&kConcurrencyScript,
+                           {"cc:{a}"},
+                           {std::to_string(now), op, "3", "7000", lease, std::to_string(1 + rng() % 3)}};
+       }},
+      {"sliding_counter", false,
+       [](std::mt19937& rng, std::int64_t now, int i) {
+         const char* sops[] = {"add", "count", "unique", "count-unique"};
+         const std::string op = sops[rng() % 4];
+         const bool uniq = op == "unique" || op == "count-unique";
+         const std::string arg = op == "add" ? std::to_string(1 + rng() % 4) : "item" + std::to_string(rng() % 6);
+         return ScriptCall{&kSlidingCounterScript,
+                           {uniq ? "u:{a}" : "e:{a}", "e:{a}:w"},
+                           {std::to_string(now), op, "20000", arg, "id" + std::to_string(i)}};
+       }},
+      {"time_probe", false, [](std::mt19937&, std::int64_t, int) { return ScriptCall{&kTimeProbeScript, {}, {}}; },
+       true},
+  };
+  return cases;
+}
+
+std::vector<const ParityCase*> cases_of(const Script& s) {
+  std::vector<const ParityCase*> out;
+  for (const auto& c : parity_cases()) {
+    if (c.name == s.name) out.push_back(&c);
+  }
+  return out;
+}
+
+// A script added to the registry without twins or without a parity case fails here.
+TEST(ScriptRegistry, EveryScriptHasItsTwinsAndParityCases) {
+  std::set<std::string_view> names;
+  for (const Script* s : all_scripts()) {
+    SCOPED_TRACE(std::string(s->name));
+    EXPECT_TRUE(names.insert(s->name).second) << "registered twice";
+    EXPECT_FALSE(s->source.empty());
+    EXPECT_EQ(s->sha1.size(), 40u);
+    EXPECT_NE(s->native, nullptr) << "no native twin for the memory store";
+    bool text = false, typed = false;
+    for (const ParityCase* c : cases_of(*s)) (c->typed ? typed : text) = true;
+    EXPECT_TRUE(text) << "no parity case for its text twin: add one to parity_cases()";
+    if (s->typed != nullptr) {
+      EXPECT_TRUE(typed) << "no parity case for its typed twin: add one to parity_cases()";
+    }
+  }
+  for (const auto& c : parity_cases()) EXPECT_TRUE(names.count(c.name)) << c.name << " is not in all_scripts()";
+}
+
+void expect_same_shape(const Reply& a, const Reply& b, const std::string& what) {
+  EXPECT_EQ(a.is_error(), b.is_error()) << what << ": redis '" << a.str << "' memory '" << b.str << "'";
+  EXPECT_EQ(a.elements.size(), b.elements.size()) << what;
+}
+
+// Every registered script gives the same replies from its Lua text on Redis and from its
+// twins on the memory store, over random calls with explicit times.
+TEST_F(LuaTwinTest, EveryScriptMatchesItsTwins) {
   std::mt19937 rng(3);
   std::int64_t now = kT0;
+  for (int i = 0; i < 400; ++i) {
+    now += static_cast<std::int64_t>(rng() % 3000);
+    for (const Script* s : all_scripts()) {
+      const auto cases = cases_of(*s);
+      if (cases.empty()) ADD_FAILURE() << s->name << " has no parity case";
+      for (const ParityCase* c : cases) {
+        ScriptCall call = c->make(rng, now, i);
+        ScriptCall text = call;
+        std::vector<std::string> scratch;
+        text.args = call.argv(scratch);
+        text.typed.reset();
+        const std::string what = std::string(s->name) + (c->typed ? " (typed) " : " ") + std::to_string(i);
+        Reply r = redis_->execute_one(text);
+        Reply m = memory_->execute_one(call);
+        if (call.typed && m.type == Reply::Type::Status && m.str == kAnsweredInPlace) {
+          auto answer = call.typed->answer();  // the typed twin answered in place
+          ASSERT_TRUE(answer) << what;
+          m = *answer;
+        }
+        if (c->shape_only) {
+          expect_same_shape(r, m, what);
+        } else {
+          expect_same(r, m, what);
+        }
+        if (::testing::Test::HasFailure()) return;  // one mismatch is enough to read
+      }
+    }
+  }
+  // Wrong types: both answer WRONGTYPE.
   auto both = [&](const Script* s, std::vector<std::string> keys, std::vector<std::string> args, const std::string& what) {
     expect_same(redis_->execute_one(ScriptCall{s, keys, args}), memory_->execute_one(ScriptCall{s, keys, args}), what);
   };
-  for (int i = 0; i < 400; ++i) {
-    now += static_cast<std::int64_t>(rng() % 3000);
-    const std::string t = std::to_string(now);
-    const std::string cost = std::to_string(1 + rng() % 3);
-    const std::string mode = rng() % 4 == 0 ? "test" : "hit";
-    const std::string id = "id" + std::to_string(i);
-    both(&kSlidingLogScript, {"sw:{a}:1", "sw:{a}:2"}, {t, mode, cost, id, "5", "10000", "9", "60000"}, "log " + std::to_string(i));
-    both(&kSlidingApproxScript, {"swa:{a}:1", "swa:{a}:2"}, {t, mode, cost, "6", "2500", "4", "9", "60000", "1"},
-         "approx " + std::to_string(i));
-    both(&kTokenBucketScript, {"tb:{a}"}, {t, mode, cost, "5", "10000", "8"}, "tb " + std::to_string(i));
-    both(&kGcraScript, {"gcra:{a}"}, {std::to_string(now * 1000), mode, cost, "2000000", "8"}, "gcra " + std::to_string(i));
-    const char* ops[] = {"acquire", "test", "release"};
-    both(&kConcurrencyScript, {"cc:{a}"}, {t, ops[rng() % 3], "3", "7000", "l" + std::to_string(rng() % 5), cost},
-         "cc " + std::to_string(i));
-    const char* sops[] = {"add", "count", "unique", "count-unique"};
-    const std::string op = sops[rng() % 4];
-    both(&kSlidingCounterScript, {op == "unique" || op == "count-unique" ? "u:{a}" : "e:{a}", "e:{a}:w"},
-         {t, op, "20000", op == "add" ? std::to_string(1 + rng() % 4) : "item" + std::to_string(rng() % 6), id},
-         "counter " + std::to_string(i));
-  }
-  // Wrong types: both answer WRONGTYPE.
   rctest::run(*redis_, {"SET", "str", "x"});
   rctest::run(*memory_, {"SET", "str", "x"});
   both(&kSlidingLogScript, {"str"}, {"1", "hit", "1", "id", "5", "1000"}, "wrongtype log");

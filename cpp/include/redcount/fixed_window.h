@@ -12,6 +12,11 @@
 // increment. With OnError::Queue, transient failures park the increment in a bounded
 // retry queue that a background thread drains with exponential backoff and jitter.
 //
+// Every method is also an operation (see operation.h): make_incr(...) returns an
+// Op<std::int64_t> that any driver can run, e.g. run_async for asyncio. The operations
+// share the counter's retry queue and stay valid after the counter is destroyed (an
+// increment that would need the queue then raises, as after close()).
+//
 // Thread-safe.
 #pragma once
 
@@ -27,6 +32,7 @@
 #include <utility>
 #include <vector>
 
+#include "redcount/operation.h"
 #include "redcount/store.h"
 #include "redcount/window.h"
 
@@ -89,6 +95,16 @@ class FixedWindowCounter {
   std::vector<std::int64_t> get_many(const std::vector<std::string>& keys);
   // Milliseconds until the current window's key expires; -2 absent, -1 no TTL.
   std::int64_t pttl(std::string_view key);
+
+  // The same as operations; the window is chosen when the factory is called.
+  std::shared_ptr<Op<std::int64_t>> make_incr(std::string_view key, std::int64_t amount,
+                                              std::string_view request_id = {});
+  std::shared_ptr<Op<std::vector<std::int64_t>>> make_incr_many(
+      const std::vector<std::pair<std::string, std::int64_t>>& items);
+  std::shared_ptr<Op<std::int64_t>> make_get(std::string_view key);
+  std::shared_ptr<Op<std::vector<std::int64_t>>> make_get_many(const std::vector<std::string>& keys);
+  std::shared_ptr<Op<std::int64_t>> make_pttl(std::string_view key);
+
   std::string storage_key(std::string_view key) const;
   WindowPos window(std::string_view key) const;
 
@@ -100,41 +116,13 @@ class FixedWindowCounter {
   // Flushes within `timeout`, then stops the retry thread. Later incr calls raise.
   std::size_t close(std::optional<std::chrono::milliseconds> timeout);
 
-  const FixedWindowOptions& options() const noexcept { return options_; }
-  const std::shared_ptr<Store>& store() const noexcept { return store_; }
+  const FixedWindowOptions& options() const noexcept;
+  const std::shared_ptr<Store>& store() const noexcept;
+
+  struct Core;  // the state operations share with the counter (fixed_window.cpp)
 
  private:
-  struct Queued {
-    WindowedIncrement inc;
-    std::chrono::steady_clock::time_point due;
-    std::chrono::milliseconds backoff;
-  };
-
-  WindowedIncrement resolve(std::string_view key, std::int64_t amount, std::string_view request_id,
-                            std::int64_t now) const;
-  // Sends the increments; returns per-item results (count, or error reply text).
-  std::vector<Reply> send(const std::vector<WindowedIncrement>& items);
-  // Sends, then queues or raises per on_error; the counts (0 for a queued item).
-  std::vector<std::int64_t> apply(std::vector<WindowedIncrement> items);
-  std::vector<Reply> send_commands(const std::vector<WindowedIncrement>& items);
-  void enqueue(std::vector<WindowedIncrement> items, const std::string& error);
-  void retry_loop();
-  void retry_due_once(bool everything);
-
-  std::shared_ptr<Store> store_;
-  FixedWindowOptions options_;
-  WindowSpec spec_;
-
-  mutable std::mutex mu_;
-  std::condition_variable cv_;        // wakes the retry thread
-  std::condition_variable drained_;   // wakes flush() waiters
-  std::deque<Queued> queue_;
-  std::size_t in_flight_ = 0;         // taken off the queue by a retry attempt
-  RetryStats stats_;
-  bool stopping_ = false;
-  bool closed_ = false;
-  bool flush_now_ = false;
-  std::thread retry_thread_;
+  std::shared_ptr<Core> core_;
 };
 
 // Sums per-item script/command replies into counts, or throws for a failed item.

@@ -13,6 +13,9 @@
 //   gcra                   generic cell rate algorithm: one timestamp per key
 //   concurrency            at most N leases in flight per key (acquire/release)
 //
+// Every method is also an operation (see operation.h): make_hit(...) returns an
+// Op<Decision> that any driver can run; the method is `run(*store, *make_hit(...))`.
+//
 // Thread-safe.
 #pragma once
 
@@ -22,9 +25,11 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "redcount/limits.h"
+#include "redcount/operation.h"
 #include "redcount/store.h"
 #include "redcount/time_source.h"
 
@@ -74,26 +79,56 @@ class LimiterStrategy {
  public:
   virtual ~LimiterStrategy() = default;
   virtual std::string_view name() const noexcept = 0;
-  // Charges `cost` against every limit if all of them allow it.
-  virtual Decision hit(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) = 0;
+  // Charges `cost` against every limit if all of them allow it. (The synchronous methods
+  // run the make_ operation; a strategy may override them to run the same operation
+  // without copying its arguments.)
+  virtual Decision hit(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) {
+    return run(*store_, *make_hit(limits, key, cost));
+  }
   // Whether hit() would allow it now, without charging anything.
-  virtual Decision test(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) = 0;
-  virtual std::vector<LimitStats> stats(const std::vector<RateLimit>& limits, std::string_view key) = 0;
+  virtual Decision test(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) {
+    return run(*store_, *make_test(limits, key, cost));
+  }
+  std::vector<LimitStats> stats(const std::vector<RateLimit>& limits, std::string_view key) {
+    return run(*store_, *make_stats(limits, key));
+  }
   // Forgets the key's current state under these limits.
-  virtual void reset(const std::vector<RateLimit>& limits, std::string_view key) = 0;
+  void reset(const std::vector<RateLimit>& limits, std::string_view key) { run(*store_, *make_reset(limits, key)); }
 
   // The concurrency strategy only (others throw InvalidArgument): takes one of at most
   // `max_in_flight` slots of `key` for up to `lease_timeout_ms`, or nullopt when all are
   // taken. release() frees it: true when the lease was still held, false when it had
   // already expired; a second release of the same lease throws InvalidArgument.
-  virtual std::optional<Lease> acquire(std::int64_t max_in_flight, std::string_view key,
-                                       std::int64_t lease_timeout_ms);
-  virtual bool release(const Lease& lease);
+  std::optional<Lease> acquire(std::int64_t max_in_flight, std::string_view key, std::int64_t lease_timeout_ms) {
+    return run(*store_, *make_acquire(max_in_flight, key, lease_timeout_ms));
+  }
+  bool release(const Lease& lease) { return run(*store_, *make_release(lease)); }
   // Leases of `key` in flight now (concurrency strategy only).
-  virtual std::int64_t in_flight(std::string_view key);
+  std::int64_t in_flight(std::string_view key) { return run(*store_, *make_in_flight(key)); }
+
+  // The same as operations (operation.h): validated here, nothing sent until run. Each
+  // owns copies of the limits and the key. make_release marks the lease released at once,
+  // so a second make_release of it throws.
+  virtual std::shared_ptr<Op<Decision>> make_hit(const std::vector<RateLimit>& limits, std::string_view key,
+                                                 std::int64_t cost) = 0;
+  virtual std::shared_ptr<Op<Decision>> make_test(const std::vector<RateLimit>& limits, std::string_view key,
+                                                  std::int64_t cost) = 0;
+  virtual std::shared_ptr<Op<std::vector<LimitStats>>> make_stats(const std::vector<RateLimit>& limits,
+                                                                  std::string_view key) = 0;
+  virtual std::shared_ptr<Op<std::monostate>> make_reset(const std::vector<RateLimit>& limits,
+                                                         std::string_view key) = 0;
+  virtual std::shared_ptr<Op<std::optional<Lease>>> make_acquire(std::int64_t max_in_flight, std::string_view key,
+                                                                 std::int64_t lease_timeout_ms);
+  virtual std::shared_ptr<Op<bool>> make_release(const Lease& lease);
+  virtual std::shared_ptr<Op<std::int64_t>> make_in_flight(std::string_view key);
 
   // The time source's mode in force ("client", "server" or "server-offset").
   virtual ClockMode clock() const noexcept = 0;
+  const std::shared_ptr<Store>& store() const noexcept { return store_; }
+
+ protected:
+  explicit LimiterStrategy(std::shared_ptr<Store> store) : store_(std::move(store)) {}
+  std::shared_ptr<Store> store_;
 };
 
 // Throws InvalidArgument for an unknown name, listing the known ones, or a bad option.

@@ -11,7 +11,8 @@
 //   server   PING, TIME
 // A command on a key of the wrong type fails with Redis's WRONGTYPE error, and a sorted
 // set or hash that loses its last member is deleted with its TTL. Scripts run through
-// their native twins (see `Keyspace`) under the same lock, so a script is as atomic here
+// their native twins (see `Keyspace`, and `Script::typed` for calls that carry typed
+// arguments) under the same lock, so a script is as atomic here
 // as it is on Redis.
 //
 // Expiry is real: a key past its deadline is invisible at once (lazy expiry) and a
@@ -20,6 +21,11 @@
 //   MemoryStore store;
 //   store.execute_one(Command{{"SET", "k", "0", "NX", "PX", "1000"}});
 //   store.execute_one(Command{{"ZADD", "z", "1.5", "a"}});
+//
+// Layout: this class (cpp/src/memory_store.cpp: locking, expiry sweep, dispatch of a
+// batch); its keyspace (cpp/src/memory/keyspace.h); its command interpreter
+// (cpp/src/memory/commands.cpp); the scripts' native twins sit next to the strategies that
+// send them (see all_scripts()).
 //
 // Thread-safe: one mutex guards the keyspace; no I/O happens under it.
 #pragma once
@@ -53,13 +59,12 @@ class MemoryStore final : public Store {
   MemoryStore& operator=(const MemoryStore&) = delete;
 
   std::vector<Reply> execute(const std::vector<Request>& batch) override;
-  // Runs fn(keyspace, ctx) under the store's lock with the clock frozen, like one script
-  // call: the typed fast path of counters and limiters, with no arguments formatted as
-  // text and no reply to parse. Errors fn throws (ReplyError included) propagate.
-  void atomically(void (*fn)(Keyspace& ks, void* ctx), void* ctx);
   std::int64_t now_ms() const override { return clock_->now_ms(); }
   std::string describe() const override { return "memory://"; }
   bool is_memory() const noexcept override { return true; }
+  // Script calls with typed arguments go to the script's typed twin, if it has one.
+  bool accepts_typed_args() const noexcept override { return true; }
+  bool server_clock_is_local() const noexcept override { return true; }
   void close() override;
 
   // Live keys plus expired keys not yet swept (for tests and stats).
@@ -103,6 +108,7 @@ class MemoryStore final : public Store {
   };
   class Ops;  // the Keyspace implementation, valid while the lock is held
 
+  Reply run_request(Ops& ops, const Request& req);
   Reply run_command(Ops& ops, const std::vector<std::string>& args);
   // The Z* and H* commands; nullopt when `cmd` is none of them.
   std::optional<Reply> run_zset_command(Ops& ops, const std::string& cmd, const std::vector<std::string>& args);

@@ -15,6 +15,18 @@
 //
 // Neither step knows which store runs it: the memory store and Redis get the same
 // requests. Operations are used by one driver at a time (not thread-safe themselves).
+//
+// Naming: every public operation is built by a factory named `make_<method>` after the
+// synchronous method it backs, with the same arguments, and the method is
+// `return run(*store_, *make_<method>(...))`:
+//   FixedWindowCounter    make_incr, make_incr_many, make_get, make_get_many, make_pttl
+//   LimiterStrategy       make_hit, make_test, make_stats, make_reset, make_acquire,
+//                         make_release, make_in_flight
+//   SlidingWindowCounter  make_add, make_count, make_add_unique, make_count_unique, make_clear
+// Factories validate their input (InvalidArgument) before anything is sent, may be called
+// from any thread, and return an operation that owns copies of everything it needs, so it
+// may outlive the caller's stack frame and the object that made it. An operation with no
+// result value is an Op<std::monostate>.
 #pragma once
 
 #include <exception>
@@ -70,6 +82,29 @@ class CommandsOp final : public Op<std::vector<Reply>> {
  private:
   std::vector<Request> batch_;
 };
+
+// One batch, then `finish(std::vector<Reply>&&) -> T` on its replies: the shape of most
+// reads (GET, PTTL, DEL). `finish` is stored in the operation, so it must own what it
+// captures.
+template <class T, class Finish>
+class BatchOp final : public Op<T> {
+ public:
+  BatchOp(std::vector<Request> batch, Finish finish) : batch_(std::move(batch)), finish_(std::move(finish)) {}
+  std::vector<Request> prepare() override { return std::move(batch_); }
+  std::vector<Request> finish(std::vector<Reply> replies) override {
+    this->complete(finish_(std::move(replies)));
+    return {};
+  }
+
+ private:
+  std::vector<Request> batch_;
+  Finish finish_;
+};
+
+template <class T, class Finish>
+std::shared_ptr<Op<T>> make_batch_op(std::vector<Request> batch, Finish finish) {
+  return std::make_shared<BatchOp<T, Finish>>(std::move(batch), std::move(finish));
+}
 
 // Runs `op` to completion on `store`, blocking the calling thread.
 void run_operation(Store& store, Operation& op);

@@ -47,6 +47,8 @@ class RedisStore final : public Store {
   std::int64_t now_ms() const override { return options_.clock ? options_.clock->now_ms() : SystemClock().now_ms(); }
   std::string describe() const override;
   bool is_memory() const noexcept override { return false; }
+  // The RESP formatter renders ScriptCall::argv() itself.
+  bool accepts_typed_args() const noexcept override { return true; }
   void close() override;
 
   // Connections open right now (set up and usable).

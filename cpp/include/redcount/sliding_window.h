@@ -15,6 +15,7 @@
 //   <prefix>:<name>:{<key>}:<window_ms>:uniq    sorted set of items, score = last seen
 // Every write runs one script (sliding_counter.lua; native twin on the memory store) that
 // trims what left the window, adds, sets the key's TTL to the window and returns the count.
+// Each method is also an operation (operation.h): make_add(key, amount) and so on.
 //
 // Thread-safe.
 #pragma once
@@ -23,7 +24,11 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <variant>
+#include <vector>
 
+#include "redcount/bounds.h"
+#include "redcount/operation.h"
 #include "redcount/store.h"
 #include "redcount/time_source.h"
 
@@ -31,8 +36,6 @@ namespace redcount {
 
 extern const Script kSlidingCounterScript;
 
-// The largest amount one add() may carry; sums stay exact in Lua's doubles.
-inline constexpr std::int64_t kMaxSlidingAmount = std::int64_t{1} << 32;
 
 class SlidingWindowCounter {
  public:
@@ -48,6 +51,13 @@ class SlidingWindowCounter {
   // Forgets the key's events and items.
   void clear(std::string_view key);
 
+  // The same as operations (validated here; nothing sent until run).
+  std::shared_ptr<Op<std::int64_t>> make_add(std::string_view key, std::int64_t amount = 1);
+  std::shared_ptr<Op<std::int64_t>> make_count(std::string_view key);
+  std::shared_ptr<Op<std::int64_t>> make_add_unique(std::string_view key, std::string_view item);
+  std::shared_ptr<Op<std::int64_t>> make_count_unique(std::string_view key);
+  std::shared_ptr<Op<std::monostate>> make_clear(std::string_view key);
+
   std::string events_key(std::string_view key) const;
   std::string weight_key(std::string_view key) const;
   std::string unique_key(std::string_view key) const;
@@ -59,7 +69,7 @@ class SlidingWindowCounter {
   const std::shared_ptr<Store>& store() const noexcept { return store_; }
 
  private:
-  std::int64_t run(const char* op, std::vector<std::string> keys, std::string arg);
+  std::shared_ptr<Op<std::int64_t>> script_op(const char* op, std::vector<std::string> keys, std::string arg);
 
   std::shared_ptr<Store> store_;
   std::string name_;

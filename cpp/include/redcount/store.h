@@ -32,27 +32,37 @@ namespace redcount {
 
 class Keyspace;
 
-// A Lua script with a native twin for the memory store. Both must have the same
+// A script call's arguments in typed form. The memory store's twins may read them as
+// they are (no text to format or parse); a network store renders them as ARGV text.
+//
+// A typed twin may answer in place: it leaves its result in the arguments object and
+// replies Status "ANSWERED" (kAnsweredInPlace), sparing the caller an array reply it
+// would only take apart again; answer() then gives the reply it stands for.
+struct ScriptArgs {
+  virtual ~ScriptArgs() = default;
+  virtual std::vector<std::string> render() const = 0;
+  virtual std::optional<Reply> answer() const { return std::nullopt; }
+};
+inline constexpr std::string_view kAnsweredInPlace = "ANSWERED";
+
+// A Lua script with native twins for the memory store. All must have the same
 // semantics; the Lua text is what Redis runs, `native` is what the memory store runs
-// under its lock. The SHA1 is computed at build time from the embedded Lua text.
+// under its lock for a call with text ARGV, and `typed` (optional) for a call that carries
+// `ScriptCall::typed`, which is then always the ScriptArgs type made for this script. The
+// SHA1 is computed at build time from the embedded Lua text.
 struct Script {
   using Native = Reply (*)(Keyspace& ks, const std::vector<std::string>& keys,
                            const std::vector<std::string>& args);
+  using Typed = Reply (*)(Keyspace& ks, const std::vector<std::string>& keys, const ScriptArgs& args);
   std::string_view name;
   std::string_view source;
   std::string_view sha1;
   Native native;
+  Typed typed = nullptr;
 };
 
 struct Command {
   std::vector<std::string> args;
-};
-
-// A script call's arguments in typed form. The memory store's twins may read them as
-// they are (no text to format or parse); a network store renders them as ARGV text.
-struct ScriptArgs {
-  virtual ~ScriptArgs() = default;
-  virtual std::vector<std::string> render() const = 0;
 };
 
 struct ScriptCall {
@@ -159,6 +169,13 @@ class Store {
 
   // Milliseconds since the epoch as this store's clients should see them.
   virtual std::int64_t now_ms() const = 0;
+  // True when execute()/submit() handle ScriptCall::typed themselves (a twin reads it, or
+  // the store formats argv()). For other stores the drivers (run, run_async) render typed
+  // arguments to text first.
+  virtual bool accepts_typed_args() const noexcept { return false; }
+  // True when now_ms() is the server's own clock (an in-process store): clients then
+  // need no measured offset to the server's time.
+  virtual bool server_clock_is_local() const noexcept { return false; }
   // "memory://" or "redis://host:port/db" (never the password).
   virtual std::string describe() const = 0;
   virtual bool is_memory() const noexcept = 0;

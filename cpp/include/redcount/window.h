@@ -13,6 +13,8 @@
 #include <string>
 #include <string_view>
 
+#include "redcount/keys.h"
+
 namespace redcount {
 
 inline constexpr std::size_t kMaxKeyBytes = 1024;
@@ -49,11 +51,6 @@ void validate_request_id(std::string_view id);
 void validate_name(std::string_view name, const char* what);
 bool is_valid_utf8(std::string_view s) noexcept;
 
-// "<prefix>:<name>:{<key>}:<window_ms>:<index>". The {key} hash tag keeps every key
-// of one business key (all windows, request ids, limits) in one Cluster slot.
-std::string window_key(std::string_view prefix, std::string_view name, std::string_view key,
-                       std::int64_t window_ms, std::int64_t index);
-// The request-id key of an increment: "<window key>:rid:<request_id>".
-std::string request_id_key(std::string_view window_key, std::string_view request_id);
+// Storage keys (window_key, request_id_key...) are built in keys.h.
 
 }  // namespace redcount

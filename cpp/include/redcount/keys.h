@@ -1,0 +1,47 @@
+// Every storage key redcount writes, built in one place, with the hash-tag policy.
+//
+//   std::string k = window_key("redcount", "views", "user:42", 3'600'000, 472'224);
+//   // "redcount:views:{user:42}:3600000:472224"
+//
+// Hash tags: the business key goes inside {braces} in every key that belongs to it (its
+// windows, request ids, limiter state, sliding logs), so on Redis Cluster all of them
+// share one slot and one script call may touch them together. That is also why prefixes
+// and names may not contain '{' or '}' (validate_name). A user key may contain braces:
+// Redis takes the first '{' ... first '}' after it, and every key of that business key
+// is built the same way, so they still share a slot.
+//
+// Layouts:
+//   counter window        <prefix>:<name>:{<key>}:<window_ms>:<index>
+//   request id            <window key>:rid:<request_id>
+//   fixed-window limiter  <prefix>:fw:<amount>:{<key>}:<window_ms>:<index>
+//   other limiters        <prefix>:<kind>:<amount><extra>:{<key>}:<window_ms>
+//                         (kind sw, swa<k>, tb, gcra; extra ":<capacity>" for the buckets)
+//   concurrency           <prefix>:cc:{<key>}
+//   sliding counter       <prefix>:<name>:{<key>}:<window_ms>:log | :log:w | :uniq
+//
+// Pure functions; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace redcount {
+
+// "{<key>}": the hash tag of a business key.
+std::string hash_tag(std::string_view key);
+
+std::string window_key(std::string_view prefix, std::string_view name, std::string_view key,
+                       std::int64_t window_ms, std::int64_t index);
+std::string request_id_key(std::string_view window_key, std::string_view request_id);
+std::string fixed_window_limiter_key(std::string_view prefix, std::int64_t amount, std::string_view key,
+                                     std::int64_t window_ms, std::int64_t index);
+// Built with one allocation: it is on every limiter hit.
+std::string limiter_key(std::string_view prefix, std::string_view kind, std::int64_t amount,
+                        std::string_view extra, std::string_view key, std::int64_t window_ms);
+std::string concurrency_key(std::string_view prefix, std::string_view key);
+// `suffix` is "log", "log:w" or "uniq".
+std::string sliding_counter_key(std::string_view prefix, std::string_view name, std::string_view key,
+                                std::int64_t window_ms, std::string_view suffix);
+
+}  // namespace redcount

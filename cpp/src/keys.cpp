@@ -1,0 +1,77 @@
+#include "redcount/keys.h"
+
+#include <charconv>
+
+namespace redcount {
+namespace {
+
+// Decimal digits of v, without a temporary string.
+struct Digits {
+  explicit Digits(std::int64_t v) : n(static_cast<std::size_t>(std::to_chars(buf, buf + sizeof buf, v).ptr - buf)) {}
+  std::string_view view() const { return {buf, n}; }
+  char buf[24];
+  std::size_t n;
+};
+
+}  // namespace
+
+std::string hash_tag(std::string_view key) {
+  std::string out;
+  out.reserve(key.size() + 2);
+  out.append("{").append(key).append("}");
+  return out;
+}
+
+std::string window_key(std::string_view prefix, std::string_view name, std::string_view key,
+                       std::int64_t window_ms, std::int64_t index) {
+  const Digits w(window_ms), i(index);
+  std::string out;
+  out.reserve(prefix.size() + name.size() + key.size() + w.n + i.n + 6);
+  out.append(prefix).append(":").append(name).append(":{").append(key).append("}:");
+  out.append(w.view()).append(":").append(i.view());
+  return out;
+}
+
+std::string request_id_key(std::string_view window_key, std::string_view request_id) {
+  std::string out;
+  out.reserve(window_key.size() + request_id.size() + 5);
+  out.append(window_key).append(":rid:").append(request_id);
+  return out;
+}
+
+std::string fixed_window_limiter_key(std::string_view prefix, std::int64_t amount, std::string_view key,
+                                     std::int64_t window_ms, std::int64_t index) {
+  const Digits a(amount);
+  std::string kind("fw:");
+  kind.append(a.view());
+  return window_key(prefix, kind, key, window_ms, index);
+}
+
+std::string limiter_key(std::string_view prefix, std::string_view kind, std::int64_t amount, std::string_view extra,
+                        std::string_view key, std::int64_t window_ms) {
+  const Digits a(amount), w(window_ms);
+  std::string out;
+  out.reserve(prefix.size() + kind.size() + extra.size() + key.size() + a.n + w.n + 8);
+  out.append(prefix).append(":").append(kind).append(":").append(a.view());
+  out.append(extra).append(":{").append(key).append("}:").append(w.view());
+  return out;
+}
+
+std::string concurrency_key(std::string_view prefix, std::string_view key) {
+  std::string out;
+  out.reserve(prefix.size() + key.size() + 6);
+  out.append(prefix).append(":cc:{").append(key).append("}");
+  return out;
+}
+
+std::string sliding_counter_key(std::string_view prefix, std::string_view name, std::string_view key,
+                                std::int64_t window_ms, std::string_view suffix) {
+  const Digits w(window_ms);
+  std::string out;
+  out.reserve(prefix.size() + name.size() + key.size() + w.n + suffix.size() + 7);
+  out.append(prefix).append(":").append(name).append(":{").append(key).append("}:");
+  out.append(w.view()).append(":").append(suffix);
+  return out;
+}
+
+}  // namespace redcount

@@ -1,0 +1,489 @@
+// The memory store's command interpreter: the commands redcount sends (GET, SET NX PXAT,
+// INCRBY, PTTL, PEXPIREAT, DEL, TIME, the sorted-set and hash commands its strategies use)
+// plus the debugging subset listed in memory_store.h, parsed as Redis parses them and run
+// on the keyspace (memory/keyspace.h).
+//
+//   Reply r = run_command(ops, {"SET", "k", "0", "NX", "PXAT", "1700000000000"});
+//
+// Runs under the store's lock, like the keyspace.
+#include "redcount/memory_store.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <iterator>
+#include <limits>
+
+#include "redcount/errors.h"
+#include "redcount/util.h"
+#include "keyspace.h"
+
+namespace redcount {
+namespace {
+
+std::string upper(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return out;
+}
+
+Reply wrong_args(std::string_view cmd) {
+  return Reply::of_error("ERR wrong number of arguments for '" + ascii_lower(cmd) + "' command");
+}
+
+std::int64_t int64_arg(const std::string& s) {
+  auto v = parse_int64(s);
+  if (!v) throw ReplyError(kNotInteger);
+  return *v;
+}
+
+// A score as ZADD reads it (Redis string2d): strtod over the whole argument, no leading
+// space, no NaN, no overflow to infinity or underflow to zero ("inf" itself is fine).
+std::optional<double> parse_score(const std::string& s) {
+  if (s.empty() || std::isspace(static_cast<unsigned char>(s[0]))) return std::nullopt;
+  errno = 0;
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (end != s.c_str() + s.size() || std::isnan(v)) return std::nullopt;
+  if (errno == ERANGE && (std::isinf(v) || v == 0.0)) return std::nullopt;
+  return v;
+}
+
+// A score interval of ZCOUNT, ZRANGEBYSCORE and ZREMRANGEBYSCORE.
+// One end of a score range as Redis reads it (zslParseRange): an optional '(' for an
+// exclusive end, then strtod up to the first NUL. That is laxer than ZADD: leading
+// space and overflow to +-inf pass, and an empty bound reads as 0.
+bool parse_bound(const std::string& s, double& value, bool& exclusive) {
+  const char* p = s.c_str();
+  exclusive = *p == '(';
+  if (exclusive) ++p;
+  char* end = nullptr;
+  value = std::strtod(p, &end);
+  return *end == '\0' && !std::isnan(value);
+}
+
+MemoryScoreRange parse_range(const std::string& min, const std::string& max) {
+  MemoryScoreRange r;
+  if (!parse_bound(min, r.min, r.minex) || !parse_bound(max, r.max, r.maxex)) throw ReplyError(kBadRange);
+  return r;
+}
+
+// A score in a reply, as Redis 7.0 writes one over RESP2 (addReplyDouble: "%.17g", with
+// infinities spelled "inf" and "-inf").
+std::string format_score(double d) {
+  if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
+  char buf[40];
+  const int len = std::snprintf(buf, sizeof buf, "%.17g", d);
+  return std::string(buf, static_cast<std::size_t>(len));
+}
+
+Reply scored_members_reply(std::vector<Keyspace::ScoredMember> items, bool withscores) {
+  std::vector<Reply> out;
+  out.reserve(items.size() * (withscores ? 2 : 1));
+  for (auto& [member, score] : items) {
+    out.push_back(Reply::of_string(std::move(member)));
+    if (withscores) out.push_back(Reply::of_string(format_score(score)));
+  }
+  return Reply::of_array(std::move(out));
+}
+
+// Redis-style glob matching for KEYS: * ? [abc] [^a] [a-z] and \ escapes.
+bool glob_match(std::string_view p, std::string_view s) {
+  std::size_t pi = 0, si = 0, star_p = std::string_view::npos, star_s = 0;
+  auto match_class = [&](std::size_t& i, char c) {
+    // p[i] == '['; returns whether c matches and leaves i after ']'.
+    ++i;
+    bool negate = i < p.size() && p[i] == '^';
+    if (negate) ++i;
+    bool hit = false;
+    while (i < p.size() && p[i] != ']') {
+      if (p[i] == '\\' && i + 1 < p.size()) {
+        ++i;
+        hit |= p[i] == c;
+      } else if (i + 2 < p.size() && p[i + 1] == '-' && p[i + 2] != ']') {
+        char lo = std::min(p[i], p[i + 2]), hi = std::max(p[i], p[i + 2]);
+        hit |= c >= lo && c <= hi;
+        i += 2;
+      } else {
+        hit |= p[i] == c;
+      }
+      ++i;
+    }
+    if (i < p.size()) ++i;  // skip ']'
+    return negate ? !hit : hit;
+  };
+  while (si < s.size()) {
+    if (pi < p.size() && p[pi] == '*') {
+      star_p = pi++;
+      star_s = si;
+      continue;
+    }
+    if (pi < p.size()) {
+      std::size_t next = pi;
+      bool ok = false;
+      if (p[pi] == '?') {
+        ok = true;
+        next = pi + 1;
+      } else if (p[pi] == '[') {
+        ok = match_class(next, s[si]);
+      } else if (p[pi] == '\\' && pi + 1 < p.size()) {
+        ok = p[pi + 1] == s[si];
+        next = pi + 2;
+      } else {
+        ok = p[pi] == s[si];
+        next = pi + 1;
+      }
+      if (ok) {
+        pi = next;
+        ++si;
+        continue;
+      }
+    }
+    if (star_p == std::string_view::npos) return false;
+    pi = star_p + 1;
+    si = ++star_s;
+  }
+  while (pi < p.size() && p[pi] == '*') ++pi;
+  return pi == p.size();
+}
+
+}  // namespace
+
+Reply MemoryStore::run_command(Ops& ops, const std::vector<std::string>& args) {
+  if (args.empty()) return Reply::of_error("ERR empty command");
+  const std::string cmd = upper(args[0]);
+  const std::size_t n = args.size();
+  auto int_arg = [&](std::size_t i) -> std::int64_t {
+    auto v = parse_int64(args[i]);
+    if (!v) throw ReplyError(kNotInteger);
+    return *v;
+  };
+
+  if (cmd == "PING") {
+    if (n == 1) return Reply::of_status("PONG");
+    if (n == 2) return Reply::of_string(args[1]);
+    return wrong_args(cmd);
+  }
+  if (cmd == "TIME") {
+    if (n != 1) return wrong_args(cmd);
+    const std::int64_t now = ops.now_ms();
+    return Reply::of_array({Reply::of_string(to_string(now / 1000)),
+                            Reply::of_string(to_string((now % 1000) * 1000))});
+  }
+  if (cmd == "GET") {
+    if (n != 2) return wrong_args(cmd);
+    auto v = ops.get(args[1]);
+    return v ? Reply::of_string(std::move(*v)) : Reply::nil();
+  }
+  if (cmd == "SET") {
+    if (n < 3) return wrong_args(cmd);
+    bool nx = false, xx = false, keepttl = false;
+    std::int64_t at = 0;
+    bool have_expiry = false;
+    for (std::size_t i = 3; i < n; ++i) {
+      const std::string opt = upper(args[i]);
+      if (opt == "NX" && !xx) {
+        nx = true;
+      } else if (opt == "XX" && !nx) {
+        xx = true;
+      } else if (opt == "KEEPTTL" && !have_expiry) {
+        keepttl = true;
+      } else if ((opt == "EX" || opt == "PX" || opt == "EXAT" || opt == "PXAT") && !have_expiry &&
+                 !keepttl && i + 1 < n) {
+        std::int64_t v = int_arg(++i);
+        const bool seconds = opt == "EX" || opt == "EXAT";
+        if (v <= 0 || (seconds && v > std::numeric_limits<std::int64_t>::max() / 1000)) {
+          return Reply::of_error("ERR invalid expire time in 'set' command");
+        }
+        if (seconds) v *= 1000;
+        if (opt == "EX" || opt == "PX") {
+          if (v > std::numeric_limits<std::int64_t>::max() - ops.now_ms()) {
+            return Reply::of_error("ERR invalid expire time in 'set' command");
+          }
+          v += ops.now_ms();
+        }
+        at = v;
+        have_expiry = true;
+      } else {
+        return Reply::of_error(kSyntax);
+      }
+    }
+    return ops.set(args[1], args[2], nx, xx, at, keepttl) ? Reply::of_status("OK") : Reply::nil();
+  }
+  if (cmd == "INCR" || cmd == "DECR") {
+    if (n != 2) return wrong_args(cmd);
+    return Reply::of_integer(ops.incrby(args[1], cmd == "INCR" ? 1 : -1));
+  }
+  if (cmd == "INCRBY" || cmd == "DECRBY") {
+    if (n != 3) return wrong_args(cmd);
+    std::int64_t amount = int_arg(2);
+    if (cmd == "DECRBY") {
+      if (amount == std::numeric_limits<std::int64_t>::min()) {
+        return Reply::of_error("ERR decrement would overflow");
+      }
+      amount = -amount;
+    }
+    return Reply::of_integer(ops.incrby(args[1], amount));
+  }
+  if (cmd == "DEL" || cmd == "UNLINK" || cmd == "EXISTS") {
+    if (n < 2) return wrong_args(cmd);
+    std::int64_t count = 0;
+    for (std::size_t i = 1; i < n; ++i) {
+      count += cmd == "EXISTS" ? (ops.find(args[i]) != nullptr) : ops.del(args[i]);
+    }
+    return Reply::of_integer(count);
+  }
+  if (cmd == "TYPE") {
+    if (n != 2) return wrong_args(cmd);
+    return Reply::of_status(ops.type_of(args[1]));
+  }
+  if (cmd == "PTTL" || cmd == "TTL") {
+    if (n != 2) return wrong_args(cmd);
+    std::int64_t ms = ops.pttl(args[1]);
+    if (ms < 0 || cmd == "PTTL") return Reply::of_integer(ms);
+    return Reply::of_integer((ms + 500) / 1000);  // Redis rounds TTL to the nearest second
+  }
+  if (cmd == "PEXPIREAT" || cmd == "PEXPIRE" || cmd == "EXPIREAT" || cmd == "EXPIRE") {
+    if (n < 3) return wrong_args(cmd);
+    std::int64_t v = int_arg(2);
+    const bool seconds = cmd == "EXPIREAT" || cmd == "EXPIRE";
+    const bool relative = cmd == "PEXPIRE" || cmd == "EXPIRE";
+    const std::int64_t lim = std::numeric_limits<std::int64_t>::max();
+    if (seconds && (v > lim / 1000 || v < -lim / 1000)) {
+      return Reply::of_error("ERR invalid expire time in '" + ascii_lower(cmd) + "' command");
+    }
+    if (seconds) v *= 1000;
+    if (relative) {
+      if ((v > 0 && v > lim - ops.now_ms())) {
+        return Reply::of_error("ERR invalid expire time in '" + ascii_lower(cmd) + "' command");
+      }
+      v += ops.now_ms();
+    }
+    bool nx = false, xx = false, gt = false, lt = false;
+    for (std::size_t i = 3; i < n; ++i) {
+      const std::string opt = upper(args[i]);
+      if (opt == "NX") nx = true;
+      else if (opt == "XX") xx = true;
+      else if (opt == "GT") gt = true;
+      else if (opt == "LT") lt = true;
+      else return Reply::of_error("ERR Unsupported option " + args[i]);
+    }
+    if (nx && (xx || gt || lt)) {
+      return Reply::of_error("ERR NX and XX, GT or LT options at the same time are not compatible");
+    }
+    if (gt && lt) return Reply::of_error("ERR GT and LT options at the same time are not compatible");
+    const std::int64_t cur = ops.pttl(args[1]);
+    if (cur == -2) return Reply::of_integer(0);
+    const bool has_ttl = cur >= 0;
+    const std::int64_t cur_at = has_ttl ? ops.now_ms() + cur : 0;
+    if (nx && has_ttl) return Reply::of_integer(0);
+    if (xx && !has_ttl) return Reply::of_integer(0);
+    if (gt && (!has_ttl || v <= cur_at)) return Reply::of_integer(0);  // no TTL counts as infinite
+    if (lt && has_ttl && v >= cur_at) return Reply::of_integer(0);
+    return Reply::of_integer(ops.pexpireat(args[1], v) ? 1 : 0);
+  }
+  if (cmd == "PERSIST") {
+    if (n != 2) return wrong_args(cmd);
+    return Reply::of_integer(ops.persist(args[1]) ? 1 : 0);
+  }
+  if (cmd == "DBSIZE") {
+    if (n != 1) return wrong_args(cmd);
+    std::int64_t live = 0;
+    for (auto& [k, e] : data_) live += (e.expire_at == 0 || e.expire_at > ops.now_ms());
+    return Reply::of_integer(live);
+  }
+  if (cmd == "KEYS") {
+    if (n != 2) return wrong_args(cmd);
+    std::vector<Reply> keys;
+    for (auto& [k, e] : data_) {
+      if ((e.expire_at == 0 || e.expire_at > ops.now_ms()) && glob_match(args[1], k)) {
+        keys.push_back(Reply::of_string(k));
+      }
+    }
+    return Reply::of_array(std::move(keys));
+  }
+  if (cmd == "FLUSHALL" || cmd == "FLUSHDB") {
+    ops.forget();
+    data_.clear();
+    expiry_.clear();
+    return Reply::of_status("OK");
+  }
+  if (!cmd.empty() && cmd[0] == 'Z') {
+    if (auto reply = run_zset_command(ops, cmd, args)) return std::move(*reply);
+  }
+  if (!cmd.empty() && cmd[0] == 'H') {
+    if (auto reply = run_hash_command(ops, cmd, args)) return std::move(*reply);
+  }
+  std::string shown;
+  for (std::size_t i = 1; i < n && i < 4; ++i) shown += "'" + args[i] + "' ";
+  return Reply::of_error("ERR unknown command '" + args[0] + "', with args beginning with: " + shown);
+}
+
+std::optional<Reply> MemoryStore::run_zset_command(Ops& ops, const std::string& cmd,
+                                                   const std::vector<std::string>& args) {
+  // Argument errors come before the key is looked at, in the order Redis reports them.
+  const std::size_t n = args.size();
+  if (cmd == "ZADD") {
+    if (n < 4) return wrong_args(cmd);
+    Ops::ZAddFlags f;
+    bool ch = false, incr = false;
+    std::size_t i = 2;
+    for (; i < n; ++i) {
+      const std::string opt = upper(args[i]);
+      if (opt == "NX") f.nx = true;
+      else if (opt == "XX") f.xx = true;
+      else if (opt == "GT") f.gt = true;
+      else if (opt == "LT") f.lt = true;
+      else if (opt == "CH") ch = true;
+      else if (opt == "INCR") incr = true;
+      else break;
+    }
+    const std::size_t pairs = (n - i) / 2;
+    if (i == n || (n - i) % 2 != 0) return Reply::of_error(kSyntax);
+    if (f.nx && f.xx) return Reply::of_error("ERR XX and NX options at the same time are not compatible");
+    if ((f.nx && (f.gt || f.lt)) || (f.gt && f.lt)) {
+      return Reply::of_error("ERR GT, LT, and/or NX options at the same time are not compatible");
+    }
+    if (incr && pairs > 1) return Reply::of_error("ERR INCR option supports a single increment-element pair");
+    if (incr) return Reply::of_error("ERR the memory:// store does not support ZADD INCR; use ZSCORE and ZADD");
+    std::vector<double> scores;
+    scores.reserve(pairs);
+    for (std::size_t j = i; j < n; j += 2) {
+      auto score = parse_score(args[j]);
+      if (!score) return Reply::of_error(kNotFloat);
+      scores.push_back(*score);
+    }
+    ZSet* z = ops.find_as<ZSet>(args[1]);
+    if (!z) {
+      if (f.xx) return Reply::of_integer(0);  // XX never creates the key
+      z = &ops.find_or_create<ZSet>(args[1]);
+    }
+    std::int64_t added = 0, rescored = 0;
+    for (std::size_t p = 0; p < pairs; ++p) {
+      switch (Ops::zset_add(*z, scores[p], args[i + 2 * p + 1], f)) {
+        case Ops::ZAdded::kAdded: ++added; break;
+        case Ops::ZAdded::kRescored: ++rescored; break;
+        case Ops::ZAdded::kNothing: break;
+      }
+    }
+    return Reply::of_integer(ch ? added + rescored : added);
+  }
+  if (cmd == "ZREM") {
+    if (n < 3) return wrong_args(cmd);
+    std::int64_t removed = 0;
+    for (std::size_t i = 2; i < n; ++i) removed += ops.zrem(args[1], args[i]);
+    return Reply::of_integer(removed);
+  }
+  if (cmd == "ZCARD") {
+    if (n != 2) return wrong_args(cmd);
+    return Reply::of_integer(ops.zcard(args[1]));
+  }
+  if (cmd == "ZSCORE") {
+    if (n != 3) return wrong_args(cmd);
+    auto score = ops.zscore(args[1], args[2]);
+    return score ? Reply::of_string(format_score(*score)) : Reply::nil();
+  }
+  if (cmd == "ZCOUNT") {
+    if (n != 4) return wrong_args(cmd);
+    return Reply::of_integer(ops.zcount(args[1], parse_range(args[2], args[3])));
+  }
+  if (cmd == "ZREMRANGEBYSCORE") {
+    if (n != 4) return wrong_args(cmd);
+    return Reply::of_integer(ops.zremrangebyscore(args[1], parse_range(args[2], args[3])));
+  }
+  if (cmd == "ZRANGE" || cmd == "ZRANGEBYSCORE") {
+    if (n < 4) return wrong_args(cmd);
+    const bool by_score = cmd == "ZRANGEBYSCORE";
+    bool withscores = false;
+    std::int64_t offset = 0, count = -1;
+    for (std::size_t i = 4; i < n; ++i) {
+      const std::string opt = upper(args[i]);
+      if (opt == "WITHSCORES") {
+        withscores = true;
+      } else if (opt == "LIMIT" && n - i > 2) {
+        offset = int64_arg(args[i + 1]);
+        count = int64_arg(args[i + 2]);
+        i += 2;
+      } else if (!by_score && (opt == "BYSCORE" || opt == "BYLEX" || opt == "REV")) {
+        return Reply::of_error("ERR syntax error, the memory:// store supports ZRANGE by rank only; "
+                               "use ZRANGEBYSCORE");
+      } else {
+        return Reply::of_error(kSyntax);
+      }
+    }
+    if (by_score) {
+      const MemoryScoreRange range = parse_range(args[2], args[3]);
+      return scored_members_reply(ops.zrangebyscore(args[1], range, offset, count), withscores);
+    }
+    if (count != -1) {  // Redis's own check, which lets "LIMIT x -1" through
+      return Reply::of_error("ERR syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX");
+    }
+    const std::int64_t start = int64_arg(args[2]);
+    const std::int64_t stop = int64_arg(args[3]);
+    return scored_members_reply(ops.zrange(args[1], start, stop), withscores);
+  }
+  return std::nullopt;
+}
+
+std::optional<Reply> MemoryStore::run_hash_command(Ops& ops, const std::string& cmd,
+                                                   const std::vector<std::string>& args) {
+  const std::size_t n = args.size();
+  if (cmd == "HSET") {
+    if (n < 4 || n % 2 != 0) return wrong_args(cmd);
+    Hash& h = ops.find_or_create<Hash>(args[1]);
+    std::int64_t added = 0;
+    for (std::size_t i = 2; i < n; i += 2) added += Ops::hash_set(h, args[i], args[i + 1]);
+    return Reply::of_integer(added);
+  }
+  if (cmd == "HGET") {
+    if (n != 3) return wrong_args(cmd);
+    auto v = ops.hget(args[1], args[2]);
+    return v ? Reply::of_string(std::move(*v)) : Reply::nil();
+  }
+  if (cmd == "HMGET") {
+    if (n < 3) return wrong_args(cmd);
+    std::vector<Reply> out;
+    out.reserve(n - 2);
+    for (std::size_t i = 2; i < n; ++i) {
+      auto v = ops.hget(args[1], args[i]);
+      out.push_back(v ? Reply::of_string(std::move(*v)) : Reply::nil());
+    }
+    return Reply::of_array(std::move(out));
+  }
+  if (cmd == "HGETALL") {
+    if (n != 2) return wrong_args(cmd);
+    std::vector<Reply> out;
+    for (auto& [field, value] : ops.hgetall(args[1])) {
+      out.push_back(Reply::of_string(std::move(field)));
+      out.push_back(Reply::of_string(std::move(value)));
+    }
+    return Reply::of_array(std::move(out));
+  }
+  if (cmd == "HDEL") {
+    if (n < 3) return wrong_args(cmd);
+    std::int64_t removed = 0;
+    for (std::size_t i = 2; i < n; ++i) removed += ops.hdel(args[1], args[i]);
+    return Reply::of_integer(removed);
+  }
+  if (cmd == "HLEN") {
+    if (n != 2) return wrong_args(cmd);
+    const Hash* h = ops.find_as<Hash>(args[1]);
+    return Reply::of_integer(h ? static_cast<std::int64_t>(h->fields.size()) : 0);
+  }
+  if (cmd == "HEXISTS") {
+    if (n != 3) return wrong_args(cmd);
+    const Hash* h = ops.find_as<Hash>(args[1]);
+    return Reply::of_integer(h && h->index.count(args[2]) ? 1 : 0);
+  }
+  if (cmd == "HINCRBY") {
+    if (n != 4) return wrong_args(cmd);
+    const std::int64_t amount = int64_arg(args[3]);
+    return Reply::of_integer(ops.hincrby(args[1], args[2], amount));
+  }
+  return std::nullopt;
+}
+
+}  // namespace redcount
