@@ -3,6 +3,7 @@
 
 #include <optional>
 
+#include "aio.h"
 #include "common.h"
 #include "redcount/errors.h"
 #include "redcount/fixed_window.h"
@@ -10,6 +11,18 @@
 #include "redcount/time_source.h"
 
 namespace redcount::bind {
+namespace {
+
+// {original key object: count}, for incr_many/get_many completed asynchronously (`keys` is
+// the list of the caller's key objects, in request order).
+py::object keyed_counts(std::vector<std::int64_t>& counts, py::handle keys) {
+  py::dict out;
+  py::list ks = py::reinterpret_borrow<py::list>(keys);
+  for (std::size_t i = 0; i < counts.size(); ++i) out[ks[i]] = counts[i];
+  return out;
+}
+
+}  // namespace
 namespace {
 
 std::optional<std::chrono::milliseconds> timeout_arg(py::object timeout) {
@@ -192,7 +205,59 @@ void register_counters(py::module_& m) {
       .def_property_readonly("on_error", [](const FixedWindowCounter& c) {
         return c.options().on_error == FixedWindowOptions::OnError::Raise ? "raise" : "queue";
       })
-      .def_property_readonly("store", [](const FixedWindowCounter& c) { return c.store(); });
+      .def_property_readonly("store", [](const FixedWindowCounter& c) { return c.store(); })
+      // The same calls as operations for redcount.aio: each returns the result when it
+      // completed at once (memory://), else a future the store's I/O thread completes.
+      .def(
+          "incr_async",
+          [](FixedWindowCounter& c, py::handle key, py::handle amount, py::handle request_id) {
+            const std::string k = text_arg(key, "key");
+            const std::int64_t a = int_arg(amount, "amount");
+            const std::string rid = request_id.is_none() ? std::string() : text_arg(request_id, "request_id");
+            if (!request_id.is_none() && rid.empty()) throw InvalidArgument("request_id must not be empty");
+            return aio::submit_async(c.store(), c.make_incr(k, a, rid), [](std::int64_t& n) { return py::int_(n); });
+          },
+          py::arg("key"), py::arg("amount") = 1, py::kw_only(), py::arg("request_id") = py::none())
+      .def(
+          "incr_many_async",
+          [](FixedWindowCounter& c, py::dict amounts) {
+            std::vector<std::pair<std::string, std::int64_t>> items;
+            py::list keys;
+            items.reserve(amounts.size());
+            for (auto [k, v] : amounts) {
+              items.emplace_back(text_arg(k, "key"), int_arg(v, "amount"));
+              keys.append(k);
+            }
+            return aio::submit_async(c.store(), c.make_incr_many(items), &keyed_counts, std::move(keys));
+          },
+          py::arg("amounts"))
+      .def(
+          "get_async",
+          [](FixedWindowCounter& c, py::handle key) {
+            return aio::submit_async(c.store(), c.make_get(text_arg(key, "key")),
+                                     [](std::int64_t& n) { return py::int_(n); });
+          },
+          py::arg("key"))
+      .def(
+          "get_many_async",
+          [](FixedWindowCounter& c, const std::vector<py::object>& keys) {
+            std::vector<std::string> ks;
+            py::list originals;
+            for (const auto& k : keys) {
+              ks.push_back(text_arg(k, "key"));
+              originals.append(k);
+            }
+            return aio::submit_async(c.store(), c.make_get_many(ks), &keyed_counts, std::move(originals));
+          },
+          py::arg("keys"))
+      .def(
+          "ttl_async",
+          [](FixedWindowCounter& c, py::handle key) {
+            return aio::submit_async(c.store(), c.make_pttl(text_arg(key, "key")), [](std::int64_t& ms) {
+              return py::float_(ms < 0 ? static_cast<double>(ms) : static_cast<double>(ms) / 1000.0);
+            });
+          },
+          py::arg("key"));
 
   py::class_<SlidingWindowCounter>(m, "SlidingWindowCounter",
                                    "The C++ sliding-window counter; use redcount.SlidingWindowCounter.")
@@ -261,7 +326,42 @@ void register_counters(py::module_& m) {
       .def_property_readonly("clock",
                              [](const SlidingWindowCounter& c) { return std::string(clock_mode_name(c.clock())); },
                              "The time source in force: 'client', 'server' or 'server-offset'.")
-      .def_property_readonly("store", &SlidingWindowCounter::store);
+      .def_property_readonly("store", &SlidingWindowCounter::store)
+      .def(
+          "add_async",
+          [](SlidingWindowCounter& c, py::handle key, py::handle amount) {
+            auto op = c.make_add(text_arg(key, "key"), int_arg(amount, "amount"));
+            return aio::submit_async(c.store(), std::move(op), [](std::int64_t& n) { return py::int_(n); });
+          },
+          py::arg("key"), py::arg("amount"))
+      .def(
+          "count_async",
+          [](SlidingWindowCounter& c, py::handle key) {
+            return aio::submit_async(c.store(), c.make_count(text_arg(key, "key")),
+                                     [](std::int64_t& n) { return py::int_(n); });
+          },
+          py::arg("key"))
+      .def(
+          "add_unique_async",
+          [](SlidingWindowCounter& c, py::handle key, py::handle item) {
+            auto op = c.make_add_unique(text_arg(key, "key"), text_arg(item, "item"));
+            return aio::submit_async(c.store(), std::move(op), [](std::int64_t& n) { return py::int_(n); });
+          },
+          py::arg("key"), py::arg("item"))
+      .def(
+          "count_unique_async",
+          [](SlidingWindowCounter& c, py::handle key) {
+            return aio::submit_async(c.store(), c.make_count_unique(text_arg(key, "key")),
+                                     [](std::int64_t& n) { return py::int_(n); });
+          },
+          py::arg("key"))
+      .def(
+          "clear_async",
+          [](SlidingWindowCounter& c, py::handle key) {
+            return aio::submit_async(c.store(), c.make_clear(text_arg(key, "key")),
+                                     [](std::monostate&) { return py::none(); });
+          },
+          py::arg("key"));
 }
 
 }  // namespace redcount::bind

@@ -6,6 +6,7 @@
 #include <optional>
 #include <unordered_map>
 
+#include "aio.h"
 #include "common.h"
 #include "redcount/errors.h"
 #include "redcount/limiter.h"
@@ -25,6 +26,7 @@ double seconds(std::int64_t ms) { return static_cast<double>(ms) / 1000.0; }
 // redcount._core.LimiterCore: a strategy plus a cache of parsed limit strings, so that
 // limiter.hit("10/minute", key) parses "10/minute" once.
 struct LimiterHandle {
+  std::shared_ptr<Store> store;  // what the *_async methods submit their operations to
   std::unique_ptr<LimiterStrategy> strategy;
   bool memory = false;  // nothing to wait for on the memory store: keep the GIL
   std::mutex mu;
@@ -148,6 +150,7 @@ void register_limiter(py::module_& m) {
              o.sub_buckets = int_arg(sub_buckets, "sub_buckets");
              auto h = std::make_unique<LimiterHandle>();
              h->memory = store && store->is_memory();
+             h->store = store;
              h->strategy = make_limiter(std::move(store), strategy, std::move(o));
              return h;
            }),
@@ -224,7 +227,65 @@ void register_limiter(py::module_& m) {
             NetworkWait wait(h.memory);
             return h.strategy->in_flight(k);
           },
-          py::arg("key"), "Leases of `key` held now (strategy='concurrency').");
+          py::arg("key"), "Leases of `key` held now (strategy='concurrency').")
+      // The same calls as operations for redcount.aio: each returns the result when it
+      // completed at once (memory://), else a future the store's I/O thread completes.
+      .def(
+          "hit_async",
+          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost) {
+            auto limits = h.limits(limit);
+            auto op = h.strategy->make_hit(limits->limits, text_arg(key, "key"), int_arg(cost, "cost"));
+            return aio::submit_async(h.store, std::move(op), [](Decision& d) { return py::cast(d); });
+          },
+          py::arg("limit"), py::arg("key"), py::arg("cost") = 1)
+      .def(
+          "test_async",
+          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost) {
+            auto limits = h.limits(limit);
+            auto op = h.strategy->make_test(limits->limits, text_arg(key, "key"), int_arg(cost, "cost"));
+            return aio::submit_async(h.store, std::move(op), [](Decision& d) { return py::cast(d); });
+          },
+          py::arg("limit"), py::arg("key"), py::arg("cost") = 1)
+      .def(
+          "stats_async",
+          [](LimiterHandle& h, py::handle limit, py::handle key) {
+            auto limits = h.limits(limit);
+            auto op = h.strategy->make_stats(limits->limits, text_arg(key, "key"));
+            return aio::submit_async(h.store, std::move(op), [](std::vector<LimitStats>& s) { return py::cast(s); });
+          },
+          py::arg("limit"), py::arg("key"))
+      .def(
+          "reset_async",
+          [](LimiterHandle& h, py::handle limit, py::handle key) {
+            auto limits = h.limits(limit);
+            auto op = h.strategy->make_reset(limits->limits, text_arg(key, "key"));
+            return aio::submit_async(h.store, std::move(op), [](std::monostate&) { return py::none(); });
+          },
+          py::arg("limit"), py::arg("key"))
+      .def(
+          "acquire_async",
+          [](LimiterHandle& h, py::handle max_in_flight, py::handle key, py::handle lease_timeout) {
+            const std::int64_t n = int_arg(max_in_flight, "max_in_flight");
+            const std::string k = text_arg(key, "key");
+            const std::int64_t t = seconds_arg(lease_timeout, "lease_timeout", false);
+            auto op = h.strategy->make_acquire(n, k, t);
+            return aio::submit_async(h.store, std::move(op), [](std::optional<Lease>& l) { return py::cast(l); });
+          },
+          py::arg("max_in_flight"), py::arg("key"), py::kw_only(), py::arg("lease_timeout") = 60.0)
+      .def(
+          "release_async",
+          [](LimiterHandle& h, const Lease& lease) {
+            auto op = h.strategy->make_release(lease);
+            return aio::submit_async(h.store, std::move(op), [](bool& held) { return py::bool_(held); });
+          },
+          py::arg("lease"))
+      .def(
+          "in_flight_async",
+          [](LimiterHandle& h, py::handle key) {
+            auto op = h.strategy->make_in_flight(text_arg(key, "key"));
+            return aio::submit_async(h.store, std::move(op), [](std::int64_t& n) { return py::int_(n); });
+          },
+          py::arg("key"));
 
   m.def("limiter_strategies", &limiter_strategies, "Names accepted by Limiter(strategy=...).");
 }
