@@ -86,6 +86,9 @@ class CompletionQueue : public std::enable_shared_from_this<CompletionQueue> {
 
   int fd() const noexcept { return read_fd_; }
   void use_call_soon_threadsafe();  // GIL held
+  // At most this many completions are delivered per drain; the rest in a later one, scheduled
+  // with loop.call_soon, so timers and other tasks are not held up behind a burst.
+  static constexpr std::size_t kMaxPerDrain = 16;
   bool uses_call_soon_threadsafe() const noexcept { return call_soon_.load(); }
   py::object new_future();  // GIL held
   void push(std::shared_ptr<Completion> c);
@@ -100,6 +103,7 @@ class CompletionQueue : public std::enable_shared_from_this<CompletionQueue> {
  private:
   void signal();
   void deliver(Completion& c);
+  py::handle drain_callable();  // GIL held: drain() as a Python callable (created once)
 
   std::mutex mu_;
   std::vector<std::shared_ptr<Completion>> items_;

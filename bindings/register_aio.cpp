@@ -167,7 +167,7 @@ CompletionQueue::~CompletionQueue() {
   if (read_fd_ >= 0) close(read_fd_);
 }
 
-void CompletionQueue::use_call_soon_threadsafe() {
+py::handle CompletionQueue::drain_callable() {
   if (drain_fn_ == nullptr) {
     std::weak_ptr<CompletionQueue> weak = weak_from_this();
     py::cpp_function fn([weak]() {
@@ -175,6 +175,11 @@ void CompletionQueue::use_call_soon_threadsafe() {
     });
     drain_fn_ = fn.release().ptr();
   }
+  return py::handle(drain_fn_);
+}
+
+void CompletionQueue::use_call_soon_threadsafe() {
+  drain_callable();
   call_soon_.store(true, std::memory_order_release);
 }
 
@@ -233,11 +238,29 @@ void CompletionQueue::drain() {
     }  // an eventfd is reset by one read; a pipe may hold several bytes
   }
   std::vector<std::shared_ptr<Completion>> batch;
+  bool more = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    batch.swap(items_);
+    if (items_.size() <= kMaxPerDrain) {
+      batch.swap(items_);
+    } else {
+      // Take the oldest kMaxPerDrain; the rest stay queued (so push() sends no signal for
+      // them) and a drain is scheduled behind the loop's other ready callbacks.
+      const auto cut = items_.begin() + static_cast<std::ptrdiff_t>(kMaxPerDrain);
+      batch.assign(std::make_move_iterator(items_.begin()), std::make_move_iterator(cut));
+      items_.erase(items_.begin(), cut);
+      more = true;
+    }
   }
   if (batch.empty()) return;
+  if (more) {
+    // Every future completed here wakes a task in the loop's next iteration; a thousand at
+    // once would make that iteration (and every timer due meanwhile) wait for a thousand task
+    // steps. In slices, the loop's other work runs between them.
+    py::object loop = py::reinterpret_steal<py::object>(PyObject_CallNoArgs(loop_ref_));
+    if (!loop) throw py::error_already_set();
+    if (!loop.is_none()) loop.attr("call_soon")(drain_callable());
+  }
   wakeups_.fetch_add(1, std::memory_order_relaxed);
   delivered_.fetch_add(batch.size(), std::memory_order_relaxed);
   for (auto& c : batch) deliver(*c);

@@ -29,10 +29,9 @@ Cancelling a coroutine that awaits a call (``asyncio.wait_for``, ``task.cancel()
 request if it was not sent yet and discards its reply if it was; the connection stays in
 step and later calls get their own replies.
 
-Not there yet: until the I/O engine (issue 7) lands, a Redis store runs each batch on the
-calling thread, so an await on Redis blocks the loop for one round trip; and the counters'
-and limiters' async calls on Redis need the core's operation bindings (``hit_async``...):
-without them they raise ``NotImplementedError`` (the memory store works fully).
+On Redis the loop never waits on the network: a call is handed to the store's I/O thread
+(which may wait, with the GIL released, only when the store's queue of unsent requests is
+full: see ``pool_timeout`` in :func:`redcount.connect`).
 """
 
 from __future__ import annotations
@@ -110,18 +109,7 @@ def _engine_method(core: object, name: str, store: Store) -> Callable[..., Any]:
     returns the result or an :class:`_OpFuture`."""
     if store.is_memory:
         return getattr(core, name)  # type: ignore[no-any-return]
-    bound = getattr(core, name + "_async", None)
-    if bound is not None:
-        return bound  # type: ignore[no-any-return]
-
-    def missing(*args: object, **kwargs: object) -> Any:
-        raise NotImplementedError(
-            f"redcount.aio: {name}() on {store.url} needs the I/O engine's operation bindings "
-            f"({type(core).__name__}.{name}_async), which this build of redcount does not have yet; "
-            "call the sync class from a thread meanwhile, or use memory://"
-        )
-
-    return missing
+    return getattr(core, name + "_async")  # type: ignore[no-any-return]
 
 
 class AsyncStore:
