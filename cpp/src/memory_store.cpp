@@ -8,6 +8,10 @@
 #include <cstdlib>
 #include <iterator>
 #include <limits>
+#include <mutex>
+#include <set>
+
+#include <pthread.h>
 
 #include "redcount/errors.h"
 #include "redcount/util.h"
@@ -15,23 +19,95 @@
 
 namespace redcount {
 
+// Every live memory store, for the fork handlers.
+struct MemoryStoreForkHandlers {
+  static std::mutex& mu() {
+    static std::mutex m;
+    return m;
+  }
+  static std::set<MemoryStore*>& stores() {
+    static std::set<MemoryStore*> s;
+    return s;
+  }
+  static void install() {
+    static std::once_flag once;
+    std::call_once(once, [] { pthread_atfork(&prepare, &parent, &child); });
+  }
+  static void prepare() {
+    mu().lock();
+    for (MemoryStore* s : stores()) s->fork_prepare();
+  }
+  static void parent() {
+    for (MemoryStore* s : stores()) s->fork_parent();
+    mu().unlock();
+  }
+  static void child() {
+    for (MemoryStore* s : stores()) s->fork_child();
+    mu().unlock();
+  }
+};
+
 MemoryStore::MemoryStore(const StoreOptions& options)
     : clock_(options.clock ? options.clock : std::make_shared<SystemClock>()),
       sweep_interval_(options.sweep_interval) {
-  if (sweep_interval_.count() > 0) sweeper_ = std::thread([this] { sweeper_loop(); });
+  MemoryStoreForkHandlers::install();
+  {
+    std::lock_guard<std::mutex> lock(MemoryStoreForkHandlers::mu());
+    MemoryStoreForkHandlers::stores().insert(this);
+  }
+  if (sweep_interval_.count() > 0) sweeper_ = std::make_unique<std::thread>([this] { sweeper_loop(); });
 }
 
-MemoryStore::~MemoryStore() { close(); }
+MemoryStore::~MemoryStore() {
+  close();
+  std::lock_guard<std::mutex> lock(MemoryStoreForkHandlers::mu());
+  MemoryStoreForkHandlers::stores().erase(this);
+}
 
 void MemoryStore::close() {
+  std::lock_guard<std::mutex> closing(close_mu_);
   {
     std::lock_guard<std::mutex> lock(sweeper_mu_);
     stop_sweeper_ = true;
   }
   sweeper_cv_.notify_all();
-  if (sweeper_.joinable() && sweeper_.get_id() != std::this_thread::get_id()) sweeper_.join();
+  if (sweeper_ && sweeper_->joinable() && sweeper_->get_id() != std::this_thread::get_id()) sweeper_->join();
+  restart_sweeper_.store(false, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(mu_);
   closed_ = true;
+}
+
+// Lock order everywhere: close_mu_, then sweeper_mu_ or mu_ (never both of those at once
+// outside these handlers).
+void MemoryStore::fork_prepare() {
+  close_mu_.lock();
+  sweeper_mu_.lock();
+  mu_.lock();
+}
+
+void MemoryStore::fork_parent() {
+  mu_.unlock();
+  sweeper_mu_.unlock();
+  close_mu_.unlock();
+}
+
+void MemoryStore::fork_child() {
+  // The child has only the forking thread: the sweeper's handle names a thread that does not
+  // exist here. Abandon it (joining or destroying a joinable std::thread would hang or
+  // terminate) and start a new sweeper on the child's first call.
+  if (sweeper_) {
+    (void)sweeper_.release();
+    if (!stop_sweeper_) restart_sweeper_.store(true, std::memory_order_relaxed);
+  }
+  mu_.unlock();
+  sweeper_mu_.unlock();
+  close_mu_.unlock();
+}
+
+void MemoryStore::restart_sweeper_after_fork() {
+  std::lock_guard<std::mutex> closing(close_mu_);
+  if (!restart_sweeper_.exchange(false) || stop_sweeper_) return;
+  sweeper_ = std::make_unique<std::thread>([this] { sweeper_loop(); });
 }
 
 void MemoryStore::sweeper_loop() {
@@ -92,6 +168,7 @@ Reply MemoryStore::run_request(Ops& ops, const Request& req) {
 }
 
 std::vector<Reply> MemoryStore::execute(const std::vector<Request>& batch) {
+  if (restart_sweeper_.load(std::memory_order_relaxed)) restart_sweeper_after_fork();
   std::vector<Reply> out;
   out.reserve(batch.size());
   std::lock_guard<std::mutex> lock(mu_);

@@ -27,9 +27,12 @@
 // (cpp/src/memory/commands.cpp); the scripts' native twins sit next to the strategies that
 // send them (see all_scripts()).
 //
-// Thread-safe: one mutex guards the keyspace; no I/O happens under it.
+// Thread-safe: one mutex guards the keyspace; no I/O happens under it. close() may be called
+// from any number of threads at once. Fork-safe: a forked child gets a usable copy of the
+// keyspace (and its own sweeper on its first call); the parent's store is unaffected.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <list>
@@ -123,10 +126,22 @@ class MemoryStore final : public Store {
   std::set<std::pair<std::int64_t, std::string>> expiry_;  // (indexed_at, key)
   bool closed_ = false;
 
+  std::mutex close_mu_;  // one close() at a time: the sweeper is joined exactly once
   std::mutex sweeper_mu_;
   std::condition_variable sweeper_cv_;
   bool stop_sweeper_ = false;
-  std::thread sweeper_;
+  // Null when sweeping is off, and in a forked child until its first call restarts it (the
+  // parent's sweeper thread does not exist there, so its handle is abandoned, never joined).
+  std::unique_ptr<std::thread> sweeper_;
+  std::atomic<bool> restart_sweeper_{false};
+  void restart_sweeper_after_fork();
+
+  // fork(): every live memory store's locks are taken before the fork and released in both
+  // processes after it, so the child never inherits a lock held by a thread it does not have.
+  friend struct MemoryStoreForkHandlers;
+  void fork_prepare();
+  void fork_parent();
+  void fork_child();
 };
 
 }  // namespace redcount
