@@ -13,12 +13,25 @@ struct Digits {
   std::size_t n;
 };
 
+// Appends "{<key>}". Redis hashes the text between the first '{' and the first '}' after
+// it; a key starting with '}' would make that text empty, and an empty tag means "no tag":
+// each of the business key's keys would then hash on its whole name and land in a slot of
+// its own (CROSSSLOT for request ids and multi-limit calls on a cluster). Such keys, and
+// keys starting with the escape character itself, get a '\' in front, which keeps the
+// mapping one-to-one and the tag non-empty.
+void append_tagged(std::string& out, std::string_view key) {
+  out += '{';
+  if (!key.empty() && (key.front() == '}' || key.front() == '\\')) out += '\\';
+  out.append(key);
+  out += '}';
+}
+
 }  // namespace
 
 std::string hash_tag(std::string_view key) {
   std::string out;
-  out.reserve(key.size() + 2);
-  out.append("{").append(key).append("}");
+  out.reserve(key.size() + 3);
+  append_tagged(out, key);
   return out;
 }
 
@@ -27,8 +40,9 @@ std::string window_key(std::string_view prefix, std::string_view name, std::stri
   const Digits w(window_ms), i(index);
   std::string out;
   out.reserve(prefix.size() + name.size() + key.size() + w.n + i.n + 6);
-  out.append(prefix).append(":").append(name).append(":{").append(key).append("}:");
-  out.append(w.view()).append(":").append(i.view());
+  out.append(prefix).append(":").append(name).append(":");
+  append_tagged(out, key);
+  out.append(":").append(w.view()).append(":").append(i.view());
   return out;
 }
 
@@ -53,14 +67,17 @@ std::string limiter_key(std::string_view prefix, std::string_view kind, std::int
   std::string out;
   out.reserve(prefix.size() + kind.size() + extra.size() + key.size() + a.n + w.n + 8);
   out.append(prefix).append(":").append(kind).append(":").append(a.view());
-  out.append(extra).append(":{").append(key).append("}:").append(w.view());
+  out.append(extra).append(":");
+  append_tagged(out, key);
+  out.append(":").append(w.view());
   return out;
 }
 
 std::string concurrency_key(std::string_view prefix, std::string_view key) {
   std::string out;
   out.reserve(prefix.size() + key.size() + 6);
-  out.append(prefix).append(":cc:{").append(key).append("}");
+  out.append(prefix).append(":cc:");
+  append_tagged(out, key);
   return out;
 }
 
@@ -69,8 +86,9 @@ std::string sliding_counter_key(std::string_view prefix, std::string_view name, 
   const Digits w(window_ms);
   std::string out;
   out.reserve(prefix.size() + name.size() + key.size() + w.n + suffix.size() + 7);
-  out.append(prefix).append(":").append(name).append(":{").append(key).append("}:");
-  out.append(w.view()).append(":").append(suffix);
+  out.append(prefix).append(":").append(name).append(":");
+  append_tagged(out, key);
+  out.append(":").append(w.view()).append(":").append(suffix);
   return out;
 }
 
