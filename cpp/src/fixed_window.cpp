@@ -380,7 +380,7 @@ class IncrOp final : public Op<T> {
         continue;
       }
       if (failed++ == 0) first_failed = i;
-      if (failures.size() < 500) failures += " key '" + items[i].user_key + "': " + err.what() + ";";
+      if (failures.size() < 500) failures += " key '" + printable(items[i].user_key) + "': " + err.what() + ";";
     }
     if (!later.empty()) core_->enqueue(std::move(later), later_error);
     // A single incr, or a batch that failed whole on a transient error (READONLY, LOADING...):
