@@ -24,6 +24,7 @@ COROUTINES = 1000
 CALLS_EACH = 20
 PROBE_PERIOD = 0.001
 P99_BOUND = 0.005  # seconds: the issue's bound on the loop's p99 lag
+MIN_CPU_SHARE = 0.85  # below this share of a CPU for a spinning thread, the machine is too loaded
 
 
 async def _probe(lags: list[float], stop: asyncio.Event) -> None:
@@ -32,6 +33,15 @@ async def _probe(lags: list[float], stop: asyncio.Event) -> None:
         due = loop.time() + PROBE_PERIOD
         await asyncio.sleep(PROBE_PERIOD)
         lags.append(max(0.0, loop.time() - due))
+
+
+def _cpu_share(seconds: float = 0.3) -> float:
+    """The share of a CPU this thread gets while it spins: about 1.0 on a machine with a
+    core to spare, less when other processes compete for every core."""
+    wall, cpu = time.perf_counter(), time.thread_time()
+    while time.perf_counter() - wall < seconds:
+        pass
+    return (time.thread_time() - cpu) / (time.perf_counter() - wall)
 
 
 def _p99(values: list[float]) -> float:
@@ -68,6 +78,12 @@ def test_thousand_coroutines_keep_the_loop_responsive(
         await probe
         return elapsed
 
+    # A machine whose CPUs other processes keep busy preempts the loop's thread for whole
+    # scheduler slices (10 ms and more): it cannot judge a 5 ms bound, whatever redcount does.
+    share = _cpu_share()
+    if share < MIN_CPU_SHARE:
+        pytest.skip(f"this thread got {share:.0%} of a CPU while spinning: the machine is too loaded "
+                    "to judge the loop-lag bound")
     loop = new_loop()
     try:
         elapsed = loop.run_until_complete(main())
