@@ -722,6 +722,8 @@ def _print_report(rep: Report) -> None:
         limits_used.append(f"fixed windows {rep.fixed_limit!r}")
     if rep.only in ("all", "sliding"):
         limits_used.append(f"sliding windows and buckets {rep.sliding_limit!r} (never reached)")
+    if rep.only in ("all", "engine"):
+        limits_used.append(f"engine {BIG_LIMIT!r} ({THREADS} threads, {TASKS} coroutines, TLS)")
     print("limits: " + ", ".join(limits_used))
     print()
     w = max(len(r.name) for r in rep.results)
@@ -846,7 +848,7 @@ def _engine_block(
     storage = limits.storage.storage_from_string(
         f"async+{url}", key_prefix=f"{prefix}:limits-aio", **_LIMITS_ASYNC_OPTIONS
     )
-    lim_aio = limits.aio.strategies.FixedWindowRateLimiter(storage)  # type: ignore[arg-type]
+    lim_aio = limits.aio.strategies.FixedWindowRateLimiter(storage)
     rc_aio = aio.Limiter(store, "fixed-window", prefix=f"{prefix}:lim")
     lim_name, rc_name = LIM_AIO.format(tasks=TASKS), RC_AIO.format(tasks=TASKS)
     lim_loop = _AsyncHits(lim_name, partial(lim_aio.hit, item), keys, TASKS, cleanup=partial(_aclose_limits, storage))
