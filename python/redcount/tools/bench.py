@@ -31,7 +31,13 @@ at the hits of the last second instead, ``rate / 10,000`` of them with the keys 
 never reached (it would take a million hits per second), and the buckets, refilled at 100 per
 second, never run dry.
 
-Each measurement runs single-threaded for about ``--seconds`` in all, after a short warm-up,
+The engine (``--only engine``): ``incr`` from 8 threads sharing one store against
+``redis-benchmark -c 8 -P 1`` and one thread; ``await redcount.aio.Limiter.hit`` from 1,000
+coroutines on one loop (run on the measuring thread) against ``limits``' async Redis storage
+(redis-py) with as many coroutines and against one synchronous thread; uvloop if installed; and
+``incr`` over ``rediss://`` on a second private, TLS-only server against ``redis://``.
+
+Unless said otherwise above, each measurement runs single-threaded for about ``--seconds`` in all, after a short warm-up,
 over 10,000 rotating keys under a key prefix unique to the run. The measurements take turns
 in slices of about 0.4 s (see :func:`_rounds`), so a change in the machine's state mid-run
 hits every contender alike; the two sides of each ratio with a target run back to back. On a
