@@ -87,15 +87,15 @@ def test_bench_reports_every_row_and_ratio(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     for name in ROWS + RATIOS:
         assert name in done.stdout, f"{name!r} missing from:\n{done.stdout}"
-    assert done.stdout.count("PASS") + done.stdout.count("MISS") == 8
+    assert done.stdout.count("PASS") + done.stdout.count("MISS") == 12  # 8 + the engine's 4
     for name in ROWS:  # progress: one line per measurement, on stderr
         assert name in done.stderr
 
     data = json.loads(out_json.read_text())
-    assert [r["name"] for r in data["results"]] == ROWS
+    assert [r["name"] for r in data["results"]][: len(ROWS)] == ROWS  # then the engine's rows
     assert all(r["ops_per_sec"] > 0 and r["falsy"] == 0 for r in data["results"])
-    assert [q["name"] for q in data["ratios"]] == RATIOS
-    assert [q["target"] for q in data["ratios"]] == FIXED_TARGETS + SLIDING_TARGETS
+    assert [q["name"] for q in data["ratios"]][: len(RATIOS)] == RATIOS
+    assert [q["target"] for q in data["ratios"]][: len(RATIOS)] == FIXED_TARGETS + SLIDING_TARGETS
     assert data["only"] == "all"
     assert data["sliding_limit"] == "100/second"
     assert not list(tmp_path.glob("*.rdb"))  # the private server saved nothing here
@@ -161,3 +161,49 @@ def test_bench_refuses_a_missing_binary(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert "apt-get install redis-server" in done.stderr
+
+
+ENGINE_ROWS = [
+    "redis-benchmark INCR -c8 -P1",
+    "redcount incr x8 threads (Redis)",
+    "redcount incr (Redis)",
+    "limits async FixedWindow hit x1000 coroutines (RedisStorage)",
+    "redcount aio Limiter.hit x1000 coroutines (Redis)",
+    "redcount Limiter.hit (Redis)",
+]
+ENGINE_RATIOS = [
+    "redcount incr x8 threads / redis-benchmark -c8 -P1",
+    "redcount incr x8 threads / x1 thread (Redis)",
+    "redcount aio hit / limits async hit, x1000 coroutines (Redis)",
+    "redcount aio hit x1000 coroutines / sync Limiter.hit x1 thread (Redis)",
+]
+
+
+def test_bench_only_engine(tmp_path: Path) -> None:
+    # Threads, 1,000 coroutines and TLS against private servers; the uvloop row is optional.
+    _need("redis-server")
+    _need("redis-benchmark")
+    _need("openssl")
+    out_json = tmp_path / "bench.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "redcount", "bench", "--seconds", "0.2", "--only", "engine", "--json", str(out_json)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    data = json.loads(out_json.read_text())
+    names = [r["name"] for r in data["results"]]
+    assert names[: len(ENGINE_ROWS)] == ENGINE_ROWS
+    assert "redcount incr (Redis over TLS)" in names
+    assert all(r["ops_per_sec"] > 0 and r["falsy"] == 0 for r in data["results"])
+    ratios = {q["name"]: q for q in data["ratios"]}
+    assert [q["name"] for q in data["ratios"]][:4] == ENGINE_RATIOS
+    assert [ratios[n]["target"] for n in ENGINE_RATIOS] == [1.3, 6.0, 8.0, 4.0]
+    assert ratios["redcount incr rediss:// / redis:// (one thread)"]["value"] > 0
+    assert data["only"] == "engine"
+    assert any("no regression" in note for note in data["notes"])
+    for name in FIXED_ROWS[4:] + SLIDING_ROWS:  # only the engine group ran
+        assert name not in names

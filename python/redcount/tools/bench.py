@@ -31,7 +31,13 @@ at the hits of the last second instead, ``rate / 10,000`` of them with the keys 
 never reached (it would take a million hits per second), and the buckets, refilled at 100 per
 second, never run dry.
 
-Each measurement runs single-threaded for about ``--seconds`` in all, after a short warm-up,
+The engine (``--only engine``): ``incr`` from 8 threads sharing one store against
+``redis-benchmark -c 8 -P 1`` and one thread; ``await redcount.aio.Limiter.hit`` from 1,000
+coroutines on one loop (run on the measuring thread) against ``limits``' async Redis storage
+(redis-py) with as many coroutines and against one synchronous thread; uvloop if installed; and
+``incr`` over ``rediss://`` on a second private, TLS-only server against ``redis://``.
+
+Unless said otherwise above, each measurement runs single-threaded for about ``--seconds`` in all, after a short warm-up,
 over 10,000 rotating keys under a key prefix unique to the run. The measurements take turns
 in slices of about 0.4 s (see :func:`_rounds`), so a change in the machine's state mid-run
 hits every contender alike; the two sides of each ratio with a target run back to back. On a
@@ -42,6 +48,7 @@ end.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import csv
 import io
 import itertools
@@ -52,6 +59,7 @@ import secrets
 import shutil
 import signal
 import socket
+import ssl
 import statistics
 import subprocess
 import sys
@@ -59,8 +67,8 @@ import tempfile
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from types import FrameType
@@ -101,7 +109,18 @@ RC_SWA = "redcount sliding-window-approx hit ({store})"
 LIM_SWC = "limits SlidingWindowCounter hit ({storage})"
 RC_TB = "redcount token-bucket hit ({store})"
 RC_GCRA = "redcount gcra hit ({store})"
-ONLY = ("all", "fixed", "sliding")
+# The engine (--only engine): threads, coroutines and TLS sharing one store.
+THREADS = 8
+TASKS = 1000
+RB_C8 = "redis-benchmark INCR -c{threads} -P1"
+RC_INCR_THREADS = "redcount incr x{threads} threads (Redis)"
+LIM_AIO = "limits async FixedWindow hit x{tasks} coroutines (RedisStorage)"
+RC_AIO = "redcount aio Limiter.hit x{tasks} coroutines (Redis)"
+RC_AIO_UVLOOP = "redcount aio Limiter.hit x{tasks} coroutines (Redis, uvloop)"
+RC_INCR_TLS = "redcount incr (Redis over TLS)"
+# limits 4+ picks coredis for async+redis:// unless told; issue 7 compares with redis-py's client.
+_LIMITS_ASYNC_OPTIONS: dict[str, Any] = {"implementation": "redispy"}
+ONLY = ("all", "fixed", "sliding", "engine")
 
 
 class BenchError(ValueError):
@@ -147,6 +166,7 @@ class Report:
     rounds: int = 1
     results: list[Result] = field(default_factory=list)
     ratios: list[Ratio] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what was skipped and why, summaries
 
 
 def _progress(step: int, total: int, what: str) -> None:
@@ -229,6 +249,132 @@ class _PythonOp(_Contender, Generic[T]):
         self.turn_rates.append(calls * self.per_call / elapsed if elapsed > 0 else 0.0)
 
 
+class _Threads(_Contender):
+    """``op(arg)`` from ``threads`` threads at once, each cycling over its own share of ``args``;
+    the figure is the ops of all threads together over the slice's wall time."""
+
+    CHUNK = 16  # calls between clock reads in each thread
+
+    def __init__(self, name: str, op: Callable[[T], object], args: Sequence[T], threads: int) -> None:
+        super().__init__(name)
+        self.op: Callable[[Any], object] = op
+        self.shares = [list(args[i::threads]) or list(args) for i in range(threads)]
+        self.warm = False
+
+    def _run(self, seconds: float) -> tuple[int, float, int]:
+        counts = [0] * len(self.shares)
+        falsy = [0] * len(self.shares)
+        errors: list[BaseException] = []
+        go = threading.Barrier(len(self.shares) + 1)
+        deadline = 0.0
+
+        def worker(i: int) -> None:
+            op, it, islice, chunk = self.op, itertools.cycle(self.shares[i]), itertools.islice, self.CHUNK
+            go.wait()
+            try:
+                n = bad = 0
+                while time.perf_counter() < deadline:
+                    for a in islice(it, chunk):
+                        if not op(a):
+                            bad += 1
+                    n += chunk
+                counts[i], falsy[i] = n, bad
+            except BaseException as e:  # reported on the measuring thread
+                errors.append(e)
+
+        workers = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(len(self.shares))]
+        for w in workers:
+            w.start()
+        start = time.perf_counter()
+        deadline = start + seconds
+        go.wait()
+        for w in workers:
+            w.join()
+        elapsed = time.perf_counter() - start
+        if errors:
+            raise errors[0]
+        return sum(counts), elapsed, sum(falsy)
+
+    def run_slice(self, seconds: float) -> None:
+        self._run(min(0.3, max(0.05, seconds / 2)) if not self.warm else min(0.05, seconds / 5))
+        self.warm = True
+        calls, elapsed, falsy = self._run(seconds)
+        self.ops += calls
+        self.elapsed += elapsed
+        self.falsy += falsy
+        self.turn_rates.append(calls / elapsed if elapsed > 0 else 0.0)
+
+
+class _AsyncHits(_Contender):
+    """``await hit(key)`` from ``tasks`` coroutines at once on one event loop, run on the
+    measuring thread; the figure is the calls completed during the slice. The loop lives as
+    long as the contender: clients bound to a loop (redis-py's pool) keep their connections."""
+
+    def __init__(
+        self,
+        name: str,
+        hit: Callable[[str], Awaitable[object]],
+        keys: Sequence[str],
+        tasks: int,
+        uvloop: bool = False,
+        cleanup: Callable[[], Awaitable[object]] | None = None,
+    ) -> None:
+        super().__init__(name)
+        self.cleanup = cleanup  # run on the loop before it closes (connections bound to it)
+        self.hit, self.keys, self.tasks = hit, keys, tasks
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.uvloop = uvloop
+
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        if self.loop is None:
+            if self.uvloop:
+                import uvloop  # type: ignore[import-not-found,unused-ignore]
+
+                self.loop = uvloop.new_event_loop()
+            else:
+                self.loop = asyncio.new_event_loop()
+        return self.loop
+
+    async def _turn(self, seconds: float) -> tuple[int, float, int]:
+        done = [0, 0]  # calls completed, falsy results
+        stop = False
+        hit, keys, n_keys = self.hit, self.keys, len(self.keys)
+
+        async def worker(i: int) -> None:
+            j = i
+            while not stop:
+                if not await hit(keys[j % n_keys]):
+                    done[1] += 1
+                done[0] += 1
+                j += self.tasks
+
+        workers = [asyncio.ensure_future(worker(i)) for i in range(self.tasks)]
+        start = time.perf_counter()
+        await asyncio.sleep(seconds)
+        calls, falsy, elapsed = done[0], done[1], time.perf_counter() - start
+        stop = True
+        await asyncio.gather(*workers)  # the calls in flight finish, uncounted
+        return calls, elapsed, falsy
+
+    def run_slice(self, seconds: float) -> None:
+        loop = self._event_loop()
+        loop.run_until_complete(self._turn(min(0.3, max(0.05, seconds / 2)) if not self.ops else min(0.05, seconds / 5)))
+        calls, elapsed, falsy = loop.run_until_complete(self._turn(seconds))
+        self.ops += calls
+        self.elapsed += elapsed
+        self.falsy += falsy
+        self.turn_rates.append(calls / elapsed if elapsed > 0 else 0.0)
+
+    def close(self) -> None:
+        if self.loop is not None:
+            try:
+                if self.cleanup is not None:
+                    self.loop.run_until_complete(self.cleanup())
+            finally:
+                self.loop.close()
+            self.loop = None
+
+
 # --------------------------------------------------------------------------- redis-server
 
 
@@ -256,13 +402,51 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _pings(host: str, port: int) -> bool:
+def _pings(host: str, port: int, tls: ssl.SSLContext | None = None) -> bool:
     try:
-        with socket.create_connection((host, port), timeout=0.5) as s:
+        with socket.create_connection((host, port), timeout=0.5) as raw:
+            s = tls.wrap_socket(raw, server_hostname=host) if tls is not None else raw
             s.sendall(b"PING\r\n")
             return s.recv(64).startswith(b"+PONG")
-    except OSError:
+    except OSError:  # ssl.SSLError included: the server may not be listening yet
         return False
+
+
+@dataclass
+class _Certs:
+    ca: str
+    cert: str
+    key: str
+
+
+def _make_certs(directory: str) -> _Certs:
+    """A throw-away CA and a server certificate for 127.0.0.1/localhost (EC P-256), made with
+    the ``openssl`` CLI; a BenchError if it is missing or fails."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        raise BenchError("openssl not found (apt-get install openssl)")
+
+    def path(name: str) -> str:
+        return os.path.join(directory, name)
+
+    ext = path("server.ext")
+    with open(ext, "w", encoding="ascii") as f:
+        f.write("basicConstraints=CA:FALSE\nsubjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
+    steps = [
+        ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", path("ca.key")],
+        ["req", "-x509", "-new", "-key", path("ca.key"), "-sha256", "-days", "2", "-subj", "/CN=redcount bench CA",
+         "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+         "-out", path("ca.pem")],
+        ["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", path("server.key")],
+        ["req", "-new", "-key", path("server.key"), "-subj", "/CN=localhost", "-out", path("server.csr")],
+        ["x509", "-req", "-in", path("server.csr"), "-CA", path("ca.pem"), "-CAkey", path("ca.key"),
+         "-CAcreateserial", "-sha256", "-days", "2", "-extfile", ext, "-out", path("server.pem")],
+    ]  # fmt: skip
+    for step in steps:
+        done = subprocess.run([openssl, *step], stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise BenchError(f"openssl {step[0]} failed (exit {done.returncode}): {done.stderr[-300:]}")
+    return _Certs(ca=path("ca.pem"), cert=path("server.pem"), key=path("server.key"))
 
 
 @contextmanager
@@ -284,18 +468,27 @@ def _sigterm_as_exit() -> Iterator[None]:
 
 
 @contextmanager
-def _private_server(binary: str) -> Iterator[str]:
-    """Start redis-server on a free loopback port; yield its URL; stop it on the way out."""
+def _private_server(binary: str, certs: _Certs | None = None) -> Iterator[str]:
+    """Start redis-server on a free loopback port; yield its URL; stop it on the way out.
+
+    With ``certs`` it listens only for TLS (``rediss://``), and does not ask for client
+    certificates."""
+    tls_ctx: ssl.SSLContext | None = None
+    if certs is not None:
+        tls_ctx = ssl.create_default_context(cafile=certs.ca)
     with tempfile.TemporaryDirectory(prefix="redcount-bench-") as tmp:
         log_path = os.path.join(tmp, "redis.log")
         for _attempt in range(3):  # another process may grab the free port first
             port = _free_port()
+            listen = ["--port", str(port)]
+            if certs is not None:
+                listen = ["--port", "0", "--tls-port", str(port), "--tls-cert-file", certs.cert]
+                listen += ["--tls-key-file", certs.key, "--tls-ca-cert-file", certs.ca, "--tls-auth-clients", "no"]
             with open(log_path, "wb") as log:
                 proc = subprocess.Popen(
                     [
                         binary,
-                        "--port",
-                        str(port),
+                        *listen,
                         "--bind",
                         "127.0.0.1",
                         "--save",
@@ -314,12 +507,12 @@ def _private_server(binary: str) -> Iterator[str]:
                 )
             try:
                 deadline = time.monotonic() + 10.0
-                while proc.poll() is None and not _pings("127.0.0.1", port):
+                while proc.poll() is None and not _pings("127.0.0.1", port, tls_ctx):
                     if time.monotonic() > deadline:
                         raise BenchError(f"{binary} on port {port} did not answer PING within 10 s")
                     time.sleep(0.005)  # polling interval, not a fixed wait
                 if proc.poll() is None:
-                    yield f"redis://127.0.0.1:{port}/0"
+                    yield f"{'rediss' if certs else 'redis'}://127.0.0.1:{port}/0"
                     return
             finally:
                 _stop(proc)
@@ -372,9 +565,10 @@ def _benchmark_target(url: str) -> tuple[list[str], dict[str, str]]:
 
 
 def _benchmark_command(
-    binary: str, url: str, pipeline: int, key: str, n: int
+    binary: str, url: str, pipeline: int, key: str, n: int, clients: int = 1
 ) -> tuple[list[str], dict[str, str]]:
-    """The argv and environment of ``redis-benchmark INCR key:__rand_int__`` with one client."""
+    """The argv and environment of ``redis-benchmark INCR key:__rand_int__`` with ``clients``
+    clients."""
     # `INCR <prefix>:rb:__rand_int__` is what `-t incr` sends (it uses `counter:__rand_int__`),
     # but under this run's own prefix, so nothing outside it is touched on a --url server.
     target, env = _benchmark_target(url)
@@ -382,7 +576,7 @@ def _benchmark_command(
         binary,
         *target,
         "-c",
-        "1",
+        str(clients),
         "-P",
         str(pipeline),
         "-n",
@@ -396,9 +590,11 @@ def _benchmark_command(
     return argv, env
 
 
-def _redis_benchmark(binary: str, url: str, pipeline: int, key: str, n: int) -> tuple[float, float]:
-    """Run ``redis-benchmark INCR key:__rand_int__`` with one client; (requests/s, seconds)."""
-    cmd, env = _benchmark_command(binary, url, pipeline, key, n)
+def _redis_benchmark(
+    binary: str, url: str, pipeline: int, key: str, n: int, clients: int = 1
+) -> tuple[float, float]:
+    """Run ``redis-benchmark INCR key:__rand_int__``; (requests/s, seconds)."""
+    cmd, env = _benchmark_command(binary, url, pipeline, key, n, clients)
     start = time.perf_counter()
     done = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False, env=env)
     elapsed = time.perf_counter() - start
@@ -442,21 +638,27 @@ def _check_benchmark_auth(binary: str, url: str) -> None:
 
 
 class _RedisBenchmark(_Contender):
-    """``redis-benchmark`` INCR with one client and ``pipeline`` requests in flight."""
+    """``redis-benchmark`` INCR with ``clients`` clients, each with ``pipeline`` requests in flight."""
 
-    def __init__(self, name: str, binary: str, url: str, pipeline: int, key: str) -> None:
+    def __init__(self, name: str, binary: str, url: str, pipeline: int, key: str, clients: int = 1) -> None:
         super().__init__(name)
         self.binary, self.url, self.pipeline, self.key = binary, url, pipeline, key
+        self.clients = clients
         self.rate = 0.0
 
     def run_slice(self, seconds: float) -> None:
         if not self.rate:  # a short calibration run sizes -n so that a slice takes `seconds`
             self.rate, _ = _redis_benchmark(
-                self.binary, self.url, self.pipeline, self.key, max(1000, self.pipeline * 200)
+                self.binary,
+                self.url,
+                self.pipeline,
+                self.key,
+                max(1000 * self.clients, self.pipeline * 200),
+                self.clients,
             )
-        n = max(self.pipeline * 10, int(self.rate * seconds))
-        n -= n % self.pipeline
-        rps, elapsed = _redis_benchmark(self.binary, self.url, self.pipeline, self.key, n)
+        n = max(self.pipeline * self.clients * 10, int(self.rate * seconds))
+        n -= n % (self.pipeline * self.clients)
+        rps, elapsed = _redis_benchmark(self.binary, self.url, self.pipeline, self.key, n, self.clients)
         self.rate = rps
         self.ops += n
         self.elapsed += n / rps if rps > 0 else elapsed
@@ -526,6 +728,8 @@ def _print_report(rep: Report) -> None:
         limits_used.append(f"fixed windows {rep.fixed_limit!r}")
     if rep.only in ("all", "sliding"):
         limits_used.append(f"sliding windows and buckets {rep.sliding_limit!r} (never reached)")
+    if rep.only in ("all", "engine"):
+        limits_used.append(f"engine {BIG_LIMIT!r} ({THREADS} threads, {TASKS} coroutines, TLS)")
     print("limits: " + ", ".join(limits_used))
     print()
     w = max(len(r.name) for r in rep.results)
@@ -545,6 +749,10 @@ def _print_report(rep: Report) -> None:
         print(f"{q.name:<{w}}  {q.value:>7.3f}  {target:>8}  {verdict:<6}  {q.low:>6.3f}-{q.high:<6.3f}")
     missed = [q for q in rep.ratios if q.passed is False]
     print()
+    for note in rep.notes:
+        print(f"note: {note}")
+    if rep.notes:
+        print()
     if missed:
         print(f"{len(missed)} of {sum(q.target is not None for q in rep.ratios)} targets missed")
     else:
@@ -595,6 +803,103 @@ def _sliding_block(
     return contenders, ratios
 
 
+# --------------------------------------------------------------------------- the engine
+
+
+async def _aclose_limits(storage: object) -> None:
+    """Close the redis-py client inside limits' async storage on its own loop (else its
+    connections are torn down by the garbage collector after the loop is gone)."""
+    client = getattr(getattr(storage, "bridge", None), "storage", None)
+    aclose = getattr(client, "aclose", None)
+    if aclose is not None:
+        await aclose()
+
+
+def _engine_block(
+    stack: ExitStack,
+    store: Store,
+    url: str,
+    prefix: str,
+    keys: Sequence[str],
+    bench_bin: str,
+    rb_key: str,
+    server_bin: str | None,
+    have: set[str],
+) -> tuple[list[_Contender], list[_RatioSpec], list[str]]:
+    """The engine's contenders (threads, coroutines, TLS), their ratios and notes.
+
+    ``have`` names the rows already planned (the fixed-window block's single-thread rows,
+    which serve as denominators here too); resources to release go on ``stack``."""
+    import limits
+    import limits.aio.strategies
+    import limits.storage
+
+    notes: list[str] = []
+    counter = FixedWindowCounter(store, "incr", COUNTER_WINDOW, prefix=prefix)
+    stack.callback(counter.close)
+    limiter = Limiter(store, prefix=f"{prefix}:lim")
+    rb_c8 = RB_C8.format(threads=THREADS)
+    threads = RC_INCR_THREADS.format(threads=THREADS)
+    contenders: list[_Contender] = [
+        _RedisBenchmark(rb_c8, bench_bin, url, 1, rb_key, clients=THREADS),
+        _Threads(threads, counter.incr, keys, THREADS),
+    ]
+    if RC_INCR not in have:
+        contenders.append(_PythonOp(RC_INCR, counter.incr, keys))
+
+    # asyncio: limits' async Redis storage (redis-py) against redcount.aio on the same server.
+    from .. import aio
+
+    item = limits.parse(BIG_LIMIT)
+    storage = limits.storage.storage_from_string(
+        f"async+{url}", key_prefix=f"{prefix}:limits-aio", **_LIMITS_ASYNC_OPTIONS
+    )
+    lim_aio = limits.aio.strategies.FixedWindowRateLimiter(storage)
+    rc_aio = aio.Limiter(store, "fixed-window", prefix=f"{prefix}:lim")
+    lim_name, rc_name = LIM_AIO.format(tasks=TASKS), RC_AIO.format(tasks=TASKS)
+    lim_loop = _AsyncHits(lim_name, partial(lim_aio.hit, item), keys, TASKS, cleanup=partial(_aclose_limits, storage))
+    rc_loop = _AsyncHits(rc_name, partial(rc_aio.hit, BIG_LIMIT), keys, TASKS)
+    stack.callback(lim_loop.close)
+    stack.callback(rc_loop.close)
+    contenders += [lim_loop, rc_loop]
+    if RC_HIT_REDIS not in have:
+        contenders.append(_PythonOp(RC_HIT_REDIS, partial(limiter.hit, BIG_LIMIT), keys))
+    ratios: list[_RatioSpec] = [
+        (f"redcount incr x{THREADS} threads / redis-benchmark -c{THREADS} -P1", threads, rb_c8, 1.3),
+        (f"redcount incr x{THREADS} threads / x1 thread (Redis)", threads, RC_INCR, 6.0),
+        (f"redcount aio hit / limits async hit, x{TASKS} coroutines (Redis)", rc_name, lim_name, 8.0),
+        (f"redcount aio hit x{TASKS} coroutines / sync Limiter.hit x1 thread (Redis)", rc_name, RC_HIT_REDIS, 4.0),
+    ]
+    try:
+        import uvloop  # type: ignore[import-not-found,unused-ignore]  # noqa: F401 - optional
+    except ImportError:
+        notes.append("uvloop is not installed: no uvloop row (pip install uvloop)")
+    else:
+        uv_name = RC_AIO_UVLOOP.format(tasks=TASKS)
+        uv_loop = _AsyncHits(uv_name, partial(rc_aio.hit, BIG_LIMIT), keys, TASKS, uvloop=True)
+        stack.callback(uv_loop.close)
+        contenders.append(uv_loop)
+        ratios.append(("redcount aio hit: uvloop / asyncio's default loop", uv_name, rc_name, None))
+
+    # TLS: a second private server that speaks only TLS, with throw-away certificates.
+    if server_bin is None:
+        notes.append("no TLS row: it needs a private server (leave out --url)")
+    else:
+        try:
+            certs = _make_certs(stack.enter_context(tempfile.TemporaryDirectory(prefix="redcount-bench-tls-")))
+            tls_url = stack.enter_context(_private_server(server_bin, certs))
+        except BenchError as e:
+            notes.append(f"no TLS row: {e}")
+        else:
+            tls_store = connect(tls_url, ssl_ca_certs=certs.ca)
+            stack.callback(tls_store.close)
+            tls_counter = FixedWindowCounter(tls_store, "incr", COUNTER_WINDOW, prefix=prefix)
+            stack.callback(tls_counter.close)
+            contenders.append(_PythonOp(RC_INCR_TLS, tls_counter.incr, keys))
+            ratios.append(("redcount incr rediss:// / redis:// (one thread)", RC_INCR_TLS, RC_INCR, None))
+    return contenders, ratios, notes
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -623,9 +928,10 @@ def run_bench(args: argparse.Namespace) -> int:
     if only not in ONLY:
         raise ValueError(f"--only must be one of {', '.join(ONLY)}, got {only!r}")
     fixed, sliding = only in ("all", "fixed"), only in ("all", "sliding")
+    engine = only in ("all", "engine")
 
-    bench_bin = ""  # only the fixed-window measurements run redis-benchmark
-    if fixed:
+    bench_bin = ""  # only the fixed-window and engine measurements run redis-benchmark
+    if fixed or engine:
         found = shutil.which(args.redis_benchmark)
         if found is None:
             raise BenchError(
@@ -636,7 +942,7 @@ def run_bench(args: argparse.Namespace) -> int:
     server_bin = _server_binary(args.redis_server) if args.url is None else None
     if args.url is not None:
         _benchmark_target(args.url)  # refuse what redis-benchmark and limits cannot use, up front
-        if fixed:
+        if fixed or engine:
             _check_benchmark_auth(bench_bin, args.url)
 
     prefix = f"rcbench:{os.getpid()}:{secrets.token_hex(4)}"
@@ -647,7 +953,11 @@ def run_bench(args: argparse.Namespace) -> int:
     item = limits.parse(BIG_LIMIT)
     sliding_item = limits.parse(SLIDING_LIMIT)
 
-    with _sigterm_as_exit(), _private_server(server_bin) if server_bin else _existing(args.url) as url:
+    with (
+        _sigterm_as_exit(),
+        _private_server(server_bin) if server_bin else _existing(args.url) as url,
+        ExitStack() as engine_resources,
+    ):
         store = connect(url)
         mem = connect()
         mem_sliding = connect()  # its own, so that its figures do not depend on --only
@@ -737,6 +1047,14 @@ def run_bench(args: argparse.Namespace) -> int:
                     plan += more
                     ratios += more_ratios
 
+            if engine:
+                more, more_ratios, notes = _engine_block(
+                    engine_resources, store, url, prefix, keys, bench_bin, rb_key, server_bin, {c.name for c in plan}
+                )
+                plan += more
+                ratios += more_ratios
+                rep.notes += notes
+
             rounds = _rounds(seconds)
             step = 0
             for r in range(1, rounds + 1):
@@ -751,12 +1069,19 @@ def run_bench(args: argparse.Namespace) -> int:
                 c.close()
 
             by_name = {r.name: r for r in rep.results}
+            if engine:
+                single = by_name[RC_INCR]
+                rep.notes.append(
+                    f"single thread, no regression (issue 7 section 2): {RC_INCR} {single.ops_per_sec:,.0f} ops/s "
+                    "in this run; compare with the README's figures on the same machine"
+                )
             rep.ratios = [_ratio(by_name, *spec) for spec in ratios]
             _print_report(rep)
             if args.json:
                 write_json(args.json, _json_ready(asdict(rep)))
         finally:
             try:
+                engine_resources.close()  # the engine's loops, counters and TLS server, before the store
                 if server_bin is None:  # our keys on someone's server: take them away
                     _delete_keys(store, f"{prefix}:*")
             finally:
