@@ -88,7 +88,7 @@ class CompletionQueue : public std::enable_shared_from_this<CompletionQueue> {
   void use_call_soon_threadsafe();  // GIL held
   // At most this many completions are delivered per drain; the rest in a later one, scheduled
   // with loop.call_soon, so timers and other tasks are not held up behind a burst.
-  static constexpr std::size_t kMaxPerDrain = 16;
+  static constexpr std::size_t kMaxPerDrain = 8;
   bool uses_call_soon_threadsafe() const noexcept { return call_soon_.load(); }
   py::object new_future();  // GIL held
   void push(std::shared_ptr<Completion> c);

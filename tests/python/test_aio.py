@@ -227,10 +227,10 @@ def test_one_wakeup_completes_many_calls(run: Runner[Any], deferred: _core._Defe
         results = await asyncio.gather(*tasks)
         assert sorted(results) == list(range(1, n + 1))
         # The first completion signalled; the other 199 found the queue non-empty. The one
-        # wake-up delivers them in slices of at most 16 (each later slice scheduled with
+        # wake-up delivers them in slices of at most 8 (each later slice scheduled with
         # call_soon behind the loop's other ready callbacks), never one wake-up per reply.
         assert queue.signals - signals == 1
-        assert queue.wakeups - wakeups == -(-n // 16)
+        assert queue.wakeups - wakeups == -(-n // 8)
         assert queue.delivered - delivered == n
 
     run(main())
