@@ -46,9 +46,9 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from . import _core
 from ._core import CompletionQueue, Decision, Lease, LimitSet, LimitStats, RetryStats, Store
 from .counters import FixedWindowCounter as _SyncFixedWindowCounter
-from .errors import RateLimitExceeded
 from .limiter import Clock, Strategy
 from .limiter import Limiter as _SyncLimiter
+from .limiter import _slots_taken
 from .sliding import SlidingWindowCounter as _SyncSlidingWindowCounter
 from .store import connect as _connect
 
@@ -498,9 +498,7 @@ class Limiter:
         slot when the block ends, even by an exception or a cancellation."""
         got = await self.acquire(max_in_flight, key, lease_timeout=lease_timeout)
         if got is None:
-            raise RateLimitExceeded(
-                f"all {max_in_flight} concurrency slots of {key!r} are in use; retry later", key, max_in_flight
-            )
+            raise _slots_taken(max_in_flight, key)
         try:
             yield got
         finally:

@@ -20,6 +20,13 @@ Clock = Literal["client", "server", "server-offset"]
 _FAST = ("hit", "test", "stats", "reset", "acquire", "release", "in_flight")
 
 
+def _slots_taken(max_in_flight: int, key: str | bytes) -> RateLimitExceeded:
+    """What ``lease()`` (sync and async) raises when every slot of ``key`` is taken."""
+    return RateLimitExceeded(
+        f"all {max_in_flight} concurrency slots of {key!r} are in use; retry later", key, max_in_flight
+    )
+
+
 def parse_limits(text: str) -> LimitSet:
     """Parse a limit string such as ``"10/minute"``, ``"10 per minute"``, ``"100/5 minutes"``,
     ``"5/second;100/hour"`` (all must hold) or, for the bucket strategies,
@@ -146,9 +153,7 @@ class Limiter:
         slot when the block ends, even by an exception."""
         got = self.acquire(max_in_flight, key, lease_timeout=lease_timeout)
         if got is None:
-            raise RateLimitExceeded(
-                f"all {max_in_flight} concurrency slots of {key!r} are in use; retry later", key, max_in_flight
-            )
+            raise _slots_taken(max_in_flight, key)
         try:
             yield got
         finally:
