@@ -306,3 +306,43 @@ TEST_F(RedisTest, UnreachablePortIsAConnectionError) {
 }
 
 }  // namespace
+
+// On Redis >= 7.0 an increment without a request id is MULTI/INCRBY/PEXPIREAT LT/EXEC, not
+// the script: the commands the server counted show which path ran, and the TTL guarantees
+// (set on the first increment, restored after PERSIST, lowered from a foreign far-future
+// expiry) must hold on it as they do on the script.
+TEST_F(RedisTest, IncrementsWithoutIdsUseTheTransactionOnRedis7) {
+  FixedWindowOptions o;
+  o.prefix = prefix_;
+  o.name = "tx";
+  o.window_ms = 60'000;
+  o.grace_ms = 1000;
+  FixedWindowCounter c(redis_, o);
+  c.incr("warm", 1);  // the first call sets the connection up (and learns the version)
+  if (!redis_->has_expire_options()) GTEST_SKIP() << "the server is older than Redis 7.0";
+  auto calls = [&](const std::string& cmd) -> std::int64_t {
+    const std::string info = rctest::run(*redis_, {"INFO", "commandstats"}).str;
+    const std::size_t at = info.find("cmdstat_" + cmd + ":calls=");
+    return at == std::string::npos ? 0 : std::stoll(info.substr(at + 15 + cmd.size()));
+  };
+  rctest::run(*redis_, {"CONFIG", "RESETSTAT"});
+  const std::string key = c.storage_key("k");
+  const std::int64_t deadline = c.window("k").expire_at_ms;
+  EXPECT_EQ(c.incr("k", 2), 2);
+  EXPECT_EQ(rctest::run(*redis_, {"PEXPIRETIME", key}).as_integer(), deadline);
+  rctest::run(*redis_, {"PERSIST", key});
+  EXPECT_EQ(c.incr("k", 1), 3);
+  EXPECT_EQ(rctest::run(*redis_, {"PEXPIRETIME", key}).as_integer(), deadline);
+  rctest::run(*redis_, {"PEXPIRE", key, "1000000000000"});
+  EXPECT_EQ(c.incr_many({{"k", 1}, {"other", 5}}), (std::vector<std::int64_t>{4, 5}));
+  EXPECT_EQ(rctest::run(*redis_, {"PEXPIRETIME", key}).as_integer(), deadline);
+  rctest::run(*redis_, {"SET", key, "junk"});
+  EXPECT_EQ(rctest::error_of<ReplyError>([&] { c.incr("k", 1); }), "ERR value is not an integer or out of range");
+  EXPECT_EQ(rctest::run(*redis_, {"GET", key}).str, "junk");
+  EXPECT_EQ(rctest::run(*redis_, {"PEXPIRETIME", key}).as_integer(), deadline);  // healed, not counted
+  EXPECT_EQ(calls("evalsha"), 0);
+  EXPECT_EQ(calls("exec"), 4);
+  EXPECT_EQ(c.incr("r", 1, "request-1"), 1);  // request ids keep the script
+  EXPECT_EQ(c.incr("r", 1, "request-1"), 1);
+  EXPECT_EQ(calls("evalsha"), 2);
+}

@@ -49,6 +49,7 @@ class RedisStore final : public Store {
   bool is_memory() const noexcept override { return false; }
   // The RESP formatter renders ScriptCall::argv() itself.
   bool accepts_typed_args() const noexcept override { return true; }
+  bool has_expire_options() const noexcept override;
   void close() override;
 
   // Connections open right now (set up and usable).

@@ -176,6 +176,9 @@ class Store {
   // True when now_ms() is the server's own clock (an in-process store): clients then
   // need no measured offset to the server's time.
   virtual bool server_clock_is_local() const noexcept { return false; }
+  // True when the server takes PEXPIREAT's NX/XX/GT/LT options (Redis >= 7.0), so an
+  // increment can be MULTI/INCRBY/PEXPIREAT LT/EXEC instead of a script.
+  virtual bool has_expire_options() const noexcept { return false; }
   // "memory://" or "redis://host:port/db" (never the password).
   virtual std::string describe() const = 0;
   virtual bool is_memory() const noexcept = 0;

@@ -211,6 +211,9 @@ void Connection::send_hello() {
   const std::string db = std::to_string(options_.db);
   if (options_.db != 0) cmds.push_back({"SELECT", db});
   cmds.push_back({"CLIENT", "SETNAME", "redcount"});
+  // The version decides which command forms this connection may use (PEXPIREAT ... LT
+  // needs 7.0).
+  cmds.push_back({"INFO", "server"});
   // Scripts are not replicated since Redis 7.0: a promoted replica has none, so every
   // connection loads them up front (the NOSCRIPT reload path stays for SCRIPT FLUSH).
   for (const Script* s : all_scripts()) cmds.push_back({"SCRIPT", "LOAD", s->source});
@@ -240,8 +243,19 @@ void Connection::check_hello(std::size_t index, const Reply& reply) {
       throw ReplyError("cannot select database " + std::to_string(options_.db) + " on " + where_ + ": " + text +
                        "; check the /db part of the URL");
     }
-    // CLIENT SETNAME or SCRIPT LOAD refused (an ACL without them, a server still loading):
-    // harmless here; a script call then meets NOSCRIPT or LOADING and deals with it.
+    // CLIENT SETNAME, INFO or SCRIPT LOAD refused (an ACL without them, a server still
+    // loading): harmless here; a script call then meets NOSCRIPT or LOADING and deals with
+    // it, and an unknown version means the forms every version has.
+  } else if (hello_[index] == "INFO" && reply.type == Reply::Type::String) {
+    const std::string_view text = reply.str;
+    const std::size_t at = text.find("redis_version:");
+    if (at != std::string_view::npos) {
+      int major = 0;
+      for (std::size_t i = at + 14; i < text.size() && text[i] >= '0' && text[i] <= '9' && major < 1000; ++i) {
+        major = major * 10 + (text[i] - '0');
+      }
+      server_major_ = major;
+    }
   }
   if (index + 1 == hello_.size()) {
     hello_.clear();

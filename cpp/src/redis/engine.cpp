@@ -593,6 +593,7 @@ void Engine::handle_slot(int i, TimePoint now, std::vector<std::shared_ptr<Job>>
       return connect_failed(i, std::current_exception(), now);
     }
     if (c.ready()) {
+      server_major_.store(c.server_major(), std::memory_order_relaxed);
       std::lock_guard<std::mutex> lock(mu_);
       s.ready = true;
       --connecting_;

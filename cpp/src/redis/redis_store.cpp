@@ -100,6 +100,11 @@ bool cheap_name(const std::string& s) {
   return s == "SET" || s == "INCRBY" || s == "PTTL" || s == "GET" || s == "PEXPIREAT" || s == "EVALSHA";
 }
 
+bool is_multi(const std::string& s) { return s == "MULTI" || s == "multi"; }
+bool is_exec(const std::string& s) {
+  return s == "EXEC" || s == "exec" || s == "DISCARD" || s == "discard";
+}
+
 // Throws InvalidArgument for a batch with a command the shared connection cannot carry.
 void check_batch(const std::vector<Request>& batch) {
   bool in_multi = false;
@@ -108,13 +113,14 @@ void check_batch(const std::vector<Request>& batch) {
     if (cmd == nullptr) continue;
     if (cmd->args.empty()) throw InvalidArgument("empty command");
     if (cheap_name(cmd->args[0])) continue;
-    const std::string name = ascii_lower(cmd->args[0]);
-    if (name == "multi") {
+    const bool multi = is_multi(cmd->args[0]), exec = is_exec(cmd->args[0]);
+    const std::string name = multi || exec ? std::string() : ascii_lower(cmd->args[0]);
+    if (multi || name == "multi") {
       if (in_multi) throw InvalidArgument("MULTI inside MULTI: a transaction cannot be nested");
       in_multi = true;
       continue;
     }
-    if (name == "exec" || name == "discard") {
+    if (exec || name == "exec" || name == "discard") {
       if (!in_multi) {
         throw InvalidArgument(
             "EXEC/DISCARD without MULTI in the same batch: a transaction must be sent whole (MULTI ... EXEC in one "
@@ -202,6 +208,11 @@ void RedisStore::close() {
     e = engine_;
   }
   if (e) e->close();
+}
+
+bool RedisStore::has_expire_options() const noexcept {
+  redis::Engine* e = current_.load(std::memory_order_acquire);
+  return e != nullptr && e->server_major() >= 7;
 }
 
 int RedisStore::open_connections() const {

@@ -54,6 +54,9 @@ class Connection {
   // output is pending).
   std::uint32_t wanted() const noexcept;
   TimePoint setup_deadline() const noexcept { return setup_deadline_; }
+  // The server's major version from the handshake's INFO server (0: not known, e.g. INFO
+  // refused by an ACL). Set once the connection is ready.
+  int server_major() const noexcept { return server_major_; }
 
   // Data path.
   std::string& out() noexcept { return out_; }
@@ -141,6 +144,7 @@ class Connection {
 
   std::vector<std::string> hello_;  // the first word of each handshake command
   std::size_t hello_seen_ = 0;
+  int server_major_ = 0;
 
   resp::Parser parser_;
   std::string out_;

@@ -52,6 +52,7 @@
 // is fine). Not fork-safe by itself: RedisStore abandons an engine inherited through fork().
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -88,6 +89,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // Connections open right now (set-up finished).
   int open_connections() const;
   const std::string& where() const noexcept { return where_; }
+  // The major version the last connection set up reported (0 until one is, or when INFO
+  // is refused).
+  int server_major() const noexcept { return server_major_.load(std::memory_order_relaxed); }
 
  private:
   enum class Owner { None, Reactor, Caller };
@@ -147,6 +151,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   TimePoint next_connect_{};
   FailureKind failure_kind_ = FailureKind::Connection;
   std::string failure_;
+  std::atomic<int> server_major_{0};
 
   int epoll_fd_ = -1;
   int event_fd_ = -1;
