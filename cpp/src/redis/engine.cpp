@@ -57,8 +57,15 @@ std::chrono::milliseconds watchdog_for(const StoreOptions& o) {
 
 }  // namespace
 
+namespace {
+constexpr int kMaxThreadConnections = 256;
+}  // namespace
+
 Engine::Engine(const StoreOptions& options)
-    : options_(options), where_(server_name(options)), watchdog_(watchdog_for(options)) {
+    : options_(options),
+      where_(server_name(options)),
+      watchdog_(watchdog_for(options)),
+      mux_(static_cast<std::size_t>(std::max(options.connections, 1))) {
   if (options_.connections < 1 || options_.connections > 4) {
     throw InvalidArgument("connections must be 1 to 4 (sockets multiplexed per server), got " +
                           std::to_string(options_.connections));
@@ -67,7 +74,12 @@ Engine::Engine(const StoreOptions& options)
       options_.pool_timeout.count() < 0) {
     throw InvalidArgument("timeouts must be >= 0 (0 means wait forever)");
   }
-  slots_.resize(static_cast<std::size_t>(options_.connections));
+  if (options_.max_connections < 1) {
+    throw InvalidArgument("max_connections must be >= 1, got " + std::to_string(options_.max_connections));
+  }
+  const int threads = std::min(std::max(options_.max_connections - options_.connections, 0), kMaxThreadConnections);
+  slots_.resize(mux_ + static_cast<std::size_t>(threads));
+  ours_.assign(slots_.size(), 0);
 }
 
 Engine::~Engine() {
@@ -198,15 +210,33 @@ void Engine::enqueue(std::shared_ptr<Job> job, bool may_wait) {
 }
 
 int Engine::try_borrow() {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (closed_ || !queue_.empty()) return -1;
-  for (std::size_t i = 0; i < slots_.size(); ++i) {
-    Slot& s = slots_[i];
-    if (s.ready && s.owner == Owner::None && !s.hup) {
-      s.owner = Owner::Caller;
-      return static_cast<int>(i);
+  bool do_wake = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return -1;
+    // A multiplexed connection only when nothing is queued for it (queued jobs go first).
+    for (std::size_t i = queue_.empty() ? 0 : mux_; i < slots_.size(); ++i) {
+      Slot& s = slots_[i];
+      if (s.ready && s.owner == Owner::None && !s.hup) {
+        s.owner = Owner::Caller;
+        return static_cast<int>(i);
+      }
     }
+    // Every connection is busy: ask for one more thread connection (one opening at a
+    // time, none during a reconnect backoff); this call goes through the reactor.
+    if (!started_ || SteadyClock::now() < next_connect_) return -1;
+    std::size_t free_slot = slots_.size();
+    for (std::size_t i = mux_; i < slots_.size(); ++i) {
+      const Slot& s = slots_[i];
+      if (s.wanted || (s.conn && !s.ready)) return -1;
+      if (!s.conn && s.owner == Owner::None && free_slot == slots_.size()) free_slot = i;
+    }
+    if (free_slot == slots_.size()) return -1;
+    slots_[free_slot].wanted = true;
+    do_wake = !wake_pending_;
+    wake_pending_ = true;
   }
+  if (do_wake) wake();
   return -1;
 }
 
@@ -415,7 +445,8 @@ bool Engine::step(bool tick) {
   std::vector<std::shared_ptr<Job>> requeue;
   // Slots this thread owns in this step. Only the reactor takes a slot from None and
   // only it gives one back, so this stays true until it releases them below.
-  bool ours[4] = {false, false, false, false};
+  std::vector<char>& ours = ours_;
+  std::fill(ours.begin(), ours.end(), 0);
   {
     std::lock_guard<std::mutex> lock(mu_);
     wake_pending_ = false;
@@ -470,8 +501,19 @@ bool Engine::step(bool tick) {
         }
       }
     }
+    for (std::size_t i = mux_; i < slots_.size(); ++i) {
+      Slot& s = slots_[i];
+      if (!s.wanted) continue;
+      s.wanted = false;
+      if (!s.conn && s.owner == Owner::None && now >= next_connect_) {
+        s.owner = Owner::Reactor;
+        ours[i] = true;
+        ++connecting_;
+        to_open.push_back(static_cast<int>(i));
+      }
+    }
     if (!queue_.empty()) {
-      for (std::size_t i = 0; i < slots_.size(); ++i) {
+      for (std::size_t i = 0; i < mux_; ++i) {
         Slot& s = slots_[i];
         if (!s.conn && s.owner != Owner::Caller && now >= next_connect_) {
           s.owner = Owner::Reactor;
@@ -483,7 +525,7 @@ bool Engine::step(bool tick) {
     }
     while (!queue_.empty()) {
       int best = -1;
-      for (std::size_t i = 0; i < slots_.size(); ++i) {
+      for (std::size_t i = 0; i < mux_; ++i) {
         const Slot& s = slots_[i];
         if (!s.ready || s.owner == Owner::Caller || s.load >= kMaxInFlight) continue;
         if (best < 0 || s.load < slots_[static_cast<std::size_t>(best)].load) best = static_cast<int>(i);
@@ -498,7 +540,8 @@ bool Engine::step(bool tick) {
       s.load += job->requests.size();
       assigned.emplace_back(best, std::move(job));
     }
-    const bool any_ready = std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.ready; });
+    const bool any_ready = std::any_of(slots_.begin(), slots_.begin() + static_cast<std::ptrdiff_t>(mux_),
+                                       [](const Slot& s) { return s.ready; });
     if (!queue_.empty() && !any_ready && connecting_ == 0) {
       // Nothing can carry them: fail at once rather than at the deadline (never sent).
       refusal = backoff_error_locked(now);
@@ -686,7 +729,8 @@ void Engine::connect_failed(int i, std::exception_ptr error, TimePoint now) {
   next_connect_ = now + jittered(backoff_);
   failure_kind_ = kind;
   failure_ = text;
-  const bool any_ready = std::any_of(slots_.begin(), slots_.end(), [](const Slot& x) { return x.ready; });
+  const bool any_ready = std::any_of(slots_.begin(), slots_.begin() + static_cast<std::ptrdiff_t>(mux_),
+                                     [](const Slot& x) { return x.ready; });
   if (!any_ready && connecting_ == 0) {
     for (auto& j : queue_) {
       j->fail(error);
@@ -710,7 +754,7 @@ void Engine::open_slot(int i, TimePoint now) {
   arm(s.conn->setup_deadline());
 }
 
-void Engine::expire(TimePoint now, const bool* ours, std::vector<std::shared_ptr<Job>>& requeue) {
+void Engine::expire(TimePoint now, const std::vector<char>& ours, std::vector<std::shared_ptr<Job>>& requeue) {
   for (std::size_t i = 0; i < slots_.size(); ++i) {
     Slot& s = slots_[i];
     if (!s.conn || !ours[i]) continue;

@@ -22,7 +22,12 @@
 // it and does its own write and read, with no thread hop: the single-thread path costs what
 // a plain blocking client costs. While borrowed, the reactor does not touch it (the idle
 // connection is registered for EPOLLRDHUP only, one-shot, so the caller's reply does not
-// wake the reactor).
+// wake the reactor). When every connection is busy, the caller's job goes through the
+// reactor and the caller asks it to open a thread connection: one more socket, never given
+// queued work, that later synchronous callers borrow the same way. So N threads calling at
+// once end up with about N sockets (at most max_connections in all), each waiting for its
+// own reply: a reactor hop and a wake-up per call cost more than that on a busy machine
+// (measured with 8 threads: about 2x one thread through the reactor alone).
 //
 // The failure contract (request by request):
 // - A request not yet written when its connection dies is sent again on a new connection
@@ -102,6 +107,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
     bool ready = false;
     bool hup = false;        // an event came while a caller had it
     bool adopt = false;      // a caller handed it back with work for the reactor
+    bool wanted = false;     // a thread connection a caller asked the reactor to open
     std::size_t load = 0;    // replies awaited
     // Reactor only:
     bool in_epoll = false;
@@ -115,6 +121,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   void wake();
   void enqueue(std::shared_ptr<Job> job, bool may_wait);
   int try_borrow();
+  // Multiplexed slots are [0, mux_); the rest are thread connections, opened on demand
+  // for synchronous callers that find every connection busy (up to max_connections in all).
+  bool is_mux(std::size_t i) const noexcept { return i < mux_; }
   bool run_borrowed(int slot, const std::shared_ptr<Job>& job);
   void give_back(int slot, bool to_reactor);
   std::exception_ptr backoff_error_locked(TimePoint now) const;
@@ -126,7 +135,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   void connection_lost(int i, const std::string& why, std::vector<std::shared_ptr<Job>>& requeue);
   void connect_failed(int i, std::exception_ptr error, TimePoint now);
   void open_slot(int i, TimePoint now);
-  void expire(TimePoint now, const bool* ours, std::vector<std::shared_ptr<Job>>& requeue);
+  void expire(TimePoint now, const std::vector<char>& ours, std::vector<std::shared_ptr<Job>>& requeue);
   void set_interest(int i, std::uint32_t mask);
   void arm(TimePoint at);
   void shutdown_reactor();
@@ -134,6 +143,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   const StoreOptions options_;
   const std::string where_;
   const std::chrono::milliseconds watchdog_;
+  const std::size_t mux_;
   std::shared_ptr<TlsContext> tls_;
 
   mutable std::mutex mu_;
@@ -160,6 +170,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::shared_ptr<Engine> keepalive_;  // set when closed from its own thread
 
   // Reactor only.
+  std::vector<char> ours_;  // slots the reactor owns in the current step
   std::vector<std::shared_ptr<Job>> delayed_;
   std::vector<std::shared_ptr<Job>> finished_;
   TimePoint armed_ = kNever;
