@@ -35,8 +35,10 @@ struct LogArgs final : detail::TimedArgs {
 };
 
 // Writes the integers to `out`; false for arguments the strategy never sends.
+// `fresh_ids`: the members' id is this process's own (the typed path), so no member can
+// already be in a set and ZADD may skip the membership check.
 bool sliding_log_core(Keyspace& ks, const std::vector<std::string>& keys, std::int64_t now, const LogArgs& c,
-                      std::string_view uid, detail::Ints& out) {
+                      std::string_view uid, bool fresh_ids, detail::Ints& out) {
   constexpr double kInf = std::numeric_limits<double>::infinity();
   const std::size_t n = keys.size();
   detail::SmallVec<std::int64_t, 8> counts;
@@ -67,7 +69,11 @@ bool sliding_log_core(Keyspace& ks, const std::vector<std::string>& keys, std::i
       for (std::int64_t m = 1; m <= c.cost; ++m) {
         member.resize(stem);
         member += std::to_string(m);
-        ks.zadd(keys[i], static_cast<double>(now), member);
+        if (fresh_ids) {
+          ks.zadd_unique(keys[i], static_cast<double>(now), member);
+        } else {
+          ks.zadd(keys[i], static_cast<double>(now), member);
+        }
       }
       counts[i] += c.cost;
       ks.pexpireat(keys[i], ks.now_ms() + c.window[i]);
@@ -116,7 +122,7 @@ Reply native_sliding_log(Keyspace& ks, const std::vector<std::string>& keys, con
     c.window.push_back(*w);
   }
   detail::Ints out;
-  const bool ok = sliding_log_core(ks, keys, *now, c, args[3], out);
+  const bool ok = sliding_log_core(ks, keys, *now, c, args[3], false, out);
   return to_reply(ok, out, "sliding_log");
 }
 
@@ -126,7 +132,7 @@ Reply typed_sliding_log(Keyspace& ks, const std::vector<std::string>& keys, cons
   const auto& c = static_cast<const LogArgs&>(args);
   if (c.amount.size() != keys.size() || c.window.size() != keys.size()) return detail::malformed("sliding_log");
   const std::string uid = c.id.local();
-  return c.answer_with(sliding_log_core(ks, keys, c.now ? *c.now : ks.now_ms(), c, uid, c.ints), "sliding_log");
+  return c.answer_with(sliding_log_core(ks, keys, c.now ? *c.now : ks.now_ms(), c, uid, true, c.ints), "sliding_log");
 }
 
 class SlidingLogRules final : public detail::ScriptedRules {

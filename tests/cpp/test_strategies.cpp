@@ -508,3 +508,39 @@ TEST_F(LuaTwinTest, EveryScriptMatchesItsTwins) {
 }
 
 }  // namespace
+
+// The log's members go into the sorted set unchecked (they are unique by construction);
+// commands that need the member index build it then, and the set must answer as Redis
+// does from then on: no duplicate after a foreign ZADD of an existing member, ZREM and
+// ZSCORE exact, order by (score, member), and the log's own hits still counted.
+TEST(SlidingLog, UncheckedMembersMeetForeignCommands) {
+  auto clock = std::make_shared<ManualClock>(kT0);
+  auto store = rctest::memory_store(clock);
+  auto lim = make_limiter(store, "sliding-window", "rl");
+  const auto limits = parse_limits("100/minute");
+  const std::string key = "rl:sw:100:{k}:60000";
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(lim->hit(limits, "k", 2).allowed);
+    clock->advance(i % 2);  // several hits share a millisecond
+  }
+  EXPECT_EQ(rctest::run(*store, {"ZCARD", key}).integer, 10);
+  const Reply all = rctest::run(*store, {"ZRANGE", key, "0", "-1", "WITHSCORES"});
+  ASSERT_EQ(all.elements.size(), 20u);
+  for (std::size_t i = 2; i < all.elements.size(); i += 2) {  // sorted by (score, member)
+    const double a = std::stod(all.elements[i - 1].str), b = std::stod(all.elements[i + 1].str);
+    EXPECT_TRUE(a < b || (a == b && all.elements[i - 2].str < all.elements[i].str)) << i;
+  }
+  const std::string first = all.elements[0].str, last = all.elements[18].str;
+  EXPECT_EQ(rctest::run(*store, {"ZADD", key, "1", first}).integer, 0);  // rescored, not added
+  EXPECT_EQ(rctest::run(*store, {"ZCARD", key}).integer, 10);
+  EXPECT_EQ(rctest::run(*store, {"ZSCORE", key, first}).str, "1");
+  EXPECT_EQ(rctest::run(*store, {"ZRANGE", key, "0", "0"}).elements.at(0).str, first);  // moved to the front
+  EXPECT_EQ(rctest::run(*store, {"ZREM", key, last, "nobody"}).integer, 1);
+  EXPECT_EQ(rctest::run(*store, {"ZCARD", key}).integer, 9);
+  ASSERT_TRUE(lim->hit(limits, "k", 3).allowed);  // indexed now: checked adds, still counted
+  EXPECT_EQ(rctest::run(*store, {"ZCARD", key}).integer, 11);  // the hit trimmed the score-1 member
+  EXPECT_EQ(rctest::run(*store, {"ZSCORE", key, first}).type, Reply::Type::Nil);
+  clock->advance(60'000);
+  EXPECT_EQ(lim->hit(limits, "k", 1).remaining, 99);  // everything older left the window
+  EXPECT_EQ(rctest::run(*store, {"ZCARD", key}).integer, 1);
+}

@@ -34,6 +34,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <cstdint>
 #include <list>
 #include <map>
@@ -85,9 +86,16 @@ class MemoryStore final : public Store {
     bool operator()(const ZItem& a, double score) const { return a.first < score; }
     bool operator()(double score, const ZItem& b) const { return score < b.first; }
   };
+  // A sorted set as a sorted deque: a rate limiter's log appends at the back (its scores
+  // are times) and trims from the front, both O(1) here, with no node per member. The
+  // member -> score index is built the first time a command needs it (ZSCORE, ZREM, a
+  // checked ZADD) and kept from then on; until then every member was added through
+  // zadd_unique() by a twin whose members are unique by construction.
   struct ZSet {
-    std::unordered_map<std::string, double> scores;  // member -> score
-    std::set<ZItem, ZLess> order;
+    std::deque<ZItem> order;
+    std::unordered_map<std::string, double> scores;  // valid only when `indexed`
+    bool indexed = false;
+    std::size_t size() const noexcept { return order.size(); }
   };
   // Fields kept in insertion order, the order a small Redis hash (listpack) answers
   // HGETALL in. `index` views the field names inside `fields`, whose nodes never move,

@@ -110,6 +110,11 @@ class Keyspace {
   using ScoredMember = std::pair<std::string, double>;
   // Adds or re-scores `member`; true when it was new (ZADD key score member).
   virtual bool zadd(const std::string& key, double score, const std::string& member) = 0;
+  // ZADD of a member the caller knows is not in the set (a twin's own generated member):
+  // a store may skip the membership check.
+  virtual void zadd_unique(const std::string& key, double score, const std::string& member) {
+    zadd(key, score, member);
+  }
   virtual bool zrem(const std::string& key, const std::string& member) = 0;
   virtual std::int64_t zcard(const std::string& key) = 0;
   virtual std::optional<double> zscore(const std::string& key, const std::string& member) = 0;

@@ -204,38 +204,62 @@ class MemoryStore::Ops final : public Keyspace {
 
   // ---- sorted sets ----------------------------------------------------------------------
 
-  using ZOrderIt = std::set<ZItem, ZLess>::const_iterator;
+  using ZOrderIt = std::deque<ZItem>::iterator;
 
   struct ZAddFlags {
     bool nx = false, xx = false, gt = false, lt = false;
   };
   enum class ZAdded { kNothing, kAdded, kRescored };
 
+  static void zset_index(ZSet& z) {
+    if (z.indexed) return;
+    z.scores.reserve(z.order.size());
+    for (const auto& [score, member] : z.order) z.scores.emplace(member, score);
+    z.indexed = true;
+  }
+
+  // Inserts in order; at the back (O(1)) in the common case of a log.
+  static void zset_insert(ZSet& z, double score, const std::string& member) {
+    if (z.order.empty() || z.order.back() < ZItem{score, member}) {
+      z.order.emplace_back(score, member);
+      return;
+    }
+    ZItem item{score, member};
+    z.order.insert(std::upper_bound(z.order.begin(), z.order.end(), item), std::move(item));
+  }
+
+  static ZOrderIt zset_find(ZSet& z, double score, const std::string& member) {
+    return std::lower_bound(z.order.begin(), z.order.end(), ZItem{score, member});
+  }
+
   // One score-member pair of ZADD (Redis zsetAdd without INCR). `score` is not NaN.
   static ZAdded zset_add(ZSet& z, double score, const std::string& member, ZAddFlags f) {
     // A small Redis set (listpack) stores -0 as 0; do the same so ZSCORE agrees.
     if (score == 0) score = 0;
+    zset_index(z);
     auto it = z.scores.find(member);
     if (it == z.scores.end()) {
       if (f.xx) return ZAdded::kNothing;
       z.scores.emplace(member, score);
-      z.order.emplace(score, member);
+      zset_insert(z, score, member);
       return ZAdded::kAdded;
     }
     const double cur = it->second;
     if (f.nx || (f.gt && score <= cur) || (f.lt && score >= cur) || score == cur) return ZAdded::kNothing;
-    auto node = z.order.extract(ZItem{cur, member});
-    node.value().first = score;
-    z.order.insert(std::move(node));
+    z.order.erase(zset_find(z, cur, member));
+    zset_insert(z, score, member);
     it->second = score;
     return ZAdded::kRescored;
   }
 
   // The members of `z` in `r`, as [first, last).
-  static std::pair<ZOrderIt, ZOrderIt> zset_range(const ZSet& z, const MemoryScoreRange& r) {
+  static std::pair<ZOrderIt, ZOrderIt> zset_range(ZSet& z, const MemoryScoreRange& r) {
     if (r.empty()) return {z.order.end(), z.order.end()};
-    auto first = r.minex ? z.order.upper_bound(r.min) : z.order.lower_bound(r.min);
-    auto last = r.maxex ? z.order.lower_bound(r.max) : z.order.upper_bound(r.max);
+    const ZLess less;
+    auto first = r.minex ? std::upper_bound(z.order.begin(), z.order.end(), r.min, less)
+                         : std::lower_bound(z.order.begin(), z.order.end(), r.min, less);
+    auto last = r.maxex ? std::lower_bound(first, z.order.end(), r.max, less)
+                        : std::upper_bound(first, z.order.end(), r.max, less);
     return {first, last};
   }
 
@@ -249,48 +273,60 @@ class MemoryStore::Ops final : public Keyspace {
     return zset_add(find_or_create<ZSet>(key), score, member, {}) == ZAdded::kAdded;
   }
 
+  void zadd_unique(const std::string& key, double score, const std::string& member) override {
+    if (std::isnan(score)) throw ReplyError(kNotFloat);
+    ZSet& z = find_or_create<ZSet>(key);
+    if (z.indexed) {
+      zset_add(z, score, member, {});
+      return;
+    }
+    zset_insert(z, score == 0 ? 0 : score, member);
+  }
+
   bool zrem(const std::string& key, const std::string& member) override {
     ZSet* z = find_as<ZSet>(key);
     if (!z) return false;
+    zset_index(*z);
     auto it = z->scores.find(member);
     if (it == z->scores.end()) return false;
-    z->order.erase(ZItem{it->second, member});
+    z->order.erase(zset_find(*z, it->second, member));
     z->scores.erase(it);
-    drop_if_empty(key, z->scores.empty());
+    drop_if_empty(key, z->order.empty());
     return true;
   }
 
   std::int64_t zcard(const std::string& key) override {
     const ZSet* z = find_as<ZSet>(key);
-    return z ? static_cast<std::int64_t>(z->scores.size()) : 0;
+    return z ? static_cast<std::int64_t>(z->size()) : 0;
   }
 
   std::optional<double> zscore(const std::string& key, const std::string& member) override {
-    const ZSet* z = find_as<ZSet>(key);
+    ZSet* z = find_as<ZSet>(key);
     if (!z) return std::nullopt;
+    zset_index(*z);
     auto it = z->scores.find(member);
     if (it == z->scores.end()) return std::nullopt;
     return it->second;
   }
 
   std::int64_t zcount(const std::string& key, const MemoryScoreRange& r) {
-    const ZSet* z = find_as<ZSet>(key);
+    ZSet* z = find_as<ZSet>(key);
     if (!z) return 0;
     auto [first, last] = zset_range(*z, r);
-    return static_cast<std::int64_t>(std::distance(first, last));
+    return static_cast<std::int64_t>(last - first);
   }
 
   std::int64_t zremrangebyscore(const std::string& key, const MemoryScoreRange& r) {
     ZSet* z = find_as<ZSet>(key);
     if (!z) return 0;
     auto [first, last] = zset_range(*z, r);
-    std::int64_t removed = 0;
-    while (first != last) {
-      z->scores.erase(first->second);
-      first = z->order.erase(first);
-      ++removed;
+    const auto removed = static_cast<std::int64_t>(last - first);
+    if (removed == 0) return 0;
+    if (z->indexed) {
+      for (auto it = first; it != last; ++it) z->scores.erase(it->second);
     }
-    drop_if_empty(key, z->scores.empty());
+    z->order.erase(first, last);
+    drop_if_empty(key, z->order.empty());
     return removed;
   }
 
@@ -302,18 +338,18 @@ class MemoryStore::Ops final : public Keyspace {
   std::vector<ScoredMember> zrange(const std::string& key, std::int64_t start, std::int64_t stop) override {
     const ZSet* z = find_as<ZSet>(key);
     if (!z) return {};
-    const auto size = static_cast<std::int64_t>(z->order.size());
+    const auto size = static_cast<std::int64_t>(z->size());
     if (start < 0) start += size;
     if (stop < 0) stop += size;
     if (start < 0) start = 0;
     if (start > stop || start >= size) return {};
     if (stop >= size) stop = size - 1;
-    // std::set has no rank index: walk from whichever end is nearer.
-    auto it = start <= size - start ? std::next(z->order.begin(), start)
-                                    : std::prev(z->order.end(), size - start);
     std::vector<ScoredMember> out;
     out.reserve(static_cast<std::size_t>(stop - start + 1));
-    for (std::int64_t i = start; i <= stop; ++i, ++it) out.emplace_back(it->second, it->first);
+    for (std::int64_t i = start; i <= stop; ++i) {
+      const ZItem& item = z->order[static_cast<std::size_t>(i)];
+      out.emplace_back(item.second, item.first);
+    }
     return out;
   }
 
@@ -321,10 +357,10 @@ class MemoryStore::Ops final : public Keyspace {
   // offset gives nothing, as in Redis.
   std::vector<ScoredMember> zrangebyscore(const std::string& key, const MemoryScoreRange& r, std::int64_t offset,
                                           std::int64_t count) {
-    const ZSet* z = find_as<ZSet>(key);
+    ZSet* z = find_as<ZSet>(key);
     if (!z || offset < 0) return {};
     auto [it, last] = zset_range(*z, r);
-    for (; offset > 0 && it != last; --offset) ++it;
+    it += std::min<std::int64_t>(offset, last - it);
     std::vector<ScoredMember> out;
     for (; count != 0 && it != last; ++it, --count) out.emplace_back(it->second, it->first);
     return out;
