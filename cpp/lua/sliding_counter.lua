@@ -15,6 +15,8 @@ if not now then
 end
 local op, window = ARGV[2], tonumber(ARGV[3])
 local cutoff = now - window
+-- A foreign value of another type in the sorted set's place is garbage: start afresh.
+if type(redis.pcall('ZCARD', KEYS[1])) == 'table' then redis.call('DEL', KEYS[1]) end
 if op == 'unique' then
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', cutoff)
   redis.call('ZADD', KEYS[1], now, ARGV[4])
@@ -25,13 +27,14 @@ if op == 'count-unique' then
   return redis.call('ZCOUNT', KEYS[1], cutoff + 1, '+inf')
 end
 -- the weight of events that left the window
-local raw = redis.call('GET', KEYS[2])
+local raw = redis.pcall('GET', KEYS[2])
 local extra = 0
+if raw and (type(raw) == 'table' or tonumber(raw) == nil) then
+  redis.call('DEL', KEYS[2])  -- garbage in the weight's place: no weight known
+  raw = false
+end
 if raw then
   extra = tonumber(raw)
-  if extra == nil then
-    return redis.error_reply('WRONGTYPE counter key ' .. KEYS[2] .. ' does not hold a weight')
-  end
   for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', cutoff)) do
     local w = string.match(m, '%*(%d+)$')
     if w then extra = extra - (tonumber(w) - 1) end
