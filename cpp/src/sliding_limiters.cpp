@@ -231,16 +231,17 @@ bool sliding_approx_core(Keyspace& ks, const std::vector<std::string>& keys, det
       bool hit;
       std::vector<std::string>* stale;
     } visit{c, cur, k, call.hit, &stale};
-    ks.or_reset(keys[i], [&] { ks.hget(keys[i], ""); });  // (a foreign type throws WRONGTYPE)
-    ks.hvisit(keys[i], &visit, [](void* p, std::string_view field, std::string_view value) {
-      auto* v = static_cast<Visit*>(p);
-      auto idx = parse_int64(field);
-      auto count = parse_int64(value);
-      if (idx && count && *idx >= v->cur - v->k && *idx <= v->cur) {
-        v->c[*idx - v->cur + v->k] = *count;
-      } else if (v->hit && (!idx || !count || *idx < v->cur - v->k)) {
-        v->stale->emplace_back(field);  // a sub-bucket that left the window
-      }
+    ks.or_reset(keys[i], [&] {  // a foreign value of another type is garbage: start afresh
+      ks.hvisit(keys[i], &visit, [](void* p, std::string_view field, std::string_view value) {
+        auto* v = static_cast<Visit*>(p);
+        auto idx = parse_int64(field);
+        auto count = parse_int64(value);
+        if (idx && count && *idx >= v->cur - v->k && *idx <= v->cur) {
+          v->c[*idx - v->cur + v->k] = *count;
+        } else if (v->hit && (!idx || !count || *idx < v->cur - v->k)) {
+          v->stale->emplace_back(field);  // a sub-bucket that left the window
+        }
+      });
     });
     for (const auto& field : stale) ks.hdel(keys[i], field);
     stale.clear();

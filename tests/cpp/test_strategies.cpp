@@ -275,7 +275,13 @@ TEST(TimeSource, OtherScriptErrorsDoNotSwitchModes) {
   o.clock = ClockMode::Server;
   auto lim = make_limiter(store, "sliding-window", o);
   rctest::run(*store, {"SET", "rl:sw:2:{k}:60000", "x"});
-  rctest::error_of<ReplyError>([&] { lim->hit(parse_limits("2/minute"), "k", 1); });
+  EXPECT_TRUE(lim->hit(parse_limits("2/minute"), "k", 1).allowed);  // a foreign value is garbage (issue 8)
+  EXPECT_EQ(lim->clock(), ClockMode::Server);
+  // A command failing inside a script (an INCRBY that would overflow, on a foreign count)
+  // is a ScriptError, and switches nothing either.
+  rctest::run(*store, {"SET", "o:{k}", "-9223372036854775807"});
+  const ScriptCall overflow{&kFixedWindowHitScript, {"o:{k}"}, {"-2", "2", std::to_string(kT0 + 61'000)}};
+  rctest::error_of<ScriptError>([&] { store->execute_one(overflow).check(); });
   EXPECT_EQ(lim->clock(), ClockMode::Server);
   rctest::error_of<InvalidArgument>([] { parse_clock_mode("sever"); });
 }
