@@ -21,10 +21,14 @@ local function member(j)
   if cost == 1 then return id end
   return id .. ':' .. j
 end
+local count = redis.pcall('ZCOUNT', key, '(' .. string.format('%d', now), '+inf')
+if type(count) == 'table' then
+  redis.call('DEL', key)  -- a foreign value of another type is garbage: start afresh
+  count = 0
+end
 if op == 'acquire' then
   redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
 end
-local count = redis.call('ZCOUNT', key, '(' .. string.format('%d', now), '+inf')
 if op == 'release' then
   for j = 1, cost do ok = ok + redis.call('ZREM', key, member(j)) end
   if ok > 0 then ok = 1 end
@@ -43,8 +47,14 @@ end
 local latest = 0
 local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
 if last[2] and tonumber(last[2]) > now then latest = tonumber(last[2]) end
-if latest > 0 and op ~= 'test' and (ok == 1 or redis.call('PTTL', key) == -1) then
-  -- the set lives as long as its last lease (and no longer than that)
-  redis.call('PEXPIRE', key, latest - now)
+if latest > 0 and op ~= 'test' then
+  -- the set lives as long as its last lease (and no longer than that): set on a change,
+  -- repaired otherwise when it was lost or stretched by a foreign write
+  if ok == 1 then
+    redis.call('PEXPIRE', key, latest - now)
+  else
+    local left = redis.call('PTTL', key)
+    if left == -1 or left > latest - now then redis.call('PEXPIRE', key, latest - now) end
+  end
 end
 return {now, ok, count, need_at, latest}

@@ -6,10 +6,19 @@ local cost = tonumber(ARGV[1])
 local n = #KEYS
 local counts = {}
 local allowed = 1
+-- Holds a key to its window's end + 1 s (see fixed_window_incr.lua: LT needs Redis 7.0).
+local function hold(key, at)
+  if type(redis.pcall('PEXPIREAT', key, at, 'LT')) == 'table' and redis.call('PTTL', key) == -1 then
+    redis.call('PEXPIREAT', key, at)
+  end
+end
 for i = 1, n do
-  local c = tonumber(redis.call('GET', KEYS[i]) or '0')
+  local raw = redis.pcall('GET', KEYS[i])
+  local c = tonumber(raw or '0')
   if c == nil then
-    return redis.error_reply('WRONGTYPE limiter key ' .. KEYS[i] .. ' does not hold a counter')
+    -- A foreign value (another type, or no number) is garbage: start the window afresh.
+    redis.call('DEL', KEYS[i])
+    c = 0
   end
   counts[i] = c
   if c + cost > tonumber(ARGV[2 * i]) then allowed = 0 end
@@ -17,12 +26,11 @@ end
 for i = 1, n do
   if allowed == 1 then
     counts[i] = redis.call('INCRBY', KEYS[i], cost)
-    if counts[i] == cost or redis.call('PTTL', KEYS[i]) == -1 then
-      redis.call('PEXPIREAT', KEYS[i], ARGV[2 * i + 1])
-    end
-  elseif counts[i] > 0 and redis.call('PTTL', KEYS[i]) == -1 then
-    -- A key that lost its TTL would deny this client forever; give it back its deadline.
-    redis.call('PEXPIREAT', KEYS[i], ARGV[2 * i + 1])
+    hold(KEYS[i], ARGV[2 * i + 1])
+  else
+    -- A key that lost its TTL (whatever it holds) would deny this client forever, or one
+    -- given a far one for longer than its window: give it back its deadline.
+    hold(KEYS[i], ARGV[2 * i + 1])
   end
 end
 local reply = {allowed}

@@ -17,10 +17,11 @@ local n = #KEYS
 local tats, allowed = {}, 1
 for i = 1, n do
   local interval, burst = tonumber(ARGV[2 + 2 * i]), tonumber(ARGV[3 + 2 * i])
-  local raw = redis.call('GET', KEYS[i])
-  local tat = tonumber(raw or '0')
+  local tat = tonumber(redis.pcall('GET', KEYS[i]) or '0')
   if tat == nil then
-    return redis.error_reply('WRONGTYPE limiter key ' .. KEYS[i] .. ' does not hold a GCRA time')
+    -- A foreign value (another type, or no number) is garbage: start afresh.
+    redis.call('DEL', KEYS[i])
+    tat = 0
   end
   if tat < now then tat = now end
   tats[i] = tat
@@ -32,8 +33,12 @@ for i = 1, n do
   if allowed == 1 and hit then
     tats[i] = tats[i] + cost * interval
     redis.call('SET', KEYS[i], string.format('%d', tats[i]), 'PX', math.ceil((tats[i] - now) / 1000))
-  elseif hit and tats[i] > now and redis.call('PTTL', KEYS[i]) == -1 then
-    redis.call('PEXPIRE', KEYS[i], math.ceil((tats[i] - now) / 1000))
+  elseif hit then
+    -- A refused hit still repairs a key that lost its TTL or was given a longer one: it
+    -- lives until its arrival time (a time already past holds nothing: 1 ms).
+    local ttl = math.max(1, math.ceil((tats[i] - now) / 1000))
+    local left = redis.call('PTTL', KEYS[i])
+    if left == -1 or left > ttl then redis.call('PEXPIRE', KEYS[i], ttl) end
   end
   reply[#reply + 1] = tats[i]
 end

@@ -24,7 +24,11 @@ for i = 1, n do
   local cur = math.floor(now / bucket)
   local c = {}
   for off = 0, k do c[off] = 0 end
-  local fields = redis.call('HGETALL', KEYS[i])
+  local fields = redis.pcall('HGETALL', KEYS[i])
+  if fields.err then
+    redis.call('DEL', KEYS[i])  -- a foreign value of another type is garbage: start afresh
+    fields = {}
+  end
   for f = 1, #fields, 2 do
     local idx = tonumber(fields[f])
     local v = tonumber(fields[f + 1])
@@ -46,8 +50,11 @@ for i = 1, n do
     c[k] = redis.call('HINCRBY', KEYS[i], string.format('%d', cur), cost)
     -- sub-bucket cur still weighs in until the end of sub-bucket cur + k
     redis.call('PEXPIRE', KEYS[i], (cur + k + 1) * bucket - now)
-  elseif hit and redis.call('PTTL', KEYS[i]) == -1 then
-    redis.call('PEXPIRE', KEYS[i], (cur + k + 1) * bucket - now)
+  elseif hit then
+    -- A refused hit repairs a key that lost its TTL or was given a longer one.
+    local ttl = (cur + k + 1) * bucket - now
+    local left = redis.call('PTTL', KEYS[i])
+    if left == -1 or left > ttl then redis.call('PEXPIRE', KEYS[i], ttl) end
   end
   for off = 0, k do reply[#reply + 1] = c[off] end
 end

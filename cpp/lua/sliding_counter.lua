@@ -15,34 +15,44 @@ if not now then
 end
 local op, window = ARGV[2], tonumber(ARGV[3])
 local cutoff = now - window
+-- The reply of the first command on the sorted set, run with pcall: a foreign value of
+-- another type in its place is garbage, deleted so the call starts afresh (nil then).
+local function fresh(r)
+  if type(r) == 'table' and r.err then
+    redis.call('DEL', KEYS[1])
+    return nil
+  end
+  return r
+end
 if op == 'unique' then
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', cutoff)
+  fresh(redis.pcall('ZREMRANGEBYSCORE', KEYS[1], '-inf', cutoff))
   redis.call('ZADD', KEYS[1], now, ARGV[4])
   redis.call('PEXPIRE', KEYS[1], window)
   return redis.call('ZCARD', KEYS[1])
 end
 if op == 'count-unique' then
-  return redis.call('ZCOUNT', KEYS[1], cutoff + 1, '+inf')
+  return fresh(redis.pcall('ZCOUNT', KEYS[1], cutoff + 1, '+inf')) or 0
 end
 -- the weight of events that left the window
-local raw = redis.call('GET', KEYS[2])
+local raw = redis.pcall('GET', KEYS[2])
 local extra = 0
+if raw and (type(raw) == 'table' or tonumber(raw) == nil) then
+  redis.call('DEL', KEYS[2])  -- garbage in the weight's place: no weight known
+  raw = false
+end
 if raw then
   extra = tonumber(raw)
-  if extra == nil then
-    return redis.error_reply('WRONGTYPE counter key ' .. KEYS[2] .. ' does not hold a weight')
-  end
-  for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', cutoff)) do
+  for _, m in ipairs(fresh(redis.pcall('ZRANGEBYSCORE', KEYS[1], '-inf', cutoff)) or {}) do
     local w = string.match(m, '%*(%d+)$')
     if w then extra = extra - (tonumber(w) - 1) end
   end
 end
 if op == 'count' then
-  return redis.call('ZCOUNT', KEYS[1], cutoff + 1, '+inf') + extra
+  return (fresh(redis.pcall('ZCOUNT', KEYS[1], cutoff + 1, '+inf')) or 0) + extra
 end
 -- op == 'add'
 local amount = tonumber(ARGV[4])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', cutoff)
+fresh(redis.pcall('ZREMRANGEBYSCORE', KEYS[1], '-inf', cutoff))
 local member = string.format('%d', now) .. ':' .. ARGV[5]
 if amount > 1 then
   member = member .. '*' .. string.format('%d', amount)

@@ -22,10 +22,16 @@ for i = 1, n do
   local amount, window = tonumber(ARGV[3 + 2 * i]), tonumber(ARGV[4 + 2 * i])
   local from = now - window + 1
   if hit then
-    redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', from - 1)
+    if type(redis.pcall('ZREMRANGEBYSCORE', KEYS[i], '-inf', from - 1)) == 'table' then
+      redis.call('DEL', KEYS[i])  -- a foreign value of another type is garbage: start afresh
+    end
     counts[i] = redis.call('ZCARD', KEYS[i])
   else
-    counts[i] = redis.call('ZCOUNT', KEYS[i], from, '+inf')
+    counts[i] = redis.pcall('ZCOUNT', KEYS[i], from, '+inf')
+    if type(counts[i]) == 'table' then
+      redis.call('DEL', KEYS[i])
+      counts[i] = 0
+    end
   end
   if counts[i] + cost > amount then allowed = 0 end
 end
@@ -50,9 +56,11 @@ for i = 1, n do
     counts[i] = counts[i] + cost
     redis.call('PEXPIRE', KEYS[i], window)
   else
-    if hit and counts[i] > 0 and redis.call('PTTL', KEYS[i]) == -1 then
-      -- A set that lost its TTL would live forever; give it back the window.
-      redis.call('PEXPIRE', KEYS[i], window)
+    if hit and counts[i] > 0 then
+      -- A set that lost its TTL would live forever, one given a longer one would outlive
+      -- its window: give it back the window.
+      local left = redis.call('PTTL', KEYS[i])
+      if left == -1 or left > window then redis.call('PEXPIRE', KEYS[i], window) end
     end
     if counts[i] + cost > amount then
       local gone = redis.call('ZRANGEBYSCORE', KEYS[i], from, '+inf', 'WITHSCORES', 'LIMIT',

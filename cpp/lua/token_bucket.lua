@@ -18,7 +18,12 @@ local level, allowed = {}, 1
 for i = 1, n do
   local amount, window, cap = tonumber(ARGV[1 + 3 * i]), tonumber(ARGV[2 + 3 * i]), tonumber(ARGV[3 + 3 * i])
   local full = cap * window
-  local v = redis.call('HMGET', KEYS[i], 'tokens', 'ts')
+  local v = redis.pcall('HMGET', KEYS[i], 'tokens', 'ts')
+  if v.err then
+    -- A foreign value of another type is garbage: start afresh (a full bucket).
+    redis.call('DEL', KEYS[i])
+    v = {}
+  end
   local tokens, ts = tonumber(v[1]), tonumber(v[2])
   if not tokens or not ts or tokens < 0 then
     tokens = full
@@ -42,8 +47,11 @@ for i = 1, n do
     redis.call('HSET', KEYS[i], 'tokens', string.format('%d', level[i]), 'ts', string.format('%d', now))
     -- an absent key reads as a full bucket: let it go when the bucket would be full
     redis.call('PEXPIRE', KEYS[i], math.max(1, math.ceil((full - level[i]) / amount)))
-  elseif hit and redis.call('PTTL', KEYS[i]) == -1 then
-    redis.call('PEXPIRE', KEYS[i], math.max(1, math.ceil((full - level[i]) / amount)))
+  elseif hit then
+    -- A refused hit repairs a key that lost its TTL or was given a longer one.
+    local ttl = math.max(1, math.ceil((full - level[i]) / amount))
+    local left = redis.call('PTTL', KEYS[i])
+    if left == -1 or left > ttl then redis.call('PEXPIRE', KEYS[i], ttl) end
   end
   reply[#reply + 1] = level[i]
 end

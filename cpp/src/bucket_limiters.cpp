@@ -39,7 +39,8 @@ Reply native_token_bucket(Keyspace& ks, const std::vector<std::string>& keys, co
     }
     amount[i] = *a;
     window[i] = *w;
-    const std::int64_t t = parse_int64(ks.hget(keys[i], "tokens").value_or("")).value_or(-1);
+    const std::int64_t t =
+        parse_int64(ks.or_reset(keys[i], [&] { return ks.hget(keys[i], "tokens"); }).value_or("")).value_or(-1);
     const auto s = parse_int64(ks.hget(keys[i], "ts").value_or(""));
     const std::int64_t stamp = s.value_or(0);
     std::int64_t lv = 0;
@@ -61,8 +62,8 @@ Reply native_token_bucket(Keyspace& ks, const std::vector<std::string>& keys, co
       ks.hset(keys[i], "tokens", std::to_string(level[i]));
       ks.hset(keys[i], "ts", std::to_string(*now));
       ks.pexpireat(keys[i], ks.now_ms() + std::max<std::int64_t>(1, ceil_div(full[i] - level[i], amount[i])));
-    } else if (hit && ks.pttl(keys[i]) == -1) {
-      ks.pexpireat(keys[i], ks.now_ms() + std::max<std::int64_t>(1, ceil_div(full[i] - level[i], amount[i])));
+    } else if (hit) {
+      ks.hold_expiry(keys[i], ks.now_ms() + std::max<std::int64_t>(1, ceil_div(full[i] - level[i], amount[i])));
     }
     out.push_back(Reply::of_integer(level[i]));
   }
@@ -141,9 +142,12 @@ Reply native_gcra(Keyspace& ks, const std::vector<std::string>& keys, const std:
     auto burst = detail::arg_in(args[4 + 2 * i], 1, detail::kMaxExact);
     if (!t || !burst) return detail::malformed("gcra");
     interval[i] = *t;
-    auto raw = ks.get(keys[i]);
+    auto raw = ks.or_reset(keys[i], [&] { return ks.get(keys[i]); });
     auto tat = raw ? parse_int64(*raw) : std::optional<std::int64_t>(0);
-    if (!tat) return Reply::of_error("WRONGTYPE limiter key " + keys[i] + " does not hold a GCRA time");
+    if (!tat) {  // a foreign value that is no number is garbage: start afresh
+      ks.del(keys[i]);
+      tat = 0;
+    }
     using detail::sat_add;
     using detail::sat_mul;
     tats[i] = std::max(*tat, *now);
@@ -155,8 +159,8 @@ Reply native_gcra(Keyspace& ks, const std::vector<std::string>& keys, const std:
       tats[i] = detail::sat_add(tats[i], detail::sat_mul(*cost, interval[i]));
       ks.del(keys[i]);  // SET key tat PX ttl, as del + set-if-absent
       ks.set_nx_pxat(keys[i], std::to_string(tats[i]), ks.now_ms() + ceil_div(tats[i] - *now, 1000));
-    } else if (hit && tats[i] > *now && ks.pttl(keys[i]) == -1) {
-      ks.pexpireat(keys[i], ks.now_ms() + ceil_div(tats[i] - *now, 1000));
+    } else if (hit) {
+      ks.hold_expiry(keys[i], ks.now_ms() + std::max<std::int64_t>(1, ceil_div(tats[i] - *now, 1000)));
     }
     out.push_back(Reply::of_integer(tats[i]));
   }

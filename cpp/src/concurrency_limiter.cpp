@@ -24,7 +24,7 @@ Reply native_concurrency(Keyspace& ks, const std::vector<std::string>& keys, con
   auto now = detail::script_time(ks, args[0]);
   auto max = detail::arg_in(args[2], 1, detail::kMaxMembers);
   auto timeout = detail::arg_in(args[3], 1, detail::kMaxSpanMs);
-  auto cost = detail::arg_in(args[5], 1, detail::kMaxMembers);
+  auto cost = detail::arg_in(args[5], 1, detail::kMaxMembersPerCall);
   if (!now || !max || !timeout || !cost) return detail::malformed("concurrency");
   const std::string& op = args[1];
   const std::string& key = keys[0];
@@ -32,8 +32,8 @@ Reply native_concurrency(Keyspace& ks, const std::vector<std::string>& keys, con
   auto live = [&] {
     return static_cast<std::int64_t>(ks.zrangebyscore(key, static_cast<double>(*now + 1), kInf).size());
   };
+  std::int64_t count = ks.or_reset(key, live);  // a foreign value of another type is garbage
   if (op == "acquire") ks.zremrangebyscore(key, -kInf, static_cast<double>(*now));
-  std::int64_t count = live();
   std::int64_t ok = 0, need_at = 0;
   if (op == "release") {
     for (std::int64_t j = 1; j <= *cost; ++j) ok += ks.zrem(key, member(j)) ? 1 : 0;
@@ -55,7 +55,13 @@ Reply native_concurrency(Keyspace& ks, const std::vector<std::string>& keys, con
   std::int64_t latest = 0;
   auto last = ks.zrange(key, -1, -1);
   if (!last.empty() && last[0].second > static_cast<double>(*now)) latest = static_cast<std::int64_t>(last[0].second);
-  if (latest > 0 && op != "test" && (ok == 1 || ks.pttl(key) == -1)) ks.pexpireat(key, ks.now_ms() + latest - *now);
+  if (latest > 0 && op != "test") {
+    if (ok == 1) {
+      ks.pexpireat(key, ks.now_ms() + latest - *now);
+    } else {
+      ks.hold_expiry(key, ks.now_ms() + latest - *now);
+    }
+  }
   return Reply::of_array({Reply::of_integer(*now), Reply::of_integer(ok), Reply::of_integer(count),
                           Reply::of_integer(need_at), Reply::of_integer(latest)});
 }
@@ -92,6 +98,7 @@ class ConcurrencyLimiter final : public LimiterStrategy {
     const RateLimit& l = one(limits);
     if (l.window_ms > detail::kMaxSpanMs) throw InvalidArgument("'" + l.text() + "': the period is too long");
     validate_cost(limits, cost);
+    detail::require_member_cost(cost, name());
     const std::int64_t max = l.amount;
     return call<Decision>("acquire", key, max, l.window_ms, detail::unique_id(), cost,
                           [max](const detail::Ints& v) { return decision(max, v); });
@@ -100,6 +107,7 @@ class ConcurrencyLimiter final : public LimiterStrategy {
                                           std::int64_t cost) override {
     const RateLimit& l = one(limits);
     validate_cost(limits, cost);
+    detail::require_member_cost(cost, name());
     const std::int64_t max = l.amount;
     return call<Decision>("test", key, max, l.window_ms, "-", cost,
                           [max](const detail::Ints& v) { return decision(max, v); });

@@ -36,17 +36,23 @@ Reply native_fixed_window_incr(Keyspace& ks, const std::vector<std::string>& key
     auto amount = parse_int64(args[2 + i]);
     if (!amount) return bad();
     if (rid[i] && !ks.set_nx_pxat(*rid[i], "1", *deadline)) {
-      if (ks.pttl(key) == -1) ks.pexpireat(key, *deadline);
-      auto v = ks.get(key);
-      out.push_back(v ? Reply::of_string(*v) : Reply::of_integer(0));
+      ks.hold_expiry(*rid[i], *deadline);
+      ks.hold_expiry(key, *deadline);
+      try {
+        auto v = ks.get(key);
+        out.push_back(v ? Reply::of_string(*v) : Reply::of_integer(0));
+      } catch (const ReplyError& e) {
+        out.push_back(Reply::of_error(e.what()));
+      }
       continue;
     }
     try {
       const std::int64_t v = ks.incrby(key, *amount);
-      if (v == *amount || ks.pttl(key) == -1) ks.pexpireat(key, *deadline);
+      ks.hold_expiry(key, *deadline);
       out.push_back(Reply::of_integer(v));
     } catch (const ReplyError& e) {
       if (rid[i]) ks.del(*rid[i]);
+      ks.hold_expiry(key, *deadline);
       out.push_back(Reply::of_error(e.what()));
     }
   }
@@ -61,10 +67,15 @@ const Script kFixedWindowIncrScript{"fixed_window_incr", lua::fixed_window_incr_
 std::int64_t count_from_reply(const Reply& r) {
   r.check();
   if (r.is_nil()) return 0;
+  if (r.type == Reply::Type::String && !parse_int64(r.str)) {
+    // A valid reply: the key holds a foreign value, which is no count. The same error
+    // (and class) as an increment of it.
+    throw ReplyError("ERR value is not an integer or out of range (the counter's key holds a foreign value)");
+  }
   return r.as_integer();
 }
 
-struct FixedWindowCounter::Core {
+struct FixedWindowCounter::Core : std::enable_shared_from_this<FixedWindowCounter::Core> {
   struct Queued {
     WindowedIncrement inc;
     SteadyClock::time_point due;
@@ -84,11 +95,13 @@ struct FixedWindowCounter::Core {
   bool stopping = false;
   bool closed = false;
   bool flush_now = false;
+  bool retrying = false;             // the retry thread is running (it signals `drained` when it ends)
   std::thread retry_thread;
 
   ~Core() {
-    // The counter closes the queue when it goes; this only covers a Core whose thread
-    // was started by an operation finishing after that (enqueue refuses then, so never).
+    // The retry thread holds a reference to its Core, so this runs either after close()
+    // joined or detached it, or on the retry thread itself, as it ends after a close()
+    // that did not wait for it.
     if (retry_thread.joinable()) {
       {
         std::lock_guard<std::mutex> lock(mu);
@@ -291,10 +304,13 @@ class SendOp final : public Op<std::vector<Reply>> {
 
   std::vector<Request> commands() {
     step_ = Step::Commands;
-    // Per item: SET key 0 NX PXAT deadline; INCRBY key amount; PTTL key.
+    // TIME first, so a PTTL can be compared with the deadline on the server's clock (a
+    // key given a later expiry by a foreign write is repaired like one without any); then
+    // per item: SET key 0 NX PXAT deadline; INCRBY key amount; PTTL key.
     // (amount 0 marks a pending TTL repair: PTTL only.)
     std::vector<Request> batch;
-    batch.reserve(items_.size() * 3);
+    batch.reserve(1 + items_.size() * 3);
+    batch.emplace_back(Command{{"TIME"}});
     for (const auto& inc : items_) {
       if (inc.amount > 0) {
         batch.emplace_back(Command{{"SET", inc.storage_key, "0", "NX", "PXAT", std::to_string(inc.expire_at_ms)}});
@@ -306,16 +322,30 @@ class SendOp final : public Op<std::vector<Reply>> {
   }
 
   std::vector<Request> commands_done(const std::vector<Reply>& replies) {
-    std::size_t expected = 0;
+    std::size_t expected = 1;
     for (const auto& inc : items_) expected += inc.amount > 0 ? 3 : 1;
     if (replies.size() != expected) throw ProtocolError("fixed-window commands: reply count mismatch");
-    std::size_t r = 0;
+    // The server's time in ms, when it answered TIME (a proxy may refuse it: then only a
+    // missing TTL can be seen).
+    std::optional<std::int64_t> server_now;
+    if (const Reply& t = replies[0]; t.type == Reply::Type::Array && t.elements.size() == 2) {
+      auto s = parse_int64(t.elements[0].str);
+      auto us = parse_int64(t.elements[1].str);
+      if (s && us && *s >= 0 && *s < (std::int64_t{1} << 40)) server_now = *s * 1000 + *us / 1000;
+    }
+    // No TTL, or one past the deadline (PTTL runs after TIME, so a deadline set by us
+    // never looks too late).
+    auto unbounded = [&](const Reply& pttl, std::int64_t deadline) {
+      if (pttl.type != Reply::Type::Integer) return false;
+      return pttl.integer == -1 || (server_now && pttl.integer > deadline - *server_now);
+    };
+    std::size_t r = 1;
     for (std::size_t i = 0; i < items_.size(); ++i) {
       const auto& inc = items_[i];
       if (inc.amount == 0) {
         const Reply& pttl = replies[r++];
         out_.push_back(Reply::of_integer(0));
-        if (!pttl.is_error() && pttl.type == Reply::Type::Integer && pttl.integer == -1) fix_.push_back(i);
+        if (unbounded(pttl, inc.expire_at_ms)) fix_.push_back(i);
         continue;
       }
       const Reply& set = replies[r];
@@ -327,10 +357,14 @@ class SendOp final : public Op<std::vector<Reply>> {
         continue;
       }
       out_.push_back(incr);
-      if (incr.is_error()) continue;
+      if (incr.is_error()) {
+        // A foreign value: the error stands, and the key still ends with its window.
+        if (unbounded(pttl, inc.expire_at_ms)) fix_.push_back(i);
+        continue;
+      }
       // The key expired between SET and INCRBY (so INCRBY created it bare), or its TTL was
       // lost: either way PTTL reads -1. INCRBY == amount with no SET means the same race.
-      const bool bare = pttl.type == Reply::Type::Integer && pttl.integer == -1;
+      const bool bare = unbounded(pttl, inc.expire_at_ms);
       const bool first_without_set =
           incr.type == Reply::Type::Integer && incr.integer == inc.amount && set.is_nil();
       if (bare || first_without_set) fix_.push_back(i);
@@ -618,7 +652,18 @@ void FixedWindowCounter::Core::enqueue(std::vector<WindowedIncrement> items, con
     if (inc.amount > 0) ++stats.queued;
     queue.push_back(Queued{std::move(inc), now + jittered(options.retry_backoff_min), options.retry_backoff_min});
   }
-  if (!retry_thread.joinable()) retry_thread = std::thread([this] { retry_loop(); });
+  if (!retry_thread.joinable()) {
+    retrying = true;
+    // The thread keeps its Core alive: close() may leave it to finish an attempt stuck on
+    // a stalled server, and a counter dropped then must not wait for that (nor free what
+    // the thread still uses).
+    retry_thread = std::thread([self = shared_from_this()] {
+      self->retry_loop();
+      std::lock_guard<std::mutex> ended(self->mu);
+      self->retrying = false;
+      self->drained.notify_all();
+    });
+  }
   cv.notify_all();
 }
 
@@ -706,6 +751,10 @@ void FixedWindowCounter::Core::retry_due_once(bool everything) {
   std::lock_guard<std::mutex> lock(mu);
   const auto now = SteadyClock::now();
   for (auto& q : again) {
+    if (closed) {  // close() gave up waiting for this attempt: never sent, counted as failed
+      failed += q.inc.amount > 0 ? 1 : 0;
+      continue;
+    }
     q.backoff = std::min(q.backoff * 2, options.retry_backoff_max);
     q.due = now + jittered(q.backoff);
     queue.push_back(std::move(q));
@@ -751,20 +800,37 @@ RetryStats FixedWindowCounter::stats() const {
 
 std::size_t FixedWindowCounter::close(std::optional<std::chrono::milliseconds> timeout) {
   Core& c = *core_;
+  const auto deadline = SteadyClock::now() + timeout.value_or(std::chrono::milliseconds(0));
   std::size_t left = c.flush(timeout);
-  {
-    std::lock_guard<std::mutex> lock(c.mu);
-    if (c.closed) return left;
-    c.stopping = true;
-    c.closed = true;
-  }
+  std::unique_lock<std::mutex> lock(c.mu);
+  if (c.closed) return left;
+  c.stopping = true;
+  c.closed = true;
   c.cv.notify_all();
-  if (c.retry_thread.joinable()) c.retry_thread.join();
-  std::lock_guard<std::mutex> lock(c.mu);
+  // Wait for the retry thread to end its current attempt, within what is left of the
+  // timeout: a stalled server must not hold up close() (nor the destructor, which runs
+  // with the GIL held in Python). A thread still busy is detached; it owns a reference to
+  // the Core, and counts what it could not deliver as failed when its attempt ends.
+  auto stopped = [&] { return !c.retrying; };
+  bool ended = true;
+  if (timeout) {
+    ended = c.drained.wait_until(lock, deadline, stopped);
+  } else {
+    c.drained.wait(lock, stopped);
+  }
   // Whatever is still queued will never be sent: count it as failed, never silently.
   for (const auto& q : c.queue) c.stats.failed += q.inc.amount > 0 ? 1 : 0;
-  left = c.queue.size();
+  left = c.queue.size() + c.in_flight;
   c.queue.clear();
+  std::thread thread = std::move(c.retry_thread);
+  lock.unlock();
+  if (thread.joinable()) {
+    if (ended) {
+      thread.join();
+    } else {
+      thread.detach();
+    }
+  }
   return left;
 }
 

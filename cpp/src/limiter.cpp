@@ -26,11 +26,14 @@ Reply native_fixed_window_hit(Keyspace& ks, const std::vector<std::string>& keys
   std::vector<std::int64_t> counts(n);
   bool allowed = true;
   for (std::size_t i = 0; i < n; ++i) {
-    auto v = ks.get(keys[i]);
+    auto v = ks.or_reset(keys[i], [&] { return ks.get(keys[i]); });
     auto c = v ? parse_int64(*v) : std::optional<std::int64_t>(0);
     auto limit = parse_int64(args[1 + 2 * i]);
-    if (!c) return Reply::of_error("WRONGTYPE limiter key " + keys[i] + " does not hold a counter");
     if (!limit) return Reply::of_error("ERR fixed_window_hit: malformed arguments");
+    if (!c) {  // a foreign value that is no number is garbage: start the window afresh
+      ks.del(keys[i]);
+      c = 0;
+    }
     counts[i] = *c;
     if (exceeds(*c, *cost, *limit)) allowed = false;
   }
@@ -38,10 +41,8 @@ Reply native_fixed_window_hit(Keyspace& ks, const std::vector<std::string>& keys
     auto at = parse_int64(args[2 + 2 * i]).value_or(0);
     if (allowed) {
       counts[i] = ks.incrby(keys[i], *cost);
-      if (counts[i] == *cost || ks.pttl(keys[i]) == -1) ks.pexpireat(keys[i], at);
-    } else if (counts[i] > 0 && ks.pttl(keys[i]) == -1) {
-      ks.pexpireat(keys[i], at);
     }
+    ks.hold_expiry(keys[i], at);
   }
   std::vector<Reply> out;
   out.push_back(Reply::of_integer(allowed ? 1 : 0));
@@ -92,14 +93,15 @@ struct FixedWindowWork {
   static std::vector<std::int64_t> read_counts(const std::vector<Reply>& replies) {
     std::vector<std::int64_t> counts;
     for (const Reply& r : replies) {
-      auto s = r.as_string();
-      if (!s) {
+      // A foreign value (another type, or no number) is garbage that the next hit deletes:
+      // it counts nothing.
+      if (r.is_error() && r.str.starts_with("WRONGTYPE")) {
         counts.push_back(0);
-      } else if (auto v = parse_int64(*s)) {
-        counts.push_back(*v);
-      } else {
-        throw ReplyError("WRONGTYPE a limiter key does not hold a counter");
+        continue;
       }
+      auto s = r.as_string();
+      auto v = s ? parse_int64(*s) : std::nullopt;
+      counts.push_back(v.value_or(0));
     }
     return counts;
   }
@@ -386,6 +388,7 @@ void ScriptedLimiter::check(const std::vector<RateLimit>& limits, std::string_vi
   rules_->check(limits);
   validate_key(key);
   validate_cost(limits, cost, rules_->cost_by_capacity());
+  if (cost > rules_->max_cost()) detail::require_member_cost(cost, rules_->name());
 }
 
 std::shared_ptr<Op<Decision>> ScriptedLimiter::decide(const std::vector<RateLimit>& limits, std::string_view key,
@@ -484,6 +487,16 @@ void require_span(const std::vector<RateLimit>& limits, std::string_view strateg
       throw InvalidArgument("'" + l.text() + "': windows of strategy='" + std::string(strategy) +
                             "' are at most 2^42 ms (about 139 years)");
     }
+  }
+}
+
+void require_member_cost(std::int64_t cost, std::string_view strategy) {
+  if (cost > kMaxMembersPerCall) {
+    throw InvalidArgument("cost " + std::to_string(cost) + " is too large for strategy='" + std::string(strategy) +
+                          "': it stores one entry per unit of cost, and one call adds at most " +
+                          std::to_string(kMaxMembersPerCall) +
+                          " (so that no call stalls the server; use 'sliding-window-approx', 'token-bucket' or "
+                          "'gcra', whose work does not grow with the cost)");
   }
 }
 

@@ -73,6 +73,10 @@ inline std::optional<std::int64_t> arg_in(const std::string& arg, std::int64_t l
 }
 using ::redcount::kMaxExact;
 using ::redcount::kMaxMembers;
+using ::redcount::kMaxMembersPerCall;
+// Throws unless `cost` is at most kMaxMembersPerCall (strategies that add one entry per
+// unit of cost).
+void require_member_cost(std::int64_t cost, std::string_view strategy);
 using ::redcount::kMaxSpanMs;
 using ::redcount::limiter_key;
 
@@ -187,6 +191,8 @@ class ScriptedRules {
   virtual void check(const std::vector<RateLimit>& limits) const = 0;
   // The buckets check a cost against the capacity (the burst), the others the amount.
   virtual bool cost_by_capacity() const noexcept { return false; }
+  // The largest cost one call may carry (the log strategies add one member per unit).
+  virtual std::int64_t max_cost() const noexcept { return kMaxExact; }
   // The script's time unit: 1 = ms, 1000 = µs.
   virtual std::int64_t time_scale() const noexcept { return 1; }
   virtual std::string storage_key(const RateLimit& limit, std::string_view key) const = 0;

@@ -182,6 +182,13 @@ std::vector<Reply> MemoryStore::execute(const std::vector<Request>& batch) {
       r = run_request(ops, req);
     } catch (const ReplyError& e) {
       r = Reply::of_error(e.what());
+      // A command that fails inside a script fails the script: Redis says so after the
+      // command's own error ("... script: <sha>, on @user_script:<line>."), which makes it a
+      // ScriptError on both stores.
+      if (const auto* call = std::get_if<ScriptCall>(&req)) {
+        r.str += " script: " + std::string(call->script->sha1) + ", on @user_script: (" +
+                 std::string(call->script->name) + ", the memory store's native twin).";
+      }
     }
     out.push_back(std::move(r));
   }

@@ -47,10 +47,11 @@ bool sliding_log_core(Keyspace& ks, const std::vector<std::string>& keys, std::i
   for (std::size_t i = 0; i < n; ++i) {
     const double from = static_cast<double>(now - c.window[i] + 1);
     if (c.hit) {
-      ks.zremrangebyscore(keys[i], -kInf, from - 1);
+      ks.or_reset(keys[i], [&] { return ks.zremrangebyscore(keys[i], -kInf, from - 1); });
       counts[i] = ks.zcard(keys[i]);
     } else {
-      counts[i] = static_cast<std::int64_t>(ks.zrangebyscore(keys[i], from, kInf).size());
+      counts[i] = static_cast<std::int64_t>(
+          ks.or_reset(keys[i], [&] { return ks.zrangebyscore(keys[i], from, kInf); }).size());
     }
     if (counts[i] + c.cost > c.amount[i]) allowed = false;
   }
@@ -78,7 +79,7 @@ bool sliding_log_core(Keyspace& ks, const std::vector<std::string>& keys, std::i
       counts[i] += c.cost;
       ks.pexpireat(keys[i], ks.now_ms() + c.window[i]);
     } else {
-      if (c.hit && counts[i] > 0 && ks.pttl(keys[i]) == -1) ks.pexpireat(keys[i], ks.now_ms() + c.window[i]);
+      if (c.hit && counts[i] > 0) ks.hold_expiry(keys[i], ks.now_ms() + c.window[i]);
       if (counts[i] + c.cost > c.amount[i]) {
         const std::int64_t need = counts[i] + c.cost - c.amount[i];
         auto gone = ks.zrangebyscore(keys[i], from, kInf, need);
@@ -109,7 +110,7 @@ Reply native_sliding_log(Keyspace& ks, const std::vector<std::string>& keys, con
   const std::size_t n = keys.size();
   if (args.size() != 4 + 2 * n) return detail::malformed("sliding_log");
   auto now = detail::script_time(ks, args[0]);
-  auto cost = detail::arg_in(args[2], 1, detail::kMaxMembers);
+  auto cost = detail::arg_in(args[2], 1, detail::kMaxMembersPerCall);
   if (!now || !cost) return detail::malformed("sliding_log");
   LogArgs c;
   c.hit = args[1] == "hit";
@@ -140,6 +141,7 @@ class SlidingLogRules final : public detail::ScriptedRules {
   using ScriptedRules::ScriptedRules;
   std::string_view name() const noexcept override { return "sliding-window"; }
   const Script& script() const noexcept override { return kSlidingLogScript; }
+  std::int64_t max_cost() const noexcept override { return detail::kMaxMembersPerCall; }
 
   void check(const std::vector<RateLimit>& limits) const override {
     detail::require_limits(limits);
@@ -235,15 +237,17 @@ bool sliding_approx_core(Keyspace& ks, const std::vector<std::string>& keys, det
       bool hit;
       std::vector<std::string>* stale;
     } visit{c, cur, k, call.hit, &stale};
-    ks.hvisit(keys[i], &visit, [](void* p, std::string_view field, std::string_view value) {
-      auto* v = static_cast<Visit*>(p);
-      auto idx = parse_int64(field);
-      auto count = parse_int64(value);
-      if (idx && count && *idx >= v->cur - v->k && *idx <= v->cur) {
-        v->c[*idx - v->cur + v->k] = *count;
-      } else if (v->hit && (!idx || !count || *idx < v->cur - v->k)) {
-        v->stale->emplace_back(field);  // a sub-bucket that left the window
-      }
+    ks.or_reset(keys[i], [&] {  // a foreign value of another type is garbage: start afresh
+      ks.hvisit(keys[i], &visit, [](void* p, std::string_view field, std::string_view value) {
+        auto* v = static_cast<Visit*>(p);
+        auto idx = parse_int64(field);
+        auto count = parse_int64(value);
+        if (idx && count && *idx >= v->cur - v->k && *idx <= v->cur) {
+          v->c[*idx - v->cur + v->k] = *count;
+        } else if (v->hit && (!idx || !count || *idx < v->cur - v->k)) {
+          v->stale->emplace_back(field);  // a sub-bucket that left the window
+        }
+      });
     });
     for (const auto& field : stale) ks.hdel(keys[i], field);
     stale.clear();
@@ -261,8 +265,8 @@ bool sliding_approx_core(Keyspace& ks, const std::vector<std::string>& keys, det
       const auto len = static_cast<std::size_t>(std::to_chars(field, field + sizeof field, cur).ptr - field);
       out[at + static_cast<std::size_t>(k)] = ks.hincrby(keys[i], std::string(field, len), call.cost);
       ks.pexpireat(keys[i], ks.now_ms() + ttl);
-    } else if (call.hit && ks.pttl(keys[i]) == -1) {
-      ks.pexpireat(keys[i], ks.now_ms() + ttl);
+    } else if (call.hit) {
+      ks.hold_expiry(keys[i], ks.now_ms() + ttl);
     }
   }
   return true;

@@ -30,6 +30,7 @@ Reply native_sliding_counter(Keyspace& ks, const std::vector<std::string>& keys,
   const std::string& op = args[1];
   const std::int64_t cutoff = *now - *window;
   const double cut = static_cast<double>(cutoff);
+  ks.or_reset(keys[0], [&] { return ks.zcard(keys[0]); });  // a foreign value of another type is garbage
   if (op == "unique") {
     ks.zremrangebyscore(keys[0], -kInf, cut);
     ks.zadd(keys[0], static_cast<double>(*now), args[3]);
@@ -40,12 +41,14 @@ Reply native_sliding_counter(Keyspace& ks, const std::vector<std::string>& keys,
     return Reply::of_integer(static_cast<std::int64_t>(ks.zrangebyscore(keys[0], cut + 1, kInf).size()));
   }
   if (keys.size() != 2) return detail::malformed("sliding_counter");
-  auto raw = ks.get(keys[1]);
+  auto raw = ks.or_reset(keys[1], [&] { return ks.get(keys[1]); });
+  if (raw && !parse_int64(*raw)) {  // garbage in the weight's place: no weight known
+    ks.del(keys[1]);
+    raw.reset();
+  }
   std::int64_t extra = 0;
   if (raw) {
-    auto e = parse_int64(*raw);
-    if (!e) return Reply::of_error("WRONGTYPE counter key " + keys[1] + " does not hold a weight");
-    extra = *e;
+    extra = *parse_int64(*raw);
     for (const auto& [member, score] : ks.zrangebyscore(keys[0], -kInf, cut)) extra = detail::sat_sub(extra, extra_of(member));
   }
   if (op == "count") {

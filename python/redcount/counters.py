@@ -134,8 +134,10 @@ class FixedWindowCounter:
         return self._core.flush(timeout)
 
     def close(self, timeout: float | None = 5.0) -> int:
-        """Flush within ``timeout`` seconds, then stop the retry thread. Returns how many
-        increments could not be delivered (they are counted in ``stats().failed``)."""
+        """Flush within ``timeout`` seconds, then stop the retry thread; returns within
+        ``timeout`` even if the server is stalled (an attempt still waiting for it ends on its
+        own). Returns how many increments were not delivered by then (what is never
+        delivered is counted in ``stats().failed``)."""
         return self._core.close(timeout)
 
     def stats(self) -> RetryStats:

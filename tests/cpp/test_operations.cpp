@@ -60,6 +60,11 @@ std::vector<Reply> one(Reply r) {
   return out;
 }
 
+// TIME's reply for a time in ms.
+Reply time_reply(std::int64_t ms) {
+  return Reply::of_array({Reply::of_string(std::to_string(ms / 1000)), Reply::of_string(std::to_string(ms % 1000 * 1000))});
+}
+
 FixedWindowOptions counter_options(FixedWindowOptions::Mode mode, FixedWindowOptions::OnError on_error) {
   FixedWindowOptions o;
   o.name = "views";
@@ -77,13 +82,14 @@ TEST(CounterOps, CommandsModeIncrWithABareKeyAsksForAPexpireatFollowUp) {
   const std::int64_t deadline = c.window("k").expire_at_ms;
 
   auto batch = op->prepare();
-  ASSERT_EQ(batch.size(), 3u);
-  EXPECT_EQ(command(batch[0]).args, (std::vector<std::string>{"SET", key, "0", "NX", "PXAT", std::to_string(deadline)}));
-  EXPECT_EQ(command(batch[1]).args, (std::vector<std::string>{"INCRBY", key, "2"}));
-  EXPECT_EQ(command(batch[2]).args, (std::vector<std::string>{"PTTL", key}));
+  ASSERT_EQ(batch.size(), 4u);
+  EXPECT_EQ(command(batch[0]).args, (std::vector<std::string>{"TIME"}));
+  EXPECT_EQ(command(batch[1]).args, (std::vector<std::string>{"SET", key, "0", "NX", "PXAT", std::to_string(deadline)}));
+  EXPECT_EQ(command(batch[2]).args, (std::vector<std::string>{"INCRBY", key, "2"}));
+  EXPECT_EQ(command(batch[3]).args, (std::vector<std::string>{"PTTL", key}));
 
   // The key existed without a TTL: SET NX did nothing, PTTL reads -1.
-  std::vector<Reply> replies{Reply::nil(), Reply::of_integer(7), Reply::of_integer(-1)};
+  std::vector<Reply> replies{time_reply(kT0), Reply::nil(), Reply::of_integer(7), Reply::of_integer(-1)};
   auto next = op->finish(std::move(replies));
   ASSERT_EQ(next.size(), 1u);
   EXPECT_EQ(command(next[0]).args, (std::vector<std::string>{"PEXPIREAT", key, std::to_string(deadline)}));
@@ -94,9 +100,30 @@ TEST(CounterOps, CommandsModeIncrWithABareKeyAsksForAPexpireatFollowUp) {
   // A key with its TTL needs no follow-up.
   auto op2 = c.make_incr("k", 1);
   op2->prepare();
-  std::vector<Reply> fine{Reply::nil(), Reply::of_integer(8), Reply::of_integer(30'000)};
+  std::vector<Reply> fine{time_reply(kT0), Reply::nil(), Reply::of_integer(8), Reply::of_integer(30'000)};
   EXPECT_TRUE(op2->finish(std::move(fine)).empty());
   EXPECT_EQ(op2->take(), 8);
+
+  // Issue 8 item 9: a key whose TTL runs past the deadline (a foreign PEXPIRE) is held to
+  // it like a key without one, on the server's clock (TIME answers first in the batch)...
+  auto op3 = c.make_incr("k", 1);
+  op3->prepare();
+  std::vector<Reply> far{time_reply(kT0), Reply::nil(), Reply::of_integer(9), Reply::of_integer(1'000'000'000'000)};
+  auto repair = op3->finish(std::move(far));
+  ASSERT_EQ(repair.size(), 1u);
+  EXPECT_EQ(command(repair[0]).args, (std::vector<std::string>{"PEXPIREAT", key, std::to_string(deadline)}));
+  // ...and a TTL ending exactly at the deadline is ours: no follow-up.
+  auto op4 = c.make_incr("k", 1);
+  op4->prepare();
+  std::vector<Reply> exact{time_reply(kT0), Reply::nil(), Reply::of_integer(10), Reply::of_integer(deadline - kT0)};
+  EXPECT_TRUE(op4->finish(std::move(exact)).empty());
+  // A server that refuses TIME (a proxy): only a missing TTL can be seen.
+  auto op5 = c.make_incr("k", 1);
+  op5->prepare();
+  std::vector<Reply> no_time{Reply::of_error("ERR unknown command 'TIME'"), Reply::nil(), Reply::of_integer(11),
+                             Reply::of_integer(1'000'000'000'000)};
+  EXPECT_TRUE(op5->finish(std::move(no_time)).empty());
+  EXPECT_EQ(op5->take(), 11);
 }
 
 TEST(CounterOps, AFailedRepairIsQueuedAsARepairNeverAsAnIncrement) {
@@ -107,7 +134,7 @@ TEST(CounterOps, AFailedRepairIsQueuedAsARepairNeverAsAnIncrement) {
   FixedWindowCounter c(store, o);
   auto op = c.make_incr("k", 1);
   op->prepare();
-  std::vector<Reply> replies{Reply::nil(), Reply::of_integer(1), Reply::of_integer(-1)};
+  std::vector<Reply> replies{time_reply(kT0), Reply::nil(), Reply::of_integer(1), Reply::of_integer(-1)};
   ASSERT_EQ(op->finish(std::move(replies)).size(), 1u);
   EXPECT_TRUE(op->fail(std::make_exception_ptr(ConnectionError("connection lost"))).empty());
   EXPECT_EQ(op->take(), 1);  // the increment landed; only its deadline is pending

@@ -275,7 +275,13 @@ TEST(TimeSource, OtherScriptErrorsDoNotSwitchModes) {
   o.clock = ClockMode::Server;
   auto lim = make_limiter(store, "sliding-window", o);
   rctest::run(*store, {"SET", "rl:sw:2:{k}:60000", "x"});
-  rctest::error_of<ReplyError>([&] { lim->hit(parse_limits("2/minute"), "k", 1); });
+  EXPECT_TRUE(lim->hit(parse_limits("2/minute"), "k", 1).allowed);  // a foreign value is garbage (issue 8)
+  EXPECT_EQ(lim->clock(), ClockMode::Server);
+  // A command failing inside a script (an INCRBY that would overflow, on a foreign count)
+  // is a ScriptError, and switches nothing either.
+  rctest::run(*store, {"SET", "o:{k}", "-9223372036854775807"});
+  const ScriptCall overflow{&kFixedWindowHitScript, {"o:{k}"}, {"-2", "2", std::to_string(kT0 + 61'000)}};
+  rctest::error_of<ScriptError>([&] { store->execute_one(overflow).check(); });
   EXPECT_EQ(lim->clock(), ClockMode::Server);
   rctest::error_of<InvalidArgument>([] { parse_clock_mode("sever"); });
 }
@@ -543,4 +549,111 @@ TEST(SlidingLog, UncheckedMembersMeetForeignCommands) {
   clock->advance(60'000);
   EXPECT_EQ(lim->hit(limits, "k", 1).remaining, 99);  // everything older left the window
   EXPECT_EQ(rctest::run(*store, {"ZCARD", key}).integer, 1);
+
+// ------------------------------------------------------------ issue 8: foreign writes
+
+namespace {
+
+// One script call that the test makes twice per foreign write, and the longest TTL its
+// keys may have afterwards at `store_now` (the deadline of a fixed window is absolute).
+struct RepairCase {
+  std::string name;
+  ScriptCall call;
+  std::vector<std::string> held;  // the keys whose TTL the call must bound
+  std::function<std::int64_t(std::int64_t store_now)> most_ms;
+  bool counter = false;  // a counter's key: a foreign value is an error, not garbage
+};
+
+std::vector<RepairCase> repair_cases(std::int64_t now, std::int64_t deadline) {
+  const std::string t = std::to_string(now);
+  auto fixed = [deadline](std::int64_t store_now) { return deadline - store_now; };
+  auto within = [](std::int64_t ms) { return [ms](std::int64_t) { return ms; }; };
+  const std::string d = std::to_string(deadline);
+  return {
+      {"fixed_window_incr", ScriptCall{&kFixedWindowIncrScript, {"r:{a}:c"}, {"1", d, "1"}}, {"r:{a}:c"}, fixed, true},
+      {"fixed_window_incr rid",
+       ScriptCall{&kFixedWindowIncrScript, {"r:{a}:d", "r:{a}:d:rid:x"}, {"1", d, "1", "1"}},
+       {"r:{a}:d", "r:{a}:d:rid:x"}, fixed, true},
+      {"fixed_window_hit", ScriptCall{&kFixedWindowHitScript, {"r:{a}:fw"}, {"1", "1", d}}, {"r:{a}:fw"}, fixed},
+      {"sliding_log", ScriptCall{&kSlidingLogScript, {"r:{a}:sw"}, {t, "hit", "1", "id", "1", "10000"}}, {"r:{a}:sw"},
+       within(10'000)},
+      {"sliding_approx", ScriptCall{&kSlidingApproxScript, {"r:{a}:swa"}, {t, "hit", "1", "1", "10000", "1"}},
+       {"r:{a}:swa"}, within(20'000)},
+      {"token_bucket", ScriptCall{&kTokenBucketScript, {"r:{a}:tb"}, {t, "hit", "1", "1", "10000", "1"}},
+       {"r:{a}:tb"}, within(10'000)},
+      {"gcra", ScriptCall{&kGcraScript, {"r:{a}:g"}, {std::to_string(now * 1000), "hit", "1", "10000000", "1"}},
+       {"r:{a}:g"}, within(10'000)},
+      {"concurrency", ScriptCall{&kConcurrencyScript, {"r:{a}:cc"}, {t, "acquire", "1", "10000", "l1", "1"}},
+       {"r:{a}:cc"}, within(10'000)},
+      {"sliding_counter", ScriptCall{&kSlidingCounterScript, {"r:{a}:e", "r:{a}:e:w"}, {t, "add", "10000", "1", "i"}},
+       {"r:{a}:e"}, within(10'000)},
+  };
+}
+
+}  // namespace
+
+// Issue 8 items 2, 7, 8 and 9, on both stores: after a foreign write (an expiry far in the
+// future, a PERSIST, a value of another type without a TTL) the next call of every script
+// leaves each of its keys with a TTL no longer than the script's own, limiter keys of
+// another type start afresh, and both stores answer alike. The second call of each case is
+// refused (limits of 1), so refused calls are checked too.
+TEST_F(LuaTwinTest, ForeignWritesAreRepairedAlikeOnBothStores) {
+  const std::int64_t deadline = wall_ms() + 60'000;
+  const std::int64_t now = kT0 + 500;
+  for (const auto& c : repair_cases(now, deadline)) {
+    for (Store* s : {static_cast<Store*>(redis_.get()), static_cast<Store*>(memory_.get())}) {
+      const bool on_redis = s == redis_.get();
+      const std::string what = c.name + (on_redis ? " on redis" : " on memory");
+      auto store_now = [&] { return on_redis ? wall_ms() : kT0; };
+      auto check_held = [&](const std::string& after) {
+        for (const auto& key : c.held) {
+          const std::int64_t before = store_now();
+          const std::int64_t left = rctest::run(*s, {"PTTL", key}).integer;
+          EXPECT_GT(left, 0) << what << ", " << key << ", after " << after;
+          EXPECT_LE(left, c.most_ms(before) + 1) << what << ", " << key << ", after " << after;
+        }
+      };
+      ASSERT_FALSE(s->execute_one(c.call).is_error()) << what;
+      for (const auto& key : c.held) rctest::run(*s, {"PEXPIRE", key, "1000000000000"});
+      ASSERT_FALSE(s->execute_one(c.call).is_error()) << what;
+      check_held("PEXPIRE 10^12");
+      for (const auto& key : c.held) rctest::run(*s, {"PERSIST", key});
+      ASSERT_FALSE(s->execute_one(c.call).is_error()) << what;
+      check_held("PERSIST");
+      // A value of another type, without a TTL, in the first key's place.
+      const std::string& key = c.held[0];
+      const std::string type = rctest::run(*s, {"TYPE", key}).str;
+      rctest::run(*s, {"DEL", key});
+      if (type == "string") {
+        rctest::run(*s, {"HSET", key, "f", "v"});
+      } else {
+        rctest::run(*s, {"SET", key, "x"});
+      }
+      Reply r = s->execute_one(c.call);
+      if (c.counter) {  // the count's error stands, and the key ends with its window
+        ASSERT_EQ(r.type, Reply::Type::Array) << what;
+        EXPECT_TRUE(r.elements.at(0).is_error()) << what;
+        EXPECT_GT(rctest::run(*s, {"PTTL", key}).integer, 0) << what;
+        EXPECT_LE(rctest::run(*s, {"PTTL", key}).integer, c.most_ms(store_now()) + 1) << what;
+      } else {
+        EXPECT_FALSE(r.is_error()) << what << ": " << r.str;
+        EXPECT_EQ(rctest::run(*s, {"TYPE", key}).str, type) << what;
+        check_held("a foreign value of another type");
+      }
+    }
+  }
+}
+
+// Issue 8 item 18: a command that fails inside a script is a ScriptError on both stores
+// (here an INCRBY that would overflow, inside fixed_window_hit).
+TEST_F(LuaTwinTest, ACommandFailingInsideAScriptIsAScriptErrorOnBothStores) {
+  const std::string min = std::to_string(std::numeric_limits<std::int64_t>::min());
+  const ScriptCall call{&kFixedWindowHitScript, {"o:{a}"}, {"-1", "5", std::to_string(wall_ms() + 60'000)}};
+  for (Store* s : {static_cast<Store*>(redis_.get()), static_cast<Store*>(memory_.get())}) {
+    rctest::run(*s, {"SET", "o:{a}", min});
+    const Reply r = s->execute_one(call);
+    ASSERT_TRUE(r.is_error());
+    const std::string msg = rctest::error_of<ScriptError>([&] { r.check(); });
+    EXPECT_TRUE(rctest::contains(msg, "overflow")) << msg;
+  }
 }

@@ -757,16 +757,16 @@ def test_decision_repr_and_limitset(store: redcount.Store) -> None:
         lim.hit(42, "k")  # type: ignore[arg-type]
 
 
-def test_limiter_on_a_foreign_value_is_a_reply_error(store: redcount.Store) -> None:
+def test_limiter_on_a_foreign_value_starts_afresh(store: redcount.Store) -> None:
+    # Issue 8 item 2: a foreign value that is no count is garbage (test() reads it as
+    # nothing, the next hit deletes it), the same on both stores.
     lim = redcount.Limiter(store)
     lim.hit("5/hour", "k")
     (key,) = all_keys(store)
     store.execute("SET", key, "not-a-number")
-    with pytest.raises(redcount.ReplyError):
-        lim.hit("5/hour", "k")
-    with pytest.raises(redcount.ReplyError):
-        lim.test("5/hour", "k")
-    assert store.execute("GET", key) == b"not-a-number"
+    assert lim.test("5/hour", "k").remaining == 5
+    assert lim.hit("5/hour", "k").remaining == 4
+    assert store.execute("GET", key) == b"1"
 
 
 def test_limiter_with_a_huge_foreign_count(store: redcount.Store) -> None:

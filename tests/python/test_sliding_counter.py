@@ -178,14 +178,21 @@ def test_bad_keys_and_items(store: redcount.Store, key: str | bytes) -> None:
     assert all_keys(store) == []
 
 
-def test_foreign_value_is_a_clear_error(store: redcount.Store) -> None:
+def test_a_foreign_value_is_garbage_and_the_key_starts_afresh(store: redcount.Store) -> None:
+    # Issue 8 item 2: the next call deletes a foreign value of another type (or a weight
+    # that is no number) and counts from nothing.
     c = redcount.SlidingWindowCounter(store, "req", 60)
     events, weight, uniq = c.storage_keys("k")
     store.execute("SET", events, "x")
-    with pytest.raises(redcount.ReplyError, match="WRONGTYPE"):
-        c.add("k")
-    store.execute("DEL", events)
+    assert c.add("k") == 1
+    assert store.execute("TYPE", events) == "zset" and store.execute("PTTL", events) > 0
     store.execute("SET", weight, "nope")
-    with pytest.raises(redcount.ReplyError, match="WRONGTYPE"):
-        c.count("k")
-    assert store.execute("GET", weight) == b"nope"
+    assert c.count("k") == 1
+    assert store.execute("EXISTS", weight) == 0
+    store.execute("HSET", weight, "f", "v")
+    assert c.add("k", 3) == 4
+    assert store.execute("GET", weight) == b"2"
+    store.execute("SET", uniq, "x")
+    assert c.count_unique("k") == 0
+    store.execute("SET", uniq, "x")
+    assert c.add_unique("k", "a") == 1

@@ -94,8 +94,8 @@ def test_limits_too_large_for_exact_arithmetic(store: redcount.Store) -> None:
 
 def test_concurrency_bad_input(store: redcount.Store) -> None:
     lim = redcount.Limiter(store, "concurrency")
-    refused(store, lambda: lim.acquire(0, "k"), "max_in_flight must be between 1 and 1000000")
-    refused(store, lambda: lim.acquire(-5, "k"), "max_in_flight must be between 1 and 1000000")
+    refused(store, lambda: lim.acquire(0, "k"), "max_in_flight must be between 1 and 100000")
+    refused(store, lambda: lim.acquire(-5, "k"), "max_in_flight must be between 1 and 100000")
     refused(store, lambda: lim.acquire(3, "k", lease_timeout=0), "lease_timeout")
     refused(store, lambda: lim.acquire(3, "k", lease_timeout=-1), "lease_timeout")
     refused(store, lambda: lim.acquire(3, "k", lease_timeout=0.0002), "lease_timeout")

@@ -26,8 +26,13 @@ inline constexpr std::int64_t kMaxLongTimeoutMs = std::int64_t{1} << 40;
 // amount (or burst) times the window in ms, and a GCRA burst times its emission interval
 // in µs: the largest product a script keeps exact.
 inline constexpr std::int64_t kMaxExactProduct = std::int64_t{1} << 50;
-// The exact log and the concurrency limiter store one set member per unit of cost.
-inline constexpr std::int64_t kMaxMembers = 1'000'000;
+// The exact log and the concurrency limiter store one set member per unit of cost, and
+// Redis runs a script alone: these caps bound the work one call makes the server do (and
+// so the stall every other client sees). A set holds at most kMaxMembers (one call may
+// trim that many: ~0.15 s measured), one call adds at most kMaxMembersPerCall (~0.1 s).
+// Strategies whose work does not grow with the cost have none of these caps.
+inline constexpr std::int64_t kMaxMembers = 100'000;
+inline constexpr std::int64_t kMaxMembersPerCall = 10'000;
 // sliding-window-approx splits a window into at most this many sub-buckets.
 inline constexpr std::int64_t kMaxSubBuckets = 60;
 // The largest amount one SlidingWindowCounter::add may carry; sums stay exact in Lua.

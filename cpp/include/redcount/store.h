@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "redcount/clock.h"
+#include "redcount/errors.h"
 #include "redcount/reply.h"
 
 namespace redcount {
@@ -140,6 +141,28 @@ class Keyspace {
                       void (*visit)(void* ctx, std::string_view field, std::string_view value)) = 0;
   // HGETALL key as (field, value) pairs, in no particular order.
   virtual std::vector<std::pair<std::string, std::string>> hgetall(const std::string& key) = 0;
+
+  // How every script holds a key to its expiry: sets `at_ms` when the key has no expiry
+  // (a foreign PERSIST or SET) or a later one (a foreign PEXPIRE), as Redis 7's
+  // `PEXPIREAT key at_ms LT` does. True when it changed the expiry.
+  bool hold_expiry(const std::string& key, std::int64_t at_ms) {
+    const std::int64_t left = pttl(key);
+    if (left == -2 || (left >= 0 && left <= at_ms - now_ms())) return false;
+    return pexpireat(key, at_ms);
+  }
+
+  // A foreign value of another type in a key's place is garbage to the scripts: runs
+  // `read`, and when it fails with WRONGTYPE deletes the key and runs it again.
+  template <class F>
+  auto or_reset(const std::string& key, F&& read) -> decltype(read()) {
+    try {
+      return read();
+    } catch (const ReplyError& e) {
+      if (std::string_view(e.what()).substr(0, 9) != "WRONGTYPE") throw;
+    }
+    del(key);
+    return read();
+  }
 };
 
 // Called exactly once with a batch's replies (in request order) or a transport error.
