@@ -135,6 +135,11 @@ class Keyspace {
                       void (*visit)(void* ctx, std::string_view field, std::string_view value)) = 0;
   // HGETALL key as (field, value) pairs, in no particular order.
   virtual std::vector<std::pair<std::string, std::string>> hgetall(const std::string& key) = 0;
+
+  // Streams: XADD key MAXLEN ~ maxlen * field value ... (maxlen >= 1); returns the new
+  // entry's id ("<ms>-<seq>"). WRONGTYPE on a key of another type.
+  virtual std::string xadd(const std::string& key, const std::vector<std::pair<std::string, std::string>>& fields,
+                           std::int64_t maxlen) = 0;
 };
 
 // Called exactly once with a batch's replies (in request order) or a transport error.
