@@ -7,6 +7,7 @@
 
 #include "aio.h"
 #include "common.h"
+#include "redcount/buffered.h"
 #include "redcount/errors.h"
 #include "redcount/quota.h"
 #include "redcount/sharded.h"
@@ -32,7 +33,7 @@ std::optional<std::chrono::milliseconds> timeout_arg(py::object timeout) {
   return std::chrono::milliseconds(seconds_arg(timeout, "timeout", true));
 }
 
-std::unique_ptr<ShardedCounter> make_sharded(std::shared_ptr<Store> store, py::handle name, std::int64_t shards,
+std::shared_ptr<ShardedCounter> make_sharded(std::shared_ptr<Store> store, py::handle name, std::int64_t shards,
                                              py::handle idempotency_ttl, const std::string& route, py::handle prefix,
                                              std::int64_t log_maxlen, const std::string& on_error,
                                              std::int64_t queue_capacity, py::handle retry_backoff,
@@ -62,7 +63,7 @@ std::unique_ptr<ShardedCounter> make_sharded(std::shared_ptr<Store> store, py::h
   o.retry_backoff_min = std::chrono::milliseconds(seconds_arg(retry_backoff, "retry_backoff", false));
   o.retry_backoff_max = std::chrono::milliseconds(seconds_arg(retry_backoff_max, "retry_backoff_max", false));
   if (o.retry_backoff_max < o.retry_backoff_min) throw InvalidArgument("retry_backoff_max must be >= retry_backoff");
-  return std::make_unique<ShardedCounter>(std::move(store), std::move(o));
+  return std::make_shared<ShardedCounter>(std::move(store), std::move(o));
 }
 
 // [(name, amount) or (name, amount, request_id or None), ...] -> core items.
@@ -133,7 +134,7 @@ void register_sharded(py::module_& m) {
         return "Reading(value=" + std::to_string(r.value) + ", staleness_ms=" + std::to_string(r.staleness_ms) + ")";
       });
 
-  py::class_<ShardedCounter>(m, "ShardedCounter", "The C++ sharded counter; use redcount.ShardedCounter.")
+  py::class_<ShardedCounter, std::shared_ptr<ShardedCounter>>(m, "ShardedCounter", "The C++ sharded counter; use redcount.ShardedCounter.")
       .def(py::init(&make_sharded), py::arg("store"), py::arg("name"), py::arg("shards"), py::arg("idempotency_ttl"),
            py::arg("route"), py::arg("prefix"), py::arg("log_maxlen"), py::arg("on_error"), py::arg("queue_capacity"),
            py::arg("retry_backoff"), py::arg("retry_backoff_max"))
@@ -290,6 +291,54 @@ void register_sharded(py::module_& m) {
                                      [](Reading& r) { return py::cast(r); });
           },
           py::arg("max_staleness") = 0.25);
+
+  py::class_<BufferedStats>(m, "BufferedStats", "Counts of a BufferedCounter's flushes since it was made.")
+      .def_readonly("flushes", &BufferedStats::flushes, "Batches the store acknowledged.")
+      .def_readonly("flushed_units", &BufferedStats::flushed_units, "Their net amount.")
+      .def_readonly("retries", &BufferedStats::retries, "Failed flush attempts that were retried.")
+      .def_readonly("failed_units", &BufferedStats::failed_units,
+                    "Net amount given up: a non-transient error, an id that would expire, or close().")
+      .def_readonly("pending", &BufferedStats::pending, "Net amount not yet acknowledged by the store.")
+      .def_readonly("last_error", &BufferedStats::last_error)
+      .def("__repr__", [](const BufferedStats& s) {
+        return "BufferedStats(flushes=" + std::to_string(s.flushes) + ", flushed_units=" +
+               std::to_string(s.flushed_units) + ", retries=" + std::to_string(s.retries) +
+               ", failed_units=" + std::to_string(s.failed_units) + ", pending=" + std::to_string(s.pending) + ")";
+      });
+
+  py::class_<BufferedCounter>(m, "BufferedCounter", "The C++ buffered writer; use redcount.BufferedCounter.")
+      .def(py::init([](std::shared_ptr<ShardedCounter> counter, py::handle flush_every, std::int64_t max_pending) {
+             BufferedOptions o;
+             o.flush_every = std::chrono::milliseconds(seconds_arg(flush_every, "flush_every", false));
+             o.max_pending = max_pending;
+             return std::make_unique<BufferedCounter>(std::move(counter), o);
+           }),
+           py::arg("counter"), py::arg("flush_every"), py::arg("max_pending"))
+      // The hot path: an atomic add, so the GIL is kept (releasing it would cost more).
+      .def("incr", [](BufferedCounter& b, std::int64_t amount) { b.incr(amount); }, py::arg("amount") = 1,
+           "Add `amount` (non-zero, |amount| <= 2**40) to the pending sum; no I/O.")
+      .def(
+          "flush",
+          [](BufferedCounter& b, py::object timeout) {
+            auto t = timeout_arg(timeout);
+            py::gil_scoped_release release;  // waits for the flusher's round trip
+            return b.flush(t);
+          },
+          py::arg("timeout") = py::none(), "Write what is pending now; returns the units still pending.")
+      .def(
+          "close",
+          [](BufferedCounter& b, py::object timeout) {
+            auto t = timeout_arg(timeout);
+            py::gil_scoped_release release;  // waits for the flusher
+            return b.close(t);
+          },
+          py::arg("timeout") = 5.0, "Flush, then stop; returns the units given up (also in stats().failed_units).")
+      .def_property_readonly("pending", &BufferedCounter::pending, "Net units not yet acknowledged by the store.")
+      .def("stats", &BufferedCounter::stats)
+      .def_property_readonly("flush_every", [](const BufferedCounter& b) {
+        return static_cast<double>(b.options().flush_every.count()) / 1000.0;
+      })
+      .def_property_readonly("max_pending", [](const BufferedCounter& b) { return b.options().max_pending; });
 
   py::class_<QuotaResult>(m, "QuotaResult",
                           "What a quota call did; true when it was applied (bool(result) == result.applied).")

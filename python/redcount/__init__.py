@@ -39,7 +39,7 @@ from .errors import (
     TimeoutError,
 )
 from .limiter import Decision, Lease, Limiter, LimitSet, LimitStats, parse_limits, strategies
-from .sharded import Quota, QuotaResult, Reading, ShardedCounter
+from .sharded import BufferedCounter, BufferedStats, Quota, QuotaResult, Reading, ShardedCounter
 from .sliding import SlidingWindowCounter
 from .store import ManualClock, Store, connect
 
@@ -47,6 +47,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AuthenticationError",
+    "BufferedCounter",
+    "BufferedStats",
     "ConnectionError",
     "Decision",
     "FixedWindowCounter",

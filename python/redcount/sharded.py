@@ -22,15 +22,16 @@ from types import TracebackType
 from typing import Literal, Union
 
 from . import _core
-from ._core import QuotaResult, Reading, RetryStats, Store
+from ._core import BufferedStats, QuotaResult, Reading, RetryStats, Store
 from ._wrap import bind_fast_paths
 
-__all__ = ["Quota", "QuotaResult", "Reading", "ShardedCounter"]
+__all__ = ["BufferedCounter", "BufferedStats", "Quota", "QuotaResult", "Reading", "ShardedCounter"]
 
 #: One item of :meth:`ShardedCounter.incr_many`: ``(name, amount)`` or ``(name, amount, request_id)``.
 Increment = Union[tuple[str, int], tuple[str, int, Union[str, bytes, None]]]
 
 _QUEUED: weakref.WeakSet[ShardedCounter] = weakref.WeakSet()
+_BUFFERED: weakref.WeakSet[BufferedCounter] = weakref.WeakSet()
 
 _FAST_SHARDED = (
     "incr",
@@ -311,9 +312,89 @@ class Quota:
         return f"Quota(name={self.name!r}, floor={self.floor}, ceiling={self.ceiling}, store={self.store.url!r})"
 
 
+class BufferedCounter:
+    """Local pre-aggregation in front of a :class:`ShardedCounter`, for counters hit far more
+    often than one round trip per hit allows.
+
+    :meth:`incr` adds to an in-process sum (an atomic add in C++: no I/O, no lock); a
+    background thread writes the sum every ``flush_every`` seconds or as soon as
+    ``max_pending`` units have accumulated, whichever comes first, as one idempotent write
+    with its own request id, so a retried flush never counts twice.
+
+    The worst case, stated: while the store is reachable, an increment reaches the store at
+    most ``flush_every`` (plus a round trip) after it was made; a crash of this process loses
+    at most :attr:`pending` units (accumulated, or written without an acknowledgement), which
+    :attr:`pending` reports at any time. A flush that fails transiently is retried with the
+    same id; units given up (a non-transient error, an id that would expire first,
+    :meth:`close` with the store down) are counted in ``stats().failed_units``.
+
+    Flushes on :meth:`close` and at interpreter exit. After ``os.fork()`` the child starts
+    empty, with its own flusher (the parent writes what it had). Thread-safe.
+    """
+
+    _core: _core.BufferedCounter
+    exit_timeout: float
+
+    def __init__(self, counter: ShardedCounter, *, flush_every: float = 0.05, max_pending: int = 1000) -> None:
+        self.counter = counter
+        core = _core.BufferedCounter(counter._core, flush_every, max_pending)
+        self._core = core
+        bind_fast_paths(self, BufferedCounter, core, ("incr", "flush", "close", "stats"))
+        self.exit_timeout = 5.0
+        _BUFFERED.add(self)
+
+    def incr(self, amount: int = 1) -> None:
+        """Add ``amount`` (non-zero, ``|amount| <= 2**40``) to the pending sum; no I/O."""
+        self._core.incr(amount)
+
+    def flush(self, timeout: float | None = None) -> int:
+        """Write what is pending now and wait up to ``timeout`` seconds for the store's
+        acknowledgement; returns the units still pending."""
+        return self._core.flush(timeout)
+
+    def close(self, timeout: float | None = 5.0) -> int:
+        """Flush within ``timeout`` seconds, then stop; returns the units given up (also
+        counted in ``stats().failed_units``). Later :meth:`incr` calls raise."""
+        return self._core.close(timeout)
+
+    def stats(self) -> BufferedStats:
+        return self._core.stats()
+
+    @property
+    def pending(self) -> int:
+        """Net units not yet acknowledged by the store: what a crash now could lose."""
+        return self._core.pending
+
+    @property
+    def flush_every(self) -> float:
+        return self._core.flush_every
+
+    @property
+    def max_pending(self) -> int:
+        return self._core.max_pending
+
+    def __enter__(self) -> BufferedCounter:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close(self.exit_timeout)
+
+    def __repr__(self) -> str:
+        return (
+            f"BufferedCounter({self.counter!r}, flush_every={self.flush_every}, max_pending={self.max_pending})"
+        )
+
+
 @atexit.register
 def _drain_retry_queues() -> None:
-    """Give queued writes a last chance at interpreter exit."""
+    """Give queued and buffered writes a last chance at interpreter exit."""
+    for buffered in list(_BUFFERED):
+        try:
+            buffered.close(buffered.exit_timeout)
+        except Exception:  # noqa: BLE001 - exit must go on; stats().failed_units records losses
+            pass
     for counter in list(_QUEUED):
         try:
             counter.close(counter.exit_timeout)

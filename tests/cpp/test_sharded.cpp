@@ -2,11 +2,14 @@
 // and, when REDCOUNT_TEST_REDIS_URL is set, on a real Redis with the same expectations.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "redcount/buffered.h"
 #include "redcount/clock.h"
 #include "redcount/errors.h"
 #include "redcount/memory_store.h"
@@ -265,6 +268,38 @@ TEST(QuotaDurable, TheMemoryStoreHasNoReplicasToAcknowledge) {
   EXPECT_TRUE(r.durable_ok) << "a refused take wrote nothing that could be lost";
   o.durable = -1;
   EXPECT_THROW(Quota(store, o), InvalidArgument);
+}
+
+TEST_P(ShardedTest, BufferedWritesFlushOnUnitsOnFlushAndOnClose) {
+  ShardedOptions so;
+  so.name = "buffered";
+  auto counter = std::make_shared<ShardedCounter>(store_, so);
+  BufferedOptions bo;
+  bo.flush_every = std::chrono::hours(1);  // only max_pending, flush() and close() write
+  bo.max_pending = 10;
+  BufferedCounter b(counter, bo);
+  for (int i = 0; i < 9; ++i) b.incr(1);
+  EXPECT_EQ(b.pending(), 9);
+  EXPECT_EQ(counter->value(), 0) << "below max_pending and before flush_every nothing is written";
+  b.incr(1);  // the 10th unit wakes the flusher
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (counter->value() != 10 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // polling the store
+  }
+  EXPECT_EQ(counter->value(), 10);
+  b.incr(5);
+  b.incr(-2);
+  EXPECT_EQ(b.flush(std::nullopt), 0);
+  EXPECT_EQ(counter->value(), 13);
+  b.incr(4);
+  EXPECT_EQ(b.close(std::chrono::seconds(5)), 0);
+  EXPECT_EQ(counter->value(), 17);
+  const BufferedStats st = b.stats();
+  EXPECT_EQ(st.flushed_units, 17);
+  EXPECT_EQ(st.failed_units, 0);
+  EXPECT_EQ(st.pending, 0);
+  EXPECT_THROW(b.incr(1), Error);
+  EXPECT_THROW(b.incr(0), InvalidArgument);
 }
 
 // ----------------------------------------------------------------- memory streams

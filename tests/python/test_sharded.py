@@ -8,6 +8,7 @@ import multiprocessing
 import socket
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 
@@ -338,3 +339,106 @@ def test_queue_holds_writes_while_the_server_is_down(redis_factory: Factory) -> 
     assert c.stats().delivered == 6
     c.close()
     store.close()
+
+
+# --------------------------------------------------------------------------- BufferedCounter
+
+
+def test_buffered_writes_on_max_pending_flush_and_close(store: redcount.Store) -> None:
+    c = redcount.ShardedCounter(store, "buffered", shards=4)
+    b = redcount.BufferedCounter(c, flush_every=3600, max_pending=10)  # no timed flush in this test
+    for _ in range(9):
+        b.incr()
+    assert b.pending == 9 and c.value() == 0
+    b.incr()  # the 10th unit wakes the flusher
+    wait_until(lambda: c.value() == 10, what="the max_pending flush")
+    b.incr(5)
+    b.incr(-2)
+    assert b.flush() == 0 and c.value() == 13
+    b.incr(4)
+    assert b.close() == 0
+    assert c.value() == 17
+    s = b.stats()
+    assert s.flushed_units == 17 and s.failed_units == 0 and s.pending == 0
+    with pytest.raises(redcount.RedcountError, match="closed"):
+        b.incr()
+    with pytest.raises(redcount.InvalidInputError):
+        redcount.BufferedCounter(c, flush_every=0)
+    with pytest.raises(redcount.InvalidInputError):
+        redcount.BufferedCounter(c, max_pending=0)
+
+
+def test_buffered_flushes_within_flush_every(store: redcount.Store) -> None:
+    c = redcount.ShardedCounter(store, "timed")
+    with redcount.BufferedCounter(c, flush_every=0.02, max_pending=10**9) as b:
+        b.incr(3)
+        # Nothing but time triggers this write.
+        wait_until(lambda: c.value() == 3, what="the timed flush")
+        assert b.pending == 0
+        assert b.stats().flushes == 1
+
+
+def test_buffered_bad_amounts(memory_store: redcount.Store) -> None:
+    b = redcount.BufferedCounter(redcount.ShardedCounter(memory_store, "bad"))
+    for amount in (0, 2**41, -(2**41)):
+        with pytest.raises(redcount.InvalidInputError):
+            b.incr(amount)
+    with pytest.raises(redcount.InvalidInputError, match="route"):
+        redcount.BufferedCounter(redcount.ShardedCounter(memory_store, "r", route="random"))
+    assert b.close() == 0
+
+
+@pytest.mark.redis_only
+def test_buffered_fork_child_starts_empty(redis_store: redcount.Store, redis_server: RedisServer) -> None:
+    import os
+
+    store = redcount.connect(redis_server.url)
+    c = redcount.ShardedCounter(store, "forked")
+    b = redcount.BufferedCounter(c, flush_every=3600, max_pending=10**9)
+    b.incr(5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork of a threaded process
+        pid = os.fork()
+    if pid == 0:  # the child: its own pending sum, written by its own flusher
+        code = 1
+        try:
+            child = redcount.connect(redis_server.url)
+            cb = redcount.BufferedCounter(redcount.ShardedCounter(child, "forked"), flush_every=3600)
+            ok = b.pending == 0
+            b.incr(2)
+            cb.incr(1)
+            code = 0 if ok and b.close() == 0 and cb.close() == 0 else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert c.value() == 3  # the child wrote its own 2 + 1, not the parent's 5
+    assert b.close() == 0
+    assert c.value() == 8
+    store.close()
+
+
+@pytest.mark.redis_only
+def test_buffered_crash_loses_at_most_the_reported_pending(redis_server: RedisServer,
+                                                            redis_store: redcount.Store) -> None:
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(f"""
+        import os, time, redcount
+        store = redcount.connect({redis_server.url!r})
+        b = redcount.BufferedCounter(redcount.ShardedCounter(store, "crash"), flush_every=3600, max_pending=100)
+        for _ in range(250):
+            b.incr()
+        deadline = time.monotonic() + 10
+        while b.pending > 50 and time.monotonic() < deadline:
+            time.sleep(0.001)  # polling: the flusher writes the batches of 100
+        print(b.pending, flush=True)
+        os._exit(0)  # a crash: no close(), no atexit
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    pending = int(out.stdout.strip())
+    value = redcount.ShardedCounter(redis_store, "crash").value()
+    assert 250 - pending <= value <= 250
+    assert pending <= 50
