@@ -63,6 +63,10 @@ struct Script {
 
 struct Command {
   std::vector<std::string> args;
+  // Set only by redcount's own operations for a blocking command with a bounded timeout
+  // (Quota's WAIT): the Redis store then sends it on the shared connection, which waits that
+  // long at most, instead of refusing it as it refuses blocking commands from users.
+  bool may_block = false;
 };
 
 struct ScriptCall {

@@ -107,7 +107,7 @@ void check_batch(const std::vector<Request>& batch) {
     const auto* cmd = std::get_if<Command>(&r);
     if (cmd == nullptr) continue;
     if (cmd->args.empty()) throw InvalidArgument("empty command");
-    if (cheap_name(cmd->args[0])) continue;
+    if (cheap_name(cmd->args[0]) || cmd->may_block) continue;
     const std::string name = ascii_lower(cmd->args[0]);
     if (name == "multi") {
       if (in_multi) throw InvalidArgument("MULTI inside MULTI: a transaction cannot be nested");

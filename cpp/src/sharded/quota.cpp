@@ -125,7 +125,7 @@ std::shared_ptr<Op<QuotaResult>> Quota::make_change(const char* op, std::int64_t
   std::vector<Request> batch;
   batch.emplace_back(std::move(call));
   if (options_.durable > 0) {
-    batch.emplace_back(Command{{"WAIT", std::to_string(options_.durable), std::to_string(options_.durable_timeout.count())}});
+    batch.emplace_back(Command{{"WAIT", std::to_string(options_.durable), std::to_string(options_.durable_timeout.count())}, true});
   }
   return make_batch_op<QuotaResult>(std::move(batch), QuotaFinish{0, false, options_.soft, options_.durable});
 }
@@ -147,7 +147,7 @@ std::shared_ptr<Op<QuotaResult>> Quota::make_set(std::int64_t value) {
   std::vector<Request> batch;
   batch.emplace_back(Command{{"SET", key_, std::to_string(value)}});
   if (options_.durable > 0) {
-    batch.emplace_back(Command{{"WAIT", std::to_string(options_.durable), std::to_string(options_.durable_timeout.count())}});
+    batch.emplace_back(Command{{"WAIT", std::to_string(options_.durable), std::to_string(options_.durable_timeout.count())}, true});
   }
   return make_batch_op<QuotaResult>(std::move(batch), QuotaFinish{value, true, options_.soft, options_.durable});
 }
