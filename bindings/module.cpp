@@ -8,4 +8,5 @@ PYBIND11_MODULE(_core, m) {
   redcount::bind::register_counters(m);
   redcount::bind::register_limiter(m);
   redcount::bind::register_aio(m);
+  redcount::bind::register_sharded(m);
 }

@@ -92,4 +92,29 @@ std::string sliding_counter_key(std::string_view prefix, std::string_view name, 
   return out;
 }
 
+std::string sharded_value_key(std::string_view prefix, std::string_view name, std::int64_t shard) {
+  const Digits i(shard);
+  std::string out;
+  out.reserve(prefix.size() + name.size() + i.n + 4);
+  // Prefix and name never hold braces (validate_name), so the tag is exactly this text.
+  out.append("{").append(prefix).append(":").append(name).append(":").append(i.view()).append("}");
+  return out;
+}
+
+std::string sharded_key(std::string_view prefix, std::string_view name, std::int64_t shard,
+                        std::string_view suffix) {
+  std::string out = sharded_value_key(prefix, name, shard);
+  out.reserve(out.size() + suffix.size() + 1);
+  out.append(":").append(suffix);
+  return out;
+}
+
+std::string quota_key(std::string_view prefix, std::string_view name) {
+  std::string out;
+  out.reserve(prefix.size() + name.size() + 10);
+  out.append(prefix).append(":quota:");
+  append_tagged(out, name);
+  return out;
+}
+
 }  // namespace redcount

@@ -1,6 +1,8 @@
 // The registry of every script redcount sends (see all_scripts() in store.h).
 #include "redcount/fixed_window.h"
 #include "redcount/limiter.h"
+#include "redcount/quota.h"
+#include "redcount/sharded.h"
 #include "redcount/sliding_window.h"
 #include "redcount/store.h"
 #include "redcount/time_source.h"
@@ -12,6 +14,7 @@ const std::vector<const Script*>& all_scripts() {
       &kFixedWindowIncrScript, &kFixedWindowHitScript, &kSlidingLogScript, &kSlidingApproxScript,
       &kTokenBucketScript,     &kGcraScript,           &kConcurrencyScript, &kSlidingCounterScript,
       &kTimeProbeScript,
+      &kShardedIncrScript,     &kQuotaScript,
   };
   return scripts;
 }

@@ -39,6 +39,7 @@ from .errors import (
     TimeoutError,
 )
 from .limiter import Decision, Lease, Limiter, LimitSet, LimitStats, parse_limits, strategies
+from .sharded import BufferedCounter, BufferedStats, Quota, QuotaResult, Reading, ShardedCounter
 from .sliding import SlidingWindowCounter
 from .store import ManualClock, Store, connect
 
@@ -46,6 +47,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AuthenticationError",
+    "BufferedCounter",
+    "BufferedStats",
     "ConnectionError",
     "Decision",
     "FixedWindowCounter",
@@ -56,14 +59,18 @@ __all__ = [
     "Limiter",
     "ManualClock",
     "ProtocolError",
+    "Quota",
+    "QuotaResult",
     "RateLimit",
     "RateLimitExceeded",
+    "Reading",
     "RedcountError",
     "ReplyError",
     "RetryQueueFull",
     "RetryStats",
     "ScriptError",
     "SecurityWarning",
+    "ShardedCounter",
     "StoreClosed",
     "SlidingWindowCounter",
     "Store",

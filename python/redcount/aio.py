@@ -44,18 +44,29 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from . import _core
-from ._core import CompletionQueue, Decision, Lease, LimitSet, LimitStats, RetryStats, Store
+from ._core import CompletionQueue, Decision, Lease, LimitSet, LimitStats, QuotaResult, Reading, RetryStats, Store
 from .counters import FixedWindowCounter as _SyncFixedWindowCounter
 from .limiter import Clock, Strategy
 from .limiter import Limiter as _SyncLimiter
 from .limiter import _slots_taken
+from .sharded import Increment
+from .sharded import Quota as _SyncQuota
+from .sharded import ShardedCounter as _SyncShardedCounter
 from .sliding import SlidingWindowCounter as _SyncSlidingWindowCounter
 from .store import connect as _connect
 
 if TYPE_CHECKING:
     from ._core import Value
 
-__all__ = ["AsyncStore", "FixedWindowCounter", "Limiter", "SlidingWindowCounter", "connect"]
+__all__ = [
+    "AsyncStore",
+    "FixedWindowCounter",
+    "Limiter",
+    "Quota",
+    "ShardedCounter",
+    "SlidingWindowCounter",
+    "connect",
+]
 
 T = TypeVar("T")
 
@@ -520,6 +531,231 @@ class Limiter:
     @property
     def sub_buckets(self) -> int:
         return self.sync.sub_buckets
+
+    @property
+    def store(self) -> Store:
+        return self.sync.store
+
+    def __repr__(self) -> str:
+        return "redcount.aio." + repr(self.sync)
+
+
+class ShardedCounter:
+    """The asyncio twin of :class:`redcount.ShardedCounter`: the same arguments and
+    behaviour, with :meth:`incr`, :meth:`decr`, :meth:`incr_many`, :meth:`value`,
+    :meth:`shard_values`, :meth:`values` and :meth:`read` as coroutines.
+    ``from_sync(counter)`` shares a sync counter's core (its read cache and retry queue);
+    :attr:`sync` is the sync twin. Thread-safe.
+    """
+
+    sync: _SyncShardedCounter
+
+    def __init__(
+        self,
+        store: Store | AsyncStore,
+        name: str,
+        *,
+        shards: int = 16,
+        idempotency_ttl: float = 86400,
+        route: Literal["request-id", "random"] = "request-id",
+        prefix: str = "redcount",
+        log_maxlen: int = 1000,
+        on_error: Literal["raise", "queue"] = "raise",
+        queue_capacity: int = 100_000,
+        retry_backoff: float = 0.05,
+        retry_backoff_max: float = 5.0,
+    ) -> None:
+        self._share(
+            _SyncShardedCounter(
+                _unwrap(store),
+                name,
+                shards=shards,
+                idempotency_ttl=idempotency_ttl,
+                route=route,
+                prefix=prefix,
+                log_maxlen=log_maxlen,
+                on_error=on_error,
+                queue_capacity=queue_capacity,
+                retry_backoff=retry_backoff,
+                retry_backoff_max=retry_backoff_max,
+            )
+        )
+
+    @classmethod
+    def from_sync(cls, counter: _SyncShardedCounter) -> ShardedCounter:
+        """An async view of ``counter``, sharing its core."""
+        self = cls.__new__(cls)
+        self._share(counter)
+        return self
+
+    def _share(self, sync: _SyncShardedCounter) -> None:
+        self.sync = sync
+        core, store = sync._core, sync.store
+        self._incr = _engine_method(core, "incr", store)
+        self._decr = _engine_method(core, "decr", store)
+        self._incr_many = _engine_method(core, "incr_many", store)
+        self._value = _engine_method(core, "value", store)
+        self._shard_values = _engine_method(core, "shard_values", store)
+        self._values = _engine_method(core, "values", store)
+        self._read = _engine_method(core, "read", store)
+
+    async def incr(self, amount: int = 1, *, request_id: str | bytes | None = None) -> bool:
+        """See :meth:`redcount.ShardedCounter.incr`."""
+        r = self._incr(amount, request_id=request_id)
+        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+
+    async def decr(self, amount: int = 1, *, request_id: str | bytes | None = None) -> bool:
+        """``incr(-amount)``."""
+        r = self._decr(amount, request_id=request_id)
+        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+
+    async def incr_many(self, items: list[Increment]) -> list[bool]:
+        """See :meth:`redcount.ShardedCounter.incr_many`."""
+        r = self._incr_many(items)
+        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+
+    async def value(self) -> int:
+        """All shards summed, in one round trip."""
+        r = self._value()
+        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+
+    async def shard_values(self) -> list[int]:
+        """Each shard's value, in shard order."""
+        r = self._shard_values()
+        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+
+    async def values(self, names: list[str]) -> dict[str, int]:
+        """``{name: value}`` of counters with this prefix and shard count."""
+        r = self._values(list(names))
+        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+
+    async def read(self, max_staleness: float = 0.25) -> Reading:
+        """See :meth:`redcount.ShardedCounter.read`."""
+        r = self._read(max_staleness)
+        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+
+    async def flush(self, timeout: float | None = None) -> int:
+        """:meth:`redcount.ShardedCounter.flush`, waited for off the loop."""
+        return await _off_loop(lambda: self.sync.flush(timeout))
+
+    async def close(self, timeout: float | None = 5.0) -> int:
+        """:meth:`redcount.ShardedCounter.close` (of the shared core), off the loop."""
+        return await _off_loop(lambda: self.sync.close(timeout))
+
+    def shard_of(self, request_id: str | bytes) -> int:
+        return self.sync.shard_of(request_id)
+
+    def key_of(self, shard: int, suffix: str = "") -> str:
+        return self.sync.key_of(shard, suffix)
+
+    def stats(self) -> RetryStats:
+        return self.sync.stats()
+
+    @property
+    def pending(self) -> int:
+        return self.sync.pending
+
+    @property
+    def name(self) -> str:
+        return self.sync.name
+
+    @property
+    def shards(self) -> int:
+        return self.sync.shards
+
+    @property
+    def store(self) -> Store:
+        return self.sync.store
+
+    async def __aenter__(self) -> ShardedCounter:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close(self.sync.exit_timeout)
+
+    def __repr__(self) -> str:
+        return "redcount.aio." + repr(self.sync)
+
+
+class Quota:
+    """The asyncio twin of :class:`redcount.Quota`: the same arguments and behaviour, with
+    :meth:`take`, :meth:`give`, :meth:`set` and :meth:`value` as coroutines.
+    ``from_sync(quota)`` shares a sync quota's core; :attr:`sync` is the sync twin.
+    Thread-safe.
+    """
+
+    sync: _SyncQuota
+
+    def __init__(
+        self,
+        store: Store | AsyncStore,
+        name: str,
+        *,
+        floor: int = 0,
+        ceiling: int | None = None,
+        soft: int | None = None,
+        idempotency_ttl: float = 86400,
+        durable: int = 0,
+        durable_timeout: float = 0.5,
+        prefix: str = "redcount",
+    ) -> None:
+        self._share(
+            _SyncQuota(
+                _unwrap(store),
+                name,
+                floor=floor,
+                ceiling=ceiling,
+                soft=soft,
+                idempotency_ttl=idempotency_ttl,
+                durable=durable,
+                durable_timeout=durable_timeout,
+                prefix=prefix,
+            )
+        )
+
+    @classmethod
+    def from_sync(cls, quota: _SyncQuota) -> Quota:
+        """An async view of ``quota``, sharing its core."""
+        self = cls.__new__(cls)
+        self._share(quota)
+        return self
+
+    def _share(self, sync: _SyncQuota) -> None:
+        self.sync = sync
+        core, store = sync._core, sync.store
+        self._take = _engine_method(core, "take", store)
+        self._give = _engine_method(core, "give", store)
+        self._set = _engine_method(core, "set", store)
+        self._value = _engine_method(core, "value", store)
+
+    async def take(self, n: int = 1, *, request_id: str | bytes | None = None) -> QuotaResult:
+        """See :meth:`redcount.Quota.take`."""
+        r = self._take(n, request_id=request_id)
+        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+
+    async def give(self, n: int = 1, *, request_id: str | bytes | None = None) -> QuotaResult:
+        """See :meth:`redcount.Quota.give`."""
+        r = self._give(n, request_id=request_id)
+        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+
+    async def set(self, value: int) -> QuotaResult:
+        """See :meth:`redcount.Quota.set`."""
+        r = self._set(value)
+        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+
+    async def value(self) -> int:
+        """The current value."""
+        r = self._value()
+        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+
+    def storage_key(self) -> str:
+        return self.sync.storage_key()
+
+    @property
+    def name(self) -> str:
+        return self.sync.name
 
     @property
     def store(self) -> Store:

@@ -17,6 +17,8 @@
 #include "redcount/errors.h"
 #include "redcount/fixed_window.h"
 #include "redcount/limiter.h"
+#include "redcount/quota.h"
+#include "redcount/sharded.h"
 #include "redcount/limits.h"
 #include "redcount/memory_store.h"
 #include "redcount/options.h"
@@ -433,6 +435,29 @@ const std::vector<ParityCase>& parity_cases() {
        }},
       {"time_probe", false, [](std::mt19937&, std::int64_t, int) { return ScriptCall{&kTimeProbeScript, {}, {}}; },
        true},
+      {"sharded_incr", false,
+       [](std::mt19937& rng, std::int64_t, int) {
+         const int n = 1 + static_cast<int>(rng() % 3);
+         ScriptCall c{&kShardedIncrScript, {}, {std::to_string(n), "60000", "3"}};
+         for (int j = 0; j < n; ++j) {
+           const std::string tag = "{si:c:" + std::to_string(rng() % 2) + "}";
+           std::int64_t amount = static_cast<std::int64_t>(rng() % 7) - 3;
+           if (amount == 0) amount = 5;
+           const std::string rid = rng() % 3 == 0 ? std::string() : "r" + std::to_string(rng() % 8);
+           c.keys.push_back(tag);
+           c.keys.push_back(tag + ":log");
+           if (!rid.empty()) c.keys.push_back(tag + ":rid:" + rid);
+           c.args.insert(c.args.end(), {std::to_string(amount), "c", tag.substr(6, 1), rid});
+         }
+         return c;
+       }},
+      {"quota", false,
+       [](std::mt19937& rng, std::int64_t, int) {
+         const char* op = rng() % 2 == 0 ? "take" : "give";
+         ScriptCall c{&kQuotaScript, {"q:{a}"}, {op, std::to_string(1 + rng() % 9), "-5", "20", "60000"}};
+         if (rng() % 2 == 0) c.keys.push_back("q:{a}:rid:" + std::to_string(rng() % 6));
+         return c;
+       }},
   };
   return cases;
 }

@@ -207,3 +207,27 @@ def test_bench_only_engine(tmp_path: Path) -> None:
     assert any("no regression" in note for note in data["notes"])
     for name in FIXED_ROWS[4:] + SLIDING_ROWS:  # only the engine group ran
         assert name not in names
+
+
+def test_bench_only_sharded(tmp_path: Path) -> None:
+    # Issue 9's group: sharded incr with request ids, incr_many, the buffered writer and value() latency.
+    _need("redis-server")
+    _need("redis-benchmark")
+    out_json = tmp_path / "bench.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "redcount", "bench", "--seconds", "0.2", "--only", "sharded", "--json", str(out_json)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    data = json.loads(out_json.read_text())
+    names = [r["name"] for r in data["results"]]
+    assert "redcount sharded incr, new request id per call (Redis)" in names
+    assert "redcount BufferedCounter.incr (memory, one thread)" in names
+    assert all(r["ops_per_sec"] > 0 and r["falsy"] == 0 for r in data["results"])
+    assert data["only"] == "sharded"
+    assert sum("sharded value() with" in note for note in data["notes"]) == 4
+    assert any(note.startswith("incr_many:") for note in data["notes"])

@@ -18,6 +18,11 @@
 //                         (kind sw, swa<k>, tb, gcra; extra ":<capacity>" for the buckets)
 //   concurrency           <prefix>:cc:{<key>}
 //   sliding counter       <prefix>:<name>:{<key>}:<window_ms>:log | :log:w | :uniq
+//   sharded counter       {<prefix>:<name>:<shard>}            value (a string)
+//                         {<prefix>:<name>:<shard>}:rid:<id>   request id
+//                         {<prefix>:<name>:<shard>}:log        delta log (a stream)
+//                         (each shard is its own tag, so shards spread over Cluster slots)
+//   quota                 <prefix>:quota:{<name>} and <prefix>:quota:{<name>}:rid:<id>
 //
 // Pure functions; thread-safe.
 #pragma once
@@ -43,5 +48,13 @@ std::string concurrency_key(std::string_view prefix, std::string_view key);
 // `suffix` is "log", "log:w" or "uniq".
 std::string sliding_counter_key(std::string_view prefix, std::string_view name, std::string_view key,
                                 std::int64_t window_ms, std::string_view suffix);
+
+// A sharded counter's shard: "{<prefix>:<name>:<shard>}", its value key and the tag of its
+// request ids and delta log.
+std::string sharded_value_key(std::string_view prefix, std::string_view name, std::int64_t shard);
+// `suffix` is "log" or "rid:<request id>".
+std::string sharded_key(std::string_view prefix, std::string_view name, std::int64_t shard,
+                        std::string_view suffix);
+std::string quota_key(std::string_view prefix, std::string_view name);
 
 }  // namespace redcount

@@ -8,7 +8,10 @@
 //   zsets    ZADD (NX/XX/GT/LT/CH), ZREM, ZCARD, ZSCORE, ZCOUNT, ZRANGE (by rank,
 //            WITHSCORES), ZRANGEBYSCORE (WITHSCORES, LIMIT), ZREMRANGEBYSCORE
 //   hashes   HSET, HGET, HMGET, HGETALL, HDEL, HLEN, HEXISTS, HINCRBY
-//   server   PING, TIME
+//   streams  XADD (NOMKSTREAM, MAXLEN [=|~] n [LIMIT c]; ids *, ms, ms-seq, ms-*), XLEN,
+//            XRANGE, XREVRANGE (COUNT; '-', '+', '(' exclusive ends). MAXLEN ~ trims
+//            exactly to n here: Redis keeps at least n (it trims whole nodes only).
+//   server   PING, TIME, WAIT (always 0: there are no replicas)
 // A command on a key of the wrong type fails with Redis's WRONGTYPE error, and a sorted
 // set or hash that loses its last member is deleted with its TTL. Scripts run through
 // their native twins (see `Keyspace`, and `Script::typed` for calls that carry typed
@@ -36,6 +39,7 @@
 #include <condition_variable>
 #include <deque>
 #include <cstdint>
+#include <deque>
 #include <list>
 #include <map>
 #include <memory>
@@ -110,8 +114,22 @@ class MemoryStore final : public Store {
     Hash(const Hash&) = delete;
     Hash& operator=(const Hash&) = delete;
   };
+  // A stream: entries in id order, and the last id ever given (ids never go back, even
+  // after the entries are trimmed).
+  struct StreamId {
+    std::uint64_t ms = 0, seq = 0;
+    auto operator<=>(const StreamId&) const = default;
+  };
+  struct Stream {
+    struct Item {
+      StreamId id;
+      std::vector<std::pair<std::string, std::string>> fields;
+    };
+    std::deque<Item> items;
+    StreamId last;
+  };
   struct Entry {
-    std::variant<std::string, ZSet, Hash> value;
+    std::variant<std::string, ZSet, Hash, Stream> value;
     std::int64_t expire_at = 0;  // ms since epoch; 0 = no TTL
     // Where the key sits in expiry_ (0 = nowhere): at or before expire_at. A deadline that
     // moves later leaves the index alone; the sweep re-files the key when it gets there.
@@ -124,6 +142,7 @@ class MemoryStore final : public Store {
   // The Z* and H* commands; nullopt when `cmd` is none of them.
   std::optional<Reply> run_zset_command(Ops& ops, const std::string& cmd, const std::vector<std::string>& args);
   std::optional<Reply> run_hash_command(Ops& ops, const std::string& cmd, const std::vector<std::string>& args);
+  std::optional<Reply> run_stream_command(Ops& ops, const std::string& cmd, const std::vector<std::string>& args);
   void sweeper_loop();
 
   std::shared_ptr<Clock> clock_;

@@ -64,6 +64,10 @@ struct Script {
 
 struct Command {
   std::vector<std::string> args;
+  // Set only by redcount's own operations for a blocking command with a bounded timeout
+  // (Quota's WAIT): the Redis store then sends it on the shared connection, which waits that
+  // long at most, instead of refusing it as it refuses blocking commands from users.
+  bool may_block = false;
 };
 
 struct ScriptCall {
@@ -163,6 +167,11 @@ class Keyspace {
     del(key);
     return read();
   }
+
+  // Streams: XADD key MAXLEN ~ maxlen * field value ... (maxlen >= 1); returns the new
+  // entry's id ("<ms>-<seq>"). WRONGTYPE on a key of another type.
+  virtual std::string xadd(const std::string& key, const std::vector<std::pair<std::string, std::string>>& fields,
+                           std::int64_t maxlen) = 0;
 };
 
 // Called exactly once with a batch's replies (in request order) or a transport error.

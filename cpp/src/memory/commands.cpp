@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -305,6 +306,13 @@ Reply MemoryStore::run_command(Ops& ops, const std::vector<std::string>& args) {
     }
     return Reply::of_array(std::move(keys));
   }
+  if (cmd == "WAIT") {
+    // No replicas here: like a Redis master without replicas, nobody acknowledges (Redis
+    // would first wait out the timeout; nothing can arrive, so this answers at once).
+    if (n != 3) return wrong_args(cmd);
+    if (int_arg(1) < 0 || int_arg(2) < 0) return Reply::of_error("ERR timeout is negative");
+    return Reply::of_integer(0);
+  }
   if (cmd == "FLUSHALL" || cmd == "FLUSHDB") {
     ops.forget();
     data_.clear();
@@ -316,6 +324,9 @@ Reply MemoryStore::run_command(Ops& ops, const std::vector<std::string>& args) {
   }
   if (!cmd.empty() && cmd[0] == 'H') {
     if (auto reply = run_hash_command(ops, cmd, args)) return std::move(*reply);
+  }
+  if (!cmd.empty() && cmd[0] == 'X') {
+    if (auto reply = run_stream_command(ops, cmd, args)) return std::move(*reply);
   }
   std::string shown;
   for (std::size_t i = 1; i < n && i < 4; ++i) shown += "'" + args[i] + "' ";
@@ -482,6 +493,182 @@ std::optional<Reply> MemoryStore::run_hash_command(Ops& ops, const std::string& 
     if (n != 4) return wrong_args(cmd);
     const std::int64_t amount = int64_arg(args[3]);
     return Reply::of_integer(ops.hincrby(args[1], args[2], amount));
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+constexpr const char* kBadStreamId = "ERR Invalid stream ID specified as stream command argument";
+
+// An unsigned decimal as Redis's string2ull reads it: digits only, no overflow.
+std::optional<std::uint64_t> parse_uint64(std::string_view s) {
+  if (s.empty() || s.size() > 20) return std::nullopt;
+  std::uint64_t v = 0;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || ptr != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+// "<ms>-<seq>" or "<ms>" (seq = `missing_seq`); `seq_star` is set for "<ms>-*" when allowed.
+template <class Id>
+std::optional<Id> parse_stream_id(const std::string& s, std::uint64_t missing_seq, bool* seq_star = nullptr) {
+  const auto dash = s.find('-');
+  if (dash == std::string::npos) {
+    auto ms = parse_uint64(s);
+    if (!ms) return std::nullopt;
+    return Id{*ms, missing_seq};
+  }
+  auto ms = parse_uint64(std::string_view(s).substr(0, dash));
+  if (!ms) return std::nullopt;
+  const std::string_view rest = std::string_view(s).substr(dash + 1);
+  if (seq_star && rest == "*") {
+    *seq_star = true;
+    return Id{*ms, 0};
+  }
+  auto seq = parse_uint64(rest);
+  if (!seq) return std::nullopt;
+  return Id{*ms, *seq};
+}
+
+}  // namespace
+
+std::optional<Reply> MemoryStore::run_stream_command(Ops& ops, const std::string& cmd,
+                                                     const std::vector<std::string>& args) {
+  const std::size_t n = args.size();
+  auto entry_reply = [](const Stream::Item& item) {
+    std::vector<Reply> fv;
+    fv.reserve(item.fields.size() * 2);
+    for (const auto& [f, v] : item.fields) {
+      fv.push_back(Reply::of_string(f));
+      fv.push_back(Reply::of_string(v));
+    }
+    return Reply::of_array({Reply::of_string(Ops::stream_id_text(item.id)), Reply::of_array(std::move(fv))});
+  };
+  if (cmd == "XADD") {
+    if (n < 5) return wrong_args(cmd);
+    bool nomkstream = false, have_limit = false, approx = false;
+    std::int64_t maxlen = -1;
+    std::size_t i = 2;
+    for (; i < n; ++i) {
+      const std::string opt = upper(args[i]);
+      if (opt == "NOMKSTREAM") {
+        nomkstream = true;
+      } else if (opt == "MAXLEN" && i + 1 < n) {
+        std::size_t v = i + 1;
+        if (args[v] == "~" || args[v] == "=") {
+          approx = args[v] == "~";
+          ++v;
+        }
+        if (v >= n) return Reply::of_error(kSyntax);
+        auto len = parse_int64(args[v]);
+        if (!len) return Reply::of_error(kNotInteger);
+        if (*len < 0) return Reply::of_error("ERR The MAXLEN argument must be >= 0.");
+        maxlen = *len;
+        i = v;
+      } else if (opt == "LIMIT" && i + 1 < n) {
+        if (!parse_int64(args[i + 1])) return Reply::of_error(kNotInteger);
+        have_limit = true;
+        ++i;
+      } else if (opt == "MINID") {
+        return Reply::of_error("ERR syntax error, the memory:// store supports XADD MAXLEN trimming only");
+      } else {
+        break;
+      }
+    }
+    if (have_limit && !approx) {
+      return Reply::of_error("ERR syntax error, LIMIT cannot be used without the special ~ option");
+    }
+    if (i >= n || (n - i - 1) % 2 != 0 || n - i - 1 == 0) return wrong_args(cmd);
+    bool auto_id = args[i] == "*", seq_star = false;
+    StreamId id{};
+    if (!auto_id) {
+      auto parsed = parse_stream_id<StreamId>(args[i], 0, &seq_star);
+      if (!parsed) return Reply::of_error(kBadStreamId);
+      id = *parsed;
+      if (!seq_star && id == StreamId{}) {
+        return Reply::of_error("ERR The ID specified in XADD must be greater than 0-0");
+      }
+    }
+    Stream* st = ops.find_as<Stream>(args[1]);
+    if (!st) {
+      if (nomkstream) return Reply::nil();
+      st = &ops.find_or_create<Stream>(args[1]);
+    }
+    if (auto_id) {
+      id = ops.next_stream_id(*st);
+    } else if (seq_star) {
+      if (id.ms < st->last.ms) {
+        return Reply::of_error("ERR The ID specified in XADD is equal or smaller than the target stream top item");
+      }
+      id.seq = id.ms == st->last.ms ? st->last.seq + 1 : 0;
+    } else if (id <= st->last) {
+      return Reply::of_error("ERR The ID specified in XADD is equal or smaller than the target stream top item");
+    }
+    std::vector<std::pair<std::string, std::string>> fields;
+    fields.reserve((n - i - 1) / 2);
+    for (std::size_t f = i + 1; f + 1 < n; f += 2) fields.emplace_back(args[f], args[f + 1]);
+    Ops::stream_append(*st, id, std::move(fields), maxlen);
+    return Reply::of_string(Ops::stream_id_text(id));
+  }
+  if (cmd == "XLEN") {
+    if (n != 2) return wrong_args(cmd);
+    const Stream* st = ops.find_as<Stream>(args[1]);
+    return Reply::of_integer(st ? static_cast<std::int64_t>(st->items.size()) : 0);
+  }
+  if (cmd == "XRANGE" || cmd == "XREVRANGE") {
+    if (n != 4 && n != 6) return wrong_args(cmd);
+    const bool rev = cmd == "XREVRANGE";
+    const std::string& lo_arg = rev ? args[3] : args[2];
+    const std::string& hi_arg = rev ? args[2] : args[3];
+    constexpr std::uint64_t kMax = std::numeric_limits<std::uint64_t>::max();
+    // Each end: '-' / '+', an id, or '(' and an id for an exclusive end.
+    auto bound = [&](const std::string& a, bool low) -> std::optional<StreamId> {
+      if (a == "-") return StreamId{0, 0};
+      if (a == "+") return StreamId{kMax, kMax};
+      const bool ex = !a.empty() && a[0] == '(';
+      auto id = parse_stream_id<StreamId>(ex ? a.substr(1) : a, low ? 0 : kMax);
+      if (!id) return std::nullopt;
+      if (ex) {
+        if (low) {
+          if (id->seq == kMax) {
+            if (id->ms == kMax) return std::nullopt;
+            return StreamId{id->ms + 1, 0};
+          }
+          return StreamId{id->ms, id->seq + 1};
+        }
+        if (id->seq == 0) {
+          if (id->ms == 0) return std::nullopt;
+          return StreamId{id->ms - 1, kMax};
+        }
+        return StreamId{id->ms, id->seq - 1};
+      }
+      return id;
+    };
+    auto lo = bound(lo_arg, true), hi = bound(hi_arg, false);
+    if (!lo || !hi) return Reply::of_error(kBadStreamId);
+    std::int64_t count = -1;
+    if (n == 6) {
+      if (upper(args[4]) != "COUNT") return Reply::of_error(kSyntax);
+      count = int64_arg(args[5]);
+      if (count < 0) count = 0;
+    }
+    const Stream* st = ops.find_as<Stream>(args[1]);
+    std::vector<Reply> out;
+    if (st && count != 0 && *lo <= *hi) {
+      auto in_range = [&](const Stream::Item& it) { return it.id >= *lo && it.id <= *hi; };
+      auto add = [&](const Stream::Item& it) {
+        if (!in_range(it)) return true;
+        out.push_back(entry_reply(it));
+        return count < 0 || static_cast<std::int64_t>(out.size()) < count;
+      };
+      if (rev) {
+        for (auto it = st->items.rbegin(); it != st->items.rend() && add(*it);) ++it;
+      } else {
+        for (auto it = st->items.begin(); it != st->items.end() && add(*it);) ++it;
+      }
+    }
+    return Reply::of_array(std::move(out));
   }
   return std::nullopt;
 }

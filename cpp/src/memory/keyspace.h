@@ -199,6 +199,7 @@ class MemoryStore::Ops final : public Keyspace {
     if (!e) return "none";
     if (std::holds_alternative<ZSet>(e->value)) return "zset";
     if (std::holds_alternative<Hash>(e->value)) return "hash";
+    if (std::holds_alternative<Stream>(e->value)) return "stream";
     return "string";
   }
 
@@ -441,6 +442,38 @@ class MemoryStore::Ops final : public Keyspace {
     cur += amount;
     hash_set(h, field, to_string(cur));
     return cur;
+  }
+
+  // ---- streams --------------------------------------------------------------------------
+
+  static std::string stream_id_text(StreamId id) { return to_string(static_cast<std::int64_t>(id.ms)) + "-" +
+                                                          std::to_string(id.seq); }
+
+  // The id XADD '*' gives (Redis streamNextID): the clock, or one more than the last id
+  // when the clock has not moved past it.
+  StreamId next_stream_id(const Stream& st) const {
+    const auto ms = static_cast<std::uint64_t>(now_ > 0 ? now_ : 0);
+    if (ms > st.last.ms) return StreamId{ms, 0};
+    return StreamId{st.last.ms, st.last.seq + 1};
+  }
+
+  // Appends one entry with `id` (already checked to be above the stream's last id) and
+  // trims to `maxlen` entries when maxlen >= 0.
+  static void stream_append(Stream& st, StreamId id, std::vector<std::pair<std::string, std::string>> fields,
+                            std::int64_t maxlen) {
+    st.items.push_back(Stream::Item{id, std::move(fields)});
+    st.last = id;
+    if (maxlen >= 0) {
+      while (st.items.size() > static_cast<std::size_t>(maxlen)) st.items.pop_front();
+    }
+  }
+
+  std::string xadd(const std::string& key, const std::vector<std::pair<std::string, std::string>>& fields,
+                   std::int64_t maxlen) override {
+    Stream& st = find_or_create<Stream>(key);
+    const StreamId id = next_stream_id(st);
+    stream_append(st, id, fields, maxlen);
+    return stream_id_text(id);
   }
 
  private:

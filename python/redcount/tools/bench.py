@@ -37,6 +37,14 @@ coroutines on one loop (run on the measuring thread) against ``limits``' async R
 (redis-py) with as many coroutines and against one synchronous thread; uvloop if installed; and
 ``incr`` over ``rediss://`` on a second private, TLS-only server against ``redis://``.
 
+Sharded counters (``--only sharded``, issue 9): ``ShardedCounter.incr`` with a fresh request id
+per call (so every write is applied and pays the id's ``SET NX``, the ``INCRBY`` and the
+``XADD``) from one thread and from 8, against plain redcount ``incr`` and ``redis-benchmark``
+INCR with as many clients; ``incr_many`` over 100 counters with request ids, in applied
+increments per second (target >= 100,000/s); ``BufferedCounter.incr`` calls per second from one
+thread (target >= 2,000,000/s); and ``value()`` latency p50/p99 against the shard count (1, 16,
+64, 256), idle and while 8 threads write (printed as notes).
+
 Unless said otherwise above, each measurement runs single-threaded for about ``--seconds`` in all, after a short warm-up,
 over 10,000 rotating keys under a key prefix unique to the run. The measurements take turns
 in slices of about 0.4 s (see :func:`_rounds`), so a change in the machine's state mid-run
@@ -120,7 +128,16 @@ RC_AIO_UVLOOP = "redcount aio Limiter.hit x{tasks} coroutines (Redis, uvloop)"
 RC_INCR_TLS = "redcount incr (Redis over TLS)"
 # limits 4+ picks coredis for async+redis:// unless told; issue 7 compares with redis-py's client.
 _LIMITS_ASYNC_OPTIONS: dict[str, Any] = {"implementation": "redispy"}
-ONLY = ("all", "fixed", "sliding", "engine")
+ONLY = ("all", "fixed", "sliding", "engine", "sharded")
+# Sharded counters (--only sharded, issue 9).
+RC_SH_INCR = "redcount sharded incr, new request id per call (Redis)"
+RC_SH_INCR_THREADS = "redcount sharded incr, new request ids x{threads} threads (Redis)"
+SH_MANY = 100  # counters (and writes) per incr_many call
+RC_SH_MANY = "redcount sharded incr_many x{n} counters, request ids (Redis, per write)"
+RC_BUF = "redcount BufferedCounter.incr (memory, one thread)"
+SH_MANY_TARGET = 100_000.0  # applied increments per second, absolute (issue 9 section 7)
+BUF_TARGET = 2_000_000.0  # calls per second, absolute (issue 9 section 3)
+SH_LATENCY_SHARDS = (1, 16, 64, 256)
 
 
 class BenchError(ValueError):
@@ -373,6 +390,35 @@ class _AsyncHits(_Contender):
             finally:
                 self.loop.close()
             self.loop = None
+
+
+class _Tight(_Contender):
+    """``op(1)`` in a tight loop on this thread, its result ignored (a call that returns
+    None, such as ``BufferedCounter.incr``)."""
+
+    def __init__(self, name: str, op: Callable[[int], object]) -> None:
+        super().__init__(name)
+        self.op = op
+
+    def _loop(self, seconds: float) -> tuple[int, float]:
+        op, chunk = self.op, range(2_000)
+        calls = 0
+        start = time.perf_counter()
+        deadline = start + seconds
+        while True:
+            for _ in chunk:
+                op(1)
+            calls += 2_000
+            now = time.perf_counter()
+            if now >= deadline:
+                return calls, now - start
+
+    def run_slice(self, seconds: float) -> None:
+        self._loop(min(0.05, seconds / 5))
+        calls, elapsed = self._loop(seconds)
+        self.ops += calls
+        self.elapsed += elapsed
+        self.turn_rates.append(calls / elapsed if elapsed > 0 else 0.0)
 
 
 # --------------------------------------------------------------------------- redis-server
@@ -730,6 +776,8 @@ def _print_report(rep: Report) -> None:
         limits_used.append(f"sliding windows and buckets {rep.sliding_limit!r} (never reached)")
     if rep.only in ("all", "engine"):
         limits_used.append(f"engine {BIG_LIMIT!r} ({THREADS} threads, {TASKS} coroutines, TLS)")
+    if rep.only in ("all", "sharded"):
+        limits_used.append(f"sharded counters (16 shards, {THREADS} threads, incr_many x{SH_MANY})")
     print("limits: " + ", ".join(limits_used))
     print()
     w = max(len(r.name) for r in rep.results)
@@ -900,6 +948,114 @@ def _engine_block(
     return contenders, ratios, notes
 
 
+# --------------------------------------------------------------------------- sharded counters
+
+
+def _sharded_block(
+    stack: ExitStack,
+    store: Store,
+    url: str,
+    prefix: str,
+    keys: Sequence[str],
+    bench_bin: str,
+    rb_key: str,
+    have: set[str],
+) -> tuple[list[_Contender], list[_RatioSpec]]:
+    """The sharded-counter contenders and their ratios; ``have`` names rows already planned
+    (the plain ``incr`` and redis-benchmark rows of the other groups serve here too)."""
+    from ..sharded import BufferedCounter, ShardedCounter
+
+    fresh = itertools.count()  # next() is atomic under the GIL: every call gets its own id
+    sharded = ShardedCounter(store, "sh", shards=16, prefix=prefix)
+    stack.callback(sharded.close)
+
+    def incr_new_id(_key: str) -> bool:
+        return sharded.incr(request_id=f"b{next(fresh)}")
+
+    names = [f"sh{i}" for i in range(SH_MANY)]
+
+    def incr_many_new_ids(_key: str) -> bool:
+        j = next(fresh)
+        return all(sharded.incr_many([(n, 1, f"m{j}:{i}") for i, n in enumerate(names)]))
+
+    mem = connect()
+    stack.callback(mem.close)
+    buffered = BufferedCounter(ShardedCounter(mem, "buf", prefix=prefix))
+    stack.callback(buffered.close)
+
+    plain = FixedWindowCounter(store, "incr", COUNTER_WINDOW, prefix=prefix)
+    stack.callback(plain.close)
+    rb_c8 = RB_C8.format(threads=THREADS)
+    plain_threads = RC_INCR_THREADS.format(threads=THREADS)
+    sh_threads = RC_SH_INCR_THREADS.format(threads=THREADS)
+    sh_many = RC_SH_MANY.format(n=SH_MANY)
+    contenders: list[_Contender] = []
+    if RB_P1 not in have:
+        contenders.append(_RedisBenchmark(RB_P1, bench_bin, url, 1, rb_key))
+    if RC_INCR not in have:
+        contenders.append(_PythonOp(RC_INCR, plain.incr, keys))
+    contenders.append(_PythonOp(RC_SH_INCR, incr_new_id, keys))
+    if rb_c8 not in have:
+        contenders.append(_RedisBenchmark(rb_c8, bench_bin, url, 1, rb_key, clients=THREADS))
+    if plain_threads not in have:
+        contenders.append(_Threads(plain_threads, plain.incr, keys, THREADS))
+    contenders += [
+        _Threads(sh_threads, incr_new_id, keys, THREADS),
+        _PythonOp(sh_many, incr_many_new_ids, keys[:100], per_call=SH_MANY),
+        _Tight(RC_BUF, buffered.incr),
+    ]
+    ratios: list[_RatioSpec] = [
+        ("sharded incr with request ids / plain incr (Redis, 1 thread)", RC_SH_INCR, RC_INCR, None),
+        ("sharded incr with request ids / redis-benchmark -c1 -P1", RC_SH_INCR, RB_P1, None),
+        (f"sharded incr with request ids x{THREADS} / plain incr x{THREADS} threads", sh_threads, plain_threads, None),
+        (f"sharded incr with request ids x{THREADS} / redis-benchmark -c{THREADS} -P1", sh_threads, rb_c8, None),
+    ]
+    return contenders, ratios
+
+
+def _percentile(sorted_values: Sequence[float], q: float) -> float:
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+
+
+def _value_latency(store: Store, prefix: str, seconds: float) -> list[str]:
+    """``value()`` latency p50/p99 per shard count, idle and while 8 threads write; as notes."""
+    from ..sharded import ShardedCounter
+
+    notes = []
+    calls = max(200, int(seconds * 400))
+    for shards in SH_LATENCY_SHARDS:
+        counter = ShardedCounter(store, f"lat{shards}", shards=shards, prefix=prefix)
+        for i in range(shards):
+            counter.incr(1, request_id=f"seed{i}")
+        figures = []
+        for busy in (False, True):
+            stop = threading.Event()
+            writer = ShardedCounter(store, f"lat-w{shards}", shards=shards, prefix=prefix)
+
+            def write(w: ShardedCounter = writer) -> None:
+                while not stop.is_set():
+                    w.incr()
+
+            writers = [threading.Thread(target=write, daemon=True) for _ in range(THREADS if busy else 0)]
+            for t in writers:
+                t.start()
+            lat = []
+            for _ in range(calls):
+                t0 = time.perf_counter()
+                counter.value()
+                lat.append((time.perf_counter() - t0) * 1e6)
+            stop.set()
+            for t in writers:
+                t.join()
+            lat.sort()
+            figures.append(f"p50 {_percentile(lat, 0.5):,.0f} us, p99 {_percentile(lat, 0.99):,.0f} us")
+        notes.append(
+            f"sharded value() with {shards} shards: {figures[0]} idle; {figures[1]} "
+            f"while {THREADS} threads write ({calls} calls each)"
+        )
+    return notes
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -929,9 +1085,10 @@ def run_bench(args: argparse.Namespace) -> int:
         raise ValueError(f"--only must be one of {', '.join(ONLY)}, got {only!r}")
     fixed, sliding = only in ("all", "fixed"), only in ("all", "sliding")
     engine = only in ("all", "engine")
+    sharded = only in ("all", "sharded")
 
     bench_bin = ""  # only the fixed-window and engine measurements run redis-benchmark
-    if fixed or engine:
+    if fixed or engine or sharded:
         found = shutil.which(args.redis_benchmark)
         if found is None:
             raise BenchError(
@@ -942,7 +1099,7 @@ def run_bench(args: argparse.Namespace) -> int:
     server_bin = _server_binary(args.redis_server) if args.url is None else None
     if args.url is not None:
         _benchmark_target(args.url)  # refuse what redis-benchmark and limits cannot use, up front
-        if fixed or engine:
+        if fixed or engine or sharded:
             _check_benchmark_auth(bench_bin, args.url)
 
     prefix = f"rcbench:{os.getpid()}:{secrets.token_hex(4)}"
@@ -1055,6 +1212,13 @@ def run_bench(args: argparse.Namespace) -> int:
                 ratios += more_ratios
                 rep.notes += notes
 
+            if sharded:
+                more, more_ratios = _sharded_block(
+                    engine_resources, store, url, prefix, keys, bench_bin, rb_key, {c.name for c in plan}
+                )
+                plan += more
+                ratios += more_ratios
+
             rounds = _rounds(seconds)
             step = 0
             for r in range(1, rounds + 1):
@@ -1075,6 +1239,15 @@ def run_bench(args: argparse.Namespace) -> int:
                     f"single thread, no regression (issue 7 section 2): {RC_INCR} {single.ops_per_sec:,.0f} ops/s "
                     "in this run; compare with the README's figures on the same machine"
                 )
+            if sharded:
+                many, buf = by_name[RC_SH_MANY.format(n=SH_MANY)], by_name[RC_BUF]
+                for what, row, target, unit in (
+                    ("incr_many", many, SH_MANY_TARGET, "applied increments/s"),
+                    ("BufferedCounter.incr", buf, BUF_TARGET, "calls/s"),
+                ):
+                    verdict = "met" if row.ops_per_sec >= target else "not met"  # not PASS/MISS: ratios only
+                    rep.notes.append(f"{what}: {row.ops_per_sec:,.0f} {unit} (target >= {target:,.0f}): {verdict}")
+                rep.notes += _value_latency(store, prefix, seconds)
             rep.ratios = [_ratio(by_name, *spec) for spec in ratios]
             _print_report(rep)
             if args.json:
@@ -1084,6 +1257,7 @@ def run_bench(args: argparse.Namespace) -> int:
                 engine_resources.close()  # the engine's loops, counters and TLS server, before the store
                 if server_bin is None:  # our keys on someone's server: take them away
                     _delete_keys(store, f"{prefix}:*")
+                    _delete_keys(store, f"{{{prefix}:*")  # sharded counters' keys start with their tag
             finally:
                 store.close()
                 mem.close()

@@ -43,7 +43,9 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--redis-server", default="redis-server", help="redis-server binary to start")
     b.add_argument("--redis-benchmark", default="redis-benchmark", help="redis-benchmark binary")
     b.add_argument("--json", default=None, help="also write the figures to this JSON file")
-    b.add_argument("--only", choices=["all", "fixed", "sliding", "engine"], default="all", help="which measurements")
+    b.add_argument(
+        "--only", choices=["all", "fixed", "sliding", "engine", "sharded"], default="all", help="which measurements"
+    )
     return p
 
 

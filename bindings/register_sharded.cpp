@@ -1,0 +1,430 @@
+// Sharded idempotent counters and quotas: redcount._core.ShardedCounter, Reading, Quota and
+// QuotaResult (issue 9).
+#include <pybind11/stl.h>
+
+#include <limits>
+#include <optional>
+
+#include "aio.h"
+#include "common.h"
+#include "redcount/buffered.h"
+#include "redcount/errors.h"
+#include "redcount/quota.h"
+#include "redcount/sharded.h"
+
+namespace redcount::bind {
+namespace {
+
+std::string optional_id(py::handle request_id) {
+  if (request_id.is_none()) return {};
+  std::string rid = text_arg(request_id, "request_id");
+  if (rid.empty()) throw InvalidArgument("request_id must not be empty (pass None for no request id)");
+  return rid;
+}
+
+std::int64_t negated(py::handle amount) {
+  const std::int64_t a = int_arg(amount, "amount");
+  if (a == std::numeric_limits<std::int64_t>::min()) throw InvalidArgument("amount is outside the allowed range");
+  return -a;
+}
+
+std::optional<std::chrono::milliseconds> timeout_arg(py::object timeout) {
+  if (timeout.is_none()) return std::nullopt;
+  return std::chrono::milliseconds(seconds_arg(timeout, "timeout", true));
+}
+
+std::shared_ptr<ShardedCounter> make_sharded(std::shared_ptr<Store> store, py::handle name, std::int64_t shards,
+                                             py::handle idempotency_ttl, const std::string& route, py::handle prefix,
+                                             std::int64_t log_maxlen, const std::string& on_error,
+                                             std::int64_t queue_capacity, py::handle retry_backoff,
+                                             py::handle retry_backoff_max) {
+  ShardedOptions o;
+  o.name = text_arg(name, "name");
+  o.prefix = text_arg(prefix, "prefix");
+  o.shards = shards;
+  o.idempotency_ttl_ms = seconds_arg(idempotency_ttl, "idempotency_ttl", false);
+  if (route == "request-id") {
+    o.route = ShardedOptions::Route::RequestId;
+  } else if (route == "random") {
+    o.route = ShardedOptions::Route::Random;
+  } else {
+    throw InvalidArgument("route must be 'request-id' or 'random', got '" + route + "'");
+  }
+  o.log_maxlen = log_maxlen;
+  if (on_error == "raise") {
+    o.on_error = ShardedOptions::OnError::Raise;
+  } else if (on_error == "queue") {
+    o.on_error = ShardedOptions::OnError::Queue;
+  } else {
+    throw InvalidArgument("on_error must be 'raise' or 'queue', got '" + on_error + "'");
+  }
+  if (queue_capacity < 1) throw InvalidArgument("queue_capacity must be >= 1, got " + std::to_string(queue_capacity));
+  o.queue_capacity = static_cast<std::size_t>(queue_capacity);
+  o.retry_backoff_min = std::chrono::milliseconds(seconds_arg(retry_backoff, "retry_backoff", false));
+  o.retry_backoff_max = std::chrono::milliseconds(seconds_arg(retry_backoff_max, "retry_backoff_max", false));
+  if (o.retry_backoff_max < o.retry_backoff_min) throw InvalidArgument("retry_backoff_max must be >= retry_backoff");
+  return std::make_shared<ShardedCounter>(std::move(store), std::move(o));
+}
+
+// [(name, amount) or (name, amount, request_id or None), ...] -> core items.
+std::vector<ShardedIncrement> increments(const py::iterable& items) {
+  std::vector<ShardedIncrement> out;
+  for (py::handle item : items) {
+    if (!py::isinstance<py::tuple>(item)) {
+      throw py::type_error("incr_many takes (name, amount) or (name, amount, request_id) tuples");
+    }
+    py::tuple t = py::reinterpret_borrow<py::tuple>(item);
+    if (t.size() != 2 && t.size() != 3) {
+      throw InvalidArgument("incr_many takes (name, amount) or (name, amount, request_id) tuples, got one of " +
+                            std::to_string(t.size()) + " items");
+    }
+    ShardedIncrement inc;
+    inc.name = text_arg(t[0], "name");
+    inc.amount = int_arg(t[1], "amount");
+    if (t.size() == 3) inc.request_id = optional_id(t[2]);
+    out.push_back(std::move(inc));
+  }
+  return out;
+}
+
+std::vector<std::string> name_list(const py::iterable& names) {
+  std::vector<std::string> out;
+  for (py::handle n : names) out.push_back(text_arg(n, "name"));
+  return out;
+}
+
+py::object named_values(std::vector<std::int64_t>& values, py::handle names) {
+  py::dict out;
+  py::list ns = py::reinterpret_borrow<py::list>(names);
+  for (std::size_t i = 0; i < values.size(); ++i) out[ns[i]] = values[i];
+  return out;
+}
+
+std::int64_t staleness_arg(py::handle s) { return seconds_arg(s, "max_staleness", true); }
+
+std::unique_ptr<Quota> make_quota(std::shared_ptr<Store> store, py::handle name, py::handle floor, py::handle ceiling,
+                                  py::handle soft, py::handle idempotency_ttl, std::int64_t durable,
+                                  py::handle durable_timeout, py::handle prefix) {
+  QuotaOptions o;
+  o.name = text_arg(name, "name");
+  o.prefix = text_arg(prefix, "prefix");
+  o.floor = int_arg(floor, "floor");
+  if (!ceiling.is_none()) o.ceiling = int_arg(ceiling, "ceiling");
+  if (!soft.is_none()) o.soft = int_arg(soft, "soft");
+  o.idempotency_ttl_ms = seconds_arg(idempotency_ttl, "idempotency_ttl", false);
+  o.durable = durable;
+  o.durable_timeout = std::chrono::milliseconds(seconds_arg(durable_timeout, "durable_timeout", false));
+  return std::make_unique<Quota>(std::move(store), std::move(o));
+}
+
+py::object quota_result(QuotaResult& r) { return py::cast(r); }
+
+}  // namespace
+
+void register_sharded(py::module_& m) {
+  py::class_<Reading>(m, "Reading", "A counter value and how old it may be (read()).")
+      .def_readonly("value", &Reading::value)
+      .def_readonly("staleness_ms", &Reading::staleness_ms,
+                    "The value reflects the store at some moment within the last staleness_ms milliseconds.")
+      .def("__iter__", [](const Reading& r) { return py::iter(py::make_tuple(r.value, r.staleness_ms)); })
+      .def("__eq__", [](const Reading& a, const Reading& b) {
+        return a.value == b.value && a.staleness_ms == b.staleness_ms;
+      })
+      .def("__repr__", [](const Reading& r) {
+        return "Reading(value=" + std::to_string(r.value) + ", staleness_ms=" + std::to_string(r.staleness_ms) + ")";
+      });
+
+  py::class_<ShardedCounter, std::shared_ptr<ShardedCounter>>(m, "ShardedCounter", "The C++ sharded counter; use redcount.ShardedCounter.")
+      .def(py::init(&make_sharded), py::arg("store"), py::arg("name"), py::arg("shards"), py::arg("idempotency_ttl"),
+           py::arg("route"), py::arg("prefix"), py::arg("log_maxlen"), py::arg("on_error"), py::arg("queue_capacity"),
+           py::arg("retry_backoff"), py::arg("retry_backoff_max"))
+      .def(
+          "incr",
+          [](ShardedCounter& c, py::handle amount, py::handle request_id) {
+            const std::int64_t a = int_arg(amount, "amount");
+            const std::string rid = optional_id(request_id);
+            py::gil_scoped_release release;  // network wait
+            return c.incr(a, rid);
+          },
+          py::arg("amount") = 1, py::kw_only(), py::arg("request_id") = py::none(),
+          "Add `amount` (non-zero; negative subtracts). True when applied, False when `request_id` was "
+          "already applied within idempotency_ttl.")
+      .def(
+          "decr",
+          [](ShardedCounter& c, py::handle amount, py::handle request_id) {
+            const std::int64_t a = negated(amount);
+            const std::string rid = optional_id(request_id);
+            py::gil_scoped_release release;  // network wait
+            return c.incr(a, rid);
+          },
+          py::arg("amount") = 1, py::kw_only(), py::arg("request_id") = py::none(), "incr(-amount).")
+      .def(
+          "incr_many",
+          [](ShardedCounter& c, const py::iterable& items) {
+            auto in = increments(items);
+            py::gil_scoped_release release;  // network wait
+            return c.incr_many(in);
+          },
+          py::arg("items"),
+          "[(name, amount[, request_id]), ...] over counters of this prefix and layout, in one round trip; "
+          "a list of applied flags in input order.")
+      .def(
+          "value",
+          [](ShardedCounter& c) {
+            py::gil_scoped_release release;  // network wait
+            return c.value();
+          },
+          "All shards summed, in one round trip.")
+      .def(
+          "shard_values",
+          [](ShardedCounter& c) {
+            py::gil_scoped_release release;  // network wait
+            return c.shard_values();
+          },
+          "Each shard's value, in shard order.")
+      .def(
+          "values",
+          [](ShardedCounter& c, const py::list& names) {
+            auto ns = name_list(names);
+            std::vector<std::int64_t> v;
+            {
+              py::gil_scoped_release release;  // network wait
+              v = c.values(ns);
+            }
+            return named_values(v, names);
+          },
+          py::arg("names"), "{name: value} of counters with this prefix and shard count, in one round trip.")
+      .def(
+          "read",
+          [](ShardedCounter& c, py::handle max_staleness) {
+            const std::int64_t ms = staleness_arg(max_staleness);
+            py::gil_scoped_release release;  // network wait
+            return c.read(ms);
+          },
+          py::arg("max_staleness") = 0.25,
+          "The value from this object's cache when at most max_staleness seconds old, else fresh.")
+      .def(
+          "shard_of", [](const ShardedCounter& c, py::handle rid) { return c.shard_of(text_arg(rid, "request_id")); },
+          py::arg("request_id"), "The shard a write with this request id goes to.")
+      .def(
+          "key_of",
+          [](const ShardedCounter& c, std::int64_t shard, py::handle suffix) {
+            return c.key_of(shard, text_arg(suffix, "suffix"));
+          },
+          py::arg("shard"), py::arg("suffix") = "",
+          "A shard's value key (its hash tag); suffix 'log' or 'rid:<id>' for its other keys.")
+      .def(
+          "flush",
+          [](ShardedCounter& c, py::object timeout) {
+            auto t = timeout_arg(timeout);
+            py::gil_scoped_release release;  // waits for the retry thread
+            return c.flush(t);
+          },
+          py::arg("timeout") = py::none())
+      .def(
+          "close",
+          [](ShardedCounter& c, py::object timeout) {
+            auto t = timeout_arg(timeout);
+            py::gil_scoped_release release;  // waits for the retry thread
+            return c.close(t);
+          },
+          py::arg("timeout") = 5.0)
+      .def_property_readonly("pending", &ShardedCounter::pending)
+      .def("stats", &ShardedCounter::stats)
+      .def_property_readonly("name", [](const ShardedCounter& c) { return c.options().name; })
+      .def_property_readonly("prefix", [](const ShardedCounter& c) { return c.options().prefix; })
+      .def_property_readonly("shards", [](const ShardedCounter& c) { return c.options().shards; })
+      .def_property_readonly("idempotency_ttl", [](const ShardedCounter& c) {
+        return static_cast<double>(c.options().idempotency_ttl_ms) / 1000.0;
+      })
+      .def_property_readonly("route", [](const ShardedCounter& c) {
+        return c.options().route == ShardedOptions::Route::RequestId ? "request-id" : "random";
+      })
+      .def_property_readonly("log_maxlen", [](const ShardedCounter& c) { return c.options().log_maxlen; })
+      .def_property_readonly("on_error", [](const ShardedCounter& c) {
+        return c.options().on_error == ShardedOptions::OnError::Raise ? "raise" : "queue";
+      })
+      .def_property_readonly("store", [](const ShardedCounter& c) { return c.store(); })
+      // The same calls as operations for redcount.aio (see register_counters.cpp).
+      .def(
+          "incr_async",
+          [](ShardedCounter& c, py::handle amount, py::handle request_id) {
+            return aio::submit_async(c.store(), c.make_incr(int_arg(amount, "amount"), optional_id(request_id)),
+                                     [](bool& b) { return py::bool_(b); });
+          },
+          py::arg("amount") = 1, py::kw_only(), py::arg("request_id") = py::none())
+      .def(
+          "decr_async",
+          [](ShardedCounter& c, py::handle amount, py::handle request_id) {
+            return aio::submit_async(c.store(), c.make_incr(negated(amount), optional_id(request_id)),
+                                     [](bool& b) { return py::bool_(b); });
+          },
+          py::arg("amount") = 1, py::kw_only(), py::arg("request_id") = py::none())
+      .def(
+          "incr_many_async",
+          [](ShardedCounter& c, const py::iterable& items) {
+            return aio::submit_async(c.store(), c.make_incr_many(increments(items)),
+                                     [](std::vector<bool>& v) { return py::cast(v); });
+          },
+          py::arg("items"))
+      .def("value_async",
+           [](ShardedCounter& c) {
+             return aio::submit_async(c.store(), c.make_value(), [](std::int64_t& n) { return py::int_(n); });
+           })
+      .def("shard_values_async",
+           [](ShardedCounter& c) {
+             return aio::submit_async(c.store(), c.make_shard_values(),
+                                      [](std::vector<std::int64_t>& v) { return py::cast(v); });
+           })
+      .def(
+          "values_async",
+          [](ShardedCounter& c, const py::list& names) {
+            py::list originals;
+            for (py::handle n : names) originals.append(n);
+            return aio::submit_async(c.store(), c.make_values(name_list(names)), &named_values, std::move(originals));
+          },
+          py::arg("names"))
+      .def(
+          "read_async",
+          [](ShardedCounter& c, py::handle max_staleness) {
+            return aio::submit_async(c.store(), c.make_read(staleness_arg(max_staleness)),
+                                     [](Reading& r) { return py::cast(r); });
+          },
+          py::arg("max_staleness") = 0.25);
+
+  py::class_<BufferedStats>(m, "BufferedStats", "Counts of a BufferedCounter's flushes since it was made.")
+      .def_readonly("flushes", &BufferedStats::flushes, "Batches the store acknowledged.")
+      .def_readonly("flushed_units", &BufferedStats::flushed_units, "Their net amount.")
+      .def_readonly("retries", &BufferedStats::retries, "Failed flush attempts that were retried.")
+      .def_readonly("failed_units", &BufferedStats::failed_units,
+                    "Net amount given up: a non-transient error, an id that would expire, or close().")
+      .def_readonly("pending", &BufferedStats::pending, "Net amount not yet acknowledged by the store.")
+      .def_readonly("last_error", &BufferedStats::last_error)
+      .def("__repr__", [](const BufferedStats& s) {
+        return "BufferedStats(flushes=" + std::to_string(s.flushes) + ", flushed_units=" +
+               std::to_string(s.flushed_units) + ", retries=" + std::to_string(s.retries) +
+               ", failed_units=" + std::to_string(s.failed_units) + ", pending=" + std::to_string(s.pending) + ")";
+      });
+
+  py::class_<BufferedCounter>(m, "BufferedCounter", "The C++ buffered writer; use redcount.BufferedCounter.")
+      .def(py::init([](std::shared_ptr<ShardedCounter> counter, py::handle flush_every, std::int64_t max_pending) {
+             BufferedOptions o;
+             o.flush_every = std::chrono::milliseconds(seconds_arg(flush_every, "flush_every", false));
+             o.max_pending = max_pending;
+             return std::make_unique<BufferedCounter>(std::move(counter), o);
+           }),
+           py::arg("counter"), py::arg("flush_every"), py::arg("max_pending"))
+      // The hot path: an atomic add, so the GIL is kept (releasing it would cost more).
+      .def("incr", [](BufferedCounter& b, std::int64_t amount) { b.incr(amount); }, py::arg("amount") = 1,
+           "Add `amount` (non-zero, |amount| <= 2**40) to the pending sum; no I/O.")
+      .def(
+          "flush",
+          [](BufferedCounter& b, py::object timeout) {
+            auto t = timeout_arg(timeout);
+            py::gil_scoped_release release;  // waits for the flusher's round trip
+            return b.flush(t);
+          },
+          py::arg("timeout") = py::none(), "Write what is pending now; returns the units still pending.")
+      .def(
+          "close",
+          [](BufferedCounter& b, py::object timeout) {
+            auto t = timeout_arg(timeout);
+            py::gil_scoped_release release;  // waits for the flusher
+            return b.close(t);
+          },
+          py::arg("timeout") = 5.0, "Flush, then stop; returns the units given up (also in stats().failed_units).")
+      .def_property_readonly("pending", &BufferedCounter::pending, "Net units not yet acknowledged by the store.")
+      .def("stats", &BufferedCounter::stats)
+      .def_property_readonly("flush_every", [](const BufferedCounter& b) {
+        return static_cast<double>(b.options().flush_every.count()) / 1000.0;
+      })
+      .def_property_readonly("max_pending", [](const BufferedCounter& b) { return b.options().max_pending; });
+
+  py::class_<QuotaResult>(m, "QuotaResult",
+                          "What a quota call did; true when it was applied (bool(result) == result.applied).")
+      .def_readonly("applied", &QuotaResult::applied)
+      .def_readonly("value", &QuotaResult::value, "The value after the call (the current value when refused).")
+      .def_readonly("duplicate", &QuotaResult::duplicate, "A repeat of a request id already applied.")
+      .def_readonly("soft_exceeded", &QuotaResult::soft_exceeded, "The value is below the soft threshold.")
+      .def_readonly("replicas", &QuotaResult::replicas, "Replicas that acknowledged the write; -1 when not asked.")
+      .def_readonly("durable_ok", &QuotaResult::durable_ok,
+                    "False when fewer than `durable` replicas acknowledged a write.")
+      .def("__bool__", [](const QuotaResult& r) { return r.applied; })
+      .def("__repr__", [](const QuotaResult& r) {
+        return std::string("QuotaResult(applied=") + (r.applied ? "True" : "False") +
+               ", value=" + std::to_string(r.value) + ", duplicate=" + (r.duplicate ? "True" : "False") +
+               ", soft_exceeded=" + (r.soft_exceeded ? "True" : "False") + ", replicas=" + std::to_string(r.replicas) +
+               ", durable_ok=" + (r.durable_ok ? "True" : "False") + ")";
+      });
+
+  py::class_<Quota>(m, "Quota", "The C++ quota; use redcount.Quota.")
+      .def(py::init(&make_quota), py::arg("store"), py::arg("name"), py::arg("floor"), py::arg("ceiling"),
+           py::arg("soft"), py::arg("idempotency_ttl"), py::arg("durable"), py::arg("durable_timeout"),
+           py::arg("prefix"))
+      .def(
+          "take",
+          [](Quota& q, py::handle n, py::handle request_id) {
+            const std::int64_t v = int_arg(n, "n");
+            const std::string rid = optional_id(request_id);
+            py::gil_scoped_release release;  // network wait
+            return q.take(v, rid);
+          },
+          py::arg("n") = 1, py::kw_only(), py::arg("request_id") = py::none(),
+          "Take n (>= 1) unless the value would go below the floor (then nothing changes).")
+      .def(
+          "give",
+          [](Quota& q, py::handle n, py::handle request_id) {
+            const std::int64_t v = int_arg(n, "n");
+            const std::string rid = optional_id(request_id);
+            py::gil_scoped_release release;  // network wait
+            return q.give(v, rid);
+          },
+          py::arg("n") = 1, py::kw_only(), py::arg("request_id") = py::none(),
+          "Give n (>= 1) back unless the value would go above the ceiling.")
+      .def(
+          "set",
+          [](Quota& q, py::handle value) {
+            const std::int64_t v = int_arg(value, "value");
+            py::gil_scoped_release release;  // network wait
+            return q.set(v);
+          },
+          py::arg("value"), "Set the value (floor <= value <= ceiling).")
+      .def(
+          "value",
+          [](Quota& q) {
+            py::gil_scoped_release release;  // network wait
+            return q.value();
+          },
+          "The current value.")
+      .def("storage_key", &Quota::storage_key)
+      .def_property_readonly("name", [](const Quota& q) { return q.options().name; })
+      .def_property_readonly("prefix", [](const Quota& q) { return q.options().prefix; })
+      .def_property_readonly("floor", [](const Quota& q) { return q.options().floor; })
+      .def_property_readonly("ceiling", [](const Quota& q) { return q.options().ceiling; })
+      .def_property_readonly("soft", [](const Quota& q) { return q.options().soft; })
+      .def_property_readonly("durable", [](const Quota& q) { return q.options().durable; })
+      .def_property_readonly("store", [](const Quota& q) { return q.store(); })
+      .def(
+          "take_async",
+          [](Quota& q, py::handle n, py::handle request_id) {
+            return aio::submit_async(q.store(), q.make_take(int_arg(n, "n"), optional_id(request_id)), &quota_result);
+          },
+          py::arg("n") = 1, py::kw_only(), py::arg("request_id") = py::none())
+      .def(
+          "give_async",
+          [](Quota& q, py::handle n, py::handle request_id) {
+            return aio::submit_async(q.store(), q.make_give(int_arg(n, "n"), optional_id(request_id)), &quota_result);
+          },
+          py::arg("n") = 1, py::kw_only(), py::arg("request_id") = py::none())
+      .def(
+          "set_async",
+          [](Quota& q, py::handle value) {
+            return aio::submit_async(q.store(), q.make_set(int_arg(value, "value")), &quota_result);
+          },
+          py::arg("value"))
+      .def("value_async", [](Quota& q) {
+        return aio::submit_async(q.store(), q.make_value(), [](std::int64_t& n) { return py::int_(n); });
+      });
+}
+
+}  // namespace redcount::bind

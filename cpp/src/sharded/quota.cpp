@@ -1,0 +1,170 @@
+#include "redcount/quota.h"
+
+#include "redcount/errors.h"
+#include "redcount/keys.h"
+#include "redcount/lua_scripts.h"
+#include "redcount/util.h"
+#include "redcount/window.h"
+
+namespace redcount {
+namespace {
+
+// The memory store's twin of quota.lua; keep the two in step.
+Reply native_quota(Keyspace& ks, const std::vector<std::string>& keys, const std::vector<std::string>& args) {
+  auto bad = [] { return Reply::of_error("ERR quota: malformed arguments"); };
+  if (keys.empty() || keys.size() > 2 || args.size() != 5) return bad();
+  auto n = parse_int64(args[1]);
+  auto floor = parse_int64(args[2]);
+  auto ceiling = parse_int64(args[3]);
+  if (!n || !floor || !ceiling || (args[0] != "take" && args[0] != "give")) return bad();
+  const std::string& key = keys[0];
+  std::int64_t cur = 0;
+  if (auto raw = ks.get(key)) {
+    auto parsed = parse_int64(*raw);
+    if (!parsed || *parsed > kMaxQuota || *parsed < -kMaxQuota) return Reply::of_error("ERR quota value is not an integer: " + key);
+    cur = *parsed;
+  }
+  auto reply = [](std::int64_t applied, std::int64_t value, std::int64_t duplicate) {
+    return Reply::of_array({Reply::of_integer(applied), Reply::of_integer(value), Reply::of_integer(duplicate)});
+  };
+  const std::string* rid = keys.size() == 2 ? &keys[1] : nullptr;
+  if (rid && ks.exists(*rid)) return reply(1, cur, 1);
+  // Amounts and bounds are within +-(2^53 - 1) (validated by the client), so no overflow.
+  const bool take = args[0] == "take";
+  const std::int64_t after = take ? cur - *n : cur + *n;
+  if (take ? after < *floor : after > *ceiling) return reply(0, cur, 0);
+  ks.incrby(key, take ? -*n : *n);
+  if (rid) {
+    auto ttl = parse_int64(args[4]);
+    if (!ttl || *ttl < 1) return bad();
+    ks.del(*rid);
+    ks.set_nx_pxat(*rid, "1", ks.now_ms() + *ttl);
+  }
+  return reply(1, after, 0);
+}
+
+void check_amount(std::int64_t n, const char* what) {
+  if (n < 1 || n > kMaxQuota) {
+    throw InvalidArgument(std::string(what) + " must be between 1 and 2**53 - 1, got " + std::to_string(n));
+  }
+}
+
+}  // namespace
+
+const Script kQuotaScript{"quota", lua::quota_source, lua::quota_sha1, &native_quota};
+
+Quota::Quota(std::shared_ptr<Store> store, QuotaOptions options) : store_(std::move(store)), options_(std::move(options)) {
+  if (!store_) throw InvalidArgument("store must not be None");
+  validate_name(options_.prefix, "prefix");
+  validate_name(options_.name, "name");
+  const QuotaOptions& o = options_;
+  auto in_range = [](std::int64_t v) { return v >= -kMaxQuota && v <= kMaxQuota; };
+  if (!in_range(o.floor)) throw InvalidArgument("floor must be within +-(2**53 - 1), got " + std::to_string(o.floor));
+  if (o.ceiling && (!in_range(*o.ceiling) || *o.ceiling < o.floor)) {
+    throw InvalidArgument("ceiling must be >= floor (" + std::to_string(o.floor) + ") and <= 2**53 - 1, got " +
+                          std::to_string(*o.ceiling));
+  }
+  if (o.soft && !in_range(*o.soft)) throw InvalidArgument("soft must be within +-(2**53 - 1)");
+  if (o.idempotency_ttl_ms < 1) throw InvalidArgument("idempotency_ttl must be > 0 seconds");
+  if (o.durable < 0 || o.durable > 1000) {
+    throw InvalidArgument("durable must be between 0 and 1000 replicas, got " + std::to_string(o.durable));
+  }
+  if (o.durable > 0 && o.durable_timeout.count() < 1) {
+    throw InvalidArgument("durable_timeout must be >= 0.001 seconds (WAIT with 0 would wait forever)");
+  }
+  key_ = quota_key(o.prefix, o.name);
+}
+
+std::string Quota::storage_key() const { return key_; }
+
+namespace {
+
+// Reads the reply of the write (script or SET) and of the WAIT after it, if any.
+struct QuotaFinish {
+  std::int64_t set_value = 0;  // for set(): the value written
+  bool is_set = false;
+  std::optional<std::int64_t> soft;
+  std::int64_t durable = 0;
+
+  QuotaResult operator()(std::vector<Reply>&& replies) const {
+    if (replies.size() != (durable > 0 ? 2u : 1u)) throw ProtocolError("quota: reply count mismatch");
+    replies[0].check();
+    QuotaResult r;
+    if (is_set) {
+      r.applied = true;
+      r.value = set_value;
+    } else {
+      const Reply& a = replies[0];
+      if (a.type != Reply::Type::Array || a.elements.size() != 3) throw ProtocolError("quota returned an unexpected reply");
+      r.applied = a.elements[0].as_integer() == 1;
+      r.value = a.elements[1].as_integer();
+      r.duplicate = a.elements[2].as_integer() == 1;
+    }
+    r.soft_exceeded = soft && r.value < *soft;
+    if (durable > 0) {
+      replies[1].check();
+      r.replicas = replies[1].as_integer();
+      // Only a write that changed something needs its replicas.
+      r.durable_ok = !(r.applied && !r.duplicate) || r.replicas >= durable;
+    }
+    return r;
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<Op<QuotaResult>> Quota::make_change(const char* op, std::int64_t n, std::string_view request_id) {
+  check_amount(n, "n");
+  ScriptCall call{&kQuotaScript, {key_}, {op, std::to_string(n), std::to_string(options_.floor),
+                                         std::to_string(options_.ceiling.value_or(kMaxQuota)),
+                                         std::to_string(options_.idempotency_ttl_ms)}};
+  if (!request_id.empty()) {
+    validate_request_id(request_id);
+    call.keys.push_back(request_id_key(key_, request_id));
+  }
+  std::vector<Request> batch;
+  batch.emplace_back(std::move(call));
+  if (options_.durable > 0) {
+    batch.emplace_back(Command{{"WAIT", std::to_string(options_.durable), std::to_string(options_.durable_timeout.count())}, true});
+  }
+  return make_batch_op<QuotaResult>(std::move(batch), QuotaFinish{0, false, options_.soft, options_.durable});
+}
+
+std::shared_ptr<Op<QuotaResult>> Quota::make_take(std::int64_t n, std::string_view request_id) {
+  return make_change("take", n, request_id);
+}
+
+std::shared_ptr<Op<QuotaResult>> Quota::make_give(std::int64_t n, std::string_view request_id) {
+  return make_change("give", n, request_id);
+}
+
+std::shared_ptr<Op<QuotaResult>> Quota::make_set(std::int64_t value) {
+  const std::int64_t ceiling = options_.ceiling.value_or(kMaxQuota);
+  if (value < options_.floor || value > ceiling) {
+    throw InvalidArgument("value must be between the floor (" + std::to_string(options_.floor) + ") and the ceiling (" +
+                          std::to_string(ceiling) + "), got " + std::to_string(value));
+  }
+  std::vector<Request> batch;
+  batch.emplace_back(Command{{"SET", key_, std::to_string(value)}});
+  if (options_.durable > 0) {
+    batch.emplace_back(Command{{"WAIT", std::to_string(options_.durable), std::to_string(options_.durable_timeout.count())}, true});
+  }
+  return make_batch_op<QuotaResult>(std::move(batch), QuotaFinish{value, true, options_.soft, options_.durable});
+}
+
+std::shared_ptr<Op<std::int64_t>> Quota::make_value() {
+  std::vector<Request> batch;
+  batch.emplace_back(Command{{"GET", key_}});
+  return make_batch_op<std::int64_t>(std::move(batch), [](std::vector<Reply>&& r) {
+    if (r.size() != 1) throw ProtocolError("GET: expected one reply");
+    r[0].check();
+    return r[0].is_nil() ? std::int64_t{0} : r[0].as_integer();
+  });
+}
+
+QuotaResult Quota::take(std::int64_t n, std::string_view request_id) { return run(*store_, *make_take(n, request_id)); }
+QuotaResult Quota::give(std::int64_t n, std::string_view request_id) { return run(*store_, *make_give(n, request_id)); }
+QuotaResult Quota::set(std::int64_t value) { return run(*store_, *make_set(value)); }
+std::int64_t Quota::value() { return run(*store_, *make_value()); }
+
+}  // namespace redcount

@@ -1,0 +1,402 @@
+"""Sharded idempotent counters and strong quotas (issue 9).
+
+::
+
+    likes = redcount.ShardedCounter(store, "likes:post:987", shards=16)
+    likes.incr(request_id="req-20260223-13001")   # True; a retry with the same id -> False
+    likes.value()                                 # all shards summed, one round trip
+    likes.read(max_staleness=0.25)                # Reading(value=..., staleness_ms=...)
+
+    credits = redcount.Quota(store, "merchant:1001:credits", floor=0)
+    credits.set(10_000)
+    if credits.take(25, request_id="order-77"):   # refused (nothing changes) below the floor
+        ...
+"""
+
+from __future__ import annotations
+
+import atexit
+import weakref
+from collections.abc import Iterable, Sequence
+from types import TracebackType
+from typing import Literal, Union
+
+from . import _core
+from ._core import BufferedStats, QuotaResult, Reading, RetryStats, Store
+from ._wrap import bind_fast_paths
+
+__all__ = ["BufferedCounter", "BufferedStats", "Quota", "QuotaResult", "Reading", "ShardedCounter"]
+
+#: One item of :meth:`ShardedCounter.incr_many`: ``(name, amount)`` or ``(name, amount, request_id)``.
+Increment = Union[tuple[str, int], tuple[str, int, Union[str, bytes, None]]]
+
+_QUEUED: weakref.WeakSet[ShardedCounter] = weakref.WeakSet()
+_BUFFERED: weakref.WeakSet[BufferedCounter] = weakref.WeakSet()
+
+_FAST_SHARDED = (
+    "incr",
+    "decr",
+    "incr_many",
+    "value",
+    "shard_values",
+    "values",
+    "read",
+    "shard_of",
+    "key_of",
+    "flush",
+    "close",
+    "stats",
+)
+
+
+class ShardedCounter:
+    """One logical counter striped over ``shards`` keys, with request-id deduplication.
+
+    A write is one atomic script: it records ``request_id`` (kept ``idempotency_ttl``
+    seconds), and only if the id is new adds ``amount`` to one shard and appends the delta to
+    that shard's delta log (a Redis stream trimmed to about ``log_maxlen`` entries). A write
+    with a request id goes to a shard chosen by a stable hash of the id, so a retry meets the
+    id it recorded; a write without one goes to a random shard. Reads sum all shards in one
+    round trip; :meth:`read` serves hot readers from a cache.
+
+    Eventually consistent in the useful sense: every applied write is in the value at once,
+    but a reader may see a cached value (:meth:`read`) up to ``max_staleness`` old. For
+    refusals that must be exact (stock, credits), use :class:`Quota`.
+
+    Args:
+        store: from :func:`redcount.connect`.
+        name: the counter's name (no ``{`` or ``}``).
+        shards: 1..4096 (default 16). Changing it moves request ids to other shards: keep it
+            fixed for a counter's life (resharding is future work).
+        idempotency_ttl: seconds a request id is remembered (default one day).
+        route: ``"request-id"`` (default) or ``"random"`` (every write to a random shard;
+            request ids are then refused).
+        on_error: ``"raise"`` (default) or ``"queue"``: a write *with a request id* that
+            fails transiently, or ambiguously (sent, no reply), goes to a bounded retry
+            queue and is applied exactly once; ``incr`` then returns True. Writes without an
+            id always raise (retrying them could count twice).
+        log_maxlen: entries kept per shard's delta log (approximately, ``MAXLEN ~``).
+
+    Thread-safe; share one instance (its read cache is per instance).
+    """
+
+    _core: _core.ShardedCounter
+    exit_timeout: float
+
+    def __init__(
+        self,
+        store: Store,
+        name: str,
+        *,
+        shards: int = 16,
+        idempotency_ttl: float = 86400,
+        route: Literal["request-id", "random"] = "request-id",
+        prefix: str = "redcount",
+        log_maxlen: int = 1000,
+        on_error: Literal["raise", "queue"] = "raise",
+        queue_capacity: int = 100_000,
+        retry_backoff: float = 0.05,
+        retry_backoff_max: float = 5.0,
+    ) -> None:
+        core = _core.ShardedCounter(
+            store,
+            name,
+            shards,
+            idempotency_ttl,
+            route,
+            prefix,
+            log_maxlen,
+            on_error,
+            queue_capacity,
+            retry_backoff,
+            retry_backoff_max,
+        )
+        self._core = core
+        bind_fast_paths(self, ShardedCounter, core, _FAST_SHARDED)
+        self.exit_timeout = 5.0
+        if on_error == "queue":
+            _QUEUED.add(self)
+
+    def incr(self, amount: int = 1, *, request_id: str | bytes | None = None) -> bool:
+        """Add ``amount`` (non-zero; negative subtracts). True when applied; False when
+        ``request_id`` was already applied to this counter within ``idempotency_ttl``."""
+        return self._core.incr(amount, request_id=request_id)
+
+    def decr(self, amount: int = 1, *, request_id: str | bytes | None = None) -> bool:
+        """``incr(-amount)``."""
+        return self._core.decr(amount, request_id=request_id)
+
+    def incr_many(self, items: Iterable[Increment]) -> list[bool]:
+        """Write many counters (this prefix, shard count and TTL) in one round trip, one
+        script call per shard group: ``[(name, amount[, request_id]), ...]`` -> applied flags
+        in input order. Every item is validated before anything is sent."""
+        return self._core.incr_many(items)
+
+    def value(self) -> int:
+        """All shards summed, in one round trip."""
+        return self._core.value()
+
+    def shard_values(self) -> list[int]:
+        """Each shard's value, in shard order."""
+        return self._core.shard_values()
+
+    def values(self, names: Sequence[str]) -> dict[str, int]:
+        """``{name: value}`` of counters with this prefix and shard count, in one round trip."""
+        return self._core.values(list(names))
+
+    def read(self, max_staleness: float = 0.25) -> Reading:
+        """The value from this object's cache when it is at most ``max_staleness`` seconds
+        old, else a fresh :meth:`value` that refreshes the cache; ``staleness_ms`` says how
+        old the value may be. One refresh at a time: meanwhile others get the cached value
+        with its true staleness."""
+        return self._core.read(max_staleness)
+
+    def shard_of(self, request_id: str | bytes) -> int:
+        """The shard a write with this request id goes to."""
+        return self._core.shard_of(request_id)
+
+    def key_of(self, shard: int, suffix: str = "") -> str:
+        """Shard ``shard``'s value key ``{<prefix>:<name>:<shard>}``; with suffix ``"log"``
+        its delta log, ``"rid:<id>"`` a request id's key."""
+        return self._core.key_of(shard, suffix)
+
+    def flush(self, timeout: float | None = None) -> int:
+        """Retry everything queued now and wait up to ``timeout`` seconds; returns how many
+        writes are still pending."""
+        return self._core.flush(timeout)
+
+    def close(self, timeout: float | None = 5.0) -> int:
+        """Flush within ``timeout`` seconds, then stop the retry thread; returns how many
+        writes could not be delivered (counted in ``stats().failed``)."""
+        return self._core.close(timeout)
+
+    def stats(self) -> RetryStats:
+        """A snapshot of the retry queue's counters."""
+        return self._core.stats()
+
+    @property
+    def pending(self) -> int:
+        return self._core.pending
+
+    @property
+    def name(self) -> str:
+        return self._core.name
+
+    @property
+    def prefix(self) -> str:
+        return self._core.prefix
+
+    @property
+    def shards(self) -> int:
+        return self._core.shards
+
+    @property
+    def idempotency_ttl(self) -> float:
+        return self._core.idempotency_ttl
+
+    @property
+    def route(self) -> str:
+        return self._core.route
+
+    @property
+    def on_error(self) -> str:
+        return self._core.on_error
+
+    @property
+    def store(self) -> Store:
+        return self._core.store
+
+    def __enter__(self) -> ShardedCounter:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close(self.exit_timeout)
+
+    def __repr__(self) -> str:
+        return (
+            f"ShardedCounter(name={self.name!r}, shards={self.shards}, route={self.route!r}, "
+            f"on_error={self.on_error!r}, store={self.store.url!r})"
+        )
+
+
+_FAST_QUOTA = ("take", "give", "set", "value", "storage_key")
+
+
+class Quota:
+    """A strong counter for quotas and inventory: one key, every call atomic and
+    linearizable on its Redis master, never below ``floor`` (nor above ``ceiling``).
+
+    ``take(n)`` is refused, changing nothing, when it would cross the floor; ``give(n)``
+    when it would cross the ceiling. The result is a :class:`QuotaResult`, true when applied.
+    With ``request_id``, a repeat of an applied call changes nothing and reports
+    ``applied=True, duplicate=True``; a refused call does not use up its id.
+
+    ``soft``: a threshold that is reported (``result.soft_exceeded`` when the value is below
+    it) and never refuses. ``durable=N``: every write is followed by ``WAIT N
+    durable_timeout``, and ``result.replicas`` / ``result.durable_ok`` say whether N replicas
+    acknowledged it. That narrows, and does not close, the window in which a failover loses a
+    write (Redis replication stays asynchronous: WAIT reports, it does not roll back), and it
+    holds the connection it runs on until the replicas answer or the timeout passes. On
+    ``memory://`` there are no replicas: ``replicas`` is 0 and ``durable_ok`` False for
+    every write.
+
+    Thread-safe.
+    """
+
+    _core: _core.Quota
+
+    def __init__(
+        self,
+        store: Store,
+        name: str,
+        *,
+        floor: int = 0,
+        ceiling: int | None = None,
+        soft: int | None = None,
+        idempotency_ttl: float = 86400,
+        durable: int = 0,
+        durable_timeout: float = 0.5,
+        prefix: str = "redcount",
+    ) -> None:
+        core = _core.Quota(store, name, floor, ceiling, soft, idempotency_ttl, durable, durable_timeout, prefix)
+        self._core = core
+        bind_fast_paths(self, Quota, core, _FAST_QUOTA)
+
+    def take(self, n: int = 1, *, request_id: str | bytes | None = None) -> QuotaResult:
+        """Take ``n`` (>= 1) unless the value would go below the floor."""
+        return self._core.take(n, request_id=request_id)
+
+    def give(self, n: int = 1, *, request_id: str | bytes | None = None) -> QuotaResult:
+        """Give ``n`` (>= 1) back unless the value would go above the ceiling."""
+        return self._core.give(n, request_id=request_id)
+
+    def set(self, value: int) -> QuotaResult:
+        """Set the value (``floor <= value <= ceiling``)."""
+        return self._core.set(value)
+
+    def value(self) -> int:
+        """The current value (0 before the first write)."""
+        return self._core.value()
+
+    def storage_key(self) -> str:
+        """The key ``<prefix>:quota:{<name>}``."""
+        return self._core.storage_key()
+
+    @property
+    def name(self) -> str:
+        return self._core.name
+
+    @property
+    def floor(self) -> int:
+        return self._core.floor
+
+    @property
+    def ceiling(self) -> int | None:
+        return self._core.ceiling
+
+    @property
+    def soft(self) -> int | None:
+        return self._core.soft
+
+    @property
+    def durable(self) -> int:
+        return self._core.durable
+
+    @property
+    def store(self) -> Store:
+        return self._core.store
+
+    def __repr__(self) -> str:
+        return f"Quota(name={self.name!r}, floor={self.floor}, ceiling={self.ceiling}, store={self.store.url!r})"
+
+
+class BufferedCounter:
+    """Local pre-aggregation in front of a :class:`ShardedCounter`, for counters hit far more
+    often than one round trip per hit allows.
+
+    :meth:`incr` adds to an in-process sum (an atomic add in C++: no I/O, no lock); a
+    background thread writes the sum every ``flush_every`` seconds or as soon as
+    ``max_pending`` units have accumulated, whichever comes first, as one idempotent write
+    with its own request id, so a retried flush never counts twice.
+
+    The worst case, stated: while the store is reachable, an increment reaches the store at
+    most ``flush_every`` (plus a round trip) after it was made; a crash of this process loses
+    at most :attr:`pending` units (accumulated, or written without an acknowledgement), which
+    :attr:`pending` reports at any time. A flush that fails transiently is retried with the
+    same id; units given up (a non-transient error, an id that would expire first,
+    :meth:`close` with the store down) are counted in ``stats().failed_units``.
+
+    Flushes on :meth:`close` and at interpreter exit. After ``os.fork()`` the child starts
+    empty, with its own flusher (the parent writes what it had). Thread-safe.
+    """
+
+    _core: _core.BufferedCounter
+    exit_timeout: float
+
+    def __init__(self, counter: ShardedCounter, *, flush_every: float = 0.05, max_pending: int = 1000) -> None:
+        self.counter = counter
+        core = _core.BufferedCounter(counter._core, flush_every, max_pending)
+        self._core = core
+        bind_fast_paths(self, BufferedCounter, core, ("incr", "flush", "close", "stats"))
+        self.exit_timeout = 5.0
+        _BUFFERED.add(self)
+
+    def incr(self, amount: int = 1) -> None:
+        """Add ``amount`` (non-zero, ``|amount| <= 2**40``) to the pending sum; no I/O."""
+        self._core.incr(amount)
+
+    def flush(self, timeout: float | None = None) -> int:
+        """Write what is pending now and wait up to ``timeout`` seconds for the store's
+        acknowledgement; returns the units still pending."""
+        return self._core.flush(timeout)
+
+    def close(self, timeout: float | None = 5.0) -> int:
+        """Flush within ``timeout`` seconds, then stop; returns the units given up (also
+        counted in ``stats().failed_units``). Later :meth:`incr` calls raise."""
+        return self._core.close(timeout)
+
+    def stats(self) -> BufferedStats:
+        return self._core.stats()
+
+    @property
+    def pending(self) -> int:
+        """Net units not yet acknowledged by the store: what a crash now could lose."""
+        return self._core.pending
+
+    @property
+    def flush_every(self) -> float:
+        return self._core.flush_every
+
+    @property
+    def max_pending(self) -> int:
+        return self._core.max_pending
+
+    def __enter__(self) -> BufferedCounter:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close(self.exit_timeout)
+
+    def __repr__(self) -> str:
+        return (
+            f"BufferedCounter({self.counter!r}, flush_every={self.flush_every}, max_pending={self.max_pending})"
+        )
+
+
+@atexit.register
+def _drain_retry_queues() -> None:
+    """Give queued and buffered writes a last chance at interpreter exit."""
+    for buffered in list(_BUFFERED):
+        try:
+            buffered.close(buffered.exit_timeout)
+        except Exception:  # noqa: BLE001 - exit must go on; stats().failed_units records losses
+            pass
+    for counter in list(_QUEUED):
+        try:
+            counter.close(counter.exit_timeout)
+        except Exception:  # noqa: BLE001 - exit must go on; stats().failed records losses
+            pass
