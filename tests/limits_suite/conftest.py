@@ -44,6 +44,14 @@ URIS = {
     "async+redis://localhost:7379": f"async+redcount+redis://127.0.0.1:{PORT}",
     "async+redis+unix:///tmp/limits.redis.sock": f"async+redcount+unix://{SOCK}",
 }
+# Deselected with the reason: not a difference of ours, but a race in the test itself.
+RACES = {
+    # Sleeps exactly 2 periods after the hit that created a key living 2 periods, then reads:
+    # with a sub-millisecond round trip the read often lands in the key's last millisecond
+    # (PTTL 0, still counted), with limits' own Redis storage as with ours; limits reruns it
+    # (@flaky), we never rerun.
+    "test_sliding_window_counter_total_reset",
+}
 CLASSES = {
     MemoryStorage: rcl.RedcountStorage,
     RedisStorage: rcl.RedcountStorage,
@@ -57,7 +65,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         uri = params.get("uri")
-        if uri not in URIS:
+        if uri not in URIS or getattr(item, "originalname", "") in RACES:
             drop.append(item)
             continue
         params["uri"] = URIS[uri]
