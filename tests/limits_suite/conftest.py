@@ -51,6 +51,10 @@ RACES = {
     # (PTTL 0, still counted), with limits' own Redis storage as with ours; limits reruns it
     # (@flaky), we never rerun.
     "test_sliding_window_counter_total_reset",
+    # Expects the reset in 1 s from a current window's TTL modulo the period; when the hits
+    # and the read fall in the millisecond the key was created, PTTL is still exactly 2000
+    # and 2.0 % 1 == 0 (a fast store makes this likely; limits' storage has the same logic).
+    "test_sliding_window_counter_previous_window",
 }
 CLASSES = {
     MemoryStorage: rcl.RedcountStorage,

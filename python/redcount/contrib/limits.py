@@ -53,6 +53,7 @@ import hashlib
 import re
 import struct
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, TypeVar
 
@@ -274,6 +275,10 @@ class _Core:
         self.key_prefix = key_prefix
         self.memory = self.store.is_memory
         self.lock = threading.Lock()
+        # Hit times as limits takes them: time.time() to the µs (the store's now() counts
+        # whole ms, which moves a hit across a window's edge), or a ManualClock's time.
+        clock = options.get("clock")
+        self.now: Callable[[], float] = clock.now if clock is not None else time.time
 
     # Keys, as limits' Redis storage names them.
     def key(self, key: str) -> str:
@@ -335,7 +340,7 @@ class _Core:
         k = self.key(key)
 
         def finish(ttl: Any) -> float:
-            return max(int(ttl), 0) + self.store.now()
+            return max(int(ttl), 0) + self.now()
 
         return _Op(None, ("TTL", k), finish, lambda: finish(self.store.execute("TTL", k)))
 
@@ -364,7 +369,7 @@ class _Core:
     # MovingWindowSupport.
     def acquire_entry(self, key: str, limit: int, expiry: int, amount: int) -> _Op:
         k = self.key(key)
-        now = self.store.now()
+        now = self.now()
 
         def memory() -> bool:
             if amount > limit:
@@ -389,7 +394,7 @@ class _Core:
 
     def get_moving_window(self, key: str, limit: int, expiry: int) -> _Op:
         k = self.key(key)
-        now = self.store.now()
+        now = self.now()
 
         def finish(reply: Any) -> tuple[float, int]:
             if not reply:
