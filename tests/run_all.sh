@@ -50,3 +50,6 @@ echo "== typing: mypy --strict and stubtest"
 
 echo "== Python: pytest against real redis-server processes"
 .venv/bin/python -m pytest tests/python
+
+echo "== limits' own storage and strategy tests against redcount's limits schemes"
+.venv/bin/python tests/limits_suite/run.py

@@ -1,0 +1,119 @@
+"""Runs limits' own storage and strategy tests (from its sdist) against redcount's schemes.
+
+Copied over the sdist's ``tests/conftest.py`` by ``run.py`` (which replaces its docker
+fixtures). Every collected test parametrized with a storage URI gets ours instead:
+``memory://`` -> ``redcount+memory://``, ``redis://localhost:7379`` -> ``redcount+redis://``
+on a private redis-server, ``redis+unix://...`` -> ``redcount+unix://`` on the same server's
+socket, and their ``async+`` twins; ``expected_instance`` becomes our class. Tests of other
+backends (memcached, mongodb, cluster, sentinel, valkey) and of limits' own machinery are
+deselected: they do not touch our storages.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import redis
+import redcount.contrib.limits as rcl
+from limits.aio.storage import MemoryStorage as AsyncMemoryStorage
+from limits.aio.storage import RedisStorage as AsyncRedisStorage
+from limits.storage import MemoryStorage, RedisStorage
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+PORT = _free_port()
+DIR = Path(tempfile.mkdtemp(prefix="redcount-limits-suite-"))
+SOCK = DIR / "redis.sock"
+
+URIS = {
+    "memory://": "redcount+memory://",
+    "redis://localhost:7379": f"redcount+redis://127.0.0.1:{PORT}",
+    "redis+unix:///tmp/limits.redis.sock": f"redcount+unix://{SOCK}",
+    "async+memory://": "async+redcount+memory://",
+    "async+redis://localhost:7379": f"async+redcount+redis://127.0.0.1:{PORT}",
+    "async+redis+unix:///tmp/limits.redis.sock": f"async+redcount+unix://{SOCK}",
+}
+# Deselected with the reason: not a difference of ours, but a race in the test itself.
+RACES = {
+    # Sleeps exactly 2 periods after the hit that created a key living 2 periods, then reads:
+    # with a sub-millisecond round trip the read often lands in the key's last millisecond
+    # (PTTL 0, still counted), with limits' own Redis storage as with ours; limits reruns it
+    # (@flaky), we never rerun.
+    "test_sliding_window_counter_total_reset",
+    # Expects the reset in 1 s from a current window's TTL modulo the period; when the hits
+    # and the read fall in the millisecond the key was created, PTTL is still exactly 2000
+    # and 2.0 % 1 == 0 (a fast store makes this likely; limits' storage has the same logic).
+    "test_sliding_window_counter_previous_window",
+}
+CLASSES = {
+    MemoryStorage: rcl.RedcountStorage,
+    RedisStorage: rcl.RedcountStorage,
+    AsyncMemoryStorage: rcl.AsyncRedcountStorage,
+    AsyncRedisStorage: rcl.AsyncRedcountStorage,
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    keep, drop = [], []
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        uri = params.get("uri")
+        if uri not in URIS or getattr(item, "originalname", "") in RACES:
+            drop.append(item)
+            continue
+        params["uri"] = URIS[uri]
+        params["args"] = {}  # limits' per-client options (implementation=coredis...)
+        if "expected_instance" in params:
+            params["expected_instance"] = CLASSES[params["expected_instance"]]
+        keep.append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+    items[:] = keep
+
+
+@pytest.fixture(scope="session")
+def _server() -> object:
+    proc = subprocess.Popen(
+        [shutil.which("redis-server") or "redis-server", "--port", str(PORT), "--bind", "127.0.0.1",
+         "--unixsocket", str(SOCK), "--save", "", "--appendonly", "no", "--dir", str(DIR)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+    )
+    client = redis.Redis("127.0.0.1", PORT)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise
+            time.sleep(0.01)  # readiness poll
+    yield client
+    client.close()
+    proc.kill()
+    proc.wait()
+    shutil.rmtree(DIR, ignore_errors=True)
+
+
+@pytest.fixture
+def redis_basic(_server: redis.Redis) -> redis.Redis:
+    _server.flushall()
+    return _server
+
+
+@pytest.fixture
+def redis_uds(_server: redis.Redis) -> redis.Redis:
+    _server.flushall()
+    return _server
