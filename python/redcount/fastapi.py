@@ -50,7 +50,7 @@ from .web.headers import HeaderSets, render
 from .web.settings import Settings, TrustedArg
 from .web.spec import KeyFunc, KeyFunctionError, LimitSpec, resolve_all
 
-__all__ = ["RateLimitExceeded", "RateLimitMiddleware", "RateLimiter"]
+__all__ = ["RateLimitExceeded", "RateLimitMiddleware", "RateLimiter", "rate_limit_exceeded_handler"]
 
 log = logging.getLogger("redcount.fastapi")
 
@@ -68,14 +68,24 @@ _WS_POLICY_VIOLATION = 1008
 
 
 class RateLimitExceeded(HTTPException):
-    """The 429 a route limit raises: ``detail`` is the problem body (which policy refused,
-    when to retry), ``headers`` the rate-limit headers, ``verdict`` everything decided.
-    FastAPI's default handler answers ``{"detail": {...}}``; register your own handler for
-    this class (or for 429) to shape it."""
+    """The 429 a route limit raises: ``detail`` says when to retry, ``headers`` are the
+    rate-limit headers, ``problem`` the problem-details body (which policy refused, when to
+    retry) and ``verdict`` everything decided. The frameworks' default handlers answer with
+    ``detail`` (FastAPI as ``{"detail": "..."}``); :func:`rate_limit_exceeded_handler` answers
+    ``application/problem+json``, or register your own handler for this class."""
 
     def __init__(self, verdict: Verdict, headers: list[tuple[str, str]]) -> None:
-        super().__init__(429, detail=problem.too_many_requests(verdict), headers=dict(headers))  # type: ignore[arg-type]
+        self.problem = problem.too_many_requests(verdict)
+        super().__init__(429, detail=str(self.problem["detail"]), headers=dict(headers))
         self.verdict = verdict
+
+
+async def rate_limit_exceeded_handler(request: Request, exc: Exception) -> Response:
+    """An exception handler answering :class:`RateLimitExceeded` with its problem body:
+    ``app.add_exception_handler(RateLimitExceeded, rate_limit_exceeded_handler)``."""
+    if not isinstance(exc, RateLimitExceeded):
+        raise exc
+    return Response(json.dumps(exc.problem), 429, headers=exc.headers, media_type=problem.CONTENT_TYPE)
 
 
 class _View:
@@ -284,7 +294,7 @@ class RateLimiter:
         if verdict.unavailable:
             if scope["type"] == "websocket":
                 raise WebSocketException(code=1011, reason="rate limiter unavailable")
-            raise HTTPException(503, detail=problem.store_unavailable(), headers={"Retry-After": "1"})  # type: ignore[arg-type]
+            raise HTTPException(503, detail=str(problem.store_unavailable()["detail"]), headers={"Retry-After": "1"})
         if not verdict.allowed:
             if scope["type"] == "websocket":
                 raise WebSocketException(code=_WS_POLICY_VIOLATION, reason="rate limit exceeded")
