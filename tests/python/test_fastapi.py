@@ -488,3 +488,30 @@ def test_problem_json_handler(store: redcount.Store) -> None:
         assert r.headers["ratelimit"].startswith('"p";r=0;') and int(r.headers["retry-after"]) >= 1
 
     run(app, scenario)
+
+
+@pytest.mark.redis_only
+def test_a_thousand_concurrent_requests_share_one_connection(redis_factory: Any) -> None:
+    """limits' async storage runs out of pool connections here; redcount.aio multiplexes
+    every request over the store's one socket, and the count stays exact."""
+    server = redis_factory()
+    redis_store = redcount.connect(server.url)
+    app, rl = make(redis_store, default="10000/minute")
+
+    @app.get("/x", dependencies=[Depends(rl.limit("300/minute"))])
+    async def x() -> dict[str, str]:
+        return {}
+
+    async def scenario(c: httpx.AsyncClient) -> None:
+        responses = await asyncio.gather(*(c.get("/x") for _ in range(1000)))
+        codes = [r.status_code for r in responses]
+        assert codes.count(200) == 300 and codes.count(429) == 700
+        admitted = sorted(int(r.headers["x-ratelimit-remaining"]) for r in responses if r.status_code == 200)
+        # The binding limit of an admitted request is the route's (fewer left than the default's).
+        assert admitted == list(range(300))
+        info = redis_store.execute("INFO", "clients")
+        clients = [int(line.split(b":")[1]) for line in info.split(b"\r\n") if line.startswith(b"connected_clients:")]
+        assert clients == [1]  # this store's one connection: the test's INFO goes over it too
+
+    run(app, scenario)
+    redis_store.close()
