@@ -311,7 +311,13 @@ class RateLimitMiddleware:
     requests get a 429 problem+json response; refused handshakes get a 429 HTTP response
     where the server supports the ASGI ``websocket.http.response`` extension and a close
     (code 1008, which servers send as 403) elsewhere. Lifespan and other scopes pass
-    through untouched."""
+    through untouched.
+
+    An unhandled exception's 500 is sent by Starlette's outermost ``ServerErrorMiddleware``,
+    outside every user middleware, so that response carries no rate-limit headers; every
+    ``HTTPException`` and handled exception does. Holds no per-request state of its own (the
+    verdict travels in the ASGI scope), so one instance serves any number of concurrent
+    requests."""
 
     def __init__(self, app: ASGIApp, ratelimiter: RateLimiter) -> None:
         if not isinstance(ratelimiter, RateLimiter):

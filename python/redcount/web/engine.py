@@ -123,7 +123,8 @@ class Outcome:
 @dataclass
 class Verdict:
     """Everything decided for one request. ``planned`` are all the checks that applied (their
-    policies are all advertised); ``outcomes`` those the store decided."""
+    policies are all advertised); ``outcomes`` those the store decided. Made per request and
+    used by that request only (not thread-safe, and need not be)."""
 
     planned: list[Check]
     shadow_all: bool = False

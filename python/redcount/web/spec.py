@@ -62,7 +62,8 @@ class RequestView(Protocol):
 
 class RequestKey:
     """A key function of the framework-neutral :class:`RequestView` (the built-in keys);
-    a plain callable used as a key gets the framework's own request instead."""
+    a plain callable used as a key gets the framework's own request instead. Immutable, so
+    thread-safe."""
 
     def __init__(self, fn: Callable[[RequestView], str], name: str) -> None:
         self.fn = fn
@@ -134,7 +135,8 @@ class Policy:
 
 @dataclass
 class Check:
-    """One limit to decide for one request: the parsed limits, the storage key, the cost."""
+    """One limit to decide for one request: the parsed limits, the storage key, the cost.
+    Made per request and never shared between requests."""
 
     spec: LimitSpec
     limits: LimitSet
