@@ -156,6 +156,8 @@ def binding_policy(check: Check, d: Decision) -> Policy:
     """Which of a check's limits the decision speaks for: the core reports the binding
     limit's amount (a bucket's capacity); among limits with that amount, the shortest window
     that still covers ``reset_after``."""
+    if len(check.policies) == 1:
+        return check.policies[0]
     items = check.limits.limits
     matches = [i for i, lim in enumerate(items) if d.limit in (lim.amount, lim.burst)]
     if not matches:

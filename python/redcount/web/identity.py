@@ -16,6 +16,7 @@ new address with every request.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Iterable, Sequence
 from typing import Literal, Union
@@ -32,6 +33,7 @@ Header = Literal["x-forwarded-for", "forwarded"]
 _MAX_HOPS = 32
 
 
+@functools.lru_cache(maxsize=4096)  # the same peers and proxies come back request after request
 def _parse_ip(text: str) -> IPAddress | None:
     """An address from one hop as proxies write it: ``1.2.3.4``, ``1.2.3.4:80``, ``::1``,
     ``[::1]``, ``[::1]:80``, quoted or not. IPv4-mapped IPv6 becomes IPv4. None when the
