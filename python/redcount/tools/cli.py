@@ -37,6 +37,8 @@ def _parser() -> argparse.ArgumentParser:
     ab.add_argument("--json", default=None, help="also write the figures to this JSON file")
 
     b = sub.add_parser("bench", help="measure throughput against limits and redis-benchmark")
+    b.add_argument("target", nargs="?", choices=["web"], default=None,
+                   help="'web': requests per second of Flask and FastAPI apps under wrk (see redcount.tools.bench_web)")
     b.add_argument("--url", default=None, help="an existing redis:// server (default: start a private one)")
     b.add_argument("--seconds", type=float, default=2.0, help="seconds per measurement (default 2)")
     b.add_argument("--batch", type=int, default=128, help="incr_many batch size (default 128)")
@@ -46,6 +48,12 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument(
         "--only", choices=["all", "fixed", "sliding", "engine", "sharded"], default="all", help="which measurements"
     )
+    b.add_argument("--framework", choices=["all", "flask", "fastapi"], default="all", help="bench web: which apps")
+    b.add_argument("--workers", type=int, default=2, help="bench web: server worker processes (default 2)")
+    b.add_argument("--connections", type=int, default=32, help="bench web: wrk connections (default 32)")
+    b.add_argument("--threads", type=int, default=2, help="bench web: wrk threads (default 2)")
+    b.add_argument("--rounds", type=int, default=1, help="bench web: rounds, the median kept (default 1)")
+    b.add_argument("--wrk", default="wrk", help="bench web: the wrk binary")
     return p
 
 
@@ -67,6 +75,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .abuse import run_abuse
 
             return run_abuse(args)
+        if getattr(args, "target", None) == "web":
+            from .bench_web import run_bench_web
+
+            return run_bench_web(args)
         from .bench import run_bench
 
         return run_bench(args)

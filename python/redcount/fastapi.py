@@ -1,0 +1,382 @@
+"""Rate limiting for FastAPI and Starlette: a pure ASGI middleware and a dependency.
+
+::
+
+    from fastapi import Depends, FastAPI
+    import redcount, redcount.aio, redcount.fastapi
+
+    store = redcount.connect("redis://cache:6379/0")
+    rl = redcount.fastapi.RateLimiter(redcount.aio.Limiter(store), default="1000/minute")
+
+    app = FastAPI()
+    app.add_middleware(redcount.fastapi.RateLimitMiddleware, ratelimiter=rl)
+
+    @app.get("/search", dependencies=[Depends(rl.limit("5/second"))])
+    def search() -> dict[str, str]:          # sync or async; no request parameter needed
+        return {"ok": "yes"}
+
+- The middleware (plain ASGI, not ``BaseHTTPMiddleware``) applies ``default`` to every HTTP
+  request and WebSocket handshake of the app, counted once across routes, and writes the
+  rate-limit headers into every response start, so they arrive whatever the endpoint
+  returns and when a dependency or the endpoint raises an ``HTTPException``.
+- ``Depends(rl.limit(...))`` limits one route (counted per route) or, with
+  :meth:`RateLimiter.shared_limit`, a group of routes; it refuses with :class:`RateLimitExceeded`
+  (an ``HTTPException`` 429 carrying the headers). On a WebSocket route it refuses the
+  handshake.
+- Every decision is awaited on :mod:`redcount.aio`: the event loop never waits on Redis.
+
+Only Starlette is imported, so the middleware and the dependency's check also serve plain
+Starlette apps (``await rl.enforce(request, spec)``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from typing import Any, Union
+
+from starlette.exceptions import HTTPException, WebSocketException
+from starlette.requests import HTTPConnection, Request
+from starlette.responses import Response
+
+from . import aio
+from .errors import InvalidInputError
+from .limiter import Limiter
+from .store import connect as _connect
+from .web import problem
+from .web.engine import FailMode, MetricsSink, Verdict, decide_async
+from .web.headers import HeaderSets, render
+from .web.settings import Settings, TrustedArg
+from .web.spec import KeyFunc, KeyFunctionError, LimitSpec, resolve_all
+
+__all__ = ["RateLimitExceeded", "RateLimitMiddleware", "RateLimiter", "rate_limit_exceeded_handler"]
+
+log = logging.getLogger("redcount.fastapi")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+LimitArg = Union[str, Callable[..., str]]
+CostArg = Union[int, Callable[..., int]]
+
+_SCOPE_KEY = "redcount.verdict"
+# RFC 6455 1008: the endpoint refuses a message (here: a connection) that violates its policy.
+_WS_POLICY_VIOLATION = 1008
+
+
+class RateLimitExceeded(HTTPException):
+    """The 429 a route limit raises: ``detail`` says when to retry, ``headers`` are the
+    rate-limit headers, ``problem`` the problem-details body (which policy refused, when to
+    retry) and ``verdict`` everything decided. The frameworks' default handlers answer with
+    ``detail`` (FastAPI as ``{"detail": "..."}``); :func:`rate_limit_exceeded_handler` answers
+    ``application/problem+json``, or register your own handler for this class."""
+
+    def __init__(self, verdict: Verdict, headers: list[tuple[str, str]]) -> None:
+        self.problem = problem.too_many_requests(verdict)
+        super().__init__(429, detail=str(self.problem["detail"]), headers=dict(headers))
+        self.verdict = verdict
+
+
+async def rate_limit_exceeded_handler(request: Request, exc: Exception) -> Response:
+    """An exception handler answering :class:`RateLimitExceeded` with its problem body:
+    ``app.add_exception_handler(RateLimitExceeded, rate_limit_exceeded_handler)``."""
+    if not isinstance(exc, RateLimitExceeded):
+        raise exc
+    return Response(json.dumps(exc.problem), 429, headers=exc.headers, media_type=problem.CONTENT_TYPE)
+
+
+class _View:
+    """A Starlette connection as the shared layer sees it."""
+
+    __slots__ = ("_client", "_endpoint", "_native", "_settings", "scope")
+
+    def __init__(self, scope: Scope, settings: Settings, native: HTTPConnection | None = None) -> None:
+        self.scope = scope
+        self._settings = settings
+        self._native = native
+        self._client: str | None = None
+        self._endpoint: str | None = None
+
+    @property
+    def method(self) -> str:
+        return str(self.scope.get("method", "WEBSOCKET"))
+
+    @property
+    def endpoint(self) -> str:
+        if self._endpoint is None:
+            fn = self.scope.get("endpoint")
+            if fn is not None and hasattr(fn, "__qualname__"):
+                self._endpoint = f"{getattr(fn, '__module__', '?')}.{fn.__qualname__}"
+            else:
+                self._endpoint = str(self.scope.get("path", "?"))
+        return self._endpoint
+
+    @property
+    def native(self) -> HTTPConnection:
+        if self._native is None:
+            self._native = Request(self.scope) if self.scope["type"] == "http" else HTTPConnection(self.scope)
+        return self._native
+
+    @property
+    def client(self) -> str:
+        if self._client is None:
+            identity = self._settings.identity
+            peer = self.scope.get("client")
+            header = identity.header
+            values = self._headers(header) if header else []
+            self._client = identity.resolve(peer[0] if peer else None, values)
+        return self._client
+
+    def _headers(self, name: str) -> list[str]:
+        raw = name.lower().encode("latin-1")
+        return [v.decode("latin-1") for k, v in self.scope.get("headers", ()) if k.lower() == raw]
+
+    def header(self, name: str) -> str | None:
+        found = self._headers(name)
+        return found[0] if found else None
+
+
+def _encode(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    return [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers]
+
+
+class RateLimiter:
+    """Limits for a FastAPI or Starlette app, decided on :mod:`redcount.aio`.
+
+    - ``limiter``: a :class:`redcount.aio.Limiter` (or a :class:`redcount.Limiter`, used
+      through its async twin); default: the embedded ``memory://`` store, fixed window.
+    - ``default``: limits the middleware applies to every request and WebSocket handshake,
+      counted once for the whole app.
+    - ``key``: the default key function, a callable of the Starlette request or a
+      :class:`redcount.web.RequestKey` (default: the client address).
+    - ``headers``: ``"ietf"``, ``"legacy"``, ``"retry-after"``, ``"all"`` or ``"none"``, as a
+      comma-separated string or a list (default ``"ietf,retry-after"``).
+    - ``trusted_proxies``: None (default: trust no forwarding header), a proxy count or
+      CIDRs; ``ipv6_prefix``: group IPv6 clients (64 for /64).
+    - ``fail``: ``"open"`` (default) or ``"closed"`` (503) while the store is down.
+    - ``shadow``: count and report, never refuse. ``metrics``: a
+      :class:`redcount.web.metrics.PrometheusMetrics`.
+
+    Bad input raises :class:`~redcount.InvalidInputError` here or in :meth:`limit`, at
+    start-up. Read-only after construction; safe from any number of event loops and threads.
+    """
+
+    def __init__(
+        self,
+        limiter: aio.Limiter | Limiter | None = None,
+        *,
+        default: LimitArg | None = None,
+        key: KeyFunc | None = None,
+        headers: HeaderSets | str | Iterable[str] | None = None,
+        trusted_proxies: TrustedArg = None,
+        ipv6_prefix: int = 128,
+        fail: FailMode = "open",
+        shadow: bool = False,
+        metrics: MetricsSink | None = None,
+    ) -> None:
+        if limiter is None:
+            limiter = aio.Limiter(_connect("memory://"), prefix="redcount:web")
+        if isinstance(limiter, Limiter):
+            limiter = aio.Limiter.from_sync(limiter)
+        if not isinstance(limiter, aio.Limiter):
+            raise InvalidInputError(f"limiter must be a redcount.aio.Limiter or redcount.Limiter, got {type(limiter).__name__}")
+        self.limiter = limiter
+        self.settings = Settings.build(
+            key=key, headers=headers, trusted_proxies=trusted_proxies, ipv6_prefix=ipv6_prefix, fail=fail,
+            shadow=shadow, metrics=metrics, where="redcount.fastapi.RateLimiter",
+        )
+        if metrics is not None and hasattr(metrics, "watch_store"):
+            metrics.watch_store(limiter.sync.store)
+        self.default: list[LimitSpec] = (
+            [LimitSpec.build(default, name="default", where="RateLimiter(default=...)")] if default else []
+        )
+
+    # -- declaring limits ----------------------------------------------------------------
+
+    def spec(
+        self,
+        limit: LimitArg,
+        *,
+        key: KeyFunc | None = None,
+        cost: CostArg = 1,
+        methods: Iterable[str] | None = None,
+        exempt_when: Callable[..., bool] | None = None,
+        per_method: bool = False,
+        name: str | None = None,
+        shadow: bool = False,
+        scope: str | None = None,
+    ) -> LimitSpec:
+        """A checked :class:`~redcount.web.LimitSpec` for :meth:`enforce` (Starlette)."""
+        where = f"limit {limit!r}" if scope is None else f"shared limit {scope!r}"
+        return LimitSpec.build(
+            limit, name=name if scope is None else (name or scope), scope=f"shared:{scope}" if scope else "route",
+            key=key, cost=cost, methods=methods, exempt_when=exempt_when, per_method=per_method,
+            per_route=scope is None, shadow=shadow, where=where,
+        )
+
+    def limit(
+        self,
+        limit: LimitArg,
+        *,
+        key: KeyFunc | None = None,
+        cost: CostArg = 1,
+        methods: Iterable[str] | None = None,
+        exempt_when: Callable[..., bool] | None = None,
+        per_method: bool = False,
+        name: str | None = None,
+        shadow: bool = False,
+    ) -> Callable[[HTTPConnection, Response], Awaitable[None]]:
+        """A dependency limiting the route it is attached to, counted per route:
+        ``Depends(rl.limit("5/second"))``. ``limit``, ``key``, ``cost`` may be callables of the
+        request; ``methods``, ``exempt_when``, ``per_method``, ``shadow`` as in
+        :class:`~redcount.web.LimitSpec`; ``name`` is the policy name in the headers
+        (default: named after the limit, ``5-per-1s``)."""
+        return self._dependency(self.spec(limit, key=key, cost=cost, methods=methods, exempt_when=exempt_when,
+                                          per_method=per_method, name=name, shadow=shadow))
+
+    def shared_limit(
+        self,
+        limit: LimitArg,
+        scope: str,
+        *,
+        key: KeyFunc | None = None,
+        cost: CostArg = 1,
+        methods: Iterable[str] | None = None,
+        exempt_when: Callable[..., bool] | None = None,
+        per_method: bool = False,
+        shadow: bool = False,
+    ) -> Callable[[HTTPConnection, Response], Awaitable[None]]:
+        """A dependency whose count every route using it shares, named ``scope``:
+        ``reports = rl.shared_limit("100/hour", "reports")`` then ``Depends(reports)``."""
+        if not isinstance(scope, str) or not scope:
+            raise InvalidInputError(f"shared_limit needs a scope name, got {scope!r}")
+        return self._dependency(self.spec(limit, key=key, cost=cost, methods=methods, exempt_when=exempt_when,
+                                          per_method=per_method, shadow=shadow, scope=scope))
+
+    def _dependency(self, spec: LimitSpec) -> Callable[[HTTPConnection, Response], Awaitable[None]]:
+        async def rate_limit(connection: HTTPConnection, response: Response) -> None:
+            headers = await self.enforce(connection, spec)
+            for name, value in headers:
+                response.headers[name] = value
+
+        rate_limit.__qualname__ = rate_limit.__name__ = f"rate_limit[{spec.where}]"
+        # FastAPI resolves the annotations by name in the function's globals (this module).
+        rate_limit.__annotations__ = {"connection": HTTPConnection, "response": Response, "return": None}
+        return rate_limit
+
+    # -- deciding ------------------------------------------------------------------------
+
+    async def _decide(self, scope: Scope, specs: list[LimitSpec], native: HTTPConnection | None) -> Verdict:
+        s = self.settings
+        try:
+            checks = resolve_all(specs, _View(scope, s, native), s.key)
+        except (KeyFunctionError, InvalidInputError) as e:
+            debug = bool(getattr(scope.get("app"), "debug", False))
+            raise HTTPException(500, detail=str(e) if debug else "Internal Server Error") from e
+        verdict = await decide_async(self.limiter, checks, s.policy, s.metrics, shadow_all=s.shadow)
+        merged: Verdict | None = scope.get(_SCOPE_KEY)
+        if merged is None:
+            scope[_SCOPE_KEY] = verdict
+            return verdict
+        merged.merge(verdict)
+        return merged
+
+    async def enforce(self, connection: HTTPConnection, *specs: LimitSpec) -> list[tuple[str, str]]:
+        """Decide ``specs`` for this request or WebSocket; return the headers to send, or
+        raise :class:`RateLimitExceeded` (HTTP), ``WebSocketException`` (a refused
+        handshake) or a 503 ``HTTPException`` (store down, ``fail="closed"``)."""
+        scope = connection.scope
+        verdict = await self._decide(scope, list(specs), connection)
+        headers = render(verdict, self.settings.headers)
+        if verdict.unavailable:
+            if scope["type"] == "websocket":
+                raise WebSocketException(code=1011, reason="rate limiter unavailable")
+            raise HTTPException(503, detail=str(problem.store_unavailable()["detail"]), headers={"Retry-After": "1"})
+        if not verdict.allowed:
+            if scope["type"] == "websocket":
+                raise WebSocketException(code=_WS_POLICY_VIOLATION, reason="rate limit exceeded")
+            raise RateLimitExceeded(verdict, headers)
+        return headers
+
+
+class RateLimitMiddleware:
+    """Pure ASGI middleware: ``app.add_middleware(RateLimitMiddleware, ratelimiter=rl)``.
+
+    Applies the rate limiter's ``default`` limits to every HTTP request and WebSocket
+    handshake, and sets the rate-limit headers (app-wide and route limits together, each
+    field once) on every HTTP response start, error responses included. Refused HTTP
+    requests get a 429 problem+json response; refused handshakes get a 429 HTTP response
+    where the server supports the ASGI ``websocket.http.response`` extension and a close
+    (code 1008, which servers send as 403) elsewhere. Lifespan and other scopes pass
+    through untouched.
+
+    An unhandled exception's 500 is sent by Starlette's outermost ``ServerErrorMiddleware``,
+    outside every user middleware, so that response carries no rate-limit headers; every
+    ``HTTPException`` and handled exception does. Holds no per-request state of its own (the
+    verdict travels in the ASGI scope), so one instance serves any number of concurrent
+    requests."""
+
+    def __init__(self, app: ASGIApp, ratelimiter: RateLimiter) -> None:
+        if not isinstance(ratelimiter, RateLimiter):
+            raise InvalidInputError(f"ratelimiter must be a redcount.fastapi.RateLimiter, got {ratelimiter!r}")
+        self.app = app
+        self.rl = ratelimiter
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        rl = self.rl
+        scope.pop(_SCOPE_KEY, None)
+        if rl.default:
+            try:
+                verdict = await rl._decide(scope, rl.default, None)
+            except HTTPException as e:
+                await self._refuse(scope, receive, send, e.status_code, {"detail": e.detail}, [])
+                return
+            if verdict.unavailable:
+                await self._refuse(scope, receive, send, 503, problem.store_unavailable(), [("Retry-After", "1")])
+                return
+            if not verdict.allowed:
+                await self._refuse(scope, receive, send, 429, problem.too_many_requests(verdict),
+                                   render(verdict, rl.settings.headers))
+                return
+        if kind == "websocket":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                verdict = scope.get(_SCOPE_KEY)
+                if verdict is not None:
+                    extra = _encode(render(verdict, rl.settings.headers))
+                    if extra:
+                        names = {k for k, _ in extra}
+                        message = dict(message)
+                        message["headers"] = [
+                            (k, v) for k, v in message.get("headers", ()) if bytes(k).lower() not in names
+                        ] + extra
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+    async def _refuse(
+        self, scope: Scope, receive: Receive, send: Send, status: int, body: dict[str, Any], headers: list[tuple[str, str]]
+    ) -> None:
+        payload = json.dumps(body).encode()
+        raw = [(b"content-type", problem.CONTENT_TYPE.encode()), (b"content-length", str(len(payload)).encode())]
+        raw += _encode(headers)
+        if scope["type"] == "http":
+            await send({"type": "http.response.start", "status": status, "headers": raw})
+            await send({"type": "http.response.body", "body": payload})
+            return
+        await receive()  # the websocket.connect message: the handshake is under way
+        if "websocket.http.response" in scope.get("extensions", {}):
+            await send({"type": "websocket.http.response.start", "status": status, "headers": raw})
+            await send({"type": "websocket.http.response.body", "body": payload})
+        else:
+            await send({"type": "websocket.close", "code": _WS_POLICY_VIOLATION if status == 429 else 1011})

@@ -1,0 +1,395 @@
+"""Rate limiting for Flask: decorators, app-wide and blueprint limits, IETF headers.
+
+::
+
+    from flask import Flask
+    import redcount, redcount.flask
+
+    app = Flask(__name__)
+    app.config["REDCOUNT_URL"] = "redis://cache:6379/0"
+    rl = redcount.flask.RateLimiter(app, default="100/minute")
+
+    @app.get("/search")
+    @rl.limit("10/minute;100/day")
+    def search(): ...
+
+    @app.get("/export")
+    @rl.limit(lambda req: "1000/hour" if req.headers.get("X-Plan") == "pro" else "10/hour",
+              key=redcount.web.api_key("X-API-Key"))
+    def export(): ...
+
+A refused request raises :class:`RateLimitExceeded` (a werkzeug ``TooManyRequests``) with a
+JSON problem body and the rate-limit headers; register an error handler for 429 (or for
+this class) to shape it. Headers also reach responses of routes that raise: they are added
+in an ``after_request`` hook, which Flask runs for error responses too.
+
+Sync by design: each decision is one :meth:`redcount.Limiter.hit` on the worker thread (the
+GIL is released while it waits on Redis).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar, Union
+
+import flask
+from flask import Blueprint, Flask, g, request
+from werkzeug.exceptions import InternalServerError, ServiceUnavailable, TooManyRequests
+
+from . import store as _store
+from .errors import InvalidInputError
+from .limiter import Limiter
+from .web import problem
+from .web.engine import FailMode, MetricsSink, Verdict, decide
+from .web.headers import HeaderSets, render
+from .web.settings import Settings, TrustedArg
+from .web.spec import KeyFunc, KeyFunctionError, LimitSpec, resolve_all
+
+__all__ = ["RateLimitExceeded", "RateLimiter", "StoreUnavailableError"]
+
+log = logging.getLogger("redcount.flask")
+
+F = TypeVar("F", bound=Union[Callable[..., Any], Blueprint])
+LimitArg = Union[str, Callable[..., str]]
+CostArg = Union[int, Callable[..., int]]
+
+_UNSET: Any = object()
+_G_VERDICT = "_redcount_verdict"
+
+
+class RateLimitExceeded(TooManyRequests):
+    """The 429 raised for a refused request: ``verdict`` says which limit refused and when
+    to retry; the response carries a JSON problem body (``application/problem+json``) and
+    the rate-limit headers. Customise it with ``@app.errorhandler(429)``."""
+
+    def __init__(self, verdict: Verdict, headers: list[tuple[str, str]]) -> None:
+        self.verdict = verdict
+        self.body = problem.too_many_requests(verdict)
+        self.rate_limit_headers = headers
+        super().__init__(description=str(self.body["detail"]))
+
+    def get_body(self, environ: Any = None, scope: Any = None) -> str:
+        return json.dumps(self.body)
+
+    def get_headers(self, environ: Any = None, scope: Any = None) -> list[tuple[str, str]]:
+        return [("Content-Type", problem.CONTENT_TYPE), *self.rate_limit_headers]
+
+
+class StoreUnavailableError(ServiceUnavailable):
+    """The 503 raised when the store is down and the policy is ``fail="closed"``."""
+
+    def get_body(self, environ: Any = None, scope: Any = None) -> str:
+        return json.dumps(problem.store_unavailable())
+
+    def get_headers(self, environ: Any = None, scope: Any = None) -> list[tuple[str, str]]:
+        return [("Content-Type", problem.CONTENT_TYPE), ("Retry-After", "1")]
+
+
+class _View:
+    """A Flask request as the shared layer sees it."""
+
+    __slots__ = ("_client", "_identity", "native")
+
+    def __init__(self, req: flask.Request, settings: Settings) -> None:
+        self.native = req
+        self._identity = settings.identity
+        self._client: str | None = None
+
+    @property
+    def method(self) -> str:
+        return str(self.native.method)
+
+    @property
+    def endpoint(self) -> str:
+        return self.native.endpoint or self.native.path
+
+    @property
+    def client(self) -> str:
+        if self._client is None:
+            header = self._identity.header
+            values = self.native.headers.getlist(header) if header else []
+            self._client = self._identity.resolve(self.native.remote_addr, values)
+        return self._client
+
+    def header(self, name: str) -> str | None:
+        return self.native.headers.get(name)
+
+
+class _AppState:
+    """What :meth:`RateLimiter.init_app` settled for one app (read-only afterwards)."""
+
+    def __init__(
+        self, limiter: Limiter, settings: Settings, default: list[LimitSpec], application: list[LimitSpec], enabled: bool
+    ) -> None:
+        self.limiter = limiter
+        self.settings = settings
+        self.default = default
+        self.application = application
+        self.enabled = enabled
+
+
+def _config_bool(value: Any, name: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    raise InvalidInputError(f"{name} must be a boolean, got {value!r}")
+
+
+class RateLimiter:
+    """The Flask extension: ``RateLimiter(app)`` or ``RateLimiter()`` + ``init_app(app)``.
+
+    Arguments (each also read from ``app.config`` when not given here; an argument wins):
+
+    - ``limiter`` (``REDCOUNT_URL``, ``REDCOUNT_STRATEGY``, ``REDCOUNT_PREFIX``): a
+      :class:`redcount.Limiter`; by default one over ``redcount.connect(REDCOUNT_URL)``
+      (``memory://`` when unset) with the fixed-window strategy.
+    - ``default`` (``REDCOUNT_DEFAULT``): limits for every route without a limit of its own,
+      counted per route. ``application`` (``REDCOUNT_APPLICATION``): limits on every request
+      of the app together, counted once across routes.
+    - ``key``: the default key function (the client address: see ``trusted_proxies``).
+    - ``headers`` (``REDCOUNT_HEADERS``): header sets, ``"ietf"``, ``"legacy"``,
+      ``"retry-after"``, ``"all"`` or ``"none"`` (default ``"ietf,retry-after"``).
+    - ``trusted_proxies`` (``REDCOUNT_TRUSTED_PROXIES``): None (default: trust no forwarding
+      header), a proxy count, or CIDRs; ``ipv6_prefix`` (``REDCOUNT_IPV6_PREFIX``): group
+      IPv6 clients by this prefix (64 for /64).
+    - ``fail`` (``REDCOUNT_FAIL``): ``"open"`` (default: let requests through while the
+      store is down) or ``"closed"`` (503).
+    - ``shadow`` (``REDCOUNT_SHADOW``): count and report, never refuse.
+    - ``metrics``: a :class:`redcount.web.metrics.PrometheusMetrics`.
+    - ``enabled`` (``REDCOUNT_ENABLED``): False turns every check off (tests).
+
+    Bad configuration raises :class:`~redcount.InvalidInputError` in ``init_app``; a bad
+    limit in a decorator raises at import, naming the route. Decorate at import time; after
+    that the extension is read-only and thread-safe.
+    """
+
+    def __init__(
+        self,
+        app: Flask | None = None,
+        *,
+        limiter: Limiter | None = None,
+        default: LimitArg | None = None,
+        application: LimitArg | None = None,
+        key: KeyFunc | None = None,
+        headers: HeaderSets | str | Iterable[str] | None = _UNSET,
+        trusted_proxies: TrustedArg = _UNSET,
+        ipv6_prefix: int = _UNSET,
+        fail: FailMode = _UNSET,
+        shadow: bool = _UNSET,
+        metrics: MetricsSink | None = None,
+        enabled: bool = _UNSET,
+    ) -> None:
+        self._args: dict[str, Any] = {
+            "limiter": limiter,
+            "default": default,
+            "application": application,
+            "key": key,
+            "headers": headers,
+            "trusted_proxies": trusted_proxies,
+            "ipv6_prefix": ipv6_prefix,
+            "fail": fail,
+            "shadow": shadow,
+            "metrics": metrics,
+            "enabled": enabled,
+        }
+        self._routes: dict[Callable[..., Any], list[LimitSpec]] = {}
+        self._blueprints: dict[str, list[LimitSpec]] = {}
+        self._exempt_views: set[Callable[..., Any]] = set()
+        self._exempt_blueprints: set[str] = set()
+        if app is not None:
+            self.init_app(app)
+
+    # -- set-up --------------------------------------------------------------------------
+
+    def init_app(self, app: Flask) -> None:
+        """Read the configuration, validate it and install the request hooks."""
+        cfg = app.config
+        a = self._args
+
+        def pick(arg: str, name: str, fallback: Any) -> Any:
+            value = a[arg]
+            if value is _UNSET or value is None:
+                value = cfg.get(name, fallback)
+            return fallback if value is _UNSET else value
+
+        limiter: Limiter | None = a["limiter"]
+        if limiter is None:
+            store = _store.connect(cfg.get("REDCOUNT_URL") or "memory://")
+            limiter = Limiter(
+                store, cfg.get("REDCOUNT_STRATEGY", "fixed-window"), prefix=cfg.get("REDCOUNT_PREFIX", "redcount:web")
+            )
+        elif not isinstance(limiter, Limiter):
+            raise InvalidInputError(f"limiter must be a redcount.Limiter, got {type(limiter).__name__}")
+        shadow = _config_bool(pick("shadow", "REDCOUNT_SHADOW", False), "REDCOUNT_SHADOW")
+        enabled = _config_bool(pick("enabled", "REDCOUNT_ENABLED", True), "REDCOUNT_ENABLED")
+        ipv6 = pick("ipv6_prefix", "REDCOUNT_IPV6_PREFIX", 128)
+        if isinstance(ipv6, str) and ipv6.strip().isdigit():
+            ipv6 = int(ipv6)
+        settings = Settings.build(
+            key=a["key"],
+            headers=pick("headers", "REDCOUNT_HEADERS", None),
+            trusted_proxies=pick("trusted_proxies", "REDCOUNT_TRUSTED_PROXIES", None),
+            ipv6_prefix=ipv6,
+            fail=pick("fail", "REDCOUNT_FAIL", "open"),
+            shadow=shadow,
+            metrics=a["metrics"],
+            where="redcount.flask.RateLimiter",
+        )
+        if settings.metrics is not None and hasattr(settings.metrics, "watch_store"):
+            settings.metrics.watch_store(limiter.store)
+        default = pick("default", "REDCOUNT_DEFAULT", None)
+        application = pick("application", "REDCOUNT_APPLICATION", None)
+        state = _AppState(
+            limiter,
+            settings,
+            [LimitSpec.build(default, name="default", per_route=True, where="REDCOUNT_DEFAULT (default=)")]
+            if default
+            else [],
+            [LimitSpec.build(application, name="application", where="REDCOUNT_APPLICATION (application=)")]
+            if application
+            else [],
+            enabled,
+        )
+        app.extensions["redcount"] = state
+        app.before_request(self._before_request)
+        app.after_request(self._after_request)
+
+    # -- decorators ----------------------------------------------------------------------
+
+    def limit(
+        self,
+        limit: LimitArg,
+        *,
+        key: KeyFunc | None = None,
+        cost: CostArg = 1,
+        methods: Iterable[str] | None = None,
+        exempt_when: Callable[..., bool] | None = None,
+        per_method: bool = False,
+        name: str | None = None,
+        shadow: bool = False,
+    ) -> Callable[[F], F]:
+        """Limit a view function or a blueprint (all its routes, counted per route).
+
+        ``limit``: ``"10/minute"``, ``"5/second;100/day"`` or a callable of the request
+        returning one (per-plan limits). ``key`` and ``cost``: a value or a callable of the
+        request; ``methods``: the HTTP methods it applies to; ``exempt_when``: a callable (of
+        nothing or of the request) returning True to skip; ``per_method``: separate counts
+        per method; ``name``: the policy name in the headers (default: the view's name);
+        ``shadow``: count and report, never refuse. Decorators stack: every limit holds.
+        """
+
+        def decorate(obj: F) -> F:
+            if isinstance(obj, Blueprint):
+                where = f"blueprint {obj.name!r}"
+                spec = LimitSpec.build(
+                    limit, name=name or obj.name, scope=f"bp:{obj.name}", key=key, cost=cost, methods=methods,
+                    exempt_when=exempt_when, per_method=per_method, per_route=True, shadow=shadow, where=where,
+                )
+                self._blueprints.setdefault(obj.name, []).append(spec)
+                return obj
+            if not callable(obj):
+                raise InvalidInputError(f"RateLimiter.limit decorates a view function or a Blueprint, got {obj!r}")
+            qual = f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', repr(obj))}"
+            where = f"route {getattr(obj, '__name__', qual)!r}"
+            existing = self._routes.setdefault(obj, [])
+            base = name or getattr(obj, "__name__", "route")
+            spec = LimitSpec.build(
+                limit, name=base if not existing else f"{base}-{len(existing) + 1}",
+                scope=f"{qual}#{len(existing)}" if existing else qual, key=key, cost=cost, methods=methods,
+                exempt_when=exempt_when, per_method=per_method, shadow=shadow, where=where,
+            )
+            existing.append(spec)
+            return obj
+
+        return decorate
+
+    def shared_limit(
+        self,
+        limit: LimitArg,
+        scope: str,
+        *,
+        key: KeyFunc | None = None,
+        cost: CostArg = 1,
+        methods: Iterable[str] | None = None,
+        exempt_when: Callable[..., bool] | None = None,
+        per_method: bool = False,
+        shadow: bool = False,
+    ) -> Callable[[F], F]:
+        """A limit that a group of routes share: one count for all the views it decorates,
+        named ``scope`` (also the policy name in the headers). Call it once and apply the
+        result to each view: ``shared = rl.shared_limit("100/hour", "reports")``."""
+        if not isinstance(scope, str) or not scope:
+            raise InvalidInputError(f"shared_limit needs a scope name, got {scope!r}")
+        spec = LimitSpec.build(
+            limit, name=scope, scope=f"shared:{scope}", key=key, cost=cost, methods=methods,
+            exempt_when=exempt_when, per_method=per_method, shadow=shadow, where=f"shared limit {scope!r}",
+        )
+
+        def decorate(obj: F) -> F:
+            if isinstance(obj, Blueprint):
+                self._blueprints.setdefault(obj.name, []).append(spec)
+            else:
+                self._routes.setdefault(obj, []).append(spec)
+            return obj
+
+        return decorate
+
+    def exempt(self, obj: F) -> F:
+        """Exempt a view function or a blueprint from every limit, app-wide ones included."""
+        if isinstance(obj, Blueprint):
+            self._exempt_blueprints.add(obj.name)
+        else:
+            self._exempt_views.add(obj)
+        return obj
+
+    # -- request hooks -------------------------------------------------------------------
+
+    def _specs(self, app: Flask, state: _AppState) -> list[LimitSpec]:
+        view = app.view_functions.get(request.endpoint) if request.endpoint else None
+        if view is not None and view in self._exempt_views:
+            return []
+        bps = request.blueprints
+        if any(bp in self._exempt_blueprints for bp in bps):
+            return []
+        route: list[LimitSpec] = list(self._routes.get(view, ())) if view is not None else []
+        for bp in bps:
+            route.extend(self._blueprints.get(bp, ()))
+        if not route and view is not None:
+            route = state.default
+        return state.application + route
+
+    def _before_request(self) -> None:
+        app = flask.current_app
+        state: _AppState = app.extensions["redcount"]
+        if not state.enabled:
+            return
+        specs = self._specs(app, state)
+        if not specs:
+            return
+        s = state.settings
+        try:
+            checks = resolve_all(specs, _View(request, s), s.key)
+        except (KeyFunctionError, InvalidInputError) as e:
+            raise InternalServerError(description=str(e) if app.debug else None) from e
+        verdict = decide(state.limiter, checks, s.policy, s.metrics, shadow_all=s.shadow)
+        setattr(g, _G_VERDICT, verdict)
+        if verdict.unavailable:
+            raise StoreUnavailableError()
+        if not verdict.allowed:
+            raise RateLimitExceeded(verdict, render(verdict, s.headers))
+
+    def _after_request(self, response: flask.Response) -> flask.Response:
+        verdict: Verdict | None = g.pop(_G_VERDICT, None)
+        if verdict is not None:
+            state: _AppState = flask.current_app.extensions["redcount"]
+            for name, value in render(verdict, state.settings.headers):
+                response.headers[name] = value  # set, not add: never a duplicate field
+        return response
+
+    def verdict(self) -> Verdict | None:
+        """The current request's :class:`~redcount.web.Verdict` (None before any check)."""
+        found: Verdict | None = g.get(_G_VERDICT)
+        return found

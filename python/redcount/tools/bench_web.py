@@ -1,0 +1,361 @@
+"""``redcount bench web``: requests per second of minimal Flask and FastAPI apps under a real
+load generator, without a limiter, with redcount and with the peers, in one run.
+
+::
+
+    redcount bench web --seconds 5 --workers 2 --json web.json
+
+Each contender is a minimal app with one route under a limit that is never reached
+(``1000000/minute``, one key: every request is decided and allowed), without rate-limit
+headers (the peers' default, and the same work for everyone), served by gunicorn
+(Flask) or uvicorn (FastAPI) with ``--workers`` processes on a free loopback port, against
+one private redis-server, and loaded by ``wrk`` (Debian: ``apt-get install wrk``) with
+``--connections`` connections for ``--seconds``. Contenders:
+
+- Flask: no limiter; redcount (``redcount.flask``); Flask-Limiter on its Redis storage; and
+  Flask-Limiter on redcount's ``limits`` scheme (``redcount+redis://``) where
+  ``redcount.contrib.limits`` is installed.
+- FastAPI: no limiter; redcount (``redcount.fastapi`` dependency, on ``redcount.aio``);
+  slowapi on its Redis storage and on redcount's scheme; fastapi-limiter.
+
+A peer whose package is missing is reported as skipped, with the package to install. The
+overhead of a contender is the drop in requests per second against no limiter of the same
+framework; the target is redcount's overhead at most half of the best peer's. Contenders
+take turns (``--rounds`` rounds, the median kept), so a change in the machine's load hits
+them alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+
+from .bench import BenchError, _free_port, _private_server, _server_binary, _stop, write_json
+
+__all__ = ["run_bench_web"]
+
+LIMIT = "1000000/minute"
+
+_COMMON = """
+    import os
+    URL = os.environ["BENCH_REDIS_URL"]
+    LIMIT = os.environ["BENCH_LIMIT"]
+"""
+
+# One minimal app per contender: the route answers a short text body.
+_APPS: dict[str, str] = {
+    "flask-none": """
+        from flask import Flask
+        app = Flask(__name__)
+
+        @app.get("/")
+        def index():
+            return "ok"
+    """,
+    "flask-redcount": """
+        import redcount, redcount.flask
+        from flask import Flask
+        app = Flask(__name__)
+        app.config.update(REDCOUNT_URL=URL, REDCOUNT_PREFIX="bench:web:redcount", REDCOUNT_HEADERS="none")
+        rl = redcount.flask.RateLimiter(app)
+
+        @app.get("/")
+        @rl.limit(LIMIT)
+        def index():
+            return "ok"
+    """,
+    "flask-limiter-redis": """
+        from flask import Flask
+        from flask_limiter import Limiter
+        from flask_limiter.util import get_remote_address
+        app = Flask(__name__)
+        limiter = Limiter(get_remote_address, app=app, storage_uri=URL, key_prefix="bench-fl")
+
+        @app.get("/")
+        @limiter.limit(LIMIT)
+        def index():
+            return "ok"
+    """,
+    "flask-limiter-redcount": """
+        import redcount.contrib.limits  # registers the redcount+redis:// scheme
+        from flask import Flask
+        from flask_limiter import Limiter
+        from flask_limiter.util import get_remote_address
+        app = Flask(__name__)
+        limiter = Limiter(get_remote_address, app=app, storage_uri="redcount+" + URL, key_prefix="bench-flrc")
+
+        @app.get("/")
+        @limiter.limit(LIMIT)
+        def index():
+            return "ok"
+    """,
+    "fastapi-none": """
+        from fastapi import FastAPI
+        from fastapi.responses import PlainTextResponse
+        app = FastAPI()
+
+        @app.get("/", response_class=PlainTextResponse)
+        async def index():
+            return "ok"
+    """,
+    "fastapi-redcount": """
+        import redcount, redcount.aio
+        from fastapi import Depends, FastAPI
+        from fastapi.responses import PlainTextResponse
+        from redcount.fastapi import RateLimiter
+        rl = RateLimiter(redcount.aio.Limiter(redcount.connect(URL), prefix="bench:web:redcount"), headers="none")
+        app = FastAPI()
+
+        @app.get("/", response_class=PlainTextResponse, dependencies=[Depends(rl.limit(LIMIT))])
+        async def index():
+            return "ok"
+    """,
+    "slowapi-redis": """
+        from fastapi import FastAPI, Request
+        from fastapi.responses import PlainTextResponse
+        from slowapi import Limiter, _rate_limit_exceeded_handler
+        from slowapi.errors import RateLimitExceeded
+        from slowapi.util import get_remote_address
+        limiter = Limiter(key_func=get_remote_address, storage_uri=URL, key_prefix="bench-sa", headers_enabled=False)
+        app = FastAPI()
+        app.state.limiter = limiter
+        app.add_exception_handler(RateLimitExceeded, _rate_limit_exceeded_handler)
+
+        @app.get("/", response_class=PlainTextResponse)
+        @limiter.limit(LIMIT)
+        async def index(request: Request):
+            return "ok"
+    """,
+    "slowapi-redcount": """
+        import redcount.contrib.limits  # registers the redcount+redis:// scheme
+        from fastapi import FastAPI, Request
+        from fastapi.responses import PlainTextResponse
+        from slowapi import Limiter, _rate_limit_exceeded_handler
+        from slowapi.errors import RateLimitExceeded
+        from slowapi.util import get_remote_address
+        limiter = Limiter(key_func=get_remote_address, storage_uri="redcount+" + URL, key_prefix="bench-sarc",
+                          headers_enabled=False)
+        app = FastAPI()
+        app.state.limiter = limiter
+        app.add_exception_handler(RateLimitExceeded, _rate_limit_exceeded_handler)
+
+        @app.get("/", response_class=PlainTextResponse)
+        @limiter.limit(LIMIT)
+        async def index(request: Request):
+            return "ok"
+    """,
+    "fastapi-limiter": """
+        from contextlib import asynccontextmanager
+        from fastapi import Depends, FastAPI
+        from fastapi.responses import PlainTextResponse
+        from fastapi_limiter.depends import RateLimiter
+        from pyrate_limiter import Duration, Limiter, Rate
+        from pyrate_limiter.buckets.redis_bucket import RedisBucket
+        from redis.asyncio import Redis
+
+        amount = int(LIMIT.split("/")[0])  # LIMIT is "<amount>/minute"
+        dependency = RateLimiter(None)  # its pyrate-limiter bucket needs a loop: made in the lifespan
+
+        @asynccontextmanager
+        async def lifespan(app):
+            bucket = await RedisBucket.init([Rate(amount, Duration.MINUTE)], Redis.from_url(URL), "bench-fal")
+            dependency.limiter = Limiter(bucket)
+            yield
+
+        app = FastAPI(lifespan=lifespan)
+
+        @app.get("/", response_class=PlainTextResponse, dependencies=[Depends(dependency)])
+        async def index():
+            return "ok"
+    """,
+}
+
+# What each contender imports, and the package to install when it is missing.
+_NEEDS: dict[str, list[tuple[str, str]]] = {
+    "flask-none": [("flask", "flask")],
+    "flask-redcount": [("flask", "flask")],
+    "flask-limiter-redis": [("flask_limiter", "flask-limiter"), ("redis", "redis")],
+    "flask-limiter-redcount": [("flask_limiter", "flask-limiter"), ("redcount.contrib.limits", "redcount (issue 11 item 7)")],
+    "fastapi-none": [("fastapi", "fastapi")],
+    "fastapi-redcount": [("fastapi", "fastapi")],
+    "slowapi-redis": [("slowapi", "slowapi"), ("redis", "redis")],
+    "slowapi-redcount": [("slowapi", "slowapi"), ("redcount.contrib.limits", "redcount (issue 11 item 7)")],
+    "fastapi-limiter": [("fastapi_limiter", "fastapi-limiter"), ("redis", "redis")],
+}
+
+_FRAMEWORK = {name: ("flask" if name.startswith("flask") else "fastapi") for name in _APPS}
+_PEERS = {
+    "flask": ["flask-limiter-redis", "flask-limiter-redcount"],
+    "fastapi": ["slowapi-redis", "slowapi-redcount", "fastapi-limiter"],
+}
+
+
+@dataclass
+class WebResult:
+    """One contender's figures: requests per second per round and their median."""
+
+    name: str
+    framework: str
+    rounds: list[float] = field(default_factory=list)
+    skipped: str | None = None
+    non_2xx: int = 0
+
+    @property
+    def rps(self) -> float:
+        return statistics.median(self.rounds) if self.rounds else 0.0
+
+
+def _missing(name: str) -> str | None:
+    for module, package in _NEEDS[name]:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:
+            found = False
+        if not found:
+            return f"needs {package} (pip install {package})" if " " not in package else f"needs {package}"
+    return None
+
+
+def _wait_ready(proc: subprocess.Popen[bytes], url: str, log: str) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        if proc.poll() is not None:
+            with open(log, errors="replace") as f:
+                raise BenchError(f"the app server exited ({proc.returncode}):\n{f.read()[-1500:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise BenchError(f"the app server at {url} did not answer within 60 s")
+        time.sleep(0.05)  # polling interval, not a fixed wait
+
+
+@contextlib.contextmanager
+def _serve(name: str, workdir: str, redis_url: str, workers: int) -> Iterator[str]:
+    """Start the contender's app under gunicorn or uvicorn; yield its URL."""
+    module = "bench_app_" + name.replace("-", "_")  # never the name of an imported package
+    with open(os.path.join(workdir, f"{module}.py"), "w", encoding="utf-8") as f:
+        f.write(textwrap.dedent(_COMMON) + textwrap.dedent(_APPS[name]))
+    port = _free_port()
+    env = dict(os.environ, BENCH_REDIS_URL=redis_url, BENCH_LIMIT=LIMIT, PYTHONDONTWRITEBYTECODE="1")
+    if _FRAMEWORK[name] == "flask":
+        argv = [sys.executable, "-m", "gunicorn", "--workers", str(workers), "--bind", f"127.0.0.1:{port}",
+                "--chdir", workdir, "--log-level", "warning", f"{module}:app"]
+    else:
+        argv = [sys.executable, "-m", "uvicorn", f"{module}:app", "--workers", str(workers), "--host", "127.0.0.1",
+                "--port", str(port), "--app-dir", workdir, "--log-level", "warning", "--no-access-log"]
+    log = os.path.join(workdir, f"{module}.log")
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(argv, env=env, cwd=workdir, stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        url = f"http://127.0.0.1:{port}/"
+        _wait_ready(proc, url, log)
+        yield url
+    finally:
+        _stop(proc)
+
+
+_RPS = re.compile(r"Requests/sec:\s+([0-9.]+)")
+_NON2XX = re.compile(r"Non-2xx or 3xx responses:\s+(\d+)")
+
+
+def _wrk(wrk: str, url: str, seconds: float, connections: int, threads: int) -> tuple[float, int]:
+    done = subprocess.run(
+        [wrk, f"-t{threads}", f"-c{connections}", f"-d{max(1, round(seconds))}s", url],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False,
+    )
+    m = _RPS.search(done.stdout)
+    if done.returncode != 0 or m is None:
+        raise BenchError(f"wrk failed (exit {done.returncode}): {done.stdout[-500:]} {done.stderr[-500:]}")
+    bad = _NON2XX.search(done.stdout)
+    return float(m.group(1)), int(bad.group(1)) if bad else 0
+
+
+def _overhead(base: float, rps: float) -> float:
+    return 1.0 - rps / base if base > 0 else float("nan")
+
+
+def run_bench_web(args: argparse.Namespace) -> int:
+    """The ``redcount bench web`` command."""
+    wrk = shutil.which(args.wrk)
+    if wrk is None:
+        raise BenchError(f"wrk not found (looked for {args.wrk!r}): apt-get install wrk, or pass --wrk PATH")
+    if args.workers < 1 or args.connections < 1 or args.seconds <= 0 or args.rounds < 1:
+        raise BenchError("--workers, --connections and --rounds must be >= 1 and --seconds > 0")
+    wanted = [n for n in _APPS if args.framework in ("all", _FRAMEWORK[n])]
+    results = {n: WebResult(n, _FRAMEWORK[n]) for n in wanted}
+    for n in wanted:
+        results[n].skipped = _missing(n)
+    runnable = [n for n in wanted if results[n].skipped is None]
+    print(f"redcount bench web: {len(runnable)} contenders, {args.rounds} round(s) of {args.seconds:g} s, "
+          f"{args.workers} worker(s), wrk -c{args.connections}", flush=True)
+    binary = _server_binary(args.redis_server)
+    with _private_server(binary) as redis_url, tempfile.TemporaryDirectory(prefix="redcount-bench-web-") as tmp:
+        for rnd in range(args.rounds):
+            for n in runnable:
+                with _serve(n, tmp, redis_url, args.workers) as url:
+                    _wrk(wrk, url, min(1.0, args.seconds), args.connections, args.threads)  # warm-up
+                    rps, bad = _wrk(wrk, url, args.seconds, args.connections, args.threads)
+                results[n].rounds.append(rps)
+                results[n].non_2xx += bad
+                print(f"  round {rnd + 1}: {n:24s} {rps:10.0f} req/s", flush=True)
+    report = _report(results)
+    _print(results, report)
+    if args.json:
+        write_json(args.json, {"results": [asdict(r) | {"rps": r.rps} for r in results.values()], "summary": report})
+    return 0
+
+
+def _report(results: dict[str, WebResult]) -> dict[str, dict[str, float | str | None]]:
+    """Per framework: redcount's overhead, the best peer's, and their ratio (target <= 0.5)."""
+    out: dict[str, dict[str, float | str | None]] = {}
+    for fw in ("flask", "fastapi"):
+        base = results.get(f"{fw}-none")
+        ours = results.get(f"{fw}-redcount")
+        if base is None or ours is None or not base.rounds or not ours.rounds:
+            continue
+        peers = [results[p] for p in _PEERS[fw] if p in results and results[p].rounds]
+        ov = _overhead(base.rps, ours.rps)
+        best = min(peers, key=lambda r: _overhead(base.rps, r.rps)) if peers else None
+        best_ov = _overhead(base.rps, best.rps) if best else None
+        ratio = ov / best_ov if best_ov and best_ov > 0 else None
+        out[fw] = {"overhead": ov, "best_peer": best.name if best else None, "best_peer_overhead": best_ov,
+                   "ratio": ratio, "target": 0.5}
+    return out
+
+
+def _print(results: dict[str, WebResult], report: dict[str, dict[str, float | str | None]]) -> None:
+    print()
+    print(f"{'contender':26s} {'req/s':>10s} {'overhead':>9s}  note")
+    for r in results.values():
+        base = results.get(f"{r.framework}-none")
+        if r.skipped:
+            print(f"{r.name:26s} {'-':>10s} {'-':>9s}  skipped: {r.skipped}")
+            continue
+        ov = _overhead(base.rps, r.rps) if base and base.rounds and r is not base else None
+        note = f"{r.non_2xx} non-2xx responses" if r.non_2xx else ""
+        print(f"{r.name:26s} {r.rps:10.0f} {'' if ov is None else f'{ov:9.1%}'}  {note}")
+    for fw, s in report.items():
+        if s["ratio"] is None:
+            print(f"{fw}: redcount overhead {float(s['overhead'] or 0):.1%}; no peer to compare with")
+        else:
+            verdict = "meets" if float(s["ratio"]) <= 0.5 else "misses"
+            print(f"{fw}: redcount overhead {float(s['overhead'] or 0):.1%} vs best peer {s['best_peer']} "
+                  f"{float(s['best_peer_overhead'] or 0):.1%}: ratio {float(s['ratio']):.2f} ({verdict} the target 0.5)")

@@ -1,0 +1,239 @@
+"""Deciding one request: run its checks against a :class:`~redcount.Limiter` (sync) or a
+:class:`redcount.aio.Limiter` (async) under a failure policy, and report to the metrics.
+
+::
+
+    policy = FailurePolicy("open")
+    verdict = decide(limiter, checks, policy)              # sync frameworks (Flask)
+    verdict = await decide_async(alimiter, checks, policy) # asyncio (FastAPI, Starlette)
+    if not verdict.allowed: ...                            # 429, or 503 when closed and down
+
+Checks run in order and stop at the first refusal, so a request refused by one limit is not
+charged against the limits after it (it has been charged against those before it: each
+limit has its own key, so they cannot be decided in one round trip). Within one check, a
+multi-limit string (``"5/second;100/hour"``) is all-or-nothing, as in the core.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, Protocol
+
+from .._core import Decision
+from ..errors import ConnectionError as StoreConnectionError
+from ..errors import InvalidInputError
+from .spec import Check, Policy
+
+if TYPE_CHECKING:
+    from .. import aio
+    from ..limiter import Limiter
+
+__all__ = ["FailurePolicy", "MetricsSink", "Outcome", "StoreUnavailable", "Verdict", "decide", "decide_async"]
+
+log = logging.getLogger("redcount.web")
+
+FailMode = Literal["open", "closed"]
+
+
+class StoreUnavailable(Exception):
+    """The store could not decide and the failure policy is ``"closed"``: refuse (503)."""
+
+
+class MetricsSink(Protocol):
+    """What the engine reports to (see :class:`redcount.web.metrics.PrometheusMetrics`)."""
+
+    def decision(self, check: Check, decision: Decision, shadow: bool, seconds: float) -> None: ...
+    def store_error(self, check: Check, policy: str) -> None:
+        """The store failed on ``check``; ``policy`` is ``"open"`` or ``"closed"``."""
+
+
+class FailurePolicy:
+    """What a store failure (:class:`redcount.ConnectionError`, timeouts included) means for
+    a request: ``"open"`` lets it through without rate-limit headers, ``"closed"`` refuses it
+    with 503. The one place the web layer catches store errors, so a later core-level policy
+    (budgets, a circuit breaker, a fallback store) plugs in here. The transitions (store
+    down, store back) are logged once each, not per request. Thread-safe.
+    """
+
+    def __init__(self, mode: FailMode = "open") -> None:
+        if mode not in ("open", "closed"):
+            raise InvalidInputError(f"fail must be 'open' or 'closed', got {mode!r}")
+        self.mode: FailMode = mode
+        self._down = False
+        self._lock = threading.Lock()
+
+    @property
+    def store_down(self) -> bool:
+        """True between a store failure and the next success."""
+        return self._down
+
+    def _failed(self, error: BaseException) -> None:
+        with self._lock:
+            first, self._down = not self._down, True
+        if first:
+            log.error("redcount: the rate-limit store failed (%s); failing %s until it is back", error, self.mode)
+
+    def _ok(self) -> None:
+        if self._down:
+            with self._lock:
+                was, self._down = self._down, False
+            if was:
+                log.warning("redcount: the rate-limit store is back; limits are enforced again")
+
+    def run(self, call: Callable[[], Decision]) -> Decision | None:
+        """The decision, or None when the store failed and the policy is open; raises
+        :class:`StoreUnavailable` when it failed and the policy is closed."""
+        try:
+            d = call()
+        except StoreConnectionError as e:
+            self._failed(e)
+            if self.mode == "closed":
+                raise StoreUnavailable(str(e)) from e
+            return None
+        self._ok()
+        return d
+
+    async def arun(self, call: Callable[[], Awaitable[Decision]]) -> Decision | None:
+        """The async twin of :meth:`run`."""
+        try:
+            d = await call()
+        except StoreConnectionError as e:
+            self._failed(e)
+            if self.mode == "closed":
+                raise StoreUnavailable(str(e)) from e
+            return None
+        self._ok()
+        return d
+
+
+@dataclass
+class Outcome:
+    """One decided check: the decision and the policy (of the check's limits) that bound it."""
+
+    check: Check
+    decision: Decision
+    policy: Policy
+    shadow: bool
+
+
+@dataclass
+class Verdict:
+    """Everything decided for one request. ``planned`` are all the checks that applied (their
+    policies are all advertised); ``outcomes`` those the store decided. Made per request and
+    used by that request only (not thread-safe, and need not be)."""
+
+    planned: list[Check]
+    shadow_all: bool = False
+    outcomes: list[Outcome] = field(default_factory=list)
+    allowed: bool = True
+    unavailable: bool = False
+
+    def is_shadow(self, check: Check) -> bool:
+        return self.shadow_all or check.spec.shadow
+
+    @property
+    def refusal(self) -> Outcome | None:
+        """The outcome that refused the request, if one did."""
+        for o in self.outcomes:
+            if not o.decision.allowed and not o.shadow:
+                return o
+        return None
+
+    def merge(self, other: Verdict) -> None:
+        """Add another verdict's checks for the same request (a route limit after the
+        app-wide one), so the headers speak for both."""
+        self.planned.extend(other.planned)
+        self.outcomes.extend(other.outcomes)
+        self.allowed = self.allowed and other.allowed
+        self.unavailable = self.unavailable or other.unavailable
+
+
+def binding_policy(check: Check, d: Decision) -> Policy:
+    """Which of a check's limits the decision speaks for: the core reports the binding
+    limit's amount (a bucket's capacity); among limits with that amount, the shortest window
+    that still covers ``reset_after``."""
+    if len(check.policies) == 1:
+        return check.policies[0]
+    items = check.limits.limits
+    matches = [i for i, lim in enumerate(items) if d.limit in (lim.amount, lim.burst)]
+    if not matches:
+        return check.policies[0]
+    covering = [i for i in matches if items[i].window + 1e-3 >= d.reset_after]
+    pick = min(covering, key=lambda i: items[i].window) if covering else max(matches, key=lambda i: items[i].window)
+    return check.policies[pick]
+
+
+def _record(
+    verdict: Verdict, check: Check, d: Decision | None, started: float, metrics: MetricsSink | None
+) -> bool:
+    """Add one decision; False when it refuses the request (and checking should stop)."""
+    if d is None:
+        return True
+    shadow = verdict.is_shadow(check)
+    if metrics is not None:
+        metrics.decision(check, d, shadow, time.perf_counter() - started)
+    verdict.outcomes.append(Outcome(check, d, binding_policy(check, d), shadow))
+    if d.allowed:
+        return True
+    if shadow:
+        log.info("redcount shadow: would refuse %s on %s (retry after %.3f s)", check.key, check.spec.where, d.retry_after)
+        return True
+    verdict.allowed = False
+    return False
+
+
+def decide(
+    limiter: Limiter,
+    checks: Sequence[Check],
+    policy: FailurePolicy,
+    metrics: MetricsSink | None = None,
+    *,
+    shadow_all: bool = False,
+) -> Verdict:
+    """Decide ``checks`` in order with a sync limiter (blocks the calling thread)."""
+    verdict = Verdict(list(checks), shadow_all)
+    for c in checks:
+        started = time.perf_counter()
+        try:
+            d = policy.run(lambda: limiter.hit(c.limits, c.key, c.cost))
+        except StoreUnavailable:
+            if metrics is not None:
+                metrics.store_error(c, "closed")
+            verdict.allowed, verdict.unavailable = False, True
+            return verdict
+        if d is None and metrics is not None:
+            metrics.store_error(c, "open")
+        if not _record(verdict, c, d, started, metrics):
+            break
+    return verdict
+
+
+async def decide_async(
+    limiter: aio.Limiter,
+    checks: Sequence[Check],
+    policy: FailurePolicy,
+    metrics: MetricsSink | None = None,
+    *,
+    shadow_all: bool = False,
+) -> Verdict:
+    """Decide ``checks`` in order with an async limiter: the event loop never waits on the
+    store (see :mod:`redcount.aio`)."""
+    verdict = Verdict(list(checks), shadow_all)
+    for c in checks:
+        started = time.perf_counter()
+        try:
+            d = await policy.arun(lambda: limiter.hit(c.limits, c.key, c.cost))
+        except StoreUnavailable:
+            if metrics is not None:
+                metrics.store_error(c, "closed")
+            verdict.allowed, verdict.unavailable = False, True
+            return verdict
+        if d is None and metrics is not None:
+            metrics.store_error(c, "open")
+        if not _record(verdict, c, d, started, metrics):
+            break
+    return verdict

@@ -1,0 +1,63 @@
+"""The settings both integrations share, validated once at start-up.
+
+::
+
+    s = Settings.build(key=None, headers="ietf,legacy", trusted_proxies=["10.0.0.0/8"],
+                       ipv6_prefix=64, fail="open", shadow=False, metrics=None)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Union
+
+from ..errors import InvalidInputError
+from .engine import FailMode, FailurePolicy, MetricsSink
+from .headers import HeaderSets
+from .identity import ClientIdentity, TrustedProxies
+from .spec import KeyFunc, as_key, remote_address
+
+__all__ = ["Settings", "TrustedArg"]
+
+TrustedArg = Union[TrustedProxies, int, str, Sequence[str], None]
+
+
+@dataclass
+class Settings:
+    """Key, identity, header sets, failure policy, shadow mode and metrics of one rate
+    limiter. Built once; read-only afterwards, so thread-safe."""
+
+    key: KeyFunc
+    identity: ClientIdentity
+    headers: HeaderSets
+    policy: FailurePolicy
+    shadow: bool
+    metrics: MetricsSink | None
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        key: KeyFunc | None,
+        headers: HeaderSets | str | Iterable[str] | None,
+        trusted_proxies: TrustedArg,
+        ipv6_prefix: int,
+        fail: FailMode,
+        shadow: bool,
+        metrics: MetricsSink | None,
+        where: str,
+    ) -> Settings:
+        """Validate everything, raising :class:`~redcount.InvalidInputError` on bad input."""
+        if not isinstance(shadow, bool):
+            raise InvalidInputError(f"shadow must be True or False, got {shadow!r}")
+        if metrics is not None and not (hasattr(metrics, "decision") and hasattr(metrics, "store_error")):
+            raise InvalidInputError(f"metrics must be a redcount.web.metrics.PrometheusMetrics or similar, got {metrics!r}")
+        return cls(
+            key=as_key(key, where) if key is not None else remote_address,
+            identity=ClientIdentity(TrustedProxies.coerce(trusted_proxies), ipv6_prefix=ipv6_prefix),
+            headers=HeaderSets.parse(headers),
+            policy=FailurePolicy(fail),
+            shadow=shadow,
+            metrics=metrics,
+        )

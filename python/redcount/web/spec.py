@@ -1,0 +1,372 @@
+"""Limit specifications: what a decorator, a dependency or an app-wide setting asks for,
+checked once at start-up and resolved per request.
+
+::
+
+    spec = LimitSpec.build("10/minute", name="search", where="route 'search'")
+    check = spec.resolve(view)          # -> Check(limits, key, cost, policies) or None
+
+A :class:`LimitSpec` holds the limit (a string, or a callable of the request for per-plan
+limits), the key function, the cost, the methods it applies to and an exemption. Everything
+that can be checked without a request is checked in :meth:`LimitSpec.build`, so a typo in a
+limit string fails at import or ``init_app``, naming the route, never per request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import logging
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Union
+
+from .._core import LimitSet
+from ..errors import InvalidInputError
+
+__all__ = [
+    "Check",
+    "KeyFunc",
+    "KeyFunctionError",
+    "LimitSpec",
+    "Policy",
+    "RequestKey",
+    "RequestView",
+    "api_key",
+    "by_header",
+    "by_route",
+    "remote_address",
+]
+
+log = logging.getLogger("redcount.web")
+
+_HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "CONNECT", "WEBSOCKET"})
+
+
+class RequestView(Protocol):
+    """What the shared layer needs from a request, whatever the framework."""
+
+    @property
+    def method(self) -> str: ...
+    @property
+    def endpoint(self) -> str: ...
+    @property
+    def client(self) -> str:
+        """The resolved client address (see :class:`~redcount.web.ClientIdentity`)."""
+    @property
+    def native(self) -> Any:
+        """The framework's own request object, passed to user callables."""
+    def header(self, name: str) -> str | None: ...
+
+
+class RequestKey:
+    """A key function of the framework-neutral :class:`RequestView` (the built-in keys);
+    a plain callable used as a key gets the framework's own request instead. Immutable, so
+    thread-safe."""
+
+    def __init__(self, fn: Callable[[RequestView], str], name: str) -> None:
+        self.fn = fn
+        self.name = name
+
+    def __call__(self, view: RequestView) -> str:
+        return self.fn(view)
+
+    def __repr__(self) -> str:
+        return f"<redcount key {self.name}>"
+
+
+KeyFunc = Union[RequestKey, Callable[[Any], str]]
+
+remote_address = RequestKey(lambda v: v.client, "remote_address")
+"""The client address: the socket peer, or what trusted proxies forwarded for (the default)."""
+
+by_route = RequestKey(lambda v: v.endpoint, "by_route")
+"""One key per route: a limit for the route as a whole, whoever calls it."""
+
+
+def by_header(name: str, *, fallback: RequestKey | None = remote_address) -> RequestKey:
+    """The value of request header ``name`` (for example a tenant id); requests without it
+    fall back to ``fallback`` (the client address by default)."""
+    if not isinstance(name, str) or not name:
+        raise InvalidInputError(f"by_header needs a header name, got {name!r}")
+
+    def key(view: RequestView) -> str:
+        value = view.header(name)
+        if value:
+            return f"{name.lower()}:{value}"
+        if fallback is None:
+            return f"{name.lower()}:"
+        return fallback(view)
+
+    return RequestKey(key, f"by_header({name!r})")
+
+
+def api_key(header: str = "X-API-Key", *, fallback: RequestKey | None = remote_address) -> RequestKey:
+    """Key by API key, read from ``header``. The key is stored as a SHA-256 digest prefix, so
+    secrets never appear in Redis key names; requests without one fall back to ``fallback``."""
+    if not isinstance(header, str) or not header:
+        raise InvalidInputError(f"api_key needs a header name, got {header!r}")
+
+    def key(view: RequestView) -> str:
+        value = view.header(header)
+        if value:
+            return "apikey:" + hashlib.sha256(value.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+        if fallback is None:
+            return "apikey:"
+        return fallback(view)
+
+    return RequestKey(key, f"api_key({header!r})")
+
+
+class KeyFunctionError(TypeError):
+    """A key, limit or cost callable returned a value of the wrong type. A programming error:
+    the integrations answer 500 and log it once per callable."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    """One quota policy as the headers advertise it: ``"name";q=quota;w=window``."""
+
+    name: str
+    quota: int
+    window: int
+
+
+@dataclass
+class Check:
+    """One limit to decide for one request: the parsed limits, the storage key, the cost.
+    Made per request and never shared between requests."""
+
+    spec: LimitSpec
+    limits: LimitSet
+    key: str
+    cost: int
+    policies: list[Policy]
+
+
+def _arity(fn: Callable[..., Any], what: str, where: str) -> int:
+    """How many positional arguments a user callable takes (0 or 1), checked at start-up."""
+    if not callable(fn):
+        raise InvalidInputError(f"{what} on {where} must be callable, got {type(fn).__name__}")
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return 1
+    required = [
+        p
+        for p in sig.parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+    ]
+    if len(required) > 1:
+        raise InvalidInputError(f"{what} on {where} must take the request or nothing, but needs {len(required)} arguments")
+    if required or any(p.kind == p.VAR_POSITIONAL for p in sig.parameters.values()):
+        return 1
+    return 0
+
+
+def as_key(fn: KeyFunc, where: str) -> KeyFunc:
+    """A key function as the integrations call it: a :class:`RequestKey` as is; a callable
+    of the request as is; a callable of nothing (Flask-Limiter's style, reading
+    ``flask.request``) wrapped to ignore the request. Checked at start-up."""
+    if isinstance(fn, RequestKey):
+        return fn
+    if _arity(fn, "key", where):
+        return fn
+    nullary: Callable[[], str] = fn  # type: ignore[assignment]
+    wrapped: Callable[[Any], str] = lambda _request: nullary()  # noqa: E731
+    wrapped.__name__ = getattr(fn, "__name__", "key")
+    return wrapped
+
+
+def _parse(text: str, where: str) -> LimitSet:
+    try:
+        return LimitSet(text)
+    except (InvalidInputError, ValueError) as e:
+        raise InvalidInputError(f"bad limit {text!r} on {where}: {e}") from None
+
+
+_logged: set[int] = set()
+
+
+def _once(fn: object, message: str) -> None:
+    if id(fn) not in _logged:
+        _logged.add(id(fn))
+        log.error("%s", message)
+
+
+def policies_of(name: str | None, limits: LimitSet) -> list[Policy]:
+    """The header policies of one spec: its name alone for a single limit; suffixed by the
+    window (``name-60s``) when a spec holds several; named after the limit itself
+    (``10-per-60s``) when the spec has no name."""
+    out: list[Policy] = []
+    items = limits.limits
+    for i, lim in enumerate(items):
+        window = max(1, math.ceil(lim.window))
+        if name is None:
+            pname = f"{lim.amount}-per-{window}s"
+        else:
+            pname = name if len(items) == 1 else f"{name}-{window}s"
+        if any(p.name == pname for p in out):
+            pname = f"{pname}-{i}"
+        out.append(Policy(pname, lim.amount, window))
+    return out
+
+
+def _check_name(name: str, where: str) -> str:
+    if not isinstance(name, str) or not name or not all(0x20 <= ord(c) < 0x7F for c in name):
+        raise InvalidInputError(f"limit name on {where} must be printable ASCII (it goes into headers), got {name!r}")
+    return name
+
+
+@dataclass
+class LimitSpec:
+    """A limit as declared: see :meth:`build`. Immutable after build, so thread-safe."""
+
+    limit: str | Callable[..., str]
+    name: str
+    scope: str
+    key: KeyFunc | None = None
+    cost: int | Callable[..., int] = 1
+    methods: frozenset[str] | None = None
+    exempt_when: Callable[..., bool] | None = None
+    per_method: bool = False
+    per_route: bool = False
+    shadow: bool = False
+    where: str = "?"
+    auto_name: bool = False
+    static: LimitSet | None = None
+    static_policies: list[Policy] = field(default_factory=list)
+    _limit_arity: int = 1
+    _cost_arity: int = 1
+    _exempt_arity: int = 0
+
+    @classmethod
+    def build(
+        cls,
+        limit: str | Callable[..., str],
+        *,
+        name: str | None,
+        scope: str | None = None,
+        key: KeyFunc | None = None,
+        cost: int | Callable[..., int] = 1,
+        methods: Iterable[str] | None = None,
+        exempt_when: Callable[..., bool] | None = None,
+        per_method: bool = False,
+        per_route: bool = False,
+        shadow: bool = False,
+        where: str,
+    ) -> LimitSpec:
+        """Check everything that can be checked without a request, raising
+        :class:`~redcount.InvalidInputError` that names ``where`` (the route).
+
+        ``limit``: ``"10/minute"``, ``"5/second;100/hour"`` or a callable of the request
+        returning such a string. ``key``: a :class:`RequestKey`, a callable of the request
+        returning a str, or None for the integration's default. ``cost``: an int >= 1 or a
+        callable of the request. ``methods``: the HTTP methods it applies to (default all).
+        ``exempt_when``: a callable (of nothing, or of the request) returning True to skip.
+        ``name``: the policy name in the headers and the metrics label; None names each
+        policy after its limit (``10-per-60s``). ``per_method``: separate counts per HTTP method. ``per_route``: separate counts per
+        endpoint (default limits). ``shadow``: count and report, never refuse."""
+        if name is not None:
+            name = _check_name(name, where)
+        label = name if name is not None else (limit if isinstance(limit, str) else "dynamic")
+        spec = cls(limit=limit, name=label, scope=scope or label, where=where, per_method=bool(per_method),
+                   per_route=bool(per_route), shadow=bool(shadow), auto_name=name is None)
+        if isinstance(limit, str):
+            spec.static = _parse(limit, where)
+            spec.static_policies = policies_of(name, spec.static)
+        elif callable(limit):
+            spec._limit_arity = _arity(limit, "limit", where)
+        else:
+            raise InvalidInputError(f"limit on {where} must be a string like '10/minute' or a callable, got {limit!r}")
+        spec.key = as_key(key, where) if key is not None else None
+        if isinstance(cost, bool) or not (isinstance(cost, int) or callable(cost)):
+            raise InvalidInputError(f"cost on {where} must be an int >= 1 or a callable, got {cost!r}")
+        if isinstance(cost, int):
+            if cost < 1:
+                raise InvalidInputError(f"cost on {where} must be >= 1, got {cost}")
+            if spec.static is not None and cost > min(lim.burst or lim.amount for lim in spec.static.limits):
+                raise InvalidInputError(f"cost {cost} on {where} is more than the limit {limit!r} ever allows")
+        else:
+            spec._cost_arity = _arity(cost, "cost", where)
+        spec.cost = cost
+        if methods is not None:
+            if isinstance(methods, str):
+                methods = [methods]
+            ms = frozenset(m.upper() for m in methods if isinstance(m, str))
+            bad = sorted(m for m in ms if m not in _HTTP_METHODS)
+            if bad or not ms or any(not isinstance(m, str) for m in methods):
+                raise InvalidInputError(f"methods on {where} must be HTTP method names, got {sorted(methods)!r}")
+            spec.methods = ms
+        if exempt_when is not None:
+            spec._exempt_arity = _arity(exempt_when, "exempt_when", where)
+            spec.exempt_when = exempt_when
+        return spec
+
+    def _call(self, fn: Callable[..., Any], arity: int, native: Any) -> Any:
+        return fn(native) if arity else fn()
+
+    def resolve(self, view: RequestView, default_key: KeyFunc) -> Check | None:
+        """The check for this request, or None when the spec does not apply to it.
+
+        A callable returning the wrong type raises :class:`KeyFunctionError` (logged once
+        per callable); a dynamic limit string that does not parse raises
+        :class:`~redcount.InvalidInputError` (logged once per callable)."""
+        if self.methods is not None and view.method.upper() not in self.methods:
+            return None
+        if self.exempt_when is not None and self._call(self.exempt_when, self._exempt_arity, view.native):
+            return None
+        if self.static is not None:
+            limits, policies = self.static, self.static_policies
+        else:
+            fn = self.limit
+            assert callable(fn)
+            text = self._call(fn, self._limit_arity, view.native)
+            if isinstance(text, LimitSet):
+                limits = text
+            elif isinstance(text, str):
+                try:
+                    limits = LimitSet(text)
+                except (InvalidInputError, ValueError) as e:
+                    msg = f"the limit callable on {self.where} returned a bad limit {text!r}: {e}"
+                    _once(fn, msg)
+                    raise InvalidInputError(msg) from None
+            else:
+                msg = f"the limit callable on {self.where} must return a str like '10/minute', got {type(text).__name__}"
+                _once(fn, msg)
+                raise KeyFunctionError(msg)
+            policies = policies_of(None if self.auto_name else self.name, limits)
+        keyfn = self.key if self.key is not None else default_key
+        if isinstance(keyfn, RequestKey):
+            ident = keyfn(view)
+        else:
+            ident = keyfn(view.native)
+        if not isinstance(ident, str):
+            msg = f"the key function {getattr(keyfn, '__name__', keyfn)!r} on {self.where} must return a str, got {type(ident).__name__}"
+            _once(keyfn, msg)
+            raise KeyFunctionError(msg)
+        cost: Any = self.cost
+        if not isinstance(cost, int):
+            cost = self._call(cost, self._cost_arity, view.native)
+            if not isinstance(cost, int) or isinstance(cost, bool) or cost < 1:
+                msg = f"the cost callable on {self.where} must return an int >= 1, got {cost!r}"
+                _once(self.cost, msg)
+                raise KeyFunctionError(msg)
+        parts = [self.scope]
+        if self.per_route:
+            parts.append(view.endpoint)
+        if self.per_method:
+            parts.append(view.method.upper())
+        parts.append(ident)
+        return Check(self, limits, "|".join(parts), cost, policies)
+
+
+def resolve_all(specs: Sequence[LimitSpec], view: RequestView, default_key: KeyFunc) -> list[Check]:
+    """Every spec that applies to this request, in order."""
+    out = []
+    for spec in specs:
+        c = spec.resolve(view, default_key)
+        if c is not None:
+            out.append(c)
+    return out
