@@ -59,8 +59,9 @@ def connect(
     multiplexes every caller (threads and event loops) over ``connections`` sockets (1 to 4,
     default 1), writing whatever is queued in one system call (auto-pipelining);
     ``pool_timeout`` is how long a call waits when the store's queue of unsent requests is
-    full. ``max_connections`` is still accepted (>= 1) for compatibility but no longer bounds
-    anything: there is no pool of blocking connections any more. ``clock`` replaces the system clock, so tests can step through
+    full. ``max_connections`` (>= 1) caps the sockets in all: synchronous calls from several
+    threads at once may each borrow a thread connection of their own, which the I/O thread
+    opens on demand. ``clock`` replaces the system clock, so tests can step through
     windows: on memory:// it is the store's clock; on Redis it is the client's clock (what
     ``clock="client"`` counters and limiters take as now), while the server keeps its own
     for TTLs and ``clock="server"``; ``sweep_interval`` (memory only) is how often expired keys are freed.
