@@ -574,6 +574,7 @@ TEST(SlidingLog, UncheckedMembersMeetForeignCommands) {
   clock->advance(60'000);
   EXPECT_EQ(lim->hit(limits, "k", 1).remaining, 99);  // everything older left the window
   EXPECT_EQ(rctest::run(*store, {"ZCARD", key}).integer, 1);
+}
 
 // ------------------------------------------------------------ issue 8: foreign writes
 
