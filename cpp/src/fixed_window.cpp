@@ -274,12 +274,20 @@ class SendOp final : public Op<std::vector<Reply>> {
     out_.assign(items_.size(), Reply{});
     std::size_t r = 0;
     for (const auto& group : members_) {
+      const std::size_t first = r;
       r += 1 + 2 * group.size();  // +OK, then +QUEUED per command
       Reply& exec = replies[r++];
       if (exec.type != Reply::Type::Array || exec.elements.size() != 2 * group.size()) {
         // EXECABORT (a command refused while queueing) or a failure of the whole call:
-        // nothing of it ran.
+        // nothing of it ran. The refusal itself (LOADING, READONLY...) says more than
+        // EXECABORT, and whether it is worth retrying.
         Reply whole = exec.is_error() ? exec : Reply::of_error("ERR EXEC returned an unexpected reply");
+        for (std::size_t q = first; q + 1 < r; ++q) {
+          if (replies[q].is_error()) {
+            whole = replies[q];
+            break;
+          }
+        }
         for (std::size_t i : group) out_[i] = whole;
         continue;
       }

@@ -33,7 +33,7 @@ def connect(
     *,
     connect_timeout: float = 2.0,
     command_timeout: float = 2.0,
-    max_connections: int = 32,
+    max_connections: int | None = None,
     connections: int = 1,
     keepalive: bool = True,
     pool_timeout: float = 2.0,
@@ -59,9 +59,10 @@ def connect(
     multiplexes every caller (threads and event loops) over ``connections`` sockets (1 to 4,
     default 1), writing whatever is queued in one system call (auto-pipelining);
     ``pool_timeout`` is how long a call waits when the store's queue of unsent requests is
-    full. ``max_connections`` (>= 1) caps the sockets in all: synchronous calls from several
-    threads at once may each borrow a thread connection of their own, which the I/O thread
-    opens on demand. ``clock`` replaces the system clock, so tests can step through
+    full. ``max_connections`` (default: ``connections``, so a fixed number of sockets) caps
+    the sockets in all; above ``connections``, synchronous calls from several threads at
+    once may each borrow a thread connection of their own, which the I/O thread opens on
+    demand (at most 256). ``clock`` replaces the system clock, so tests can step through
     windows: on memory:// it is the store's clock; on Redis it is the client's clock (what
     ``clock="client"`` counters and limiters take as now), while the server keeps its own
     for TTLs and ``clock="server"``; ``sweep_interval`` (memory only) is how often expired keys are freed.
@@ -84,10 +85,12 @@ def connect(
         url = "memory://"
     if not isinstance(url, str):
         raise TypeError(f"url must be a str, got {type(url).__name__}")
-    if not isinstance(max_connections, int) or isinstance(max_connections, bool):
-        raise TypeError(f"max_connections must be an int, got {type(max_connections).__name__}")
     if not isinstance(connections, int) or isinstance(connections, bool):
         raise TypeError(f"connections must be an int, got {type(connections).__name__}")
+    if max_connections is None:
+        max_connections = max(connections, 1)
+    if not isinstance(max_connections, int) or isinstance(max_connections, bool):
+        raise TypeError(f"max_connections must be an int or None, got {type(max_connections).__name__}")
     cert_reqs: str | None
     if isinstance(ssl_cert_reqs, ssl.VerifyMode):
         cert_reqs = _CERT_REQS[ssl_cert_reqs]

@@ -26,9 +26,11 @@ pytestmark = pytest.mark.redis_only
 Factory = Callable[..., RedisServer]
 
 
-def open_store(url: str, connections: int = 1, command_timeout: float = 2.0) -> redcount.Store:
-    # connections= is not on redcount.connect() yet; the binding takes it.
-    return _core.open_store(url, connect_timeout=2.0, command_timeout=command_timeout, max_connections=32,
+def open_store(url: str, connections: int = 1, command_timeout: float = 2.0,
+               max_connections: int | None = None) -> redcount.Store:
+    # The binding, as redcount.connect() calls it (max_connections defaults to connections).
+    return _core.open_store(url, connect_timeout=2.0, command_timeout=command_timeout,
+                            max_connections=max(connections, 1) if max_connections is None else max_connections,
                             keepalive=True, pool_timeout=2.0, clock=None, sweep_interval=0.1,
                             connections=connections)
 
@@ -101,6 +103,42 @@ def test_threads_share_a_fixed_number_of_connections_exact_totals(redis_factory:
     admin.close()
     store.close()
     wait_until(lambda: redcount_clients(redcount.connect(server.url)) <= 1, what="the connections to close")
+
+
+@pytest.mark.parametrize("connections", [1, 2])
+def test_thread_connections_stay_under_max_connections_exact_totals(redis_factory: Factory, connections: int) -> None:
+    server = redis_factory()
+    cap = connections + 3
+    store = redcount.connect(server.url, connections=connections, max_connections=cap)
+    counter = redcount.FixedWindowCounter(store, "threads", 3600)
+    threads, each = 16, 300
+    errors: list[BaseException] = []
+    start = threading.Barrier(threads)
+    most = [0]
+    admin = redcount.connect(server.url)
+
+    def work(t: int) -> None:
+        try:
+            start.wait()
+            for i in range(each):
+                counter.incr(f"k{(i + t) % 7}", 1 + i % 3)
+                if t == 0 and i % 50 == 0:
+                    most[0] = max(most[0], redcount_clients(admin) - 1)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    ts = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors, errors
+    assert sum(counter.get(f"k{j}") for j in range(7)) == threads * sum(1 + i % 3 for i in range(each))
+    most[0] = max(most[0], redcount_clients(admin) - 1)
+    assert connections <= most[0] <= cap
+    store.close()
+    wait_until(lambda: redcount_clients(admin) <= 1, what="the connections to close")
+    admin.close()
 
 
 def test_invalid_connection_count_is_refused(redis_server: RedisServer) -> None:

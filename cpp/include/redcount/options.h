@@ -39,7 +39,7 @@ struct StoreOptions {
   std::chrono::milliseconds connect_timeout{2000};  // 0 = wait forever
   std::chrono::milliseconds command_timeout{2000};  // 0 = wait forever
   bool keepalive = true;                            // TCP keepalive on every connection
-  int max_connections = 32;                         // pool size; must be >= 1
+  int max_connections = 1;  // sockets in all (>= 1); above `connections`: thread connections
   std::chrono::milliseconds pool_timeout{2000};     // wait for a free connection; 0 = forever
   std::chrono::milliseconds reconnect_backoff_min{10};
   std::chrono::milliseconds reconnect_backoff_max{1000};

@@ -17,10 +17,12 @@ bool is_noscript(const Reply& reply, const Request& request) {
   return reply.is_error() && word_is(reply.str, "NOSCRIPT") && std::holds_alternative<ScriptCall>(request);
 }
 
-bool is_multi(const Request& request) {
+bool is_command(const Request& request, std::string_view name) {
   const auto* cmd = std::get_if<Command>(&request);
-  return cmd != nullptr && !cmd->args.empty() && ascii_lower(cmd->args[0]) == "multi";
+  return cmd != nullptr && !cmd->args.empty() && cmd->args[0].size() == name.size() && ascii_lower(cmd->args[0]) == name;
 }
+
+bool is_multi(const Request& request) { return is_command(request, "multi"); }
 
 }  // namespace
 
@@ -137,13 +139,41 @@ Next after_round(Job& job, TimePoint now, std::chrono::milliseconds backoff_min,
       if (!is_noscript(job.replies[i], job.requests[i])) all_noscript = false;
     }
   };
+  std::vector<std::uint32_t> all;
   if (job.todo.empty()) {
-    for (std::uint32_t i = 0; i < job.requests.size(); ++i) check(i);
-  } else {
-    for (std::uint32_t i : job.todo) check(i);
+    all.resize(job.requests.size());
+    for (std::uint32_t i = 0; i < all.size(); ++i) all[i] = i;
   }
-  // A transaction is resent only when none of it ran.
-  if (retry.empty() || (job.multi && retry.size() != job.requests.size())) {
+  const std::vector<std::uint32_t>& round = job.todo.empty() ? all : job.todo;
+  for (std::size_t k = 0; k < round.size();) {
+    if (!job.multi || !is_multi(job.requests[round[k]])) {
+      check(round[k++]);
+      continue;
+    }
+    // A transaction, MULTI to EXEC, is resent whole, and only when none of it ran: EXEC
+    // was refused (EXECABORT) because commands were refused while queueing, each for a
+    // reason that means "not run" (LOADING, READONLY...), or every reply says "not run".
+    std::size_t end = k;
+    while (end < round.size() && !is_command(job.requests[round[end]], "exec")) ++end;
+    if (end == round.size()) break;  // no EXEC: whatever ran of it stays as it is
+    const Reply& exec = job.replies[round[end]];
+    bool aborted = exec.is_error() && word_is(exec.str, "EXECABORT");
+    bool refused = false, every = did_not_run(exec, job.requests[round[end]]);
+    for (std::size_t m = k; m < end; ++m) {
+      const Reply& r = job.replies[round[m]];
+      const bool not_run = did_not_run(r, job.requests[round[m]]);
+      every = every && not_run;
+      if (!r.is_error()) continue;
+      if (!not_run) aborted = false;  // a real error (a syntax error...): never resent
+      refused = true;
+    }
+    if ((aborted && refused) || every) {
+      for (std::size_t m = k; m <= end; ++m) retry.push_back(round[m]);
+      all_noscript = false;
+    }
+    k = end + 1;
+  }
+  if (retry.empty()) {
     job.succeed();
     return Next::Complete;
   }
