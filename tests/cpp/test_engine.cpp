@@ -16,6 +16,7 @@
 
 #include "redcount/errors.h"
 #include "redcount/options.h"
+#include "redcount/redis/resolver.h"
 #include "redcount/redis_store.h"
 #include "test_support.h"
 
@@ -187,3 +188,104 @@ TEST_F(EngineTest, CloseFromManyThreadsThenCallsRaiseStoreClosed) {
 }
 
 }  // namespace
+
+namespace {
+
+// Holds every name resolution open until release(), then answers with `answer`.
+struct HeldResolver {
+  std::mutex m;
+  std::condition_variable cv;
+  bool released = false;
+  std::atomic<int> calls{0};
+  redcount::redis::AddrList answer() {
+    ++calls;
+    std::unique_lock<std::mutex> lock(m);
+    cv.wait(lock, [this] { return released; });
+    redcount::redis::AddrList none;
+    none.error = "Name or service not known";
+    return none;
+  }
+  void release() {
+    std::lock_guard<std::mutex> lock(m);
+    released = true;
+    cv.notify_all();
+  }
+};
+
+}  // namespace
+
+// getaddrinfo() can wait seconds on DNS; it must not stop the reactor: a request waiting
+// for the connection still times out at its deadline while the name is being resolved.
+TEST(EngineResolver, ResolvingAHostNameNeverBlocksTheReactor) {
+  auto held = std::make_shared<HeldResolver>();
+  redcount::redis::set_resolve_hook_for_tests([held](const std::string&, int) { return held->answer(); });
+  StoreOptions o;
+  o.kind = StoreOptions::Kind::Tcp;
+  o.host = "cache.redcount-test.invalid";
+  o.port = 6379;
+  o.command_timeout = std::chrono::milliseconds(200);
+  o.connect_timeout = std::chrono::milliseconds(60000);
+  auto store = std::make_shared<RedisStore>(o);
+  std::mutex m;
+  std::condition_variable cv;
+  std::exception_ptr error;
+  bool done = false;
+  store->submit({Command{{"PING"}}}, [&](std::vector<Reply>&&, std::exception_ptr e) {
+    std::lock_guard<std::mutex> lock(m);
+    error = e;
+    done = true;
+    cv.notify_all();
+  });
+  {
+    std::unique_lock<std::mutex> lock(m);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return done; }));
+  }
+  // The deadline fired while the resolution was still held open.
+  EXPECT_EQ(held->calls.load(), 1);
+  ASSERT_TRUE(error);
+  try {
+    std::rethrow_exception(error);
+  } catch (const TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("waiting for a connection"), std::string::npos) << e.what();
+  }
+  held->release();
+  // The failed resolution is reported as such, naming the host (first, or as the reason
+  // of the reconnect backoff).
+  bool named = false;
+  for (int i = 0; i < 100 && !named; ++i) {
+    try {
+      rctest::run(*store, {"PING"});
+      ADD_FAILURE() << "PING went through to a host that does not resolve";
+      break;
+    } catch (const ConnectionError& e) {
+      named = std::string(e.what()).find("cannot resolve host 'cache.redcount-test.invalid'") != std::string::npos;
+      if (!named) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  EXPECT_TRUE(named);
+  store->close();
+  redcount::redis::set_resolve_hook_for_tests({});
+}
+
+// A connect_timeout that runs out while resolving says so.
+TEST(EngineResolver, ConnectTimeoutWhileResolvingNamesTheHost) {
+  auto held = std::make_shared<HeldResolver>();
+  redcount::redis::set_resolve_hook_for_tests([held](const std::string&, int) { return held->answer(); });
+  StoreOptions o;
+  o.kind = StoreOptions::Kind::Tcp;
+  o.host = "slow.redcount-test.invalid";
+  o.port = 6379;
+  o.command_timeout = std::chrono::milliseconds(5000);
+  o.connect_timeout = std::chrono::milliseconds(100);
+  auto store = std::make_shared<RedisStore>(o);
+  std::string message;
+  try {
+    rctest::run(*store, {"PING"});
+  } catch (const ConnectionError& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("timed out resolving host 'slow.redcount-test.invalid'"), std::string::npos) << message;
+  held->release();
+  store->close();
+  redcount::redis::set_resolve_hook_for_tests({});
+}

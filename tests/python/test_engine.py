@@ -449,3 +449,17 @@ def test_fork_pool_exact_totals(redis_server: RedisServer) -> None:
     assert done == [200] * 8
     assert counter.get("k") == 7 + 9 * sum(1 + i % 3 for i in range(200))
     store.close()
+
+
+def test_a_host_name_is_resolved_off_the_reactor_and_each_address_tried(redis_server: RedisServer) -> None:
+    # "localhost" is a name, so it goes through the resolver thread; it may resolve to ::1
+    # first, where nothing listens (the server binds 127.0.0.1), and then 127.0.0.1.
+    store = redcount.connect(f"redis://localhost:{redis_server.port}/0")
+    counter = redcount.FixedWindowCounter(store, "byname", 3600)
+    assert counter.incr("k") == 1
+    assert counter.incr("k") == 2
+    store.close()
+    bad = redcount.connect("redis://no-such-host.redcount-test.invalid:6379/0", connect_timeout=5)
+    with pytest.raises(redcount.ConnectionError, match="no-such-host.redcount-test.invalid"):
+        bad.ping()
+    bad.close()

@@ -12,6 +12,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <system_error>
 
 #include "redcount/errors.h"
 #include "redcount/util.h"
@@ -47,11 +48,11 @@ std::string server_name(const StoreOptions& options) {
   return options.host + ":" + std::to_string(options.port);
 }
 
-Connection::Connection(const StoreOptions& options, std::shared_ptr<TlsContext> tls)
-    : options_(options), tls_(std::move(tls)), where_(server_name(options)) {}
+Connection::Connection(const StoreOptions& options, std::shared_ptr<TlsContext> tls,
+                       std::function<void()> on_resolved)
+    : options_(options), tls_(std::move(tls)), where_(server_name(options)), on_resolved_(std::move(on_resolved)) {}
 
 Connection::~Connection() {
-  if (addrs_ != nullptr) freeaddrinfo(addrs_);
   if (!transport_ && fd_ >= 0) ::close(fd_);
 }
 
@@ -70,23 +71,33 @@ void Connection::open(TimePoint now) {
     std::memcpy(addr.sun_path, options_.unix_path.c_str(), options_.unix_path.size() + 1);
     fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd_ < 0) fail_connect(errno);
+    ++fd_epoch_;
     if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) return on_connected();
     if (errno == EINPROGRESS) return;
     fail_connect(errno);
   }
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  const std::string port = std::to_string(options_.port);
-  // Resolution blocks the reactor while it runs; numeric hosts and /etc/hosts names (the
-  // usual case for a cache) answer at once.
-  const int rc = ::getaddrinfo(options_.host.c_str(), port.c_str(), &hints, &addrs_);
-  if (rc != 0) {
-    addrs_ = nullptr;
-    throw ConnectionError("cannot resolve host '" + options_.host + "' (" + gai_strerror(rc) +
+  AddrList numeric;
+  if (resolve_numeric(options_.host, options_.port, numeric)) return connect_to(std::move(numeric));
+  if (!on_resolved_) return connect_to(resolve(options_.host, options_.port));  // nobody else to serve
+  // getaddrinfo() may wait seconds on DNS: it runs on a thread of its own, and advance()
+  // goes on once on_resolved_ has woken the reactor.
+  try {
+    resolution_ = Resolution::start(options_.host, options_.port, on_resolved_);
+  } catch (const std::system_error& e) {
+    throw ConnectionError("cannot resolve host '" + options_.host + "': no thread to resolve it on (" + e.what() + ")");
+  }
+  state_ = State::Resolving;
+}
+
+void Connection::connect_to(AddrList addrs) {
+  resolution_.reset();
+  if (!addrs.list) {
+    throw ConnectionError("cannot resolve host '" + options_.host + "' (" + addrs.error +
                           "); check the host name in the URL");
   }
-  next_addr_ = addrs_;
+  addrs_ = std::move(addrs);
+  next_addr_ = addrs_.list.get();
+  state_ = State::Connecting;
   start_connect();
 }
 
@@ -95,6 +106,7 @@ void Connection::start_connect() {
     const addrinfo* a = next_addr_;
     fd_ = ::socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd_ >= 0) {
+      ++fd_epoch_;
       if (::connect(fd_, a->ai_addr, a->ai_addrlen) == 0) return on_connected();
       if (errno == EINPROGRESS) return;
     }
@@ -123,6 +135,8 @@ void Connection::fail_connect(int err) const {
 void Connection::throw_setup_timeout() const {
   const std::string ms = std::to_string(options_.connect_timeout.count());
   switch (state_) {
+    case State::Resolving:
+      throw TimeoutError("timed out resolving host '" + options_.host + "' after " + ms + " ms (connect_timeout)");
     case State::Connecting:
       throw TimeoutError("timed out connecting to " + where_ + " after " + ms + " ms (connect_timeout)");
     case State::Securing:
@@ -135,6 +149,9 @@ void Connection::throw_setup_timeout() const {
 
 void Connection::advance() {
   switch (state_) {
+    case State::Resolving:
+      if (resolution_->done()) connect_to(resolution_->take());
+      return;
     case State::Connecting: {
       int err = 0;
       socklen_t len = sizeof err;
@@ -160,11 +177,8 @@ void Connection::advance() {
 }
 
 void Connection::on_connected() {
-  if (addrs_ != nullptr) {
-    freeaddrinfo(addrs_);
-    addrs_ = nullptr;
-    next_addr_ = nullptr;
-  }
+  addrs_ = AddrList{};
+  next_addr_ = nullptr;
   if (options_.kind == StoreOptions::Kind::Tcp) {
     int one = 1;
     ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);  // requests are whole messages
@@ -266,6 +280,8 @@ void Connection::check_hello(std::size_t index, const Reply& reply) {
 
 std::uint32_t Connection::wanted() const noexcept {
   switch (state_) {
+    case State::Resolving:
+      return 0;
     case State::Connecting:
       return EPOLLOUT;
     case State::Securing:

@@ -86,6 +86,10 @@ Engine::~Engine() {
   close();
   if (thread_.joinable()) thread_.detach();  // only when destroyed by its own thread
   if (epoll_fd_ >= 0) ::close(epoll_fd_);
+  {
+    std::lock_guard<std::mutex> lock(resolved_->mu);
+    resolved_->fd = -1;  // a resolver thread still running must not write to it
+  }
   if (event_fd_ >= 0) ::close(event_fd_);
   if (timer_fd_ >= 0) ::close(timer_fd_);
 }
@@ -116,8 +120,20 @@ void Engine::start_locked() {
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, event_fd_, &ev);
   ev.data.u64 = kTimerTag;
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, timer_fd_, &ev);
+  {
+    std::lock_guard<std::mutex> lock(resolved_->mu);
+    resolved_->fd = event_fd_;
+  }
   thread_ = std::thread([this] { run(); });
   started_ = true;
+}
+
+void Engine::ResolvedSignal::notify() {
+  pending.store(true);
+  std::lock_guard<std::mutex> lock(mu);
+  const std::uint64_t one = 1;
+  if (fd < 0) return;
+  [[maybe_unused]] ssize_t n = ::write(fd, &one, sizeof one);
 }
 
 void Engine::wake() {
@@ -468,8 +484,12 @@ bool Engine::step(bool tick) {
     for (auto& j : handoff_) delayed_.push_back(std::move(j));
     handoff_.clear();
   }
+  const bool resolved = resolved_->pending.exchange(false);
   for (std::size_t i = 0; i < slots_.size(); ++i) {
-    if (ours[i] && slots_[i].events != 0 && slots_[i].conn) handle_slot(static_cast<int>(i), now, requeue);
+    const Slot& s = slots_[i];
+    if (ours[i] && s.conn && (s.events != 0 || (resolved && s.conn->resolving()))) {
+      handle_slot(static_cast<int>(i), now, requeue);
+    }
     slots_[i].events = 0;
   }
   if (tick) expire(now, ours, requeue);
@@ -745,7 +765,7 @@ void Engine::open_slot(int i, TimePoint now) {
   Slot& s = slots_[static_cast<std::size_t>(i)];
   try {
     if (options_.tls && !tls_) tls_ = make_tls_context(options_);  // once per store
-    s.conn = std::make_unique<Connection>(options_, tls_);
+    s.conn = std::make_unique<Connection>(options_, tls_, [signal = resolved_] { signal->notify(); });
     s.conn->open(now);
   } catch (...) {
     return connect_failed(i, std::current_exception(), now);
@@ -806,12 +826,18 @@ void Engine::expire(TimePoint now, const std::vector<char>& ours, std::vector<st
 
 void Engine::set_interest(int i, std::uint32_t mask) {
   Slot& s = slots_[static_cast<std::size_t>(i)];
-  if (s.in_epoll && s.mask == mask) return;
+  const int fd = s.conn->fd();
+  if (fd < 0) return;  // resolving its host: the resolver wakes us
+  // A connect that fell back to the host's next address has a new socket (maybe with the
+  // old number); closing the old one took it out of the epoll set.
+  const bool same = s.in_epoll && s.epoch == s.conn->fd_epoch();
+  if (same && s.mask == mask) return;
   epoll_event ev{};
   ev.events = mask;
   ev.data.u64 = kSlotTag + static_cast<std::uint64_t>(i);
-  ::epoll_ctl(epoll_fd_, s.in_epoll ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, s.conn->fd(), &ev);
+  ::epoll_ctl(epoll_fd_, same ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &ev);
   s.in_epoll = true;
+  s.epoch = s.conn->fd_epoch();
   s.mask = mask;
 }
 

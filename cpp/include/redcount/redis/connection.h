@@ -4,9 +4,10 @@
 // an output buffer written in one syscall, a RESP parser, and the FIFO of replies it waits
 // for.
 //
-//   Connection c(options, tls_context);
-//   c.open(now);                          // throws ConnectionError (unresolvable host...)
+//   Connection c(options, tls_context, wake);   // wake(): a host name has been resolved
+//   c.open(now);                          // throws ConnectionError (refused at once...)
 //   while (!c.ready()) { poll(c.fd(), c.wanted()); c.advance(now); }   // throws on failure
+//   // (while resolving(), fd() is -1: call advance() after wake() ran)
 //   start_round(job, c.out(), c.inflight(), c.stream_end());
 //   c.flush();  c.read([&](Reply&& r) { ... });
 //
@@ -19,11 +20,13 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "redcount/options.h"
 #include "redcount/redis/pipeline.h"
+#include "redcount/redis/resolver.h"
 #include "redcount/redis/resp.h"
 #include "redcount/redis/transport.h"
 
@@ -31,9 +34,11 @@ namespace redcount::redis {
 
 class Connection {
  public:
-  enum class State { Connecting, Securing, Hello, Ready };
+  enum class State { Resolving, Connecting, Securing, Hello, Ready };
 
-  Connection(const StoreOptions& options, std::shared_ptr<TlsContext> tls);
+  // A host name that is not a numeric address is resolved on a thread of its own, and
+  // `on_resolved` runs there when it is done; without it, open() resolves in place.
+  Connection(const StoreOptions& options, std::shared_ptr<TlsContext> tls, std::function<void()> on_resolved = {});
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -49,7 +54,11 @@ class Connection {
 
   State state() const noexcept { return state_; }
   bool ready() const noexcept { return state_ == State::Ready; }
+  bool resolving() const noexcept { return state_ == State::Resolving; }
+  // The socket (-1 while resolving). It changes when a connect falls back to the host's
+  // next address; fd_epoch() counts the changes, so a poller can tell a reused number.
   int fd() const noexcept;
+  std::uint64_t fd_epoch() const noexcept { return fd_epoch_; }
   // EPOLLIN/EPOLLOUT the current state needs (data path: EPOLLIN, plus EPOLLOUT while
   // output is pending).
   std::uint32_t wanted() const noexcept;
@@ -121,6 +130,7 @@ class Connection {
   void interrupt() noexcept;
 
  private:
+  void connect_to(AddrList addrs);
   void start_connect();
   void on_connected();
   void send_hello();
@@ -136,8 +146,11 @@ class Connection {
   State state_ = State::Connecting;
   int fd_ = -1;  // until the transport owns it
   std::unique_ptr<Transport> transport_;
-  addrinfo* addrs_ = nullptr;
+  std::function<void()> on_resolved_;
+  std::shared_ptr<Resolution> resolution_;
+  AddrList addrs_;
   addrinfo* next_addr_ = nullptr;
+  std::uint64_t fd_epoch_ = 0;
   int last_errno_ = 0;
   bool blocking_recv_ = false;
   TimePoint setup_deadline_ = kNever;

@@ -112,6 +112,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
     // Reactor only:
     bool in_epoll = false;
     std::uint32_t mask = 0;  // registered events; 0 after a one-shot fired
+    std::uint64_t epoch = 0;  // the connection's fd_epoch() when it was registered
     std::uint32_t events = 0;
     TimePoint min_deadline = kNever;
   };
@@ -162,6 +163,16 @@ class Engine : public std::enable_shared_from_this<Engine> {
   FailureKind failure_kind_ = FailureKind::Connection;
   std::string failure_;
   std::atomic<int> server_major_{0};
+
+  // Wakes the reactor when a host name resolved on a resolver thread; such a thread may
+  // outlive the engine, so it holds this and never touches a closed eventfd.
+  struct ResolvedSignal {
+    std::mutex mu;
+    int fd = -1;
+    std::atomic<bool> pending{false};
+    void notify();
+  };
+  std::shared_ptr<ResolvedSignal> resolved_ = std::make_shared<ResolvedSignal>();
 
   int epoll_fd_ = -1;
   int event_fd_ = -1;
