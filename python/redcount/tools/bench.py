@@ -37,6 +37,11 @@ coroutines on one loop (run on the measuring thread) against ``limits``' async R
 (redis-py) with as many coroutines and against one synchronous thread; uvloop if installed; and
 ``incr`` over ``rediss://`` on a second private, TLS-only server against ``redis://``.
 
+Hot keys (``--only hot``, issue 7 section 6): redcount ``incr`` against ``limits``'
+``FixedWindowRateLimiter.hit``, and the exact sliding log against ``MovingWindowRateLimiter.hit``
+under ``100000/hour`` (the logs grow through the run; 100,000 is the member strategies' cap),
+on Redis and in memory, over 100 keys hit in turn.
+
 Sharded counters (``--only sharded``, issue 9): ``ShardedCounter.incr`` with a fresh request id
 per call (so every write is applied and pays the id's ``SET NX``, the ``INCRBY`` and the
 ``XADD``) from one thread and from 8, against plain redcount ``incr`` and ``redis-benchmark``
@@ -128,7 +133,13 @@ RC_AIO_UVLOOP = "redcount aio Limiter.hit x{tasks} coroutines (Redis, uvloop)"
 RC_INCR_TLS = "redcount incr (Redis over TLS)"
 # limits 4+ picks coredis for async+redis:// unless told; issue 7 compares with redis-py's client.
 _LIMITS_ASYNC_OPTIONS: dict[str, Any] = {"implementation": "redispy"}
-ONLY = ("all", "fixed", "sliding", "engine", "sharded")
+ONLY = ("all", "fixed", "sliding", "engine", "sharded", "hot")
+# Hot keys (--only hot, issue 7 section 6): the same contenders over 100 keys hit in turn.
+HOT_KEYS = 100
+# The issue asks for 1000000/hour, where the log grows; the member strategies cap a limit at
+# 100,000 (issue 8 item 5: bounded server work per call), so the largest allowed is used.
+HOT_SLIDING_LIMIT = "100000/hour"
+HOT = " (100 hot keys)"
 # Sharded counters (--only sharded, issue 9).
 RC_SH_INCR = "redcount sharded incr, new request id per call (Redis)"
 RC_SH_INCR_THREADS = "redcount sharded incr, new request ids x{threads} threads (Redis)"
@@ -776,6 +787,8 @@ def _print_report(rep: Report) -> None:
         limits_used.append(f"sliding windows and buckets {rep.sliding_limit!r} (never reached)")
     if rep.only in ("all", "engine"):
         limits_used.append(f"engine {BIG_LIMIT!r} ({THREADS} threads, {TASKS} coroutines, TLS)")
+    if rep.only in ("all", "hot"):
+        limits_used.append(f"hot keys: fixed {BIG_LIMIT!r}, sliding {HOT_SLIDING_LIMIT!r} over {HOT_KEYS} keys")
     if rep.only in ("all", "sharded"):
         limits_used.append(f"sharded counters (16 shards, {THREADS} threads, incr_many x{SH_MANY})")
     print("limits: " + ", ".join(limits_used))
@@ -1086,6 +1099,7 @@ def run_bench(args: argparse.Namespace) -> int:
     fixed, sliding = only in ("all", "fixed"), only in ("all", "sliding")
     engine = only in ("all", "engine")
     sharded = only in ("all", "sharded")
+    hot = only in ("all", "hot")
 
     bench_bin = ""  # only the fixed-window and engine measurements run redis-benchmark
     if fixed or engine or sharded:
@@ -1203,6 +1217,64 @@ def run_bench(args: argparse.Namespace) -> int:
                     )
                     plan += more
                     ratios += more_ratios
+
+            if hot:
+                hot_keys = keys[:HOT_KEYS]
+                hot_item = limits.parse(HOT_SLIDING_LIMIT)
+                mem_hot = connect()
+                engine_resources.callback(mem_hot.close)
+                for where, storage, rc_store, fixed_storage, mw_storage, incr_target, sw_target in [
+                    (
+                        "Redis",
+                        "RedisStorage",
+                        store,
+                        limits.storage.RedisStorage(url, key_prefix=f"{prefix}:limits-hot-fw"),
+                        limits.storage.RedisStorage(url, key_prefix=f"{prefix}:limits-hot-mw"),
+                        1.6,
+                        1.6,
+                    ),
+                    (
+                        "memory",
+                        "MemoryStorage",
+                        mem_hot,
+                        limits.storage.MemoryStorage(),
+                        limits.storage.MemoryStorage(),
+                        3.0,
+                        5.0,
+                    ),
+                ]:
+                    hot_counter = FixedWindowCounter(rc_store, "hot", COUNTER_WINDOW, prefix=prefix)
+                    counters.append(hot_counter)
+                    log = Limiter(rc_store, "sliding-window", prefix=f"{prefix}:hotlim")
+                    names = (
+                        (RC_INCR_MEM if where == "memory" else RC_INCR) + HOT,
+                        (LIM_HIT_MEM if where == "memory" else LIM_HIT_REDIS) + HOT,
+                        RC_SW.format(store=where) + HOT,
+                        LIM_MW.format(storage=storage) + HOT,
+                    )
+                    plan += [
+                        _PythonOp(names[0], hot_counter.incr, hot_keys),
+                        _PythonOp(
+                            names[1],
+                            partial(limits.strategies.FixedWindowRateLimiter(fixed_storage).hit, item),
+                            hot_keys,
+                        ),
+                        _PythonOp(names[2], partial(log.hit, HOT_SLIDING_LIMIT), hot_keys),
+                        _PythonOp(
+                            names[3],
+                            partial(limits.strategies.MovingWindowRateLimiter(mw_storage).hit, hot_item),
+                            hot_keys,
+                        ),
+                    ]
+                    ratios += [
+                        (f"redcount incr / limits hit ({where}, 100 hot keys)", names[0], names[1], incr_target),
+                        (
+                            f"redcount sliding-window / limits MovingWindow ({where}, 100 hot keys)",
+                            names[2],
+                            names[3],
+                            sw_target,
+                        ),
+                    ]
 
             if engine:
                 more, more_ratios, notes = _engine_block(
