@@ -87,7 +87,7 @@ def test_bench_reports_every_row_and_ratio(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     for name in ROWS + RATIOS:
         assert name in done.stdout, f"{name!r} missing from:\n{done.stdout}"
-    assert done.stdout.count("PASS") + done.stdout.count("MISS") == 12  # 8 + the engine's 4
+    assert done.stdout.count("PASS") + done.stdout.count("MISS") == 16  # 8 + the engine's 4 + hot keys' 4
     for name in ROWS:  # progress: one line per measurement, on stderr
         assert name in done.stderr
 
@@ -166,16 +166,19 @@ def test_bench_refuses_a_missing_binary(tmp_path: Path) -> None:
 ENGINE_ROWS = [
     "redis-benchmark INCR -c8 -P1",
     "redcount incr x8 threads (Redis)",
+    "redcount incr x8 threads (Redis, max_connections=9)",
     "redcount incr (Redis)",
     "limits async FixedWindow hit x1000 coroutines (RedisStorage)",
     "redcount aio Limiter.hit x1000 coroutines (Redis)",
     "redcount Limiter.hit (Redis)",
 ]
 ENGINE_RATIOS = [
-    "redcount incr x8 threads / redis-benchmark -c8 -P1",
-    "redcount incr x8 threads / x1 thread (Redis)",
+    "redcount incr x8 threads, thread connections / redis-benchmark -c8 -P1",
+    "redcount incr x8 threads, thread connections / x1 thread (Redis)",
     "redcount aio hit / limits async hit, x1000 coroutines (Redis)",
     "redcount aio hit x1000 coroutines / sync Limiter.hit x1 thread (Redis)",
+    "redcount incr x8 threads, one socket / redis-benchmark -c8 -P1",
+    "redcount incr x8 threads, one socket / x1 thread (Redis)",
 ]
 
 
@@ -200,8 +203,8 @@ def test_bench_only_engine(tmp_path: Path) -> None:
     assert "redcount incr (Redis over TLS)" in names
     assert all(r["ops_per_sec"] > 0 and r["falsy"] == 0 for r in data["results"])
     ratios = {q["name"]: q for q in data["ratios"]}
-    assert [q["name"] for q in data["ratios"]][:4] == ENGINE_RATIOS
-    assert [ratios[n]["target"] for n in ENGINE_RATIOS] == [1.3, 6.0, 8.0, 4.0]
+    assert [q["name"] for q in data["ratios"]][: len(ENGINE_RATIOS)] == ENGINE_RATIOS
+    assert [ratios[n]["target"] for n in ENGINE_RATIOS] == [1.3, 6.0, 8.0, 4.0, None, None]
     assert ratios["redcount incr rediss:// / redis:// (one thread)"]["value"] > 0
     assert data["only"] == "engine"
     assert any("no regression" in note for note in data["notes"])
@@ -231,3 +234,35 @@ def test_bench_only_sharded(tmp_path: Path) -> None:
     assert data["only"] == "sharded"
     assert sum("sharded value() with" in note for note in data["notes"]) == 4
     assert any(note.startswith("incr_many:") for note in data["notes"])
+
+
+HOT_ROWS = [
+    "redcount incr (Redis) (100 hot keys)",
+    "limits FixedWindow hit (RedisStorage) (100 hot keys)",
+    "redcount sliding-window hit (Redis) (100 hot keys)",
+    "limits MovingWindow hit (RedisStorage) (100 hot keys)",
+    "redcount incr (memory) (100 hot keys)",
+    "limits FixedWindow hit (MemoryStorage) (100 hot keys)",
+    "redcount sliding-window hit (memory) (100 hot keys)",
+    "limits MovingWindow hit (MemoryStorage) (100 hot keys)",
+]
+
+
+def test_bench_only_hot(tmp_path: Path) -> None:
+    # Issue 7 section 6: the same contenders over 100 keys hit in turn, the logs growing.
+    _need("redis-server")
+    out_json = tmp_path / "bench.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "redcount", "bench", "--seconds", "0.2", "--only", "hot", "--json", str(out_json)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    data = json.loads(out_json.read_text())
+    assert [r["name"] for r in data["results"]] == HOT_ROWS
+    assert all(r["ops_per_sec"] > 0 and r["falsy"] == 0 for r in data["results"])
+    assert [q["target"] for q in data["ratios"]] == [1.6, 1.6, 3.0, 5.0]
+    assert data["only"] == "hot"

@@ -127,6 +127,7 @@ THREADS = 8
 TASKS = 1000
 RB_C8 = "redis-benchmark INCR -c{threads} -P1"
 RC_INCR_THREADS = "redcount incr x{threads} threads (Redis)"
+RC_INCR_THREADS_TC = "redcount incr x{threads} threads (Redis, max_connections={cap})"
 LIM_AIO = "limits async FixedWindow hit x{tasks} coroutines (RedisStorage)"
 RC_AIO = "redcount aio Limiter.hit x{tasks} coroutines (Redis)"
 RC_AIO_UVLOOP = "redcount aio Limiter.hit x{tasks} coroutines (Redis, uvloop)"
@@ -901,9 +902,17 @@ def _engine_block(
     limiter = Limiter(store, prefix=f"{prefix}:lim")
     rb_c8 = RB_C8.format(threads=THREADS)
     threads = RC_INCR_THREADS.format(threads=THREADS)
+    # The same store shape with thread connections allowed: each blocking caller that finds
+    # the multiplexed connection busy may borrow a socket of its own (see connect()).
+    tc_store = connect(url, max_connections=1 + THREADS)
+    stack.callback(tc_store.close)
+    tc_counter = FixedWindowCounter(tc_store, "incr", COUNTER_WINDOW, prefix=prefix)
+    stack.callback(tc_counter.close)
+    threads_tc = RC_INCR_THREADS_TC.format(threads=THREADS, cap=1 + THREADS)
     contenders: list[_Contender] = [
         _RedisBenchmark(rb_c8, bench_bin, url, 1, rb_key, clients=THREADS),
         _Threads(threads, counter.incr, keys, THREADS),
+        _Threads(threads_tc, tc_counter.incr, keys, THREADS),
     ]
     if RC_INCR not in have:
         contenders.append(_PythonOp(RC_INCR, counter.incr, keys))
@@ -926,10 +935,12 @@ def _engine_block(
     if RC_HIT_REDIS not in have:
         contenders.append(_PythonOp(RC_HIT_REDIS, partial(limiter.hit, BIG_LIMIT), keys))
     ratios: list[_RatioSpec] = [
-        (f"redcount incr x{THREADS} threads / redis-benchmark -c{THREADS} -P1", threads, rb_c8, 1.3),
-        (f"redcount incr x{THREADS} threads / x1 thread (Redis)", threads, RC_INCR, 6.0),
+        (f"redcount incr x{THREADS} threads, thread connections / redis-benchmark -c{THREADS} -P1", threads_tc, rb_c8, 1.3),
+        (f"redcount incr x{THREADS} threads, thread connections / x1 thread (Redis)", threads_tc, RC_INCR, 6.0),
         (f"redcount aio hit / limits async hit, x{TASKS} coroutines (Redis)", rc_name, lim_name, 8.0),
         (f"redcount aio hit x{TASKS} coroutines / sync Limiter.hit x1 thread (Redis)", rc_name, RC_HIT_REDIS, 4.0),
+        (f"redcount incr x{THREADS} threads, one socket / redis-benchmark -c{THREADS} -P1", threads, rb_c8, None),
+        (f"redcount incr x{THREADS} threads, one socket / x1 thread (Redis)", threads, RC_INCR, None),
     ]
     try:
         import uvloop  # type: ignore[import-not-found,unused-ignore]  # noqa: F401 - optional
