@@ -552,7 +552,8 @@ class Limiter:
         call ``wait``. A cancelled waiter leaves the queue and charges nothing (a call to
         the store already in flight is left to finish; an admission it made goes to the
         next waiter of the same cost)."""
-        return await _wait_async(_shaper_of(self.sync), self._hit, self.sync.strategy, limit, key, cost, max_wait)
+        shaper = _shaper_of(self.sync)
+        return await _wait_async(shaper, self._hit, self.sync.strategy, limit, key, cost, max_wait)
 
     def waiting(self, limit: str | LimitSet, key: str | bytes) -> int:
         """See :meth:`redcount.Limiter.waiting` (no store call, so not a coroutine)."""

@@ -10,7 +10,7 @@ from . import _core
 from ._core import Decision, Lease, LimitSet, LimitStats, Store
 from ._wrap import bind_fast_paths
 from .errors import RateLimitExceeded
-from .shaping import Throttle, check_wait_args, shaper_of, wait_sync
+from .shaping import Throttle, check_wait_args, queue_name, shaper_of, wait_sync
 
 __all__ = ["Decision", "Lease", "LimitSet", "LimitStats", "Limiter", "parse_limits", "strategies"]
 
@@ -194,8 +194,7 @@ class Limiter:
         """How many waiters of this process (threads, and coroutines of any
         :class:`redcount.aio.Limiter` view of this limiter) are queued in :meth:`wait` for
         ``limit`` and ``key``, the one talking to the store included. No store call."""
-        text = limit.text if isinstance(limit, LimitSet) else LimitSet(limit).text
-        return shaper_of(self).waiting((text, key))
+        return shaper_of(self).waiting(queue_name(limit, key))
 
     def throttle(
         self, limit: str | LimitSet, key: str | bytes, cost: int = 1, *, max_wait: float | None = None

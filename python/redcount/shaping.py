@@ -72,7 +72,7 @@ def retry_delay(retry_after: float) -> float:
 
 def check_wait_args(
     limit: str | LimitSet, key: str | bytes, cost: int, strategy: str, max_wait: float | None
-) -> tuple[tuple[str, str | bytes], int]:
+) -> tuple[tuple[object, str | bytes], int]:
     """Validate the arguments of a wait before queueing; return the queue's name and the
     smallest amount of the limits (for :class:`WaitTimeout`). Raises
     :class:`~redcount.InvalidInputError` at once, so a hit that could never be admitted is
@@ -100,11 +100,27 @@ def check_wait_args(
                 f"cost {cost} exceeds the {what} {most} of '{limits.text}': wait() could never admit it, "
                 "so it does not wait"
             )
-    return (limits.text, key), min(rl.amount for rl in limits.limits)
+    return _queue_name(limits, key), min(rl.amount for rl in limits.limits)
+
+
+def _queue_name(limits: LimitSet, key: str | bytes) -> tuple[object, str | bytes]:
+    # What the limits mean, not how they were spelled: "10/second" and "10 per second" share
+    # a queue, as they share the stored state.
+    return tuple((rl.amount, rl.window, rl.burst) for rl in limits.limits), key
+
+
+def queue_name(limit: str | LimitSet, key: str | bytes) -> tuple[object, str | bytes]:
+    """The name of the queue of waiters for ``limit`` and ``key``."""
+    return _queue_name(limit if isinstance(limit, LimitSet) else LimitSet(limit), key)
 
 
 def _timeout(
-    limit: str | LimitSet, key: str | bytes, amount: int, started: float, retry_after: float | None, max_wait: float
+    limit: str | LimitSet,
+    key: str | bytes,
+    amount: int,
+    started: float,
+    retry_after: float | None,
+    max_wait: float,
 ) -> WaitTimeout:
     waited = time.monotonic() - started
     text = limit.text if isinstance(limit, LimitSet) else limit
@@ -113,7 +129,8 @@ def _timeout(
     else:
         why = f"the limiter would admit it in {retry_after:.3f} s"
     return WaitTimeout(
-        f"gave up waiting for {text!r} on {key!r} after {waited:.3f} s (max_wait={max_wait} s): {why}; nothing was charged",
+        f"gave up waiting for {text!r} on {key!r} after {waited:.3f} s (max_wait={max_wait} s): {why}; "
+        "nothing was charged",
         key,
         amount,
         waited=waited,
@@ -177,7 +194,7 @@ class Shaper:
             if not q:
                 del self._queues[qname]
 
-    def waiting(self, qname: tuple[str, str | bytes]) -> int:
+    def waiting(self, qname: tuple[object, str | bytes]) -> int:
         with self._lock:
             return sum(len(q) for name, q in self._queues.items() if name[-2:] == qname)
 
