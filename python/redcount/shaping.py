@@ -75,19 +75,19 @@ def check_wait_args(
 ) -> tuple[tuple[object, str | bytes], int]:
     """Validate the arguments of a wait before queueing; return the queue's name and the
     smallest amount of the limits (for :class:`WaitTimeout`). Raises
-    :class:`~redcount.InvalidInputError` at once, so a hit that could never be admitted is
-    never waited for."""
+    :class:`~redcount.InvalidInputError` (bad values) or ``TypeError`` (wrong types) at
+    once, so a hit that could never be admitted is never waited for."""
     if max_wait is not None:
         if isinstance(max_wait, bool) or not isinstance(max_wait, (int, float)):
-            raise InvalidInputError(f"max_wait must be a number of seconds or None, got {max_wait!r}")
+            raise TypeError(f"max_wait must be a number of seconds or None, got {max_wait!r}")
         if not math.isfinite(max_wait) or max_wait < 0:
             raise InvalidInputError(
                 f"max_wait must be finite and >= 0 seconds (None waits as long as needed), got {max_wait!r}"
             )
     if isinstance(cost, bool) or not isinstance(cost, int):
-        raise InvalidInputError(f"cost must be an int, got {cost!r}")
+        raise TypeError(f"cost must be an int, got {cost!r}")
     if not isinstance(key, (str, bytes)):
-        raise InvalidInputError(f"key must be str or bytes, got {type(key).__name__}")
+        raise TypeError(f"key must be str or bytes, got {type(key).__name__}")
     limits = limit if isinstance(limit, LimitSet) else LimitSet(limit)
     if cost < 1:
         raise InvalidInputError(f"cost must be >= 1, got {cost}")
