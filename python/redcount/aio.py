@@ -553,7 +553,7 @@ class Limiter:
         the store already in flight is left to finish; an admission it made goes to the
         next waiter of the same cost)."""
         shaper = _shaper_of(self.sync)
-        return await _wait_async(shaper, self._hit, self.sync.strategy, limit, key, cost, max_wait)
+        return await _wait_async(shaper, self.hit, self.sync.strategy, limit, key, cost, max_wait)
 
     def waiting(self, limit: str | LimitSet, key: str | bytes) -> int:
         """See :meth:`redcount.Limiter.waiting` (no store call, so not a coroutine)."""

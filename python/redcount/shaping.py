@@ -24,12 +24,14 @@ processes that arrived up to about one retry interval (its ``retry_after`` plus 
 later: best-effort, not FIFO.
 
 Leaving the queue (``max_wait`` expired, ``KeyboardInterrupt``, task cancellation) charges
-nothing. One subtle case: a coroutine cancelled while its ``hit`` is in flight on Redis
-cannot take the call back. The call is left to finish (it is shielded, so the connection is
-not disturbed either); if it admitted the hit, the admission is handed to the next waiter of
-the queue when that waiter has the same cost (it would have been charged the same), so the
-charge is not lost; with no such waiter, that one unit of capacity goes unused. Nothing is
-ever admitted twice and no limit is ever exceeded.
+nothing. Two subtle cases. A coroutine cancelled while its ``hit`` is in flight on Redis
+cannot take the call back: the call is left to finish (in a shielded task, so the connection
+is not disturbed either); if it admitted the hit, the admission is handed to the next waiter
+of the queue when that one has the same cost (it would have been charged the same), so the
+charge is not lost; with no such waiter, that one unit of capacity goes unused. And a
+``KeyboardInterrupt`` that lands in the instant a sync ``hit`` returns an admission (Python
+handles the signal as the C++ call returns) loses that admission: charged and unused, as
+after a crash. Nothing is ever admitted twice and no limit is ever exceeded.
 """
 
 from __future__ import annotations
@@ -258,15 +260,15 @@ def wait_sync(
 
 async def wait_async(
     shaper: Shaper,
-    hit: Callable[[str | LimitSet, str | bytes, int], Any],
+    hit: Callable[[str | LimitSet, str | bytes, int], Awaitable[Decision]],
     strategy: str,
     limit: str | LimitSet,
     key: str | bytes,
     cost: int,
     max_wait: float | None,
 ) -> Decision:
-    """The body of :meth:`redcount.aio.Limiter.wait`. ``hit`` returns a Decision (inline
-    completion) or a future of one."""
+    """The body of :meth:`redcount.aio.Limiter.wait`; ``hit`` is the limiter's public
+    ``hit`` coroutine function (so whatever it does, a failure policy included, applies)."""
     qname0, amount = check_wait_args(limit, key, cost, strategy, max_wait)
     loop = asyncio.get_running_loop()
     qname = (loop, *qname0)
@@ -294,15 +296,11 @@ async def wait_async(
             done = True
             return ticket.handed
         while True:
-            r = hit(limit, key, cost)
-            if isinstance(r, asyncio.Future):
-                in_flight = r
-                # Shielded: a cancellation must not cut a call that may already have
-                # charged the hit; the finally clause below settles it when it ends.
-                d: Decision = await asyncio.shield(r)
-                in_flight = None
-            else:
-                d = r
+            # A task of its own, shielded: a cancellation must not cut a call that may
+            # already have charged the hit; the finally clause settles it when it ends.
+            in_flight = asyncio.ensure_future(hit(limit, key, cost))
+            d = await asyncio.shield(in_flight)
+            in_flight = None
             if d.allowed:
                 held = d
                 done = True
