@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from . import _core
 from ._core import Decision, Lease, LimitSet, LimitStats, Store
 from ._wrap import bind_fast_paths
 from .errors import RateLimitExceeded
 from .shaping import Throttle, check_wait_args, queue_name, shaper_of, wait_sync
+
+if TYPE_CHECKING:
+    from .aio import Limiter as AsyncLimiter
 
 __all__ = ["Decision", "Lease", "LimitSet", "LimitStats", "Limiter", "parse_limits", "strategies"]
 
@@ -214,9 +217,13 @@ class Limiter:
         the call when ``max_wait`` runs out. The arguments are checked here, when decorating."""
         check_wait_args(limit, key, cost, self.strategy, max_wait)
 
-        def wait_async() -> Awaitable[Decision]:
-            from .aio import Limiter as AsyncLimiter
+        views: list[AsyncLimiter] = []  # one async view, made on the first call
 
-            return AsyncLimiter.from_sync(self).wait(limit, key, cost, max_wait=max_wait)
+        def wait_async() -> Awaitable[Decision]:
+            if not views:
+                from .aio import Limiter as AsyncLimiter
+
+                views.append(AsyncLimiter.from_sync(self))
+            return views[0].wait(limit, key, cost, max_wait=max_wait)
 
         return Throttle(lambda: self.wait(limit, key, cost, max_wait=max_wait), wait_async)
