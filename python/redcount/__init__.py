@@ -37,6 +37,7 @@ from .errors import (
     SecurityWarning,
     StoreClosed,
     TimeoutError,
+    WaitTimeout,
 )
 from .limiter import Decision, Lease, Limiter, LimitSet, LimitStats, parse_limits, strategies
 from .sharded import BufferedCounter, BufferedStats, Quota, QuotaResult, Reading, ShardedCounter
@@ -75,6 +76,7 @@ __all__ = [
     "SlidingWindowCounter",
     "Store",
     "TimeoutError",
+    "WaitTimeout",
     "__version__",
     "connect",
     "parse_limits",

@@ -49,6 +49,10 @@ from .counters import FixedWindowCounter as _SyncFixedWindowCounter
 from .limiter import Clock, Strategy
 from .limiter import Limiter as _SyncLimiter
 from .limiter import _slots_taken
+from .shaping import Throttle
+from .shaping import check_wait_args as _check_wait_args
+from .shaping import shaper_of as _shaper_of
+from .shaping import wait_async as _wait_async
 from .sharded import Increment
 from .sharded import Quota as _SyncQuota
 from .sharded import ShardedCounter as _SyncShardedCounter
@@ -538,6 +542,33 @@ class Limiter:
 
     def __repr__(self) -> str:
         return "redcount.aio." + repr(self.sync)
+
+    async def wait(
+        self, limit: str | LimitSet, key: str | bytes, cost: int = 1, *, max_wait: float | None = None
+    ) -> Decision:
+        """See :meth:`redcount.Limiter.wait`: the same arguments, result and errors
+        (:class:`~redcount.WaitTimeout` when ``max_wait`` runs out), waiting without
+        blocking the loop. Coroutines queue per (event loop, limit, key) in the order they
+        call ``wait``. A cancelled waiter leaves the queue and charges nothing (a call to
+        the store already in flight is left to finish; an admission it made goes to the
+        next waiter of the same cost)."""
+        shaper = _shaper_of(self.sync)
+        return await _wait_async(shaper, self.hit, self.sync.strategy, limit, key, cost, max_wait)
+
+    def waiting(self, limit: str | LimitSet, key: str | bytes) -> int:
+        """See :meth:`redcount.Limiter.waiting` (no store call, so not a coroutine)."""
+        return self.sync.waiting(limit, key)
+
+    def throttle(
+        self, limit: str | LimitSet, key: str | bytes, cost: int = 1, *, max_wait: float | None = None
+    ) -> Throttle:
+        """See :meth:`redcount.Limiter.throttle`: the same decorator (coroutine functions
+        wait on the loop, plain functions block their thread)."""
+        _check_wait_args(limit, key, cost, self.sync.strategy, max_wait)
+        return Throttle(
+            lambda: self.sync.wait(limit, key, cost, max_wait=max_wait),
+            lambda: self.wait(limit, key, cost, max_wait=max_wait),
+        )
 
 
 class ShardedCounter:

@@ -13,6 +13,8 @@
         ``ScriptError``: a Lua script failed on the server.
     ``RetryQueueFull``: a queued increment could not be queued; it was not applied.
     ``RateLimitExceeded``: :meth:`Limiter.lease` found every slot taken.
+        ``WaitTimeout``: :meth:`Limiter.wait` (or a ``throttle`` decorator) gave up after
+        ``max_wait`` seconds; nothing was charged.
 
 ``SecurityWarning`` (a ``UserWarning``, not an exception): :func:`redcount.connect` was
 asked to skip TLS certificate verification (``ssl_cert_reqs="none"``).
@@ -54,6 +56,33 @@ class RateLimitExceeded(RedcountError):
         self.limit = limit
 
 
+class WaitTimeout(RateLimitExceeded):
+    """Raised by :meth:`redcount.Limiter.wait` (sync and async, and by the functions a
+    ``throttle`` decorator wraps) when the hit could not be admitted within ``max_wait``.
+
+    Nothing was charged. ``key``; ``limit``, the amount of the limit that refused it (the
+    smallest amount when it never reached the store); ``waited``, the seconds it waited;
+    ``retry_after``, the limiter's last estimate of the seconds until it could be admitted
+    (None when it gave up while still queued behind other waiters of this process);
+    ``max_wait``. It gives up early, without sleeping to the end, once the limiter says the
+    hit cannot be admitted in the time left."""
+
+    def __init__(
+        self,
+        message: str,
+        key: str | bytes,
+        limit: int,
+        *,
+        waited: float,
+        retry_after: float | None,
+        max_wait: float,
+    ) -> None:
+        super().__init__(message, key, limit)
+        self.waited = waited
+        self.retry_after = retry_after
+        self.max_wait = max_wait
+
+
 __all__ = [
     "AuthenticationError",
     "ConnectionError",
@@ -67,4 +96,5 @@ __all__ = [
     "SecurityWarning",
     "StoreClosed",
     "TimeoutError",
+    "WaitTimeout",
 ]

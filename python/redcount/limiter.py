@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from . import _core
 from ._core import Decision, Lease, LimitSet, LimitStats, Store
 from ._wrap import bind_fast_paths
 from .errors import RateLimitExceeded
+from .shaping import Throttle, check_wait_args, queue_name, shaper_of, wait_sync
+
+if TYPE_CHECKING:
+    from .aio import Limiter as AsyncLimiter
 
 __all__ = ["Decision", "Lease", "LimitSet", "LimitStats", "Limiter", "parse_limits", "strategies"]
 
@@ -162,3 +166,64 @@ class Limiter:
 
     def __repr__(self) -> str:
         return f"Limiter(strategy={self.strategy!r}, clock={self.clock!r}, store={self.store.url!r})"
+
+    def wait(
+        self, limit: str | LimitSet, key: str | bytes, cost: int = 1, *, max_wait: float | None = None
+    ) -> Decision:
+        """Wait until ``cost`` is allowed under ``limit`` for ``key``, charge it and return
+        the admitting :class:`Decision` (shaping instead of refusing).
+
+        Waiters of this process queue per (limit, key) in order of arrival and only the
+        first talks to the store: one :meth:`hit`; when refused, it sleeps the reported
+        ``retry_after`` plus a few ms of jitter and calls once more. So admission follows
+        arrival order within the process; across processes it is best-effort (see the
+        README, "Shaping instead of refusing").
+
+        ``max_wait``: seconds, finite and >= 0, or None (the default) to wait as long as it
+        takes. When the hit cannot be admitted in time this raises
+        :class:`~redcount.WaitTimeout` (a :class:`~redcount.RateLimitExceeded`) with
+        ``waited`` and ``retry_after``, having charged nothing; it gives up as soon as the
+        limiter's ``retry_after`` goes past the deadline. ``max_wait=0`` tries once.
+
+        A ``cost`` the limit can never admit (above its amount, or a bucket's capacity)
+        raises :class:`~redcount.InvalidInputError` at once. ``KeyboardInterrupt`` while
+        waiting leaves the queue and charges nothing. Store errors propagate (the waiter
+        leaves the queue; the next one carries on). Works with every strategy: each reports
+        when a refused hit would be allowed (for ``"concurrency"``, ``hit("N/period")``
+        slots; leases taken with :meth:`acquire` are not waited for). Thread-safe."""
+        return wait_sync(shaper_of(self), self.hit, self.strategy, limit, key, cost, max_wait)
+
+    def waiting(self, limit: str | LimitSet, key: str | bytes) -> int:
+        """How many waiters of this process (threads, and coroutines of any
+        :class:`redcount.aio.Limiter` view of this limiter) are queued in :meth:`wait` for
+        ``limit`` and ``key``, the one talking to the store included. No store call."""
+        return shaper_of(self).waiting(queue_name(limit, key))
+
+    def throttle(
+        self, limit: str | LimitSet, key: str | bytes, cost: int = 1, *, max_wait: float | None = None
+    ) -> Throttle:
+        """A decorator for calls to a rate-limited API: each call first waits its turn
+        (:meth:`wait`), then runs::
+
+            @limiter.throttle("10/second", key="github", max_wait=30)
+            def get_repo(name: str) -> dict[str, object]: ...
+
+            @limiter.throttle("10/second", key="github", max_wait=30)
+            async def get_user(name: str) -> dict[str, object]: ...   # waits without blocking the loop
+
+        Coroutine functions wait through :class:`redcount.aio.Limiter` (sharing this
+        limiter's core and queues); plain functions block their thread. Signatures, return
+        values and exceptions are kept; :class:`~redcount.WaitTimeout` is raised instead of
+        the call when ``max_wait`` runs out. The arguments are checked here, when decorating."""
+        check_wait_args(limit, key, cost, self.strategy, max_wait)
+
+        views: list[AsyncLimiter] = []  # one async view, made on the first call
+
+        def wait_async() -> Awaitable[Decision]:
+            if not views:
+                from .aio import Limiter as AsyncLimiter
+
+                views.append(AsyncLimiter.from_sync(self))
+            return views[0].wait(limit, key, cost, max_wait=max_wait)
+
+        return Throttle(lambda: self.wait(limit, key, cost, max_wait=max_wait), wait_async)
