@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import signal
 import socket
 import threading
 import time
@@ -415,6 +416,46 @@ def test_buffered_fork_child_starts_empty(redis_store: redcount.Store, redis_ser
     assert c.value() == 3  # the child wrote its own 2 + 1, not the parent's 5
     assert b.close() == 0
     assert c.value() == 8
+    store.close()
+
+
+def test_buffered_forks_after_flushes_never_hang_the_child() -> None:
+    # The parent's flusher waits on a condition variable when the fork happens; a child that
+    # reuses it as it was (waiters that do not exist there) hung in close() most times.
+    import os
+
+    store = redcount.connect("memory://")
+    c = redcount.ShardedCounter(store, "forks")
+    b = redcount.BufferedCounter(c, flush_every=3600, max_pending=10**9)
+    hung = failed = 0
+    for _ in range(10):
+        b.incr(1)
+        b.flush()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: fork of a threaded process
+            pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                b.incr(2)
+                code = 0 if b.close() == 0 else 2
+            finally:
+                os._exit(code)
+        deadline = time.monotonic() + 10
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                failed += os.waitstatus_to_exitcode(status) != 0
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                hung += 1
+                break
+            time.sleep(0.01)
+    assert (hung, failed) == (0, 0)
+    assert b.close() == 0
+    assert c.value() == 10  # the parent's own; each child wrote to its own memory store
     store.close()
 
 

@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <new>
 #include <random>
 #include <set>
 
@@ -250,6 +251,11 @@ void BufferedCounter::fork_child() {
   id_base_ = random_id_base();
   next_id_ = 0;
   stats_ = BufferedStats{};
+  // The parent's flusher may have been waiting on these at the fork: in the child, a
+  // condition variable that counts waiters it does not have can block a notify or a wait
+  // for ever (glibc). Start them afresh (their memory holds no resources to release).
+  new (&cv_) std::condition_variable();
+  new (&acked_) std::condition_variable();
   mu_.unlock();
 }
 
