@@ -33,13 +33,13 @@ struct LimiterHandle {
   std::unordered_map<std::string, std::shared_ptr<const LimitSet>> parsed;
 
   std::shared_ptr<const LimitSet> limits(py::handle limit) {
-    if (py::isinstance<LimitSet>(limit)) {
+    // The same str object as last time (a literal at a call site): no type lookup, no
+    // hashing, no lock. Only touched with the GIL held, which serialises it.
+    if (limit.ptr() == last_text.ptr() && last_set) return last_set;
+    if (!PyUnicode_Check(limit.ptr()) && py::isinstance<LimitSet>(limit)) {
       // Borrowed: the caller's LimitSet outlives the call (it is an argument).
       return std::shared_ptr<const LimitSet>(std::shared_ptr<const LimitSet>(), &limit.cast<const LimitSet&>());
     }
-    // The same str object as last time (a literal at a call site): no hashing, no lock.
-    // Only touched with the GIL held, which serialises it.
-    if (limit.ptr() == last_text.ptr() && last_set) return last_set;
     if (!PyUnicode_Check(limit.ptr())) {
       throw py::type_error("limit must be a str or LimitSet, got " +
                            std::string(py::str(py::type::handle_of(limit).attr("__name__"))));
