@@ -39,8 +39,10 @@ from .errors import (
     TimeoutError,
 )
 from .limiter import Decision, Lease, Limiter, LimitSet, LimitStats, parse_limits, strategies
+from .flusher import Flusher, FlusherStats, Lag
 from .sharded import BufferedCounter, BufferedStats, Quota, QuotaResult, Reading, ShardedCounter
 from .sliding import SlidingWindowCounter
+from .snapshots import SnapshotStore
 from .store import ManualClock, Store, connect
 
 __version__ = "0.1.0"
@@ -52,7 +54,10 @@ __all__ = [
     "ConnectionError",
     "Decision",
     "FixedWindowCounter",
+    "Flusher",
+    "FlusherStats",
     "InvalidInputError",
+    "Lag",
     "Lease",
     "LimitSet",
     "LimitStats",
@@ -73,6 +78,7 @@ __all__ = [
     "ShardedCounter",
     "StoreClosed",
     "SlidingWindowCounter",
+    "SnapshotStore",
     "Store",
     "TimeoutError",
     "__version__",
