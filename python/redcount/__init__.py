@@ -40,6 +40,7 @@ from .errors import (
 )
 from .limiter import Decision, Lease, Limiter, LimitSet, LimitStats, parse_limits, strategies
 from .flusher import Flusher, FlusherStats, Lag
+from .restore import RestoreReport, restore
 from .sharded import BufferedCounter, BufferedStats, Quota, QuotaResult, Reading, ShardedCounter
 from .sliding import SlidingWindowCounter
 from .snapshots import SnapshotStore
@@ -71,6 +72,7 @@ __all__ = [
     "Reading",
     "RedcountError",
     "ReplyError",
+    "RestoreReport",
     "RetryQueueFull",
     "RetryStats",
     "ScriptError",
@@ -84,5 +86,6 @@ __all__ = [
     "__version__",
     "connect",
     "parse_limits",
+    "restore",
     "strategies",
 ]

@@ -26,6 +26,7 @@ database write lock), so flushers sharing the work never both apply one entry.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import socket
@@ -180,8 +181,16 @@ class Flusher:
                     raise
 
     def _read(self) -> list[tuple[_Shard, str, Any]]:
-        """One XREADGROUP over every stream: our pending history first, then new entries."""
-        ids = "0" if self._history else ">"
+        """One XREADGROUP over every stream: our pending history first (entries this consumer
+        name was given before a restart), then new entries."""
+        if self._history:
+            out = self._read_ids("0")
+            if out:
+                return out
+            self._history = False
+        return self._read_ids(">")
+
+    def _read_ids(self, ids: str) -> list[tuple[_Shard, str, Any]]:
         reply = self.store.execute(
             "XREADGROUP", "GROUP", self.group, self.consumer, "COUNT", self.batch,
             "STREAMS", *self._keys, *([ids] * len(self._keys)),
@@ -194,8 +203,6 @@ class Flusher:
                 for entry in stream[1] or []:
                     assert isinstance(entry, list)
                     out.append((shard, _text(entry[0]), entry[1]))
-        if self._history and not out:
-            self._history = False
         return out
 
     def _claim(self) -> list[tuple[_Shard, str, Any]]:
@@ -398,6 +405,12 @@ class Flusher:
         entries.extend(self._read())
         if not entries:
             return 0
+        # A claimed entry joins this consumer's own pending list, so the history read that
+        # follows a claim may return it again: one copy each.
+        unique: dict[tuple[str, str], tuple[_Shard, str, Any]] = {}
+        for e in entries:
+            unique.setdefault((e[0].key, e[1]), e)
+        entries = list(unique.values())
         deltas: list[_Delta] = []
         for shard, sid, fields in entries:
             d = self._parse(shard, sid, fields)
@@ -469,12 +482,12 @@ class Flusher:
         if stream.isatty():
             if self._bar is None:
                 try:
-                    from tqdm import tqdm
-                except ImportError:
-                    tqdm = None
-                if tqdm is not None:
+                    # Optional (redcount[progress]); without it, plain lines as off a terminal.
+                    tqdm = importlib.import_module("tqdm").tqdm
                     self._bar = tqdm(unit=" deltas", file=stream, dynamic_ncols=True)
-            if self._bar is not None:
+                except ImportError:
+                    self._bar = False
+            if self._bar:
                 self._bar.update(n)
                 return
         now = time.monotonic()
@@ -488,9 +501,9 @@ class Flusher:
             )
 
     def close(self) -> None:
-        if self._bar is not None:
+        if self._bar:
             self._bar.close()
-            self._bar = None
+        self._bar = None
         if self._own_snapshots:
             self.snapshots.close()
 

@@ -176,7 +176,7 @@ class _Tables:
         self.deltas = sa.Table(
             "redcount_deltas",
             md,
-            sa.Column("id", big().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+            sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True, autoincrement=True),
             sa.Column("counter", name, nullable=False),
             sa.Column("shard", sa.Integer, nullable=False),
             sa.Column("stream_ms", big, nullable=False),
@@ -191,7 +191,7 @@ class _Tables:
         self.adjustments = sa.Table(
             "redcount_adjustments",
             md,
-            sa.Column("id", big().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+            sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True, autoincrement=True),
             sa.Column("counter", name, nullable=False, index=True),
             sa.Column("delta", big, nullable=False),
             sa.Column("reason", name, nullable=False),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -111,6 +112,13 @@ def postgres_url() -> Iterator[str]:
         _wait(proc, url, "postgres", log)
         yield url
     finally:
+        # Signal the postmaster itself (runuser in between may not pass signals on):
+        # SIGQUIT is an immediate shutdown, which a throw-away database can afford.
+        try:
+            pid = int(Path(data, "postmaster.pid").read_text().split()[0])
+            os.kill(pid, signal.SIGQUIT)
+        except (OSError, ValueError, IndexError):
+            pass
         _stop(proc)
         shutil.rmtree(tmp, ignore_errors=True)
 

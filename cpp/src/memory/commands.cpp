@@ -801,8 +801,8 @@ std::optional<Reply> MemoryStore::run_stream_group_command(Ops& ops, const std::
     if (i >= n) return Reply::of_error(kSyntax);
     const std::size_t first = i + 1, rest = n - first;
     if (rest == 0 || rest % 2 != 0) {
-      return Reply::of_error("ERR Unbalanced 'xreadgroup' list of streams: for each stream key an ID or '>' "
-                             "must be specified.");
+      return Reply::of_error("ERR Unbalanced XREAD list of streams: for each stream key an ID or '$' must be "
+                             "specified.");
     }
     const std::size_t streams = rest / 2;
     // Every id and every group is checked before anything is delivered, as Redis does.

@@ -1,4 +1,4 @@
-"""The ``redcount`` command: ``redcount demo``, ``bench``, ``accuracy``, ``abuse`` and ``flush``."""
+"""The ``redcount`` command: ``redcount demo``, ``bench``, ``accuracy``, ``abuse``, ``flush`` and ``restore``."""
 
 from __future__ import annotations
 
@@ -67,7 +67,36 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--claim-after", type=float, default=30.0, help="claim entries pending this long elsewhere (s)")
     f.add_argument("--once", action="store_true", help="drain what is logged now, then exit")
     f.add_argument("--quiet", action="store_true", help="no progress output")
+
+    r = sub.add_parser("restore", help="rebuild a sharded counter's shards from its SQL snapshot and delta logs")
+    r.add_argument("--url", default=None, help="store URL (redis://...)")
+    r.add_argument("--sql", required=True, help="SQLAlchemy URL of the snapshots")
+    r.add_argument("--counter", action="append", default=[], metavar="NAME", help="a counter to restore (repeatable)")
     return p
+
+
+def _run_restore(args: argparse.Namespace) -> int:
+    from .. import connect, restore
+
+    if not args.counter:
+        raise ValueError("give at least one --counter NAME")
+    store = connect(args.url)
+    try:
+        for name in args.counter:
+            rep = restore(store, args.sql, name)
+            line = (
+                f"restore {name}: {rep.total} = snapshot {rep.from_snapshot} + {rep.from_log} "
+                f"from {rep.log_entries} log entries"
+            )
+            if rep.lost_streams:
+                line += (
+                    f"; the delta logs of shards {rep.lost_streams} were lost: deltas written after "
+                    f"{rep.missing_since} ms (epoch) that were not flushed may be missing"
+                )
+            print(line)
+    finally:
+        store.close()
+    return 0
 
 
 def _run_flush(args: argparse.Namespace) -> int:
@@ -136,6 +165,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_abuse(args)
         if args.command == "flush":
             return _run_flush(args)
+        if args.command == "restore":
+            return _run_restore(args)
         if getattr(args, "target", None) == "web":
             from .bench_web import run_bench_web
 
