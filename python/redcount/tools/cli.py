@@ -122,6 +122,8 @@ def _run_flush(args: argparse.Namespace) -> int:
         claim_after=args.claim_after,
         progress=not args.quiet,
     ) as flusher:
+        if not args.quiet:
+            print(f"flush: started as {flusher.consumer}", file=sys.stderr, flush=True)
         if args.once:
             n = flusher.drain()
         else:
