@@ -200,7 +200,10 @@ class Flusher:
             for stream in reply:
                 assert isinstance(stream, list)
                 shard = self._shards[_text(stream[0])]
-                for entry in stream[1] or []:
+                entries = stream[1]
+                if not isinstance(entries, list):
+                    continue
+                for entry in entries:
                     assert isinstance(entry, list)
                     out.append((shard, _text(entry[0]), entry[1]))
         return out

@@ -33,12 +33,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from .errors import InvalidInputError, RedcountError
-
-if TYPE_CHECKING:
-    import sqlalchemy as sa
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -229,22 +226,24 @@ class SnapshotStore:
         else:
             kwargs["pool_pre_ping"] = True
         try:
-            self.engine: sa.Engine = sa.create_engine(url, **kwargs)
+            self.engine: Any = sa.create_engine(url, **kwargs)
         except Exception as exc:
             raise InvalidInputError(f"cannot use SQL URL {self.url}: {exc}") from None
         self.dialect = url.get_backend_name()
         if self.dialect == "sqlite":
 
-            @sa.event.listens_for(self.engine, "begin")
             def _begin_immediate(conn: Any) -> None:
                 conn.exec_driver_sql("BEGIN IMMEDIATE")
 
-            @sa.event.listens_for(self.engine, "connect")
             def _pragmas(dbapi_conn: Any, _record: Any) -> None:
                 cur = dbapi_conn.cursor()
+                # WAL: readers do not wait for the flusher. synchronous stays FULL, so that a
+                # commit the flusher acknowledges to Redis survives a power loss too.
                 cur.execute("PRAGMA journal_mode=WAL")
-                cur.execute("PRAGMA synchronous=NORMAL")
                 cur.close()
+
+            sa.event.listen(self.engine, "begin", _begin_immediate)
+            sa.event.listen(self.engine, "connect", _pragmas)
 
         self.t = _Tables(sa)
         if create:
