@@ -77,6 +77,12 @@ class _Shard:
     counter: str
     shard: int
     key: str
+    counter_b: bytes = b""
+    shard_b: bytes = b""
+
+    def __post_init__(self) -> None:
+        self.counter_b = self.counter.encode()
+        self.shard_b = str(self.shard).encode()
 
 
 @dataclass
@@ -167,6 +173,7 @@ class Flusher:
         self._progress = progress
         self._progress_stream = progress_stream or sys.stderr
         self._bar: Any = None
+        self._audit_sql: tuple[str, list[str] | None] | None = None
         self._last_line = 0.0
 
     # ---- Redis side -----------------------------------------------------------------------
@@ -253,6 +260,25 @@ class Flusher:
             self.stats.trimmed += 1
             log.warning("pending entry %s of %s was trimmed before it was flushed", sid_text, shard.key)
             return None
+        # The layout sharded_incr.lua writes, checked field by field without building a dict
+        # (this is the flusher's hot loop); anything else takes the general path below.
+        if (
+            type(fields) is list
+            and len(fields) == 8
+            and fields[0] == b"counter"
+            and fields[2] == b"shard"
+            and fields[4] == b"delta"
+            and fields[6] == b"request_id"
+            and fields[1] == shard.counter_b
+            and fields[3] == shard.shard_b
+        ):
+            ms, dash, seq = sid_text.partition("-")
+            raw = fields[7]
+            try:
+                if dash and isinstance(raw, bytes) and len(raw) <= MAX_NAME:
+                    return _Delta(shard, StreamId(int(ms), int(seq)), int(fields[5]), raw.decode() or None, None)
+            except (ValueError, UnicodeDecodeError):
+                pass  # the general path reports it
         try:
             sid = StreamId.parse(sid_text)
             if not isinstance(fields, list) or len(fields) % 2:
@@ -267,7 +293,7 @@ class Flusher:
             if rid is not None and len(rid) > MAX_NAME:
                 raise ValueError("request id too long")
             return _Delta(shard, sid, delta, rid, kv.get("reason") or None)
-        except (KeyError, ValueError, InvalidInputError) as e:
+        except (KeyError, ValueError, UnicodeDecodeError, InvalidInputError) as e:
             self.stats.malformed += 1
             if len(self.stats.malformed_ids) < 100:
                 self.stats.malformed_ids.append(f"{shard.key} {sid_text}")
@@ -292,7 +318,7 @@ class Flusher:
             for name in sorted(by_counter):
                 q = sa.select(t.totals.c.counter).where(t.totals.c.counter == name)
                 conn.execute(q.with_for_update() if for_update else q)
-            audit: list[dict[str, Any]] = []
+            audit: list[tuple[Any, ...]] = []
             adjust: list[dict[str, Any]] = []
             for name in sorted(by_counter):
                 shards = by_counter[name]
@@ -348,18 +374,8 @@ class Flusher:
                         )
                     )
                     for d in fresh:
-                        audit.append(
-                            {
-                                "counter": name,
-                                "shard": shard_no,
-                                "stream_ms": d.sid.ms,
-                                "stream_seq": d.sid.seq,
-                                "delta": d.delta,
-                                "request_id": d.request_id,
-                                "event_ms": d.sid.ms,
-                                "applied_ms": now,
-                            }
-                        )
+                        # In _AUDIT_COLUMNS order.
+                        audit.append((name, shard_no, d.sid.ms, d.sid.seq, d.delta, d.request_id, d.sid.ms, now))
                         if d.reason is not None:
                             adjust.append(
                                 {
@@ -389,10 +405,31 @@ class Flusher:
                     .values(value=int(total), version=int(version), wm_ms=top.ms, wm_seq=top.seq, updated_ms=now)
                 )
             if audit:
-                conn.execute(t.deltas.insert(), audit)
+                self._insert_many(conn, audit)
             if adjust:
                 conn.execute(t.adjustments.insert(), adjust)
         self.stats.applied += applied
+
+    _AUDIT_COLUMNS = ("counter", "shard", "stream_ms", "stream_seq", "delta", "request_id", "event_ms", "applied_ms")
+
+    def _insert_many(self, conn: Any, rows: list[tuple[Any, ...]]) -> None:
+        """The audit rows through the driver's executemany, with the statement compiled once:
+        SQLAlchemy's per-row parameter processing costs more than the insert itself here."""
+        if self._audit_sql is None:
+            compiled = self.snapshots.t.deltas.insert().compile(
+                dialect=self.snapshots.engine.dialect, column_keys=list(self._AUDIT_COLUMNS)
+            )
+            order = list(compiled.positiontup) if compiled.positional and compiled.positiontup else None
+            self._audit_sql = (str(compiled), order)
+        sql, order = self._audit_sql
+        cols = self._AUDIT_COLUMNS
+        if order is None:
+            conn.exec_driver_sql(sql, [dict(zip(cols, r)) for r in rows])
+        elif tuple(order) == cols:
+            conn.exec_driver_sql(sql, rows)
+        else:
+            idx = [cols.index(k) for k in order]
+            conn.exec_driver_sql(sql, [tuple(r[i] for i in idx) for r in rows])
 
     # ---- driving --------------------------------------------------------------------------
 
