@@ -248,6 +248,13 @@ class SnapshotStore:
         self.t = _Tables(sa)
         if create:
             self.create()
+        else:
+            try:
+                found = self.schema_version()
+            except sa.exc.SQLAlchemyError as exc:
+                raise RedcountError(f"cannot open the SQL database at {self.url}: {_short(exc)}") from None
+            if found == 0:
+                raise InvalidInputError(f"no redcount snapshots in the SQL database at {self.url}")
 
     # ---- schema -------------------------------------------------------------------------
 

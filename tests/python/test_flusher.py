@@ -341,3 +341,31 @@ def test_restore_refuses_an_unknown_counter(store: redcount.Store, tmp_path: Pat
     redcount.SnapshotStore(url).close()
     with pytest.raises(redcount.InvalidInputError, match="no snapshot of counter 'ghost'"):
         redcount.restore(store, url, "ghost")
+
+
+@pytest.mark.redis_only
+def test_the_command_line_flushes_and_restores(
+    redis_server: RedisServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from redcount.tools.cli import main
+
+    sql = f"sqlite:///{tmp_path / 'cli.db'}"
+    store = redcount.connect(redis_server.url)
+    store.execute("FLUSHALL")
+    c = counter(store)
+    total = write(c, range(50))
+    args = ["--url", redis_server.url, "--sql", sql, "--counter", "likes", "--shards", str(SHARDS)]
+    assert main(["flush", *args, "--once"]) == 0
+    assert "applied 50" in capsys.readouterr().err
+    store.execute("FLUSHALL")
+    assert main(["restore", "--url", redis_server.url, "--sql", sql, "--counter", "likes"]) == 0
+    out = capsys.readouterr().out
+    assert f"restore likes: {total} = snapshot {total} + 0" in out and "were lost" in out
+    assert c.value() == total
+    assert main(["flush", "--url", redis_server.url, "--sql", sql]) == 2
+    assert "give at least one --counter" in capsys.readouterr().err
+    assert main(["restore", "--url", redis_server.url, "--sql", "postgresql+psycopg://u:pw9@127.0.0.1:1/x",
+                 "--counter", "likes"]) == 2
+    err = capsys.readouterr().err
+    assert "pw9" not in err and "error" in err
+    store.close()
