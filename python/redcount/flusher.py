@@ -323,13 +323,12 @@ class Flusher:
             for name in sorted(by_counter):
                 shards = by_counter[name]
                 sc = t.shards.c
+                q = sa.select(sc.shard, sc.value, sc.version, sc.wm_ms, sc.wm_seq).where(
+                    sc.counter == name, sc.shard.in_(sorted(shards))
+                )
                 rows = {
                     int(r[0]): (int(r[1]), int(r[2]), StreamId(int(r[3]), int(r[4])))
-                    for r in conn.execute(
-                        sa.select(sc.shard, sc.value, sc.version, sc.wm_ms, sc.wm_seq).where(
-                            sc.counter == name, sc.shard.in_(sorted(shards))
-                        )
-                    )
+                    for r in conn.execute(q.with_for_update() if for_update else q)
                 }
                 newest = None
                 for shard_no, items in shards.items():
@@ -460,7 +459,9 @@ class Flusher:
             try:
                 self._apply(deltas)
             except self.snapshots._sa.exc.SQLAlchemyError as e:
-                # Nothing was applied and nothing acknowledged: the entries stay pending.
+                # Nothing was applied and nothing acknowledged: the entries stay pending with
+                # this consumer, and the next round reads them again first.
+                self._history = True
                 raise RedcountError(f"flusher: SQL transaction failed on {self.snapshots.url}: {_short(e)}") from None
         acks: dict[str, list[str]] = {}
         for shard, sid, _ in entries:
@@ -484,10 +485,24 @@ class Flusher:
                 return total
 
     def run(self, stop: threading.Event | None = None, *, idle: float = 0.05) -> None:
-        """Flush until ``stop`` is set (or forever), waiting ``idle`` seconds when the logs are empty."""
+        """Flush until ``stop`` is set (or forever), waiting ``idle`` seconds when the logs are
+        empty. A failed round (database or Redis unreachable) is logged and retried with
+        backoff up to 5 s; :meth:`run_once` and :meth:`drain` raise instead."""
         stop = stop or threading.Event()
+        backoff = idle
         while not stop.is_set():
-            if self.run_once() == 0:
+            try:
+                n = self.run_once()
+                backoff = idle
+            except RedcountError as e:
+                # A database or Redis that is down for a while: nothing was acknowledged that
+                # was not committed, so waiting and trying again is always safe.
+                self._history = True
+                log.warning("flusher round failed (retrying in %.1f s): %s", backoff, e)
+                stop.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            if n == 0:
                 stop.wait(idle)
 
     @property

@@ -369,3 +369,32 @@ def test_the_command_line_flushes_and_restores(
     err = capsys.readouterr().err
     assert "pw9" not in err and "error" in err
     store.close()
+
+
+def test_run_retries_a_failed_round_and_loses_nothing(store: redcount.Store, tmp_path: Path) -> None:
+    import sqlalchemy as sa
+
+    c = counter(store)
+    write(c, range(60))
+    f = redcount.Flusher(store, f"sqlite:///{tmp_path / 'retry.db'}", [c], batch=1000)
+    real_apply = f._apply
+    failures = [2]
+
+    def flaky(deltas: list[object]) -> None:
+        if failures[0] > 0:
+            failures[0] -= 1
+            raise sa.exc.OperationalError("INSERT ...", {}, Exception("database is locked"))
+        real_apply(deltas)  # type: ignore[arg-type]
+
+    f._apply = flaky  # type: ignore[method-assign, assignment]
+    stop = threading.Event()
+    t = threading.Thread(target=f.run, args=(stop,), kwargs={"idle": 0.01})
+    t.start()
+    deadline = time.monotonic() + 20
+    while f.stats.applied < 60 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    stop.set()
+    t.join()
+    assert failures == [0]
+    check_exact(f.snapshots, c, {f"r{i}" for i in range(60)})
+    f.close()
