@@ -422,6 +422,23 @@ class Flusher:
             self._audit_sql = (str(compiled), order)
         sql, order = self._audit_sql
         cols = self._AUDIT_COLUMNS
+        if self.snapshots.dialect == "postgresql" and self.snapshots.engine.driver == "psycopg":
+            # COPY: one stream of rows, inside the same transaction (the same connection).
+            raw = conn.connection.driver_connection
+            with raw.cursor() as cur:
+                with cur.copy(f"COPY redcount_deltas ({', '.join(cols)}) FROM STDIN") as copy:
+                    for r in rows:
+                        copy.write_row(r)
+            return
+        if self.snapshots.dialect in ("mysql", "mariadb"):
+            # PyMySQL formats %s placeholders itself; one multi-row INSERT per 1,000 rows is
+            # one round trip.
+            head = f"INSERT INTO redcount_deltas ({', '.join(cols)}) VALUES "
+            one = "(" + ", ".join(["%s"] * len(cols)) + ")"
+            for i in range(0, len(rows), 1000):
+                chunk = rows[i : i + 1000]
+                conn.exec_driver_sql(head + ", ".join([one] * len(chunk)), tuple(v for r in chunk for v in r))
+            return
         if order is None:
             conn.exec_driver_sql(sql, [dict(zip(cols, r)) for r in rows])
         elif tuple(order) == cols:
