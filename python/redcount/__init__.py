@@ -40,8 +40,11 @@ from .errors import (
     WaitTimeout,
 )
 from .limiter import Decision, Lease, Limiter, LimitSet, LimitStats, parse_limits, strategies
+from .flusher import Flusher, FlusherStats, Lag
+from .restore import RestoreReport, restore
 from .sharded import BufferedCounter, BufferedStats, Quota, QuotaResult, Reading, ShardedCounter
 from .sliding import SlidingWindowCounter
+from .snapshots import SnapshotStore
 from .store import ManualClock, Store, connect
 
 __version__ = "0.1.0"
@@ -53,7 +56,10 @@ __all__ = [
     "ConnectionError",
     "Decision",
     "FixedWindowCounter",
+    "Flusher",
+    "FlusherStats",
     "InvalidInputError",
+    "Lag",
     "Lease",
     "LimitSet",
     "LimitStats",
@@ -67,6 +73,7 @@ __all__ = [
     "Reading",
     "RedcountError",
     "ReplyError",
+    "RestoreReport",
     "RetryQueueFull",
     "RetryStats",
     "ScriptError",
@@ -74,11 +81,13 @@ __all__ = [
     "ShardedCounter",
     "StoreClosed",
     "SlidingWindowCounter",
+    "SnapshotStore",
     "Store",
     "TimeoutError",
     "WaitTimeout",
     "__version__",
     "connect",
     "parse_limits",
+    "restore",
     "strategies",
 ]

@@ -11,6 +11,11 @@
 //   streams  XADD (NOMKSTREAM, MAXLEN [=|~] n [LIMIT c]; ids *, ms, ms-seq, ms-*), XLEN,
 //            XRANGE, XREVRANGE (COUNT; '-', '+', '(' exclusive ends). MAXLEN ~ trims
 //            exactly to n here: Redis keeps at least n (it trims whole nodes only).
+//            Consumer groups: XGROUP CREATE (id or $, MKSTREAM, ENTRIESREAD accepted and
+//            ignored) / DESTROY, XREADGROUP (COUNT, NOACK, '>' or a history id; BLOCK is
+//            accepted and never waits: an empty read answers nil at once, as a BLOCK that
+//            timed out does), XACK, XPENDING (summary and extended forms), XAUTOCLAIM
+//            (COUNT, JUSTID), with Redis 7's reply shapes.
 //   server   PING, TIME, WAIT (always 0: there are no replicas)
 // A command on a key of the wrong type fails with Redis's WRONGTYPE error, and a sorted
 // set or hash that loses its last member is deleted with its TTL. Scripts run through
@@ -125,8 +130,21 @@ class MemoryStore final : public Store {
       StreamId id;
       std::vector<std::pair<std::string, std::string>> fields;
     };
+    // One consumer group: where `>` reads resume, and the pending entries list (delivered,
+    // not yet acknowledged), each with its consumer, last delivery time (ms) and count.
+    struct Pending {
+      std::string consumer;
+      std::int64_t delivered_at = 0;
+      std::int64_t deliveries = 0;
+    };
+    struct Group {
+      StreamId last_delivered;
+      std::map<StreamId, Pending> pel;
+      std::map<std::string, std::int64_t> consumers;  // name -> last seen (ms)
+    };
     std::deque<Item> items;
     StreamId last;
+    std::map<std::string, Group> groups;
   };
   struct Entry {
     std::variant<std::string, ZSet, Hash, Stream> value;
@@ -143,6 +161,8 @@ class MemoryStore final : public Store {
   std::optional<Reply> run_zset_command(Ops& ops, const std::string& cmd, const std::vector<std::string>& args);
   std::optional<Reply> run_hash_command(Ops& ops, const std::string& cmd, const std::vector<std::string>& args);
   std::optional<Reply> run_stream_command(Ops& ops, const std::string& cmd, const std::vector<std::string>& args);
+  std::optional<Reply> run_stream_group_command(Ops& ops, const std::string& cmd,
+                                                const std::vector<std::string>& args);
   void sweeper_loop();
 
   std::shared_ptr<Clock> clock_;

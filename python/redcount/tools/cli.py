@@ -1,4 +1,4 @@
-"""The ``redcount`` command: ``redcount demo``, ``bench``, ``accuracy`` and ``abuse``."""
+"""The ``redcount`` command: ``redcount demo``, ``bench``, ``accuracy``, ``abuse``, ``flush`` and ``restore``."""
 
 from __future__ import annotations
 
@@ -54,7 +54,97 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--threads", type=int, default=2, help="bench web: wrk threads (default 2)")
     b.add_argument("--rounds", type=int, default=1, help="bench web: rounds, the median kept (default 1)")
     b.add_argument("--wrk", default="wrk", help="bench web: the wrk binary")
+
+    f = sub.add_parser("flush", help="apply sharded counters' delta logs to SQL snapshots, exactly once")
+    f.add_argument("--url", default=None, help="store URL (redis://...; default memory://, useful only in tests)")
+    f.add_argument("--sql", required=True, help="SQLAlchemy URL of the snapshots (sqlite:///file.db, postgresql+psycopg://...)")
+    f.add_argument("--counter", action="append", default=[], metavar="NAME", help="a counter to flush (repeatable)")
+    f.add_argument("--shards", type=int, default=16, help="shards of the counters (default 16)")
+    f.add_argument("--prefix", default="redcount", help="key prefix of the counters (default redcount)")
+    f.add_argument("--group", default="redcount-flusher", help="consumer group (default redcount-flusher)")
+    f.add_argument("--consumer", default=None, help="this flusher's consumer name (default host-pid-random)")
+    f.add_argument("--batch", type=int, default=1000, help="entries per stream and round (default 1000)")
+    f.add_argument("--claim-after", type=float, default=30.0, help="claim entries pending this long elsewhere (s)")
+    f.add_argument("--once", action="store_true", help="drain what is logged now, then exit")
+    f.add_argument("--quiet", action="store_true", help="no progress output")
+
+    r = sub.add_parser("restore", help="rebuild a sharded counter's shards from its SQL snapshot and delta logs")
+    r.add_argument("--url", default=None, help="store URL (redis://...)")
+    r.add_argument("--sql", required=True, help="SQLAlchemy URL of the snapshots")
+    r.add_argument("--counter", action="append", default=[], metavar="NAME", help="a counter to restore (repeatable)")
     return p
+
+
+def _run_restore(args: argparse.Namespace) -> int:
+    from .. import connect, restore
+
+    if not args.counter:
+        raise ValueError("give at least one --counter NAME")
+    store = connect(args.url)
+    try:
+        for name in args.counter:
+            rep = restore(store, args.sql, name)
+            line = (
+                f"restore {name}: {rep.total} = snapshot {rep.from_snapshot} + {rep.from_log} "
+                f"from {rep.log_entries} log entries"
+            )
+            if rep.lost_streams:
+                line += (
+                    f"; the delta logs of shards {rep.lost_streams} were lost: deltas written after "
+                    f"{rep.missing_since} ms (epoch) that were not flushed may be missing"
+                )
+            print(line)
+    finally:
+        store.close()
+    return 0
+
+
+def _run_flush(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from .. import Flusher, connect
+
+    if not args.counter:
+        raise ValueError("give at least one --counter NAME")
+    store = connect(args.url)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with Flusher(
+        store,
+        args.sql,
+        args.counter,
+        prefix=args.prefix,
+        shards=args.shards,
+        group=args.group,
+        consumer=args.consumer,
+        batch=args.batch,
+        claim_after=args.claim_after,
+        progress=not args.quiet,
+    ) as flusher:
+        if not args.quiet:
+            print(f"flush: started as {flusher.consumer}", file=sys.stderr, flush=True)
+        if args.once:
+            n = flusher.drain()
+        else:
+            try:
+                flusher.run(stop)
+            except KeyboardInterrupt:
+                pass
+            n = flusher.stats.applied + flusher.stats.skipped + flusher.stats.malformed
+        st = flusher.stats
+        lag = flusher.lag
+        if not args.quiet:
+            print(
+                f"flush: {n} entries handled: applied {st.applied}, skipped {st.skipped} (already applied), "
+                f"malformed {st.malformed}, claimed {st.claimed}, trimmed {st.trimmed}; "
+                f"lag {lag.entries} entries, {lag.seconds:.1f} s",
+                file=sys.stderr,
+            )
+        for bad in st.malformed_ids:
+            print(f"flush: skipped malformed entry {bad}", file=sys.stderr)
+    store.close()
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -75,6 +165,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .abuse import run_abuse
 
             return run_abuse(args)
+        if args.command == "flush":
+            return _run_flush(args)
+        if args.command == "restore":
+            return _run_restore(args)
         if getattr(args, "target", None) == "web":
             from .bench_web import run_bench_web
 
