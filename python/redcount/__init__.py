@@ -37,11 +37,12 @@ from .errors import (
     SecurityWarning,
     StoreClosed,
     TimeoutError,
+    Unavailable,
 )
 from .limiter import Decision, Lease, Limiter, LimitSet, LimitStats, parse_limits, strategies
 from .sharded import BufferedCounter, BufferedStats, Quota, QuotaResult, Reading, ShardedCounter
 from .sliding import SlidingWindowCounter
-from .store import ManualClock, Store, connect
+from .store import ManualClock, ResilientStore, Store, connect
 
 __version__ = "0.1.0"
 
@@ -66,6 +67,7 @@ __all__ = [
     "Reading",
     "RedcountError",
     "ReplyError",
+    "ResilientStore",
     "RetryQueueFull",
     "RetryStats",
     "ScriptError",
@@ -75,6 +77,7 @@ __all__ = [
     "SlidingWindowCounter",
     "Store",
     "TimeoutError",
+    "Unavailable",
     "__version__",
     "connect",
     "parse_limits",
