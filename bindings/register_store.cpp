@@ -271,6 +271,20 @@ void register_store(py::module_& m) {
           },
           "True while calls go to the fallback store.")
       .def_property_readonly(
+          "breaker_open",
+          [](const ResilientStore& s) {
+            drain_breaker_log();
+            return s.state() != ResilientStore::State::Closed;
+          },
+          "True while the breaker is open or half-open (redcount.web.metrics reads it).")
+      .def_property_readonly(
+          "fallback_active",
+          [](const ResilientStore& s) {
+            drain_breaker_log();
+            return s.using_fallback();
+          },
+          "The same as using_fallback (redcount.web.metrics reads it).")
+      .def_property_readonly(
           "breaker_switches",
           [](const ResilientStore& s) {
             drain_breaker_log();

@@ -22,10 +22,11 @@ OnUnavailable = Literal["raise", "allow", "deny"]
 # every half second, so a client retrying after it likely meets a decision again.
 UNAVAILABLE_RETRY_AFTER = 1.0
 
+
 def check_on_unavailable(value: object) -> OnUnavailable:
     """``value`` if it is a valid ``on_unavailable`` policy; else a clear error."""
     if value == "raise" or value == "allow" or value == "deny":
-        return value  # type: ignore[return-value]
+        return value
     raise InvalidInputError(f"on_unavailable must be 'raise', 'allow' or 'deny', got {value!r}")
 
 

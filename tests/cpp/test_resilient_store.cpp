@@ -20,7 +20,7 @@ using namespace std::chrono_literals;
 // applied) or answering with a thrown ReplyError. Counts the batches that reached it.
 class SwitchableStore final : public Store {
  public:
-  enum class Mode { Up, Refused, Timeout, ReplyErr };
+  enum class Mode { Up, Refused, Timeout, ReplyErr, BadInput };
   explicit SwitchableStore(std::shared_ptr<Store> inner) : inner_(std::move(inner)) {}
   std::vector<Reply> execute(const std::vector<redcount::Request>& batch) override {
     ++calls;
@@ -28,6 +28,7 @@ class SwitchableStore final : public Store {
       case Mode::Refused: throw redcount::ConnectionError("connection refused", false);
       case Mode::Timeout: throw redcount::TimeoutError("timed out", true);
       case Mode::ReplyErr: throw redcount::ReplyError("WRONGTYPE Operation against a key holding the wrong kind");
+      case Mode::BadInput: throw redcount::InvalidArgument("refused select: it would switch the database");
       case Mode::Up: break;
     }
     return inner_->execute(batch);
@@ -130,6 +131,8 @@ TEST(ResilientStore, ErrorRepliesAndBadInputNeverCount) {
   Fixture f(false);
   f.primary->mode = SwitchableStore::Mode::ReplyErr;
   for (int i = 0; i < 10; ++i) EXPECT_THROW(f.incr(), redcount::ReplyError);
+  f.primary->mode = SwitchableStore::Mode::BadInput;
+  for (int i = 0; i < 10; ++i) EXPECT_THROW(f.incr(), redcount::InvalidArgument);
   f.primary->mode = SwitchableStore::Mode::Up;
   run(*f.store, {"SET", "t", "text"});
   for (int i = 0; i < 10; ++i) EXPECT_TRUE(run(*f.store, {"INCR", "t"}).is_error());

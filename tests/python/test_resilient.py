@@ -143,6 +143,7 @@ def test_sigstop_timeouts_stay_within_the_budget(
     server = redis_factory()
     stopped.append(server)
     store = redcount.connect(server.url, budget=BUDGET)
+    assert isinstance(store, redcount.ResilientStore)
     limiter = redcount.Limiter(store, "sliding-window")
     try:
         assert limiter.hit("5/minute", "k")
@@ -192,7 +193,7 @@ def test_fallback_serves_while_down_and_switches_back(redis_factory: Any, caplog
             assert got == [True, True, True, False, False]
             assert counter.incr("page") == 1
             assert store.breaker_state in ("open", "half-open") and store.using_fallback
-            assert store.breaker_switches == 1
+            assert store.breaker_switches == 1 and store.breaker_open and store.fallback_active
             wait_until(lambda: logged("circuit breaker open") == 1, what="the switch to be logged")
             for _ in range(20):  # more calls: no more log lines
                 limiter.test("3/minute", "user")
@@ -206,6 +207,7 @@ def test_fallback_serves_while_down_and_switches_back(redis_factory: Any, caplog
             wait_until(back, timeout=5, what="the switch back to Redis")
             assert time.monotonic() - t_up <= RECOVERY
             assert not store.using_fallback and store.breaker_switches == 2
+            assert not store.breaker_open and not store.fallback_active
             wait_until(lambda: logged("reachable again") == 1, what="the switch back to be logged")
             # Redis restarted empty, and the fallback's counts were not merged back.
             d = limiter.hit("3/minute", "user")
@@ -243,6 +245,7 @@ def test_breaker_ignores_error_replies_and_bad_input(redis_factory: Any) -> None
 def test_open_breaker_fails_fast_without_a_fallback(redis_factory: Any) -> None:
     server = redis_factory()
     store = redcount.connect(server.url, budget=BUDGET)
+    assert isinstance(store, redcount.ResilientStore)
     limiter = redcount.Limiter(store)
     try:
         assert limiter.hit("10/minute", "k")
@@ -264,6 +267,7 @@ def test_breaker_off_keeps_the_budget(redis_factory: Any, stopped: list[Any]) ->
     server = redis_factory()
     stopped.append(server)
     store = redcount.connect(server.url, budget=BUDGET, breaker=False)
+    assert isinstance(store, redcount.ResilientStore)
     limiter = redcount.Limiter(store)
     try:
         assert limiter.hit("10/minute", "k")
@@ -445,3 +449,27 @@ def test_bad_input_elsewhere() -> None:
     plain = redcount.connect("redis://127.0.0.1:1/0", breaker=True)
     assert not isinstance(plain, redcount.ResilientStore)
     plain.close()
+
+
+def test_readme_example_runs_as_written(redis_server: Any) -> None:
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    start = text.index("### When Redis fails: budget, breaker, fallback\n")
+    block = re.search(r"```python\n(.*?)```", text[start:], re.S)
+    assert block is not None
+    namespace: dict[str, Any] = {"__name__": "readme_example"}
+    root = logging.getLogger()
+    handlers = list(root.handlers)
+    try:
+        exec(block.group(1).replace("redis://cache:6379/0", redis_server.url), namespace)  # noqa: S102
+    finally:
+        root.handlers[:] = handlers  # the example's basicConfig() is for the reader's app
+    store = namespace["store"]
+    try:
+        assert isinstance(store, redcount.ResilientStore)
+        assert namespace["d"].allowed and not namespace["d"].unavailable
+        assert (store.breaker_state, store.using_fallback, store.breaker_switches) == ("closed", False, 0)
+    finally:
+        store.close()
