@@ -1,7 +1,6 @@
 // Stores and clocks: redcount._core.Store, ManualClock and open_store().
 #include <pybind11/stl.h>
 
-#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <optional>
@@ -308,22 +307,19 @@ void register_store(py::module_& m) {
 
   m.def(
       "_take_breaker_events",
-      [](double wait) {
-        std::vector<BreakerEvent> events;
-        {
-          py::gil_scoped_release release;  // may wait for the next event
-          events = take_breaker_events(std::chrono::milliseconds(static_cast<std::int64_t>(std::max(0.0, wait) * 1000)));
-        }
+      [] {
+        // Never waits: a thread blocked here with the GIL released would have to take it
+        // back in a destructor, which aborts the process if that happens during interpreter
+        // shutdown. The watcher thread polls instead (redcount/store.py).
         py::list out;
-        for (const auto& e : events) {
+        for (const auto& e : take_breaker_events()) {
           const int level = e.level == BreakerEvent::Level::Debug ? 10 : e.level == BreakerEvent::Level::Info ? 20 : 30;
           out.append(py::make_tuple(level, e.message));
         }
         return out;
       },
-      py::arg("wait") = 0.0,
-      "Circuit-breaker switches recorded since the last call, as (logging level, message); waits up "
-      "to `wait` seconds for the first. Used by redcount.store to log them.");
+      "Circuit-breaker switches recorded since the last call, as (logging level, message). Used by "
+      "redcount.store to log them.");
 }
 
 }  // namespace redcount::bind

@@ -7,6 +7,7 @@ import math
 import os
 import ssl
 import threading
+import time
 from typing import Union
 
 from . import _core
@@ -99,7 +100,8 @@ def connect(
     counter and limiter works there), and back to Redis when it closes; counts made on the
     fallback are not merged back. The store is then a :class:`ResilientStore`, whose
     ``breaker_state``, ``using_fallback`` and ``breaker_switches`` tell where calls go; each
-    switch is logged once on the ``"redcount"`` logger (WARNING), by a daemon thread.
+    switch is logged once on the ``"redcount"`` logger (WARNING), by a daemon thread
+    (within 0.1 s).
     On ``memory://`` a budget changes nothing (it never waits on a network).
 
     Nothing is sent until the first command, so a wrong host or password shows up then,
@@ -161,23 +163,27 @@ def connect(
     return store
 
 
-def _log_breaker_events(wait: float = 0.0) -> None:
+def _log_breaker_events() -> None:
     """Logs the circuit-breaker switches recorded so far, each once (whoever takes an event
     logs it: the watcher thread, or a read of a ResilientStore's state)."""
-    for level, message in _core._take_breaker_events(wait):
+    for level, message in _core._take_breaker_events():
         _log.log(level, "%s", message)
 
 
 # Why a thread and not a callback from C++: a switch happens on the store's I/O thread,
-# which must never wait for the GIL (that can deadlock at interpreter shutdown). The
-# daemon thread waits in C++ with the GIL released and logs what it takes.
+# which must never wait for the GIL (that can deadlock at interpreter shutdown). Why
+# polling: a thread blocked in C++ with the GIL released must take it back when it wakes,
+# which aborts the process if it wakes during interpreter shutdown; time.sleep() is safe
+# there. Ten cheap polls a second, and only once a resilient store was opened.
+_POLL_INTERVAL = 0.1
 _watcher_lock = threading.Lock()
 _watcher: threading.Thread | None = None
 
 
 def _watch() -> None:
     while True:
-        _log_breaker_events(1.0)
+        time.sleep(_POLL_INTERVAL)
+        _log_breaker_events()
 
 
 def _start_breaker_log() -> None:
