@@ -311,7 +311,9 @@ std::shared_ptr<Store> open_resilient_store(StoreOptions primary, const Resilien
     auto cap = [&](std::chrono::milliseconds& t) {
       if (t.count() == 0 || t > options.budget) t = options.budget;
     };
-    cap(primary.connect_timeout);
+    // Not connect_timeout: a call waiting for a connection still fails at its own deadline
+    // (the command timeout), while a set-up slower than the budget (a loaded machine, the
+    // handshake's SCRIPT LOADs) goes on in the background for the calls after it.
     cap(primary.command_timeout);
     cap(primary.pool_timeout);
   }

@@ -87,8 +87,9 @@ def connect(
     certificate must name the host (or ``ssl_server_name``, which is also sent as SNI).
 
     When Redis fails (see the README, "When Redis fails: budget, breaker, fallback"):
-    ``budget`` (seconds, > 0) caps every round trip, connecting and the store's own retries
-    included (the connect, command and pool timeouts become at most ``budget``); a call that
+    ``budget`` (seconds, > 0) caps every round trip, waiting for a connection and the store's
+    own retries included (the command and pool timeouts become at most ``budget``; a
+    connection slower than that to set up goes on in the background); a call that
     cannot decide in time raises :class:`~redcount.Unavailable` (a
     :class:`~redcount.ConnectionError`), as does every connection-level failure.
     ``breaker`` (on by default, active only with ``budget`` or ``fallback``): three

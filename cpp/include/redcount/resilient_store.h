@@ -9,9 +9,10 @@
 //   FixedWindowCounter views(store, ...);   // nothing else changes
 //
 // The contract:
-// - Budget: the primary's connect, command and pool timeouts are capped at `budget`, so each
-//   round trip (connecting, the engine's own retries of LOADING/NOSCRIPT included) ends
-//   within it. A connection-level failure (ConnectionError, TimeoutError) comes back as
+// - Budget: the primary's command and pool timeouts are capped at `budget`, so each round
+//   trip (waiting for a connection, the engine's own retries of LOADING/NOSCRIPT included)
+//   ends within it. The connect timeout is not: a connection slower than the budget to set
+//   up keeps going in the background while the calls waiting for it fail at their deadline. A connection-level failure (ConnectionError, TimeoutError) comes back as
 //   Unavailable, with maybe_applied kept. Error replies (WRONGTYPE, a script error) and bad
 //   input (InvalidArgument) pass through untouched and never count against Redis.
 // - Breaker (when `breaker`): `failure_threshold` consecutive connection-level failures open
@@ -113,7 +114,7 @@ class ResilientStore final : public Store {
   std::shared_ptr<Shared> shared_;
 };
 
-// Opens the primary store from `primary` with its timeouts capped at the budget (and its
+// Opens the primary store from `primary` with its command and pool timeouts capped at the budget (and its
 // reconnect backoff kept short, so the breaker decides the pace), and the fallback from
 // `fallback_url` (empty = none; only memory:// is accepted: a second network store would
 // fail the same way). Returns the plain store when there is nothing to add (memory://, or

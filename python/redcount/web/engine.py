@@ -94,18 +94,17 @@ class FailurePolicy:
             if was:
                 log.warning("redcount: the rate-limit store is back; limits are enforced again")
 
-    def _without_store(self, error: BaseException) -> Decision:
-        self._failed(error)
+    def _without_store(self) -> Decision:
         return Decision._without_store(self.on_unavailable == "allow", UNAVAILABLE_RETRY_AFTER)
 
-    def _settle(self, d: Decision) -> Decision | None:
+    def _settle(self, d: Decision, error: BaseException | None = None) -> Decision | None:
         if not d.unavailable:
             self._ok()
             return d
-        self._failed("decided without the store by the limiter's on_unavailable policy")
+        self._failed(error if error is not None else "decided without the store by the limiter's on_unavailable")
         if d.allowed:
             return None
-        raise StoreUnavailable("the rate-limit store is unavailable")
+        raise StoreUnavailable(str(error) if error is not None else "the rate-limit store is unavailable") from error
 
     def run(self, call: Callable[[], Decision]) -> Decision | None:
         """The decision, or None when the store failed and the policy is open; raises
@@ -113,7 +112,7 @@ class FailurePolicy:
         try:
             d = call()
         except StoreConnectionError as e:
-            d = self._without_store(e)
+            return self._settle(self._without_store(), e)
         return self._settle(d)
 
     async def arun(self, call: Callable[[], Awaitable[Decision]]) -> Decision | None:
@@ -121,7 +120,7 @@ class FailurePolicy:
         try:
             d = await call()
         except StoreConnectionError as e:
-            d = self._without_store(e)
+            return self._settle(self._without_store(), e)
         return self._settle(d)
 
 
