@@ -20,6 +20,7 @@ PyObject* g_auth = nullptr;
 PyObject* g_script = nullptr;
 PyObject* g_queue_full = nullptr;
 PyObject* g_store_closed = nullptr;
+PyObject* g_unavailable = nullptr;
 
 PyObject* make(py::module_& m, const char* name, const char* doc, py::tuple bases) {
   std::string qualified = std::string("redcount.") + name;
@@ -112,6 +113,10 @@ void register_errors(py::module_& m) {
   g_timeout = make(m, "TimeoutError",
                    "A connect, command or pool timeout expired. A sent command may or may not have run.",
                    py::make_tuple(py::handle(g_connection), py::handle(PyExc_TimeoutError)));
+  g_unavailable = make(m, "Unavailable",
+                       "The store could not decide within the budget, or its circuit breaker is open "
+                       "(redcount.connect(url, budget=..., fallback=...)). A ConnectionError.",
+                       py::make_tuple(py::handle(g_connection)));
   g_protocol = make(m, "ProtocolError", "The server's reply was not what the protocol allows.",
                     py::make_tuple(py::handle(g_base)));
   g_reply = make(m, "ReplyError", "The server answered with an error reply (ERR, WRONGTYPE, READONLY...).",
@@ -139,6 +144,8 @@ void set_python_error(const std::exception_ptr& error) {
     PyErr_SetString(g_invalid, e.what());
   } catch (const StoreClosed& e) {
     set_connection_error(g_store_closed, e);
+  } catch (const Unavailable& e) {
+    set_connection_error(g_unavailable, e);
   } catch (const TimeoutError& e) {
     set_connection_error(g_timeout, e);
   } catch (const ConnectionError& e) {

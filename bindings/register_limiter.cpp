@@ -107,12 +107,27 @@ void register_limiter(py::module_& m) {
                              "Seconds until the binding limit's window resets.")
       .def_property_readonly("retry_after", [](const Decision& d) { return seconds(d.retry_after_ms); },
                              "0 when allowed; else seconds until the same hit would be allowed.")
+      .def_readonly("unavailable", &Decision::unavailable,
+                    "True when the store was unavailable and the limiter's on_unavailable policy "
+                    "('allow' or 'deny') decided without it.")
+      .def_static(
+          "_without_store",
+          [](bool allowed, double retry_after) {
+            Decision d;
+            d.allowed = allowed;
+            d.unavailable = true;
+            d.retry_after_ms = allowed ? 0 : static_cast<std::int64_t>(retry_after * 1000.0);
+            return d;
+          },
+          py::arg("allowed"), py::arg("retry_after") = 0.0,
+          "A decision made without the store (Limiter(on_unavailable='allow'|'deny')).")
       .def("__bool__", [](const Decision& d) { return d.allowed; })
       .def("__repr__", [](const Decision& d) {
         return std::string("Decision(allowed=") + (d.allowed ? "True" : "False") + ", limit=" + std::to_string(d.limit) +
                ", remaining=" + std::to_string(d.remaining) + ", reset_after=" +
                std::string(py::repr(py::float_(seconds(d.reset_after_ms)))) + ", retry_after=" +
-               std::string(py::repr(py::float_(seconds(d.retry_after_ms)))) + ")";
+               std::string(py::repr(py::float_(seconds(d.retry_after_ms)))) +
+               (d.unavailable ? ", unavailable=True)" : ")");
       });
 
   py::class_<LimitStats>(m, "LimitStats", "The state of one limit for one key.")

@@ -10,6 +10,7 @@
 #include "redcount/errors.h"
 #include "redcount/memory_store.h"
 #include "redcount/options.h"
+#include "redcount/resilient_store.h"
 #include "redcount/store.h"
 
 namespace redcount::bind {
@@ -43,6 +44,10 @@ std::string command_arg(py::handle obj) {
 }
 
 namespace {
+
+// Logs the breaker switches recorded so far (each once: whoever takes them logs them), so a
+// state read from Python is never ahead of the log.
+void drain_breaker_log() { py::module_::import("redcount.store").attr("_log_breaker_events")(); }
 
 // Seconds since the epoch (ManualClock) -> ms, refusing what the clock cannot hold:
 // NaN and infinities, and times past about 285,000 years either way.
@@ -88,7 +93,8 @@ void apply_tls_keywords(StoreOptions& o, const TlsKeywords& k) {
 std::shared_ptr<Store> open_store_shim(const std::string& url, py::object connect_timeout,
                                        py::object command_timeout, int max_connections, bool keepalive,
                                        py::object pool_timeout, std::shared_ptr<ManualClock> clock,
-                                       py::object sweep_interval, int connections, const TlsKeywords& tls) {
+                                       py::object sweep_interval, int connections, const TlsKeywords& tls,
+                                       py::object budget, bool breaker, std::optional<std::string> fallback) {
   StoreOptions o = parse_url(url);
   apply_tls_keywords(o, tls);
   o.connect_timeout = std::chrono::milliseconds(seconds_arg(connect_timeout, "connect_timeout", true));
@@ -102,7 +108,11 @@ std::shared_ptr<Store> open_store_shim(const std::string& url, py::object connec
   o.connections = connections;  // validated by the Redis store (1..4); unused by memory://
   o.keepalive = keepalive;
   if (clock) o.clock = clock;  // on Redis: the client's idea of now (the server keeps its own)
-  return open_store(o);
+  ResilienceOptions r;
+  r.breaker = breaker;
+  if (!budget.is_none()) r.budget = std::chrono::milliseconds(seconds_arg(budget, "budget", false));
+  if (fallback && fallback->empty()) throw InvalidArgument("fallback must be \"memory://\" or None, got ''");
+  return open_resilient_store(o, r, fallback.value_or(std::string()));
 }
 
 }  // namespace
@@ -220,18 +230,96 @@ void register_store(py::module_& m) {
          bool keepalive, py::object pool_timeout, std::shared_ptr<ManualClock> clock, py::object sweep_interval,
          int connections, std::optional<std::string> ssl_ca_certs, std::optional<std::string> ssl_certfile,
          std::optional<std::string> ssl_keyfile, std::optional<std::string> ssl_cert_reqs,
-         std::optional<bool> ssl_check_hostname, std::optional<std::string> ssl_server_name) {
+         std::optional<bool> ssl_check_hostname, std::optional<std::string> ssl_server_name, py::object budget,
+         bool breaker, std::optional<std::string> fallback) {
         const TlsKeywords tls{std::move(ssl_ca_certs), std::move(ssl_certfile), std::move(ssl_keyfile),
                               std::move(ssl_cert_reqs), std::move(ssl_server_name), ssl_check_hostname};
         return open_store_shim(url, std::move(connect_timeout), std::move(command_timeout), max_connections,
                                keepalive, std::move(pool_timeout), std::move(clock), std::move(sweep_interval), connections,
-                               tls);
+                               tls, std::move(budget), breaker, std::move(fallback));
       },
       py::arg("url"), py::arg("connect_timeout"), py::arg("command_timeout"), py::arg("max_connections"),
       py::arg("keepalive"), py::arg("pool_timeout"), py::arg("clock"), py::arg("sweep_interval"),
       py::arg("connections") = 1, py::arg("ssl_ca_certs") = py::none(), py::arg("ssl_certfile") = py::none(), py::arg("ssl_keyfile") = py::none(),
       py::arg("ssl_cert_reqs") = py::none(), py::arg("ssl_check_hostname") = py::none(),
-      py::arg("ssl_server_name") = py::none(), "Open a store; use redcount.connect() instead.");
+      py::arg("ssl_server_name") = py::none(), py::arg("budget") = py::none(), py::arg("breaker") = true,
+      py::arg("fallback") = py::none(), "Open a store; use redcount.connect() instead.");
+
+  py::class_<ResilientStore, Store, std::shared_ptr<ResilientStore>>(
+      m, "ResilientStore",
+      "A Redis store with a latency budget, a circuit breaker and an optional fallback store "
+      "(redcount.connect(url, budget=..., fallback=...)). Thread-safe.")
+      .def_property_readonly(
+          "breaker_state",
+          [](const ResilientStore& s) {
+            drain_breaker_log();
+            switch (s.state()) {
+              case ResilientStore::State::Closed: return "closed";
+              case ResilientStore::State::Open: return "open";
+              case ResilientStore::State::HalfOpen: return "half-open";
+            }
+            return "closed";
+          },
+          "'closed' (calls go to Redis), 'open' (they fail fast or go to the fallback) or 'half-open' "
+          "(a probe is on its way). Always 'closed' when the breaker is off.")
+      .def_property_readonly(
+          "using_fallback",
+          [](const ResilientStore& s) {
+            drain_breaker_log();
+            return s.using_fallback();
+          },
+          "True while calls go to the fallback store.")
+      .def_property_readonly(
+          "breaker_open",
+          [](const ResilientStore& s) {
+            drain_breaker_log();
+            return s.state() != ResilientStore::State::Closed;
+          },
+          "True while the breaker is open or half-open (redcount.web.metrics reads it).")
+      .def_property_readonly(
+          "fallback_active",
+          [](const ResilientStore& s) {
+            drain_breaker_log();
+            return s.using_fallback();
+          },
+          "The same as using_fallback (redcount.web.metrics reads it).")
+      .def_property_readonly(
+          "breaker_switches",
+          [](const ResilientStore& s) {
+            drain_breaker_log();
+            return s.switches();
+          },
+          "How many times the breaker opened or closed since the store was opened.")
+      .def_property_readonly("budget",
+                             [](const ResilientStore& s) -> std::optional<double> {
+                               if (s.options().budget.count() == 0) return std::nullopt;
+                               return static_cast<double>(s.options().budget.count()) / 1000.0;
+                             },
+                             "The latency budget in seconds, or None.")
+      .def_property_readonly("breaker", [](const ResilientStore& s) { return s.options().breaker; },
+                             "Whether the circuit breaker is on.")
+      .def_property_readonly("fallback",
+                             [](const ResilientStore& s) -> std::optional<std::string> {
+                               if (!s.fallback()) return std::nullopt;
+                               return s.fallback()->describe();
+                             },
+                             "The fallback store's URL, or None.");
+
+  m.def(
+      "_take_breaker_events",
+      [] {
+        // Never waits: a thread blocked here with the GIL released would have to take it
+        // back in a destructor, which aborts the process if that happens during interpreter
+        // shutdown. The watcher thread polls instead (redcount/store.py).
+        py::list out;
+        for (const auto& e : take_breaker_events()) {
+          const int level = e.level == BreakerEvent::Level::Debug ? 10 : e.level == BreakerEvent::Level::Info ? 20 : 30;
+          out.append(py::make_tuple(level, e.message));
+        }
+        return out;
+      },
+      "Circuit-breaker switches recorded since the last call, as (logging level, message). Used by "
+      "redcount.store to log them.");
 }
 
 }  // namespace redcount::bind

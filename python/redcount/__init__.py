@@ -37,6 +37,7 @@ from .errors import (
     SecurityWarning,
     StoreClosed,
     TimeoutError,
+    Unavailable,
     WaitTimeout,
 )
 from .limiter import Decision, Lease, Limiter, LimitSet, LimitStats, parse_limits, strategies
@@ -45,7 +46,7 @@ from .restore import RestoreReport, restore
 from .sharded import BufferedCounter, BufferedStats, Quota, QuotaResult, Reading, ShardedCounter
 from .sliding import SlidingWindowCounter
 from .snapshots import SnapshotStore
-from .store import ManualClock, Store, connect
+from .store import ManualClock, ResilientStore, Store, connect
 
 __version__ = "0.1.0"
 
@@ -73,6 +74,7 @@ __all__ = [
     "Reading",
     "RedcountError",
     "ReplyError",
+    "ResilientStore",
     "RestoreReport",
     "RetryQueueFull",
     "RetryStats",
@@ -84,6 +86,7 @@ __all__ = [
     "SnapshotStore",
     "Store",
     "TimeoutError",
+    "Unavailable",
     "WaitTimeout",
     "__version__",
     "connect",

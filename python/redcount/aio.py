@@ -46,7 +46,8 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from . import _core
 from ._core import CompletionQueue, Decision, Lease, LimitSet, LimitStats, QuotaResult, Reading, RetryStats, Store
 from .counters import FixedWindowCounter as _SyncFixedWindowCounter
-from .limiter import Clock, Strategy
+from .errors import ConnectionError as _StoreConnectionError
+from .limiter import Clock, OnUnavailable, Strategy, check_on_unavailable, unavailable_decision
 from .limiter import Limiter as _SyncLimiter
 from .limiter import _slots_taken
 from .shaping import Throttle
@@ -448,18 +449,32 @@ class Limiter:
         prefix: str = "redcount:lim",
         clock: Clock = "client",
         sub_buckets: int = 1,
+        on_unavailable: OnUnavailable = "raise",
     ) -> None:
-        self._share(_SyncLimiter(_unwrap(store), strategy, prefix=prefix, clock=clock, sub_buckets=sub_buckets))
+        self._share(
+            _SyncLimiter(
+                _unwrap(store),
+                strategy,
+                prefix=prefix,
+                clock=clock,
+                sub_buckets=sub_buckets,
+                on_unavailable=on_unavailable,
+            )
+        )
 
     @classmethod
-    def from_sync(cls, limiter: _SyncLimiter) -> Limiter:
-        """An async view of ``limiter``, sharing its core."""
+    def from_sync(cls, limiter: _SyncLimiter, *, on_unavailable: OnUnavailable | None = None) -> Limiter:
+        """An async view of ``limiter``, sharing its core (and its ``on_unavailable``, unless
+        given here)."""
         self = cls.__new__(cls)
-        self._share(limiter)
+        self._share(limiter, on_unavailable)
         return self
 
-    def _share(self, sync: _SyncLimiter) -> None:
+    def _share(self, sync: _SyncLimiter, on_unavailable: OnUnavailable | None = None) -> None:
         self.sync = sync
+        self.on_unavailable: OnUnavailable = (
+            sync.on_unavailable if on_unavailable is None else check_on_unavailable(on_unavailable)
+        )
         core, store = sync._core, sync.store
         self._hit = _engine_method(core, "hit", store)
         self._test = _engine_method(core, "test", store)
@@ -470,14 +485,21 @@ class Limiter:
         self._in_flight = _engine_method(core, "in_flight", store)
 
     async def hit(self, limit: str | LimitSet, key: str | bytes, cost: int = 1) -> Decision:
-        """Charge ``cost`` against ``key`` if every limit allows it; the :class:`~redcount.Decision`."""
-        r = self._hit(limit, key, cost)
-        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+        """Charge ``cost`` against ``key`` if every limit allows it; the :class:`~redcount.Decision`
+        (``on_unavailable`` as in :class:`redcount.Limiter`)."""
+        try:
+            r = self._hit(limit, key, cost)
+            return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+        except _StoreConnectionError as e:
+            return unavailable_decision(self.on_unavailable, e)
 
     async def test(self, limit: str | LimitSet, key: str | bytes, cost: int = 1) -> Decision:
         """What :meth:`hit` would decide now, without charging anything."""
-        r = self._test(limit, key, cost)
-        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+        try:
+            r = self._test(limit, key, cost)
+            return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+        except _StoreConnectionError as e:
+            return unavailable_decision(self.on_unavailable, e)
 
     async def stats(self, limit: str | LimitSet, key: str | bytes) -> list[LimitStats]:
         """The count, remaining hits and reset time of ``key`` under each limit."""

@@ -7,6 +7,8 @@
     or may not have run; redcount never resends it), False when it certainly did not run.
         ``TimeoutError`` (also the builtin ``TimeoutError``): a connect, command or pool timeout.
         ``StoreClosed``: the store was closed; not transient, so it is never queued for retry.
+        ``Unavailable``: the store could not decide within its ``budget``, or its circuit
+        breaker is open (:func:`redcount.connect`); fail fast instead of waiting.
     ``ProtocolError``: the server's reply broke the protocol.
     ``ReplyError``: the server answered with an error reply.
         ``AuthenticationError``: wrong user name or password, or a password is needed.
@@ -33,6 +35,7 @@ from ._core import (
     ScriptError,
     StoreClosed,
     TimeoutError,
+    Unavailable,
 )
 
 
@@ -96,5 +99,6 @@ __all__ = [
     "SecurityWarning",
     "StoreClosed",
     "TimeoutError",
+    "Unavailable",
     "WaitTimeout",
 ]

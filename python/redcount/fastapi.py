@@ -156,7 +156,9 @@ class RateLimiter:
       comma-separated string or a list (default ``"ietf,retry-after"``).
     - ``trusted_proxies``: None (default: trust no forwarding header), a proxy count or
       CIDRs; ``ipv6_prefix``: group IPv6 clients (64 for /64).
-    - ``fail``: ``"open"`` (default) or ``"closed"`` (503) while the store is down.
+    - ``fail``: ``"open"`` (default) or ``"closed"`` (503) while the store is down: the
+      limiter's ``on_unavailable="allow"``/``"deny"``; give the store a ``budget`` (and a
+      ``fallback``) in ``redcount.connect`` so that a dead Redis is noticed fast.
     - ``shadow``: count and report, never refuse. ``metrics``: a
       :class:`redcount.web.metrics.PrometheusMetrics`.
 

@@ -156,7 +156,9 @@ class RateLimiter:
       header), a proxy count, or CIDRs; ``ipv6_prefix`` (``REDCOUNT_IPV6_PREFIX``): group
       IPv6 clients by this prefix (64 for /64).
     - ``fail`` (``REDCOUNT_FAIL``): ``"open"`` (default: let requests through while the
-      store is down) or ``"closed"`` (503).
+      store is down) or ``"closed"`` (503): the limiter's ``on_unavailable="allow"``/``"deny"``.
+      How fast a dead store is noticed is the store's: ``redcount.connect(url, budget=0.05,
+      fallback="memory://")``. A shadow limit never refuses.
     - ``shadow`` (``REDCOUNT_SHADOW``): count and report, never refuse.
     - ``metrics``: a :class:`redcount.web.metrics.PrometheusMetrics`.
     - ``enabled`` (``REDCOUNT_ENABLED``): False turns every check off (tests).

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Literal
 
 from . import _core
 from ._core import Decision, Lease, LimitSet, LimitStats, Store
 from ._wrap import bind_fast_paths
-from .errors import RateLimitExceeded
+from .errors import ConnectionError as StoreConnectionError
+from .errors import InvalidInputError, RateLimitExceeded, StoreClosed
 from .shaping import Throttle, check_wait_args, queue_name, shaper_of, wait_sync
 
 if TYPE_CHECKING:
@@ -19,6 +20,38 @@ __all__ = ["Decision", "Lease", "LimitSet", "LimitStats", "Limiter", "parse_limi
 
 Strategy = Literal["fixed-window", "sliding-window", "sliding-window-approx", "token-bucket", "gcra", "concurrency"]
 Clock = Literal["client", "server", "server-offset"]
+OnUnavailable = Literal["raise", "allow", "deny"]
+
+# A denial made without the store suggests this wait: the breaker probes Redis at least
+# every half second, so a client retrying after it likely meets a decision again.
+UNAVAILABLE_RETRY_AFTER = 1.0
+
+
+def check_on_unavailable(value: object) -> OnUnavailable:
+    """``value`` if it is a valid ``on_unavailable`` policy; else a clear error."""
+    if value == "raise" or value == "allow" or value == "deny":
+        return value
+    raise InvalidInputError(f"on_unavailable must be 'raise', 'allow' or 'deny', got {value!r}")
+
+
+def unavailable_decision(policy: OnUnavailable, error: BaseException) -> Decision:
+    """What ``policy`` decides when the store failed with ``error``: re-raises it for
+    ``"raise"`` (and always for :class:`~redcount.StoreClosed`, a programming error, and
+    anything that is not a :class:`~redcount.ConnectionError`); else a :class:`Decision`
+    with ``unavailable=True``, allowed or denied (``retry_after`` 1 s)."""
+    if policy == "raise" or not isinstance(error, StoreConnectionError) or isinstance(error, StoreClosed):
+        raise error
+    return Decision._without_store(policy == "allow", UNAVAILABLE_RETRY_AFTER)
+
+
+def _guard_sync(call: Callable[..., Decision], policy: OnUnavailable) -> Callable[..., Decision]:
+    def guarded(limit: str | LimitSet, key: str | bytes, cost: int = 1) -> Decision:
+        try:
+            return call(limit, key, cost)
+        except StoreConnectionError as e:
+            return unavailable_decision(policy, e)
+
+    return guarded
 
 # Methods that go straight to the core object (see _wrap.py).
 _FAST = ("hit", "test", "stats", "reset", "acquire", "release", "in_flight")
@@ -82,6 +115,14 @@ class Limiter:
     fixed-window strategy names its keys after the time, so it always uses the offset form
     for server time. :attr:`clock` tells which is in force.
 
+    ``on_unavailable``: what :meth:`hit` and :meth:`test` decide when the store cannot
+    (a :class:`~redcount.ConnectionError`: :class:`~redcount.Unavailable` from a store opened
+    with a ``budget`` or while its circuit breaker is open, a timeout, a refused connection;
+    never :class:`~redcount.StoreClosed`, an error reply or bad input): ``"raise"`` (default)
+    raises it; ``"allow"`` returns an allowing :class:`Decision`, ``"deny"`` a denying one
+    (``retry_after`` 1 s), both with ``unavailable=True`` and ``limit == remaining == 0``. The
+    other methods always raise.
+
     :class:`redcount.aio.Limiter` is the asyncio twin; it can share this limiter's core
     (``redcount.aio.Limiter.from_sync(limiter)``).
 
@@ -98,10 +139,18 @@ class Limiter:
         prefix: str = "redcount:lim",
         clock: Clock = "client",
         sub_buckets: int = 1,
+        on_unavailable: OnUnavailable = "raise",
     ) -> None:
+        self.on_unavailable: OnUnavailable = check_on_unavailable(on_unavailable)
         core = _core.LimiterCore(store, strategy, prefix, clock, sub_buckets)
         self._core = core
         bind_fast_paths(self, Limiter, core, _FAST)
+        if on_unavailable != "raise":
+            # Only then: the default keeps the core's bound methods, with no Python frame.
+            d = vars(self)
+            for name in ("hit", "test"):
+                if name in d:
+                    d[name] = _guard_sync(d[name], on_unavailable)
         self.store = store
         self.strategy = strategy
         self.prefix = prefix
@@ -115,11 +164,17 @@ class Limiter:
 
         ``limit`` is a string like ``"10/minute"`` or ``"5/second;100/hour"`` (parsed once and
         cached) or a :class:`LimitSet`."""
-        return self._core.hit(limit, key, cost)
+        try:
+            return self._core.hit(limit, key, cost)
+        except StoreConnectionError as e:
+            return unavailable_decision(self.on_unavailable, e)
 
     def test(self, limit: str | LimitSet, key: str | bytes, cost: int = 1) -> Decision:
         """What :meth:`hit` would decide now, without charging anything."""
-        return self._core.test(limit, key, cost)
+        try:
+            return self._core.test(limit, key, cost)
+        except StoreConnectionError as e:
+            return unavailable_decision(self.on_unavailable, e)
 
     def stats(self, limit: str | LimitSet, key: str | bytes) -> list[LimitStats]:
         """The count, remaining hits and reset time of ``key`` under each limit."""
@@ -165,7 +220,8 @@ class Limiter:
                 self.release(got)
 
     def __repr__(self) -> str:
-        return f"Limiter(strategy={self.strategy!r}, clock={self.clock!r}, store={self.store.url!r})"
+        extra = "" if self.on_unavailable == "raise" else f", on_unavailable={self.on_unavailable!r}"
+        return f"Limiter(strategy={self.strategy!r}, clock={self.clock!r}, store={self.store.url!r}{extra})"
 
     def wait(
         self, limit: str | LimitSet, key: str | bytes, cost: int = 1, *, max_wait: float | None = None

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import logging
+import math
 import os
 import ssl
+import threading
+import time
 from typing import Union
 
 from . import _core
-from ._core import ManualClock, Store
+from ._core import ManualClock, ResilientStore, Store
 
-__all__ = ["ManualClock", "Store", "connect"]
+__all__ = ["ManualClock", "ResilientStore", "Store", "connect"]
+
+_log = logging.getLogger("redcount")
 
 _PathArg = Union[str, "os.PathLike[str]", None]
 
@@ -45,6 +51,9 @@ def connect(
     ssl_cert_reqs: str | ssl.VerifyMode | None = None,
     ssl_check_hostname: bool | None = None,
     ssl_server_name: str | None = None,
+    budget: float | None = None,
+    breaker: bool = True,
+    fallback: str | None = None,
 ) -> Store:
     """Open a store.
 
@@ -77,6 +86,25 @@ def connect(
     :class:`~redcount.SecurityWarning`); ``ssl_check_hostname`` (default true) whether the
     certificate must name the host (or ``ssl_server_name``, which is also sent as SNI).
 
+    When Redis fails (see the README, "When Redis fails: budget, breaker, fallback"):
+    ``budget`` (seconds, > 0) caps every round trip, waiting for a connection and the store's
+    own retries included (the command and pool timeouts become at most ``budget``; a
+    connection slower than that to set up goes on in the background); a call that
+    cannot decide in time raises :class:`~redcount.Unavailable` (a
+    :class:`~redcount.ConnectionError`), as does every connection-level failure.
+    ``breaker`` (on by default, active only with ``budget`` or ``fallback``): three
+    consecutive connection failures or timeouts open it; while open, calls do not touch Redis
+    (they fail fast with ``Unavailable`` or go to the fallback), and the first call after a
+    jittered pause (50 ms doubling to 500 ms) sends a PING in the background, which closes it
+    when answered. Error replies (WRONGTYPE, script errors) and bad input never count.
+    ``fallback="memory://"``: while the breaker is open, calls go to an embedded store (every
+    counter and limiter works there), and back to Redis when it closes; counts made on the
+    fallback are not merged back. The store is then a :class:`ResilientStore`, whose
+    ``breaker_state``, ``using_fallback`` and ``breaker_switches`` tell where calls go; each
+    switch is logged once on the ``"redcount"`` logger (WARNING), by a daemon thread
+    (within 0.1 s).
+    On ``memory://`` a budget changes nothing (it never waits on a network).
+
     Nothing is sent until the first command, so a wrong host or password shows up then,
     as :class:`~redcount.ConnectionError` or :class:`~redcount.AuthenticationError`.
     Call :meth:`Store.ping` to check at once.
@@ -102,7 +130,16 @@ def connect(
         raise TypeError(f"ssl_check_hostname must be a bool, got {type(ssl_check_hostname).__name__}")
     if ssl_server_name is not None and not isinstance(ssl_server_name, str):
         raise TypeError(f"ssl_server_name must be a str, got {type(ssl_server_name).__name__}")
-    return _core.open_store(
+    if budget is not None:
+        if isinstance(budget, bool) or not isinstance(budget, (int, float)):
+            raise TypeError(f"budget must be a number of seconds or None, got {type(budget).__name__}")
+        if not math.isfinite(budget) or budget <= 0:
+            raise _core.InvalidInputError(f"budget must be a finite number of seconds > 0, got {budget!r}")
+    if not isinstance(breaker, bool):
+        raise TypeError(f"breaker must be a bool, got {type(breaker).__name__}")
+    if fallback is not None and not isinstance(fallback, str):
+        raise TypeError(f"fallback must be 'memory://' or None, got {type(fallback).__name__}")
+    store = _core.open_store(
         url,
         connect_timeout=connect_timeout,
         command_timeout=command_timeout,
@@ -118,4 +155,56 @@ def connect(
         ssl_cert_reqs=cert_reqs,
         ssl_check_hostname=ssl_check_hostname,
         ssl_server_name=ssl_server_name,
+        budget=budget,
+        breaker=breaker,
+        fallback=fallback,
     )
+    if isinstance(store, ResilientStore):
+        _start_breaker_log()
+    return store
+
+
+def _log_breaker_events() -> None:
+    """Logs the circuit-breaker switches recorded so far, each once (whoever takes an event
+    logs it: the watcher thread, or a read of a ResilientStore's state)."""
+    for level, message in _core._take_breaker_events():
+        _log.log(level, "%s", message)
+
+
+# Why a thread and not a callback from C++: a switch happens on the store's I/O thread,
+# which must never wait for the GIL (that can deadlock at interpreter shutdown). Why
+# polling: a thread blocked in C++ with the GIL released must take it back when it wakes,
+# which aborts the process if it wakes during interpreter shutdown; time.sleep() is safe
+# there. Ten cheap polls a second, and only once a resilient store was opened.
+_POLL_INTERVAL = 0.1
+_watcher_lock = threading.Lock()
+_watcher: threading.Thread | None = None
+
+
+def _watch() -> None:
+    while True:
+        time.sleep(_POLL_INTERVAL)
+        _log_breaker_events()
+
+
+def _start_breaker_log() -> None:
+    global _watcher
+    with _watcher_lock:
+        if _watcher is None or not _watcher.is_alive():
+            _watcher = threading.Thread(target=_watch, name="redcount-breaker-log", daemon=True)
+            _watcher.start()
+
+
+def _forget_watcher() -> None:
+    # A forked child has no watcher thread; the next resilient connect() starts one, and a
+    # store inherited from the parent gets one too.
+    global _watcher, _watcher_lock
+    _watcher_lock = threading.Lock()  # another thread may have held it at the fork
+    had = _watcher is not None
+    _watcher = None
+    if had:
+        _start_breaker_log()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_watcher)

@@ -55,6 +55,14 @@ class StoreClosed : public ConnectionError {
   using ConnectionError::ConnectionError;
 };
 
+// The store could not decide within the caller's budget, or its circuit breaker is open:
+// raised by a ResilientStore instead of waiting on a dead server. A ConnectionError, so a
+// handler written for those catches it; `maybe_applied()` as for ConnectionError.
+class Unavailable : public ConnectionError {
+ public:
+  using ConnectionError::ConnectionError;
+};
+
 // The server sent bytes that are not valid RESP, or a reply of an unexpected type.
 class ProtocolError : public Error {
  public:

@@ -48,6 +48,8 @@ struct Decision {
   std::int64_t remaining = 0;       // hits of cost 1 still allowed under every limit
   std::int64_t reset_after_ms = 0;  // until the binding limit's window resets
   std::int64_t retry_after_ms = 0;  // 0 when allowed; else until this hit would be allowed
+  // Decided without the store (it was unavailable) by the caller's on_unavailable policy.
+  bool unavailable = false;
 };
 
 struct LimitStats {

@@ -43,7 +43,7 @@ The storages are thread-safe. Options (keyword arguments of ``storage_from_strin
 Flask-Limiter's ``RATELIMIT_STORAGE_OPTIONS``): ``key_prefix`` (default ``"LIMITS"``),
 ``wrap_exceptions`` (raise :class:`limits.errors.StorageError` instead of redcount's errors),
 and the keyword arguments of :func:`redcount.connect` (``connect_timeout``,
-``command_timeout``, ``clock``, the ``ssl_*`` options...); redis-py's ``socket_timeout`` and
+``command_timeout``, ``clock``, the ``ssl_*`` options, ``budget``, ``breaker``, ``fallback``...); redis-py's ``socket_timeout`` and
 ``socket_connect_timeout`` are read as ``command_timeout`` and ``connect_timeout``.
 """
 
@@ -85,6 +85,7 @@ _CONNECT_OPTIONS = frozenset({
     "connect_timeout", "command_timeout", "max_connections", "connections", "keepalive", "pool_timeout",
     "clock", "sweep_interval", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs",
     "ssl_check_hostname", "ssl_server_name",
+    "budget", "breaker", "fallback",
 })  # fmt: skip
 
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 from .._core import Decision
 from ..errors import ConnectionError as StoreConnectionError
 from ..errors import InvalidInputError
+from ..limiter import UNAVAILABLE_RETRY_AFTER, OnUnavailable
 from .spec import Check, Policy
 
 if TYPE_CHECKING:
@@ -52,17 +53,26 @@ class MetricsSink(Protocol):
 
 
 class FailurePolicy:
-    """What a store failure (:class:`redcount.ConnectionError`, timeouts included) means for
-    a request: ``"open"`` lets it through without rate-limit headers, ``"closed"`` refuses it
-    with 503. The one place the web layer catches store errors, so a later core-level policy
-    (budgets, a circuit breaker, a fallback store) plugs in here. The transitions (store
-    down, store back) are logged once each, not per request. Thread-safe.
+    """What a store failure means for a request: ``"open"`` lets it through without
+    rate-limit headers, ``"closed"`` refuses it with 503.
+
+    Built on the core's policy (:class:`redcount.Limiter`'s ``on_unavailable``): ``"open"`` is
+    ``on_unavailable="allow"``, ``"closed"`` is ``"deny"``. A store failure
+    (:class:`redcount.ConnectionError`: :class:`redcount.Unavailable` from a store with a
+    ``budget`` or an open circuit breaker, timeouts, a closed store) becomes the decision that
+    policy makes, and a decision made without the store (``Decision.unavailable``, also from
+    a limiter built with its own ``on_unavailable``, which then wins) is served as such: an
+    allowing one lets the request through without headers, a denying one is a 503. The
+    budget and the breaker themselves live in the store (``redcount.connect(url,
+    budget=0.05, fallback="memory://")``), shared by every limiter on it. The transitions
+    (store down, store back) are logged once each, not per request. Thread-safe.
     """
 
     def __init__(self, mode: FailMode = "open") -> None:
         if mode not in ("open", "closed"):
             raise InvalidInputError(f"fail must be 'open' or 'closed', got {mode!r}")
         self.mode: FailMode = mode
+        self.on_unavailable: OnUnavailable = "allow" if mode == "open" else "deny"
         self._down = False
         self._lock = threading.Lock()
 
@@ -71,7 +81,7 @@ class FailurePolicy:
         """True between a store failure and the next success."""
         return self._down
 
-    def _failed(self, error: BaseException) -> None:
+    def _failed(self, error: BaseException | str) -> None:
         with self._lock:
             first, self._down = not self._down, True
         if first:
@@ -84,30 +94,34 @@ class FailurePolicy:
             if was:
                 log.warning("redcount: the rate-limit store is back; limits are enforced again")
 
+    def _without_store(self) -> Decision:
+        return Decision._without_store(self.on_unavailable == "allow", UNAVAILABLE_RETRY_AFTER)
+
+    def _settle(self, d: Decision, error: BaseException | None = None) -> Decision | None:
+        if not d.unavailable:
+            self._ok()
+            return d
+        self._failed(error if error is not None else "decided without the store by the limiter's on_unavailable")
+        if d.allowed:
+            return None
+        raise StoreUnavailable(str(error) if error is not None else "the rate-limit store is unavailable") from error
+
     def run(self, call: Callable[[], Decision]) -> Decision | None:
         """The decision, or None when the store failed and the policy is open; raises
         :class:`StoreUnavailable` when it failed and the policy is closed."""
         try:
             d = call()
         except StoreConnectionError as e:
-            self._failed(e)
-            if self.mode == "closed":
-                raise StoreUnavailable(str(e)) from e
-            return None
-        self._ok()
-        return d
+            return self._settle(self._without_store(), e)
+        return self._settle(d)
 
     async def arun(self, call: Callable[[], Awaitable[Decision]]) -> Decision | None:
         """The async twin of :meth:`run`."""
         try:
             d = await call()
         except StoreConnectionError as e:
-            self._failed(e)
-            if self.mode == "closed":
-                raise StoreUnavailable(str(e)) from e
-            return None
-        self._ok()
-        return d
+            return self._settle(self._without_store(), e)
+        return self._settle(d)
 
 
 @dataclass
@@ -201,6 +215,10 @@ def decide(
         try:
             d = policy.run(lambda: limiter.hit(c.limits, c.key, c.cost))
         except StoreUnavailable:
+            if verdict.is_shadow(c):  # a shadow check counts and reports; it never blocks
+                if metrics is not None:
+                    metrics.store_error(c, "open")
+                continue
             if metrics is not None:
                 metrics.store_error(c, "closed")
             verdict.allowed, verdict.unavailable = False, True
@@ -228,6 +246,10 @@ async def decide_async(
         try:
             d = await policy.arun(lambda: limiter.hit(c.limits, c.key, c.cost))
         except StoreUnavailable:
+            if verdict.is_shadow(c):  # a shadow check counts and reports; it never blocks
+                if metrics is not None:
+                    metrics.store_error(c, "open")
+                continue
             if metrics is not None:
                 metrics.store_error(c, "closed")
             verdict.allowed, verdict.unavailable = False, True
