@@ -40,6 +40,7 @@ from .errors import (
     WaitTimeout,
 )
 from .limiter import Decision, Lease, Limiter, LimitSet, LimitStats, parse_limits, strategies
+from .pn import PNCounter
 from .sharded import BufferedCounter, BufferedStats, Quota, QuotaResult, Reading, ShardedCounter
 from .sliding import SlidingWindowCounter
 from .store import ManualClock, Store, connect
@@ -59,6 +60,7 @@ __all__ = [
     "LimitStats",
     "Limiter",
     "ManualClock",
+    "PNCounter",
     "ProtocolError",
     "Quota",
     "QuotaResult",
