@@ -67,7 +67,8 @@ class PNCounter {
   // region's new component total.
   std::int64_t incr(std::int64_t amount = 1);
   std::int64_t decr(std::int64_t amount = 1);
-  // sum(P) - sum(N), both hashes read in one round trip. Throws ProtocolError when the sum
+  // sum(P) - sum(N), both hashes read in one round trip (two reads, not one snapshot: a
+  // concurrent write may be seen in one hash only). Throws ProtocolError when the sum
   // does not fit in 64 bits.
   std::int64_t value();
   // Every region known on this store, sorted by region.
