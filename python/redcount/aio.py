@@ -808,7 +808,9 @@ class PNCounter:
 
     sync: _SyncPNCounter
 
-    def __init__(self, store: Store | AsyncStore, name: str, region: str, *, prefix: str = "redcount") -> None:
+    def __init__(
+        self, store: Store | AsyncStore, name: str, region: str, *, prefix: str = "redcount"
+    ) -> None:
         self._share(_SyncPNCounter(_unwrap(store), name, region, prefix=prefix))
 
     @classmethod
