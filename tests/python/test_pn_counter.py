@@ -73,9 +73,15 @@ def test_concurrent_updates_and_random_merges_converge_to_the_exact_total(
     def merger(region: str, seed: int) -> None:
         rng = random.Random(seed)
         others = [r for r in REGIONS if r != region]
+        seen: dict[str, tuple[int, int]] = {}
         try:
             while writing.is_set():
                 pn[region].merge(region_stores[rng.choice(others)])
+                # Every field only grows, whatever merges and writes interleave.
+                now = pn[region].components()
+                for r, (p, n) in seen.items():
+                    assert now[r][0] >= p and now[r][1] >= n, (region, r, seen[r], now[r])
+                seen = now
         except BaseException as e:
             errors.append(e)
 
@@ -200,3 +206,21 @@ def test_async_twin(region_stores: dict[str, redcount.Store]) -> None:
             await eu.incr(0)
 
     asyncio.run(main())
+
+
+@pytest.mark.redis_only
+def test_a_memory_region_and_a_redis_region_merge_alike(
+    memory_store: redcount.Store, redis_store: redcount.Store
+) -> None:
+    mem = redcount.PNCounter(memory_store, "stock", "mem")
+    red = redcount.PNCounter(redis_store, "stock", "red")
+    big = 2**53 - 1  # the largest single amount; two of them pass 2**53
+    mem.incr(big)
+    mem.incr(big)
+    mem.decr(3)
+    red.incr(11)
+    red.decr(big)
+    assert mem.merge(redis_store) == 2
+    assert red.merge(memory_store) == 2
+    assert mem.components() == red.components() == {"mem": (2 * big, 3), "red": (11, big)}
+    assert mem.value() == red.value() == 2 * big - 3 + 11 - big
