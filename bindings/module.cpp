@@ -9,4 +9,5 @@ PYBIND11_MODULE(_core, m) {
   redcount::bind::register_limiter(m);
   redcount::bind::register_aio(m);
   redcount::bind::register_sharded(m);
+  redcount::bind::register_pn(m);
 }

@@ -117,4 +117,13 @@ std::string quota_key(std::string_view prefix, std::string_view name) {
   return out;
 }
 
+std::string pn_key(std::string_view prefix, std::string_view name, std::string_view component) {
+  std::string out;
+  out.reserve(prefix.size() + name.size() + component.size() + 8);
+  out.append(prefix).append(":pn:");
+  append_tagged(out, name);
+  out.append(":").append(component);
+  return out;
+}
+
 }  // namespace redcount

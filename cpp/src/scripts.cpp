@@ -1,6 +1,7 @@
 // The registry of every script redcount sends (see all_scripts() in store.h).
 #include "redcount/fixed_window.h"
 #include "redcount/limiter.h"
+#include "redcount/pn_counter.h"
 #include "redcount/quota.h"
 #include "redcount/sharded.h"
 #include "redcount/sliding_window.h"
@@ -15,6 +16,7 @@ const std::vector<const Script*>& all_scripts() {
       &kTokenBucketScript,     &kGcraScript,           &kConcurrencyScript, &kSlidingCounterScript,
       &kTimeProbeScript,
       &kShardedIncrScript,     &kQuotaScript,
+      &kPnMergeScript,
   };
   return scripts;
 }

@@ -43,6 +43,7 @@ from .errors import (
 from .limiter import Decision, Lease, Limiter, LimitSet, LimitStats, parse_limits, strategies
 from .flusher import Flusher, FlusherStats, Lag
 from .restore import RestoreReport, restore
+from .pn import PNCounter
 from .sharded import BufferedCounter, BufferedStats, Quota, QuotaResult, Reading, ShardedCounter
 from .sliding import SlidingWindowCounter
 from .snapshots import SnapshotStore
@@ -66,6 +67,7 @@ __all__ = [
     "LimitStats",
     "Limiter",
     "ManualClock",
+    "PNCounter",
     "ProtocolError",
     "Quota",
     "QuotaResult",

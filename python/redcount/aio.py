@@ -47,9 +47,11 @@ from . import _core
 from ._core import CompletionQueue, Decision, Lease, LimitSet, LimitStats, QuotaResult, Reading, RetryStats, Store
 from .counters import FixedWindowCounter as _SyncFixedWindowCounter
 from .errors import ConnectionError as _StoreConnectionError
+from .errors import InvalidInputError
 from .limiter import Clock, OnUnavailable, Strategy, check_on_unavailable, unavailable_decision
 from .limiter import Limiter as _SyncLimiter
 from .limiter import _slots_taken
+from .pn import PNCounter as _SyncPNCounter
 from .shaping import Throttle
 from .shaping import check_wait_args as _check_wait_args
 from .shaping import shaper_of as _shaper_of
@@ -67,6 +69,7 @@ __all__ = [
     "AsyncStore",
     "FixedWindowCounter",
     "Limiter",
+    "PNCounter",
     "Quota",
     "ShardedCounter",
     "SlidingWindowCounter",
@@ -809,6 +812,91 @@ class Quota:
     @property
     def name(self) -> str:
         return self.sync.name
+
+    @property
+    def store(self) -> Store:
+        return self.sync.store
+
+    def __repr__(self) -> str:
+        return "redcount.aio." + repr(self.sync)
+
+
+class PNCounter:
+    """The asyncio twin of :class:`redcount.PNCounter`: the same arguments and behaviour,
+    with :meth:`incr`, :meth:`decr`, :meth:`value`, :meth:`components`, :meth:`merge` and
+    :meth:`merge_components` as coroutines. ``from_sync(counter)`` shares a sync counter's
+    core; :attr:`sync` is the sync twin. Thread-safe.
+    """
+
+    sync: _SyncPNCounter
+
+    def __init__(
+        self, store: Store | AsyncStore, name: str, region: str, *, prefix: str = "redcount"
+    ) -> None:
+        self._share(_SyncPNCounter(_unwrap(store), name, region, prefix=prefix))
+
+    @classmethod
+    def from_sync(cls, counter: _SyncPNCounter) -> PNCounter:
+        """An async view of ``counter``, sharing its core."""
+        self = cls.__new__(cls)
+        self._share(counter)
+        return self
+
+    def _share(self, sync: _SyncPNCounter) -> None:
+        self.sync = sync
+        core, store = sync._core, sync.store
+        self._incr = _engine_method(core, "incr", store)
+        self._decr = _engine_method(core, "decr", store)
+        self._value = _engine_method(core, "value", store)
+        self._components = _engine_method(core, "components", store)
+        self._merge_components = _engine_method(core, "merge_components", store)
+
+    async def incr(self, amount: int = 1) -> int:
+        """See :meth:`redcount.PNCounter.incr`."""
+        r = self._incr(amount)
+        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+
+    async def decr(self, amount: int = 1) -> int:
+        """See :meth:`redcount.PNCounter.decr`."""
+        r = self._decr(amount)
+        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+
+    async def value(self) -> int:
+        """See :meth:`redcount.PNCounter.value`."""
+        r = self._value()
+        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+
+    async def components(self) -> dict[str, tuple[int, int]]:
+        """See :meth:`redcount.PNCounter.components`."""
+        r = self._components()
+        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+
+    async def merge_components(self, components: dict[str, tuple[int, int]]) -> int:
+        """See :meth:`redcount.PNCounter.merge_components`."""
+        r = self._merge_components(components)
+        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+
+    async def merge(self, other: Store | AsyncStore | PNCounter | _SyncPNCounter) -> int:
+        """See :meth:`redcount.PNCounter.merge`: the read on ``other`` and the merge here are
+        each awaited, one after the other."""
+        if isinstance(other, (PNCounter, _SyncPNCounter)):
+            if other.name != self.name:
+                raise InvalidInputError(f"cannot merge PN-counter {other.name!r} into {self.name!r}")
+            there = other if isinstance(other, PNCounter) else PNCounter.from_sync(other)
+        else:
+            there = PNCounter(_unwrap(other), self.name, self.region, prefix=self.sync.prefix)
+        return await self.merge_components(await there.components())
+
+    def storage_keys(self) -> tuple[str, str]:
+        return self.sync.storage_keys()
+
+    @property
+    def name(self) -> str:
+        return self.sync.name
+
+    @property
+    def region(self) -> str:
+        return self.sync.region
 
     @property
     def store(self) -> Store:

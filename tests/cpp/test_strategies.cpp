@@ -17,6 +17,7 @@
 #include "redcount/errors.h"
 #include "redcount/fixed_window.h"
 #include "redcount/limiter.h"
+#include "redcount/pn_counter.h"
 #include "redcount/quota.h"
 #include "redcount/sharded.h"
 #include "redcount/limits.h"
@@ -456,6 +457,24 @@ const std::vector<ParityCase>& parity_cases() {
          const char* op = rng() % 2 == 0 ? "take" : "give";
          ScriptCall c{&kQuotaScript, {"q:{a}"}, {op, std::to_string(1 + rng() % 9), "-5", "20", "60000"}};
          if (rng() % 2 == 0) c.keys.push_back("q:{a}:rid:" + std::to_string(rng() % 6));
+         return c;
+       }},
+      {"pn_merge", false,
+       [](std::mt19937& rng, std::int64_t, int) {
+         // Totals near 2^63 as well (compared as text there), a repeated region now and then,
+         // and sometimes a malformed total, which must change nothing on either store.
+         ScriptCall c{&kPnMergeScript, {"pn:{a}:p", "pn:{a}:n"}, {}};
+         const int n = static_cast<int>(rng() % 4);
+         for (int j = 0; j < n; ++j) {
+           auto total = [&]() -> std::string {
+             switch (rng() % 16) {
+               case 0: return std::to_string(9223372036854775000LL + static_cast<std::int64_t>(rng() % 800));
+               case 1: return rng() % 4 == 0 ? "-1" : (rng() % 2 ? "007" : "9223372036854775808");
+               default: return std::to_string(rng() % 50);
+             }
+           };
+           c.args.insert(c.args.end(), {"r" + std::to_string(rng() % 3), total(), total()});
+         }
          return c;
        }},
   };

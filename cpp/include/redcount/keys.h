@@ -23,6 +23,7 @@
 //                         {<prefix>:<name>:<shard>}:log        delta log (a stream)
 //                         (each shard is its own tag, so shards spread over Cluster slots)
 //   quota                 <prefix>:quota:{<name>} and <prefix>:quota:{<name>}:rid:<id>
+//   PN-counter            <prefix>:pn:{<name>}:p and <prefix>:pn:{<name>}:n (hashes: region -> total)
 //
 // Pure functions; thread-safe.
 #pragma once
@@ -56,5 +57,7 @@ std::string sharded_value_key(std::string_view prefix, std::string_view name, st
 std::string sharded_key(std::string_view prefix, std::string_view name, std::int64_t shard,
                         std::string_view suffix);
 std::string quota_key(std::string_view prefix, std::string_view name);
+// A PN-counter's hash; `component` is "p" or "n".
+std::string pn_key(std::string_view prefix, std::string_view name, std::string_view component);
 
 }  // namespace redcount
