@@ -26,14 +26,19 @@ using rctest::run;
 std::string render(const Reply& r) {
   switch (r.type) {
     case Reply::Type::Nil: return "nil";
-    case Reply::Type::Integer: return ":" + std::to_string(r.integer);
-    case Reply::Type::String: return "\"" + r.str + "\"";
-    case Reply::Type::Status: return "+" + r.str;
-    case Reply::Type::Error: return "-" + r.str;
+    case Reply::Type::Integer: return std::string(":").append(std::to_string(r.integer));
+    case Reply::Type::String: return std::string("\"").append(r.str).append("\"");
+    case Reply::Type::Status: return std::string("+").append(r.str);
+    case Reply::Type::Error: return std::string("-").append(r.str);
     case Reply::Type::Array: {
+      // Appends only: GCC 12 at -O3 warns (-Wrestrict, a false positive) on "x" + string.
       std::string out = "[";
-      for (std::size_t i = 0; i < r.elements.size(); ++i) out += (i ? "," : "") + render(r.elements[i]);
-      return out + "]";
+      for (std::size_t i = 0; i < r.elements.size(); ++i) {
+        if (i > 0) out.push_back(',');
+        out.append(render(r.elements[i]));
+      }
+      out.push_back(']');
+      return out;
     }
   }
   return "?";
