@@ -41,6 +41,7 @@ from .errors import (
 )
 from .limiter import Decision, Lease, Limiter, LimitSet, LimitStats, parse_limits, strategies
 from .flusher import Flusher, FlusherStats, Lag
+from .reconcile import Report, reconcile
 from .restore import RestoreReport, restore
 from .sharded import BufferedCounter, BufferedStats, Quota, QuotaResult, Reading, ShardedCounter
 from .sliding import SlidingWindowCounter
@@ -89,5 +90,7 @@ __all__ = [
     "connect",
     "parse_limits",
     "restore",
+    "reconcile",
+    "Report",
     "strategies",
 ]
