@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ._core import Store
@@ -246,9 +246,7 @@ def _reconcile(store: Store, snaps: SnapshotStore, name: str, threshold: float, 
                     {"counter": name, "delta": acorr, "reason": REASON,
                      "request_id": f"reconcile:audit:{r.shard}", "created_ms": run_ms}
                 )
-            fixed.append(
-                ShardRow(**{**asdict(r), "correction": corr, "audit_correction": acorr, "stable": stable})
-            )
+            fixed.append(replace(r, correction=corr, audit_correction=acorr, stable=stable))
         rows = fixed
         # SQL first: if Redis then fails, the record says a correction was meant and the next
         # run shows the drift still there (and the audit row made the audit side agree).
