@@ -229,3 +229,36 @@ def test_the_command_line_reconciles_and_repairs(
     recorded = runs(sql, "likes")
     assert [json.dumps(r.shards) != "[]" for r in recorded] == [False, True, True, False]
     store.close()
+
+
+def test_repair_leaves_a_shard_whose_drift_moves_between_measurements(
+    store: redcount.Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    rec = sys.modules["redcount.reconcile"]  # the module: redcount.reconcile is the function
+
+    sql = f"sqlite:///{tmp_path / 'm.db'}"
+    c = counter(store)
+    write(c, 10)
+    flushed(store, sql, c)
+    store.execute("INCRBY", c.key_of(1), 7)
+    real = rec._measure
+    calls = []
+
+    def measure_then_write(*args: object) -> object:
+        rows = real(*args)
+        calls.append(1)
+        if len(calls) == 1:
+            store.execute("INCRBY", c.key_of(1), 1)  # a foreign write between the two reads
+        return rows
+
+    monkeypatch.setattr(rec, "_measure", measure_then_write)
+    rep = redcount.reconcile(store, sql, "likes", repair=True)
+    row = rep.rows[1]
+    assert row.drift == 7 and not row.stable and row.correction == 0 and rep.corrections == 0
+    assert "moving: not repaired" in rep.table()
+    monkeypatch.setattr(rec, "_measure", real)
+    assert drifts(redcount.reconcile(store, sql, "likes")) == {1: (8, 0)}
+    redcount.reconcile(store, sql, "likes", repair=True)
+    assert redcount.reconcile(store, sql, "likes").abs_drift == 0
