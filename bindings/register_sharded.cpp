@@ -159,6 +159,16 @@ void register_sharded(py::module_& m) {
           },
           py::arg("amount") = 1, py::kw_only(), py::arg("request_id") = py::none(), "incr(-amount).")
       .def(
+          "adjust",
+          [](ShardedCounter& c, py::handle amount, const std::string& reason, py::handle request_id) {
+            const std::int64_t a = int_arg(amount, "delta");
+            const std::string rid = optional_id(request_id);
+            py::gil_scoped_release release;  // network wait
+            return c.adjust(a, reason, rid);
+          },
+          py::arg("delta"), py::arg("reason"), py::kw_only(), py::arg("request_id") = py::none(),
+          "An audited correction: incr(delta) whose log entry carries `reason`.")
+      .def(
           "incr_many",
           [](ShardedCounter& c, const py::iterable& items) {
             auto in = increments(items);
@@ -253,6 +263,13 @@ void register_sharded(py::module_& m) {
                                      [](bool& b) { return py::bool_(b); });
           },
           py::arg("amount") = 1, py::kw_only(), py::arg("request_id") = py::none())
+      .def(
+          "adjust_async",
+          [](ShardedCounter& c, py::handle amount, const std::string& reason, py::handle request_id) {
+            return aio::submit_async(c.store(), c.make_adjust(int_arg(amount, "delta"), reason, optional_id(request_id)),
+                                     [](bool& b) { return py::bool_(b); });
+          },
+          py::arg("delta"), py::arg("reason"), py::kw_only(), py::arg("request_id") = py::none())
       .def(
           "decr_async",
           [](ShardedCounter& c, py::handle amount, py::handle request_id) {

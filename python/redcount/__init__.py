@@ -42,6 +42,7 @@ from .errors import (
 )
 from .limiter import Decision, Lease, Limiter, LimitSet, LimitStats, parse_limits, strategies
 from .flusher import Flusher, FlusherStats, Lag
+from .reconcile import Report, reconcile
 from .restore import RestoreReport, restore
 from .pn import PNCounter
 from .sharded import BufferedCounter, BufferedStats, Quota, QuotaResult, Reading, ShardedCounter
@@ -94,5 +95,7 @@ __all__ = [
     "connect",
     "parse_limits",
     "restore",
+    "reconcile",
+    "Report",
     "strategies",
 ]

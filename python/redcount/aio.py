@@ -56,7 +56,7 @@ from .shaping import Throttle
 from .shaping import check_wait_args as _check_wait_args
 from .shaping import shaper_of as _shaper_of
 from .shaping import wait_async as _wait_async
-from .sharded import Increment
+from .sharded import Increment, _check_adjust
 from .sharded import Quota as _SyncQuota
 from .sharded import ShardedCounter as _SyncShardedCounter
 from .sliding import SlidingWindowCounter as _SyncSlidingWindowCounter
@@ -650,6 +650,7 @@ class ShardedCounter:
         self._incr = _engine_method(core, "incr", store)
         self._decr = _engine_method(core, "decr", store)
         self._incr_many = _engine_method(core, "incr_many", store)
+        self._adjust = _engine_method(core, "adjust", store)
         self._value = _engine_method(core, "value", store)
         self._shard_values = _engine_method(core, "shard_values", store)
         self._values = _engine_method(core, "values", store)
@@ -663,6 +664,12 @@ class ShardedCounter:
     async def decr(self, amount: int = 1, *, request_id: str | bytes | None = None) -> bool:
         """``incr(-amount)``."""
         r = self._decr(amount, request_id=request_id)
+        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+
+    async def adjust(self, delta: int, reason: str, *, request_id: str | bytes | None = None) -> bool:
+        """See :meth:`redcount.ShardedCounter.adjust`."""
+        _check_adjust(delta, reason)
+        r = self._adjust(delta, reason, request_id=request_id)
         return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
 
     async def incr_many(self, items: list[Increment]) -> list[bool]:

@@ -126,6 +126,14 @@ class ShardedCounter:
         """``incr(-amount)``."""
         return self._core.decr(amount, request_id=request_id)
 
+    def adjust(self, delta: int, reason: str, *, request_id: str | bytes | None = None) -> bool:
+        """An audited correction: adds ``delta`` (a non-zero int) through the delta log like
+        :meth:`incr`, and its log entry carries ``reason`` (1..255 bytes), so the flusher also
+        records it in the SQL adjustments table. With ``request_id``, a repeat is not applied
+        twice (False). Bad input raises InvalidInputError and writes nothing."""
+        _check_adjust(delta, reason)
+        return self._core.adjust(delta, reason, request_id=request_id)
+
     def incr_many(self, items: Iterable[Increment]) -> list[bool]:
         """Write many counters (this prefix, shard count and TTL) in one round trip, one
         script call per shard group: ``[(name, amount[, request_id]), ...]`` -> applied flags
@@ -219,6 +227,17 @@ class ShardedCounter:
             f"ShardedCounter(name={self.name!r}, shards={self.shards}, route={self.route!r}, "
             f"on_error={self.on_error!r}, store={self.store.url!r})"
         )
+
+
+def _check_adjust(delta: object, reason: object) -> None:
+    from .errors import InvalidInputError
+
+    if type(delta) is not int or delta == 0:
+        raise InvalidInputError(f"adjust: delta must be a non-zero int, got {delta!r}")
+    if not isinstance(reason, str) or not reason.strip():
+        raise InvalidInputError(f"adjust: reason must be a non-empty string, got {reason!r}")
+    if len(reason.encode()) > 255:
+        raise InvalidInputError("adjust: reason must be at most 255 bytes (UTF-8)")
 
 
 _FAST_QUOTA = ("take", "give", "set", "value", "storage_key")

@@ -23,6 +23,9 @@ The tables (created, and migrated, by :meth:`SnapshotStore.create`, which the fl
     id, event time); unique per (counter, shard, stream id).
 ``redcount_adjustments``
     audited corrections (a delta with a reason).
+``redcount_reconcile_runs`` (schema 2)
+    one row per reconciliation run and counter: time, total and absolute drift, relative
+    drift, whether it passed, the corrections written, and the per-shard rows as JSON.
 
 SQLAlchemy (2.x) is an optional dependency: ``pip install redcount[sql]`` (SQLite),
 ``redcount[postgres]`` (psycopg 3) or ``redcount[mysql]`` (PyMySQL). Thread-safe: the engine
@@ -49,7 +52,7 @@ __all__ = [
 ]
 
 #: The schema this code writes; :meth:`SnapshotStore.create` migrates older ones up to it.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: Longest counter name the tables hold (MySQL's index limit keeps keys short).
 MAX_NAME = 255
@@ -195,6 +198,20 @@ class _Tables:
             sa.Column("request_id", name, nullable=True),
             sa.Column("created_ms", big, nullable=False),
         )
+        # Schema 2 (reconciliation, issue 10 section 3).
+        self.reconcile_runs = sa.Table(
+            "redcount_reconcile_runs",
+            md,
+            sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True, autoincrement=True),
+            sa.Column("counter", name, nullable=False, index=True),
+            sa.Column("run_ms", big, nullable=False),
+            sa.Column("drift", big, nullable=False),
+            sa.Column("abs_drift", big, nullable=False),
+            sa.Column("relative", sa.Float, nullable=False),
+            sa.Column("ok", sa.Boolean, nullable=False),
+            sa.Column("corrections", big, nullable=False),
+            sa.Column("shards_json", sa.Text, nullable=False),
+        )
 
 
 def _now_ms() -> int:
@@ -274,7 +291,10 @@ class SnapshotStore:
                         f"the database at {self.url} has redcount schema {found}, newer than this "
                         f"redcount's {SCHEMA_VERSION}: upgrade redcount"
                     )
-                # Migrations from older versions go here, one step per version.
+                # Migrations from older versions, one step per version. 1 -> 2 adds
+                # redcount_reconcile_runs, which create_all above has just created.
+                if found < SCHEMA_VERSION:
+                    conn.execute(self.t.schema.update().values(version=SCHEMA_VERSION))
                 return int(found)
         except sa.exc.SQLAlchemyError as exc:
             raise RedcountError(f"cannot open the SQL database at {self.url}: {_short(exc)}") from None

@@ -114,6 +114,26 @@ TEST_P(ShardedTest, EveryAppliedDeltaIsInTheShardLog) {
   EXPECT_LE(len, 302);
 }
 
+TEST_P(ShardedTest, AnAdjustmentCarriesItsReasonInTheLog) {
+  auto c = counter("adj", 1);
+  EXPECT_TRUE(c.incr(3));
+  EXPECT_TRUE(c.adjust(-2, "refund 7", "adj-7"));
+  EXPECT_FALSE(c.adjust(-2, "refund 7", "adj-7")) << "a retried adjustment is not applied twice";
+  EXPECT_THROW(c.adjust(5, ""), InvalidArgument);
+  EXPECT_THROW(c.adjust(5, std::string(kMaxAdjustReason + 1, 'x')), InvalidArgument);
+  EXPECT_THROW(c.adjust(0, "zero"), InvalidArgument);
+  EXPECT_EQ(c.value(), 1);
+  const Reply r = rctest::run(*store_, {"XRANGE", c.key_of(0, "log"), "-", "+"});
+  ASSERT_EQ(r.elements.size(), 2u) << "refused adjustments write nothing";
+  EXPECT_EQ(r.elements[0].elements[1].elements.size(), 8u) << "a plain increment has no reason field";
+  const auto& f = r.elements[1].elements[1].elements;
+  ASSERT_EQ(f.size(), 10u);
+  EXPECT_EQ(f[5].str, "-2");
+  EXPECT_EQ(f[7].str, "adj-7");
+  EXPECT_EQ(f[8].str, "reason");
+  EXPECT_EQ(f[9].str, "refund 7");
+}
+
 TEST_P(ShardedTest, ALogThatRefusesTheEntryUndoesTheWrite) {
   auto c = counter("broken", 1);
   rctest::run(*store_, {"SET", c.key_of(0, "log"), "not a stream"});

@@ -448,7 +448,8 @@ const std::vector<ParityCase>& parity_cases() {
            c.keys.push_back(tag);
            c.keys.push_back(tag + ":log");
            if (!rid.empty()) c.keys.push_back(tag + ":rid:" + rid);
-           c.args.insert(c.args.end(), {std::to_string(amount), "c", tag.substr(6, 1), rid});
+           const std::string reason = rng() % 4 == 0 ? "fix " + std::to_string(rng() % 3) : std::string();
+           c.args.insert(c.args.end(), {std::to_string(amount), "c", tag.substr(6, 1), rid, reason});
          }
          return c;
        }},

@@ -46,6 +46,8 @@ extern const Script kShardedIncrScript;
 inline constexpr std::int64_t kMaxShards = 4096;
 // The largest |amount| of one increment: deltas stay exact wherever a Lua number carries them.
 inline constexpr std::int64_t kMaxShardedAmount = (std::int64_t{1} << 53) - 1;
+// The longest adjustment reason (the SQL adjustments table's column width).
+inline constexpr std::size_t kMaxAdjustReason = 255;
 // Request ids live at most this long (one year).
 inline constexpr std::int64_t kMaxIdempotencyTtlMs = 366LL * 86'400'000;
 
@@ -101,6 +103,9 @@ class ShardedCounter {
   // Many counters (of this prefix, shard count and TTL) in one round trip, one script call
   // per shard group; results in input order. Every item is validated before anything is sent.
   std::vector<bool> incr_many(const std::vector<ShardedIncrement>& items);
+  // An audited correction: incr(amount, request_id) whose log entry also carries `reason`
+  // (non-empty, at most kMaxAdjustReason bytes), which the flusher records as an adjustment.
+  bool adjust(std::int64_t amount, std::string_view reason, std::string_view request_id = {});
   std::int64_t value();
   std::vector<std::int64_t> shard_values();
   // The values of other counters with this counter's prefix and shard count.
@@ -112,6 +117,7 @@ class ShardedCounter {
 
   std::shared_ptr<Op<bool>> make_incr(std::int64_t amount, std::string_view request_id = {});
   std::shared_ptr<Op<std::vector<bool>>> make_incr_many(const std::vector<ShardedIncrement>& items);
+  std::shared_ptr<Op<bool>> make_adjust(std::int64_t amount, std::string_view reason, std::string_view request_id = {});
   std::shared_ptr<Op<std::int64_t>> make_value();
   std::shared_ptr<Op<std::vector<std::int64_t>>> make_shard_values();
   std::shared_ptr<Op<std::vector<std::int64_t>>> make_values(const std::vector<std::string>& names);

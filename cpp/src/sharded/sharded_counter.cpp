@@ -28,13 +28,15 @@ Reply native_sharded_incr(Keyspace& ks, const std::vector<std::string>& keys, co
   auto maxlen = parse_int64(args[2]);
   if (!n || !ttl || !maxlen || *n < 0 || *ttl < 1 || *maxlen < 0) return bad();
   const auto count = static_cast<std::size_t>(*n);
-  if (args.size() != 3 + 4 * count) return bad();
+  if (args.size() != 3 + 5 * count) return bad();
   std::vector<Reply> out;
   out.reserve(count);
   std::size_t k = 0;
   for (std::size_t i = 0; i < count; ++i) {
-    const std::string& amount_text = args[3 + 4 * i];
-    const std::string& rid = args[3 + 4 * i + 3];
+    const std::size_t a = 3 + 5 * i;
+    const std::string& amount_text = args[a];
+    const std::string& rid = args[a + 3];
+    const std::string& reason = args[a + 4];
     if (k + 2 + (rid.empty() ? 0 : 1) > keys.size()) return bad();
     const std::string& value = keys[k];
     const std::string& log = keys[k + 1];
@@ -58,9 +60,10 @@ Reply native_sharded_incr(Keyspace& ks, const std::vector<std::string>& keys, co
       continue;
     }
     try {
-      ks.xadd(log, {{"counter", args[3 + 4 * i + 1]}, {"shard", args[3 + 4 * i + 2]}, {"delta", amount_text},
-                    {"request_id", rid}},
-              *maxlen);
+      std::vector<std::pair<std::string, std::string>> fields{
+          {"counter", args[a + 1]}, {"shard", args[a + 2]}, {"delta", amount_text}, {"request_id", rid}};
+      if (!reason.empty()) fields.emplace_back("reason", reason);
+      ks.xadd(log, fields, *maxlen);
     } catch (const ReplyError& e) {
       ks.incrby(value, -*amount);  // the log refused it: the value must not keep it either
       if (ridkey) ks.del(*ridkey);
@@ -94,6 +97,7 @@ struct ShardedWrite {
   std::int64_t shard = 0;
   std::int64_t amount = 0;
   std::string request_id;
+  std::string reason;  // non-empty for an audited adjustment
   std::string value_key, log_key, rid_key;
 };
 
@@ -214,7 +218,7 @@ ScriptBatch build_calls(const Store& store, const ShardedOptions& o, const std::
     for (std::size_t start = 0; start < idx.size(); start += o.max_script_batch) {
       const std::size_t end = std::min(idx.size(), start + o.max_script_batch);
       ScriptCall call{&kShardedIncrScript, {}, {}};
-      call.args.reserve(3 + 4 * (end - start));
+      call.args.reserve(3 + 5 * (end - start));
       call.args.push_back(std::to_string(end - start));
       call.args.push_back(ttl);
       call.args.push_back(maxlen);
@@ -228,6 +232,7 @@ ScriptBatch build_calls(const Store& store, const ShardedOptions& o, const std::
         call.args.push_back(w.name);
         call.args.push_back(std::to_string(w.shard));
         call.args.push_back(w.request_id);
+        call.args.push_back(w.reason);
         group.push_back(idx[g]);
       }
       out.requests.emplace_back(std::move(call));
@@ -463,6 +468,23 @@ std::shared_ptr<Op<bool>> ShardedCounter::make_incr(std::int64_t amount, std::st
   std::vector<ShardedWrite> w;
   w.push_back(core_->resolve(core_->options.name, amount, request_id));
   return std::make_shared<IncrOp<bool>>(core_, std::move(w));
+}
+
+std::shared_ptr<Op<bool>> ShardedCounter::make_adjust(std::int64_t amount, std::string_view reason,
+                                                      std::string_view request_id) {
+  if (reason.empty()) throw InvalidArgument("reason must not be empty: an adjustment says why it was made");
+  if (reason.size() > kMaxAdjustReason) {
+    throw InvalidArgument("reason must be at most " + std::to_string(kMaxAdjustReason) + " bytes, got " +
+                          std::to_string(reason.size()));
+  }
+  std::vector<ShardedWrite> w;
+  w.push_back(core_->resolve(core_->options.name, amount, request_id));
+  w.back().reason = std::string(reason);
+  return std::make_shared<IncrOp<bool>>(core_, std::move(w));
+}
+
+bool ShardedCounter::adjust(std::int64_t amount, std::string_view reason, std::string_view request_id) {
+  return run(*core_->store, *make_adjust(amount, reason, request_id));
 }
 
 std::shared_ptr<Op<std::vector<bool>>> ShardedCounter::make_incr_many(const std::vector<ShardedIncrement>& items) {

@@ -1,4 +1,4 @@
-"""The ``redcount`` command: ``redcount demo``, ``bench``, ``accuracy``, ``abuse``, ``flush`` and ``restore``."""
+"""The ``redcount`` command: ``redcount demo``, ``bench``, ``accuracy``, ``abuse``, ``flush``, ``restore`` and ``reconcile``."""
 
 from __future__ import annotations
 
@@ -72,7 +72,43 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--url", default=None, help="store URL (redis://...)")
     r.add_argument("--sql", required=True, help="SQLAlchemy URL of the snapshots")
     r.add_argument("--counter", action="append", default=[], metavar="NAME", help="a counter to restore (repeatable)")
+
+    rc = sub.add_parser("reconcile", help="compare sharded counters' live values with their SQL snapshots and logs")
+    rc.add_argument("--url", default=None, help="store URL (redis://...)")
+    rc.add_argument("--sql", required=True, help="SQLAlchemy URL of the snapshots")
+    rc.add_argument("--counter", action="append", default=[], metavar="NAME",
+                    help="a counter to reconcile (repeatable; default every counter in the database)")
+    rc.add_argument("--every", type=float, default=None, metavar="SECONDS", help="run again every SECONDS until stopped")
+    rc.add_argument("--threshold", type=float, default=0.001, help="relative drift that fails (default 0.001 = 0.1%%)")
+    rc.add_argument("--repair", action="store_true", help="write the corrections that close the drift (reason 'reconcile')")
     return p
+
+
+def _run_reconcile(args: argparse.Namespace) -> int:
+    import time
+
+    from .. import SnapshotStore, connect, reconcile
+
+    if args.every is not None and args.every <= 0:
+        raise ValueError("--every must be > 0 seconds")
+    store = connect(args.url)
+    snaps = SnapshotStore(args.sql, create=False)
+    try:
+        while True:
+            names = args.counter or snaps.counters()
+            if not names:
+                raise ValueError(f"no counters in {snaps.url}: give --counter NAME")
+            ok = True
+            for name in names:
+                rep = reconcile(store, snaps, name, threshold=args.threshold, repair=args.repair)
+                print(rep.table(), flush=True)
+                ok = ok and rep.ok
+            if args.every is None:
+                return 0 if ok else 1
+            time.sleep(args.every)
+    finally:
+        snaps.close()
+        store.close()
 
 
 def _run_restore(args: argparse.Namespace) -> int:
@@ -169,6 +205,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run_flush(args)
         if args.command == "restore":
             return _run_restore(args)
+        if args.command == "reconcile":
+            return _run_reconcile(args)
         if getattr(args, "target", None) == "web":
             from .bench_web import run_bench_web
 
