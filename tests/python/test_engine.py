@@ -74,11 +74,9 @@ def stopped() -> Iterator[list[RedisServer]]:
 # --------------------------------------------------------------------------- pipelining
 
 
-@pytest.mark.parametrize("connections", [1, 2])
-def test_threads_share_a_fixed_number_of_connections_exact_totals(redis_factory: Factory, connections: int) -> None:
-    server = redis_factory()
-    store = open_store(server.url, connections=connections)
-    counter = redcount.FixedWindowCounter(store, "pipe", 3600)
+def _sixteen_threads_increment(counter: redcount.FixedWindowCounter, on_step: Callable[[], None] | None = None) -> None:
+    """16 threads x 300 increments on 7 keys, started together; exact totals checked.
+    ``on_step`` runs every 50 increments of the first thread."""
     threads, each = 16, 300
     errors: list[BaseException] = []
     start = threading.Barrier(threads)
@@ -88,6 +86,8 @@ def test_threads_share_a_fixed_number_of_connections_exact_totals(redis_factory:
             start.wait()
             for i in range(each):
                 counter.incr(f"k{(i + t) % 7}", 1 + i % 3)
+                if on_step is not None and t == 0 and i % 50 == 0:
+                    on_step()
         except BaseException as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
@@ -98,6 +98,13 @@ def test_threads_share_a_fixed_number_of_connections_exact_totals(redis_factory:
         t.join()
     assert not errors, errors
     assert sum(counter.get(f"k{j}") for j in range(7)) == threads * sum(1 + i % 3 for i in range(each))
+
+
+@pytest.mark.parametrize("connections", [1, 2])
+def test_threads_share_a_fixed_number_of_connections_exact_totals(redis_factory: Factory, connections: int) -> None:
+    server = redis_factory()
+    store = open_store(server.url, connections=connections)
+    _sixteen_threads_increment(redcount.FixedWindowCounter(store, "pipe", 3600))
     admin = redcount.connect(server.url)
     assert redcount_clients(admin) == connections + 1  # this store's, and the admin's one
     admin.close()
@@ -110,31 +117,14 @@ def test_thread_connections_stay_under_max_connections_exact_totals(redis_factor
     server = redis_factory()
     cap = connections + 3
     store = redcount.connect(server.url, connections=connections, max_connections=cap)
-    counter = redcount.FixedWindowCounter(store, "threads", 3600)
-    threads, each = 16, 300
-    errors: list[BaseException] = []
-    start = threading.Barrier(threads)
-    most = [0]
     admin = redcount.connect(server.url)
+    most = [0]
 
-    def work(t: int) -> None:
-        try:
-            start.wait()
-            for i in range(each):
-                counter.incr(f"k{(i + t) % 7}", 1 + i % 3)
-                if t == 0 and i % 50 == 0:
-                    most[0] = max(most[0], redcount_clients(admin) - 1)
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
+    def sample() -> None:
+        most[0] = max(most[0], redcount_clients(admin) - 1)
 
-    ts = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    assert not errors, errors
-    assert sum(counter.get(f"k{j}") for j in range(7)) == threads * sum(1 + i % 3 for i in range(each))
-    most[0] = max(most[0], redcount_clients(admin) - 1)
+    _sixteen_threads_increment(redcount.FixedWindowCounter(store, "threads", 3600), sample)
+    sample()
     assert connections <= most[0] <= cap
     store.close()
     wait_until(lambda: redcount_clients(admin) <= 1, what="the connections to close")
