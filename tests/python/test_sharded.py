@@ -473,8 +473,8 @@ def test_buffered_crash_loses_at_most_the_reported_pending(redis_server: RedisSe
         for _ in range(250):
             b.incr()
         deadline = time.monotonic() + 10
-        while b.pending > 50 and time.monotonic() < deadline:
-            time.sleep(0.001)  # polling: the flusher writes the batches of 100
+        while b.pending >= 100 and time.monotonic() < deadline:
+            time.sleep(0.001)  # polling: the flusher writes whenever 100 units piled up
         print(b.pending, flush=True)
         os._exit(0)  # a crash: no close(), no atexit
     """)
@@ -482,4 +482,6 @@ def test_buffered_crash_loses_at_most_the_reported_pending(redis_server: RedisSe
     pending = int(out.stdout.strip())
     value = redcount.ShardedCounter(redis_store, "crash").value()
     assert 250 - pending <= value <= 250
-    assert pending <= 50
+    # What is left is under max_pending: a flush takes the whole sum when it runs, so the
+    # batches are not always 100 (the increments race it), but 100 units always wake it.
+    assert pending < 100

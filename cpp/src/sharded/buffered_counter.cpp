@@ -101,8 +101,11 @@ void BufferedCounter::wake() {
 }
 
 void BufferedCounter::cut_batches() {
-  std::int64_t sum = sum_.exchange(0, std::memory_order_relaxed);
+  // Units first: an increment landing between the two is then counted towards the next
+  // wake-up although this cut takes it (an early flush, harmless), never the other way
+  // round (a sum past max_pending that no wake-up would ever write before flush_every).
   units_.store(0, std::memory_order_relaxed);
+  std::int64_t sum = sum_.exchange(0, std::memory_order_relaxed);
   // One write carries at most kMaxShardedAmount; a larger sum goes in several.
   while (sum != 0) {
     const std::int64_t part = std::clamp(sum, -kMaxShardedAmount, kMaxShardedAmount);
