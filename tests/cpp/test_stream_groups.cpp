@@ -113,10 +113,18 @@ const std::vector<Step>& script() {
       {{"XGROUP", "DESTROY", "missing", "g"},
        "-ERR The XGROUP subcommand requires the key to exist. Note that for CREATE you may want to use the "
        "MKSTREAM option to create an empty stream automatically."},
+      {{"XDEL", "sg", "4-0", "9-9"}, ":1"},
+      {{"XDEL", "sg", "4-0"}, ":0"},
+      {{"XDEL", "sg", "5-0", "bad"}, "-ERR Invalid stream ID specified as stream command argument"},
+      {{"XDEL", "missing", "1-0"}, ":0"},
+      {{"XRANGE", "sg", "-", "+"}, "[[\"3-0\",[\"f\",\"d\"]],[\"5-0\",[\"f\",\"g\"]]]"},
+      {{"XDEL", "sg", "3"}, ":1"},
+      {{"XLEN", "sg"}, ":1"},
       {{"SET", "str", "x"}, "+OK"},
       {{"XGROUP", "CREATE", "str", "g", "$"}, "-WRONGTYPE Operation against a key holding the wrong kind of value"},
       {{"XREADGROUP", "GROUP", "g", "c", "STREAMS", "str", ">"},
        "-WRONGTYPE Operation against a key holding the wrong kind of value"},
+      {{"XDEL", "str", "1-0"}, "-WRONGTYPE Operation against a key holding the wrong kind of value"},
   };
   return steps;
 }

@@ -611,6 +611,31 @@ std::optional<Reply> MemoryStore::run_stream_command(Ops& ops, const std::string
     Ops::stream_append(*st, id, std::move(fields), maxlen);
     return Reply::of_string(Ops::stream_id_text(id));
   }
+  if (cmd == "XDEL") {
+    // Every id is checked before anything is deleted; pending entries of consumer groups
+    // stay (XAUTOCLAIM then reports them as deleted), as on Redis.
+    if (n < 3) return wrong_args(cmd);
+    std::vector<StreamId> ids;
+    ids.reserve(n - 2);
+    for (std::size_t i = 2; i < n; ++i) {
+      auto id = parse_stream_id<StreamId>(args[i], 0);
+      if (!id) return Reply::of_error("ERR Invalid stream ID specified as stream command argument");
+      ids.push_back(*id);
+    }
+    Stream* st = ops.find_as<Stream>(args[1]);
+    std::int64_t deleted = 0;
+    if (st != nullptr) {
+      for (const StreamId& id : ids) {
+        auto it = std::lower_bound(st->items.begin(), st->items.end(), id,
+                                   [](const Stream::Item& item, const StreamId& v) { return item.id < v; });
+        if (it != st->items.end() && it->id == id) {
+          st->items.erase(it);
+          ++deleted;
+        }
+      }
+    }
+    return Reply::of_integer(deleted);
+  }
   if (cmd == "XLEN") {
     if (n != 2) return wrong_args(cmd);
     const Stream* st = ops.find_as<Stream>(args[1]);
