@@ -23,6 +23,21 @@ def _need(binary: str) -> None:
         pytest.fail(f"{binary!r} not found on PATH: apt-get install redis-server. Refusing to skip.")
 
 
+def _bench_json(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """``redcount bench --seconds 0.2 ARGS --json FILE`` in ``tmp_path``: the finished run
+    and the JSON file's path."""
+    out_json = tmp_path / "bench.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "redcount", "bench", "--seconds", "0.2", *args, "--json", str(out_json)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    return done, out_json
+
+
 FIXED_ROWS = [
     "redis-benchmark INCR -c1 -P1",
     "redcount incr (Redis)",
@@ -187,15 +202,7 @@ def test_bench_only_engine(tmp_path: Path) -> None:
     _need("redis-server")
     _need("redis-benchmark")
     _need("openssl")
-    out_json = tmp_path / "bench.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "redcount", "bench", "--seconds", "0.2", "--only", "engine", "--json", str(out_json)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    done, out_json = _bench_json(tmp_path, "--only", "engine")
     assert done.returncode == 0, done.stderr
     data = json.loads(out_json.read_text())
     names = [r["name"] for r in data["results"]]
@@ -216,15 +223,7 @@ def test_bench_only_sharded(tmp_path: Path) -> None:
     # Issue 9's group: sharded incr with request ids, incr_many, the buffered writer and value() latency.
     _need("redis-server")
     _need("redis-benchmark")
-    out_json = tmp_path / "bench.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "redcount", "bench", "--seconds", "0.2", "--only", "sharded", "--json", str(out_json)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    done, out_json = _bench_json(tmp_path, "--only", "sharded")
     assert done.returncode == 0, done.stderr
     data = json.loads(out_json.read_text())
     names = [r["name"] for r in data["results"]]
@@ -251,15 +250,7 @@ HOT_ROWS = [
 def test_bench_only_hot(tmp_path: Path) -> None:
     # Issue 7 section 6: the same contenders over 100 keys hit in turn, the logs growing.
     _need("redis-server")
-    out_json = tmp_path / "bench.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "redcount", "bench", "--seconds", "0.2", "--only", "hot", "--json", str(out_json)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    done, out_json = _bench_json(tmp_path, "--only", "hot")
     assert done.returncode == 0, done.stderr
     data = json.loads(out_json.read_text())
     assert [r["name"] for r in data["results"]] == HOT_ROWS

@@ -13,6 +13,7 @@
 #include "redcount/sharded.h"
 #include "redcount/util.h"
 #include "redcount/window.h"
+#include "../retry_queue.h"
 
 namespace redcount {
 namespace {
@@ -570,40 +571,13 @@ void ShardedCounter::Core::enqueue(std::vector<ShardedWrite> writes, const std::
   cv.notify_all();
 }
 
-void ShardedCounter::Core::retry_loop() {
-  std::unique_lock<std::mutex> lock(mu);
-  while (!stopping) {
-    if (queue.empty()) {
-      cv.wait(lock, [this] { return stopping || !queue.empty(); });
-      continue;
-    }
-    auto earliest = std::min_element(queue.begin(), queue.end(),
-                                     [](const Queued& a, const Queued& b) { return a.due < b.due; })->due;
-    if (!flush_now && SteadyClock::now() < earliest) {
-      cv.wait_until(lock, earliest, [this] { return stopping || flush_now; });
-      continue;
-    }
-    const bool everything = flush_now;
-    flush_now = false;
-    lock.unlock();
-    retry_due_once(everything);
-    lock.lock();
-  }
-}
+void ShardedCounter::Core::retry_loop() { detail::run_retry_loop(*this); }
 
 void ShardedCounter::Core::retry_due_once(bool everything) {
   std::vector<Queued> batch;
   {
     std::lock_guard<std::mutex> lock(mu);
-    const auto now = SteadyClock::now();
-    for (auto it = queue.begin(); it != queue.end() && batch.size() < 4096;) {
-      if (everything || it->due <= now) {
-        batch.push_back(std::move(*it));
-        it = queue.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    batch = detail::take_due(queue, everything, SteadyClock::now());
     in_flight += batch.size();
   }
   if (batch.empty()) return;
