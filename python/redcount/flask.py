@@ -138,6 +138,20 @@ def _config_bool(value: Any, name: str) -> bool:
     raise InvalidInputError(f"{name} must be a boolean, got {value!r}")
 
 
+def _config_budget(value: Any) -> float | None:
+    """REDCOUNT_BUDGET: seconds as a number or a numeric string (environment-style config)."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            raise InvalidInputError(f"REDCOUNT_BUDGET must be a number of seconds, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidInputError(f"REDCOUNT_BUDGET must be a number of seconds, got {value!r}")
+    return float(value)
+
+
 class RateLimiter:
     """The Flask extension: ``RateLimiter(app)`` or ``RateLimiter()`` + ``init_app(app)``.
 
@@ -145,7 +159,9 @@ class RateLimiter:
 
     - ``limiter`` (``REDCOUNT_URL``, ``REDCOUNT_STRATEGY``, ``REDCOUNT_PREFIX``): a
       :class:`redcount.Limiter`; by default one over ``redcount.connect(REDCOUNT_URL)``
-      (``memory://`` when unset) with the fixed-window strategy.
+      (``memory://`` when unset) with the fixed-window strategy; ``REDCOUNT_BUDGET``,
+      ``REDCOUNT_BREAKER`` and ``REDCOUNT_FALLBACK`` are that store's ``budget``, ``breaker``
+      and ``fallback`` (see :func:`redcount.connect`).
     - ``default`` (``REDCOUNT_DEFAULT``): limits for every route without a limit of its own,
       counted per route. ``application`` (``REDCOUNT_APPLICATION``): limits on every request
       of the app together, counted once across routes.
@@ -219,7 +235,12 @@ class RateLimiter:
 
         limiter: Limiter | None = a["limiter"]
         if limiter is None:
-            store = _store.connect(cfg.get("REDCOUNT_URL") or "memory://")
+            store = _store.connect(
+                cfg.get("REDCOUNT_URL") or "memory://",
+                budget=_config_budget(cfg.get("REDCOUNT_BUDGET")),
+                breaker=_config_bool(cfg.get("REDCOUNT_BREAKER", True), "REDCOUNT_BREAKER"),
+                fallback=cfg.get("REDCOUNT_FALLBACK") or None,
+            )
             limiter = Limiter(
                 store, cfg.get("REDCOUNT_STRATEGY", "fixed-window"), prefix=cfg.get("REDCOUNT_PREFIX", "redcount:web")
             )

@@ -353,6 +353,36 @@ def test_config_from_app_config(store: redcount.Store, redis_server: Any) -> Non
     state.limiter.store.close()
 
 
+def test_budget_and_fallback_from_app_config_serve_from_memory_while_redis_is_down(
+    redis_factory: Any,
+) -> None:
+    server = redis_factory()
+    app = Flask(__name__)
+    app.config.update(
+        REDCOUNT_URL=server.url, REDCOUNT_BUDGET="0.05", REDCOUNT_FALLBACK="memory://",
+        REDCOUNT_FAIL="closed", REDCOUNT_DEFAULT="2/minute",
+    )
+    rl = redcount.flask.RateLimiter(app)
+
+    @app.get("/b")
+    def b_() -> str:
+        return "b"
+
+    store = app.extensions["redcount"].limiter.store
+    try:
+        c = app.test_client()
+        assert c.get("/b").status_code == 200
+        assert not store.using_fallback
+        server.kill()
+        # fail="closed" alone would answer 503 while Redis is down; the fallback decides instead,
+        # within the budget, from its own (empty) counts.
+        codes = [c.get("/b").status_code for _ in range(8)]
+        assert store.using_fallback
+        assert 503 not in codes and codes[-1] == 429
+    finally:
+        store.close()
+
+
 def test_enabled_false_turns_checks_off(store: redcount.Store) -> None:
     app = Flask(__name__)
     app.config["REDCOUNT_ENABLED"] = "false"
@@ -376,6 +406,10 @@ def test_enabled_false_turns_checks_off(store: redcount.Store) -> None:
         ({"REDCOUNT_FAIL": "sometimes"}, "fail must be 'open' or 'closed'"),
         ({"REDCOUNT_SHADOW": "perhaps"}, "REDCOUNT_SHADOW must be a boolean"),
         ({"REDCOUNT_URL": "mongodb://x"}, "unknown scheme 'mongodb'"),
+        ({"REDCOUNT_BUDGET": "fast"}, "REDCOUNT_BUDGET must be a number of seconds, got 'fast'"),
+        ({"REDCOUNT_BUDGET": "-1"}, "budget"),
+        ({"REDCOUNT_BREAKER": "maybe"}, "REDCOUNT_BREAKER must be a boolean"),
+        ({"REDCOUNT_FALLBACK": "redis://other:6379"}, "fallback"),
     ],
 )
 def test_bad_config_fails_in_init_app(config: dict[str, Any], needle: str) -> None:
