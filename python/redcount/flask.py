@@ -117,6 +117,9 @@ class _View:
         return self.native.headers.get(name)
 
 
+_SPEC_CACHE = 10_000  # (endpoint, blueprints) pairs whose limits are cached per app
+
+
 class _AppState:
     """What :meth:`RateLimiter.init_app` settled for one app (read-only afterwards)."""
 
@@ -128,6 +131,7 @@ class _AppState:
         self.default = default
         self.application = application
         self.enabled = enabled
+        self.specs: dict[tuple[int, str | None, tuple[str, ...]], list[LimitSpec]] = {}
 
 
 def _config_bool(value: Any, name: str) -> bool:
@@ -217,6 +221,7 @@ class RateLimiter:
         self._blueprints: dict[str, list[LimitSpec]] = {}
         self._exempt_views: set[Callable[..., Any]] = set()
         self._exempt_blueprints: set[str] = set()
+        self._generation = 0  # bumped by every declaration: keys the apps' caches of what applies
         if app is not None:
             self.init_app(app)
 
@@ -312,6 +317,7 @@ class RateLimiter:
                     exempt_when=exempt_when, per_method=per_method, per_route=True, shadow=shadow, where=where,
                 )
                 self._blueprints.setdefault(obj.name, []).append(spec)
+                self._generation += 1
                 return obj
             if not callable(obj):
                 raise InvalidInputError(f"RateLimiter.limit decorates a view function or a Blueprint, got {obj!r}")
@@ -325,6 +331,7 @@ class RateLimiter:
                 exempt_when=exempt_when, per_method=per_method, shadow=shadow, where=where,
             )
             existing.append(spec)
+            self._generation += 1
             return obj
 
         return decorate
@@ -354,8 +361,10 @@ class RateLimiter:
         def decorate(obj: F) -> F:
             if isinstance(obj, Blueprint):
                 self._blueprints.setdefault(obj.name, []).append(spec)
+                self._generation += 1
             else:
                 self._routes.setdefault(obj, []).append(spec)
+                self._generation += 1
             return obj
 
         return decorate
@@ -364,13 +373,28 @@ class RateLimiter:
         """Exempt a view function or a blueprint from every limit, app-wide ones included."""
         if isinstance(obj, Blueprint):
             self._exempt_blueprints.add(obj.name)
+            self._generation += 1
         else:
             self._exempt_views.add(obj)
+            self._generation += 1
         return obj
 
     # -- request hooks -------------------------------------------------------------------
 
     def _specs(self, app: Flask, state: _AppState) -> list[LimitSpec]:
+        # Limits are declared at import time, so what applies to an endpoint under its
+        # blueprints is settled once and served from the app's cache afterwards.
+        # A declaration made later anyway bumps the generation, so no stale entry is read.
+        where = (self._generation, request.endpoint, tuple(request.blueprints))
+        found = state.specs.get(where)
+        if found is None:
+            found = self._specs_uncached(app, state)
+            if len(state.specs) >= _SPEC_CACHE:
+                state.specs.clear()
+            state.specs[where] = found
+        return found
+
+    def _specs_uncached(self, app: Flask, state: _AppState) -> list[LimitSpec]:
         view = app.view_functions.get(request.endpoint) if request.endpoint else None
         if view is not None and view in self._exempt_views:
             return []

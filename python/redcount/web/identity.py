@@ -164,13 +164,17 @@ class TrustedProxies:
         return f"TrustedProxies({what}, header={self.header!r})"
 
 
+_PEER_CACHE = 4096  # peers whose canonical text is kept; the cache is cleared when full
+
+
 class ClientIdentity:
     """Turns a socket peer and the request's forwarding headers into a client key.
 
     ``trusted``: None (default: the peer address, headers ignored) or :class:`TrustedProxies`.
     ``ipv6_prefix``: IPv6 clients are grouped by this prefix length (64 puts a whole /64,
     what one subscriber usually gets, under one key; 128, the default, keys each address).
-    Immutable, so thread-safe.
+    Its settings are immutable and its cache of canonical peer texts is a dict that is only
+    read, set or cleared whole (atomic under the GIL), so thread-safe.
     """
 
     def __init__(self, trusted: TrustedProxies | None = None, *, ipv6_prefix: int = 128) -> None:
@@ -178,6 +182,7 @@ class ClientIdentity:
             raise InvalidInputError(f"ipv6_prefix must be an int from 1 to 128, got {ipv6_prefix!r}")
         self.trusted = trusted
         self.ipv6_prefix = ipv6_prefix
+        self._peers: dict[str, str] = {}
 
     @property
     def header(self) -> str | None:
@@ -190,6 +195,19 @@ class ClientIdentity:
         or as ``"unknown"`` when absent."""
         if not peer:
             return "unknown"
+        if self.trusted is None or not header_values:
+            # The peer alone decides: its canonical text is cached (a web server sees the same
+            # few peers, proxies or clients, over and over; parsing is most of the cost).
+            known = self._peers.get(peer)
+            if known is None:
+                known = self._resolve(peer, ())
+                if len(self._peers) >= _PEER_CACHE:
+                    self._peers.clear()
+                self._peers[peer] = known
+            return known
+        return self._resolve(peer, header_values)
+
+    def _resolve(self, peer: str, header_values: Sequence[str]) -> str:
         ip = _parse_ip(peer)
         if ip is None:
             return peer
