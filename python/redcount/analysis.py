@@ -484,9 +484,11 @@ def lag_history(
     seconds apart, while something else writes and flushes.
 
     ``between(i)``, when given, runs after sample ``i`` instead of the wait (a notebook can
-    write or flush a batch there, making the samples deterministic); ``stop`` ends sampling
-    early. Columns: ``sample``, ``elapsed`` (seconds since the first sample), ``entries``
-    (stream entries not yet in SQL), ``seconds`` (age of the oldest of them).
+    write or flush a batch there, making the samples deterministic). ``stop`` ends sampling
+    early: once it is set (by another thread, or by ``between``), one last sample is taken,
+    so the frame ends with the state at the stop. Columns: ``sample``, ``elapsed`` (seconds
+    since the first sample), ``entries`` (stream entries not yet in SQL), ``seconds`` (age of
+    the oldest of them).
     """
     pd = _pandas()
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
@@ -506,6 +508,6 @@ def lag_history(
             break
         if between is not None:
             between(i)
-        elif stop.wait(interval):
-            break
+        else:
+            stop.wait(interval)
     return pd.DataFrame(rows, columns=["sample", "elapsed", "entries", "seconds"])
