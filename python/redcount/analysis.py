@@ -257,13 +257,7 @@ def skew_table(
     if target_per_shard is not None:
         if seconds is None or writes is None:
             raise InvalidInputError("target_per_shard needs writes and the seconds they were observed over")
-        if (
-            isinstance(target_per_shard, bool)
-            or not isinstance(target_per_shard, (int, float))
-            or not math.isfinite(target_per_shard)
-            or target_per_shard <= 0
-        ):
-            raise InvalidInputError(f"target_per_shard must be a positive rate, got {target_per_shard!r}")
+        _check_target(target_per_shard)
     values, live = _shard_values(counters)
     per_writes = _writes_of(writes, values, live)
     for name, vals in values.items():
@@ -320,6 +314,7 @@ def shard_recommendation(rates: Mapping[str, Sequence[float]], target_per_shard:
     cannot be split, so check ``max_rate`` of the new layout once it runs.
     """
     pd = _pandas()
+    _check_target(target_per_shard)
     if not isinstance(rates, Mapping) or not rates:
         raise InvalidInputError("rates: give a non-empty {counter name: per-shard rates} mapping")
     rows: list[dict[str, Any]] = []
@@ -341,6 +336,11 @@ def shard_recommendation(rates: Mapping[str, Sequence[float]], target_per_shard:
             }
         )
     return pd.DataFrame(rows)
+
+
+def _check_target(target: object) -> None:
+    if isinstance(target, bool) or not isinstance(target, (int, float)) or not math.isfinite(target) or target <= 0:
+        raise InvalidInputError(f"target_per_shard must be a positive rate (writes per second), got {target!r}")
 
 
 def _checked_rates(name: str, xs: Sequence[float]) -> list[float]:
@@ -495,7 +495,8 @@ def lag_history(
         raise InvalidInputError(f"samples must be an int >= 1, got {samples!r}")
     if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not math.isfinite(interval) or interval < 0:
         raise InvalidInputError(f"interval must be a duration >= 0 seconds, got {interval!r}")
-    if not hasattr(flusher, "lag"):
+    # On the type, not the instance: reading a Flusher's lag property costs round trips.
+    if not hasattr(type(flusher), "lag") and "lag" not in getattr(flusher, "__dict__", {}):
         raise InvalidInputError(f"lag_history needs an object with a lag property (a Flusher), got {type(flusher).__name__}")
     stop = stop or threading.Event()
     rows = []
