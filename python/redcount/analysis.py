@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import numbers
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -84,6 +85,22 @@ Counters = Union[ShardedCounter, Iterable[ShardedCounter], Mapping[str, Sequence
 Writes = Union[Mapping[str, Sequence[float]], Literal["log"], None]
 
 
+def _figures(xs: object) -> list[Any] | None:
+    """``xs`` as a list when it is a sequence of figures (a list, tuple, numpy array, pandas
+    Series), else None."""
+    if isinstance(xs, (str, bytes, Mapping)) or not isinstance(xs, Iterable) or not hasattr(xs, "__len__"):
+        return None
+    return list(xs)
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def _is_rate(v: object) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(float(v)) and float(v) >= 0
+
+
 def _pandas() -> Any:
     try:
         return importlib.import_module("pandas")
@@ -103,15 +120,18 @@ def _shard_values(counters: Counters) -> tuple[dict[str, list[int]], dict[str, S
     values: dict[str, list[int]] = {}
     live: dict[str, ShardedCounter] = {}
     if isinstance(counters, Mapping):
+        if not counters:
+            raise InvalidInputError("counters: give at least one counter")
         for name, shard_vals in counters.items():
             if not isinstance(name, str) or not name:
                 raise InvalidInputError(f"counter names must be non-empty strings, got {name!r}")
-            if isinstance(shard_vals, (str, bytes)) or not isinstance(shard_vals, Sequence) or not shard_vals:
+            xs = _figures(shard_vals)
+            if not xs:
                 raise InvalidInputError(f"counter {name!r}: give a non-empty sequence of shard values, got {shard_vals!r}")
-            for v in shard_vals:
-                if isinstance(v, bool) or not isinstance(v, int):
+            for v in xs:
+                if not _is_int(v):
                     raise InvalidInputError(f"counter {name!r}: shard values must be ints, got {v!r}")
-            values[name] = list(shard_vals)
+            values[name] = [int(v) for v in xs]
         return values, live
     if isinstance(counters, (str, bytes)):
         raise InvalidInputError(
@@ -168,18 +188,17 @@ def _writes_of(writes: Writes, values: dict[str, list[int]], live: dict[str, Sha
     for name, per_shard in writes.items():
         if name not in values:
             raise InvalidInputError(f"writes: counter {name!r} is not among the counters analysed")
-        if isinstance(per_shard, (str, bytes)) or not isinstance(per_shard, Sequence):
+        figures = _figures(per_shard)
+        if figures is None:
             raise InvalidInputError(f"writes[{name!r}]: give a sequence of per-shard counts, got {per_shard!r}")
-        if len(per_shard) != len(values[name]):
+        if len(figures) != len(values[name]):
             raise InvalidInputError(
-                f"writes[{name!r}] has {len(per_shard)} figures for {len(values[name])} shards"
+                f"writes[{name!r}] has {len(figures)} figures for {len(values[name])} shards"
             )
-        xs = []
-        for x in per_shard:
-            if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0:
+        for x in figures:
+            if not _is_rate(x):
                 raise InvalidInputError(f"writes[{name!r}]: counts must be finite and >= 0, got {x!r}")
-            xs.append(float(x))
-        out[name] = xs
+        out[name] = [float(x) for x in figures]
     return out
 
 
@@ -319,9 +338,10 @@ def shard_recommendation(rates: Mapping[str, Sequence[float]], target_per_shard:
         raise InvalidInputError("rates: give a non-empty {counter name: per-shard rates} mapping")
     rows: list[dict[str, Any]] = []
     for name, per_shard in rates.items():
-        if isinstance(per_shard, (str, bytes)) or not isinstance(per_shard, Sequence) or not per_shard:
+        figures = _figures(per_shard)
+        if not figures:
             raise InvalidInputError(f"rates[{name!r}]: give a non-empty sequence of per-shard rates, got {per_shard!r}")
-        s = skew_of(_checked_rates(name, per_shard))
+        s = skew_of(_checked_rates(name, figures))
         rec = recommended_shards(s.total, target_per_shard, current=s.shards)
         rows.append(
             {
@@ -346,7 +366,7 @@ def _check_target(target: object) -> None:
 def _checked_rates(name: str, xs: Sequence[float]) -> list[float]:
     out = []
     for x in xs:
-        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0:
+        if not _is_rate(x):
             raise InvalidInputError(f"rates[{name!r}]: rates must be finite and >= 0, got {x!r}")
         out.append(float(x))
     return out
@@ -375,9 +395,9 @@ def hot_keys(source: TopK | Mapping[Any, int], n: int = 10, *, total: int | None
     entries: list[tuple[Any, int, int]] = []
     if isinstance(source, Mapping):
         for key, count in source.items():
-            if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            if not _is_int(count) or count < 0:
                 raise InvalidInputError(f"hot_keys: counts must be ints >= 0, got {count!r} for {key!r}")
-            entries.append((key, count, 0))
+            entries.append((key, int(count), 0))
         if total is None:
             total = sum(c for _, c, _ in entries)
         # Ties broken by key text, so that equal counts give the same table every run.
@@ -388,13 +408,12 @@ def hot_keys(source: TopK | Mapping[Any, int], n: int = 10, *, total: int | None
             est: Any = getattr(e, "count", None)
             err: Any = getattr(e, "error", None)
             if (
-                isinstance(est, bool) or not isinstance(est, int) or est < 0
-                or isinstance(err, bool) or not isinstance(err, int) or not 0 <= err <= est
+                not _is_int(est) or est < 0 or not _is_int(err) or not 0 <= err <= est
             ):
                 raise InvalidInputError(
                     f"hot_keys: top() entries need int count >= 0 and 0 <= error <= count, got {e!r}"
                 )
-            entries.append((getattr(e, "key", None), est, err))
+            entries.append((getattr(e, "key", None), int(est), int(err)))
         entries.sort(key=lambda e: -e[1])
         entries = entries[:n]
         if total is None:

@@ -9,6 +9,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import redcount
@@ -212,6 +213,8 @@ def test_lag_history_samples_at_an_interval() -> None:
     [
         (lambda: analysis.shard_table("likes"), "the string"),
         (lambda: analysis.shard_table([]), "at least one counter"),
+        (lambda: analysis.shard_table({}), "at least one counter"),
+        (lambda: analysis.shard_table({"a": {"x": 1}}), "non-empty sequence"),
         (lambda: analysis.shard_table([object()]), "expected ShardedCounter"),
         (lambda: analysis.shard_table({"a": []}), "non-empty sequence"),
         (lambda: analysis.shard_table({"a": [1.5]}), "must be ints"),
@@ -260,3 +263,10 @@ def test_without_pandas_the_error_says_what_to_install(monkeypatch: pytest.Monke
     monkeypatch.setitem(sys.modules, "pandas", None)  # an import of it now raises ImportError
     with pytest.raises(ImportError, match=r"pip install 'redcount\[analysis\]'"):
         analysis.shard_table({"a": [1]})
+
+
+def test_numpy_and_pandas_figures_are_accepted() -> None:
+    t = analysis.skew_table({"a": np.array([1, 3])}, writes={"a": pd.Series([2.0, 6.0])})
+    assert t.set_index("basis").loc["writes", "max_over_mean"] == 1.5
+    assert analysis.hot_keys({"k": np.int64(4)})["count"].tolist() == [4]
+    assert analysis.shard_recommendation({"a": np.array([10.0, 30.0])}, 10).iloc[0].recommended_shards == 4
