@@ -10,7 +10,10 @@ away) run the same app in-process through httpx's ASGI transport.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -37,6 +40,7 @@ class Service:
     proc: subprocess.Popen[bytes]
     port: int
     log: Path
+    token_file: Path
     redis: RedisServer | None = None
     sql_url: str | None = None
 
@@ -84,7 +88,7 @@ def start_service(tmp: Path, *extra: str, redis: RedisServer | None = None, sql_
     log = tmp / "serve.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    svc = Service(proc, port, log, redis, sql_url)
+    svc = Service(proc, port, log, token_file, redis, sql_url)
     try:
         svc.wait_ready()
     except BaseException:
@@ -485,6 +489,40 @@ def test_snapshot_read_without_sql_is_refused(memory_service: Service) -> None:
         r = c.get(f"{API}/k", params={"source": "snapshot"})
     assert r.status_code == 400
     assert r.json()["error"] == "snapshot_unavailable" and "--sql" in r.json()["detail"]
+
+
+@pytest.mark.redis_only
+def test_readme_curl_examples(redis_service: Service) -> None:
+    """The README's curl lines, run as written against the service: each answer equals the
+    JSON shown under it (stalenessMs, which varies, left out)."""
+    if shutil.which("curl") is None:
+        pytest.fail("curl is needed for the README check (apt-get install curl)", pytrace=False)
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    start = readme.index("## The counter HTTP service\n")
+    block = re.search(r"```sh\n(.*?)```", readme[start:], re.S)
+    assert block is not None
+    lines = block.group(1).replace("\\\n", " ").splitlines()
+    checked = 0
+    for i, line in enumerate(lines):
+        if not line.startswith("curl "):
+            continue
+        cmd = line.replace("http://127.0.0.1:8080", redis_service.url).replace(
+            "/etc/redcount/token", str(redis_service.token_file)
+        )
+        proc = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=30, check=False)
+        assert proc.returncode == 0, (cmd, proc.stderr)
+        got = json.loads(proc.stdout)
+        assert "error" not in got, (cmd, got)
+        shown = lines[i + 1].removeprefix("# ") if i + 1 < len(lines) else ""
+        try:
+            want = json.loads(shown)
+        except ValueError:
+            continue  # an abridged answer ("...")
+        got.pop("stalenessMs", None)
+        want.pop("stalenessMs", None)
+        assert got == want, cmd
+        checked += 1
+    assert checked >= 3
 
 
 def test_healthz_and_unknown_routes(service: Service) -> None:

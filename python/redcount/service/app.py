@@ -255,7 +255,10 @@ async def _on_validation_error(request: Request, exc: Exception) -> JSONResponse
             )
     where = str(errs[0].get("loc", ("body",))[0]) if errs else "body"
     # The rejected input is not echoed back: it may be large, or carry what it should not.
-    fields = [{"loc": _loc(e.get("loc", ())), "message": str(e.get("msg", "")), "type": str(e.get("type", ""))} for e in errs]
+    fields = [
+        {"loc": _loc(e.get("loc", ())), "message": str(e.get("msg", "")), "type": str(e.get("type", ""))}
+        for e in errs
+    ]
     detail = "; ".join(f"{f['loc']}: {f['message']}" for f in fields) or "invalid request"
     return problem_response(422, f"invalid_{where}", detail, errors=fields)
 
@@ -284,14 +287,17 @@ def _store_errors(what: str) -> Iterator[None]:
             detail += "; the write may or may not have been applied: retry it with the same X-Request-Id"
         raise ServiceProblem(503, "store_unavailable", detail, {"Retry-After": "1"}) from None
     except RedcountError as e:
-        raise ServiceProblem(503, "store_error", f"{what} failed: the store refused it ({e})", {"Retry-After": "1"}) from None
+        detail = f"{what} failed: the store refused it ({e})"
+        raise ServiceProblem(503, "store_error", detail, {"Retry-After": "1"}) from None
 
 
 # ---- the body-size limit ----------------------------------------------------------------
 
 _Scope = MutableMapping[str, Any]
 _Message = MutableMapping[str, Any]
-_ASGIApp = Callable[[_Scope, Callable[[], Awaitable[_Message]], Callable[[_Message], Awaitable[None]]], Awaitable[None]]
+_Receive = Callable[[], Awaitable[_Message]]
+_Send = Callable[[_Message], Awaitable[None]]
+_ASGIApp = Callable[[_Scope, _Receive, _Send], Awaitable[None]]
 
 
 class _BodyLimit:
@@ -303,9 +309,7 @@ class _BodyLimit:
         self.app = app
         self.max_body = max_body
 
-    async def __call__(
-        self, scope: _Scope, receive: Callable[[], Awaitable[_Message]], send: Callable[[_Message], Awaitable[None]]
-    ) -> None:
+    async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -420,7 +424,9 @@ def create_app(
     lim = limits if limits is not None else ServiceLimits()
     lim.check()
     _check_token(token)
-    counters = _Counters(sync_store, shards=shards, prefix=prefix, idempotency_ttl=idempotency_ttl, capacity=lim.cache_size)
+    counters = _Counters(
+        sync_store, shards=shards, prefix=prefix, idempotency_ttl=idempotency_ttl, capacity=lim.cache_size
+    )
     reader = counters.make("batch-get")  # values() reads any names of this prefix and shard count
     astore = aio.AsyncStore(sync_store)
     snapshots: Any = None
@@ -530,7 +536,8 @@ def create_app(
     )
     async def batch_get(body: BatchGetBody) -> BatchValues:
         if len(body.keys) > lim.max_batch:
-            raise ServiceProblem(422, "invalid_body", f"keys: at most {lim.max_batch} keys per batch-get, got {len(body.keys)}")
+            detail = f"keys: at most {lim.max_batch} keys per batch-get, got {len(body.keys)}"
+            raise ServiceProblem(422, "invalid_body", detail)
         keys = list(dict.fromkeys(key_of(k) for k in body.keys))
         start = time.monotonic()
         with _store_errors("batch-get"):
@@ -564,7 +571,9 @@ def create_app(
         staleness = lim.default_staleness_ms if max_staleness_ms is None else max_staleness_ms
         with _store_errors("read"):
             reading = await counters.get(key).read(staleness / 1000)
-        return CounterReading(counterKey=key, value=reading.value, stalenessMs=reading.staleness_ms, source="live")
+        return CounterReading(
+            counterKey=key, value=reading.value, stalenessMs=reading.staleness_ms, source="live"
+        )
 
     async def read_snapshot(key: str) -> CounterReading:
         if snapshots is None:
@@ -616,7 +625,9 @@ def create_app(
         delta = delta_of(body.delta)
         with _store_errors("adjust"):
             applied = await counters.get(key).adjust(delta, body.reason, request_id=rid)
-        return AdjustResult(accepted=True, applied=applied, counterKey=key, delta=delta, reason=body.reason, requestId=rid)
+        return AdjustResult(
+            accepted=True, applied=applied, counterKey=key, delta=delta, reason=body.reason, requestId=rid
+        )
 
     @app.get("/healthz", response_model=Health, responses={503: _PROBLEMS[503]}, summary="The store answers")
     async def healthz() -> Health:

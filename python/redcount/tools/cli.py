@@ -1,4 +1,4 @@
-"""The ``redcount`` command: ``redcount demo``, ``bench``, ``accuracy``, ``abuse``, ``flush``, ``restore``, ``reconcile`` and ``serve``."""
+"""The ``redcount`` command: ``redcount demo``, ``bench``, ``accuracy``, ``abuse``, ``flush``, ``restore`` and ``reconcile``."""
 
 from __future__ import annotations
 
