@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -71,6 +72,12 @@ class Service:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+            raise AssertionError(f"redcount serve did not stop on SIGTERM:\n{self.log.read_text()}") from None
+        # SIGTERM is a graceful shutdown: uvicorn finishes the requests in flight, runs the
+        # lifespan shutdown, then dies of the signal it caught (or exits 0).
+        log = self.log.read_text()
+        assert self.proc.returncode in (0, -signal.SIGTERM), log
+        assert "Traceback" not in log and "ERROR" not in log, log
 
 
 def start_service(tmp: Path, *extra: str, redis: RedisServer | None = None, sql_url: str | None = None) -> Service:
@@ -444,6 +451,21 @@ def test_adjust_with_the_token(service: Service) -> None:
             assert r.status_code == 422, (body, r.text)
             assert r.json()["error"] == "invalid_body"
         assert value(c, key) == 60
+
+
+@pytest.mark.redis_only
+def test_a_foreign_value_at_a_shard_is_a_503_with_the_reason(redis_service: Service) -> None:
+    key = fresh_key()
+    assert redis_service.redis is not None
+    with redcount.connect(redis_service.redis.url) as store:
+        for shard in range(16):  # whichever shard the write lands on
+            store.execute("SET", f"{{{PREFIX}:{key}:{shard}}}", "not a number")
+    with redis_service.client() as c:
+        r = c.post(f"{API}/{key}/increment", json={"delta": 1}, headers={"X-Request-Id": "f-1"})
+        assert r.status_code == 503, r.text
+        assert r.json()["error"] == "store_error" and "increment failed" in r.json()["detail"]
+        r = c.get(f"{API}/{key}", params={"maxStalenessMs": 0})
+        assert r.status_code == 503 and r.json()["error"] == "store_error", r.text
 
 
 # ---- SQL snapshots (Redis: the flusher is another process) ------------------------------
