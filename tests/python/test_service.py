@@ -330,6 +330,9 @@ JSON = {"Content-Type": "application/json"}
 
 BAD_INCREMENTS = [
     pytest.param({"content": b"{not json", "headers": JSON}, 400, "invalid_json", id="not-json"),
+    pytest.param({"content": b'{"delta": ' + b"9" * 5000 + b"}", "headers": JSON}, 400, "invalid_json",
+                 id="unparsable-number"),
+    pytest.param({"content": b"\xff\xfe", "headers": JSON}, 400, "invalid_json", id="not-utf8"),
     pytest.param({"content": b"", "headers": JSON}, 200, None, id="empty-is-delta-1"),
     pytest.param({"content": b"delta=5", "headers": {"Content-Type": "text/plain"}}, 415, "unsupported_media_type",
                  id="not-json-content-type"),
@@ -501,6 +504,11 @@ def test_snapshot_read_after_a_flush(redis_service: Service) -> None:
         c.post(f"{API}/{key}/increment", json={"delta": 1})
         assert value(c, key) == 56
         assert c.get(f"{API}/{key}", params={"source": "snapshot"}).json()["value"] == 55
+    with redcount.connect(svc.redis.url) as store:
+        # Everything the service wrote went through the delta logs: no drift between Redis, the
+        # snapshot and the log (the increment after the flush counts as not yet flushed).
+        report = redcount.reconcile(store, svc.sql_url, key, record=False)
+        assert report.ok and report.abs_drift == 0 and report.audit_drift == 0, report.table()
     with redcount.SnapshotStore(svc.sql_url, create=False) as snaps:
         assert [(a.delta, a.reason) for a in snaps.adjustments(key)] == [(-5, "http adjust")]
         assert sorted(d.request_id or "" for d in snaps.deltas(key)) == sorted(["", *(f"s-{i}" for i in range(30))])

@@ -235,7 +235,8 @@ def problem_response(
     return JSONResponse(body, status_code=status, media_type=PROBLEM_CONTENT_TYPE, headers=headers)
 
 
-_STATUS_CODES = {401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed"}
+# FastAPI raises a bare 400 only when it cannot parse a body (e.g. an integer of 5,000 digits).
+_STATUS_CODES = {400: "invalid_json", 401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed"}
 
 
 def _loc(loc: tuple[Any, ...] | list[Any]) -> str:
