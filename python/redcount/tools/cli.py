@@ -123,6 +123,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         )
         return 2
     from .. import connect
+    from ..errors import RedcountError
 
     if not 0 < args.port < 65536:
         raise ValueError(f"--port must be 1..65535, got {args.port}")
@@ -141,6 +142,11 @@ def _run_serve(args: argparse.Namespace) -> int:
         )
         if token is None:
             print("redcount serve: no --token-file: /adjust is disabled (403)", file=sys.stderr, flush=True)
+        try:
+            store.ping()
+        except RedcountError as e:
+            # Serve anyway: requests get 503 until the store is back, as after any outage.
+            print(f"redcount serve: warning: the store does not answer yet ({e})", file=sys.stderr, flush=True)
         # One process: the app's counter cache and read caches live in it (and memory:// too).
         server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level))
         server.run()
