@@ -609,6 +609,28 @@ def test_store_down_is_503_with_a_message(redis_factory: Callable[..., RedisServ
             assert r.headers["retry-after"] == "1"
 
 
+def test_the_counter_cache_is_bounded_and_keeps_counts_right() -> None:
+    from redcount.service import ServiceLimits, create_app
+
+    with redcount.connect() as store:
+        app = create_app(store, limits=ServiceLimits(cache_size=3))
+        for i in range(10):
+            r = asgi_call(app, "POST", f"{API}/k{i % 5}/increment", json={"delta": 1}, headers={"X-Request-Id": f"r{i}"})
+            assert r.status_code == 200 and r.json()["applied"] is True
+        assert len(app.state.counters) == 3
+        # An evicted key's new counter object still meets the request ids its shards recorded.
+        r = asgi_call(app, "POST", f"{API}/k0/increment", json={"delta": 1}, headers={"X-Request-Id": "r0"})
+        assert r.json()["applied"] is False
+        assert [redcount.ShardedCounter(store, f"k{i}").value() for i in range(5)] == [2] * 5
+
+
+def test_importing_the_service_without_fastapi_says_what_to_install() -> None:
+    code = "import sys; sys.modules['fastapi'] = None; import redcount.service"
+    proc = run_cli(code=code)
+    assert proc.returncode == 1
+    assert "ImportError" in proc.stderr and "pip install 'redcount[serve]'" in proc.stderr
+
+
 def test_create_app_refuses_bad_configuration() -> None:
     from redcount.service import ServiceLimits, create_app
 
