@@ -69,6 +69,7 @@ _KEY = re.compile(r"[A-Za-z0-9._:-]+")
 @dataclass(frozen=True)
 class ServiceLimits:
     """What one request may ask for. Every limit is checked before the store is called.
+    Immutable, so thread-safe.
 
     Attributes:
         max_body: bytes of a request body (larger: 413).
@@ -419,7 +420,8 @@ def create_app(
             keep them equal to what the flusher and other writers use.
         limits: request limits (:class:`ServiceLimits`).
 
-    Raises InvalidInputError for a bad argument (before anything is served).
+    Raises InvalidInputError for a bad argument (before anything is served). The app serves
+    one event loop (one worker process); its counter cache is not shared across threads.
     """
     sync_store = store.store if isinstance(store, aio.AsyncStore) else store
     lim = limits if limits is not None else ServiceLimits()
