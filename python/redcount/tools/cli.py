@@ -81,7 +81,78 @@ def _parser() -> argparse.ArgumentParser:
     rc.add_argument("--every", type=float, default=None, metavar="SECONDS", help="run again every SECONDS until stopped")
     rc.add_argument("--threshold", type=float, default=0.001, help="relative drift that fails (default 0.001 = 0.1%%)")
     rc.add_argument("--repair", action="store_true", help="write the corrections that close the drift (reason 'reconcile')")
+
+    sv = sub.add_parser("serve", help="serve sharded counters over HTTP (needs: pip install 'redcount[serve]')")
+    sv.add_argument("--url", default=None, help="store URL (redis://...; default memory://, one process only)")
+    sv.add_argument("--sql", default=None, help="SQLAlchemy URL of the flusher's snapshots: enables ?source=snapshot")
+    sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    sv.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
+    sv.add_argument("--token-file", default=None, help="file holding the bearer token for /adjust (else adjust is refused)")
+    sv.add_argument("--shards", type=int, default=16, help="shards of every counter (default 16)")
+    sv.add_argument("--prefix", default="redcount", help="key prefix of the counters (default redcount)")
+    sv.add_argument("--idempotency-ttl", type=float, default=86400, help="seconds a request id is remembered (default 86400)")
+    sv.add_argument("--max-body", type=int, default=64 * 1024, help="largest request body in bytes (default 65536)")
+    sv.add_argument("--max-batch", type=int, default=100, help="most keys in one batch-get (default 100)")
+    sv.add_argument("--max-delta", type=int, default=1_000_000_000, help="largest |delta| of one request (default 1e9)")
+    sv.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     return p
+
+
+def _read_token(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            token = f.read().strip()
+    except OSError as e:
+        raise ValueError(f"cannot read the token file {path}: {e.strerror}") from None
+    if not token:
+        raise ValueError(f"the token file {path} is empty")
+    return token
+
+
+def _run_serve(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from ..service import ServiceLimits, create_app
+    except ImportError as e:
+        missing = e.name or "fastapi"
+        print(
+            f"redcount serve: error: the HTTP service needs FastAPI and uvicorn ({missing} is not installed): "
+            "pip install 'redcount[serve]'",
+            file=sys.stderr,
+        )
+        return 2
+    from .. import connect
+    from ..errors import RedcountError
+
+    if not 0 < args.port < 65536:
+        raise ValueError(f"--port must be 1..65535, got {args.port}")
+    token = _read_token(args.token_file) if args.token_file else None
+    limits = ServiceLimits(max_body=args.max_body, max_batch=args.max_batch, max_delta=args.max_delta)
+    store = connect(args.url)
+    try:
+        app = create_app(
+            store,
+            sql_url=args.sql,
+            token=token,
+            shards=args.shards,
+            prefix=args.prefix,
+            idempotency_ttl=args.idempotency_ttl,
+            limits=limits,
+        )
+        if token is None:
+            print("redcount serve: no --token-file: /adjust is disabled (403)", file=sys.stderr, flush=True)
+        try:
+            store.ping()
+        except RedcountError as e:
+            # Serve anyway: requests get 503 until the store is back, as after any outage.
+            print(f"redcount serve: warning: the store does not answer yet ({e})", file=sys.stderr, flush=True)
+        # One process: the app's counter cache and read caches live in it (and memory:// too).
+        server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level))
+        server.run()
+    finally:
+        store.close()
+    return 0
 
 
 def _run_reconcile(args: argparse.Namespace) -> int:
@@ -207,6 +278,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run_restore(args)
         if args.command == "reconcile":
             return _run_reconcile(args)
+        if args.command == "serve":
+            return _run_serve(args)
         if getattr(args, "target", None) == "web":
             from .bench_web import run_bench_web
 
