@@ -21,7 +21,7 @@ $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
   g++ make cmake ninja-build pkg-config libhiredis-dev libssl-dev openssl redis-server redis-tools \
   libgtest-dev libbenchmark-dev python3-venv python3-dev wrk \
-  postgresql mariadb-server >/dev/null
+  postgresql mariadb-server curl >/dev/null
 
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then "$PY" -m venv .venv; fi
