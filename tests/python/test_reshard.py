@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import random
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -327,3 +329,24 @@ def test_processes_keep_writing_through_two_reshards(redis_server: RedisServer, 
     assert applied == distinct
     assert c.value() == distinct
     assert len(c.shard_values()) == 208
+
+
+@pytest.mark.redis_only
+def test_the_reshard_command(redis_server: RedisServer, redis_store: redcount.Store) -> None:
+    c = redcount.ShardedCounter(redis_store, "cli", shards=8)
+    assert c.incr(3, request_id="a")
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "redcount", "reshard", "--url", redis_server.url, *args],
+                              capture_output=True, text=True, timeout=120, check=False, stdin=subprocess.DEVNULL)
+
+    proc = cli("--counter", "cli", "--shards", "32", "--initial-shards", "8")
+    assert proc.returncode == 0, proc.stderr
+    assert "reshard cli: 8 -> 32 shards (layout version 2; shards 8..39 take the writes" in proc.stdout
+    assert c.layout().current.count == 32
+    assert c.incr(3, request_id="a") is False and c.value() == 3
+    proc = cli("--counter", "cli", "--shards", "32")
+    assert proc.returncode == 2 and "already has 32 shards" in proc.stderr
+    proc = cli("--counter", "cli", "--shards", "0")
+    assert proc.returncode == 2 and "new_shards must be between 1 and 4096" in proc.stderr
+    assert c.layout().version == 2

@@ -1,4 +1,5 @@
-"""The ``redcount`` command: ``redcount demo``, ``bench``, ``accuracy``, ``abuse``, ``flush``, ``restore`` and ``reconcile``."""
+"""The ``redcount`` command: ``redcount demo``, ``bench``, ``accuracy``, ``abuse``, ``flush``, ``restore``,
+``reconcile`` and ``reshard``."""
 
 from __future__ import annotations
 
@@ -81,7 +82,33 @@ def _parser() -> argparse.ArgumentParser:
     rc.add_argument("--every", type=float, default=None, metavar="SECONDS", help="run again every SECONDS until stopped")
     rc.add_argument("--threshold", type=float, default=0.001, help="relative drift that fails (default 0.001 = 0.1%%)")
     rc.add_argument("--repair", action="store_true", help="write the corrections that close the drift (reason 'reconcile')")
+
+    rs = sub.add_parser("reshard", help="move a sharded counter's writes to a new generation of shards")
+    rs.add_argument("--url", default=None, help="store URL (redis://...)")
+    rs.add_argument("--counter", required=True, metavar="NAME", help="the counter to reshard")
+    rs.add_argument("--shards", required=True, type=int, metavar="M", help="the new generation's shard count")
+    rs.add_argument("--initial-shards", type=int, default=16, metavar="N",
+                    help="the counter's shards= as created (read only before its first reshard; default 16)")
+    rs.add_argument("--prefix", default="redcount", help="key prefix of the counter (default redcount)")
     return p
+
+
+def _run_reshard(args: argparse.Namespace) -> int:
+    from .. import ShardedCounter, connect
+
+    store = connect(args.url)
+    try:
+        c = ShardedCounter(store, args.counter, shards=args.initial_shards, prefix=args.prefix)
+        before = c.layout()
+        after = c.reshard(args.shards)
+        print(
+            f"reshard {args.counter}: {before.current.count} -> {after.current.count} shards "
+            f"(layout version {after.version}; shards {after.current.first}..{after.total - 1} take the writes, "
+            f"0..{after.current.first - 1} are frozen and still summed)"
+        )
+    finally:
+        store.close()
+    return 0
 
 
 def _run_reconcile(args: argparse.Namespace) -> int:
@@ -207,6 +234,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run_restore(args)
         if args.command == "reconcile":
             return _run_reconcile(args)
+        if args.command == "reshard":
+            return _run_reshard(args)
         if getattr(args, "target", None) == "web":
             from .bench_web import run_bench_web
 
