@@ -14,6 +14,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 import pytest
 import redcount
@@ -351,3 +352,21 @@ def test_the_reshard_command(redis_server: RedisServer, redis_store: redcount.St
     proc = cli("--counter", "cli", "--shards", "0")
     assert proc.returncode == 2 and "new_shards must be between 1 and 4096" in proc.stderr
     assert c.layout().version == 2
+
+
+def test_schema_2_is_migrated_to_3(tmp_path: Path) -> None:
+    import sqlalchemy as sa
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    redcount.SnapshotStore(url).close()
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:  # what a schema-2 database looks like
+        conn.exec_driver_sql("DROP TABLE redcount_layouts")
+        conn.exec_driver_sql("UPDATE redcount_schema SET version = 2")
+    engine.dispose()
+    with redcount.SnapshotStore(url) as snaps:
+        assert snaps.schema_version() == 3
+        assert snaps.layout("x") is None
+        snaps.record_layout("x", "2|0,4,1000;4,8,0", 2)
+        snaps.record_layout("x", "", 1)  # an older layout never replaces a newer one
+        assert snaps.layout("x") == "2|0,4,1000;4,8,0"
