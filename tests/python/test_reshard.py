@@ -370,3 +370,30 @@ def test_schema_2_is_migrated_to_3(tmp_path: Path) -> None:
         snaps.record_layout("x", "2|0,4,1000;4,8,0", 2)
         snaps.record_layout("x", "", 1)  # an older layout never replaces a newer one
         assert snaps.layout("x") == "2|0,4,1000;4,8,0"
+
+
+@pytest.mark.redis_only
+def test_queued_retries_stay_exactly_once_across_a_reshard(redis_factory: Callable[..., RedisServer]) -> None:
+    server = redis_factory()
+    store = redcount.connect(server.url)
+    c = redcount.ShardedCounter(store, "queued", shards=4, on_error="queue", retry_backoff=3.0,
+                                retry_backoff_max=3.0)
+    assert c.incr(1, request_id="before")
+    server.stop(save=True)
+    for i in range(5):
+        assert c.incr(2, request_id=f"while-{i}") is True
+    assert c.incr(2, request_id="while-0") is True  # a repeat, queued too; counted once
+    server.start()
+    other = redcount.connect(server.url)
+    # The reshard lands while the writes wait in the queue: they are routed again when retried.
+    assert redcount.ShardedCounter(other, "queued", shards=4).reshard(16).current.first == 4
+    assert c.flush(timeout=30) == 0
+    assert c.stats().delivered == 6 and c.stats().failed == 0
+    fresh = redcount.ShardedCounter(other, "queued", shards=4)
+    assert fresh.value() == 11
+    assert not any(fresh.incr(request_id=f"while-{i}") for i in range(5))
+    assert not fresh.incr(request_id="before")
+    assert fresh.value() == 11
+    c.close()
+    store.close()
+    other.close()
