@@ -368,7 +368,9 @@ class SnapshotStore:
                 row = conn.execute(sa.select(c.version).where(c.counter == name)).first()
                 if row is None:
                     conn.execute(
-                        self.t.layouts.insert().values(counter=name, layout=layout, version=version, updated_ms=_now_ms())
+                        self.t.layouts.insert().values(
+                            counter=name, layout=layout, version=version, updated_ms=_now_ms()
+                        )
                     )
                 elif int(row[0]) < version:
                     conn.execute(

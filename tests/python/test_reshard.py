@@ -142,7 +142,8 @@ def test_every_write_path_stays_exact_across_a_reshard(store: redcount.Store) ->
         buf.incr(6)
     assert c.incr(2, request_id="a") is False
     assert c.adjust(-1, "fix", request_id="adj") is False
-    assert c.incr_many([("paths", 3, "b"), ("paths:other", 5, "o"), ("paths", 1, "c")]) == [False, False, True]
+    again = [("paths", 3, "b"), ("paths:other", 5, "o"), ("paths", 1, "c")]
+    assert c.incr_many(again) == [False, False, True]
     assert c.value() == 2 - 1 + 3 + 4 + 6 + 1
     assert other.value() == 5 and other.shards == 4
     assert c.values(["paths", "paths:other"]) == {"paths": 15, "paths:other": 5}
@@ -205,8 +206,8 @@ def test_concurrent_reshards_never_corrupt_the_layout(store: redcount.Store) -> 
         assert "concurrent reshard" in str(e)
     layout = redcount.ShardedCounter(store, "race", shards=8).layout()
     assert layout.version == 1 + len(won)
-    firsts = [g.first for g in layout.generations]
-    assert firsts[0] == 0 and all(g.first + g.count == n.first for g, n in zip(layout.generations, layout.generations[1:]))
+    gens = layout.generations
+    assert gens[0].first == 0 and all(g.first + g.count == n.first for g, n in zip(gens, gens[1:]))
 
 
 def test_flusher_reconcile_and_restore_follow_the_reshard(store: redcount.Store, sql_url: str) -> None:
@@ -310,7 +311,9 @@ def test_skew_counts_only_the_window(clock: redcount.ManualClock, clock_store: r
 
 @pytest.mark.redis_only
 @pytest.mark.slow
-def test_processes_keep_writing_through_two_reshards(redis_server: RedisServer, redis_store: redcount.Store) -> None:
+def test_processes_keep_writing_through_two_reshards(
+    redis_server: RedisServer, redis_store: redcount.Store
+) -> None:
     distinct = 6000
     ids = [f"p-{i % distinct}" for i in range(2 * distinct)]  # every id twice: a retry
     random.Random(7).shuffle(ids)
@@ -320,9 +323,12 @@ def test_processes_keep_writing_through_two_reshards(redis_server: RedisServer, 
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=3, mp_context=ctx) as pool:
         futures = [pool.submit(incr_ids, redis_server.url, "procs", 16, ids[p::3], 2) for p in range(3)]
-        wait_until(lambda: c.value() >= distinct // 4 or all(f.done() for f in futures), what="the first writes")
+        def done() -> bool:
+            return all(f.done() for f in futures)
+
+        wait_until(lambda: c.value() >= distinct // 4 or done(), what="the first writes")
         c.reshard(64)
-        wait_until(lambda: c.value() >= distinct // 2 or all(f.done() for f in futures), what="more writes")
+        wait_until(lambda: c.value() >= distinct // 2 or done(), what="more writes")
         c.reshard(128)
         applied = sum(f.result(timeout=300) for f in futures)
     reader.stop.set()
@@ -339,8 +345,9 @@ def test_the_reshard_command(redis_server: RedisServer, redis_store: redcount.St
     assert c.incr(3, request_id="a")
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "redcount", "reshard", "--url", redis_server.url, *args],
-                              capture_output=True, text=True, timeout=120, check=False, stdin=subprocess.DEVNULL)
+        cmd = [sys.executable, "-m", "redcount", "reshard", "--url", redis_server.url, *args]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False,
+                              stdin=subprocess.DEVNULL)
 
     proc = cli("--counter", "cli", "--shards", "32", "--initial-shards", "8")
     assert proc.returncode == 0, proc.stderr

@@ -103,7 +103,8 @@ def _run_reshard(args: argparse.Namespace) -> int:
         after = c.reshard(args.shards)
         print(
             f"reshard {args.counter}: {before.current.count} -> {after.current.count} shards "
-            f"(layout version {after.version}; shards {after.current.first}..{after.total - 1} take the writes, "
+            f"(layout version {after.version}; "
+            f"shards {after.current.first}..{after.total - 1} take the writes, "
             f"0..{after.current.first - 1} are frozen and still summed)"
         )
     finally:
