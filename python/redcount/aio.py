@@ -692,7 +692,7 @@ class ShardedCounter:
         return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
 
     async def values(self, names: list[str]) -> dict[str, int]:
-        """``{name: value}`` of counters with this prefix and shard count."""
+        """``{name: value}`` of counters with this prefix (each with its own layout)."""
         r = self._values(list(names))
         return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
 

@@ -147,21 +147,23 @@ class ShardedCounter:
         return self._core.adjust(delta, reason, request_id=request_id)
 
     def incr_many(self, items: Iterable[Increment]) -> list[bool]:
-        """Write many counters (this prefix, shard count and TTL) in one round trip, one
-        script call per shard group: ``[(name, amount[, request_id]), ...]`` -> applied flags
-        in input order. Every item is validated before anything is sent."""
+        """Write many counters (this prefix and TTL; each follows its own shard layout) in one
+        round trip, one script call per shard group: ``[(name, amount[, request_id]), ...]``
+        -> applied flags in input order. Every item is validated before anything is sent."""
         return self._core.incr_many(items)
 
     def value(self) -> int:
-        """All shards summed, in one round trip."""
+        """All shards of every generation summed, in one round trip (plus one when a
+        reshard changed the layout since this object last looked)."""
         return self._core.value()
 
     def shard_values(self) -> list[int]:
-        """Each shard's value, in shard order."""
+        """Each shard's value, in shard index order over all generations."""
         return self._core.shard_values()
 
     def values(self, names: Sequence[str]) -> dict[str, int]:
-        """``{name: value}`` of counters with this prefix and shard count, in one round trip."""
+        """``{name: value}`` of counters with this prefix (each with its own layout), in one
+        round trip."""
         return self._core.values(list(names))
 
     def read(self, max_staleness: float = 0.25) -> Reading:
