@@ -134,15 +134,19 @@ class ShardedCounter {
   // write queued for retry returns true: it will be applied exactly once (or is counted in
   // stats().dropped/failed if it cannot be).
   bool incr(std::int64_t amount, std::string_view request_id = {});
-  // Many counters (of this prefix, shard count and TTL) in one round trip, one script call
-  // per shard group; results in input order. Every item is validated before anything is sent.
+  // Many counters (of this prefix and TTL, each in its own layout) in one round trip, one
+  // script call per shard group; results in input order. Every item is validated before
+  // anything is sent.
   std::vector<bool> incr_many(const std::vector<ShardedIncrement>& items);
   // An audited correction: incr(amount, request_id) whose log entry also carries `reason`
   // (non-empty, at most kMaxAdjustReason bytes), which the flusher records as an adjustment.
   bool adjust(std::int64_t amount, std::string_view reason, std::string_view request_id = {});
+  // Every generation's shards (shard_values: in index order), with the layout read first in
+  // the same batch and a follow-up batch when it changed (see reshard).
   std::int64_t value();
   std::vector<std::int64_t> shard_values();
-  // The values of other counters with this counter's prefix and shard count.
+  // The values of other counters with this prefix, each in its own layout (the constructor's
+  // `shards` until a layout key says otherwise).
   std::vector<std::int64_t> values(const std::vector<std::string>& names);
   // The cached value when it is at most max_staleness_ms old, else a fresh value(); at most
   // one refresh at a time per counter object (others meanwhile get the cached value with
