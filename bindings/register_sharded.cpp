@@ -134,6 +134,37 @@ void register_sharded(py::module_& m) {
         return "Reading(value=" + std::to_string(r.value) + ", staleness_ms=" + std::to_string(r.staleness_ms) + ")";
       });
 
+  py::class_<ShardGeneration>(m, "ShardGeneration", "One generation of a sharded counter's shards (see reshard).")
+      .def_readonly("first", &ShardGeneration::first, "Its first shard index.")
+      .def_readonly("count", &ShardGeneration::count, "How many shards it has.")
+      .def_readonly("retired_ms", &ShardGeneration::retired_ms,
+                    "When a reshard replaced it (ms since the epoch, store clock); 0 for the current one.")
+      .def_property_readonly("shards", [](const ShardGeneration& g) {
+        std::vector<std::int64_t> out;
+        for (std::int64_t i = 0; i < g.count; ++i) out.push_back(g.first + i);
+        return out;
+      }, "Its shard indices.")
+      .def("__repr__", [](const ShardGeneration& g) {
+        return "ShardGeneration(first=" + std::to_string(g.first) + ", count=" + std::to_string(g.count) +
+               ", retired_ms=" + std::to_string(g.retired_ms) + ")";
+      });
+
+  py::class_<ShardLayout>(m, "ShardLayout", "A sharded counter's shard generations, oldest first.")
+      .def_readonly("version", &ShardLayout::version, "1 = as created; +1 per reshard.")
+      .def_readonly("generations", &ShardLayout::generations)
+      .def_property_readonly("current", [](const ShardLayout& l) { return l.current(); },
+                             "The generation that takes the writes.")
+      .def_property_readonly("total", &ShardLayout::total,
+                             "Shard indices over all generations (0 .. total-1), which every read sums.")
+      .def("__repr__", [](const ShardLayout& l) {
+        std::string out = "ShardLayout(version=" + std::to_string(l.version) + ", generations=[";
+        for (std::size_t i = 0; i < l.generations.size(); ++i) {
+          const ShardGeneration& g = l.generations[i];
+          out += (i ? ", " : "") + std::to_string(g.first) + ".." + std::to_string(g.first + g.count - 1);
+        }
+        return out + "])";
+      });
+
   py::class_<ShardedCounter, std::shared_ptr<ShardedCounter>>(m, "ShardedCounter", "The C++ sharded counter; use redcount.ShardedCounter.")
       .def(py::init(&make_sharded), py::arg("store"), py::arg("name"), py::arg("shards"), py::arg("idempotency_ttl"),
            py::arg("route"), py::arg("prefix"), py::arg("log_maxlen"), py::arg("on_error"), py::arg("queue_capacity"),
@@ -243,7 +274,7 @@ void register_sharded(py::module_& m) {
       .def("stats", &ShardedCounter::stats)
       .def_property_readonly("name", [](const ShardedCounter& c) { return c.options().name; })
       .def_property_readonly("prefix", [](const ShardedCounter& c) { return c.options().prefix; })
-      .def_property_readonly("shards", [](const ShardedCounter& c) { return c.options().shards; })
+      .def_property_readonly("shards", [](const ShardedCounter& c) { return c.cached_layout().current().count; })
       .def_property_readonly("idempotency_ttl", [](const ShardedCounter& c) {
         return static_cast<double>(c.options().idempotency_ttl_ms) / 1000.0;
       })
@@ -307,7 +338,36 @@ void register_sharded(py::module_& m) {
             return aio::submit_async(c.store(), c.make_read(staleness_arg(max_staleness)),
                                      [](Reading& r) { return py::cast(r); });
           },
-          py::arg("max_staleness") = 0.25);
+          py::arg("max_staleness") = 0.25)
+      .def(
+          "reshard",
+          [](ShardedCounter& c, py::handle new_shards) {
+            const std::int64_t n = int_arg(new_shards, "new_shards");
+            py::gil_scoped_release release;  // network wait
+            return c.reshard(n);
+          },
+          py::arg("new_shards"), "Move the writes to a new generation of new_shards shards; the new layout.")
+      .def(
+          "layout",
+          [](ShardedCounter& c) {
+            py::gil_scoped_release release;  // network wait
+            return c.layout();
+          },
+          "The shard layout as the store holds it now.")
+      .def_property_readonly("cached_layout", &ShardedCounter::cached_layout,
+                             "The layout this object last saw (no I/O).")
+      .def_property_readonly("layout_key", &ShardedCounter::layout_key,
+                             "The layout key {<prefix>:<name>}:layout (absent until a reshard).")
+      .def(
+          "reshard_async",
+          [](ShardedCounter& c, py::handle new_shards) {
+            return aio::submit_async(c.store(), c.make_reshard(int_arg(new_shards, "new_shards")),
+                                     [](ShardLayout& l) { return py::cast(l); });
+          },
+          py::arg("new_shards"))
+      .def("layout_async", [](ShardedCounter& c) {
+        return aio::submit_async(c.store(), c.make_layout(), [](ShardLayout& l) { return py::cast(l); });
+      });
 
   py::class_<BufferedStats>(m, "BufferedStats", "Counts of a BufferedCounter's flushes since it was made.")
       .def_readonly("flushes", &BufferedStats::flushes, "Batches the store acknowledged.")

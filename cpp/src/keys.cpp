@@ -109,6 +109,13 @@ std::string sharded_key(std::string_view prefix, std::string_view name, std::int
   return out;
 }
 
+std::string sharded_layout_key(std::string_view prefix, std::string_view name) {
+  std::string out;
+  out.reserve(prefix.size() + name.size() + 10);
+  out.append("{").append(prefix).append(":").append(name).append("}:layout");
+  return out;
+}
+
 std::string quota_key(std::string_view prefix, std::string_view name) {
   std::string out;
   out.reserve(prefix.size() + name.size() + 10);

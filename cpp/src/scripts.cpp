@@ -16,6 +16,7 @@ const std::vector<const Script*>& all_scripts() {
       &kTokenBucketScript,     &kGcraScript,           &kConcurrencyScript, &kSlidingCounterScript,
       &kTimeProbeScript,
       &kShardedIncrScript,     &kQuotaScript,
+      &kShardedReshardScript,
       &kPnMergeScript,
   };
   return scripts;

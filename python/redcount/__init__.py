@@ -46,6 +46,7 @@ from .reconcile import Report, reconcile
 from .restore import RestoreReport, restore
 from .pn import PNCounter
 from .sharded import BufferedCounter, BufferedStats, Quota, QuotaResult, Reading, ShardedCounter
+from .sharded import ShardGeneration, ShardLayout
 from .sliding import SlidingWindowCounter
 from .snapshots import SnapshotStore
 from .store import ManualClock, ResilientStore, Store, connect
@@ -84,6 +85,8 @@ __all__ = [
     "ScriptError",
     "SecurityWarning",
     "ShardedCounter",
+    "ShardGeneration",
+    "ShardLayout",
     "StoreClosed",
     "SlidingWindowCounter",
     "SnapshotStore",

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from . import _core
 from ._core import CompletionQueue, Decision, Lease, LimitSet, LimitStats, QuotaResult, Reading, RetryStats, Store
+from ._core import ShardLayout
 from .counters import FixedWindowCounter as _SyncFixedWindowCounter
 from .errors import ConnectionError as _StoreConnectionError
 from .errors import InvalidInputError
@@ -56,9 +57,10 @@ from .shaping import Throttle
 from .shaping import check_wait_args as _check_wait_args
 from .shaping import shaper_of as _shaper_of
 from .shaping import wait_async as _wait_async
-from .sharded import Increment, _check_adjust
+from .sharded import Increment, _check_adjust, _skew_of_logs, _skew_window
 from .sharded import Quota as _SyncQuota
 from .sharded import ShardedCounter as _SyncShardedCounter
+from .skew import Skew
 from .sliding import SlidingWindowCounter as _SyncSlidingWindowCounter
 from .store import connect as _connect
 
@@ -655,6 +657,8 @@ class ShardedCounter:
         self._shard_values = _engine_method(core, "shard_values", store)
         self._values = _engine_method(core, "values", store)
         self._read = _engine_method(core, "read", store)
+        self._reshard = _engine_method(core, "reshard", store)
+        self._layout = _engine_method(core, "layout", store)
 
     async def incr(self, amount: int = 1, *, request_id: str | bytes | None = None) -> bool:
         """See :meth:`redcount.ShardedCounter.incr`."""
@@ -688,7 +692,7 @@ class ShardedCounter:
         return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
 
     async def values(self, names: list[str]) -> dict[str, int]:
-        """``{name: value}`` of counters with this prefix and shard count."""
+        """``{name: value}`` of counters with this prefix (each with its own layout)."""
         r = self._values(list(names))
         return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
 
@@ -696,6 +700,29 @@ class ShardedCounter:
         """See :meth:`redcount.ShardedCounter.read`."""
         r = self._read(max_staleness)
         return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+
+    async def reshard(self, new_shards: int) -> ShardLayout:
+        """See :meth:`redcount.ShardedCounter.reshard`."""
+        r = self._reshard(new_shards)
+        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+
+    async def layout(self) -> ShardLayout:
+        """See :meth:`redcount.ShardedCounter.layout`."""
+        r = self._layout()
+        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+
+    @property
+    def cached_layout(self) -> ShardLayout:
+        return self.sync.cached_layout
+
+    async def skew(self, window: float = 60.0, target_per_shard: float | None = None) -> Skew:
+        """See :meth:`redcount.ShardedCounter.skew`."""
+        window_ms, min_id = _skew_window(window, self.sync.store)
+        gen = (await self.layout()).current
+        logs = await AsyncStore(self.sync.store).execute_many(
+            [("XRANGE", self.key_of(i, "log"), min_id, "+") for i in gen.shards]
+        )
+        return _skew_of_logs(logs, window_ms, target_per_shard)
 
     async def flush(self, timeout: float | None = None) -> int:
         """:meth:`redcount.ShardedCounter.flush`, waited for off the loop."""

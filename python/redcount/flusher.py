@@ -40,7 +40,7 @@ from typing import Any, TextIO, Union
 
 from ._core import Store
 from .errors import InvalidInputError, RedcountError, ReplyError
-from .sharded import ShardedCounter
+from .sharded import ShardedCounter, layout_text
 from .snapshots import MAX_NAME, SnapshotStore, StreamId, _check_name, _short
 
 __all__ = ["Flusher", "FlusherStats", "Lag"]
@@ -149,6 +149,7 @@ class Flusher:
         self.stats = FlusherStats()
         self._shards: dict[str, _Shard] = {}
         self._counters: dict[str, tuple[str, int]] = {}
+        self._objects: dict[str, ShardedCounter] = {}
         specs = list(counters)
         if not specs:
             raise InvalidInputError("counters: give at least one ShardedCounter or counter name")
@@ -158,16 +159,14 @@ class Flusher:
             else:
                 _check_name(spec)
                 c = ShardedCounter(store, spec, shards=shards, prefix=prefix)
-            self._counters[c.name] = (c.prefix, c.shards)
-            for i in range(c.shards):
-                key = c.key_of(i, "log")
-                self._shards[key] = _Shard(c.name, i, key)
-        for name, (pfx, n) in self._counters.items():
-            if len(name) > MAX_NAME:
-                raise InvalidInputError(f"counter name longer than {MAX_NAME} characters: {name[:40]!r}...")
-            self.snapshots.ensure_counter(name, pfx, n)
-        self._keys = list(self._shards)
-        self._create_groups()
+            if len(c.name) > MAX_NAME:
+                raise InvalidInputError(f"counter name longer than {MAX_NAME} characters: {c.name[:40]!r}...")
+            self._objects[c.name] = c
+        self._keys: list[str] = []
+        # Every generation's shards (reshard adds generations): from the layout keys, read
+        # again at most every second while running, so new shards join without a restart.
+        self._last_layouts = 0.0
+        self._refresh_layouts()
         self._history = True  # first read our own pending entries (a restart under the same name)
         self._last_claim = 0.0
         self._progress = progress
@@ -178,8 +177,31 @@ class Flusher:
 
     # ---- Redis side -----------------------------------------------------------------------
 
-    def _create_groups(self) -> None:
-        for key in self._keys:
+    def _refresh_layouts(self) -> None:
+        """Learn the counters' shard generations; register and start reading new shards."""
+        self._last_layouts = time.monotonic()
+        objs = list(self._objects.values())
+        texts = self.store.execute_many([("GET", c.layout_key) for c in objs])
+        added: list[str] = []
+        for c, raw in zip(objs, texts):
+            have = self._counters.get(c.name, (c.prefix, 0))[1]
+            text = _text(raw) if raw is not None else ""
+            layout = c.layout() if text else c.cached_layout
+            if layout.total <= have:
+                continue
+            self.snapshots.ensure_counter(c.name, c.prefix, layout.total)
+            self.snapshots.record_layout(c.name, layout_text(layout), layout.version)
+            for i in range(have, layout.total):
+                key = c.key_of(i, "log")
+                self._shards[key] = _Shard(c.name, i, key)
+                added.append(key)
+            self._counters[c.name] = (c.prefix, layout.total)
+        if added:
+            self._create_groups(added)
+            self._keys.extend(added)
+
+    def _create_groups(self, keys: list[str]) -> None:
+        for key in keys:
             try:
                 # From the stream's start: entries logged before the first flusher ran count too.
                 self.store.execute("XGROUP", "CREATE", key, self.group, "0", "MKSTREAM")
@@ -455,6 +477,8 @@ class Flusher:
         Returns the number of stream entries handled (0 when there was nothing)."""
         entries: list[tuple[_Shard, str, Any]] = []
         now = time.monotonic()
+        if now - self._last_layouts >= 1.0:
+            self._refresh_layouts()
         if now - self._last_claim >= self.claim_after / 2:
             self._last_claim = now
             entries.extend(self._claim())
@@ -493,6 +517,7 @@ class Flusher:
         deadline = None if timeout is None else time.monotonic() + timeout
         total = 0
         self._last_claim = 0.0
+        self._last_layouts = 0.0  # shards a reshard added are drained too
         while True:
             n = self.run_once()
             total += n

@@ -219,6 +219,10 @@ def _reconcile(store: Store, snaps: SnapshotStore, name: str, threshold: float, 
     if meta is None:
         raise InvalidInputError(f"no snapshot of counter {name!r} in {snaps.url}: run the flusher first")
     counter = ShardedCounter(store, name, shards=int(meta[1]), prefix=str(meta[0]))
+    # Shards a reshard added that no flusher has registered yet are compared too (zero snapshots).
+    total = counter.layout().total
+    if total > int(meta[1]):
+        snaps.ensure_counter(name, str(meta[0]), total)
     run_ms = int(time.time() * 1000)
     rows = _measure(store, snaps, name, counter)
     if repair:

@@ -55,6 +55,14 @@ def restore(store: Store, sql_url: str | SnapshotStore, name: str) -> RestoreRep
         with snaps.engine.connect() as conn:
             prefix, shards = conn.execute(sa.select(cc.prefix, cc.shards).where(cc.name == name)).one()
         counter = ShardedCounter(store, name, shards=int(shards), prefix=str(prefix))
+        # A resharded counter's generations first (the flusher kept its layout in SQL): without
+        # its layout key, readers and writers would see only the first generation's shards.
+        kept = _kept_layout(snaps, name)
+        if kept:
+            store.execute("SET", counter.layout_key, kept, "NX")
+        total = counter.layout().total
+        if total > int(shards):
+            snaps.ensure_counter(name, str(prefix), total)  # shards no flusher registered yet
         rows = snaps.shard_values(name)
         values: list[int] = []
         from_log = 0
@@ -117,3 +125,10 @@ def restore(store: Store, sql_url: str | SnapshotStore, name: str) -> RestoreRep
     finally:
         if not isinstance(sql_url, SnapshotStore):
             snaps.close()
+
+
+def _kept_layout(snaps: SnapshotStore, name: str) -> str | None:
+    try:
+        return snaps.layout(name)
+    except snaps._sa.exc.SQLAlchemyError:
+        return None  # a schema older than 3 (no layouts table): never resharded through a flusher

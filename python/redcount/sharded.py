@@ -22,10 +22,21 @@ from types import TracebackType
 from typing import Literal, Union
 
 from . import _core
-from ._core import BufferedStats, QuotaResult, Reading, RetryStats, Store
+from ._core import BufferedStats, QuotaResult, Reading, RetryStats, ShardGeneration, ShardLayout, Store
 from ._wrap import bind_fast_paths
+from .errors import InvalidInputError
+from .skew import Skew, skew_of
 
-__all__ = ["BufferedCounter", "BufferedStats", "Quota", "QuotaResult", "Reading", "ShardedCounter"]
+__all__ = [
+    "BufferedCounter",
+    "BufferedStats",
+    "Quota",
+    "QuotaResult",
+    "Reading",
+    "ShardGeneration",
+    "ShardLayout",
+    "ShardedCounter",
+]
 
 #: One item of :meth:`ShardedCounter.incr_many`: ``(name, amount)`` or ``(name, amount, request_id)``.
 Increment = Union[tuple[str, int], tuple[str, int, Union[str, bytes, None]]]
@@ -66,8 +77,9 @@ class ShardedCounter:
     Args:
         store: from :func:`redcount.connect`.
         name: the counter's name (no ``{`` or ``}``).
-        shards: 1..4096 (default 16). Changing it moves request ids to other shards: keep it
-            fixed for a counter's life (resharding is future work).
+        shards: 1..4096 (default 16): the counter's first generation of shards. Keep it fixed
+            for a counter's life and change the shard count with :meth:`reshard`, which every
+            instance (in every process) follows through the counter's layout key.
         idempotency_ttl: seconds a request id is remembered (default one day).
         route: ``"request-id"`` (default) or ``"random"`` (every write to a random shard;
             request ids are then refused).
@@ -135,21 +147,23 @@ class ShardedCounter:
         return self._core.adjust(delta, reason, request_id=request_id)
 
     def incr_many(self, items: Iterable[Increment]) -> list[bool]:
-        """Write many counters (this prefix, shard count and TTL) in one round trip, one
-        script call per shard group: ``[(name, amount[, request_id]), ...]`` -> applied flags
-        in input order. Every item is validated before anything is sent."""
+        """Write many counters (this prefix and TTL; each follows its own shard layout) in one
+        round trip, one script call per shard group: ``[(name, amount[, request_id]), ...]``
+        -> applied flags in input order. Every item is validated before anything is sent."""
         return self._core.incr_many(items)
 
     def value(self) -> int:
-        """All shards summed, in one round trip."""
+        """All shards of every generation summed, in one round trip (plus one when a
+        reshard changed the layout since this object last looked)."""
         return self._core.value()
 
     def shard_values(self) -> list[int]:
-        """Each shard's value, in shard order."""
+        """Each shard's value, in shard index order over all generations."""
         return self._core.shard_values()
 
     def values(self, names: Sequence[str]) -> dict[str, int]:
-        """``{name: value}`` of counters with this prefix and shard count, in one round trip."""
+        """``{name: value}`` of counters with this prefix (each with its own layout), in one
+        round trip."""
         return self._core.values(list(names))
 
     def read(self, max_staleness: float = 0.25) -> Reading:
@@ -159,8 +173,54 @@ class ShardedCounter:
         with its true staleness."""
         return self._core.read(max_staleness)
 
+    def reshard(self, new_shards: int) -> ShardLayout:
+        """Move this counter's writes to a new generation of ``new_shards`` shards while
+        writers in other threads and processes keep writing: no increment is lost or counted
+        twice, and reads sum every generation throughout (see the README's "Resharding").
+
+        The shards so far are frozen (still summed, no longer written once writers have
+        re-read the layout, at most a second later) and the new ones take the next free
+        shard indices. Returns the new layout. ``new_shards`` must be an int in 1..4096, not
+        the current count, and all generations together at most 4096 shards
+        (InvalidInputError, nothing written). A reshard that raced another one fails with
+        RedcountError and changes nothing."""
+        return self._core.reshard(new_shards)
+
+    def layout(self) -> ShardLayout:
+        """The shard generations as the store holds them now (one round trip)."""
+        return self._core.layout()
+
+    @property
+    def cached_layout(self) -> ShardLayout:
+        """The layout this object last saw, without I/O."""
+        return self._core.cached_layout
+
+    @property
+    def layout_key(self) -> str:
+        """The layout key ``{<prefix>:<name>}:layout``: a string holding the shard
+        generations (absent until the first reshard; no TTL)."""
+        return self._core.layout_key
+
+    def skew(self, window: float = 60.0, target_per_shard: float | None = None) -> Skew:
+        """How unevenly the writes of the last ``window`` seconds spread over the current
+        generation's shards: :func:`redcount.skew.skew_of` over per-shard write rates
+        (log entries per second), with ``recommended_shards`` for ``target_per_shard``
+        writes per second per shard.
+
+        The rates come from the shards' delta logs (entries newer than now - ``window``), read
+        after the layout in one round trip for all shards. A log keeps about ``log_maxlen``
+        entries, so a shard that wrote more than that within ``window`` is under-counted: keep
+        ``window`` below ``log_maxlen`` / the hottest shard's rate. Frozen generations are left
+        out: they take no new writes, and counting them would report skew that resharding
+        already removed."""
+        window_ms, min_id = _skew_window(window, self.store)
+        gen = self.layout().current
+        logs = self.store.execute_many([("XRANGE", self.key_of(i, "log"), min_id, "+") for i in gen.shards])
+        return _skew_of_logs(logs, window_ms, target_per_shard)
+
     def shard_of(self, request_id: str | bytes) -> int:
-        """The shard a write with this request id goes to."""
+        """The shard a write with this request id goes to (in the current generation as
+        this object last saw it)."""
         return self._core.shard_of(request_id)
 
     def key_of(self, shard: int, suffix: str = "") -> str:
@@ -196,6 +256,7 @@ class ShardedCounter:
 
     @property
     def shards(self) -> int:
+        """The current generation's shard count, as this object last saw it."""
         return self._core.shards
 
     @property
@@ -227,6 +288,28 @@ class ShardedCounter:
             f"ShardedCounter(name={self.name!r}, shards={self.shards}, route={self.route!r}, "
             f"on_error={self.on_error!r}, store={self.store.url!r})"
         )
+
+
+def layout_text(layout: ShardLayout) -> str:
+    """``layout`` as its layout key holds it ('' for a counter never resharded): what
+    restore writes back. The format is the core's: ``<version>|<first>,<count>,<retired_ms>;...``."""
+    if layout.version == 1:
+        return ""
+    gens = ";".join(f"{g.first},{g.count},{g.retired_ms}" for g in layout.generations)
+    return f"{layout.version}|{gens}"
+
+
+def _skew_window(window: object, store: Store) -> tuple[int, str]:
+    if isinstance(window, bool) or not isinstance(window, (int, float)) or not 0 < window <= 86400 * 7:
+        raise InvalidInputError(f"window must be a number of seconds in (0, 604800], got {window!r}")
+    window_ms = max(1, round(window * 1000))
+    since = int(store.now() * 1000) - window_ms
+    return window_ms, f"{max(since, 0) + 1}-0"
+
+
+def _skew_of_logs(logs: Sequence[object], window_ms: int, target_per_shard: float | None) -> Skew:
+    rates = [len(entries) * 1000.0 / window_ms if isinstance(entries, list) else 0.0 for entries in logs]
+    return skew_of(rates, target_per_shard=target_per_shard)
 
 
 def _check_adjust(delta: object, reason: object) -> None:

@@ -52,7 +52,7 @@ __all__ = [
 ]
 
 #: The schema this code writes; :meth:`SnapshotStore.create` migrates older ones up to it.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: Longest counter name the tables hold (MySQL's index limit keeps keys short).
 MAX_NAME = 255
@@ -212,6 +212,16 @@ class _Tables:
             sa.Column("corrections", big, nullable=False),
             sa.Column("shards_json", sa.Text, nullable=False),
         )
+        # Schema 3 (resharding, issue 9 section 4): a counter's shard layout as its layout key
+        # held it when the flusher last looked, so restore can write it back.
+        self.layouts = sa.Table(
+            "redcount_layouts",
+            md,
+            sa.Column("counter", name, primary_key=True),
+            sa.Column("layout", sa.Text, nullable=False),
+            sa.Column("version", sa.Integer, nullable=False),
+            sa.Column("updated_ms", big, nullable=False),
+        )
 
 
 def _now_ms() -> int:
@@ -292,7 +302,8 @@ class SnapshotStore:
                         f"redcount's {SCHEMA_VERSION}: upgrade redcount"
                     )
                 # Migrations from older versions, one step per version. 1 -> 2 adds
-                # redcount_reconcile_runs, which create_all above has just created.
+                # redcount_reconcile_runs, 2 -> 3 redcount_layouts, which create_all above has
+                # just created.
                 if found < SCHEMA_VERSION:
                     conn.execute(self.t.schema.update().values(version=SCHEMA_VERSION))
                 return int(found)
@@ -313,16 +324,22 @@ class SnapshotStore:
             row = conn.execute(
                 sa.select(self.t.counters.c.shards).where(self.t.counters.c.name == name)
             ).first()
-            if row is not None and row[0] != shards:
+            if row is not None and row[0] > shards:
+                # A reshard only adds shard indices: fewer means the layout key was lost.
                 raise InvalidInputError(
-                    f"counter {name!r} has {row[0]} shards in {self.url}, not {shards}: "
-                    "resharding is not supported by the flusher yet"
+                    f"counter {name!r} has {row[0]} shards in {self.url}, more than the {shards} of its "
+                    "layout in Redis: was the layout key lost? run `redcount restore` first"
                 )
         try:
             with self.engine.begin() as conn:
                 if row is None:
                     conn.execute(
                         self.t.counters.insert().values(name=name, prefix=prefix, shards=shards, created_ms=now)
+                    )
+                elif row[0] < shards:
+                    # A reshard added a generation: its shards are registered below.
+                    conn.execute(
+                        self.t.counters.update().where(self.t.counters.c.name == name).values(shards=shards)
                     )
                 have = {r[0] for r in conn.execute(sa.select(self.t.shards.c.shard).where(self.t.shards.c.counter == name))}
                 missing = [
@@ -340,6 +357,37 @@ class SnapshotStore:
                     )
         except sa.exc.IntegrityError:
             pass  # another flusher registered it at the same moment
+
+    def record_layout(self, name: str, layout: str, version: int) -> None:
+        """Keep ``name``'s shard layout text (its layout key's value; '' = none) when it is
+        newer than the one kept (safe to race: the highest version stays)."""
+        sa = self._sa
+        c = self.t.layouts.c
+        try:
+            with self.engine.begin() as conn:
+                row = conn.execute(sa.select(c.version).where(c.counter == name)).first()
+                if row is None:
+                    conn.execute(
+                        self.t.layouts.insert().values(
+                            counter=name, layout=layout, version=version, updated_ms=_now_ms()
+                        )
+                    )
+                elif int(row[0]) < version:
+                    conn.execute(
+                        self.t.layouts.update()
+                        .where(c.counter == name, c.version < version)
+                        .values(layout=layout, version=version, updated_ms=_now_ms())
+                    )
+        except sa.exc.IntegrityError:
+            pass  # another flusher recorded it at the same moment
+
+    def layout(self, name: str) -> str | None:
+        """The shard layout text kept for ``name`` ('' = the first generation), or None."""
+        sa = self._sa
+        c = self.t.layouts.c
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(c.layout).where(c.counter == name)).first()
+        return None if row is None else str(row[0])
 
     # ---- reads --------------------------------------------------------------------------
 

@@ -195,6 +195,87 @@ TEST_P(ShardedTest, BadInputStoresNothing) {
   EXPECT_TRUE(random.incr(1));
 }
 
+TEST_P(ShardedTest, ReshardMovesTheWritesAndSumsEveryGeneration) {
+  auto a = counter("rs", 4);
+  auto stale = counter("rs", 4);
+  for (int i = 0; i < 20; ++i) EXPECT_TRUE(a.incr(1, "r" + std::to_string(i)));
+  EXPECT_EQ(stale.value(), 20);  // `stale` now holds the first layout, fresh for a second
+  const ShardLayout l = a.reshard(8);
+  ASSERT_EQ(l.version, 2);
+  ASSERT_EQ(l.generations.size(), 2u);
+  EXPECT_EQ(l.generations[0].first, 0);
+  EXPECT_EQ(l.generations[0].count, 4);
+  EXPECT_GT(l.generations[0].retired_ms, 0);
+  EXPECT_EQ(l.generations[1].first, 4);
+  EXPECT_EQ(l.generations[1].count, 8);
+  EXPECT_EQ(l.generations[1].retired_ms, 0);
+  EXPECT_EQ(rctest::run(*store_, {"TYPE", "{redcount:rs}:layout"}).str, "string");
+  EXPECT_EQ(rctest::run(*store_, {"PTTL", "{redcount:rs}:layout"}).integer, -1);
+  // Retries of ids the first generation applied count once.
+  for (int i = 0; i < 20; ++i) EXPECT_FALSE(a.incr(1, "r" + std::to_string(i))) << i;
+  // New ids go to the new generation.
+  for (int i = 0; i < 10; ++i) {
+    const std::string id = "n" + std::to_string(i);
+    EXPECT_GE(a.shard_of(id), 4);
+    EXPECT_TRUE(a.incr(2, id));
+  }
+  // A writer that may still believe the first layout (for up to kLayoutRefreshMs) writes a
+  // frozen shard: summed, and its id is seen by up-to-date writers (and theirs by it).
+  EXPECT_TRUE(stale.incr(5, "late"));
+  EXPECT_FALSE(a.incr(5, "late"));
+  EXPECT_FALSE(stale.incr(2, "n3"));
+  EXPECT_EQ(a.value(), 20 + 20 + 5);
+  EXPECT_EQ(stale.value(), 45) << "a read follows the layout it finds";
+  EXPECT_EQ(stale.cached_layout().version, 2);
+  const auto per = a.shard_values();
+  ASSERT_EQ(per.size(), 12u);
+  std::int64_t newer = 0;
+  for (std::size_t i = 4; i < 12; ++i) newer += per[i];
+  EXPECT_EQ(newer, 20);
+  const auto many = a.values({"rs", "other"});
+  EXPECT_EQ(many, (std::vector<std::int64_t>{45, 0}));
+  // A new object reads the layout before its first write.
+  auto fresh = counter("rs", 4);
+  EXPECT_FALSE(fresh.incr(1, "n5"));
+  EXPECT_TRUE(fresh.incr(1, "f1"));
+  EXPECT_GE(fresh.shard_of("f1"), 4);
+  // Again: the ids of both older generations are checked.
+  a.reshard(2);
+  EXPECT_FALSE(a.incr(1, "r3"));
+  EXPECT_FALSE(a.incr(1, "n3"));
+  EXPECT_TRUE(a.incr(1, "x"));
+  EXPECT_GE(a.shard_of("x"), 12);
+  EXPECT_EQ(a.value(), 47);
+  EXPECT_EQ(a.shard_values().size(), 14u);
+  EXPECT_EQ(a.read(0).value, 47);
+}
+
+TEST_P(ShardedTest, ReshardRefusesBadInputAndALostRace) {
+  auto a = counter("rb", 4);
+  EXPECT_TRUE(a.incr(1, "r"));
+  const std::int64_t keys = rctest::run(*store_, {"DBSIZE"}).integer;
+  EXPECT_THROW(a.reshard(0), InvalidArgument);
+  EXPECT_THROW(a.reshard(kMaxShards + 1), InvalidArgument);
+  EXPECT_THROW(a.reshard(4), InvalidArgument) << "the current count";
+  EXPECT_THROW(a.reshard(kMaxShards), InvalidArgument) << "4 + 4096 shards over the generations";
+  EXPECT_EQ(rctest::run(*store_, {"DBSIZE"}).integer, keys) << "nothing written";
+  // Two reshards that both read the same layout: one wins, the other is told and changes nothing.
+  auto b = counter("rb", 4);
+  auto op_a = a.make_reshard(8);
+  auto op_b = b.make_reshard(16);
+  auto step_a = op_a->finish(store_->execute(op_a->prepare()));
+  auto step_b = op_b->finish(store_->execute(op_b->prepare()));
+  EXPECT_TRUE(op_a->finish(store_->execute(step_a)).empty());
+  EXPECT_THROW(op_b->finish(store_->execute(step_b)), Error);
+  EXPECT_EQ(b.layout().current().count, 8);
+  EXPECT_EQ(b.cached_layout().version, 2);
+  // A foreign value in the layout key is reported, never guessed at.
+  rctest::run(*store_, {"SET", "{redcount:rb}:layout", "garbage"});
+  EXPECT_THROW(b.value(), Error);
+  EXPECT_THROW(a.reshard(2), Error);
+  EXPECT_EQ(rctest::run(*store_, {"GET", "{redcount:rb}:layout"}).str, "garbage");
+}
+
 TEST_P(ShardedTest, QuotaRefusesAtTheFloorAndCeilingAndChangesNothing) {
   QuotaOptions o;
   o.name = "credits";
@@ -252,7 +333,9 @@ TEST(ShardedKeys, EveryShardIsItsOwnHashTag) {
   EXPECT_EQ(c.key_of(3), "{p:likes:post:9:3}");
   EXPECT_EQ(c.key_of(3, "log"), "{p:likes:post:9:3}:log");
   EXPECT_EQ(c.key_of(15, "rid:r1"), "{p:likes:post:9:15}:rid:r1");
-  EXPECT_THROW(c.key_of(16), InvalidArgument);
+  EXPECT_EQ(c.key_of(16), "{p:likes:post:9:16}") << "a later generation's shard";
+  EXPECT_THROW(c.key_of(kMaxShards), InvalidArgument);
+  EXPECT_THROW(c.key_of(-1), InvalidArgument);
   // Stable routing: the same id always lands on the same shard.
   EXPECT_EQ(c.shard_of("req-1"), c.shard_of("req-1"));
 }

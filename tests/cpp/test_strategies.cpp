@@ -447,11 +447,20 @@ const std::vector<ParityCase>& parity_cases() {
            const std::string rid = rng() % 3 == 0 ? std::string() : "r" + std::to_string(rng() % 8);
            c.keys.push_back(tag);
            c.keys.push_back(tag + ":log");
+           // After a reshard: the id's keys in up to two older generations' shards too.
+           const std::size_t older = rid.empty() ? 0 : rng() % 3;
            if (!rid.empty()) c.keys.push_back(tag + ":rid:" + rid);
+           for (std::size_t g = 0; g < older; ++g) c.keys.push_back("{si:c:" + std::to_string(2 + g) + "}:rid:" + rid);
            const std::string reason = rng() % 4 == 0 ? "fix " + std::to_string(rng() % 3) : std::string();
-           c.args.insert(c.args.end(), {std::to_string(amount), "c", tag.substr(6, 1), rid, reason});
+           c.args.insert(c.args.end(), {std::to_string(amount), "c", tag.substr(6, 1), rid, reason, std::to_string(older)});
          }
          return c;
+       }},
+      {"sharded_reshard", false,
+       [](std::mt19937& rng, std::int64_t, int) {
+         // Compare-and-set over a few layout texts: the expected one is right about half the time.
+         const char* texts[] = {"", "2|0,4,1000;4,8,0", "3|0,4,1000;4,8,2000;12,2,0"};
+         return ScriptCall{&kShardedReshardScript, {"{sr:c}:layout"}, {texts[rng() % 3], texts[1 + rng() % 2]}};
        }},
       {"quota", false,
        [](std::mt19937& rng, std::int64_t, int) {

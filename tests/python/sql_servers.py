@@ -169,7 +169,7 @@ def _reset(url: str) -> str:
 
     engine = sa.create_engine(url)
     with engine.begin() as conn:
-        for t in ("redcount_reconcile_runs", "redcount_deltas", "redcount_adjustments", "redcount_totals", "redcount_shard_snapshots",
+        for t in ("redcount_layouts", "redcount_reconcile_runs", "redcount_deltas", "redcount_adjustments", "redcount_totals", "redcount_shard_snapshots",
                   "redcount_counters", "redcount_schema"):
             conn.exec_driver_sql(f"DROP TABLE IF EXISTS {t}")
     engine.dispose()

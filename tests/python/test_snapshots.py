@@ -46,8 +46,10 @@ def test_a_registered_counter_starts_at_zero_and_unknown_ones_are_refused(sql_ur
             snaps.total("nope")
         with pytest.raises(redcount.InvalidInputError, match="no snapshot"):
             snaps.shard_values("nope")
-        with pytest.raises(redcount.InvalidInputError, match="4 shards"):
-            snaps.ensure_counter("likes:post:1", "redcount", 8)
+        with pytest.raises(redcount.InvalidInputError, match="4 shards .* more than the 2 of its layout"):
+            snaps.ensure_counter("likes:post:1", "redcount", 2)
+        snaps.ensure_counter("likes:post:1", "redcount", 8)  # a reshard added shards 4..7
+        assert [s.shard for s in snaps.shard_values("likes:post:1")] == list(range(8))
         with pytest.raises(redcount.InvalidInputError, match="counter name"):
             snaps.ensure_counter("", "redcount", 4)
 

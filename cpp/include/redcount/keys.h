@@ -19,6 +19,7 @@
 //   concurrency           <prefix>:cc:{<key>}
 //   sliding counter       <prefix>:<name>:{<key>}:<window_ms>:log | :log:w | :uniq
 //   sharded counter       {<prefix>:<name>:<shard>}            value (a string)
+//   its shard layout      {<prefix>:<name>}:layout             generations (a string)
 //                         {<prefix>:<name>:<shard>}:rid:<id>   request id
 //                         {<prefix>:<name>:<shard>}:log        delta log (a stream)
 //                         (each shard is its own tag, so shards spread over Cluster slots)
@@ -56,6 +57,8 @@ std::string sharded_value_key(std::string_view prefix, std::string_view name, st
 // `suffix` is "log" or "rid:<request id>".
 std::string sharded_key(std::string_view prefix, std::string_view name, std::int64_t shard,
                         std::string_view suffix);
+// A sharded counter's layout (its shard generations, written by reshard): "{<prefix>:<name>}:layout".
+std::string sharded_layout_key(std::string_view prefix, std::string_view name);
 std::string quota_key(std::string_view prefix, std::string_view name);
 // A PN-counter's hash; `component` is "p" or "n".
 std::string pn_key(std::string_view prefix, std::string_view name, std::string_view component);

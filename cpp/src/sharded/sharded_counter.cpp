@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <random>
@@ -29,34 +30,59 @@ Reply native_sharded_incr(Keyspace& ks, const std::vector<std::string>& keys, co
   auto maxlen = parse_int64(args[2]);
   if (!n || !ttl || !maxlen || *n < 0 || *ttl < 1 || *maxlen < 0) return bad();
   const auto count = static_cast<std::size_t>(*n);
-  if (args.size() != 3 + 5 * count) return bad();
+  if (args.size() != 3 + 6 * count) return bad();
   std::vector<Reply> out;
   out.reserve(count);
   std::size_t k = 0;
+  std::vector<const std::string*> ids;
+  auto forget = [&] {
+    for (const std::string* id : ids) ks.del(*id);
+  };
   for (std::size_t i = 0; i < count; ++i) {
-    const std::size_t a = 3 + 5 * i;
+    const std::size_t a = 3 + 6 * i;
     const std::string& amount_text = args[a];
     const std::string& rid = args[a + 3];
     const std::string& reason = args[a + 4];
-    if (k + 2 + (rid.empty() ? 0 : 1) > keys.size()) return bad();
+    auto extra = parse_int64(args[a + 5]);
+    if (!extra || *extra < 0) return bad();
+    const std::size_t nids = rid.empty() ? 0 : 1 + static_cast<std::size_t>(*extra);
+    if (k + 2 + nids > keys.size()) return bad();
     const std::string& value = keys[k];
     const std::string& log = keys[k + 1];
-    const std::string* ridkey = rid.empty() ? nullptr : &keys[k + 2];
-    k += ridkey ? 3 : 2;
-    if (ridkey && !ks.set_nx_pxat(*ridkey, "1", ks.now_ms() + *ttl)) {
+    ids.clear();
+    for (std::size_t j = 0; j < nids; ++j) ids.push_back(&keys[k + 2 + j]);
+    k += 2 + nids;
+    bool seen = false;
+    if (!ids.empty()) {
+      const std::int64_t until = ks.now_ms() + *ttl;
+      if (!ks.set_nx_pxat(*ids[0], "1", until)) {
+        seen = true;
+      } else {
+        for (std::size_t j = 1; j < ids.size(); ++j) seen = ks.exists(*ids[j]) || seen;
+        if (seen) {
+          ks.del(*ids[0]);
+        } else {
+          for (std::size_t j = 1; j < ids.size(); ++j) {
+            ks.del(*ids[j]);  // SET without NX replaces a value of any type, as here
+            ks.set_nx_pxat(*ids[j], "1", until);
+          }
+        }
+      }
+    }
+    if (seen) {
       out.push_back(Reply::of_integer(0));
       continue;
     }
     auto amount = parse_int64(amount_text);
     if (!amount) {
-      if (ridkey) ks.del(*ridkey);
+      forget();
       out.push_back(Reply::of_error("ERR value is not an integer or out of range"));
       continue;
     }
     try {
       ks.incrby(value, *amount);
     } catch (const ReplyError& e) {
-      if (ridkey) ks.del(*ridkey);
+      forget();
       out.push_back(Reply::of_error(e.what()));
       continue;
     }
@@ -67,12 +93,29 @@ Reply native_sharded_incr(Keyspace& ks, const std::vector<std::string>& keys, co
       ks.xadd(log, fields, *maxlen);
     } catch (const ReplyError& e) {
       ks.incrby(value, -*amount);  // the log refused it: the value must not keep it either
-      if (ridkey) ks.del(*ridkey);
+      forget();
       out.push_back(Reply::of_error(e.what()));
       continue;
     }
     out.push_back(Reply::of_integer(1));
   }
+  return Reply::of_array(std::move(out));
+}
+
+// The memory store's twin of sharded_reshard.lua.
+Reply native_sharded_reshard(Keyspace& ks, const std::vector<std::string>& keys, const std::vector<std::string>& args) {
+  if (keys.size() != 1 || args.size() != 2) return Reply::of_error("ERR sharded_reshard: malformed arguments");
+  const std::string cur = ks.get(keys[0]).value_or(std::string());
+  std::vector<Reply> out;
+  if (cur != args[0]) {
+    out.push_back(Reply::of_integer(0));
+    out.push_back(Reply::of_string(cur));
+    return Reply::of_array(std::move(out));
+  }
+  ks.del(keys[0]);
+  ks.set_nx_pxat(keys[0], args[1], 0);
+  out.push_back(Reply::of_integer(1));
+  out.push_back(Reply::of_string(args[1]));
   return Reply::of_array(std::move(out));
 }
 
@@ -100,12 +143,81 @@ struct ShardedWrite {
   std::string request_id;
   std::string reason;  // non-empty for an audited adjustment
   std::string value_key, log_key, rid_key;
+  std::vector<std::string> older_rid_keys;  // the id in older generations' shards (reshard)
 };
+
+// The layout key's text: "<version>|<first>,<count>,<retired_ms>;..." oldest generation first.
+std::string format_layout(const ShardLayout& l) {
+  std::string out = std::to_string(l.version) + "|";
+  for (std::size_t i = 0; i < l.generations.size(); ++i) {
+    const ShardGeneration& g = l.generations[i];
+    if (i > 0) out += ";";
+    out += std::to_string(g.first) + "," + std::to_string(g.count) + "," + std::to_string(g.retired_ms);
+  }
+  return out;
+}
+
+ShardLayout first_layout(std::int64_t shards) {
+  ShardLayout l;
+  l.generations.push_back(ShardGeneration{0, shards, 0});
+  return l;
+}
+
+// The layout in `text` ('' = none written yet: the first generation of `shards`). A text
+// reshard() did not write (a foreign SET) is an error naming the key, never a guess.
+ShardLayout parse_layout(const std::string& text, std::int64_t shards, const std::string& key) {
+  if (text.empty()) return first_layout(shards);
+  auto bad = [&] {
+    return Error("the layout key '" + printable(key) + "' holds '" + printable(text.substr(0, 200)) +
+                 "', which reshard() did not write; restore it or delete it (then the counter has its "
+                 "constructor's shard count)");
+  };
+  const auto bar = text.find('|');
+  if (bar == std::string::npos) throw bad();
+  auto version = parse_int64(text.substr(0, bar));
+  if (!version) throw bad();
+  ShardLayout l;
+  l.version = *version;
+  std::size_t pos = bar + 1;
+  while (pos <= text.size()) {
+    std::size_t end = text.find(';', pos);
+    if (end == std::string::npos) end = text.size();
+    const std::string part = text.substr(pos, end - pos);
+    const auto c1 = part.find(','), c2 = part.rfind(',');
+    if (c1 == std::string::npos || c1 == c2) throw bad();
+    auto first = parse_int64(part.substr(0, c1));
+    auto count = parse_int64(part.substr(c1 + 1, c2 - c1 - 1));
+    auto retired = parse_int64(part.substr(c2 + 1));
+    if (!first || !count || !retired) throw bad();
+    l.generations.push_back(ShardGeneration{*first, *count, *retired});
+    pos = end + 1;
+  }
+  std::int64_t next = 0;
+  for (std::size_t i = 0; i < l.generations.size(); ++i) {
+    const ShardGeneration& g = l.generations[i];
+    const bool last = i + 1 == l.generations.size();
+    if (g.first != next || g.count < 1 || g.count > kMaxShards || (last ? g.retired_ms != 0 : g.retired_ms <= 0)) {
+      throw bad();
+    }
+    next += g.count;
+  }
+  if (l.version != static_cast<std::int64_t>(l.generations.size()) || next > kMaxShards) throw bad();
+  return l;
+}
+
+// The layout key's reply as text ('' when absent).
+std::string layout_text(const Reply& r) {
+  r.check();
+  if (r.is_nil()) return {};
+  return r.str;
+}
 
 }  // namespace
 
 const Script kShardedIncrScript{"sharded_incr", lua::sharded_incr_source, lua::sharded_incr_sha1,
                                 &native_sharded_incr};
+const Script kShardedReshardScript{"sharded_reshard", lua::sharded_reshard_source, lua::sharded_reshard_sha1,
+                                   &native_sharded_reshard};
 
 struct ShardedCounter::Core {
   struct Queued {
@@ -117,6 +229,15 @@ struct ShardedCounter::Core {
 
   std::shared_ptr<Store> store;
   ShardedOptions options;
+
+  // The layouts this object has seen, per counter name (incr_many and values() touch others).
+  struct KnownLayout {
+    ShardLayout layout;
+    std::string text;
+    SteadyClock::time_point read_at{};  // when the read that returned it was sent; {} = never read
+  };
+  mutable std::mutex layout_mu;
+  std::map<std::string, KnownLayout, std::less<>> layouts;
 
   // The read cache.
   std::mutex cache_mu;
@@ -150,14 +271,92 @@ struct ShardedCounter::Core {
 
   bool queueing() const noexcept { return options.on_error == ShardedOptions::OnError::Queue; }
 
-  std::int64_t shard_for(std::string_view request_id) const {
-    if (!request_id.empty()) {
-      return static_cast<std::int64_t>(fnv1a64(request_id) % static_cast<std::uint64_t>(options.shards));
-    }
-    static thread_local std::minstd_rand rng{std::random_device{}()};
-    return static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(options.shards));
+  KnownLayout known(std::string_view name) const {
+    std::lock_guard<std::mutex> lock(layout_mu);
+    auto it = layouts.find(name);
+    if (it != layouts.end()) return it->second;
+    return KnownLayout{first_layout(options.shards), {}, {}};
   }
 
+  // Remembers the layout read at `sent` (the newest read wins; a bounded map: names come
+  // from callers of incr_many and values()).
+  void learn(std::string_view name, const std::string& text, SteadyClock::time_point sent) {
+    ShardLayout l = parse_layout(text, options.shards, sharded_layout_key(options.prefix, name));
+    std::lock_guard<std::mutex> lock(layout_mu);
+    auto it = layouts.find(name);
+    if (it == layouts.end()) {
+      if (layouts.size() >= 10'000) layouts.clear();
+      layouts.emplace(std::string(name), KnownLayout{std::move(l), text, sent});
+    } else if (it->second.read_at <= sent) {
+      it->second = KnownLayout{std::move(l), text, sent};
+    }
+  }
+
+  bool fresh(std::string_view name, SteadyClock::time_point now) const {
+    std::lock_guard<std::mutex> lock(layout_mu);
+    auto it = layouts.find(name);
+    return it != layouts.end() && now - it->second.read_at < std::chrono::milliseconds(kLayoutRefreshMs);
+  }
+
+  static std::int64_t shard_in(const ShardGeneration& g, std::uint64_t hash) {
+    return g.first + static_cast<std::int64_t>(hash % static_cast<std::uint64_t>(g.count));
+  }
+
+  std::int64_t shard_for(std::string_view request_id) const {
+    const ShardGeneration g = known(options.name).layout.current();
+    if (!request_id.empty()) return shard_in(g, fnv1a64(request_id));
+    static thread_local std::minstd_rand rng{std::random_device{}()};
+    return shard_in(g, rng());
+  }
+
+  // Gives `w` its shard and keys in `l`: the current generation's shard, and for a request
+  // id the id's keys in the older generations retired less than idempotency_ttl + grace ago.
+  void route(ShardedWrite& w, const ShardLayout& l, std::int64_t now_ms) const {
+    static thread_local std::minstd_rand rng{std::random_device{}()};
+    const std::uint64_t hash = w.request_id.empty() ? rng() : fnv1a64(w.request_id);
+    w.shard = shard_in(l.current(), hash);
+    w.value_key = sharded_value_key(options.prefix, w.name, w.shard);
+    w.log_key = sharded_key(options.prefix, w.name, w.shard, "log");
+    w.rid_key.clear();
+    w.older_rid_keys.clear();
+    if (w.request_id.empty()) return;
+    const std::string suffix = std::string("rid:").append(w.request_id);
+    w.rid_key = sharded_key(options.prefix, w.name, w.shard, suffix);
+    for (std::size_t i = 0; i + 1 < l.generations.size(); ++i) {
+      const ShardGeneration& g = l.generations[i];
+      if (now_ms < g.retired_ms + options.idempotency_ttl_ms + kLayoutGraceMs) {
+        w.older_rid_keys.push_back(sharded_key(options.prefix, w.name, shard_in(g, hash), suffix));
+      }
+    }
+  }
+
+  void route_all(std::vector<ShardedWrite>& writes) const {
+    const std::int64_t now_ms = store->now_ms();
+    std::map<std::string, ShardLayout, std::less<>> by_name;
+    for (auto& w : writes) {
+      auto it = by_name.find(w.name);
+      if (it == by_name.end()) it = by_name.emplace(w.name, known(w.name).layout).first;
+      route(w, it->second, now_ms);
+    }
+  }
+
+  // The names among `writes` whose layout is older than kLayoutRefreshMs (or never read).
+  std::vector<std::string> stale_names(const std::vector<ShardedWrite>& writes) const {
+    const auto now = SteadyClock::now();
+    std::vector<std::string> out;
+    for (const auto& w : writes) {
+      if (std::find(out.begin(), out.end(), w.name) == out.end() && !fresh(w.name, now)) out.push_back(w.name);
+    }
+    return out;
+  }
+
+  std::vector<Request> layout_gets(const std::vector<std::string>& names) const {
+    std::vector<Request> batch;
+    for (const auto& n : names) batch.emplace_back(Command{{"GET", sharded_layout_key(options.prefix, n)}});
+    return batch;
+  }
+
+  // Validates one increment; route() gives it its keys when it is sent.
   ShardedWrite resolve(std::string_view name, std::int64_t amount, std::string_view request_id) const {
     if (amount == 0) throw InvalidArgument("amount must not be 0 (use a positive or negative integer)");
     if (amount > kMaxShardedAmount || amount < -kMaxShardedAmount) {
@@ -173,19 +372,15 @@ struct ShardedCounter::Core {
     }
     ShardedWrite w;
     w.name = std::string(name);
-    w.shard = shard_for(request_id);
     w.amount = amount;
     w.request_id = std::string(request_id);
-    w.value_key = sharded_value_key(options.prefix, name, w.shard);
-    w.log_key = sharded_key(options.prefix, name, w.shard, "log");
-    if (!request_id.empty()) w.rid_key = sharded_key(options.prefix, name, w.shard, std::string("rid:").append(request_id));
     return w;
   }
 
-  std::vector<std::string> shard_keys(std::string_view name) const {
+  std::vector<std::string> shard_keys(std::string_view name, const ShardLayout& l) const {
     std::vector<std::string> out;
-    out.reserve(static_cast<std::size_t>(options.shards));
-    for (std::int64_t i = 0; i < options.shards; ++i) out.push_back(sharded_value_key(options.prefix, name, i));
+    out.reserve(static_cast<std::size_t>(l.total()));
+    for (std::int64_t i = 0; i < l.total(); ++i) out.push_back(sharded_value_key(options.prefix, name, i));
     return out;
   }
 
@@ -219,7 +414,7 @@ ScriptBatch build_calls(const Store& store, const ShardedOptions& o, const std::
     for (std::size_t start = 0; start < idx.size(); start += o.max_script_batch) {
       const std::size_t end = std::min(idx.size(), start + o.max_script_batch);
       ScriptCall call{&kShardedIncrScript, {}, {}};
-      call.args.reserve(3 + 5 * (end - start));
+      call.args.reserve(3 + 6 * (end - start));
       call.args.push_back(std::to_string(end - start));
       call.args.push_back(ttl);
       call.args.push_back(maxlen);
@@ -228,12 +423,16 @@ ScriptBatch build_calls(const Store& store, const ShardedOptions& o, const std::
         const ShardedWrite& w = writes[idx[g]];
         call.keys.push_back(w.value_key);
         call.keys.push_back(w.log_key);
-        if (!w.rid_key.empty()) call.keys.push_back(w.rid_key);
+        if (!w.rid_key.empty()) {
+          call.keys.push_back(w.rid_key);
+          call.keys.insert(call.keys.end(), w.older_rid_keys.begin(), w.older_rid_keys.end());
+        }
         call.args.push_back(std::to_string(w.amount));
         call.args.push_back(w.name);
         call.args.push_back(std::to_string(w.shard));
         call.args.push_back(w.request_id);
         call.args.push_back(w.reason);
+        call.args.push_back(std::to_string(w.rid_key.empty() ? 0 : w.older_rid_keys.size()));
         group.push_back(idx[g]);
       }
       out.requests.emplace_back(std::move(call));
@@ -275,11 +474,23 @@ class IncrOp final : public Op<T> {
       done_with({});
       return {};
     }
-    batch_ = build_calls(*core_->store, core_->options, writes_);
-    return std::move(batch_.requests);
+    // A layout older than kLayoutRefreshMs is read again first: a writer that has not
+    // looked for long must not write a generation retired longer ago than the id window.
+    stale_ = core_->stale_names(writes_);
+    if (!stale_.empty()) {
+      sent_ = SteadyClock::now();
+      return core_->layout_gets(stale_);
+    }
+    return calls();
   }
 
   std::vector<Request> finish(std::vector<Reply> replies) override {
+    if (!stale_.empty()) {
+      if (replies.size() != stale_.size()) throw ProtocolError("sharded layout: reply count mismatch");
+      for (std::size_t i = 0; i < stale_.size(); ++i) core_->learn(stale_[i], layout_text(replies[i]), sent_);
+      stale_.clear();
+      return calls();
+    }
     std::vector<Reply> per = split_replies(replies, batch_, writes_.size());
     std::vector<bool> applied(writes_.size(), true);
     std::vector<ShardedWrite> later;
@@ -335,30 +546,109 @@ class IncrOp final : public Op<T> {
     }
   }
 
+  std::vector<Request> calls() {
+    core_->route_all(writes_);
+    batch_ = build_calls(*core_->store, core_->options, writes_);
+    return std::move(batch_.requests);
+  }
+
   std::shared_ptr<Core> core_;
   std::vector<ShardedWrite> writes_;
   ScriptBatch batch_;
+  std::vector<std::string> stale_;  // names whose layout is being read (the first step)
+  SteadyClock::time_point sent_{};
 };
 
-std::vector<Request> gets(const std::vector<std::string>& keys) {
-  std::vector<Request> batch;
-  batch.reserve(keys.size());
-  for (const auto& k : keys) batch.emplace_back(Command{{"GET", k}});
-  return batch;
-}
+// The shard values of some counters, with each counter's layout read in the same batch
+// (first, so a generation added after it was read only holds writes later than the read
+// began): when a layout differs from the one whose shards were read, the batch is sent
+// again with the new shards (a follow-up step), so every generation is always summed.
+class ShardReads {
+ public:
+  ShardReads(std::shared_ptr<Core> core, std::vector<std::string> names)
+      : core_(std::move(core)), names_(std::move(names)) {}
 
-std::vector<std::int64_t> shard_replies(const std::vector<Reply>& replies) {
-  std::vector<std::int64_t> out;
-  out.reserve(replies.size());
-  for (const Reply& r : replies) out.push_back(shard_reply(r));
-  return out;
-}
+  std::vector<Request> batch() {
+    if (++rounds_ > 8) {
+      throw Error("the shard layout of '" + printable(names_.front()) +
+                  "' kept changing while it was read (8 reshards during one read?)");
+    }
+    believed_.clear();
+    std::vector<Request> out;
+    for (const auto& n : names_) {
+      believed_.push_back(core_->known(n));
+      out.emplace_back(Command{{"GET", sharded_layout_key(core_->options.prefix, n)}});
+      for (auto& k : core_->shard_keys(n, believed_.back().layout)) out.emplace_back(Command{{"GET", std::move(k)}});
+    }
+    sent_ = SteadyClock::now();
+    return out;
+  }
+
+  // True with `out` (per name, its shards' values in index order) when every layout was the
+  // believed one; false after learning the changed ones: send batch() again.
+  bool take(const std::vector<Reply>& replies, std::vector<std::vector<std::int64_t>>& out) {
+    out.clear();
+    bool same = true;
+    std::size_t at = 0;
+    for (std::size_t i = 0; i < names_.size(); ++i) {
+      const std::size_t n = static_cast<std::size_t>(believed_[i].layout.total());
+      if (at + 1 + n > replies.size()) throw ProtocolError("sharded read: reply count mismatch");
+      const std::string text = layout_text(replies[at]);
+      if (text != believed_[i].text) {
+        same = false;
+        core_->learn(names_[i], text, sent_);
+      } else if (same) {
+        std::vector<std::int64_t> v;
+        v.reserve(n);
+        for (std::size_t j = 0; j < n; ++j) v.push_back(shard_reply(replies[at + 1 + j]));
+        out.push_back(std::move(v));
+      }
+      at += 1 + n;
+    }
+    if (same) {
+      // A confirmed layout is as good as a fresh read of it for the writers.
+      for (std::size_t i = 0; i < names_.size(); ++i) core_->learn(names_[i], believed_[i].text, sent_);
+    }
+    return same;
+  }
+
+  SteadyClock::time_point sent() const { return sent_; }
+
+ private:
+  std::shared_ptr<Core> core_;
+  std::vector<std::string> names_;
+  std::vector<Core::KnownLayout> believed_;
+  SteadyClock::time_point sent_{};
+  int rounds_ = 0;
+};
+
+// value(), shard_values(), values(): the shard values of `names`, reduced by `reduce`.
+template <class T>
+class ShardReadOp final : public Op<T> {
+ public:
+  using Reduce = std::function<T(std::vector<std::vector<std::int64_t>>&&)>;
+  ShardReadOp(std::shared_ptr<Core> core, std::vector<std::string> names, Reduce reduce)
+      : reads_(std::move(core), std::move(names)), reduce_(std::move(reduce)) {}
+
+  std::vector<Request> prepare() override { return reads_.batch(); }
+
+  std::vector<Request> finish(std::vector<Reply> replies) override {
+    std::vector<std::vector<std::int64_t>> v;
+    if (!reads_.take(replies, v)) return reads_.batch();
+    this->complete(reduce_(std::move(v)));
+    return {};
+  }
+
+ private:
+  ShardReads reads_;
+  Reduce reduce_;
+};
 
 // read(): from the cache, or a fresh sum that refreshes it.
 class ReadOp final : public Op<Reading> {
  public:
   ReadOp(std::shared_ptr<Core> core, std::int64_t max_staleness_ms)
-      : core_(std::move(core)), max_(std::chrono::milliseconds(max_staleness_ms)) {}
+      : core_(core), max_(std::chrono::milliseconds(max_staleness_ms)), reads_(core, {core->options.name}) {}
 
   std::vector<Request> prepare() override {
     const auto now = SteadyClock::now();
@@ -377,13 +667,15 @@ class ReadOp final : public Op<Reading> {
       core_->refresh_started = now;
     }
     sent_ = now;
-    return gets(core_->shard_keys(core_->options.name));
+    return reads_.batch();
   }
 
   std::vector<Request> finish(std::vector<Reply> replies) override {
     std::int64_t total;
     try {
-      total = checked_sum(shard_replies(replies));
+      std::vector<std::vector<std::int64_t>> v;
+      if (!reads_.take(replies, v)) return reads_.batch();
+      total = checked_sum(v.front());
     } catch (...) {
       forget_refresh();
       throw;
@@ -416,6 +708,90 @@ class ReadOp final : public Op<Reading> {
 
   std::shared_ptr<Core> core_;
   SteadyClock::duration max_;
+  ShardReads reads_;
+  SteadyClock::time_point sent_{};
+};
+
+// layout(): the layout key, read and learned.
+class LayoutOp final : public Op<ShardLayout> {
+ public:
+  explicit LayoutOp(std::shared_ptr<Core> core) : core_(std::move(core)) {}
+  std::vector<Request> prepare() override {
+    sent_ = SteadyClock::now();
+    return core_->layout_gets({core_->options.name});
+  }
+  std::vector<Request> finish(std::vector<Reply> replies) override {
+    if (replies.size() != 1) throw ProtocolError("sharded layout: reply count mismatch");
+    const std::string text = layout_text(replies[0]);
+    core_->learn(core_->options.name, text, sent_);
+    complete(parse_layout(text, core_->options.shards, sharded_layout_key(core_->options.prefix, core_->options.name)));
+    return {};
+  }
+
+ private:
+  std::shared_ptr<Core> core_;
+  SteadyClock::time_point sent_{};
+};
+
+// reshard(): read the layout, then compare-and-set the next one (sharded_reshard.lua), so
+// a concurrent reshard makes this one fail instead of both writing.
+class ReshardOp final : public Op<ShardLayout> {
+ public:
+  ReshardOp(std::shared_ptr<Core> core, std::int64_t new_shards) : core_(std::move(core)), new_(new_shards) {}
+
+  std::vector<Request> prepare() override {
+    sent_ = SteadyClock::now();
+    return core_->layout_gets({core_->options.name});
+  }
+
+  std::vector<Request> finish(std::vector<Reply> replies) override {
+    const std::string key = sharded_layout_key(core_->options.prefix, core_->options.name);
+    if (replies.size() != 1) throw ProtocolError("sharded reshard: reply count mismatch");
+    if (!read_) {
+      read_ = true;
+      expected_ = layout_text(replies[0]);
+      ShardLayout l = parse_layout(expected_, core_->options.shards, key);
+      core_->learn(core_->options.name, expected_, sent_);
+      if (l.current().count == new_) {
+        throw InvalidArgument("the counter '" + printable(core_->options.name) + "' already has " +
+                              std::to_string(new_) + " shards; nothing to reshard");
+      }
+      if (l.total() + new_ > kMaxShards) {
+        throw InvalidArgument("resharding to " + std::to_string(new_) + " shards would make " +
+                              std::to_string(l.total() + new_) + " shards over all generations (every read "
+                              "reads them all), more than the cap of " + std::to_string(kMaxShards));
+      }
+      l.generations.back().retired_ms = core_->store->now_ms();
+      l.generations.push_back(ShardGeneration{l.total(), new_, 0});
+      l.version = static_cast<std::int64_t>(l.generations.size());
+      next_ = std::move(l);
+      std::vector<Request> batch;
+      batch.emplace_back(ScriptCall{&kShardedReshardScript, {key}, {expected_, format_layout(next_)}});
+      sent_ = SteadyClock::now();
+      return batch;
+    }
+    const Reply& r = replies[0];
+    r.check();
+    if (r.type != Reply::Type::Array || r.elements.size() != 2) throw ProtocolError("sharded_reshard: unexpected reply");
+    const std::string text = r.elements[1].str;
+    core_->learn(core_->options.name, text, sent_);
+    if (r.elements[0].as_integer() != 1) {
+      const ShardLayout now = parse_layout(text, core_->options.shards, key);
+      throw Error("reshard of '" + printable(core_->options.name) + "' to " + std::to_string(new_) +
+                  " shards lost to a concurrent reshard: the layout is now version " + std::to_string(now.version) +
+                  " with " + std::to_string(now.current().count) +
+                  " shards taking the writes; nothing was changed (reshard again if still wanted)");
+    }
+    complete(std::move(next_));
+    return {};
+  }
+
+ private:
+  std::shared_ptr<Core> core_;
+  std::int64_t new_;
+  bool read_ = false;
+  std::string expected_;
+  ShardLayout next_;
   SteadyClock::time_point sent_{};
 };
 
@@ -458,8 +834,9 @@ std::int64_t ShardedCounter::shard_of(std::string_view request_id) const {
 }
 
 std::string ShardedCounter::key_of(std::int64_t shard, std::string_view suffix) const {
-  if (shard < 0 || shard >= core_->options.shards) {
-    throw InvalidArgument("shard must be between 0 and " + std::to_string(core_->options.shards - 1));
+  if (shard < 0 || shard >= kMaxShards) {
+    throw InvalidArgument("shard must be between 0 and " + std::to_string(kMaxShards - 1) + ", got " +
+                          std::to_string(shard));
   }
   if (suffix.empty()) return sharded_value_key(core_->options.prefix, core_->options.name, shard);
   return sharded_key(core_->options.prefix, core_->options.name, shard, suffix);
@@ -499,32 +876,49 @@ std::shared_ptr<Op<std::vector<bool>>> ShardedCounter::make_incr_many(const std:
 }
 
 std::shared_ptr<Op<std::vector<std::int64_t>>> ShardedCounter::make_shard_values() {
-  return make_batch_op<std::vector<std::int64_t>>(gets(core_->shard_keys(core_->options.name)),
-                                                  [](std::vector<Reply>&& r) { return shard_replies(r); });
+  return std::make_shared<ShardReadOp<std::vector<std::int64_t>>>(
+      core_, std::vector<std::string>{core_->options.name},
+      [](std::vector<std::vector<std::int64_t>>&& v) { return std::move(v.front()); });
 }
 
 std::shared_ptr<Op<std::int64_t>> ShardedCounter::make_value() {
-  return make_batch_op<std::int64_t>(gets(core_->shard_keys(core_->options.name)),
-                                     [](std::vector<Reply>&& r) { return checked_sum(shard_replies(r)); });
+  return std::make_shared<ShardReadOp<std::int64_t>>(
+      core_, std::vector<std::string>{core_->options.name},
+      [](std::vector<std::vector<std::int64_t>>&& v) { return checked_sum(v.front()); });
 }
 
 std::shared_ptr<Op<std::vector<std::int64_t>>> ShardedCounter::make_values(const std::vector<std::string>& names) {
-  std::vector<std::string> keys;
-  keys.reserve(names.size() * static_cast<std::size_t>(core_->options.shards));
-  for (const auto& n : names) {
-    validate_name(n, "name");
-    for (auto& k : core_->shard_keys(n)) keys.push_back(std::move(k));
+  for (const auto& n : names) validate_name(n, "name");
+  if (names.empty()) {
+    return make_batch_op<std::vector<std::int64_t>>({}, [](std::vector<Reply>&&) { return std::vector<std::int64_t>{}; });
   }
-  const auto shards = static_cast<std::size_t>(core_->options.shards);
-  return make_batch_op<std::vector<std::int64_t>>(gets(keys), [shards](std::vector<Reply>&& r) {
-    const std::vector<std::int64_t> all = shard_replies(r);
-    std::vector<std::int64_t> out;
-    for (std::size_t i = 0; i < all.size(); i += shards) {
-      out.push_back(checked_sum(std::vector<std::int64_t>(all.begin() + static_cast<std::ptrdiff_t>(i),
-                                                          all.begin() + static_cast<std::ptrdiff_t>(i + shards))));
-    }
-    return out;
-  });
+  return std::make_shared<ShardReadOp<std::vector<std::int64_t>>>(
+      core_, names, [](std::vector<std::vector<std::int64_t>>&& v) {
+        std::vector<std::int64_t> out;
+        out.reserve(v.size());
+        for (const auto& shards : v) out.push_back(checked_sum(shards));
+        return out;
+      });
+}
+
+std::shared_ptr<Op<ShardLayout>> ShardedCounter::make_reshard(std::int64_t new_shards) {
+  if (new_shards < 1 || new_shards > kMaxShards) {
+    throw InvalidArgument("new_shards must be between 1 and " + std::to_string(kMaxShards) + ", got " +
+                          std::to_string(new_shards));
+  }
+  return std::make_shared<ReshardOp>(core_, new_shards);
+}
+
+ShardLayout ShardedCounter::reshard(std::int64_t new_shards) { return run(*core_->store, *make_reshard(new_shards)); }
+
+std::shared_ptr<Op<ShardLayout>> ShardedCounter::make_layout() { return std::make_shared<LayoutOp>(core_); }
+
+ShardLayout ShardedCounter::layout() { return run(*core_->store, *make_layout()); }
+
+ShardLayout ShardedCounter::cached_layout() const { return core_->known(core_->options.name).layout; }
+
+std::string ShardedCounter::layout_key() const {
+  return sharded_layout_key(core_->options.prefix, core_->options.name);
 }
 
 std::shared_ptr<Op<Reading>> ShardedCounter::make_read(std::int64_t max_staleness_ms) {
@@ -601,6 +995,15 @@ void ShardedCounter::Core::retry_due_once(bool everything) {
     std::vector<ShardedWrite> writes;
     for (const auto& q : live) writes.push_back(q.write);
     try {
+      // Routed afresh: a retry after a reshard goes to the current generation (and checks
+      // the id where the first attempt may have gone).
+      const std::vector<std::string> stale = stale_names(writes);
+      if (!stale.empty()) {
+        const auto sent = SteadyClock::now();
+        std::vector<Reply> layouts_now = store->execute(layout_gets(stale));
+        for (std::size_t i = 0; i < stale.size(); ++i) learn(stale[i], layout_text(layouts_now.at(i)), sent);
+      }
+      route_all(writes);
       const ScriptBatch b = build_calls(*store, options, writes);
       std::vector<Reply> replies = store->execute(b.requests);
       std::vector<Reply> per = split_replies(replies, b, writes.size());

@@ -1,4 +1,5 @@
-"""The ``redcount`` command: ``redcount demo``, ``bench``, ``accuracy``, ``abuse``, ``flush``, ``restore`` and ``reconcile``."""
+"""The ``redcount`` command: ``redcount demo``, ``bench``, ``accuracy``, ``abuse``, ``flush``, ``restore``,
+``reconcile``, ``reshard`` and ``serve``."""
 
 from __future__ import annotations
 
@@ -95,6 +96,13 @@ def _parser() -> argparse.ArgumentParser:
     sv.add_argument("--max-batch", type=int, default=100, help="most keys in one batch-get (default 100)")
     sv.add_argument("--max-delta", type=int, default=1_000_000_000, help="largest |delta| of one request (default 1e9)")
     sv.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    rs = sub.add_parser("reshard", help="move a sharded counter's writes to a new generation of shards")
+    rs.add_argument("--url", default=None, help="store URL (redis://...)")
+    rs.add_argument("--counter", required=True, metavar="NAME", help="the counter to reshard")
+    rs.add_argument("--shards", required=True, type=int, metavar="M", help="the new generation's shard count")
+    rs.add_argument("--initial-shards", type=int, default=16, metavar="N",
+                    help="the counter's shards= as created (read only before its first reshard; default 16)")
+    rs.add_argument("--prefix", default="redcount", help="key prefix of the counter (default redcount)")
     return p
 
 
@@ -150,6 +158,25 @@ def _run_serve(args: argparse.Namespace) -> int:
         # One process: the app's counter cache and read caches live in it (and memory:// too).
         server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level))
         server.run()
+    finally:
+        store.close()
+    return 0
+
+
+def _run_reshard(args: argparse.Namespace) -> int:
+    from .. import ShardedCounter, connect
+
+    store = connect(args.url)
+    try:
+        c = ShardedCounter(store, args.counter, shards=args.initial_shards, prefix=args.prefix)
+        before = c.layout()
+        after = c.reshard(args.shards)
+        print(
+            f"reshard {args.counter}: {before.current.count} -> {after.current.count} shards "
+            f"(layout version {after.version}; "
+            f"shards {after.current.first}..{after.total - 1} take the writes, "
+            f"0..{after.current.first - 1} are frozen and still summed)"
+        )
     finally:
         store.close()
     return 0
@@ -280,6 +307,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run_reconcile(args)
         if args.command == "serve":
             return _run_serve(args)
+        if args.command == "reshard":
+            return _run_reshard(args)
         if getattr(args, "target", None) == "web":
             from .bench_web import run_bench_web
 
