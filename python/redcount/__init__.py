@@ -42,6 +42,8 @@ from .errors import (
 )
 from .limiter import Decision, Lease, Limiter, LimitSet, LimitStats, parse_limits, strategies
 from .flusher import Flusher, FlusherStats, Lag
+from .hot_keys import HotKey, HotKeys
+from .metrics import MetricsSnapshot, RedcountCollector, metrics
 from .reconcile import Report, reconcile
 from .restore import RestoreReport, restore
 from .pn import PNCounter
@@ -61,6 +63,8 @@ __all__ = [
     "FixedWindowCounter",
     "Flusher",
     "FlusherStats",
+    "HotKey",
+    "HotKeys",
     "InvalidInputError",
     "Lag",
     "Lease",
@@ -68,6 +72,7 @@ __all__ = [
     "LimitStats",
     "Limiter",
     "ManualClock",
+    "MetricsSnapshot",
     "PNCounter",
     "ProtocolError",
     "Quota",
@@ -75,6 +80,7 @@ __all__ = [
     "RateLimit",
     "RateLimitExceeded",
     "Reading",
+    "RedcountCollector",
     "RedcountError",
     "ReplyError",
     "ResilientStore",
@@ -93,6 +99,7 @@ __all__ = [
     "WaitTimeout",
     "__version__",
     "connect",
+    "metrics",
     "parse_limits",
     "restore",
     "reconcile",

@@ -267,7 +267,9 @@ template <class T>
 class IncrOp final : public Op<T> {
  public:
   IncrOp(std::shared_ptr<Core> core, std::vector<ShardedWrite> writes)
-      : core_(std::move(core)), writes_(std::move(writes)) {}
+      : core_(std::move(core)), writes_(std::move(writes)) {
+    with_meter(this, Meter::Write, writes_.size());
+  }
 
   std::vector<Request> prepare() override {
     core_->check_open();
@@ -284,10 +286,11 @@ class IncrOp final : public Op<T> {
     std::vector<bool> applied(writes_.size(), true);
     std::vector<ShardedWrite> later;
     std::string later_error, failures;
-    std::size_t failed = 0, first_failed = 0;
+    std::size_t failed = 0, first_failed = 0, answered = 0, hits = 0;  // answered/hits: metrics
     for (std::size_t i = 0; i < per.size(); ++i) {
       if (!per[i].is_error()) {
         applied[i] = per[i].as_integer() == 1;
+        if (!writes_[i].request_id.empty()) ++answered, hits += applied[i] ? 0 : 1;
         continue;
       }
       ReplyError err(per[i].str);
@@ -299,6 +302,7 @@ class IncrOp final : public Op<T> {
       if (failed++ == 0) first_failed = i;
       if (failures.size() < 500) failures += " '" + printable(writes_[i].name) + "': " + err.what() + ";";
     }
+    detail::count_idempotent(answered, hits);
     if (!later.empty()) core_->enqueue(std::move(later), later_error);
     if (failed == writes_.size() && (writes_.size() == 1 || ReplyError(per[first_failed].str).transient())) {
       per[first_failed].check();
@@ -358,7 +362,9 @@ std::vector<std::int64_t> shard_replies(const std::vector<Reply>& replies) {
 class ReadOp final : public Op<Reading> {
  public:
   ReadOp(std::shared_ptr<Core> core, std::int64_t max_staleness_ms)
-      : core_(std::move(core)), max_(std::chrono::milliseconds(max_staleness_ms)) {}
+      : core_(std::move(core)), max_(std::chrono::milliseconds(max_staleness_ms)) {
+    with_meter(this, Meter::Read);
+  }
 
   std::vector<Request> prepare() override {
     const auto now = SteadyClock::now();
@@ -504,8 +510,8 @@ std::shared_ptr<Op<std::vector<std::int64_t>>> ShardedCounter::make_shard_values
 }
 
 std::shared_ptr<Op<std::int64_t>> ShardedCounter::make_value() {
-  return make_batch_op<std::int64_t>(gets(core_->shard_keys(core_->options.name)),
-                                     [](std::vector<Reply>&& r) { return checked_sum(shard_replies(r)); });
+  return with_meter(make_batch_op<std::int64_t>(gets(core_->shard_keys(core_->options.name)),
+                                     [](std::vector<Reply>&& r) { return checked_sum(shard_replies(r)); }), Meter::Read);
 }
 
 std::shared_ptr<Op<std::vector<std::int64_t>>> ShardedCounter::make_values(const std::vector<std::string>& names) {
