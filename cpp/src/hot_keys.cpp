@@ -276,9 +276,23 @@ HotKeysStore::HotKeysStore(std::shared_ptr<Store> inner, std::shared_ptr<HotKeys
 
 void HotKeysStore::observe(const std::vector<Request>& batch) {
   HotKeys& hk = *hot_keys_;
+  // A MULTI ... EXEC transaction is one request: each key it names counts once (an
+  // increment is INCRBY + PEXPIREAT on one key), as the script it stands in for would.
+  bool in_multi = false;
+  std::vector<const std::string*> multi_keys;
   // A key the table refuses (over-long) is not observed: the request itself goes on.
-  auto see = [&hk](const std::string& key) {
-    if (!key.empty() && key.size() <= HotKeys::kMaxKeyBytes) hk.observe(key, 1);
+  auto see = [&](const std::string& key) {
+    if (key.empty() || key.size() > HotKeys::kMaxKeyBytes) return;
+    if (!in_multi) return hk.observe(key, 1);
+    for (const std::string* k : multi_keys) {
+      if (*k == key) return;
+    }
+    multi_keys.push_back(&key);
+  };
+  auto is = [](const std::string& name, std::string_view what) {
+    return name.size() == what.size() && std::equal(name.begin(), name.end(), what.begin(), [](char a, char b) {
+             return std::toupper(static_cast<unsigned char>(a)) == b;
+           });
   };
   for (const Request& r : batch) {
     if (const auto* call = std::get_if<ScriptCall>(&r)) {
@@ -286,6 +300,17 @@ void HotKeysStore::observe(const std::vector<Request>& batch) {
       continue;
     }
     const auto& args = std::get<Command>(r).args;
+    if (args.empty()) continue;
+    if (is(args[0], "MULTI")) {
+      in_multi = true;
+      continue;
+    }
+    if (is(args[0], "EXEC") || is(args[0], "DISCARD")) {
+      in_multi = false;
+      for (const std::string* k : multi_keys) hk.observe(*k, 1);
+      multi_keys.clear();
+      continue;
+    }
     if (args.size() < 2) continue;
     switch (key_args(args[0])) {
       case KeyArgs::None:
@@ -301,6 +326,7 @@ void HotKeysStore::observe(const std::vector<Request>& batch) {
         break;
     }
   }
+  for (const std::string* k : multi_keys) hk.observe(*k, 1);  // a MULTI without its EXEC
 }
 
 std::vector<Reply> HotKeysStore::execute(const std::vector<Request>& batch) {

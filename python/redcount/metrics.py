@@ -28,7 +28,7 @@ What is counted, and where:
   :func:`redcount.connect`; *skew*: for each sharded counter among them, :func:`redcount.skew.skew_of`
   over its shards' observed write counts (shards never observed count as 0, up to the highest
   shard seen).
-- *lag*: of the :class:`~redcount.Flusher` objects alive in this process (each ``lag()`` reads
+- *lag*: of the open :class:`~redcount.Flusher` objects in this process (each ``lag`` reads
   Redis and SQL: a few round trips per metrics() call); *drift*: the last
   :func:`redcount.reconcile` of each counter run in this process.
 
@@ -179,7 +179,7 @@ def _lag() -> tuple[float | None, int | None]:
     entries: int | None = None
     for f in flushers:
         try:
-            lag = f.lag()
+            lag = f.lag
         except Exception:  # a flusher whose store or database is down reports no lag
             continue
         seconds = lag.seconds if seconds is None else max(seconds, lag.seconds)

@@ -180,6 +180,14 @@ TEST(HotKeysStore, SeesTheKeysCountersTouch) {
   rctest::run(*store, {"PING"});
   rctest::run(*store, {"MGET", "x", "y"});
   EXPECT_EQ(hk->total(), before + 2);
+  // A transaction is one request: its key counts once, as the script it stands in for.
+  std::vector<Request> tx;
+  for (auto&& args : std::vector<std::vector<std::string>>{
+           {"MULTI"}, {"INCRBY", "tx", "1"}, {"PEXPIREAT", "tx", std::to_string(rctest::kT0 + 60'000)}, {"EXEC"}}) {
+    tx.emplace_back(Command{args});
+  }
+  (void)store->execute(tx);
+  EXPECT_EQ(hk->total(), before + 3);
 }
 
 TEST(Metrics, DriversCountWritesReadsAndIdempotentHits) {

@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 import redcount
-import redcount.metrics as metrics_module
+from redcount.metrics import register
 from conftest import RedisServer
 
 
@@ -147,6 +147,6 @@ def test_prometheus_exposition() -> None:
 
 
 def test_metrics_object_and_bad_input() -> None:
-    assert redcount.metrics.register is metrics_module.register
+    assert redcount.metrics.register is register
     with pytest.raises(redcount.InvalidInputError):
         redcount.metrics(top=-1)

@@ -114,8 +114,8 @@ class HotKeys {
 // hash tag: request ids, delta logs); for a command every key it names when it is one of
 // the single-key or multi-key data commands redcount sends (GET, INCRBY, PEXPIREAT, MGET,
 // DEL, HGETALL, XADD, ...); connection and server commands (PING, MULTI, EXEC, SCRIPT, WAIT,
-// INFO...) name no key and are not observed. A MULTI/EXEC increment counts its key once
-// per command in it that names it (INCRBY and PEXPIREAT: twice), a script once.
+// INFO...) name no key and are not observed. A MULTI ... EXEC transaction counts each key
+// it names once, like the script it stands in for (an increment's INCRBY + PEXPIREAT: once).
 //
 // Thread-safe when `inner` is. Stores without a HotKeys pay nothing (they are not wrapped).
 class HotKeysStore final : public Store {
