@@ -341,8 +341,6 @@ class _Metrics:
     ``redcount.metrics.register()`` adds a :class:`RedcountCollector` to a Prometheus registry.
     """
 
-    MetricsSnapshot = MetricsSnapshot
-    RedcountCollector = RedcountCollector
     register = staticmethod(register)
     reset = staticmethod(reset)
     snapshot = staticmethod(snapshot)
