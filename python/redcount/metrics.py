@@ -44,13 +44,12 @@ import time
 import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import _core
 from .skew import Skew, skew_of
 
 if TYPE_CHECKING:
-    from ._core import HotKey
     from .flusher import Flusher
     from .hot_keys import HotKeys
     from .reconcile import Report
@@ -61,6 +60,18 @@ __all__ = ["MetricsSnapshot", "RedcountCollector", "metrics", "register", "reset
 TOP_N = 10
 #: Reconciled counters reported (the most recent ones).
 MAX_DRIFT_COUNTERS = 100
+
+
+class KeyCount(Protocol):
+    """A hot key in a snapshot: a :class:`redcount.HotKey`, or its figures summed over several
+    HotKeys tables."""
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def count(self) -> int: ...
+    @property
+    def error(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -82,7 +93,7 @@ class MetricsSnapshot:
     idempotent_writes: int
     idempotency_hits: int
     idempotency_hit_rate: float
-    hot_keys: list[HotKey] = field(default_factory=list)
+    hot_keys: list[KeyCount] = field(default_factory=list)
     hot_keys_total: int = 0
     #: The hottest key's share of every observed key access (0.0 without hot keys).
     hottest_key_share: float = 0.0
@@ -148,15 +159,33 @@ def _live_hot_keys() -> list[HotKeys]:
         return [hk for hk in (r() for r in _hot_keys) if hk is not None]
 
 
+@dataclass(frozen=True)
+class _Merged:
+    """A key's figures summed over several HotKeys tables (the fields of a HotKey)."""
+
+    key: str
+    count: int
+    error: int
+
+
 _SHARD_KEY = re.compile(r"^\{(?P<counter>.+):(?P<shard>\d+)\}$")
 
 
-def _hot(limit: int) -> tuple[list[HotKey], int, dict[str, Skew]]:
+def _hot(limit: int) -> tuple[list[KeyCount], int, dict[str, Skew]]:
     tables = _live_hot_keys()
     if not tables:
         return [], 0, {}
     total = sum(hk.total for hk in tables)
-    every = sorted((k for hk in tables for k in hk.top(hk.capacity)), key=lambda k: (-k.count, k.key))
+    every: list[KeyCount]
+    if len(tables) == 1:
+        every = list(tables[0].top(tables[0].capacity))
+    else:  # one key in several tables: its counts and errors add up
+        merged: dict[str, tuple[int, int]] = {}
+        for hk in tables:
+            for hot in hk.top(hk.capacity):
+                c, e = merged.get(hot.key, (0, 0))
+                merged[hot.key] = (c + hot.count, e + hot.error)
+        every = [_Merged(key, c, e) for key, (c, e) in sorted(merged.items(), key=lambda kv: (-kv[1][0], kv[0]))]
     top = every[:limit]
     hot_counters = {m.group("counter") for m in (_SHARD_KEY.match(k.key) for k in top) if m}
     per_shard: dict[str, dict[int, int]] = {c: {} for c in hot_counters}

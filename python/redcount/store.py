@@ -111,7 +111,8 @@ def connect(
     ``hot_keys``: a :class:`~redcount.HotKeys` that observes the storage key of every request
     sent through the store (sync and :mod:`redcount.aio` alike), when it is submitted: a
     script call's first key, every key a data command names (GET, INCRBY, PEXPIREAT, MGET,
-    HGETALL, XADD...), none for keyless commands (PING, MULTI, EXEC, WAIT). The store is then
+    HGETALL, XADD...), none for keyless commands (PING, WAIT); a MULTI ... EXEC transaction
+    counts each key it names once, like the script it stands in for. The store is then
     a ``HotKeysStore`` in front of the one opened (whose attributes, e.g. a ResilientStore's
     ``breaker_state``, read through). Without it, nothing is added to any call.
 

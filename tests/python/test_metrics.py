@@ -150,3 +150,20 @@ def test_metrics_object_and_bad_input() -> None:
     assert redcount.metrics.register is register
     with pytest.raises(redcount.InvalidInputError):
         redcount.metrics(top=-1)
+
+
+def test_several_hot_key_tables_are_merged() -> None:
+    a, b = redcount.HotKeys(10), redcount.HotKeys(10)
+    sa, sb = redcount.connect(hot_keys=a), redcount.connect(hot_keys=b)
+    try:
+        for s, n in ((sa, 3), (sb, 4)):
+            c = redcount.FixedWindowCounter(s, "merged", window=3600)
+            for _ in range(n):
+                c.incr("k")
+        key = c.storage_key("k")
+        m = redcount.metrics(top=1)
+        assert [(k.key, k.count, k.error) for k in m.hot_keys] == [(key, 7, 0)]
+        assert m.hot_keys_total == 7 and m.hottest_key_share == 1.0
+    finally:
+        sa.close()
+        sb.close()
