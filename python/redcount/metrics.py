@@ -185,7 +185,8 @@ def _hot(limit: int) -> tuple[list[KeyCount], int, dict[str, Skew]]:
             for hot in hk.top(hk.capacity):
                 c, e = merged.get(hot.key, (0, 0))
                 merged[hot.key] = (c + hot.count, e + hot.error)
-        every = [_Merged(key, c, e) for key, (c, e) in sorted(merged.items(), key=lambda kv: (-kv[1][0], kv[0]))]
+        ranked = sorted(merged.items(), key=lambda kv: (-kv[1][0], kv[0]))
+        every = [_Merged(key, c, e) for key, (c, e) in ranked]
     top = every[:limit]
     hot_counters = {m.group("counter") for m in (_SHARD_KEY.match(k.key) for k in top) if m}
     per_shard: dict[str, dict[int, int]] = {c: {} for c in hot_counters}
@@ -305,24 +306,31 @@ class RedcountCollector:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         ns = self.namespace
+
+        def counter(name: str, doc: str, **kw: Any) -> Any:
+            return CounterMetricFamily(f"{ns}_{name}", doc, **kw)
+
+        def gauge(name: str, doc: str, **kw: Any) -> Any:
+            return GaugeMetricFamily(f"{ns}_{name}", doc, **kw)
+
         ok, failed, reads, reads_failed, idem, hits = _counts()
-        writes = CounterMetricFamily(f"{ns}_counter_writes", "Counter increments sent to a store", labels=["result"])
+        writes = counter("counter_writes", "Counter increments sent to a store", labels=["result"])
         writes.add_metric(["ok"], ok)
         writes.add_metric(["error"], failed)
         yield writes
-        rd = CounterMetricFamily(f"{ns}_counter_reads", "Counter reads", labels=["result"])
+        rd = counter("counter_reads", "Counter reads", labels=["result"])
         rd.add_metric(["ok"], reads)
         rd.add_metric(["error"], reads_failed)
         yield rd
-        yield CounterMetricFamily(f"{ns}_idempotent_writes", "Sharded writes with a request id, answered", value=idem)
-        yield CounterMetricFamily(f"{ns}_idempotent_hits", "... of which the id was already applied", value=hits)
+        yield counter("idempotent_writes", "Sharded writes with a request id, answered", value=idem)
+        yield counter("idempotent_hits", "Sharded writes answered: already applied", value=hits)
 
         hot, total, skew = _hot(self.top)
         if _live_hot_keys():
-            yield CounterMetricFamily(f"{ns}_hot_keys_observed", "Key accesses observed by HotKeys", value=total)
-            count = GaugeMetricFamily(f"{ns}_hot_key_count", "A hot key's estimated accesses (upper bound)", labels=["key"])
-            err = GaugeMetricFamily(f"{ns}_hot_key_error", "A hot key's count error bound", labels=["key"])
-            share = GaugeMetricFamily(f"{ns}_hot_key_share", "A hot key's share of observed accesses", labels=["key"])
+            yield counter("hot_keys_observed", "Key accesses observed by HotKeys", value=total)
+            count = gauge("hot_key_count", "A hot key's estimated accesses (upper bound)", labels=["key"])
+            err = gauge("hot_key_error", "A hot key's count error bound", labels=["key"])
+            share = gauge("hot_key_share", "A hot key's share of observed accesses", labels=["key"])
             for k in hot:
                 count.add_metric([k.key], k.count)
                 err.add_metric([k.key], k.error)
@@ -331,9 +339,9 @@ class RedcountCollector:
             yield err
             yield share
         if skew:
-            mom = GaugeMetricFamily(f"{ns}_shard_skew_max_over_mean", "Hottest shard over the mean", labels=["counter"])
-            cv = GaugeMetricFamily(f"{ns}_shard_skew_cv", "Coefficient of variation over shards", labels=["counter"])
-            gini = GaugeMetricFamily(f"{ns}_shard_skew_gini", "Gini coefficient over shards", labels=["counter"])
+            mom = gauge("shard_skew_max_over_mean", "Hottest shard over the mean", labels=["counter"])
+            cv = gauge("shard_skew_cv", "Coefficient of variation over shards", labels=["counter"])
+            gini = gauge("shard_skew_gini", "Gini coefficient over shards", labels=["counter"])
             for name, s in skew.items():
                 mom.add_metric([name], s.max_over_mean)
                 cv.add_metric([name], s.cv)
@@ -343,11 +351,11 @@ class RedcountCollector:
             yield gini
         lag_s, lag_entries = _lag()
         if lag_s is not None and lag_entries is not None:
-            yield GaugeMetricFamily(f"{ns}_snapshot_lag_seconds", "Age of the oldest delta not in SQL", value=lag_s)
-            yield GaugeMetricFamily(f"{ns}_watermark_lag_entries", "Delta-log entries after the watermarks", value=lag_entries)
+            yield gauge("snapshot_lag_seconds", "Age of the oldest delta not in SQL", value=lag_s)
+            yield gauge("watermark_lag_entries", "Delta-log entries after the watermarks", value=lag_entries)
         drift = _drift()
         if drift:
-            g = GaugeMetricFamily(f"{ns}_reconcile_drift_ratio", "Last reconciliation's relative drift", labels=["counter"])
+            g = gauge("reconcile_drift_ratio", "Last reconciliation's relative drift", labels=["counter"])
             for name, rel in drift.items():
                 g.add_metric([name], rel)
             yield g
