@@ -21,6 +21,7 @@ void register_limiter(py::module_& m);
 void register_aio(py::module_& m);
 void register_sharded(py::module_& m);
 void register_pn(py::module_& m);
+void register_hot_keys(py::module_& m);
 
 // str -> UTF-8, bytes -> as is (validated as UTF-8 by the core). Anything else is a
 // TypeError; a str with lone surrogates is a clear InvalidArgument.

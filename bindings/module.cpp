@@ -10,4 +10,5 @@ PYBIND11_MODULE(_core, m) {
   redcount::bind::register_aio(m);
   redcount::bind::register_sharded(m);
   redcount::bind::register_pn(m);
+  redcount::bind::register_hot_keys(m);
 }

@@ -424,7 +424,10 @@ template <class T>
 class IncrOp final : public Op<T> {
  public:
   IncrOp(std::shared_ptr<Core> core, std::vector<WindowedIncrement> items)
-      : core_(std::move(core)), send_(*core_, std::move(items)) {}
+      : core_(std::move(core)), send_(*core_, std::move(items)) {
+    this->meter = Meter::Write;
+    this->meter_items = static_cast<std::uint32_t>(send_.items().size());
+  }
 
   std::vector<Request> prepare() override {
     core_->check_open();
@@ -597,22 +600,23 @@ std::shared_ptr<Op<std::vector<std::int64_t>>> FixedWindowCounter::make_get_many
     const WindowPos pos = locate(core_->spec, key, now);
     batch.emplace_back(Command{{"GET", window_key(o.prefix, o.name, key, core_->spec.window_ms, pos.index)}});
   }
-  return make_batch_op<std::vector<std::int64_t>>(std::move(batch), [](std::vector<Reply>&& replies) {
+  const std::size_t n = batch.size();
+  return with_meter(make_batch_op<std::vector<std::int64_t>>(std::move(batch), [](std::vector<Reply>&& replies) {
     std::vector<std::int64_t> out;
     out.reserve(replies.size());
     for (const Reply& r : replies) out.push_back(count_from_reply(r));
     return out;
-  });
+  }), Meter::Read, n);
 }
 
 std::shared_ptr<Op<std::int64_t>> FixedWindowCounter::make_get(std::string_view key) {
   validate_key(key);
   std::vector<Request> batch;
   batch.emplace_back(Command{{"GET", storage_key(key)}});
-  return make_batch_op<std::int64_t>(std::move(batch), [](std::vector<Reply>&& replies) {
+  return with_meter(make_batch_op<std::int64_t>(std::move(batch), [](std::vector<Reply>&& replies) {
     if (replies.size() != 1) throw ProtocolError("GET: expected one reply");
     return count_from_reply(replies.front());
-  });
+  }), Meter::Read);
 }
 
 std::shared_ptr<Op<std::int64_t>> FixedWindowCounter::make_pttl(std::string_view key) {

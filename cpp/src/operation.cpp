@@ -18,7 +18,26 @@ void render_typed(const Store& store, std::vector<Request>& batch) {
 
 }  // namespace
 
+// Runs the operation without counting it in the metrics.
+static void run_unmetered(Store& store, Operation& op);
+
 void run_operation(Store& store, Operation& op) {
+  if (op.meter != Meter::None) {
+    try {
+      run_unmetered(store, op);
+    } catch (const InvalidArgument&) {
+      throw;  // the caller's mistake, not a failed write: the store was never asked
+    } catch (...) {
+      detail::count_operation(op.meter, op.meter_items, false);
+      throw;
+    }
+    detail::count_operation(op.meter, op.meter_items, true);
+    return;
+  }
+  run_unmetered(store, op);
+}
+
+void run_unmetered(Store& store, Operation& op) {
   std::vector<Request> batch = op.prepare();
   while (!batch.empty()) {
     render_typed(store, batch);
@@ -60,6 +79,21 @@ void step(std::shared_ptr<Store> store, std::shared_ptr<Operation> op, Operation
 }  // namespace
 
 void run_async(std::shared_ptr<Store> store, std::shared_ptr<Operation> op, OperationDone done, CancelFlag cancelled) {
+  if (op->meter != Meter::None) {
+    done = [meter = op->meter, items = op->meter_items, inner = std::move(done)](std::exception_ptr error) {
+      bool bad_input = false;
+      if (error) {
+        try {
+          std::rethrow_exception(error);
+        } catch (const InvalidArgument&) {
+          bad_input = true;
+        } catch (...) {
+        }
+      }
+      if (!bad_input) detail::count_operation(meter, items, !error);
+      inner(error);
+    };
+  }
   std::vector<Request> first;
   try {
     first = op->prepare();

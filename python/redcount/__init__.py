@@ -42,6 +42,8 @@ from .errors import (
 )
 from .limiter import Decision, Lease, Limiter, LimitSet, LimitStats, parse_limits, strategies
 from .flusher import Flusher, FlusherStats, Lag
+from .hot_keys import HotKey, HotKeys
+from .metrics import MetricsSnapshot, RedcountCollector, metrics
 from .reconcile import Report, reconcile
 from .restore import RestoreReport, restore
 from .pn import PNCounter
@@ -62,6 +64,8 @@ __all__ = [
     "FixedWindowCounter",
     "Flusher",
     "FlusherStats",
+    "HotKey",
+    "HotKeys",
     "InvalidInputError",
     "Lag",
     "Lease",
@@ -69,6 +73,7 @@ __all__ = [
     "LimitStats",
     "Limiter",
     "ManualClock",
+    "MetricsSnapshot",
     "PNCounter",
     "ProtocolError",
     "Quota",
@@ -76,6 +81,7 @@ __all__ = [
     "RateLimit",
     "RateLimitExceeded",
     "Reading",
+    "RedcountCollector",
     "RedcountError",
     "ReplyError",
     "ResilientStore",
@@ -96,6 +102,7 @@ __all__ = [
     "WaitTimeout",
     "__version__",
     "connect",
+    "metrics",
     "parse_limits",
     "restore",
     "reconcile",

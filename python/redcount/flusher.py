@@ -40,6 +40,7 @@ from typing import Any, TextIO, Union
 
 from ._core import Store
 from .errors import InvalidInputError, RedcountError, ReplyError
+from .metrics import track_flusher, untrack_flusher
 from .sharded import ShardedCounter, layout_text
 from .snapshots import MAX_NAME, SnapshotStore, StreamId, _check_name, _short
 
@@ -174,6 +175,7 @@ class Flusher:
         self._bar: Any = None
         self._audit_sql: tuple[str, list[str] | None] | None = None
         self._last_line = 0.0
+        track_flusher(self)  # its lag() in redcount.metrics()
 
     # ---- Redis side -----------------------------------------------------------------------
 
@@ -598,6 +600,7 @@ class Flusher:
             )
 
     def close(self) -> None:
+        untrack_flusher(self)
         if self._bar:
             self._bar.close()
         self._bar = None

@@ -49,6 +49,7 @@ from typing import Any
 
 from ._core import Store
 from .errors import InvalidInputError, RedcountError
+from .metrics import note_reconcile
 from .sharded import ShardedCounter
 from .snapshots import SnapshotStore, _check_name, _short
 
@@ -202,7 +203,9 @@ def reconcile(
         raise InvalidInputError(f"threshold must be a fraction >= 0, got {threshold!r}")
     snaps = sql_url if isinstance(sql_url, SnapshotStore) else SnapshotStore(sql_url)
     try:
-        return _reconcile(store, snaps, name, float(threshold), repair, record)
+        report = _reconcile(store, snaps, name, float(threshold), repair, record)
+        note_reconcile(report)  # its drift in redcount.metrics()
+        return report
     except snaps._sa.exc.SQLAlchemyError as e:
         raise RedcountError(f"reconcile: SQL failed on {snaps.url}: {_short(e)}") from None
     finally:

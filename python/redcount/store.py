@@ -12,6 +12,8 @@ from typing import Union
 
 from . import _core
 from ._core import ManualClock, ResilientStore, Store
+from .hot_keys import HotKeys
+from .metrics import attach_hot_keys
 
 __all__ = ["ManualClock", "ResilientStore", "Store", "connect"]
 
@@ -54,6 +56,7 @@ def connect(
     budget: float | None = None,
     breaker: bool = True,
     fallback: str | None = None,
+    hot_keys: HotKeys | None = None,
 ) -> Store:
     """Open a store.
 
@@ -105,6 +108,14 @@ def connect(
     (within 0.1 s).
     On ``memory://`` a budget changes nothing (it never waits on a network).
 
+    ``hot_keys``: a :class:`~redcount.HotKeys` that observes the storage key of every request
+    sent through the store (sync and :mod:`redcount.aio` alike), when it is submitted: a
+    script call's first key, every key a data command names (GET, INCRBY, PEXPIREAT, MGET,
+    HGETALL, XADD...), none for keyless commands (PING, WAIT); a MULTI ... EXEC transaction
+    counts each key it names once, like the script it stands in for. The store is then
+    a ``HotKeysStore`` in front of the one opened (whose attributes, e.g. a ResilientStore's
+    ``breaker_state``, read through). Without it, nothing is added to any call.
+
     Nothing is sent until the first command, so a wrong host or password shows up then,
     as :class:`~redcount.ConnectionError` or :class:`~redcount.AuthenticationError`.
     Call :meth:`Store.ping` to check at once.
@@ -139,6 +150,8 @@ def connect(
         raise TypeError(f"breaker must be a bool, got {type(breaker).__name__}")
     if fallback is not None and not isinstance(fallback, str):
         raise TypeError(f"fallback must be 'memory://' or None, got {type(fallback).__name__}")
+    if hot_keys is not None and not isinstance(hot_keys, HotKeys):
+        raise TypeError(f"hot_keys must be a redcount.HotKeys or None, got {type(hot_keys).__name__}")
     store = _core.open_store(
         url,
         connect_timeout=connect_timeout,
@@ -161,6 +174,9 @@ def connect(
     )
     if isinstance(store, ResilientStore):
         _start_breaker_log()
+    if hot_keys is not None:
+        store = _core.observe_hot_keys(store, hot_keys._core)
+        attach_hot_keys(hot_keys)
     return store
 
 

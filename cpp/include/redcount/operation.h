@@ -29,6 +29,7 @@
 // result value is an Op<std::monostate>.
 #pragma once
 
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -36,6 +37,7 @@
 #include <utility>
 #include <vector>
 
+#include "redcount/metrics.h"
 #include "redcount/store.h"
 
 namespace redcount {
@@ -51,6 +53,11 @@ class Operation {
   // The last batch failed in transport (ConnectionError, TimeoutError, Cancelled...):
   // returns the next batch, or {} when the operation completed anyway. Default: rethrow.
   virtual std::vector<Request> fail(std::exception_ptr error) { std::rethrow_exception(error); }
+
+  // What the drivers count this operation as in metrics_counts() (set by its factory),
+  // and how many increments or reads it carries.
+  Meter meter = Meter::None;
+  std::uint32_t meter_items = 1;
 };
 
 // An operation with a typed outcome, set by complete() before finish() returns {}.
@@ -104,6 +111,14 @@ class BatchOp final : public Op<T> {
 template <class T, class Finish>
 std::shared_ptr<Op<T>> make_batch_op(std::vector<Request> batch, Finish finish) {
   return std::make_shared<BatchOp<T, Finish>>(std::move(batch), std::move(finish));
+}
+
+// `op` marked for the metrics (see metrics.h): `return with_meter(make_batch_op<T>(...), Meter::Read);`
+template <class P>
+P with_meter(P op, Meter meter, std::size_t items = 1) {
+  op->meter = meter;
+  op->meter_items = static_cast<std::uint32_t>(items);
+  return op;
 }
 
 // Runs `op` to completion on `store`, blocking the calling thread.

@@ -466,7 +466,9 @@ template <class T>
 class IncrOp final : public Op<T> {
  public:
   IncrOp(std::shared_ptr<Core> core, std::vector<ShardedWrite> writes)
-      : core_(std::move(core)), writes_(std::move(writes)) {}
+      : core_(std::move(core)), writes_(std::move(writes)) {
+    with_meter(this, Meter::Write, writes_.size());
+  }
 
   std::vector<Request> prepare() override {
     core_->check_open();
@@ -495,10 +497,11 @@ class IncrOp final : public Op<T> {
     std::vector<bool> applied(writes_.size(), true);
     std::vector<ShardedWrite> later;
     std::string later_error, failures;
-    std::size_t failed = 0, first_failed = 0;
+    std::size_t failed = 0, first_failed = 0, answered = 0, hits = 0;  // answered/hits: metrics
     for (std::size_t i = 0; i < per.size(); ++i) {
       if (!per[i].is_error()) {
         applied[i] = per[i].as_integer() == 1;
+        if (!writes_[i].request_id.empty()) ++answered, hits += applied[i] ? 0 : 1;
         continue;
       }
       ReplyError err(per[i].str);
@@ -510,6 +513,7 @@ class IncrOp final : public Op<T> {
       if (failed++ == 0) first_failed = i;
       if (failures.size() < 500) failures += " '" + printable(writes_[i].name) + "': " + err.what() + ";";
     }
+    detail::count_idempotent(answered, hits);
     if (!later.empty()) core_->enqueue(std::move(later), later_error);
     if (failed == writes_.size() && (writes_.size() == 1 || ReplyError(per[first_failed].str).transient())) {
       per[first_failed].check();
@@ -648,7 +652,9 @@ class ShardReadOp final : public Op<T> {
 class ReadOp final : public Op<Reading> {
  public:
   ReadOp(std::shared_ptr<Core> core, std::int64_t max_staleness_ms)
-      : core_(core), max_(std::chrono::milliseconds(max_staleness_ms)), reads_(core, {core->options.name}) {}
+      : core_(core), max_(std::chrono::milliseconds(max_staleness_ms)), reads_(core, {core->options.name}) {
+    with_meter(this, Meter::Read);
+  }
 
   std::vector<Request> prepare() override {
     const auto now = SteadyClock::now();
@@ -882,9 +888,10 @@ std::shared_ptr<Op<std::vector<std::int64_t>>> ShardedCounter::make_shard_values
 }
 
 std::shared_ptr<Op<std::int64_t>> ShardedCounter::make_value() {
-  return std::make_shared<ShardReadOp<std::int64_t>>(
-      core_, std::vector<std::string>{core_->options.name},
-      [](std::vector<std::vector<std::int64_t>>&& v) { return checked_sum(v.front()); });
+  return with_meter(std::make_shared<ShardReadOp<std::int64_t>>(
+                        core_, std::vector<std::string>{core_->options.name},
+                        [](std::vector<std::vector<std::int64_t>>&& v) { return checked_sum(v.front()); }),
+                    Meter::Read);
 }
 
 std::shared_ptr<Op<std::vector<std::int64_t>>> ShardedCounter::make_values(const std::vector<std::string>& names) {
