@@ -143,10 +143,12 @@ def note_reconcile(report: Report) -> None:
 
 
 def reset() -> None:
-    """Zero the counts and forget the previous snapshot (tests; a fresh start)."""
+    """Zero the counts, forget the previous snapshot and the recorded reconciliations (tests;
+    a fresh start). Open flushers and hot-key tables stay watched."""
     global _previous
     with _lock:
         _core._reset_metrics()
+        _reports.clear()
         _previous = None
 
 
