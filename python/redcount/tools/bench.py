@@ -196,6 +196,7 @@ class Report:
     results: list[Result] = field(default_factory=list)
     ratios: list[Ratio] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what was skipped and why, summaries
+    missed_rates: list[str] = field(default_factory=list)  # absolute rate targets not met (in notes)
 
 
 def _progress(step: int, total: int, what: str) -> None:
@@ -816,8 +817,10 @@ def _print_report(rep: Report) -> None:
     if rep.notes:
         print()
     if missed:
-        print(f"{len(missed)} of {sum(q.target is not None for q in rep.ratios)} targets missed")
-    else:
+        print(f"{len(missed)} of {sum(q.target is not None for q in rep.ratios)} ratio targets missed")
+    if rep.missed_rates:
+        print(f"rate targets not met: {', '.join(rep.missed_rates)}")
+    if not missed and not rep.missed_rates:
         print("all targets met")
 
 
@@ -1329,6 +1332,8 @@ def run_bench(args: argparse.Namespace) -> int:
                     ("BufferedCounter.incr", buf, BUF_TARGET, "calls/s"),
                 ):
                     verdict = "met" if row.ops_per_sec >= target else "not met"  # not PASS/MISS: ratios only
+                    if verdict == "not met":
+                        rep.missed_rates.append(what)
                     rep.notes.append(f"{what}: {row.ops_per_sec:,.0f} {unit} (target >= {target:,.0f}): {verdict}")
                 rep.notes += _value_latency(store, prefix, seconds)
             rep.ratios = [_ratio(by_name, *spec) for spec in ratios]
