@@ -3,10 +3,24 @@ this module must not import pytest)."""
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 
 import redcount
+
+
+def terminate(proc: subprocess.Popen[bytes], timeout: float = 20.0) -> bool:
+    """SIGTERM ``proc`` and reap it; True when it exited on its own within ``timeout`` seconds,
+    False when it had to be killed."""
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+        return True
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return False
 
 
 def all_keys(store: redcount.Store, pattern: str = "*") -> list[bytes]:

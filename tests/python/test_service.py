@@ -28,6 +28,7 @@ import httpx
 import pytest
 import redcount
 from conftest import RedisServer, free_port
+from helpers import terminate
 
 TOKEN = "svc-token-" + uuid.uuid4().hex
 PREFIX = "svc"
@@ -66,13 +67,8 @@ class Service:
                 time.sleep(0.05)
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise AssertionError(f"redcount serve did not stop on SIGTERM:\n{self.log.read_text()}") from None
+        if not terminate(self.proc):
+            raise AssertionError(f"redcount serve did not stop on SIGTERM:\n{self.log.read_text()}")
         # SIGTERM is a graceful shutdown: uvicorn finishes the requests in flight, runs the
         # lifespan shutdown, then dies of the signal it caught (or exits 0).
         log = self.log.read_text()

@@ -19,7 +19,7 @@ import httpx
 import pytest
 import redcount
 from conftest import RedisServer, free_port
-from helpers import wait_for_fresh_window
+from helpers import terminate, wait_for_fresh_window
 
 pytestmark = [pytest.mark.redis_only, pytest.mark.slow]
 
@@ -101,12 +101,7 @@ class AppServer:
                     time.sleep(0.05)
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        terminate(self.proc)
         self._log_file.close()
 
 
