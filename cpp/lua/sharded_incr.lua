@@ -1,75 +1,78 @@
 -- Idempotent increments of sharded counters: per item, record the request id, add the amount
 -- to the shard and append the delta to the shard's log, all or nothing.
 -- ARGV[1] = n items, ARGV[2] = request-id lifetime (ms), ARGV[3] = log MAXLEN (approximate)
--- ARGV[4 + 6(i-1) ..] = amount, counter name, shard, request id ('' = none), reason ('' = none:
--- an audited adjustment carries one, and only then is a 'reason' field added to its log entry),
--- and the number of extra request-id keys (0 without a request id) of item i
+-- ARGV[4 + 4(i-1) ..] = amount, request id ('' = none), the number of extra request-id keys
+-- (0 without a request id), and reason ('' = none: an audited adjustment carries one, and only
+-- then is a 'reason' field added to its log entry) of item i
 -- KEYS, per item in order: the shard's value key, its log key, then, when the item has a
 -- request id, its request-id key followed by the extra request-id keys: the same id in the
 -- shards that older shard generations route it to (for idempotency_ttl after a reshard, so a
 -- retry is recognised whichever generation its first attempt went to). The id counts as
 -- seen when any of them holds it; a new id is recorded in all of them.
+-- A log entry is `delta <amount> request_id <id or ''>` [`reason <text>`]: its counter and shard
+-- are the log's key and its time is the entry id, so they are not repeated in every entry.
 -- Reply, per item: 1 applied, 0 already applied (a repeat of its request id), or an error
 -- reply for that item alone (then nothing of it is stored and its id is not used up).
+-- This runs once per write at the counters' full rate, so it is written for the interpreter:
+-- locals for redis.call, one TIME for the whole call (ids expire at an absolute PXAT, which
+-- Redis also propagates as is), and no table per item unless it has extra id keys.
+local call, pcall = redis.call, redis.pcall
 local n = tonumber(ARGV[1])
-local ttl = ARGV[2]
 local maxlen = ARGV[3]
+local now = call('TIME')
+local at = string.format('%.0f', tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + tonumber(ARGV[2]))
 local out = {}
-local k = 1
-local function forget(ids)
-  for j = 1, #ids do redis.call('DEL', ids[j]) end
-end
+local k, a = 1, 4
 for i = 1, n do
-  local a = 4 + 6 * (i - 1)
-  local amount, name, shard, rid, reason = ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
-  local extra = tonumber(ARGV[a + 5])
-  local value, log = KEYS[k], KEYS[k + 1]
-  local ids = {}
+  local amount, rid, extra, reason = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2]), ARGV[a + 3]
+  a = a + 4
+  local value, log, id = KEYS[k], KEYS[k + 1], nil
   k = k + 2
-  if rid ~= '' then
-    for j = 0, extra do ids[#ids + 1] = KEYS[k + j] end
-    k = k + 1 + extra
-  end
   local seen = false
-  if #ids > 0 then
-    if not redis.call('SET', ids[1], '1', 'NX', 'PX', ttl) then
+  if rid ~= '' then
+    id = KEYS[k]
+    if not call('SET', id, '1', 'NX', 'PXAT', at) then
       seen = true
-    else
-      for j = 2, #ids do
-        if redis.call('EXISTS', ids[j]) == 1 then seen = true end
+    elseif extra > 0 then
+      for j = 1, extra do
+        if call('EXISTS', KEYS[k + j]) == 1 then seen = true end
       end
       if seen then
-        redis.call('DEL', ids[1])
+        call('DEL', id)
       else
-        for j = 2, #ids do redis.call('SET', ids[j], '1', 'PX', ttl) end
+        for j = 1, extra do call('SET', KEYS[k + j], '1', 'PXAT', at) end
       end
     end
   end
+  local first = k
+  if rid ~= '' then k = k + 1 + extra end
   if seen then
     out[i] = 0
   else
-    local v = redis.pcall('INCRBY', value, amount)
-    if type(v) == 'table' then
-      forget(ids)
-      out[i] = v
-    else
-      local id
+    local v = pcall('INCRBY', value, amount)
+    local err = type(v) == 'table' and v
+    if not err then
+      local e
       if reason == '' then
-        id = redis.pcall('XADD', log, 'MAXLEN', '~', maxlen, '*', 'counter', name, 'shard', shard,
-                         'delta', amount, 'request_id', rid)
+        e = pcall('XADD', log, 'MAXLEN', '~', maxlen, '*', 'delta', amount, 'request_id', rid)
       else
-        id = redis.pcall('XADD', log, 'MAXLEN', '~', maxlen, '*', 'counter', name, 'shard', shard,
-                         'delta', amount, 'request_id', rid, 'reason', reason)
+        e = pcall('XADD', log, 'MAXLEN', '~', maxlen, '*', 'delta', amount, 'request_id', rid, 'reason', reason)
       end
-      if type(id) == 'table' then
+      if type(e) == 'table' then
         -- The log refused the entry (a key of another type): take the increment back so the
         -- value never holds a delta its log does not.
-        redis.call('DECRBY', value, amount)
-        forget(ids)
-        out[i] = id
-      else
-        out[i] = 1
+        call('DECRBY', value, amount)
+        err = e
       end
+    end
+    if err then
+      -- Nothing of this item stays stored, so its id is not used up either.
+      if id then
+        for j = first, first + extra do call('DEL', KEYS[j]) end
+      end
+      out[i] = err
+    else
+      out[i] = 1
     end
   end
 end

@@ -79,12 +79,6 @@ class _Shard:
     counter: str
     shard: int
     key: str
-    counter_b: bytes = b""
-    shard_b: bytes = b""
-
-    def __post_init__(self) -> None:
-        self.counter_b = self.counter.encode()
-        self.shard_b = str(self.shard).encode()
 
 
 @dataclass
@@ -285,23 +279,16 @@ class Flusher:
             self.stats.trimmed += 1
             log.warning("pending entry %s of %s was trimmed before it was flushed", sid_text, shard.key)
             return None
-        # The layout sharded_incr.lua writes, checked field by field without building a dict
-        # (this is the flusher's hot loop); anything else takes the general path below.
-        if (
-            type(fields) is list
-            and len(fields) == 8
-            and fields[0] == b"counter"
-            and fields[2] == b"shard"
-            and fields[4] == b"delta"
-            and fields[6] == b"request_id"
-            and fields[1] == shard.counter_b
-            and fields[3] == shard.shard_b
-        ):
+        # The layout sharded_incr.lua writes (`delta <n> request_id <id>`), checked field by
+        # field without building a dict (this is the flusher's hot loop); anything else, such as
+        # an adjustment's reason or the longer entries of earlier builds (which repeated the
+        # counter and shard of the log's key), takes the general path below.
+        if type(fields) is list and len(fields) == 4 and fields[0] == b"delta" and fields[2] == b"request_id":
             ms, dash, seq = sid_text.partition("-")
-            raw = fields[7]
+            raw = fields[3]
             try:
                 if dash and isinstance(raw, bytes) and len(raw) <= MAX_NAME:
-                    return _Delta(shard, StreamId(int(ms), int(seq)), int(fields[5]), raw.decode() or None, None)
+                    return _Delta(shard, StreamId(int(ms), int(seq)), int(fields[1]), raw.decode() or None, None)
             except (ValueError, UnicodeDecodeError):
                 pass  # the general path reports it
         try:

@@ -452,7 +452,7 @@ const std::vector<ParityCase>& parity_cases() {
            if (!rid.empty()) c.keys.push_back(tag + ":rid:" + rid);
            for (std::size_t g = 0; g < older; ++g) c.keys.push_back("{si:c:" + std::to_string(2 + g) + "}:rid:" + rid);
            const std::string reason = rng() % 4 == 0 ? "fix " + std::to_string(rng() % 3) : std::string();
-           c.args.insert(c.args.end(), {std::to_string(amount), "c", tag.substr(6, 1), rid, reason, std::to_string(older)});
+           c.args.insert(c.args.end(), {std::to_string(amount), rid, std::to_string(older), reason});
          }
          return c;
        }},

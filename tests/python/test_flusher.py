@@ -174,6 +174,23 @@ def test_a_malformed_entry_is_skipped_counted_and_acknowledged(store: redcount.S
         assert store.execute("XPENDING", log, "redcount-flusher")[0] == 0
 
 
+def test_entries_in_the_earlier_longer_layout_are_still_applied(store: redcount.Store, sql_url: str) -> None:
+    # Earlier builds repeated the counter and shard of the log's key in every entry; a log
+    # written by them (or by both, across an upgrade) flushes exactly like the current layout.
+    c = counter(store)
+    total = write(c, range(4)) + 5
+    shard = c.shard_of("old-1")
+    store.execute("INCRBY", c.key_of(shard), 5)
+    store.execute("XADD", c.key_of(shard, "log"), "*", "counter", "likes", "shard", str(shard), "delta", "5",
+                  "request_id", "old-1")
+    total += write(c, range(4, 8))
+    with redcount.Flusher(store, sql_url, [c]) as f:
+        assert f.drain() == 9
+        assert f.stats.malformed == 0
+        assert c.value() == total
+        check_exact(f.snapshots, c, {f"r{i}" for i in range(8)} | {"old-1"})
+
+
 def test_adjustments_in_the_log_are_recorded_with_their_reason(store: redcount.Store, sql_url: str) -> None:
     c = counter(store)
     write(c, range(5))

@@ -30,7 +30,7 @@ Reply native_sharded_incr(Keyspace& ks, const std::vector<std::string>& keys, co
   auto maxlen = parse_int64(args[2]);
   if (!n || !ttl || !maxlen || *n < 0 || *ttl < 1 || *maxlen < 0) return bad();
   const auto count = static_cast<std::size_t>(*n);
-  if (args.size() != 3 + 6 * count) return bad();
+  if (args.size() != 3 + 4 * count) return bad();
   std::vector<Reply> out;
   out.reserve(count);
   std::size_t k = 0;
@@ -39,11 +39,11 @@ Reply native_sharded_incr(Keyspace& ks, const std::vector<std::string>& keys, co
     for (const std::string* id : ids) ks.del(*id);
   };
   for (std::size_t i = 0; i < count; ++i) {
-    const std::size_t a = 3 + 6 * i;
+    const std::size_t a = 3 + 4 * i;
     const std::string& amount_text = args[a];
-    const std::string& rid = args[a + 3];
-    const std::string& reason = args[a + 4];
-    auto extra = parse_int64(args[a + 5]);
+    const std::string& rid = args[a + 1];
+    auto extra = parse_int64(args[a + 2]);
+    const std::string& reason = args[a + 3];
     if (!extra || *extra < 0) return bad();
     const std::size_t nids = rid.empty() ? 0 : 1 + static_cast<std::size_t>(*extra);
     if (k + 2 + nids > keys.size()) return bad();
@@ -87,8 +87,7 @@ Reply native_sharded_incr(Keyspace& ks, const std::vector<std::string>& keys, co
       continue;
     }
     try {
-      std::vector<std::pair<std::string, std::string>> fields{
-          {"counter", args[a + 1]}, {"shard", args[a + 2]}, {"delta", amount_text}, {"request_id", rid}};
+      std::vector<std::pair<std::string, std::string>> fields{{"delta", amount_text}, {"request_id", rid}};
       if (!reason.empty()) fields.emplace_back("reason", reason);
       ks.xadd(log, fields, *maxlen);
     } catch (const ReplyError& e) {
@@ -414,7 +413,7 @@ ScriptBatch build_calls(const Store& store, const ShardedOptions& o, const std::
     for (std::size_t start = 0; start < idx.size(); start += o.max_script_batch) {
       const std::size_t end = std::min(idx.size(), start + o.max_script_batch);
       ScriptCall call{&kShardedIncrScript, {}, {}};
-      call.args.reserve(3 + 6 * (end - start));
+      call.args.reserve(3 + 4 * (end - start));
       call.args.push_back(std::to_string(end - start));
       call.args.push_back(ttl);
       call.args.push_back(maxlen);
@@ -428,11 +427,9 @@ ScriptBatch build_calls(const Store& store, const ShardedOptions& o, const std::
           call.keys.insert(call.keys.end(), w.older_rid_keys.begin(), w.older_rid_keys.end());
         }
         call.args.push_back(std::to_string(w.amount));
-        call.args.push_back(w.name);
-        call.args.push_back(std::to_string(w.shard));
         call.args.push_back(w.request_id);
-        call.args.push_back(w.reason);
         call.args.push_back(std::to_string(w.rid_key.empty() ? 0 : w.older_rid_keys.size()));
+        call.args.push_back(w.reason);
         group.push_back(idx[g]);
       }
       out.requests.emplace_back(std::move(call));
