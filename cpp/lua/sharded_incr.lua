@@ -1,9 +1,11 @@
 -- Idempotent increments of sharded counters: per item, record the request id, add the amount
 -- to the shard and append the delta to the shard's log, all or nothing.
--- ARGV[1] = n items, ARGV[2] = request-id lifetime (ms), ARGV[3] = log MAXLEN (approximate)
--- ARGV[4 + 4(i-1) ..] = amount, request id ('' = none), the number of extra request-id keys
--- (0 without a request id), and reason ('' = none: an audited adjustment carries one, and only
--- then is a 'reason' field added to its log entry) of item i
+-- ARGV[1] = n items, ARGV[2] = request-id lifetime (ms), ARGV[3] = log MAXLEN (approximate),
+-- ARGV[4] = w, the number of arguments per item, 2 or 4:
+-- ARGV[5 + w(i-1) ..] = amount, request id ('' = none), and with w = 4 the number of extra
+-- request-id keys (0 without a request id) and reason ('' = none: an audited adjustment carries
+-- one, and only then is a 'reason' field added to its log entry) of item i. With w = 2 every
+-- item has no extra keys and no reason (the common case, sent with half the arguments).
 -- KEYS, per item in order: the shard's value key, its log key, then, when the item has a
 -- request id, its request-id key followed by the extra request-id keys: the same id in the
 -- shards that older shard generations route it to (for idempotency_ttl after a reshard, so a
@@ -21,11 +23,17 @@ local n = tonumber(ARGV[1])
 local maxlen = ARGV[3]
 local now = call('TIME')
 local at = string.format('%.0f', tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + tonumber(ARGV[2]))
+local wide = ARGV[4] == '4'
 local out = {}
-local k, a = 1, 4
+local k, a = 1, 5
 for i = 1, n do
-  local amount, rid, extra, reason = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2]), ARGV[a + 3]
-  a = a + 4
+  local amount, rid, extra, reason = ARGV[a], ARGV[a + 1], 0, ''
+  if wide then
+    extra, reason = tonumber(ARGV[a + 2]), ARGV[a + 3]
+    a = a + 4
+  else
+    a = a + 2
+  end
   local value, log, id = KEYS[k], KEYS[k + 1], nil
   k = k + 2
   local seen = false

@@ -439,7 +439,9 @@ const std::vector<ParityCase>& parity_cases() {
       {"sharded_incr", false,
        [](std::mt19937& rng, std::int64_t, int) {
          const int n = 1 + static_cast<int>(rng() % 3);
-         ScriptCall c{&kShardedIncrScript, {}, {std::to_string(n), "60000", "3"}};
+         // Both argument layouts: 4 per item (extra ids, reasons) and the short 2 per item.
+         const bool wide = rng() % 2 == 0;
+         ScriptCall c{&kShardedIncrScript, {}, {std::to_string(n), "60000", "3", wide ? "4" : "2"}};
          for (int j = 0; j < n; ++j) {
            const std::string tag = "{si:c:" + std::to_string(rng() % 2) + "}";
            std::int64_t amount = static_cast<std::int64_t>(rng() % 7) - 3;
@@ -448,11 +450,12 @@ const std::vector<ParityCase>& parity_cases() {
            c.keys.push_back(tag);
            c.keys.push_back(tag + ":log");
            // After a reshard: the id's keys in up to two older generations' shards too.
-           const std::size_t older = rid.empty() ? 0 : rng() % 3;
+           const std::size_t older = rid.empty() || !wide ? 0 : rng() % 3;
            if (!rid.empty()) c.keys.push_back(tag + ":rid:" + rid);
            for (std::size_t g = 0; g < older; ++g) c.keys.push_back("{si:c:" + std::to_string(2 + g) + "}:rid:" + rid);
-           const std::string reason = rng() % 4 == 0 ? "fix " + std::to_string(rng() % 3) : std::string();
-           c.args.insert(c.args.end(), {std::to_string(amount), rid, std::to_string(older), reason});
+           const std::string reason = wide && rng() % 4 == 0 ? "fix " + std::to_string(rng() % 3) : std::string();
+           c.args.insert(c.args.end(), {std::to_string(amount), rid});
+           if (wide) c.args.insert(c.args.end(), {std::to_string(older), reason});
          }
          return c;
        }},

@@ -28,9 +28,13 @@ Reply native_sharded_incr(Keyspace& ks, const std::vector<std::string>& keys, co
   auto n = parse_int64(args[0]);
   auto ttl = parse_int64(args[1]);
   auto maxlen = parse_int64(args[2]);
-  if (!n || !ttl || !maxlen || *n < 0 || *ttl < 1 || *maxlen < 0) return bad();
+  if (!n || !ttl || !maxlen || *n < 0 || *ttl < 1 || *maxlen < 0 || args.size() < 4) return bad();
   const auto count = static_cast<std::size_t>(*n);
-  if (args.size() != 3 + 4 * count) return bad();
+  const bool wide = args[3] == "4";
+  if (!wide && args[3] != "2") return bad();
+  const std::size_t per = wide ? 4 : 2;
+  if (args.size() != 4 + per * count) return bad();
+  static const std::string kNoReason;
   std::vector<Reply> out;
   out.reserve(count);
   std::size_t k = 0;
@@ -39,11 +43,11 @@ Reply native_sharded_incr(Keyspace& ks, const std::vector<std::string>& keys, co
     for (const std::string* id : ids) ks.del(*id);
   };
   for (std::size_t i = 0; i < count; ++i) {
-    const std::size_t a = 3 + 4 * i;
+    const std::size_t a = 4 + per * i;
     const std::string& amount_text = args[a];
     const std::string& rid = args[a + 1];
-    auto extra = parse_int64(args[a + 2]);
-    const std::string& reason = args[a + 3];
+    auto extra = wide ? parse_int64(args[a + 2]) : std::optional<std::int64_t>(0);
+    const std::string& reason = wide ? args[a + 3] : kNoReason;
     if (!extra || *extra < 0) return bad();
     const std::size_t nids = rid.empty() ? 0 : 1 + static_cast<std::size_t>(*extra);
     if (k + 2 + nids > keys.size()) return bad();
@@ -291,12 +295,6 @@ struct ShardedCounter::Core {
     }
   }
 
-  bool fresh(std::string_view name, SteadyClock::time_point now) const {
-    std::lock_guard<std::mutex> lock(layout_mu);
-    auto it = layouts.find(name);
-    return it != layouts.end() && now - it->second.read_at < std::chrono::milliseconds(kLayoutRefreshMs);
-  }
-
   static std::int64_t shard_in(const ShardGeneration& g, std::uint64_t hash) {
     return g.first + static_cast<std::int64_t>(hash % static_cast<std::uint64_t>(g.count));
   }
@@ -315,12 +313,14 @@ struct ShardedCounter::Core {
     const std::uint64_t hash = w.request_id.empty() ? rng() : fnv1a64(w.request_id);
     w.shard = shard_in(l.current(), hash);
     w.value_key = sharded_value_key(options.prefix, w.name, w.shard);
-    w.log_key = sharded_key(options.prefix, w.name, w.shard, "log");
+    w.log_key.reserve(w.value_key.size() + 4);
+    w.log_key.assign(w.value_key).append(":log");
     w.rid_key.clear();
     w.older_rid_keys.clear();
     if (w.request_id.empty()) return;
     const std::string suffix = std::string("rid:").append(w.request_id);
-    w.rid_key = sharded_key(options.prefix, w.name, w.shard, suffix);
+    w.rid_key.reserve(w.value_key.size() + 1 + suffix.size());
+    w.rid_key.assign(w.value_key).append(":").append(suffix);
     for (std::size_t i = 0; i + 1 < l.generations.size(); ++i) {
       const ShardGeneration& g = l.generations[i];
       if (now_ms < g.retired_ms + options.idempotency_ttl_ms + kLayoutGraceMs) {
@@ -329,13 +329,15 @@ struct ShardedCounter::Core {
     }
   }
 
+  // Routes every write under one lock, reading the layouts in place (no copies: this runs
+  // per incr_many item at the counters' full rate).
   void route_all(std::vector<ShardedWrite>& writes) const {
     const std::int64_t now_ms = store->now_ms();
-    std::map<std::string, ShardLayout, std::less<>> by_name;
+    const ShardLayout first = first_layout(options.shards);
+    std::lock_guard<std::mutex> lock(layout_mu);
     for (auto& w : writes) {
-      auto it = by_name.find(w.name);
-      if (it == by_name.end()) it = by_name.emplace(w.name, known(w.name).layout).first;
-      route(w, it->second, now_ms);
+      auto it = layouts.find(w.name);
+      route(w, it == layouts.end() ? first : it->second.layout, now_ms);
     }
   }
 
@@ -343,8 +345,14 @@ struct ShardedCounter::Core {
   std::vector<std::string> stale_names(const std::vector<ShardedWrite>& writes) const {
     const auto now = SteadyClock::now();
     std::vector<std::string> out;
+    std::lock_guard<std::mutex> lock(layout_mu);
+    const std::string* previous = nullptr;
     for (const auto& w : writes) {
-      if (std::find(out.begin(), out.end(), w.name) == out.end() && !fresh(w.name, now)) out.push_back(w.name);
+      if (previous != nullptr && *previous == w.name) continue;  // a run of one counter's writes
+      previous = &w.name;
+      auto it = layouts.find(w.name);
+      if (it != layouts.end() && now - it->second.read_at < std::chrono::milliseconds(kLayoutRefreshMs)) continue;
+      if (std::find(out.begin(), out.end(), w.name) == out.end()) out.push_back(w.name);
     }
     return out;
   }
@@ -404,7 +412,8 @@ struct ScriptBatch {
   std::vector<std::vector<std::size_t>> members;  // per call, the writes it carries
 };
 
-ScriptBatch build_calls(const Store& store, const ShardedOptions& o, const std::vector<ShardedWrite>& writes) {
+// The writes' keys are moved into the calls (a retry routes its writes again).
+ScriptBatch build_calls(const Store& store, const ShardedOptions& o, std::vector<ShardedWrite>& writes) {
   std::map<std::uint32_t, std::vector<std::size_t>> groups;
   for (std::size_t i = 0; i < writes.size(); ++i) groups[store.shard_of(writes[i].value_key)].push_back(i);
   ScriptBatch out;
@@ -413,23 +422,34 @@ ScriptBatch build_calls(const Store& store, const ShardedOptions& o, const std::
     for (std::size_t start = 0; start < idx.size(); start += o.max_script_batch) {
       const std::size_t end = std::min(idx.size(), start + o.max_script_batch);
       ScriptCall call{&kShardedIncrScript, {}, {}};
-      call.args.reserve(3 + 4 * (end - start));
+      // Two arguments per write unless one of them needs the extra-id count or a reason.
+      const bool wide = std::any_of(idx.begin() + static_cast<std::ptrdiff_t>(start),
+                                    idx.begin() + static_cast<std::ptrdiff_t>(end), [&](std::size_t i) {
+                                      return !writes[i].reason.empty() || !writes[i].older_rid_keys.empty();
+                                    });
+      call.args.reserve(4 + (wide ? 4 : 2) * (end - start));
       call.args.push_back(std::to_string(end - start));
       call.args.push_back(ttl);
       call.args.push_back(maxlen);
+      call.args.push_back(wide ? "4" : "2");
+      call.keys.reserve(3 * (end - start));
       std::vector<std::size_t> group;
       for (std::size_t g = start; g < end; ++g) {
-        const ShardedWrite& w = writes[idx[g]];
-        call.keys.push_back(w.value_key);
-        call.keys.push_back(w.log_key);
-        if (!w.rid_key.empty()) {
-          call.keys.push_back(w.rid_key);
-          call.keys.insert(call.keys.end(), w.older_rid_keys.begin(), w.older_rid_keys.end());
+        ShardedWrite& w = writes[idx[g]];
+        const std::size_t older = w.older_rid_keys.size();
+        call.keys.push_back(std::move(w.value_key));
+        call.keys.push_back(std::move(w.log_key));
+        const bool has_id = !w.rid_key.empty();
+        if (has_id) {
+          call.keys.push_back(std::move(w.rid_key));
+          for (auto& k : w.older_rid_keys) call.keys.push_back(std::move(k));
         }
         call.args.push_back(std::to_string(w.amount));
         call.args.push_back(w.request_id);
-        call.args.push_back(std::to_string(w.rid_key.empty() ? 0 : w.older_rid_keys.size()));
-        call.args.push_back(w.reason);
+        if (wide) {
+          call.args.push_back(std::to_string(has_id ? older : 0));
+          call.args.push_back(w.reason);
+        }
         group.push_back(idx[g]);
       }
       out.requests.emplace_back(std::move(call));
