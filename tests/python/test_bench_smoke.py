@@ -232,7 +232,9 @@ def test_bench_only_sharded(tmp_path: Path) -> None:
     assert all(r["ops_per_sec"] > 0 and r["falsy"] == 0 for r in data["results"])
     assert data["only"] == "sharded"
     assert sum("sharded value() with" in note for note in data["notes"]) == 4
-    assert any(note.startswith("incr_many:") for note in data["notes"])
+    assert "redcount sharded incr_many x100 counters, request ids x8 threads (Redis, per write)" in names
+    assert any(note.startswith("incr_many, one process (8 threads):") for note in data["notes"])
+    assert any(note.startswith("incr_many from one thread:") for note in data["notes"])
 
 
 HOT_ROWS = [
