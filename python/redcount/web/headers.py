@@ -44,6 +44,11 @@ class HeaderSets:
     legacy: bool = False
     retry_after: bool = True
 
+    @property
+    def any(self) -> bool:
+        """True when at least one set is sent."""
+        return self.ietf or self.legacy or self.retry_after
+
     @classmethod
     def parse(cls, value: HeaderSets | str | Iterable[str] | None) -> HeaderSets:
         """``"all"``, ``"none"``, a comma-separated string or a list of set names; None is
