@@ -95,6 +95,8 @@ def _binding(outcomes: list[Outcome]) -> Outcome | None:
 def render(verdict: Verdict, sets: HeaderSets, *, now: float | None = None) -> list[tuple[str, str]]:
     """The headers for one request's verdict, each field once. Shadow limits and limits the
     store could not decide are left out; a request no enforced limit decided gets none."""
+    if not (sets.ietf or sets.legacy or sets.retry_after):
+        return []
     binding = _binding(verdict.outcomes)
     if binding is None:
         return []
