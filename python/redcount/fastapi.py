@@ -48,7 +48,7 @@ from .web import problem
 from .web.engine import FailMode, MetricsSink, Verdict, decide_async
 from .web.headers import HeaderSets, render
 from .web.settings import Settings, TrustedArg
-from .web.spec import KeyFunc, KeyFunctionError, LimitSpec, resolve_all
+from .web.spec import Check, KeyFunc, KeyFunctionError, LimitSpec, resolve_all
 
 __all__ = ["RateLimitExceeded", "RateLimitMiddleware", "RateLimiter", "rate_limit_exceeded_handler"]
 
@@ -274,8 +274,16 @@ class RateLimiter:
     def _dependency(self, spec: LimitSpec) -> Callable[[HTTPConnection, Response], Awaitable[None]]:
         # Two parameters that FastAPI fills by their annotation alone (no sub-dependency to
         # solve per request); the response is where FastAPI takes a dependency's headers from.
+        # The body is enforce()'s, inlined: every coroutine level is paid again each time the
+        # request suspends on the store and resumes.
+        specs = (spec,)
+
         async def rate_limit(connection: HTTPConnection, response: Response) -> None:
-            headers = await self.enforce(connection, spec)
+            scope = connection.scope
+            s = self.settings
+            checks = self._checks(scope, specs, connection)
+            verdict = await decide_async(self.limiter, checks, s.policy, s.metrics, shadow_all=s.shadow)
+            headers = self._answer(scope, self._merge(scope, verdict))
             if headers:
                 raw = response.headers
                 for name, value in headers:
@@ -288,14 +296,22 @@ class RateLimiter:
 
     # -- deciding ------------------------------------------------------------------------
 
-    async def _decide(self, scope: Scope, specs: Sequence[LimitSpec], native: HTTPConnection | None) -> Verdict:
+    def _checks(self, scope: Scope, specs: Sequence[LimitSpec], native: HTTPConnection | None) -> list[Check]:
         s = self.settings
         try:
-            checks = resolve_all(specs, _View(scope, s, native), s.key)
+            return resolve_all(specs, _View(scope, s, native), s.key)
         except (KeyFunctionError, InvalidInputError) as e:
             debug = bool(getattr(scope.get("app"), "debug", False))
             raise HTTPException(500, detail=str(e) if debug else "Internal Server Error") from e
-        verdict = await decide_async(self.limiter, checks, s.policy, s.metrics, shadow_all=s.shadow)
+
+    async def _decide(self, scope: Scope, specs: Sequence[LimitSpec], native: HTTPConnection | None) -> Verdict:
+        s = self.settings
+        checks = self._checks(scope, specs, native)
+        return self._merge(scope, await decide_async(self.limiter, checks, s.policy, s.metrics, shadow_all=s.shadow))
+
+    @staticmethod
+    def _merge(scope: Scope, verdict: Verdict) -> Verdict:
+        """The request's verdict so far (the middleware's, then each route limit's)."""
         merged: Verdict | None = scope.get(_SCOPE_KEY)
         if merged is None:
             scope[_SCOPE_KEY] = verdict
@@ -308,7 +324,10 @@ class RateLimiter:
         raise :class:`RateLimitExceeded` (HTTP), ``WebSocketException`` (a refused
         handshake) or a 503 ``HTTPException`` (store down, ``fail="closed"``)."""
         scope = connection.scope
-        verdict = await self._decide(scope, specs, connection)
+        return self._answer(scope, await self._decide(scope, specs, connection))
+
+    def _answer(self, scope: Scope, verdict: Verdict) -> list[tuple[str, str]]:
+        """The headers for an allowed request; raises the refusal (see :meth:`enforce`)."""
         sets = self.settings.headers
         headers = render(verdict, sets) if sets.any else []
         if verdict.allowed:
