@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar, Union
 
 import flask
-from flask import Blueprint, Flask, g, request
+from flask import Blueprint, Flask, request
 from werkzeug.exceptions import InternalServerError, ServiceUnavailable, TooManyRequests
 
 from . import store as _store
@@ -45,7 +45,7 @@ from .web import problem
 from .web.engine import FailMode, MetricsSink, Verdict, decide
 from .web.headers import HeaderSets, render
 from .web.settings import Settings, TrustedArg
-from .web.spec import KeyFunc, KeyFunctionError, LimitSpec, resolve_all
+from .web.spec import Check, KeyFunc, KeyFunctionError, LimitSpec, client_prefix, remote_address, resolve_all
 
 __all__ = ["RateLimitExceeded", "RateLimiter", "StoreUnavailableError"]
 
@@ -56,7 +56,7 @@ LimitArg = Union[str, Callable[..., str]]
 CostArg = Union[int, Callable[..., int]]
 
 _UNSET: Any = object()
-_G_VERDICT = "_redcount_verdict"
+_VERDICT = "redcount.verdict"  # the request's verdict, in its WSGI environ
 
 
 class RateLimitExceeded(TooManyRequests):
@@ -131,7 +131,20 @@ class _AppState:
         self.default = default
         self.application = application
         self.enabled = enabled
-        self.specs: dict[tuple[int, str | None], list[LimitSpec]] = {}
+        # Per endpoint: the specs that apply and, when only the client varies between their
+        # checks, each spec's key prefix (see redcount.web.spec.client_prefix).
+        self.specs: dict[tuple[int, str | None], tuple[list[LimitSpec], list[tuple[LimitSpec, str]] | None]] = {}
+
+    def plan(self, specs: list[LimitSpec], endpoint: str | None) -> tuple[list[LimitSpec], list[tuple[LimitSpec, str]] | None]:
+        if self.settings.key is not remote_address:
+            return specs, None
+        fast = []
+        for spec in specs:
+            prefix = client_prefix(spec, endpoint)
+            if prefix is None:
+                return specs, None
+            fast.append((spec, prefix))
+        return specs, fast
 
 
 def _config_bool(value: Any, name: str) -> bool:
@@ -178,28 +191,36 @@ class _Hooks:
         # the generation, so no stale entry is read. (Flask derives request.blueprints from
         # the endpoint's name, so the endpoint alone keys the cache.)
         where = (self.rl._generation, req.endpoint)
-        specs = state.specs.get(where)
-        if specs is None:
-            specs = self.rl._specs_uncached(self.app, state, req)
+        planned = state.specs.get(where)
+        if planned is None:
+            # Keyed per-route specs name the endpoint as _View.endpoint does.
+            planned = state.plan(self.rl._specs_uncached(self.app, state, req), req.endpoint)
             if len(state.specs) >= _SPEC_CACHE:
                 state.specs.clear()
-            state.specs[where] = specs
+            state.specs[where] = planned
+        specs, fast = planned
         if not specs:
             return
         s = state.settings
-        try:
-            checks = resolve_all(specs, _View(req, s), s.key)
-        except (KeyFunctionError, InvalidInputError) as e:
-            raise InternalServerError(description=str(e) if self.app.debug else None) from e
+        view = _View(req, s)
+        if fast is not None:
+            client = view.client
+            checks = [Check(spec, spec.static, prefix + client, spec.cost, spec.static_policies)  # type: ignore[arg-type]
+                      for spec, prefix in fast]
+        else:
+            try:
+                checks = resolve_all(specs, view, s.key)
+            except (KeyFunctionError, InvalidInputError) as e:
+                raise InternalServerError(description=str(e) if self.app.debug else None) from e
         verdict = decide(state.limiter, checks, s.policy, s.metrics, shadow_all=s.shadow)
-        setattr(g, _G_VERDICT, verdict)
+        req.environ[_VERDICT] = verdict
         if verdict.unavailable:
             raise StoreUnavailableError()
         if not verdict.allowed:
             raise RateLimitExceeded(verdict, render(verdict, s.headers))
 
     def after(self, response: flask.Response) -> flask.Response:
-        verdict: Verdict | None = g.pop(_G_VERDICT, None)
+        verdict: Verdict | None = request.environ.get(_VERDICT)
         if verdict is not None:
             for name, value in render(verdict, self.state.settings.headers):
                 response.headers[name] = value  # set, not add: never a duplicate field
@@ -450,5 +471,5 @@ class RateLimiter:
 
     def verdict(self) -> Verdict | None:
         """The current request's :class:`~redcount.web.Verdict` (None before any check)."""
-        found: Verdict | None = g.get(_G_VERDICT)
+        found: Verdict | None = request.environ.get(_VERDICT) if flask.has_request_context() else None
         return found

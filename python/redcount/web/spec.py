@@ -384,6 +384,26 @@ class LimitSpec:
         return Check(self, limits, "|".join(parts), cost, policies)
 
 
+def client_prefix(spec: LimitSpec, endpoint: str | None) -> str | None:
+    """When only the client's address varies between the checks this spec makes for
+    requests to ``endpoint`` (a fixed limit, cost and scope; every method; no exemption; the
+    integration's default key, which must be :data:`remote_address`), the key up to the
+    client's part: ``Check(spec, spec.static, prefix + client, spec.cost, spec.static_policies)``
+    is then what :meth:`LimitSpec.resolve` would build. None otherwise."""
+    if (
+        spec.static is None
+        or spec.methods is not None
+        or spec.exempt_when is not None
+        or spec.key is not None
+        or spec.per_method
+        or spec.cost.__class__ is not int
+    ):
+        return None
+    if not spec.per_route:
+        return spec.scope + "|"
+    return None if endpoint is None else f"{spec.scope}|{endpoint}|"
+
+
 def resolve_all(specs: Sequence[LimitSpec], view: RequestView, default_key: KeyFunc) -> list[Check]:
     """Every spec that applies to this request, in order."""
     out = []
