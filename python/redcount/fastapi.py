@@ -307,7 +307,8 @@ class RateLimiter:
     async def _decide(self, scope: Scope, specs: Sequence[LimitSpec], native: HTTPConnection | None) -> Verdict:
         s = self.settings
         checks = self._checks(scope, specs, native)
-        return self._merge(scope, await decide_async(self.limiter, checks, s.policy, s.metrics, shadow_all=s.shadow))
+        verdict = await decide_async(self.limiter, checks, s.policy, s.metrics, shadow_all=s.shadow)
+        return self._merge(scope, verdict)
 
     @staticmethod
     def _merge(scope: Scope, verdict: Verdict) -> Verdict:

@@ -118,6 +118,7 @@ class _View:
 
 
 _SPEC_CACHE = 10_000  # endpoints whose limits are cached per app
+_Plan = tuple[list[LimitSpec], Union[list[tuple[LimitSpec, str]], None]]
 
 
 class _AppState:
@@ -133,9 +134,9 @@ class _AppState:
         self.enabled = enabled
         # Per endpoint: the specs that apply and, when only the client varies between their
         # checks, each spec's key prefix (see redcount.web.spec.client_prefix).
-        self.specs: dict[tuple[int, str | None], tuple[list[LimitSpec], list[tuple[LimitSpec, str]] | None]] = {}
+        self.specs: dict[tuple[int, str | None], _Plan] = {}
 
-    def plan(self, specs: list[LimitSpec], endpoint: str | None) -> tuple[list[LimitSpec], list[tuple[LimitSpec, str]] | None]:
+    def plan(self, specs: list[LimitSpec], endpoint: str | None) -> _Plan:
         if self.settings.key is not remote_address:
             return specs, None
         fast = []
@@ -205,8 +206,10 @@ class _Hooks:
         view = _View(req, s)
         if fast is not None:
             client = view.client
-            checks = [Check(spec, spec.static, prefix + client, spec.cost, spec.static_policies)  # type: ignore[arg-type]
-                      for spec, prefix in fast]
+            checks = [
+                Check(spec, spec.static, prefix + client, spec.cost, spec.static_policies)  # type: ignore[arg-type]
+                for spec, prefix in fast
+            ]
         else:
             try:
                 checks = resolve_all(specs, view, s.key)

@@ -145,7 +145,8 @@ class Outcome:
     __hash__ = None  # type: ignore[assignment]  # mutable, compared by value, like the dataclass it was
 
     def __repr__(self) -> str:
-        return f"Outcome(check={self.check!r}, decision={self.decision!r}, policy={self.policy!r}, shadow={self.shadow!r})"
+        return (f"Outcome(check={self.check!r}, decision={self.decision!r}, policy={self.policy!r}, "
+                f"shadow={self.shadow!r})")
 
 
 class Verdict:
@@ -242,7 +243,8 @@ def _settle(
     if metrics is not None:
         metrics.decision(check, d, shadow, time.perf_counter() - started)
     policies = check.policies
-    verdict.outcomes.append(Outcome(check, d, policies[0] if len(policies) == 1 else binding_policy(check, d), shadow))
+    bound = policies[0] if len(policies) == 1 else binding_policy(check, d)
+    verdict.outcomes.append(Outcome(check, d, bound, shadow))
     if d.allowed:
         return True
     if shadow:
