@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
 from typing import Any, Union
 
 from starlette.exceptions import HTTPException, WebSocketException
@@ -48,7 +48,7 @@ from .web import problem
 from .web.engine import FailMode, MetricsSink, Verdict, decide_async
 from .web.headers import HeaderSets, render
 from .web.settings import Settings, TrustedArg
-from .web.spec import KeyFunc, KeyFunctionError, LimitSpec, resolve_all
+from .web.spec import Check, KeyFunc, KeyFunctionError, LimitSpec, resolve_all
 
 __all__ = ["RateLimitExceeded", "RateLimitMiddleware", "RateLimiter", "rate_limit_exceeded_handler"]
 
@@ -88,6 +88,13 @@ async def rate_limit_exceeded_handler(request: Request, exc: Exception) -> Respo
     return Response(json.dumps(exc.problem), 429, headers=exc.headers, media_type=problem.CONTENT_TYPE)
 
 
+# Endpoint functions' names as per-route keys use them: an app has a fixed set of endpoints,
+# so each name is formatted once (the dict is only read, set or cleared whole: atomic under
+# the GIL).
+_ENDPOINT_NAMES: dict[Any, str] = {}
+_ENDPOINT_CACHE = 10_000
+
+
 class _View:
     """A Starlette connection as the shared layer sees it."""
 
@@ -109,7 +116,13 @@ class _View:
         if self._endpoint is None:
             fn = self.scope.get("endpoint")
             if fn is not None and hasattr(fn, "__qualname__"):
-                self._endpoint = f"{getattr(fn, '__module__', '?')}.{fn.__qualname__}"
+                name = _ENDPOINT_NAMES.get(fn)
+                if name is None:
+                    name = f"{getattr(fn, '__module__', '?')}.{fn.__qualname__}"
+                    if len(_ENDPOINT_NAMES) >= _ENDPOINT_CACHE:
+                        _ENDPOINT_NAMES.clear()
+                    _ENDPOINT_NAMES[fn] = name
+                self._endpoint = name
             else:
                 self._endpoint = str(self.scope.get("path", "?"))
         return self._endpoint
@@ -259,10 +272,22 @@ class RateLimiter:
                                           per_method=per_method, shadow=shadow, scope=scope))
 
     def _dependency(self, spec: LimitSpec) -> Callable[[HTTPConnection, Response], Awaitable[None]]:
+        # Two parameters that FastAPI fills by their annotation alone (no sub-dependency to
+        # solve per request); the response is where FastAPI takes a dependency's headers from.
+        # The body is enforce()'s, inlined: every coroutine level is paid again each time the
+        # request suspends on the store and resumes.
+        specs = (spec,)
+
         async def rate_limit(connection: HTTPConnection, response: Response) -> None:
-            headers = await self.enforce(connection, spec)
-            for name, value in headers:
-                response.headers[name] = value
+            scope = connection.scope
+            s = self.settings
+            checks = self._checks(scope, specs, connection)
+            verdict = await decide_async(self.limiter, checks, s.policy, s.metrics, shadow_all=s.shadow)
+            headers = self._answer(scope, self._merge(scope, verdict))
+            if headers:
+                raw = response.headers
+                for name, value in headers:
+                    raw[name] = value
 
         rate_limit.__qualname__ = rate_limit.__name__ = f"rate_limit[{spec.where}]"
         # FastAPI resolves the annotations by name in the function's globals (this module).
@@ -271,14 +296,23 @@ class RateLimiter:
 
     # -- deciding ------------------------------------------------------------------------
 
-    async def _decide(self, scope: Scope, specs: list[LimitSpec], native: HTTPConnection | None) -> Verdict:
+    def _checks(self, scope: Scope, specs: Sequence[LimitSpec], native: HTTPConnection | None) -> list[Check]:
         s = self.settings
         try:
-            checks = resolve_all(specs, _View(scope, s, native), s.key)
+            return resolve_all(specs, _View(scope, s, native), s.key)
         except (KeyFunctionError, InvalidInputError) as e:
             debug = bool(getattr(scope.get("app"), "debug", False))
             raise HTTPException(500, detail=str(e) if debug else "Internal Server Error") from e
+
+    async def _decide(self, scope: Scope, specs: Sequence[LimitSpec], native: HTTPConnection | None) -> Verdict:
+        s = self.settings
+        checks = self._checks(scope, specs, native)
         verdict = await decide_async(self.limiter, checks, s.policy, s.metrics, shadow_all=s.shadow)
+        return self._merge(scope, verdict)
+
+    @staticmethod
+    def _merge(scope: Scope, verdict: Verdict) -> Verdict:
+        """The request's verdict so far (the middleware's, then each route limit's)."""
         merged: Verdict | None = scope.get(_SCOPE_KEY)
         if merged is None:
             scope[_SCOPE_KEY] = verdict
@@ -291,17 +325,21 @@ class RateLimiter:
         raise :class:`RateLimitExceeded` (HTTP), ``WebSocketException`` (a refused
         handshake) or a 503 ``HTTPException`` (store down, ``fail="closed"``)."""
         scope = connection.scope
-        verdict = await self._decide(scope, list(specs), connection)
-        headers = render(verdict, self.settings.headers)
+        return self._answer(scope, await self._decide(scope, specs, connection))
+
+    def _answer(self, scope: Scope, verdict: Verdict) -> list[tuple[str, str]]:
+        """The headers for an allowed request; raises the refusal (see :meth:`enforce`)."""
+        sets = self.settings.headers
+        headers = render(verdict, sets) if sets.any else []
+        if verdict.allowed:
+            return headers
         if verdict.unavailable:
             if scope["type"] == "websocket":
                 raise WebSocketException(code=1011, reason="rate limiter unavailable")
             raise HTTPException(503, detail=str(problem.store_unavailable()["detail"]), headers={"Retry-After": "1"})
-        if not verdict.allowed:
-            if scope["type"] == "websocket":
-                raise WebSocketException(code=_WS_POLICY_VIOLATION, reason="rate limit exceeded")
-            raise RateLimitExceeded(verdict, headers)
-        return headers
+        if scope["type"] == "websocket":
+            raise WebSocketException(code=_WS_POLICY_VIOLATION, reason="rate limit exceeded")
+        raise RateLimitExceeded(verdict, headers)
 
 
 class RateLimitMiddleware:

@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar, Union
 
 import flask
-from flask import Blueprint, Flask, g, request
+from flask import Blueprint, Flask, request
 from werkzeug.exceptions import InternalServerError, ServiceUnavailable, TooManyRequests
 
 from . import store as _store
@@ -45,7 +45,7 @@ from .web import problem
 from .web.engine import FailMode, MetricsSink, Verdict, decide
 from .web.headers import HeaderSets, render
 from .web.settings import Settings, TrustedArg
-from .web.spec import KeyFunc, KeyFunctionError, LimitSpec, resolve_all
+from .web.spec import Check, KeyFunc, KeyFunctionError, LimitSpec, client_prefix, remote_address, resolve_all
 
 __all__ = ["RateLimitExceeded", "RateLimiter", "StoreUnavailableError"]
 
@@ -56,7 +56,7 @@ LimitArg = Union[str, Callable[..., str]]
 CostArg = Union[int, Callable[..., int]]
 
 _UNSET: Any = object()
-_G_VERDICT = "_redcount_verdict"
+_VERDICT = "redcount.verdict"  # the request's verdict, in its WSGI environ
 
 
 class RateLimitExceeded(TooManyRequests):
@@ -117,7 +117,8 @@ class _View:
         return self.native.headers.get(name)
 
 
-_SPEC_CACHE = 10_000  # (endpoint, blueprints) pairs whose limits are cached per app
+_SPEC_CACHE = 10_000  # endpoints whose limits are cached per app
+_Plan = tuple[list[LimitSpec], Union[list[tuple[LimitSpec, str]], None]]
 
 
 class _AppState:
@@ -131,7 +132,20 @@ class _AppState:
         self.default = default
         self.application = application
         self.enabled = enabled
-        self.specs: dict[tuple[int, str | None, tuple[str, ...]], list[LimitSpec]] = {}
+        # Per endpoint: the specs that apply and, when only the client varies between their
+        # checks, each spec's key prefix (see redcount.web.spec.client_prefix).
+        self.specs: dict[tuple[int, str | None], _Plan] = {}
+
+    def plan(self, specs: list[LimitSpec], endpoint: str | None) -> _Plan:
+        if self.settings.key is not remote_address:
+            return specs, None
+        fast = []
+        for spec in specs:
+            prefix = client_prefix(spec, endpoint)
+            if prefix is None:
+                return specs, None
+            fast.append((spec, prefix))
+        return specs, fast
 
 
 def _config_bool(value: Any, name: str) -> bool:
@@ -154,6 +168,66 @@ def _config_budget(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidInputError(f"REDCOUNT_BUDGET must be a number of seconds, got {value!r}")
     return float(value)
+
+
+class _Hooks:
+    """The request hooks of one app, bound to what ``init_app`` settled for it, so a request
+    looks up neither the app nor its state (each of ``flask.current_app``, ``request`` and
+    ``g`` is a context lookup per use)."""
+
+    __slots__ = ("app", "rl", "state")
+
+    def __init__(self, rl: RateLimiter, app: Flask, state: _AppState) -> None:
+        self.rl = rl
+        self.app = app
+        self.state = state
+
+    def before(self) -> None:
+        state = self.state
+        if not state.enabled:
+            return
+        req: flask.Request = request._get_current_object()  # type: ignore[attr-defined]
+        # Limits are declared at import time, so what applies to an endpoint is settled once
+        # and served from the app's cache afterwards. A declaration made later anyway bumps
+        # the generation, so no stale entry is read. (Flask derives request.blueprints from
+        # the endpoint's name, so the endpoint alone keys the cache.)
+        where = (self.rl._generation, req.endpoint)
+        planned = state.specs.get(where)
+        if planned is None:
+            # Keyed per-route specs name the endpoint as _View.endpoint does.
+            planned = state.plan(self.rl._specs_uncached(self.app, state, req), req.endpoint)
+            if len(state.specs) >= _SPEC_CACHE:
+                state.specs.clear()
+            state.specs[where] = planned
+        specs, fast = planned
+        if not specs:
+            return
+        s = state.settings
+        view = _View(req, s)
+        if fast is not None:
+            client = view.client
+            checks = [
+                Check(spec, spec.static, prefix + client, spec.cost, spec.static_policies)  # type: ignore[arg-type]
+                for spec, prefix in fast
+            ]
+        else:
+            try:
+                checks = resolve_all(specs, view, s.key)
+            except (KeyFunctionError, InvalidInputError) as e:
+                raise InternalServerError(description=str(e) if self.app.debug else None) from e
+        verdict = decide(state.limiter, checks, s.policy, s.metrics, shadow_all=s.shadow)
+        req.environ[_VERDICT] = verdict
+        if verdict.unavailable:
+            raise StoreUnavailableError()
+        if not verdict.allowed:
+            raise RateLimitExceeded(verdict, render(verdict, s.headers))
+
+    def after(self, response: flask.Response) -> flask.Response:
+        verdict: Verdict | None = request.environ.get(_VERDICT)
+        if verdict is not None:
+            for name, value in render(verdict, self.state.settings.headers):
+                response.headers[name] = value  # set, not add: never a duplicate field
+        return response
 
 
 class RateLimiter:
@@ -282,8 +356,10 @@ class RateLimiter:
             enabled,
         )
         app.extensions["redcount"] = state
-        app.before_request(self._before_request)
-        app.after_request(self._after_request)
+        hooks = _Hooks(self, app, state)
+        app.before_request(hooks.before)
+        if settings.headers.any:  # with no header set there is nothing to add to responses
+            app.after_request(hooks.after)
 
     # -- decorators ----------------------------------------------------------------------
 
@@ -379,26 +455,14 @@ class RateLimiter:
             self._generation += 1
         return obj
 
-    # -- request hooks -------------------------------------------------------------------
+    # -- what applies to a request ---------------------------------------------------------
 
-    def _specs(self, app: Flask, state: _AppState) -> list[LimitSpec]:
-        # Limits are declared at import time, so what applies to an endpoint under its
-        # blueprints is settled once and served from the app's cache afterwards.
-        # A declaration made later anyway bumps the generation, so no stale entry is read.
-        where = (self._generation, request.endpoint, tuple(request.blueprints))
-        found = state.specs.get(where)
-        if found is None:
-            found = self._specs_uncached(app, state)
-            if len(state.specs) >= _SPEC_CACHE:
-                state.specs.clear()
-            state.specs[where] = found
-        return found
-
-    def _specs_uncached(self, app: Flask, state: _AppState) -> list[LimitSpec]:
-        view = app.view_functions.get(request.endpoint) if request.endpoint else None
+    def _specs_uncached(self, app: Flask, state: _AppState, req: flask.Request) -> list[LimitSpec]:
+        endpoint = req.endpoint
+        view = app.view_functions.get(endpoint) if endpoint else None
         if view is not None and view in self._exempt_views:
             return []
-        bps = request.blueprints
+        bps = req.blueprints
         if any(bp in self._exempt_blueprints for bp in bps):
             return []
         route: list[LimitSpec] = list(self._routes.get(view, ())) if view is not None else []
@@ -408,35 +472,7 @@ class RateLimiter:
             route = state.default
         return state.application + route
 
-    def _before_request(self) -> None:
-        app = flask.current_app
-        state: _AppState = app.extensions["redcount"]
-        if not state.enabled:
-            return
-        specs = self._specs(app, state)
-        if not specs:
-            return
-        s = state.settings
-        try:
-            checks = resolve_all(specs, _View(request, s), s.key)
-        except (KeyFunctionError, InvalidInputError) as e:
-            raise InternalServerError(description=str(e) if app.debug else None) from e
-        verdict = decide(state.limiter, checks, s.policy, s.metrics, shadow_all=s.shadow)
-        setattr(g, _G_VERDICT, verdict)
-        if verdict.unavailable:
-            raise StoreUnavailableError()
-        if not verdict.allowed:
-            raise RateLimitExceeded(verdict, render(verdict, s.headers))
-
-    def _after_request(self, response: flask.Response) -> flask.Response:
-        verdict: Verdict | None = g.pop(_G_VERDICT, None)
-        if verdict is not None:
-            state: _AppState = flask.current_app.extensions["redcount"]
-            for name, value in render(verdict, state.settings.headers):
-                response.headers[name] = value  # set, not add: never a duplicate field
-        return response
-
     def verdict(self) -> Verdict | None:
         """The current request's :class:`~redcount.web.Verdict` (None before any check)."""
-        found: Verdict | None = g.get(_G_VERDICT)
+        found: Verdict | None = request.environ.get(_VERDICT) if flask.has_request_context() else None
         return found

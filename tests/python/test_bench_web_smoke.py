@@ -47,3 +47,19 @@ def test_bench_web_bad_arguments() -> None:
         capture_output=True, text=True, timeout=60, check=False,
     )
     assert done.returncode == 2 and "--workers" in done.stderr
+
+
+def test_bench_web_cpu_per_request_in_process() -> None:
+    if shutil.which("redis-server") is None:
+        pytest.fail("'redis-server' not found on PATH: apt-get install redis-server. Refusing to skip.")
+    names = ["flask-none", "flask-redcount", "fastapi-none", "fastapi-redcount"]
+    done = subprocess.run(
+        [sys.executable, "-m", "redcount.tools.bench_web", "50", "--repeat", "1", "--only", ",".join(names)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = {line.split()[0]: line for line in done.stdout.splitlines() if line.strip()}
+    assert set(lines) == set(names), done.stdout
+    for name in names:
+        assert "us/request" in lines[name]
+        assert ("over no limiter" in lines[name]) == name.endswith("redcount")

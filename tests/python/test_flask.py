@@ -487,3 +487,48 @@ def test_fail_open_and_closed_when_redis_dies(redis_factory: Any) -> None:
             assert r.content_type == "application/problem+json" and r.headers["Retry-After"] == "1"
         server.restart()
         store.close()
+
+
+def test_headers_none_still_decides_and_exposes_the_verdict(store: redcount.Store) -> None:
+    app, rl = make_app(store, headers="none")
+    seen: list[int] = []
+
+    @app.get("/n")
+    @rl.limit("2/minute", cost=1)
+    def n() -> str:
+        v = rl.verdict()
+        assert v is not None and v.allowed
+        seen.append(v.outcomes[0].decision.remaining)
+        return "n"
+
+    c = app.test_client()
+    r = c.get("/n")
+    assert r.status_code == 200 and seen == [1]
+    assert not any(k.lower().startswith(("ratelimit", "x-ratelimit", "retry-after")) for k in r.headers.keys())
+    c.get("/n")
+    r = c.get("/n")
+    assert r.status_code == 429 and json.loads(r.get_data())["violated-policies"] == ["n"]
+    assert "Retry-After" not in r.headers and "RateLimit" not in r.headers
+
+
+def test_nested_blueprints_and_limits_declared_after_the_first_request(store: redcount.Store) -> None:
+    app, rl = make_app(store)
+    outer = Blueprint("outer", __name__)
+    inner = Blueprint("inner", __name__)
+
+    @inner.get("/x")
+    def x() -> str:
+        return "x"
+
+    @app.get("/late")
+    def late() -> str:
+        return "l"
+
+    rl.limit("1/minute")(outer)
+    outer.register_blueprint(inner, url_prefix="/inner")
+    app.register_blueprint(outer, url_prefix="/outer")
+    c = app.test_client()
+    assert statuses(lambda: c.get("/outer/inner/x"), 2) == [200, 429]  # the outer blueprint's limit holds
+    assert statuses(lambda: c.get("/late"), 3) == [200] * 3
+    rl.limit("1/minute")(late)  # after requests were served: the cache of what applies is not stale
+    assert statuses(lambda: c.get("/late"), 2) == [200, 429]

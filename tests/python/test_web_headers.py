@@ -239,3 +239,34 @@ def test_fail_open_and_closed_on_a_dead_store(dead_limiter: redcount.Limiter, ca
     assert not v.allowed and v.unavailable
     with pytest.raises(redcount.InvalidInputError, match="fail must be 'open' or 'closed'"):
         FailurePolicy("maybe")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kw", "fast"),
+    [
+        ({}, True),
+        ({"per_route": True}, True),
+        ({"cost": 2}, True),
+        ({"limit": "5/second;100/hour"}, True),
+        ({"per_method": True}, False),
+        ({"methods": ["GET"]}, False),
+        ({"exempt_when": lambda: False}, False),
+        ({"key": by_header("X-Tenant")}, False),
+        ({"limit": lambda: "3/minute"}, False),
+        ({"cost": lambda: 1}, False),
+    ],
+)
+def test_client_prefix_builds_the_key_resolve_builds(kw: dict[str, Any], fast: bool) -> None:
+    from redcount.web.spec import Check, client_prefix
+
+    s = spec(kw.pop("limit", "3/minute"), **kw)
+    view = FakeView()
+    prefix = client_prefix(s, view.endpoint)
+    assert (prefix is not None) == fast
+    if prefix is None:
+        return
+    assert s.static is not None
+    built = Check(s, s.static, prefix + view.client, s.cost, s.static_policies)  # type: ignore[arg-type]
+    assert resolve_all([s], view, remote_address) == [built]
+    if s.per_route:
+        assert client_prefix(s, None) is None  # no endpoint: the request's path decides

@@ -40,7 +40,7 @@ import tempfile
 import textwrap
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 
 from .bench import BenchError, _free_port, _private_server, _server_binary, _stop, write_json
@@ -359,3 +359,141 @@ def _print(results: dict[str, WebResult], report: dict[str, dict[str, float | st
             verdict = "meets" if float(s["ratio"]) <= 0.5 else "misses"
             print(f"{fw}: redcount overhead {float(s['overhead'] or 0):.1%} vs best peer {s['best_peer']} "
                   f"{float(s['best_peer_overhead'] or 0):.1%}: ratio {float(s['ratio']):.2f} ({verdict} the target 0.5)")
+
+
+# -- CPU per request, in process ----------------------------------------------------------
+#
+# wrk on a shared machine measures the machine as much as the app; the CPU one request costs
+# in the app's own process is steadier. ``python -m redcount.tools.bench_web [N]`` builds the
+# same apps as above in this process, against a private redis-server, drives N requests
+# through each (WSGI: the app called as gunicorn calls it; ASGI: the app awaited on uvloop
+# as uvicorn calls it, ``--concurrency`` requests in flight) and prints the process CPU time
+# per request (every thread of the process: the store's I/O thread included), the best of
+# ``--repeat`` runs, contenders taking turns.
+
+_CPU_CONTENDERS = ["flask-none", "flask-redcount", "flask-limiter-redis", "flask-limiter-redcount",
+                   "fastapi-none", "fastapi-redcount", "slowapi-redis", "slowapi-redcount"]
+
+
+def _load_app(name: str, redis_url: str) -> object:
+    os.environ["BENCH_REDIS_URL"] = redis_url
+    os.environ["BENCH_LIMIT"] = LIMIT
+    namespace: dict[str, object] = {"__name__": "bench_app_" + name.replace("-", "_")}
+    exec(compile(textwrap.dedent(_COMMON) + textwrap.dedent(_APPS[name]), name, "exec"), namespace)  # noqa: S102
+    return namespace["app"]
+
+
+def _wsgi_runner(app: object) -> Callable[[int], None]:
+    environ_base = {
+        "REQUEST_METHOD": "GET", "SCRIPT_NAME": "", "PATH_INFO": "/", "QUERY_STRING": "", "SERVER_NAME": "127.0.0.1",
+        "SERVER_PORT": "8000", "SERVER_PROTOCOL": "HTTP/1.1", "REMOTE_ADDR": "127.0.0.1", "REMOTE_PORT": "40000",
+        "HTTP_HOST": "127.0.0.1:8000", "HTTP_USER_AGENT": "bench", "wsgi.version": (1, 0), "wsgi.url_scheme": "http",
+        "wsgi.multithread": False, "wsgi.multiprocess": True, "wsgi.run_once": False,
+    }
+    import io
+
+    statuses: list[str] = []
+
+    def start_response(status: str, headers: list[tuple[str, str]], exc_info: object = None) -> None:
+        statuses.append(status)
+
+    def run(n: int) -> None:
+        for _ in range(n):
+            env = dict(environ_base, **{"wsgi.input": io.BytesIO(b""), "wsgi.errors": sys.stderr})
+            body = app(env, start_response)  # type: ignore[operator]
+            for _chunk in body:
+                pass
+            close = getattr(body, "close", None)
+            if close is not None:
+                close()
+        bad = [s for s in statuses if not s.startswith("200")]
+        statuses.clear()
+        if bad:
+            raise BenchError(f"the app answered {bad[0]}")
+
+    return run
+
+
+def _asgi_runner(app: object, concurrency: int) -> Callable[[int], None]:
+    import asyncio
+
+    try:
+        import uvloop
+
+        loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
+    except ImportError:
+        loop = asyncio.new_event_loop()
+    bad: list[int] = []
+
+    async def one() -> None:
+        scope = {
+            "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
+            "method": "GET", "scheme": "http", "path": "/", "raw_path": b"/", "root_path": "", "query_string": b"",
+            "headers": [(b"host", b"127.0.0.1:8000"), (b"user-agent", b"bench")],
+            "client": ("127.0.0.1", 40000), "server": ("127.0.0.1", 8000), "state": {},
+        }
+
+        async def receive() -> dict[str, object]:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message: dict[str, object]) -> None:
+            if message["type"] == "http.response.start" and message["status"] != 200:
+                bad.append(int(message["status"]))  # type: ignore[call-overload]
+
+        await app(scope, receive, send)  # type: ignore[operator]
+
+    async def worker(n: int) -> None:
+        for _ in range(n):
+            await one()
+
+    async def many(n: int) -> None:
+        per = [n // concurrency + (1 if i < n % concurrency else 0) for i in range(concurrency)]
+        await asyncio.gather(*(worker(k) for k in per))
+        if bad:
+            raise BenchError(f"the app answered {bad[0]}")
+
+    # No lifespan is run: the apps measured here have none (fastapi-limiter, which needs one,
+    # is not among _CPU_CONTENDERS).
+    return lambda n: loop.run_until_complete(many(n))
+
+
+def cpu_per_request(names: list[str], n: int, repeat: int, concurrency: int) -> dict[str, float]:
+    """Microseconds of process CPU per request for each contender (the best of ``repeat``)."""
+    binary = _server_binary("redis-server")
+    best: dict[str, float] = {}
+    with _private_server(binary) as redis_url:
+        runners: dict[str, Callable[[int], None]] = {}
+        for name in names:
+            app = _load_app(name, redis_url)
+            runners[name] = _wsgi_runner(app) if _FRAMEWORK[name] == "flask" else _asgi_runner(app, concurrency)
+            runners[name](max(100, n // 10))  # warm-up: caches, connections, scripts loaded
+        for _ in range(repeat):
+            for name in names:
+                t0 = time.process_time()
+                runners[name](n)
+                us = (time.process_time() - t0) / n * 1e6
+                best[name] = min(best.get(name, us), us)
+    return best
+
+
+def _cpu_main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m redcount.tools.bench_web",
+                                description="Process CPU per request of the bench apps, driven in process.")
+    p.add_argument("requests", nargs="?", type=int, default=5000, help="requests per run (default 5000)")
+    p.add_argument("--repeat", type=int, default=5, help="runs per contender, the best kept (default 5)")
+    p.add_argument("--concurrency", type=int, default=32, help="ASGI requests in flight (default 32)")
+    p.add_argument("--only", default="", help="comma-separated contenders (default: all that are installed)")
+    a = p.parse_args(argv)
+    names = [n for n in (a.only.split(",") if a.only else _CPU_CONTENDERS) if n]
+    names = [n for n in names if _missing(n) is None]
+    best = cpu_per_request(names, a.requests, a.repeat, a.concurrency)
+    for fw in ("flask", "fastapi"):
+        base = best.get(f"{fw}-none")
+        for name in (n for n in names if _FRAMEWORK[n] == fw):
+            extra = f"  +{best[name] - base:6.1f} us over no limiter" if base is not None and name != f"{fw}-none" else ""
+            print(f"{name:24s} {best[name]:7.1f} us/request{extra}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_cpu_main())

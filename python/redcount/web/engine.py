@@ -20,7 +20,6 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from .._core import Decision
@@ -124,27 +123,56 @@ class FailurePolicy:
         return self._settle(d)
 
 
-@dataclass
 class Outcome:
-    """One decided check: the decision and the policy (of the check's limits) that bound it."""
+    """One decided check: the decision and the policy (of the check's limits) that bound it.
+    Made per request (a plain slotted class: it is built on every decision)."""
 
-    check: Check
-    decision: Decision
-    policy: Policy
-    shadow: bool
+    __slots__ = ("check", "decision", "policy", "shadow")
+
+    def __init__(self, check: Check, decision: Decision, policy: Policy, shadow: bool) -> None:
+        self.check = check
+        self.decision = decision
+        self.policy = policy
+        self.shadow = shadow
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Outcome):
+            return NotImplemented
+        return (self.check, self.decision, self.policy, self.shadow) == (
+            other.check, other.decision, other.policy, other.shadow
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value, like the dataclass it was
+
+    def __repr__(self) -> str:
+        return (f"Outcome(check={self.check!r}, decision={self.decision!r}, policy={self.policy!r}, "
+                f"shadow={self.shadow!r})")
 
 
-@dataclass
 class Verdict:
     """Everything decided for one request. ``planned`` are all the checks that applied (their
     policies are all advertised); ``outcomes`` those the store decided. Made per request and
     used by that request only (not thread-safe, and need not be)."""
 
-    planned: list[Check]
-    shadow_all: bool = False
-    outcomes: list[Outcome] = field(default_factory=list)
-    allowed: bool = True
-    unavailable: bool = False
+    __slots__ = ("allowed", "outcomes", "planned", "shadow_all", "unavailable")
+
+    def __init__(
+        self,
+        planned: list[Check],
+        shadow_all: bool = False,
+        outcomes: list[Outcome] | None = None,
+        allowed: bool = True,
+        unavailable: bool = False,
+    ) -> None:
+        self.planned = planned
+        self.shadow_all = shadow_all
+        self.outcomes: list[Outcome] = [] if outcomes is None else outcomes
+        self.allowed = allowed
+        self.unavailable = unavailable
+
+    def __repr__(self) -> str:
+        return (f"Verdict(planned={self.planned!r}, shadow_all={self.shadow_all!r}, outcomes={self.outcomes!r}, "
+                f"allowed={self.allowed!r}, unavailable={self.unavailable!r})")
 
     def is_shadow(self, check: Check) -> bool:
         return self.shadow_all or check.spec.shadow
@@ -181,16 +209,42 @@ def binding_policy(check: Check, d: Decision) -> Policy:
     return check.policies[pick]
 
 
-def _record(
-    verdict: Verdict, check: Check, d: Decision | None, started: float, metrics: MetricsSink | None
+def _settle(
+    verdict: Verdict,
+    check: Check,
+    d: Decision,
+    error: BaseException | None,
+    policy: FailurePolicy,
+    metrics: MetricsSink | None,
+    started: float,
 ) -> bool:
-    """Add one decision; False when it refuses the request (and checking should stop)."""
-    if d is None:
-        return True
-    shadow = verdict.is_shadow(check)
+    """Add one check's decision (or failure) to the verdict under the failure policy; False
+    when the request is refused (and checking should stop). Shared by :func:`decide` and
+    :func:`decide_async`, and kept free of per-call closures: it runs for every request."""
+    shadow = verdict.shadow_all or check.spec.shadow
+    if d.unavailable:
+        try:
+            settled = policy._settle(d, error)
+        except StoreUnavailable:
+            if shadow:  # a shadow check counts and reports; it never blocks
+                if metrics is not None:
+                    metrics.store_error(check, "open")
+                return True
+            if metrics is not None:
+                metrics.store_error(check, "closed")
+            verdict.allowed, verdict.unavailable = False, True
+            return False
+        if settled is None:
+            if metrics is not None:
+                metrics.store_error(check, "open")
+            return True
+    elif policy._down:
+        policy._ok()
     if metrics is not None:
         metrics.decision(check, d, shadow, time.perf_counter() - started)
-    verdict.outcomes.append(Outcome(check, d, binding_policy(check, d), shadow))
+    policies = check.policies
+    bound = policies[0] if len(policies) == 1 else binding_policy(check, d)
+    verdict.outcomes.append(Outcome(check, d, bound, shadow))
     if d.allowed:
         return True
     if shadow:
@@ -210,22 +264,15 @@ def decide(
 ) -> Verdict:
     """Decide ``checks`` in order with a sync limiter (blocks the calling thread)."""
     verdict = Verdict(list(checks), shadow_all)
+    hit = limiter.hit
     for c in checks:
-        started = time.perf_counter()
+        started = time.perf_counter() if metrics is not None else 0.0
+        error: BaseException | None = None
         try:
-            d = policy.run(lambda: limiter.hit(c.limits, c.key, c.cost))
-        except StoreUnavailable:
-            if verdict.is_shadow(c):  # a shadow check counts and reports; it never blocks
-                if metrics is not None:
-                    metrics.store_error(c, "open")
-                continue
-            if metrics is not None:
-                metrics.store_error(c, "closed")
-            verdict.allowed, verdict.unavailable = False, True
-            return verdict
-        if d is None and metrics is not None:
-            metrics.store_error(c, "open")
-        if not _record(verdict, c, d, started, metrics):
+            d = hit(c.limits, c.key, c.cost)
+        except StoreConnectionError as e:
+            d, error = policy._without_store(), e
+        if not _settle(verdict, c, d, error, policy, metrics, started):
             break
     return verdict
 
@@ -241,21 +288,14 @@ async def decide_async(
     """Decide ``checks`` in order with an async limiter: the event loop never waits on the
     store (see :mod:`redcount.aio`)."""
     verdict = Verdict(list(checks), shadow_all)
+    hit = limiter.hit
     for c in checks:
-        started = time.perf_counter()
+        started = time.perf_counter() if metrics is not None else 0.0
+        error: BaseException | None = None
         try:
-            d = await policy.arun(lambda: limiter.hit(c.limits, c.key, c.cost))
-        except StoreUnavailable:
-            if verdict.is_shadow(c):  # a shadow check counts and reports; it never blocks
-                if metrics is not None:
-                    metrics.store_error(c, "open")
-                continue
-            if metrics is not None:
-                metrics.store_error(c, "closed")
-            verdict.allowed, verdict.unavailable = False, True
-            return verdict
-        if d is None and metrics is not None:
-            metrics.store_error(c, "open")
-        if not _record(verdict, c, d, started, metrics):
+            d = await hit(c.limits, c.key, c.cost)
+        except StoreConnectionError as e:
+            d, error = policy._without_store(), e
+        if not _settle(verdict, c, d, error, policy, metrics, started):
             break
     return verdict

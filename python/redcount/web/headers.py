@@ -44,6 +44,11 @@ class HeaderSets:
     legacy: bool = False
     retry_after: bool = True
 
+    @property
+    def any(self) -> bool:
+        """True when at least one set is sent."""
+        return self.ietf or self.legacy or self.retry_after
+
     @classmethod
     def parse(cls, value: HeaderSets | str | Iterable[str] | None) -> HeaderSets:
         """``"all"``, ``"none"``, a comma-separated string or a list of set names; None is
@@ -90,6 +95,8 @@ def _binding(outcomes: list[Outcome]) -> Outcome | None:
 def render(verdict: Verdict, sets: HeaderSets, *, now: float | None = None) -> list[tuple[str, str]]:
     """The headers for one request's verdict, each field once. Shadow limits and limits the
     store could not decide are left out; a request no enforced limit decided gets none."""
+    if not (sets.ietf or sets.legacy or sets.retry_after):
+        return []
     binding = _binding(verdict.outcomes)
     if binding is None:
         return []

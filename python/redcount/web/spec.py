@@ -133,16 +133,31 @@ class Policy:
     window: int
 
 
-@dataclass
 class Check:
     """One limit to decide for one request: the parsed limits, the storage key, the cost.
-    Made per request and never shared between requests."""
+    Made per request and never shared between requests (a plain slotted class: one is built
+    for every limit of every request)."""
 
-    spec: LimitSpec
-    limits: LimitSet
-    key: str
-    cost: int
-    policies: list[Policy]
+    __slots__ = ("cost", "key", "limits", "policies", "spec")
+
+    def __init__(self, spec: LimitSpec, limits: LimitSet, key: str, cost: int, policies: list[Policy]) -> None:
+        self.spec = spec
+        self.limits = limits
+        self.key = key
+        self.cost = cost
+        self.policies = policies
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Check):
+            return NotImplemented
+        return (self.spec, self.limits, self.key, self.cost, self.policies) == (
+            other.spec, other.limits, other.key, other.cost, other.policies
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value, like the dataclass it was
+
+    def __repr__(self) -> str:
+        return f"Check(spec={self.spec.where!r}, key={self.key!r}, cost={self.cost!r}, policies={self.policies!r})"
 
 
 def _arity(fn: Callable[..., Any], what: str, where: str) -> int:
@@ -240,6 +255,7 @@ class LimitSpec:
     _limit_arity: int = 1
     _cost_arity: int = 1
     _exempt_arity: int = 0
+    _prefix: str | None = None  # the key up to the client's part, when no request part precedes it
 
     @classmethod
     def build(
@@ -290,7 +306,7 @@ class LimitSpec:
                 raise InvalidInputError(f"cost {cost} on {where} is more than the limit {limit!r} ever allows")
         else:
             spec._cost_arity = _arity(cost, "cost", where)
-        spec.cost = cost
+        spec.cost = int(cost) if isinstance(cost, int) else cost  # a plain int: resolve() tests its class
         if methods is not None:
             if isinstance(methods, str):
                 methods = [methods]
@@ -302,6 +318,8 @@ class LimitSpec:
         if exempt_when is not None:
             spec._exempt_arity = _arity(exempt_when, "exempt_when", where)
             spec.exempt_when = exempt_when
+        if not spec.per_route and not spec.per_method:
+            spec._prefix = spec.scope + "|"
         return spec
 
     def _call(self, fn: Callable[..., Any], arity: int, native: Any) -> Any:
@@ -338,7 +356,9 @@ class LimitSpec:
                 raise KeyFunctionError(msg)
             policies = policies_of(None if self.auto_name else self.name, limits)
         keyfn = self.key if self.key is not None else default_key
-        if isinstance(keyfn, RequestKey):
+        if keyfn is remote_address:  # the default: no call through the RequestKey
+            ident = view.client
+        elif isinstance(keyfn, RequestKey):
             ident = keyfn(view)
         else:
             ident = keyfn(view.native)
@@ -347,12 +367,14 @@ class LimitSpec:
             _once(keyfn, msg)
             raise KeyFunctionError(msg)
         cost: Any = self.cost
-        if not isinstance(cost, int):
+        if cost.__class__ is not int:  # build() made a fixed cost a plain int; else a callable
             cost = self._call(cost, self._cost_arity, view.native)
             if not isinstance(cost, int) or isinstance(cost, bool) or cost < 1:
                 msg = f"the cost callable on {self.where} must return an int >= 1, got {cost!r}"
                 _once(self.cost, msg)
                 raise KeyFunctionError(msg)
+        if self._prefix is not None:
+            return Check(self, limits, self._prefix + ident, cost, policies)
         parts = [self.scope]
         if self.per_route:
             parts.append(view.endpoint)
@@ -360,6 +382,26 @@ class LimitSpec:
             parts.append(view.method.upper())
         parts.append(ident)
         return Check(self, limits, "|".join(parts), cost, policies)
+
+
+def client_prefix(spec: LimitSpec, endpoint: str | None) -> str | None:
+    """When only the client's address varies between the checks this spec makes for
+    requests to ``endpoint`` (a fixed limit, cost and scope; every method; no exemption; the
+    integration's default key, which must be :data:`remote_address`), the key up to the
+    client's part: ``Check(spec, spec.static, prefix + client, spec.cost, spec.static_policies)``
+    is then what :meth:`LimitSpec.resolve` would build. None otherwise."""
+    if (
+        spec.static is None
+        or spec.methods is not None
+        or spec.exempt_when is not None
+        or spec.key is not None
+        or spec.per_method
+        or spec.cost.__class__ is not int
+    ):
+        return None
+    if not spec.per_route:
+        return spec.scope + "|"
+    return None if endpoint is None else f"{spec.scope}|{endpoint}|"
 
 
 def resolve_all(specs: Sequence[LimitSpec], view: RequestView, default_key: KeyFunc) -> list[Check]:
