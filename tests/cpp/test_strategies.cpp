@@ -359,6 +359,32 @@ ScriptCall typed_call(const char* strategy, std::int64_t sub_buckets, const char
   return call;
 }
 
+// A typed fixed_window_incr call as the counter makes it: incr (with or without a request
+// id) or incr_many, on a scratch memory store whose clock reads the wall clock, so that the
+// deadline is in the future on Redis too.
+ScriptCall typed_incr_call(std::mt19937& rng) {
+  static auto clock = std::make_shared<ManualClock>(wall_ms());
+  static auto scratch = rctest::memory_store(clock);
+  static FixedWindowCounter counter = [] {
+    FixedWindowOptions o;
+    o.prefix = "tyi";
+    o.name = "c";
+    o.window_ms = 3'600'000;
+    return FixedWindowCounter(scratch, o);
+  }();
+  const auto amount = [&] { return static_cast<std::int64_t>(1 + rng() % 3); };
+  std::vector<Request> batch;
+  if (rng() % 3 == 0) {
+    batch = counter.make_incr_many({{"a", amount()}, {"b", amount()}})->prepare();
+  } else {
+    const std::string rid = rng() % 2 == 0 ? std::string() : "r" + std::to_string(rng() % 4);
+    batch = counter.make_incr("a", amount(), rid)->prepare();
+  }
+  ScriptCall call = std::get<ScriptCall>(batch.at(0));
+  EXPECT_TRUE(call.typed) << "fixed_window_incr sends no typed arguments";
+  return call;
+}
+
 const std::vector<ParityCase>& parity_cases() {
   static const std::int64_t deadline = wall_ms() + 3'600'000;  // absolute: the same on both stores
   static const std::vector<ParityCase> cases = {
@@ -373,11 +399,17 @@ const std::vector<ParityCase>& parity_cases() {
          }
          return c;
        }},
+      {"fixed_window_incr", true, [](std::mt19937& rng, std::int64_t, int) { return typed_incr_call(rng); }},
       {"fixed_window_hit", false,
        [](std::mt19937& rng, std::int64_t, int) {
          return ScriptCall{&kFixedWindowHitScript,
                            {"fwh:{a}:1", "fwh:{a}:2"},
                            {std::to_string(1 + rng() % 3), "40", std::to_string(deadline), "90", std::to_string(deadline)}};
+       }},
+      {"fixed_window_hit", true,
+       [](std::mt19937& rng, std::int64_t, int) {
+         // At wall time: the window's deadline must be in the future on Redis too.
+         return typed_call("fixed-window", 1, "40/hour;90 per 2 hours", rng, wall_ms());
        }},
       {"sliding_log", false,
        [](std::mt19937& rng, std::int64_t now, int i) {
