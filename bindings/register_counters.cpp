@@ -96,6 +96,9 @@ void register_counters(py::module_& m) {
             const std::int64_t a = int_arg(amount, "amount");
             const std::string rid = request_id.is_none() ? std::string() : text_arg(request_id, "request_id");
             if (!request_id.is_none() && rid.empty()) throw InvalidArgument("request_id must not be empty");
+            // Nothing to wait for on the memory store: keep the GIL, as LimiterCore does (its
+            // lock is only ever held briefly, and never by a thread that needs the GIL).
+            if (c.store()->is_memory()) return c.incr(k, a, rid);
             py::gil_scoped_release release;  // network wait
             return c.incr(k, a, rid);
           },

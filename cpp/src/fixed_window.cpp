@@ -2,17 +2,47 @@
 
 #include <algorithm>
 #include <map>
+#include <span>
 #include <type_traits>
 
 #include "redcount/errors.h"
 #include "redcount/lua_scripts.h"
 #include "redcount/util.h"
+#include "limiter_internal.h"
 #include "retry_queue.h"
 
 namespace redcount {
 namespace {
 
 using SteadyClock = std::chrono::steady_clock;
+
+// One item of fixed_window_incr on the memory store, as the Lua loop body does it: its
+// reply. Both twins run it, so they stay in step with each other and with the script.
+Reply incr_item(Keyspace& ks, const std::string& key, std::int64_t amount, const std::string* rid,
+                std::int64_t deadline) {
+  if (rid && !ks.set_nx_pxat(*rid, "1", deadline)) {
+    ks.hold_expiry(*rid, deadline);
+    ks.hold_expiry(key, deadline);
+    try {
+      auto v = ks.get(key);
+      return v ? Reply::of_string(*v) : Reply::of_integer(0);
+    } catch (const ReplyError& e) {
+      return Reply::of_error(e.what());
+    }
+  }
+  try {
+    const std::int64_t v = ks.incrby(key, amount);
+    ks.hold_expiry(key, deadline);
+    return Reply::of_integer(v);
+  } catch (const ReplyError& e) {
+    if (rid) ks.del(*rid);
+    ks.hold_expiry(key, deadline);
+    return Reply::of_error(e.what());
+  }
+}
+
+// Request-id keys by item (nullptr: none); one inline slot covers incr().
+using RidKeys = detail::SmallVec<const std::string*, 1>;
 
 // The memory store's twin of fixed_window_incr.lua; keep the two in step.
 Reply native_fixed_window_incr(Keyspace& ks, const std::vector<std::string>& keys,
@@ -24,7 +54,8 @@ Reply native_fixed_window_incr(Keyspace& ks, const std::vector<std::string>& key
   if (!n || !deadline || *n < 0 || static_cast<std::size_t>(*n) > keys.size()) return bad();
   const std::size_t count = static_cast<std::size_t>(*n);
   if (args.size() != 2 + count + (keys.size() - count)) return bad();
-  std::vector<const std::string*> rid(count, nullptr);
+  RidKeys rid;
+  rid.assign(count, nullptr);
   for (std::size_t j = 0; j < keys.size() - count; ++j) {
     auto item = parse_int64(args[2 + count + j]);
     if (!item || *item < 1 || static_cast<std::size_t>(*item) > count) return bad();
@@ -33,37 +64,63 @@ Reply native_fixed_window_incr(Keyspace& ks, const std::vector<std::string>& key
   std::vector<Reply> out;
   out.reserve(count);
   for (std::size_t i = 0; i < count; ++i) {
-    const std::string& key = keys[i];
     auto amount = parse_int64(args[2 + i]);
     if (!amount) return bad();
-    if (rid[i] && !ks.set_nx_pxat(*rid[i], "1", *deadline)) {
-      ks.hold_expiry(*rid[i], *deadline);
-      ks.hold_expiry(key, *deadline);
-      try {
-        auto v = ks.get(key);
-        out.push_back(v ? Reply::of_string(*v) : Reply::of_integer(0));
-      } catch (const ReplyError& e) {
-        out.push_back(Reply::of_error(e.what()));
-      }
-      continue;
-    }
-    try {
-      const std::int64_t v = ks.incrby(key, *amount);
-      ks.hold_expiry(key, *deadline);
-      out.push_back(Reply::of_integer(v));
-    } catch (const ReplyError& e) {
-      if (rid[i]) ks.del(*rid[i]);
-      ks.hold_expiry(key, *deadline);
-      out.push_back(Reply::of_error(e.what()));
-    }
+    out.push_back(incr_item(ks, keys[i], *amount, rid[i], *deadline));
   }
   return Reply::of_array(std::move(out));
+}
+
+// fixed_window_incr's ARGV in typed form (see ScriptArgs): the typed twin reads the numbers
+// as they are and answers in place, leaving the per-item replies in `replies`.
+struct IncrArgs final : ScriptArgs {
+  std::int64_t deadline = 0;
+  detail::SmallVec<std::int64_t, 1> amounts;    // per item
+  detail::SmallVec<std::int64_t, 1> rid_items;  // per request-id key: its item, 1-based
+  mutable detail::SmallVec<Reply, 1> replies;
+  mutable bool answered = false;
+
+  std::vector<std::string> render() const override {
+    std::vector<std::string> out;
+    out.reserve(2 + amounts.size() + rid_items.size());
+    out.push_back(std::to_string(amounts.size()));
+    out.push_back(std::to_string(deadline));
+    for (std::int64_t a : amounts) out.push_back(std::to_string(a));
+    for (std::int64_t j : rid_items) out.push_back(std::to_string(j));
+    return out;
+  }
+  std::optional<Reply> answer() const override {
+    if (!answered) return std::nullopt;
+    return Reply::of_array(std::vector<Reply>(replies.begin(), replies.end()));
+  }
+};
+
+// The typed twin: the same items with no text to format or parse.
+Reply typed_fixed_window_incr(Keyspace& ks, const std::vector<std::string>& keys, const ScriptArgs& a) {
+  const auto& c = static_cast<const IncrArgs&>(a);
+  const std::size_t count = c.amounts.size();
+  if (keys.size() != count + c.rid_items.size()) {
+    return Reply::of_error("ERR fixed_window_incr: malformed arguments");
+  }
+  RidKeys rid;
+  rid.assign(count, nullptr);
+  for (std::size_t j = 0; j < c.rid_items.size(); ++j) {
+    const std::int64_t item = c.rid_items[j];
+    if (item < 1 || static_cast<std::size_t>(item) > count) {
+      return Reply::of_error("ERR fixed_window_incr: malformed arguments");
+    }
+    rid[static_cast<std::size_t>(item) - 1] = &keys[count + j];
+  }
+  c.replies.clear();
+  for (std::size_t i = 0; i < count; ++i) c.replies.push_back(incr_item(ks, keys[i], c.amounts[i], rid[i], c.deadline));
+  c.answered = true;
+  return Reply::of_status(std::string(kAnsweredInPlace));
 }
 
 }  // namespace
 
 const Script kFixedWindowIncrScript{"fixed_window_incr", lua::fixed_window_incr_source,
-                                    lua::fixed_window_incr_sha1, &native_fixed_window_incr};
+                                    lua::fixed_window_incr_sha1, &native_fixed_window_incr, &typed_fixed_window_incr};
 
 std::int64_t count_from_reply(const Reply& r) {
   r.check();
@@ -186,51 +243,88 @@ class SendOp final : public Op<std::vector<Reply>> {
 
   std::vector<Request> scripts() {
     step_ = Step::Scripts;
+    std::vector<Request> batch;
+    if (items_.size() == 1) {  // incr(): one call, nothing to group
+      const std::size_t only = 0;
+      batch.push_back(script_call(&only, 1, items_[0].expire_at_ms));
+      return batch;
+    }
     // The calls go in one pipeline, so the server runs the first while later ones are
     // still being sent.
     std::map<std::pair<std::int64_t, std::uint32_t>, std::vector<std::size_t>> by_deadline;
     for (std::size_t i = 0; i < items_.size(); ++i) {
       by_deadline[{items_[i].expire_at_ms, core_.store->shard_of(items_[i].storage_key)}].push_back(i);
     }
-    std::vector<Request> batch;
     const std::size_t per_call = core_.options.max_script_batch;
     for (const auto& [group_key, indexes] : by_deadline) {
       const std::int64_t deadline = group_key.first;
       for (std::size_t start = 0; start < indexes.size(); start += per_call) {
         const std::size_t end = std::min(indexes.size(), start + per_call);
-        std::vector<std::size_t> group(indexes.begin() + static_cast<std::ptrdiff_t>(start),
-                                       indexes.begin() + static_cast<std::ptrdiff_t>(end));
-        ScriptCall call{&kFixedWindowIncrScript, {}, {}};
-        call.keys.reserve(group.size());
-        call.args.reserve(2 + group.size());
-        call.args.push_back(std::to_string(group.size()));
-        call.args.push_back(std::to_string(deadline));
-        for (std::size_t g : group) {
-          call.keys.push_back(items_[g].storage_key);
-          call.args.push_back(std::to_string(items_[g].amount));
-        }
-        for (std::size_t g = 0; g < group.size(); ++g) {
-          if (items_[group[g]].request_id_key.empty()) continue;
-          call.keys.push_back(items_[group[g]].request_id_key);
-          call.args.push_back(std::to_string(g + 1));
-        }
-        batch.emplace_back(std::move(call));
-        members_.push_back(std::move(group));
+        batch.push_back(script_call(indexes.data() + start, end - start, deadline));
       }
     }
     return batch;
   }
 
+  // One fixed_window_incr call for the items at `idx[0..n)`, recorded as the next group
+  // of members_. Its arguments are typed (a memory store reads them as they are; Redis gets
+  // them rendered as the script's ARGV).
+  ScriptCall script_call(const std::size_t* idx, std::size_t n, std::int64_t deadline) {
+    auto args = std::make_shared<IncrArgs>();
+    args->deadline = deadline;
+    ScriptCall call{&kFixedWindowIncrScript, {}, {}};
+    std::size_t ids = 0;
+    for (std::size_t g = 0; g < n; ++g) ids += items_[idx[g]].request_id_key.empty() ? 0 : 1;
+    call.keys.reserve(n + ids);
+    for (std::size_t g = 0; g < n; ++g) {
+      call.keys.push_back(items_[idx[g]].storage_key);
+      args->amounts.push_back(items_[idx[g]].amount);
+      members_.push_back(idx[g]);
+    }
+    for (std::size_t g = 0; g < n && ids > 0; ++g) {
+      if (items_[idx[g]].request_id_key.empty()) continue;
+      call.keys.push_back(items_[idx[g]].request_id_key);
+      args->rid_items.push_back(static_cast<std::int64_t>(g + 1));
+    }
+    group_end_.push_back(members_.size());
+    sent_.push_back(args);
+    call.typed = std::move(args);
+    return call;
+  }
+
+  // The item indexes of call `c`.
+  std::span<const std::size_t> group(std::size_t c) const {
+    const std::size_t begin = c == 0 ? 0 : group_end_[c - 1];
+    return {members_.data() + begin, group_end_[c] - begin};
+  }
+
   std::vector<Reply> scripts_done(std::vector<Reply>& replies) {
-    if (replies.size() != members_.size()) throw ProtocolError("fixed_window_incr: reply count mismatch");
+    if (replies.size() != group_end_.size()) throw ProtocolError("fixed_window_incr: reply count mismatch");
+    // A typed twin's answer, or the script's array reply: the per-item replies of call c.
+    auto items_of = [&](std::size_t c) -> Reply* {
+      Reply& r = replies[c];
+      if (r.type == Reply::Type::Status && r.str == kAnsweredInPlace && sent_[c]->answered) {
+        return sent_[c]->replies.size() == group(c).size() ? sent_[c]->replies.data() : nullptr;
+      }
+      if (r.type == Reply::Type::Array && r.elements.size() == group(c).size()) return r.elements.data();
+      return nullptr;
+    };
+    if (items_.size() == 1 && replies.size() == 1) {  // incr(): the replies vector serves as the result
+      if (Reply* item = items_of(0)) {
+        Reply only = std::move(*item);
+        replies[0] = std::move(only);
+      } else if (!replies[0].is_error()) {
+        throw ProtocolError("fixed_window_incr returned an unexpected reply");
+      }
+      return std::move(replies);
+    }
     std::vector<Reply> out(items_.size());
     for (std::size_t c = 0; c < replies.size(); ++c) {
-      Reply& r = replies[c];
-      const auto& group = members_[c];
-      if (r.type == Reply::Type::Array && r.elements.size() == group.size()) {
-        for (std::size_t g = 0; g < group.size(); ++g) out[group[g]] = std::move(r.elements[g]);
-      } else if (r.is_error()) {
-        for (std::size_t g : group) out[g] = r;  // the whole call failed
+      const auto members = group(c);
+      if (Reply* item = items_of(c)) {
+        for (std::size_t g = 0; g < members.size(); ++g) out[members[g]] = std::move(item[g]);
+      } else if (replies[c].is_error()) {
+        for (std::size_t g : members) out[g] = replies[c];  // the whole call failed
       } else {
         throw ProtocolError("fixed_window_incr returned an unexpected reply");
       }
@@ -245,40 +339,51 @@ class SendOp final : public Op<std::vector<Reply>> {
   // server's time (measured: 1.7 against 4.6 us per increment, pipelined).
   std::vector<Request> transaction() {
     step_ = Step::Transaction;
+    std::vector<Request> batch;
+    if (items_.size() == 1) {  // incr(): one group, nothing to sort by shard
+      const std::size_t only = 0;
+      batch.reserve(4);
+      transaction_group(batch, &only, 1);
+      return batch;
+    }
     std::map<std::uint32_t, std::vector<std::size_t>> by_shard;
     for (std::size_t i = 0; i < items_.size(); ++i) by_shard[core_.store->shard_of(items_[i].storage_key)].push_back(i);
-    std::vector<Request> batch;
     batch.reserve(items_.size() * 2 + by_shard.size() * 2);
     const std::size_t per_call = core_.options.max_script_batch;
     for (const auto& [shard, indexes] : by_shard) {
       for (std::size_t start = 0; start < indexes.size(); start += per_call) {
         const std::size_t end = std::min(indexes.size(), start + per_call);
-        batch.emplace_back(Command{{"MULTI"}});
-        std::vector<std::size_t> group;
-        for (std::size_t k = start; k < end; ++k) {
-          const WindowedIncrement& w = items_[indexes[k]];
-          batch.emplace_back(Command{{"INCRBY", w.storage_key, std::to_string(w.amount)}});
-          batch.emplace_back(Command{{"PEXPIREAT", w.storage_key, std::to_string(w.expire_at_ms), "LT"}});
-          group.push_back(indexes[k]);
-        }
-        batch.emplace_back(Command{{"EXEC"}});
-        members_.push_back(std::move(group));
+        transaction_group(batch, indexes.data() + start, end - start);
       }
     }
     return batch;
   }
 
+  // MULTI, INCRBY and PEXPIREAT LT per item of `idx[0..n)`, EXEC; recorded in members_.
+  void transaction_group(std::vector<Request>& batch, const std::size_t* idx, std::size_t n) {
+    batch.emplace_back(Command{{"MULTI"}});
+    for (std::size_t g = 0; g < n; ++g) {
+      const WindowedIncrement& w = items_[idx[g]];
+      batch.emplace_back(Command{{"INCRBY", w.storage_key, std::to_string(w.amount)}});
+      batch.emplace_back(Command{{"PEXPIREAT", w.storage_key, std::to_string(w.expire_at_ms), "LT"}});
+      members_.push_back(idx[g]);
+    }
+    batch.emplace_back(Command{{"EXEC"}});
+    group_end_.push_back(members_.size());
+  }
+
   std::vector<Request> transaction_done(std::vector<Reply>& replies) {
     std::size_t expected = 0;
-    for (const auto& g : members_) expected += 2 + 2 * g.size();
+    for (std::size_t c = 0; c < group_end_.size(); ++c) expected += 2 + 2 * group(c).size();
     if (replies.size() != expected) throw ProtocolError("fixed-window transaction: reply count mismatch");
     out_.assign(items_.size(), Reply{});
     std::size_t r = 0;
-    for (const auto& group : members_) {
+    for (std::size_t c = 0; c < group_end_.size(); ++c) {
+      const auto members = group(c);
       const std::size_t first = r;
-      r += 1 + 2 * group.size();  // +OK, then +QUEUED per command
+      r += 1 + 2 * members.size();  // +OK, then +QUEUED per command
       Reply& exec = replies[r++];
-      if (exec.type != Reply::Type::Array || exec.elements.size() != 2 * group.size()) {
+      if (exec.type != Reply::Type::Array || exec.elements.size() != 2 * members.size()) {
         // EXECABORT (a command refused while queueing) or a failure of the whole call:
         // nothing of it ran. The refusal itself (LOADING, READONLY...) says more than
         // EXECABORT, and whether it is worth retrying.
@@ -289,14 +394,14 @@ class SendOp final : public Op<std::vector<Reply>> {
             break;
           }
         }
-        for (std::size_t i : group) out_[i] = whole;
+        for (std::size_t i : members) out_[i] = whole;
         continue;
       }
-      for (std::size_t g = 0; g < group.size(); ++g) {
+      for (std::size_t g = 0; g < members.size(); ++g) {
         Reply& incr = exec.elements[2 * g];
         const Reply& expire = exec.elements[2 * g + 1];
-        if (!incr.is_error() && expire.is_error()) fix_.push_back(group[g]);  // LT refused: plain repair
-        out_[group[g]] = std::move(incr);
+        if (!incr.is_error() && expire.is_error()) fix_.push_back(members[g]);  // LT refused: plain repair
+        out_[members[g]] = std::move(incr);
       }
     }
     if (fix_.empty()) {
@@ -412,7 +517,11 @@ class SendOp final : public Op<std::vector<Reply>> {
   Core& core_;
   std::vector<WindowedIncrement> items_;
   Step step_ = Step::Scripts;
-  std::vector<std::vector<std::size_t>> members_;  // item indexes per script call
+  // Item indexes in call order (script calls, or MULTI groups); call c's are
+  // members_[group_end_[c - 1], group_end_[c]). One inline slot each: incr() allocates none.
+  detail::SmallVec<std::size_t, 1> members_;
+  detail::SmallVec<std::size_t, 1> group_end_;
+  detail::SmallVec<std::shared_ptr<const IncrArgs>, 1> sent_;  // per script call
   std::vector<Reply> out_;                          // commands mode: per-item replies
   std::vector<std::size_t> fix_;                    // commands mode: items to repair
 };
@@ -478,6 +587,14 @@ class IncrOp final : public Op<T> {
   std::vector<Request> apply() {
     const auto& items = send_.items();
     std::vector<Reply> replies = send_.take();
+    if (items.size() == 1 && !replies[0].is_error()) {  // incr() that landed: no bookkeeping
+      if constexpr (std::is_same_v<T, std::int64_t>) {
+        this->complete(count_from_reply(replies[0]));
+      } else {
+        this->complete(std::vector<std::int64_t>{count_from_reply(replies[0])});
+      }
+      return {};
+    }
     std::vector<std::int64_t> counts(items.size(), 0);  // 0 = queued, count not known yet
     const bool queue = core_->queueing();
     std::vector<WindowedIncrement> later;

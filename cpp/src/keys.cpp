@@ -1,6 +1,7 @@
 #include "redcount/keys.h"
 
 #include <charconv>
+#include <cstring>
 
 namespace redcount {
 namespace {
@@ -13,17 +14,34 @@ struct Digits {
   std::size_t n;
 };
 
-// Appends "{<key>}". Redis hashes the text between the first '{' and the first '}' after
+// A business key goes in as the hash tag "{<key>}". Redis hashes the text between the first '{' and the first '}' after
 // it; a key starting with '}' would make that text empty, and an empty tag means "no tag":
 // each of the business key's keys would then hash on its whole name and land in a slot of
 // its own (CROSSSLOT for request ids and multi-limit calls on a cluster). Such keys, and
 // keys starting with the escape character itself, get a '\' in front, which keeps the
 // mapping one-to-one and the tag non-empty.
+bool needs_escape(std::string_view key) { return !key.empty() && (key.front() == '}' || key.front() == '\\'); }
+
+// Appends the key's tag.
 void append_tagged(std::string& out, std::string_view key) {
   out += '{';
-  if (!key.empty() && (key.front() == '}' || key.front() == '\\')) out += '\\';
+  if (needs_escape(key)) out += '\\';
   out.append(key);
   out += '}';
+}
+
+char* put(char* p, std::string_view s) {
+  if (!s.empty()) std::memcpy(p, s.data(), s.size());
+  return p + s.size();
+}
+
+// append_tagged() into a buffer sized for it.
+char* put_tagged(char* p, std::string_view key, bool escape) {
+  *p++ = '{';
+  if (escape) *p++ = '\\';
+  p = put(p, key);
+  *p++ = '}';
+  return p;
 }
 
 }  // namespace
@@ -38,11 +56,20 @@ std::string hash_tag(std::string_view key) {
 std::string window_key(std::string_view prefix, std::string_view name, std::string_view key,
                        std::int64_t window_ms, std::int64_t index) {
   const Digits w(window_ms), i(index);
-  std::string out;
-  out.reserve(prefix.size() + name.size() + key.size() + w.n + i.n + 6);
-  out.append(prefix).append(":").append(name).append(":");
-  append_tagged(out, key);
-  out.append(":").append(w.view()).append(":").append(i.view());
+  // Sized once and filled by copies: this runs on every increment, and appending piece by
+  // piece costs a capacity check per piece.
+  const bool escape = needs_escape(key);
+  std::string out(prefix.size() + name.size() + key.size() + (escape ? 1 : 0) + w.n + i.n + 6, '\0');
+  char* p = out.data();
+  p = put(p, prefix);
+  *p++ = ':';
+  p = put(p, name);
+  *p++ = ':';
+  p = put_tagged(p, key, escape);
+  *p++ = ':';
+  p = put(p, w.view());
+  *p++ = ':';
+  put(p, i.view());
   return out;
 }
 
@@ -64,12 +91,20 @@ std::string fixed_window_limiter_key(std::string_view prefix, std::int64_t amoun
 std::string limiter_key(std::string_view prefix, std::string_view kind, std::int64_t amount, std::string_view extra,
                         std::string_view key, std::int64_t window_ms) {
   const Digits a(amount), w(window_ms);
-  std::string out;
-  out.reserve(prefix.size() + kind.size() + extra.size() + key.size() + a.n + w.n + 8);
-  out.append(prefix).append(":").append(kind).append(":").append(a.view());
-  out.append(extra).append(":");
-  append_tagged(out, key);
-  out.append(":").append(w.view());
+  // Sized once and filled by copies, as window_key (every hit builds one per limit).
+  const bool escape = needs_escape(key);
+  std::string out(prefix.size() + kind.size() + a.n + extra.size() + key.size() + (escape ? 1 : 0) + w.n + 6, '\0');
+  char* p = out.data();
+  p = put(p, prefix);
+  *p++ = ':';
+  p = put(p, kind);
+  *p++ = ':';
+  p = put(p, a.view());
+  p = put(p, extra);
+  *p++ = ':';
+  p = put_tagged(p, key, escape);
+  *p++ = ':';
+  put(p, w.view());
   return out;
 }
 

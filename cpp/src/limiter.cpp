@@ -16,6 +16,57 @@ namespace {
 using detail::exceeds;
 using detail::remaining_of;
 
+// fixed_window_hit's ARGV in typed form (see ScriptArgs): the typed twin reads the numbers
+// as they are and answers in place, leaving the reply's integers (allowed, then the count
+// per limit) in `ints`.
+struct HitArgs final : ScriptArgs {
+  struct Limit {
+    std::int64_t amount, expire_at;
+  };
+  std::int64_t cost = 1;
+  detail::SmallVec<Limit, 2> limits;
+  mutable detail::Ints ints;
+  mutable bool answered = false;
+
+  std::vector<std::string> render() const override {
+    std::vector<std::string> out;
+    out.reserve(1 + 2 * limits.size());
+    out.push_back(std::to_string(cost));
+    for (const Limit& l : limits) {
+      out.push_back(std::to_string(l.amount));
+      out.push_back(std::to_string(l.expire_at));
+    }
+    return out;
+  }
+  std::optional<Reply> answer() const override {
+    if (!answered) return std::nullopt;
+    return detail::int_array(ints);
+  }
+};
+
+// fixed_window_hit.lua on the memory store, for both twins: `out` gets the reply's integers.
+void fixed_window_hit_core(Keyspace& ks, const std::vector<std::string>& keys, const HitArgs& call,
+                           detail::Ints& out) {
+  const std::size_t n = keys.size();
+  out.assign(1 + n, 0);
+  bool allowed = true;
+  for (std::size_t i = 0; i < n; ++i) {
+    auto v = ks.or_reset(keys[i], [&] { return ks.get(keys[i]); });
+    auto c = v ? parse_int64(*v) : std::optional<std::int64_t>(0);
+    if (!c) {  // a foreign value that is no number is garbage: start the window afresh
+      ks.del(keys[i]);
+      c = 0;
+    }
+    out[1 + i] = *c;
+    if (exceeds(*c, call.cost, call.limits[i].amount)) allowed = false;
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    if (allowed) out[1 + i] = ks.incrby(keys[i], call.cost);
+    ks.hold_expiry(keys[i], call.limits[i].expire_at);
+  }
+  out[0] = allowed ? 1 : 0;
+}
+
 // The memory store's twin of fixed_window_hit.lua; keep the two in step.
 Reply native_fixed_window_hit(Keyspace& ks, const std::vector<std::string>& keys,
                               const std::vector<std::string>& args) {
@@ -23,33 +74,26 @@ Reply native_fixed_window_hit(Keyspace& ks, const std::vector<std::string>& keys
   if (args.size() != 1 + 2 * n) return Reply::of_error("ERR fixed_window_hit: malformed arguments");
   auto cost = parse_int64(args[0]);
   if (!cost) return Reply::of_error("ERR fixed_window_hit: malformed arguments");
-  std::vector<std::int64_t> counts(n);
-  bool allowed = true;
+  HitArgs call;
+  call.cost = *cost;
   for (std::size_t i = 0; i < n; ++i) {
-    auto v = ks.or_reset(keys[i], [&] { return ks.get(keys[i]); });
-    auto c = v ? parse_int64(*v) : std::optional<std::int64_t>(0);
     auto limit = parse_int64(args[1 + 2 * i]);
     if (!limit) return Reply::of_error("ERR fixed_window_hit: malformed arguments");
-    if (!c) {  // a foreign value that is no number is garbage: start the window afresh
-      ks.del(keys[i]);
-      c = 0;
-    }
-    counts[i] = *c;
-    if (exceeds(*c, *cost, *limit)) allowed = false;
+    call.limits.push_back({*limit, parse_int64(args[2 + 2 * i]).value_or(0)});
   }
-  for (std::size_t i = 0; i < n; ++i) {
-    auto at = parse_int64(args[2 + 2 * i]).value_or(0);
-    if (allowed) {
-      counts[i] = ks.incrby(keys[i], *cost);
-    }
-    ks.hold_expiry(keys[i], at);
-  }
-  std::vector<Reply> out;
-  out.push_back(Reply::of_integer(allowed ? 1 : 0));
-  for (auto c : counts) out.push_back(Reply::of_integer(c));
-  return Reply::of_array(std::move(out));
+  detail::Ints out;
+  fixed_window_hit_core(ks, keys, call, out);
+  return detail::int_array(out);
 }
 
+// The typed twin: the same decision with no text to format or parse.
+Reply typed_fixed_window_hit(Keyspace& ks, const std::vector<std::string>& keys, const ScriptArgs& args) {
+  const auto& c = static_cast<const HitArgs&>(args);
+  if (c.limits.size() != keys.size()) return Reply::of_error("ERR fixed_window_hit: malformed arguments");
+  fixed_window_hit_core(ks, keys, c, c.ints);
+  c.answered = true;
+  return Reply::of_status(std::string(kAnsweredInPlace));
+}
 
 // Where one limit's window is now: its position and its key.
 struct Place {
@@ -107,7 +151,7 @@ struct FixedWindowWork {
   }
 
   // denied_cost: 0 when allowed, else the cost that was refused.
-  Decision decide(const std::vector<std::int64_t>& counts, bool allowed, std::int64_t denied_cost) const {
+  Decision decide(const std::int64_t* counts, bool allowed, std::int64_t denied_cost) const {
     Decision d;
     d.allowed = allowed;
     d.remaining = std::numeric_limits<std::int64_t>::max();
@@ -138,16 +182,19 @@ struct FixedWindowWork {
 
 struct FixedWindowHit : FixedWindowWork {
   std::int64_t cost = 1;
+  std::shared_ptr<const HitArgs> sent{};  // the typed arguments of the last call
   std::vector<Request> batch(std::int64_t at) {
     locate_all(at);
-    ScriptCall call{&kFixedWindowHitScript, {}, {std::to_string(cost)}};
+    auto args = std::make_shared<HitArgs>();
+    args->cost = cost;
+    ScriptCall call{&kFixedWindowHitScript, {}, {}};
     call.keys.reserve(lims().size());
-    call.args.reserve(1 + 2 * lims().size());
     for (std::size_t i = 0; i < lims().size(); ++i) {
-      call.keys.push_back(places[i].key);
-      call.args.push_back(std::to_string(lims()[i].amount));
-      call.args.push_back(std::to_string(places[i].pos.expire_at_ms));
+      call.keys.push_back(std::move(places[i].key));  // places' keys are not read again (decide reads pos)
+      args->limits.push_back({lims()[i].amount, places[i].pos.expire_at_ms});
     }
+    sent = args;
+    call.typed = std::move(args);
     std::vector<Request> out;
     out.emplace_back(std::move(call));
     return out;
@@ -155,15 +202,22 @@ struct FixedWindowHit : FixedWindowWork {
   Decision finish(std::vector<Reply>&& replies) const {
     if (replies.size() != 1) throw ProtocolError("fixed_window_hit: expected one reply");
     const Reply& r = replies.front();
+    if (r.type == Reply::Type::Status && r.str == kAnsweredInPlace && sent && sent->answered) {
+      return decide_from(sent->ints);  // the typed twin's answer
+    }
     r.check();
     if (r.type != Reply::Type::Array || r.elements.size() != lims().size() + 1) {
       throw ProtocolError("fixed_window_hit returned an unexpected reply");
     }
-    std::vector<std::int64_t> counts;
-    counts.reserve(lims().size());
-    for (std::size_t i = 0; i < lims().size(); ++i) counts.push_back(r.elements[i + 1].as_integer());
-    const bool allowed = r.elements[0].as_integer() == 1;
-    return decide(counts, allowed, allowed ? 0 : cost);
+    detail::Ints v;
+    for (const Reply& e : r.elements) v.push_back(e.as_integer());
+    return decide_from(v);
+  }
+  // v: allowed (1/0), then the count per limit.
+  Decision decide_from(const detail::Ints& v) const {
+    if (v.size() != lims().size() + 1) throw ProtocolError("fixed_window_hit returned an unexpected reply");
+    const bool allowed = v[0] == 1;
+    return decide(v.data() + 1, allowed, allowed ? 0 : cost);
   }
 };
 
@@ -177,7 +231,7 @@ struct FixedWindowTest : FixedWindowWork {
     auto counts = read_counts(replies);
     bool allowed = true;
     for (std::size_t i = 0; i < lims().size(); ++i) allowed &= !exceeds(counts[i], cost, lims()[i].amount);
-    return decide(counts, allowed, allowed ? 0 : cost);
+    return decide(counts.data(), allowed, allowed ? 0 : cost);
   }
 };
 
@@ -293,7 +347,7 @@ class FixedWindowLimiter final : public LimiterStrategy {
 }  // namespace
 
 const Script kFixedWindowHitScript{"fixed_window_hit", lua::fixed_window_hit_source, lua::fixed_window_hit_sha1,
-                                   &native_fixed_window_hit};
+                                   &native_fixed_window_hit, &typed_fixed_window_hit};
 
 void validate_cost(const std::vector<RateLimit>& limits, std::int64_t cost, bool use_capacity) {
   if (cost < 1) throw InvalidArgument("cost must be >= 1, got " + std::to_string(cost));

@@ -341,8 +341,9 @@ std::int64_t wall_ms() {
 
 // A typed call as a strategy makes it: the first request of its operation, built on a
 // scratch memory store whose clock reads `now`.
+// (`hits_only`: the strategy's test() sends plain commands, not its script.)
 ScriptCall typed_call(const char* strategy, std::int64_t sub_buckets, const char* limits, std::mt19937& rng,
-                      std::int64_t now) {
+                      std::int64_t now, bool hits_only = false) {
   static auto clock = std::make_shared<ManualClock>(kT0);
   static auto scratch = rctest::memory_store(clock);
   clock->set(now);
@@ -352,10 +353,36 @@ ScriptCall typed_call(const char* strategy, std::int64_t sub_buckets, const char
   auto lim = make_limiter(scratch, strategy, o);
   const auto parsed = parse_limits(limits);
   const std::int64_t cost = 1 + static_cast<std::int64_t>(rng() % 3);
-  auto op = rng() % 4 == 0 ? lim->make_test(parsed, "a", cost) : lim->make_hit(parsed, "a", cost);
+  auto op = rng() % 4 == 0 && !hits_only ? lim->make_test(parsed, "a", cost) : lim->make_hit(parsed, "a", cost);
   auto batch = op->prepare();
   ScriptCall call = std::get<ScriptCall>(batch.at(0));
   EXPECT_TRUE(call.typed) << strategy << " sends no typed arguments";
+  return call;
+}
+
+// A typed fixed_window_incr call as the counter makes it: incr (with or without a request
+// id) or incr_many, on a scratch memory store whose clock reads the wall clock, so that the
+// deadline is in the future on Redis too.
+ScriptCall typed_incr_call(std::mt19937& rng) {
+  static auto clock = std::make_shared<ManualClock>(wall_ms());
+  static auto scratch = rctest::memory_store(clock);
+  static FixedWindowCounter counter = [] {
+    FixedWindowOptions o;
+    o.prefix = "tyi";
+    o.name = "c";
+    o.window_ms = 3'600'000;
+    return FixedWindowCounter(scratch, o);
+  }();
+  const auto amount = [&] { return static_cast<std::int64_t>(1 + rng() % 3); };
+  std::vector<Request> batch;
+  if (rng() % 3 == 0) {
+    batch = counter.make_incr_many({{"a", amount()}, {"b", amount()}})->prepare();
+  } else {
+    const std::string rid = rng() % 2 == 0 ? std::string() : "r" + std::to_string(rng() % 4);
+    batch = counter.make_incr("a", amount(), rid)->prepare();
+  }
+  ScriptCall call = std::get<ScriptCall>(batch.at(0));
+  EXPECT_TRUE(call.typed) << "fixed_window_incr sends no typed arguments";
   return call;
 }
 
@@ -373,11 +400,17 @@ const std::vector<ParityCase>& parity_cases() {
          }
          return c;
        }},
+      {"fixed_window_incr", true, [](std::mt19937& rng, std::int64_t, int) { return typed_incr_call(rng); }},
       {"fixed_window_hit", false,
        [](std::mt19937& rng, std::int64_t, int) {
          return ScriptCall{&kFixedWindowHitScript,
                            {"fwh:{a}:1", "fwh:{a}:2"},
                            {std::to_string(1 + rng() % 3), "40", std::to_string(deadline), "90", std::to_string(deadline)}};
+       }},
+      {"fixed_window_hit", true,
+       [](std::mt19937& rng, std::int64_t, int) {
+         // At wall time: the window's deadline must be in the future on Redis too.
+         return typed_call("fixed-window", 1, "40/hour;90 per 2 hours", rng, wall_ms(), true);
        }},
       {"sliding_log", false,
        [](std::mt19937& rng, std::int64_t now, int i) {

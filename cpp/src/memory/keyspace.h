@@ -11,6 +11,7 @@
 #pragma once
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <iterator>
@@ -75,6 +76,14 @@ class MemoryStore::Ops final : public Keyspace {
 
   void forget() noexcept { memo_ = nullptr; }
 
+  // `out` = the decimal text of v, written into its own buffer (a counter's value is
+  // rewritten on every increment).
+  static void assign_decimal(std::string& out, std::int64_t v) {
+    char buf[24];
+    const auto end = std::to_chars(buf, buf + sizeof buf, v).ptr;
+    out.assign(buf, static_cast<std::size_t>(end - buf));
+  }
+
   // The live value of `key` if it is a T; nullptr when there is none; WRONGTYPE when
   // the key holds another type.
   template <class T>
@@ -131,7 +140,7 @@ class MemoryStore::Ops final : public Keyspace {
     }
     cur += amount;
     if (v) {
-      *v = to_string(cur);
+      assign_decimal(*v, cur);
     } else {
       s_.data_[key] = Entry{to_string(cur), 0};
     }
@@ -440,7 +449,11 @@ class MemoryStore::Ops final : public Keyspace {
       throw ReplyError(kOverflow);
     }
     cur += amount;
-    hash_set(h, field, to_string(cur));
+    if (it != h.index.end()) {
+      assign_decimal(it->second->second, cur);  // no second lookup, no temporary string
+    } else {
+      hash_set(h, field, to_string(cur));
+    }
     return cur;
   }
 
