@@ -57,7 +57,8 @@ for i = 1, n do
   if seen then
     out[i] = 0
   else
-    local v = pcall('INCRBY', value, amount)
+    -- INCR for the usual +1: one argument less to convert and parse than INCRBY, same errors.
+    local v = amount == '1' and pcall('INCR', value) or pcall('INCRBY', value, amount)
     local err = type(v) == 'table' and v
     if not err then
       local e
