@@ -20,6 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from .._core import Decision
@@ -123,56 +124,28 @@ class FailurePolicy:
         return self._settle(d)
 
 
+@dataclass(slots=True)
 class Outcome:
     """One decided check: the decision and the policy (of the check's limits) that bound it.
-    Made per request (a plain slotted class: it is built on every decision)."""
+    Made per request (slotted: one is built on every decision)."""
 
-    __slots__ = ("check", "decision", "policy", "shadow")
-
-    def __init__(self, check: Check, decision: Decision, policy: Policy, shadow: bool) -> None:
-        self.check = check
-        self.decision = decision
-        self.policy = policy
-        self.shadow = shadow
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Outcome):
-            return NotImplemented
-        return (self.check, self.decision, self.policy, self.shadow) == (
-            other.check, other.decision, other.policy, other.shadow
-        )
-
-    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value, like the dataclass it was
-
-    def __repr__(self) -> str:
-        return (f"Outcome(check={self.check!r}, decision={self.decision!r}, policy={self.policy!r}, "
-                f"shadow={self.shadow!r})")
+    check: Check
+    decision: Decision
+    policy: Policy
+    shadow: bool
 
 
+@dataclass(slots=True)
 class Verdict:
     """Everything decided for one request. ``planned`` are all the checks that applied (their
     policies are all advertised); ``outcomes`` those the store decided. Made per request and
     used by that request only (not thread-safe, and need not be)."""
 
-    __slots__ = ("allowed", "outcomes", "planned", "shadow_all", "unavailable")
-
-    def __init__(
-        self,
-        planned: list[Check],
-        shadow_all: bool = False,
-        outcomes: list[Outcome] | None = None,
-        allowed: bool = True,
-        unavailable: bool = False,
-    ) -> None:
-        self.planned = planned
-        self.shadow_all = shadow_all
-        self.outcomes: list[Outcome] = [] if outcomes is None else outcomes
-        self.allowed = allowed
-        self.unavailable = unavailable
-
-    def __repr__(self) -> str:
-        return (f"Verdict(planned={self.planned!r}, shadow_all={self.shadow_all!r}, outcomes={self.outcomes!r}, "
-                f"allowed={self.allowed!r}, unavailable={self.unavailable!r})")
+    planned: list[Check]
+    shadow_all: bool = False
+    outcomes: list[Outcome] = field(default_factory=list)
+    allowed: bool = True
+    unavailable: bool = False
 
     def is_shadow(self, check: Check) -> bool:
         return self.shadow_all or check.spec.shadow

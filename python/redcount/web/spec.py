@@ -133,31 +133,17 @@ class Policy:
     window: int
 
 
+@dataclass(slots=True)
 class Check:
     """One limit to decide for one request: the parsed limits, the storage key, the cost.
-    Made per request and never shared between requests (a plain slotted class: one is built
-    for every limit of every request)."""
+    Made per request and never shared between requests (slotted: one is built for every limit
+    of every request)."""
 
-    __slots__ = ("cost", "key", "limits", "policies", "spec")
-
-    def __init__(self, spec: LimitSpec, limits: LimitSet, key: str, cost: int, policies: list[Policy]) -> None:
-        self.spec = spec
-        self.limits = limits
-        self.key = key
-        self.cost = cost
-        self.policies = policies
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Check):
-            return NotImplemented
-        return (self.spec, self.limits, self.key, self.cost, self.policies) == (
-            other.spec, other.limits, other.key, other.cost, other.policies
-        )
-
-    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value, like the dataclass it was
-
-    def __repr__(self) -> str:
-        return f"Check(spec={self.spec.where!r}, key={self.key!r}, cost={self.cost!r}, policies={self.policies!r})"
+    spec: LimitSpec = field(repr=False)
+    limits: LimitSet = field(repr=False)
+    key: str
+    cost: int
+    policies: list[Policy]
 
 
 def _arity(fn: Callable[..., Any], what: str, where: str) -> int:
