@@ -25,6 +25,26 @@ namespace {
 // Set once by redcount.aio at import (_aio_setup) and kept for the life of the process.
 PyObject* g_future_type = nullptr;     // redcount.aio._OpFuture
 PyObject* g_queue_provider = nullptr;  // redcount.aio._queue_for_running_loop
+PyObject* g_get_running_loop = nullptr;  // asyncio.get_running_loop
+
+// Names and argument tuples of the per-call Python calls, made once (interned) and kept for
+// the life of the process: these calls run once per awaited operation.
+struct Names {
+  PyObject* done = PyUnicode_InternFromString("done");
+  PyObject* set_result = PyUnicode_InternFromString("set_result");
+  PyObject* set_exception = PyUnicode_InternFromString("set_exception");
+  PyObject* loop_kwnames = Py_BuildValue("(s)", "loop");
+};
+const Names& names() {
+  static const Names* n = new Names();  // GIL held; never destroyed (used during interpreter exit)
+  return *n;
+}
+
+// The queue of the loop last asked for (GIL held): most processes run one loop, and this
+// spares a Python call per operation. A weak reference, so a new loop at the dead one's
+// address is never taken for it.
+PyObject* g_last_loop = nullptr;  // weakref, owned
+std::weak_ptr<CompletionQueue>* g_last_queue = nullptr;  // the loop's dict in redcount.aio owns it
 
 // Futures awaiting an operation, with the flag that cancels it (for _OpFuture.cancel).
 // Touched only with the GIL held. Never destroyed: it may be used during interpreter exit.
@@ -53,11 +73,26 @@ bool interpreter_usable() {
 }
 
 std::shared_ptr<CompletionQueue> queue_for_running_loop() {
-  if (g_queue_provider == nullptr) {
+  if (g_queue_provider == nullptr || g_get_running_loop == nullptr) {
     throw py::import_error("the *_async functions of redcount._core need redcount.aio: import redcount.aio first");
   }
-  py::object q = py::handle(g_queue_provider)();  // raises RuntimeError outside a running loop
-  return q.cast<std::shared_ptr<CompletionQueue>>();
+  // Raises RuntimeError outside a running loop, before anything is sent.
+  py::object loop = py::reinterpret_steal<py::object>(PyObject_CallNoArgs(g_get_running_loop));
+  if (!loop) throw py::error_already_set();
+  if (g_last_loop != nullptr && PyWeakref_GetObject(g_last_loop) == loop.ptr()) {
+    if (auto q = g_last_queue->lock()) return q;
+  }
+  py::object q = py::handle(g_queue_provider)();  // makes and registers the loop's queue once
+  auto queue = q.cast<std::shared_ptr<CompletionQueue>>();
+  PyObject* ref = PyWeakref_NewRef(loop.ptr(), nullptr);
+  if (ref == nullptr) {
+    PyErr_Clear();  // a loop without weak references: no cache, the provider each time
+    return queue;
+  }
+  Py_XDECREF(std::exchange(g_last_loop, ref));
+  if (g_last_queue == nullptr) g_last_queue = new std::weak_ptr<CompletionQueue>();  // never destroyed
+  *g_last_queue = queue;
+  return queue;
 }
 
 #ifndef __linux__
@@ -188,7 +223,10 @@ py::object CompletionQueue::new_future() {
   if (!loop) throw py::error_already_set();
   if (loop.is_none()) throw py::value_error("this completion queue's event loop no longer exists");
   if (g_future_type == nullptr) throw py::import_error("import redcount.aio first");
-  return py::handle(g_future_type)(py::arg("loop") = loop);
+  PyObject* args[] = {loop.ptr()};  // _OpFuture(loop=loop)
+  PyObject* fut = PyObject_Vectorcall(g_future_type, args, 0, names().loop_kwnames);
+  if (fut == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(fut);
 }
 
 void CompletionQueue::push(std::shared_ptr<Completion> c) {
@@ -271,8 +309,11 @@ void CompletionQueue::deliver(Completion& c) {
   if (raw == nullptr) return;
   inflight().erase(raw);
   py::object fut = py::reinterpret_steal<py::object>(raw);
+  const Names& n = names();
   try {
-    if (py::bool_(fut.attr("done")())) {  // cancelled: the outcome is dropped
+    py::object done = py::reinterpret_steal<py::object>(PyObject_CallMethodNoArgs(fut.ptr(), n.done));
+    if (!done) throw py::error_already_set();
+    if (PyObject_IsTrue(done.ptr()) != 0) {  // cancelled: the outcome is dropped
       Py_CLEAR(c.context_);
       return;
     }
@@ -280,10 +321,14 @@ void CompletionQueue::deliver(Completion& c) {
     try {
       value = c.settle_inline();
     } catch (...) {
-      fut.attr("set_exception")(exception_object(std::current_exception()));
+      py::object err = exception_object(std::current_exception());
+      py::object r =
+          py::reinterpret_steal<py::object>(PyObject_CallMethodOneArg(fut.ptr(), n.set_exception, err.ptr()));
+      if (!r) throw py::error_already_set();
       return;
     }
-    fut.attr("set_result")(value);
+    py::object r = py::reinterpret_steal<py::object>(PyObject_CallMethodOneArg(fut.ptr(), n.set_result, value.ptr()));
+    if (!r) throw py::error_already_set();
   } catch (py::error_already_set& e) {
     e.discard_as_unraisable("redcount.aio: completing a future");
   }
@@ -516,6 +561,8 @@ void register_aio(py::module_& m) {
       [](py::object future_type, py::object queue_provider) {
         aio::g_future_type = future_type.release().ptr();  // kept for the life of the process
         aio::g_queue_provider = queue_provider.release().ptr();
+        aio::g_get_running_loop = py::object(py::module_::import("asyncio").attr("get_running_loop")).release().ptr();
+        aio::names();
       },
       py::arg("future_type"), py::arg("queue_provider"),
       "Called once by redcount.aio: the future class to make, and how to find the running loop's queue.");
