@@ -17,8 +17,8 @@
 -- reply for that item alone (then nothing of it is stored and its id is not used up).
 -- This runs once per write at the counters' full rate, so it is written for the interpreter:
 -- locals for redis.call, one TIME for the whole call (ids expire at an absolute PXAT, which
--- Redis also propagates as is), and no table per item unless it has extra id keys.
-local call, pcall = redis.call, redis.pcall
+-- Redis also propagates as is), and no table per item.
+local call, try = redis.call, redis.pcall
 local n = tonumber(ARGV[1])
 local maxlen = ARGV[3]
 local now = call('TIME')
@@ -58,14 +58,14 @@ for i = 1, n do
     out[i] = 0
   else
     -- INCR for the usual +1: one argument less to convert and parse than INCRBY, same errors.
-    local v = amount == '1' and pcall('INCR', value) or pcall('INCRBY', value, amount)
+    local v = amount == '1' and try('INCR', value) or try('INCRBY', value, amount)
     local err = type(v) == 'table' and v
     if not err then
       local e
       if reason == '' then
-        e = pcall('XADD', log, 'MAXLEN', '~', maxlen, '*', 'delta', amount, 'request_id', rid)
+        e = try('XADD', log, 'MAXLEN', '~', maxlen, '*', 'delta', amount, 'request_id', rid)
       else
-        e = pcall('XADD', log, 'MAXLEN', '~', maxlen, '*', 'delta', amount, 'request_id', rid, 'reason', reason)
+        e = try('XADD', log, 'MAXLEN', '~', maxlen, '*', 'delta', amount, 'request_id', rid, 'reason', reason)
       end
       if type(e) == 'table' then
         -- The log refused the entry (a key of another type): take the increment back so the
