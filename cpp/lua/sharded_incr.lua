@@ -34,26 +34,25 @@ for i = 1, n do
   else
     a = a + 2
   end
-  local value, log, id = KEYS[k], KEYS[k + 1], nil
+  local value, log, id, first = KEYS[k], KEYS[k + 1], nil, k + 2
   k = k + 2
   local seen = false
   if rid ~= '' then
     id = KEYS[k]
+    k = k + 1 + extra  -- past this item's id keys, KEYS[first .. first + extra]
     if not call('SET', id, '1', 'NX', 'PXAT', at) then
       seen = true
     elseif extra > 0 then
       for j = 1, extra do
-        if call('EXISTS', KEYS[k + j]) == 1 then seen = true end
+        if call('EXISTS', KEYS[first + j]) == 1 then seen = true end
       end
       if seen then
         call('DEL', id)
       else
-        for j = 1, extra do call('SET', KEYS[k + j], '1', 'PXAT', at) end
+        for j = 1, extra do call('SET', KEYS[first + j], '1', 'PXAT', at) end
       end
     end
   end
-  local first = k
-  if rid ~= '' then k = k + 1 + extra end
   if seen then
     out[i] = 0
   else
