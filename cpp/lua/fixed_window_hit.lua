@@ -12,6 +12,30 @@ local function hold(key, at)
     redis.call('PEXPIREAT', key, at)
   end
 end
+-- One limit (the common case): count first and take the count back when it is over. This
+-- gives the same replies and stored state as the general path below with one command less
+-- on an allowed hit. Only where the arithmetic is exact: a cost within the limit (so a
+-- denied hit found a count of at least 1, restored exactly) and counts below 2^53.
+if n == 1 then
+  local limit = tonumber(ARGV[2])
+  if cost >= 0 and cost <= limit then
+    local key = KEYS[1]
+    local c = redis.pcall('INCRBY', key, ARGV[1])
+    if type(c) == 'number' then
+      if c < 9007199254740992 and c > -9007199254740992 then
+        if c <= limit then
+          hold(key, ARGV[3])
+          return {1, c}
+        end
+        redis.call('DECRBY', key, ARGV[1])
+        hold(key, ARGV[3])
+        return {0, c - cost}
+      end
+      redis.call('DECRBY', key, ARGV[1])  -- past 2^53: undone, and decided below
+    end
+    -- An error (a foreign value, an overflow) changed nothing: decided below.
+  end
+end
 for i = 1, n do
   local raw = redis.pcall('GET', KEYS[i])
   local c = tonumber(raw or '0')

@@ -407,6 +407,13 @@ const std::vector<ParityCase>& parity_cases() {
                            {"fwh:{a}:1", "fwh:{a}:2"},
                            {std::to_string(1 + rng() % 3), "40", std::to_string(deadline), "90", std::to_string(deadline)}};
        }},
+      {"fixed_window_hit", false,
+       [](std::mt19937& rng, std::int64_t, int) {
+         // One limit: the script's count-first path, costs up to past the limit included.
+         return ScriptCall{&kFixedWindowHitScript,
+                           {"fwh:{a}:one"},
+                           {std::to_string(rng() % 8), std::to_string(2 + rng() % 5), std::to_string(deadline)}};
+       }},
       {"fixed_window_hit", true,
        [](std::mt19937& rng, std::int64_t, int) {
          // At wall time: the window's deadline must be in the future on Redis too.
@@ -746,5 +753,52 @@ TEST_F(LuaTwinTest, ACommandFailingInsideAScriptIsAScriptErrorOnBothStores) {
     ASSERT_TRUE(r.is_error());
     const std::string msg = rctest::error_of<ScriptError>([&] { r.check(); });
     EXPECT_TRUE(rctest::contains(msg, "overflow")) << msg;
+  }
+}
+
+// fixed_window_hit counts first on one limit (one command less) and must decide exactly as
+// the general path does, which works on the value it reads: near 2^53, where Lua's numbers
+// stop being exact, on a denied hit (the count taken back, its TTL kept), and on a cost
+// past the limit (nothing stored).
+TEST_F(LuaTwinTest, OneLimitHitsDecideAndStoreAlikeOnBothStores) {
+  const std::string deadline = std::to_string(wall_ms() + 60'000);
+  auto as_int = [](const Reply& r) {
+    return r.type == Reply::Type::Integer ? r.integer : std::stoll(r.str);  // Lua gives big counts as text
+  };
+  struct Step {
+    const char* set;  // the key's value before the call ("" = absent)
+    const char* cost;
+    const char* limit;
+    std::int64_t allowed, count;
+    const char* after;  // the key's value after ("" = absent)
+  };
+  const Step steps[] = {
+      {"", "1", "5", 1, 1, "1"},
+      {"5", "1", "5", 0, 5, "5"},
+      {"4", "2", "5", 0, 4, "4"},
+      {"", "7", "5", 0, 0, ""},
+      {"0", "0", "5", 1, 0, "0"},
+      {"-3", "4", "5", 1, 1, "1"},
+      {"9007199254740990", "5", "9007199254741000", 1, 9007199254740995, "9007199254740995"},
+      {"9007199254740990", "5", "9007199254740993", 0, 9007199254740990, "9007199254740990"},
+  };
+  for (const Step& st : steps) {
+    for (Store* s : {static_cast<Store*>(redis_.get()), static_cast<Store*>(memory_.get())}) {
+      const std::string what = std::string(s == redis_.get() ? "redis" : "memory") + " set=" + st.set +
+                               " cost=" + st.cost + " limit=" + st.limit;
+      rctest::run(*s, {"DEL", "one:{a}"});
+      if (*st.set) rctest::run(*s, {"SET", "one:{a}", st.set, "PX", "30000"});
+      const Reply r = s->execute_one(ScriptCall{&kFixedWindowHitScript, {"one:{a}"}, {st.cost, st.limit, deadline}});
+      ASSERT_EQ(r.elements.size(), 2u) << what << ": " << r.str;
+      EXPECT_EQ(as_int(r.elements[0]), st.allowed) << what;
+      EXPECT_EQ(as_int(r.elements[1]), st.count) << what;
+      const Reply v = rctest::run(*s, {"GET", "one:{a}"});
+      EXPECT_EQ(v.type == Reply::Type::Nil ? std::string() : v.str, st.after) << what;
+      if (*st.after) {
+        const std::int64_t pttl = rctest::run(*s, {"PTTL", "one:{a}"}).integer;
+        EXPECT_GT(pttl, 0) << what << ": the key kept no TTL";
+        if (*st.set) EXPECT_LE(pttl, 30'000) << what << ": the key's earlier TTL was not kept";
+      }
+    }
   }
 }
