@@ -102,7 +102,13 @@ class CompletionQueue : public std::enable_shared_from_this<CompletionQueue> {
 
  private:
   void signal();
-  void deliver(Completion& c);
+  // Completes c's future. With `wake_now`, a future whose only callback is the awaiting
+  // task's wake-up has it returned (with its context) instead of scheduled: drain() runs it
+  // at once, sparing a loop.call_soon and a loop iteration per operation.
+  struct Wake {
+    py::object callback, context, future;
+  };
+  Wake deliver(Completion& c, bool wake_now);
   py::handle drain_callable();  // GIL held: drain() as a Python callable (created once)
 
   std::mutex mu_;

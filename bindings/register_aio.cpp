@@ -34,6 +34,9 @@ struct Names {
   PyObject* set_result = PyUnicode_InternFromString("set_result");
   PyObject* set_exception = PyUnicode_InternFromString("set_exception");
   PyObject* loop_kwnames = Py_BuildValue("(s)", "loop");
+  PyObject* callbacks = PyUnicode_InternFromString("_callbacks");
+  PyObject* remove_done_callback = PyUnicode_InternFromString("remove_done_callback");
+  PyObject* run = PyUnicode_InternFromString("run");
 };
 const Names& names() {
   static const Names* n = new Names();  // GIL held; never destroyed (used during interpreter exit)
@@ -269,6 +272,38 @@ void CompletionQueue::signal() {
   }
 }
 
+namespace {
+
+// When `fut`'s callbacks are exactly one (the awaiting task's wake-up), removes it and
+// returns it with its context; otherwise changes nothing and returns nothing. Only
+// redcount.aio's own coroutines await an _OpFuture, so one callback is the rule.
+std::pair<py::object, py::object> take_only_callback(PyObject* fut) {
+  const Names& n = names();
+  py::object cbs = py::reinterpret_steal<py::object>(PyObject_GetAttr(fut, n.callbacks));
+  if (!cbs) {
+    PyErr_Clear();
+    return {};
+  }
+  if (!PyList_Check(cbs.ptr()) || PyList_GET_SIZE(cbs.ptr()) != 1) return {};
+  PyObject* item = PyList_GET_ITEM(cbs.ptr(), 0);
+  if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) return {};
+  py::object callback = py::reinterpret_borrow<py::object>(PyTuple_GET_ITEM(item, 0));
+  py::object context = py::reinterpret_borrow<py::object>(PyTuple_GET_ITEM(item, 1));
+  py::object removed =
+      py::reinterpret_steal<py::object>(PyObject_CallMethodOneArg(fut, n.remove_done_callback, callback.ptr()));
+  if (!removed) {
+    PyErr_Clear();
+    return {};
+  }
+  if (PyLong_AsLong(removed.ptr()) != 1) {  // not there after all: leave it to set_result
+    PyErr_Clear();
+    return {};
+  }
+  return {std::move(callback), std::move(context)};
+}
+
+}  // namespace
+
 void CompletionQueue::drain() {
   if (!call_soon_.load(std::memory_order_acquire)) {
     char buf[64];
@@ -301,12 +336,29 @@ void CompletionQueue::drain() {
   }
   wakeups_.fetch_add(1, std::memory_order_relaxed);
   delivered_.fetch_add(batch.size(), std::memory_order_relaxed);
-  for (auto& c : batch) deliver(*c);
+  // Each awaiting task is woken here, in order, as the loop would have woken it in its next
+  // iteration. A task step that raises (only KeyboardInterrupt or SystemExit escape one)
+  // stops that: the rest complete the usual way, and the exception goes to the loop.
+  bool wake_now = true;
+  std::optional<py::error_already_set> raised;
+  for (auto& c : batch) {
+    const Wake w = deliver(*c, wake_now);
+    if (!w.callback) continue;
+    PyObject* out = w.context.is_none() ? PyObject_CallOneArg(w.callback.ptr(), w.future.ptr())
+                                        : PyObject_CallMethodObjArgs(w.context.ptr(), names().run, w.callback.ptr(),
+                                                                     w.future.ptr(), nullptr);
+    if (out == nullptr) {
+      raised.emplace();
+      wake_now = false;
+    }
+    Py_XDECREF(out);
+  }
+  if (raised) throw std::move(*raised);
 }
 
-void CompletionQueue::deliver(Completion& c) {
+CompletionQueue::Wake CompletionQueue::deliver(Completion& c, bool wake_now) {
   PyObject* raw = std::exchange(c.future_, nullptr);
-  if (raw == nullptr) return;
+  if (raw == nullptr) return {};
   inflight().erase(raw);
   py::object fut = py::reinterpret_steal<py::object>(raw);
   const Names& n = names();
@@ -315,7 +367,7 @@ void CompletionQueue::deliver(Completion& c) {
     if (!done) throw py::error_already_set();
     if (PyObject_IsTrue(done.ptr()) != 0) {  // cancelled: the outcome is dropped
       Py_CLEAR(c.context_);
-      return;
+      return {};
     }
     py::object value;
     try {
@@ -325,13 +377,18 @@ void CompletionQueue::deliver(Completion& c) {
       py::object r =
           py::reinterpret_steal<py::object>(PyObject_CallMethodOneArg(fut.ptr(), n.set_exception, err.ptr()));
       if (!r) throw py::error_already_set();
-      return;
+      return {};
     }
+    Wake wake;
+    if (wake_now) std::tie(wake.callback, wake.context) = take_only_callback(fut.ptr());
     py::object r = py::reinterpret_steal<py::object>(PyObject_CallMethodOneArg(fut.ptr(), n.set_result, value.ptr()));
     if (!r) throw py::error_already_set();
+    if (wake.callback) wake.future = std::move(fut);
+    return wake;
   } catch (py::error_already_set& e) {
     e.discard_as_unraisable("redcount.aio: completing a future");
   }
+  return {};
 }
 
 // --------------------------------------------------------------------------- test support

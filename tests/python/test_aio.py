@@ -562,3 +562,74 @@ def test_many_coroutines_on_one_async_counter_are_exact(run: Runner[Any], class_
     results = run(main())
     assert sorted(c for c, _ in results) == list(range(1, 1001))
     assert sum(ok for _, ok in results) == 300
+
+
+# ------------------------------------------------------------- waking the awaiting tasks
+
+
+def test_a_drain_wakes_the_awaiting_tasks_in_order_and_runs_other_callbacks(
+    run: Runner[Any], deferred: _core._DeferredStore
+) -> None:
+    # A drain resumes each task awaiting a completed call at once (not through call_soon),
+    # in the order the replies came; a future with other callbacks than its task's (only
+    # possible through the private core API) completes the usual way, every callback run.
+    n = 20
+
+    async def main() -> None:
+        resumed: list[int] = []
+
+        async def one(i: int) -> None:
+            resumed.append(await settle(_core.execute_async(deferred, "INCR", "k")))
+
+        deferred.hold()
+        tasks = [asyncio.ensure_future(one(i)) for i in range(n)]
+        while deferred.queued < n:
+            await asyncio.sleep(0)
+        fut = _core.execute_async(deferred, "INCR", "k")
+        seen: list[int] = []
+        fut.add_done_callback(lambda f: seen.append(f.result()))
+        extra = asyncio.ensure_future(settle(fut))
+        while deferred.queued < n + 1:
+            await asyncio.sleep(0)
+        deferred.resume()
+        deferred.wait_idle()
+        await asyncio.gather(*tasks)
+        assert resumed == list(range(1, n + 1))
+        assert await extra == n + 1 and seen == [n + 1]
+
+    run(main())
+
+
+def test_a_task_that_raises_keyboardinterrupt_on_waking_leaves_the_others_completed(
+    deferred: _core._DeferredStore,
+) -> None:
+    # KeyboardInterrupt escapes a task step, and so the drain that runs it: it reaches the
+    # loop's caller as it would without redcount, and the other calls of that drain still
+    # complete with their own results.
+    loop = asyncio.new_event_loop()
+    try:
+        results: list[int] = []
+
+        async def one(i: int) -> None:
+            v = await settle(_core.execute_async(deferred, "INCR", "k"))
+            if i == 0:
+                raise KeyboardInterrupt
+            results.append(v)
+
+        async def start() -> list[asyncio.Task[None]]:
+            deferred.hold()
+            tasks = [asyncio.ensure_future(one(i)) for i in range(4)]
+            while deferred.queued < 4:
+                await asyncio.sleep(0)
+            return tasks
+
+        tasks = loop.run_until_complete(start())
+        deferred.resume()
+        deferred.wait_idle()
+        with pytest.raises(KeyboardInterrupt):
+            loop.run_until_complete(asyncio.wait_for(asyncio.gather(*tasks[1:]), 10))
+        loop.run_until_complete(asyncio.wait_for(asyncio.gather(*tasks[1:]), 10))
+        assert sorted(results) == [2, 3, 4]
+        assert tasks[0].done() and isinstance(tasks[0].exception(), KeyboardInterrupt)
+    finally:
+        loop.close()
