@@ -382,7 +382,11 @@ CompletionQueue::Wake CompletionQueue::deliver(Completion& c, bool wake_now) {
     Wake wake;
     if (wake_now) std::tie(wake.callback, wake.context) = take_only_callback(fut.ptr());
     py::object r = py::reinterpret_steal<py::object>(PyObject_CallMethodOneArg(fut.ptr(), n.set_result, value.ptr()));
-    if (!r) throw py::error_already_set();
+    if (!r) {
+      if (!wake.callback) throw py::error_already_set();
+      // Its callback is ours now: the task must still wake (and find the future's state).
+      py::error_already_set().discard_as_unraisable("redcount.aio: completing a future");
+    }
     if (wake.callback) wake.future = std::move(fut);
     return wake;
   } catch (py::error_already_set& e) {

@@ -797,7 +797,9 @@ TEST_F(LuaTwinTest, OneLimitHitsDecideAndStoreAlikeOnBothStores) {
       if (*st.after) {
         const std::int64_t pttl = rctest::run(*s, {"PTTL", "one:{a}"}).integer;
         EXPECT_GT(pttl, 0) << what << ": the key kept no TTL";
-        if (*st.set) EXPECT_LE(pttl, 30'000) << what << ": the key's earlier TTL was not kept";
+        if (*st.set) {
+          EXPECT_LE(pttl, 30'000) << what << ": the key's earlier TTL was not kept";
+        }
       }
     }
   }
