@@ -6,6 +6,8 @@
 #include <chrono>
 #include <limits>
 #include <optional>
+#include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -510,6 +512,75 @@ TEST_F(MemoryStoreTest, ZrangeByRankWithNegativeIndexes) {
   expect_error_prefix({"ZRANGE", "z", "0", "1", "REV"},
                       "ERR syntax error, the memory:// store supports ZRANGE by rank");
   expect_error_prefix({"ZRANGE", "z", "0", "1", "BYSCORE"}, kSyntax);
+}
+
+// Score ranges over a set longer than the few steps a short range takes from its start
+// (then a binary search): every range of random bounds, open or closed, inclusive or
+// exclusive, selects exactly the members a scan of the whole set selects, for ZCOUNT,
+// ZRANGEBYSCORE and ZREMRANGEBYSCORE alike.
+TEST_F(MemoryStoreTest, ScoreRangesOfEveryLengthSelectWhatAScanSelects) {
+  std::mt19937 rng(7);
+  std::vector<std::pair<double, std::string>> all;  // (score, member), as Redis orders them
+  std::vector<std::string> zadd = {"ZADD", "z"};
+  const double inf = std::numeric_limits<double>::infinity();
+  for (int i = 0; i < 60; ++i) {
+    const int pick = static_cast<int>(rng() % 24);
+    const double score = pick == 0 ? -inf : pick == 23 ? inf : static_cast<double>(pick / 2);
+    const std::string member = "m" + std::to_string(i);
+    all.emplace_back(score, member);
+    zadd.push_back(pick == 0 ? "-inf" : pick == 23 ? "inf" : std::to_string(pick / 2));
+    zadd.push_back(member);
+  }
+  std::sort(all.begin(), all.end());
+  ASSERT_EQ(integer(zadd), 60);
+  auto bound = [&](double& v, bool& ex) {
+    const int pick = static_cast<int>(rng() % 28);
+    ex = rng() % 2 == 0;
+    v = pick == 0 ? -inf : pick == 27 ? inf : (pick - 2) / 2.0;
+    if (pick == 0) return std::string(ex ? "(-inf" : "-inf");
+    if (pick == 27) return std::string(ex ? "(+inf" : "+inf");
+    std::ostringstream text;
+    text << (ex ? "(" : "") << v;
+    return text.str();
+  };
+  for (int round = 0; round < 400; ++round) {
+    double lo = 0, hi = 0;
+    bool lo_ex = false, hi_ex = false;
+    const std::string min = bound(lo, lo_ex), max = bound(hi, hi_ex);
+    Strings expected;
+    for (const auto& [score, member] : all) {
+      if ((lo_ex ? score > lo : score >= lo) && (hi_ex ? score < hi : score <= hi)) expected.push_back(member);
+    }
+    const std::string what = min + " " + max;
+    EXPECT_EQ(integer({"ZCOUNT", "z", min, max}), static_cast<std::int64_t>(expected.size())) << what;
+    EXPECT_EQ(strings({"ZRANGEBYSCORE", "z", min, max}), expected) << what;
+  }
+  // Removal, on copies of the set: what is left is the rest of the scan.
+  for (int round = 0; round < 100; ++round) {
+    double lo = 0, hi = 0;
+    bool lo_ex = false, hi_ex = false;
+    const std::string min = bound(lo, lo_ex), max = bound(hi, hi_ex);
+    cmd({"DEL", "c"});
+    std::vector<std::string> copy = zadd;
+    copy[1] = "c";
+    ASSERT_EQ(integer(copy), 60);
+    Strings left;
+    std::int64_t removed = 0;
+    for (const auto& [score, member] : all) {
+      if ((lo_ex ? score > lo : score >= lo) && (hi_ex ? score < hi : score <= hi)) {
+        ++removed;
+      } else {
+        left.push_back(member);
+      }
+    }
+    const std::string what = min + " " + max;
+    EXPECT_EQ(integer({"ZREMRANGEBYSCORE", "c", min, max}), removed) << what;
+    if (left.empty()) {
+      EXPECT_FALSE(exists("c")) << what;
+    } else {
+      EXPECT_EQ(strings({"ZRANGE", "c", "0", "-1"}), left) << what;
+    }
+  }
 }
 
 TEST_F(MemoryStoreTest, ZrangeByScoreBoundsAndLimit) {

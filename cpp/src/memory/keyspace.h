@@ -230,7 +230,8 @@ class MemoryStore::Ops final : public Keyspace {
 
   // Inserts in order; at the back (O(1)) in the common case of a log.
   static void zset_insert(ZSet& z, double score, const std::string& member) {
-    if (z.order.empty() || z.order.back() < ZItem{score, member}) {
+    if (z.order.empty() || z.order.back().first < score ||
+        (z.order.back().first == score && z.order.back().second < member)) {
       z.order.emplace_back(score, member);
       return;
     }
@@ -262,14 +263,30 @@ class MemoryStore::Ops final : public Keyspace {
     return ZAdded::kRescored;
   }
 
-  // The members of `z` in `r`, as [first, last).
+  // The members of `z` in `r`, as [first, last). A range open at either end starts or ends
+  // there without a search, and the end of a short range is found by stepping from its
+  // start: a log's trim (-inf up to a time) removes a few members at the front, and a
+  // binary search over the whole deque would touch a cache line per probe.
   static std::pair<ZOrderIt, ZOrderIt> zset_range(ZSet& z, const MemoryScoreRange& r) {
+    constexpr double kInf = std::numeric_limits<double>::infinity();
+    constexpr int kSteps = 8;
     if (r.empty()) return {z.order.end(), z.order.end()};
     const ZLess less;
-    auto first = r.minex ? std::upper_bound(z.order.begin(), z.order.end(), r.min, less)
-                         : std::lower_bound(z.order.begin(), z.order.end(), r.min, less);
-    auto last = r.maxex ? std::lower_bound(first, z.order.end(), r.max, less)
-                        : std::upper_bound(first, z.order.end(), r.max, less);
+    const auto end = z.order.end();
+    ZOrderIt first;
+    if (r.min == -kInf && !r.minex) {
+      first = z.order.begin();
+    } else {
+      first = r.minex ? std::upper_bound(z.order.begin(), end, r.min, less)
+                      : std::lower_bound(z.order.begin(), end, r.min, less);
+    }
+    if (r.max == kInf && !r.maxex) return {first, end};
+    auto inside = [&r](const ZItem& item) { return r.maxex ? item.first < r.max : item.first <= r.max; };
+    auto last = first;
+    for (int i = 0; i < kSteps && last != end && inside(*last); ++i) ++last;
+    if (last != end && inside(*last)) {
+      last = r.maxex ? std::lower_bound(last, end, r.max, less) : std::upper_bound(last, end, r.max, less);
+    }
     return {first, last};
   }
 
