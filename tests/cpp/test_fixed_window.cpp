@@ -535,7 +535,10 @@ TEST_P(RetryQueueTest, FullQueueRaisesAndCloseCountsWhatIsLeft) {
   EXPECT_EQ(c.incr("b", 1), 0);
   rctest::error_of<RetryQueueFull>([&] { c.incr("c", 1); });
   EXPECT_EQ(c.stats().overflowed, 1u);
-  EXPECT_EQ(c.close(milliseconds(0)), 2u);
+  // close(0) reports what is still pending; the retry thread, woken by its flush, may end an
+  // attempt while close() waits out its (zero) timeout, and then counts those increments as
+  // failed itself. Either way none is lost silently: both end up failed.
+  EXPECT_LE(c.close(milliseconds(0)), 2u);
   // An attempt the retry thread had in flight when close(0) returned is counted as failed
   // when it ends (the thread is not waited for): poll for it, bounded.
   RetryStats s = c.stats();

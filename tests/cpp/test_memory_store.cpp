@@ -2,6 +2,7 @@
 // hashes), exact expiry on a ManualClock, the sweeper, and thread-safety.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <limits>
@@ -579,6 +580,50 @@ TEST_F(MemoryStoreTest, ScoreRangesOfEveryLengthSelectWhatAScanSelects) {
       EXPECT_FALSE(exists("c")) << what;
     } else {
       EXPECT_EQ(strings({"ZRANGE", "c", "0", "-1"}), left) << what;
+    }
+  }
+}
+
+// A log trimmed at the front and grown at the back, as a limiter uses it, with members
+// removed and re-scored in the middle now and then: the set always holds exactly what a
+// model of it holds, in order, through every trim and compaction of its array.
+TEST_F(MemoryStoreTest, ALogTrimmedAtTheFrontAndGrownAtTheBackStaysExact) {
+  std::vector<std::pair<double, std::string>> model;
+  std::mt19937 rng(11);
+  int next = 0;
+  for (int round = 0; round < 300; ++round) {
+    for (int k = static_cast<int>(rng() % 5); k > 0; --k, ++next) {
+      const std::string m = "m" + std::to_string(next);
+      ASSERT_EQ(integer({"ZADD", "log", std::to_string(next), m}), 1);
+      model.emplace_back(next, m);
+    }
+    std::sort(model.begin(), model.end());
+    const int cut = next - 20 - static_cast<int>(rng() % 10);
+    std::int64_t gone = 0;
+    while (!model.empty() && model.front().first <= cut) {
+      model.erase(model.begin());
+      ++gone;
+    }
+    ASSERT_EQ(integer({"ZREMRANGEBYSCORE", "log", "-inf", std::to_string(cut)}), gone) << round;
+    if (round % 7 == 0 && model.size() > 3) {  // one from the middle: removed, or moved to the back
+      const std::size_t at = 1 + rng() % (model.size() - 2);
+      const std::string m = model[at].second;
+      model.erase(model.begin() + static_cast<std::ptrdiff_t>(at));
+      if (round % 2 == 0) {
+        ASSERT_EQ(integer({"ZREM", "log", m}), 1);
+      } else {
+        ASSERT_EQ(integer({"ZADD", "log", std::to_string(next + 1000), m}), 0);
+        model.emplace_back(next + 1000, m);
+        std::sort(model.begin(), model.end());  // as Redis orders it: later adds go before it
+      }
+    }
+    Strings expected;
+    for (const auto& item : model) expected.push_back(item.second);
+    if (expected.empty()) {
+      ASSERT_FALSE(exists("log")) << round;
+    } else {
+      ASSERT_EQ(strings({"ZRANGE", "log", "0", "-1"}), expected) << round;
+      ASSERT_EQ(integer({"ZCARD", "log"}), static_cast<std::int64_t>(expected.size())) << round;
     }
   }
 }

@@ -236,7 +236,8 @@ class MemoryStore::Ops final : public Keyspace {
       return;
     }
     ZItem item{score, member};
-    z.order.insert(std::upper_bound(z.order.begin(), z.order.end(), item), std::move(item));
+    const auto at = std::upper_bound(z.order.begin(), z.order.end(), item);
+    z.order.insert(at, std::move(item));
   }
 
   static ZOrderIt zset_find(ZSet& z, double score, const std::string& member) {
