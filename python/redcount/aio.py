@@ -94,17 +94,13 @@ class _OpFuture(asyncio.Future[Any]):
 
 
 # The completion queue of each loop; a loop's queue lives as long as the loop.
+# (The core remembers the last loop's queue itself and calls this only for another loop.)
 _queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, CompletionQueue] = weakref.WeakKeyDictionary()
-_last: tuple[weakref.ref[asyncio.AbstractEventLoop], CompletionQueue] | None = None
 
 
 def _queue_for_running_loop() -> CompletionQueue:
     """The running loop's completion queue, made and registered with the loop on first use."""
-    global _last
     loop = asyncio.get_running_loop()
-    last = _last
-    if last is not None and last[0]() is loop:
-        return last[1]
     q = _queues.get(loop)
     if q is None:
         q = CompletionQueue(loop)
@@ -113,7 +109,6 @@ def _queue_for_running_loop() -> CompletionQueue:
         except NotImplementedError:  # e.g. the proactor loop on Windows
             q.use_call_soon_threadsafe()
         _queues[loop] = q
-    _last = (weakref.ref(loop), q)
     return q
 
 
