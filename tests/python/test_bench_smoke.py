@@ -215,6 +215,14 @@ def test_bench_only_engine(tmp_path: Path) -> None:
     assert ratios["redcount incr rediss:// / redis:// (one thread)"]["value"] > 0
     assert data["only"] == "engine"
     assert any("no regression" in note for note in data["notes"])
+    # CPU per op of the Redis rows, this process and the server apart; none for TLS (another server).
+    by_name = {r["name"]: r for r in data["results"]}
+    for name in ENGINE_ROWS:
+        assert by_name[name]["cpu_client_us"] > 0 and by_name[name]["cpu_server_us"] > 0, by_name[name]
+    assert by_name["redcount incr (Redis over TLS)"]["cpu_client_us"] is None
+    assert sum(note.startswith("CPU per call, measured: ") for note in data["notes"]) == 1
+    assert any(note.startswith("at 6x one thread (") for note in data["notes"])
+    assert "cpu us/op: client + server" in done.stdout
     for name in FIXED_ROWS[4:] + SLIDING_ROWS:  # only the engine group ran
         assert name not in names
 

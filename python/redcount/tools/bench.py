@@ -70,6 +70,7 @@ import itertools
 import json
 import math
 import os
+import resource
 import secrets
 import shutil
 import signal
@@ -167,6 +168,10 @@ class Result:
     seconds: float
     falsy: int = 0  # results that were falsy (a denied hit, a 0 count): there should be none
     turn_rates: list[float] = field(default_factory=list)  # ops/s of each turn, in order
+    # CPU per op where measured (the engine rows): this process with all its threads and any
+    # child (redis-benchmark), and redis-server from its INFO cpu; None elsewhere.
+    cpu_client_us: float | None = None
+    cpu_server_us: float | None = None
 
 
 @dataclass
@@ -222,6 +227,28 @@ def _rounds(seconds: float) -> int:
     return max(1, min(5, round(seconds / SLICE)))
 
 
+class _CpuProbe:
+    """CPU seconds spent so far by this process (every thread, and children that have been
+    waited for: redis-benchmark) and by the redis-server behind ``store`` (INFO cpu: its
+    user and system time, all its threads)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def client(self) -> float:
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return time.process_time() + children.ru_utime + children.ru_stime
+
+    def server(self) -> float:
+        info = self.store.execute("INFO", "cpu")
+        text = info.decode() if isinstance(info, bytes) else str(info)
+        fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+        try:
+            return float(fields["used_cpu_sys"]) + float(fields["used_cpu_user"])
+        except (KeyError, ValueError) as e:
+            raise BenchError(f"the server's INFO cpu has no used_cpu_sys/used_cpu_user: {text[:200]!r}") from e
+
+
 class _Contender:
     """One measurement, run in one or more slices whose figures add up."""
 
@@ -231,13 +258,34 @@ class _Contender:
         self.elapsed = 0.0
         self.falsy = 0
         self.turn_rates: list[float] = []
+        self.probe: _CpuProbe | None = None  # set: CPU is measured around each slice's timed part
+        self.cpu_client = 0.0
+        self.cpu_server = 0.0
+
+    @contextmanager
+    def _cpu(self) -> Iterator[None]:
+        """Around the timed part of a slice (not its warm-up): add the CPU it took."""
+        probe = self.probe
+        if probe is None:
+            yield
+            return
+        c0, s0 = probe.client(), probe.server()
+        yield
+        c1, s1 = probe.client(), probe.server()
+        self.cpu_client += c1 - c0
+        self.cpu_server += s1 - s0
 
     def run_slice(self, seconds: float) -> None:
         raise NotImplementedError
 
     def result(self) -> Result:
         rate = self.ops / self.elapsed if self.elapsed > 0 else 0.0
-        return Result(self.name, rate, self.ops, self.elapsed, self.falsy, list(self.turn_rates))
+        cpu = self.probe is not None and self.ops > 0
+        return Result(
+            self.name, rate, self.ops, self.elapsed, self.falsy, list(self.turn_rates),
+            cpu_client_us=self.cpu_client / self.ops * 1e6 if cpu else None,
+            cpu_server_us=self.cpu_server / self.ops * 1e6 if cpu else None,
+        )
 
 
 class _PythonOp(_Contender, Generic[T]):
@@ -275,7 +323,8 @@ class _PythonOp(_Contender, Generic[T]):
             self.chunk = max(1, min(10_000, int(rate * 0.002)))  # read the clock about every 2 ms
         else:
             self._loop(min(0.05, seconds / 5), self.chunk)  # caches, after another contender ran
-        calls, elapsed, falsy = self._loop(seconds, self.chunk)
+        with self._cpu():
+            calls, elapsed, falsy = self._loop(seconds, self.chunk)
         self.ops += calls * self.per_call
         self.elapsed += elapsed
         self.falsy += falsy * self.per_call
@@ -334,7 +383,8 @@ class _Threads(_Contender):
     def run_slice(self, seconds: float) -> None:
         self._run(min(0.3, max(0.05, seconds / 2)) if not self.warm else min(0.05, seconds / 5))
         self.warm = True
-        calls, elapsed, falsy = self._run(seconds)
+        with self._cpu():
+            calls, elapsed, falsy = self._run(seconds)
         self.ops += calls * self.per_call
         self.elapsed += elapsed
         self.falsy += falsy * self.per_call
@@ -395,7 +445,8 @@ class _AsyncHits(_Contender):
     def run_slice(self, seconds: float) -> None:
         loop = self._event_loop()
         loop.run_until_complete(self._turn(min(0.3, max(0.05, seconds / 2)) if not self.ops else min(0.05, seconds / 5)))
-        calls, elapsed, falsy = loop.run_until_complete(self._turn(seconds))
+        with self._cpu():
+            calls, elapsed, falsy = loop.run_until_complete(self._turn(seconds))
         self.ops += calls
         self.elapsed += elapsed
         self.falsy += falsy
@@ -723,7 +774,8 @@ class _RedisBenchmark(_Contender):
             )
         n = max(self.pipeline * self.clients * 10, int(self.rate * seconds))
         n -= n % (self.pipeline * self.clients)
-        rps, elapsed = _redis_benchmark(self.binary, self.url, self.pipeline, self.key, n, self.clients)
+        with self._cpu():
+            rps, elapsed = _redis_benchmark(self.binary, self.url, self.pipeline, self.key, n, self.clients)
         self.rate = rps
         self.ops += n
         self.elapsed += n / rps if rps > 0 else elapsed
@@ -802,11 +854,15 @@ def _print_report(rep: Report) -> None:
     print("limits: " + ", ".join(limits_used))
     print()
     w = max(len(r.name) for r in rep.results)
-    print(f"{'measurement':<{w}}  {'ops/s':>12}  {'us/op':>8}")
-    print(f"{'-' * w}  {'-' * 12}  {'-' * 8}")
+    cpu = any(r.cpu_client_us is not None for r in rep.results)
+    print(f"{'measurement':<{w}}  {'ops/s':>12}  {'us/op':>8}" + ("  cpu us/op: client + server" if cpu else ""))
+    print(f"{'-' * w}  {'-' * 12}  {'-' * 8}" + ("  " + "-" * 27 if cpu else ""))
     for r in rep.results:
         us = 1e6 / r.ops_per_sec if r.ops_per_sec > 0 else math.inf
         extra = f"  ({r.falsy} falsy results!)" if r.falsy else ""
+        if r.cpu_client_us is not None and r.cpu_server_us is not None:
+            c, sv = r.cpu_client_us, r.cpu_server_us
+            extra = f"  {c + sv:>9.2f} = {c:5.2f} + {sv:5.2f}" + extra
         print(f"{r.name:<{w}}  {r.ops_per_sec:>12,.0f}  {us:>8.2f}{extra}")
     print()
     w = max(len(r.name) for r in rep.ratios)
@@ -896,8 +952,9 @@ def _engine_block(
     rb_key: str,
     server_bin: str | None,
     have: set[str],
-) -> tuple[list[_Contender], list[_RatioSpec], list[str]]:
-    """The engine's contenders (threads, coroutines, TLS), their ratios and notes.
+) -> tuple[list[_Contender], list[_RatioSpec], list[str], set[str]]:
+    """The engine's contenders (threads, coroutines, TLS), their ratios and notes, and the
+    rows whose CPU per op is measured (those on ``store``'s server).
 
     ``have`` names the rows already planned (the fixed-window block's single-thread rows,
     which serve as denominators here too); resources to release go on ``stack``."""
@@ -978,7 +1035,36 @@ def _engine_block(
             stack.callback(tls_counter.close)
             contenders.append(_PythonOp(RC_INCR_TLS, tls_counter.incr, keys))
             ratios.append(("redcount incr rediss:// / redis:// (one thread)", RC_INCR_TLS, RC_INCR, None))
-    return contenders, ratios, notes
+    probed = {rb_c8, threads, threads_tc, RC_INCR, lim_name, rc_name, RC_HIT_REDIS}
+    return contenders, ratios, notes, probed
+
+
+def _cpu_bound(by_name: dict[str, Result]) -> list[str]:
+    """What the 8-thread targets ask of each call's CPU, against what a call costs here.
+
+    Calls that wait for their reply one at a time cost CPU on both sides (the client's
+    syscalls and wake-ups, the server's); at a given rate, this machine's CPUs leave so many
+    microseconds for each. The note sets that budget next to the measured cost of a call
+    from one thread and of redis-benchmark's C client at the same concurrency."""
+    single, rb = by_name.get(RC_INCR), by_name.get(RB_C8.format(threads=THREADS))
+    tc = by_name.get(RC_INCR_THREADS_TC.format(threads=THREADS, cap=1 + THREADS))
+    rows = [r for r in (single, rb, tc) if r is not None]
+    if single is None or rb is None or any(r.cpu_client_us is None or r.cpu_server_us is None for r in rows):
+        return []
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+    def cost(r: Result) -> str:
+        c, sv = r.cpu_client_us or 0.0, r.cpu_server_us or 0.0
+        return f"{r.name} {c + sv:.1f} us ({c:.1f} client + {sv:.1f} server)"
+
+    notes = ["CPU per call, measured: " + "; ".join(cost(r) for r in rows)]
+    for what, rate in (("6x one thread", 6 * single.ops_per_sec), ("1.3x redis-benchmark", 1.3 * rb.ops_per_sec)):
+        if rate > 0:
+            notes.append(
+                f"at {what} ({rate:,.0f} calls/s) this machine's {cpus} CPU(s) leave {cpus / rate * 1e6:.1f} us "
+                "of CPU per call, client and server together"
+            )
+    return notes
 
 
 # --------------------------------------------------------------------------- sharded counters
@@ -1299,12 +1385,16 @@ def run_bench(args: argparse.Namespace) -> int:
                     ]
 
             if engine:
-                more, more_ratios, notes = _engine_block(
+                more, more_ratios, notes, probed = _engine_block(
                     engine_resources, store, url, prefix, keys, bench_bin, rb_key, server_bin, {c.name for c in plan}
                 )
                 plan += more
                 ratios += more_ratios
                 rep.notes += notes
+                probe = _CpuProbe(store)
+                for measured in plan:
+                    if measured.name in probed:
+                        measured.probe = probe
 
             if sharded:
                 more, more_ratios = _sharded_block(
@@ -1333,6 +1423,7 @@ def run_bench(args: argparse.Namespace) -> int:
                     f"single thread, no regression (issue 7 section 2): {RC_INCR} {single.ops_per_sec:,.0f} ops/s "
                     "in this run; compare with the README's figures on the same machine"
                 )
+                rep.notes += _cpu_bound(by_name)
             if sharded:
                 many = by_name[RC_SH_MANY_THREADS.format(n=SH_MANY, threads=THREADS)]
                 one = by_name[RC_SH_MANY.format(n=SH_MANY)]
