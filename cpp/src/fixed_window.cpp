@@ -207,7 +207,11 @@ class SendOp final : public Op<std::vector<Reply>> {
     if (core_.options.mode == FixedWindowOptions::Mode::Commands) return commands();
     const bool ids = std::any_of(items_.begin(), items_.end(),
                                  [](const WindowedIncrement& w) { return !w.request_id_key.empty(); });
-    return !ids && core_.store->has_expire_options() ? transaction() : scripts();
+    // The transaction costs the server less and the client more (about 8,700 more client
+    // instructions per increment: four commands and five replies against one of each).
+    // Alone, the server's time is on each call's path; with other calls in flight (threads,
+    // coroutines) the client's CPU is what runs out. Both forms count and hold TTLs alike.
+    return !ids && core_.store->has_expire_options() && !core_.store->contended() ? transaction() : scripts();
   }
 
   std::vector<Request> finish(std::vector<Reply> replies) override {

@@ -205,6 +205,8 @@ bool ResilientStore::has_expire_options() const noexcept {
   return primary_->has_expire_options();
 }
 
+bool ResilientStore::contended() const noexcept { return primary_->contended(); }
+
 std::vector<Reply> ResilientStore::execute(const std::vector<Request>& batch) {
   const Route r = route();
   if (r == Route::Refuse) throw Unavailable(shared_->refusal_text(), false);

@@ -156,6 +156,49 @@ TEST_F(EngineTest, CancelledBatchIsNeverWritten) {
   store->close();
 }
 
+// contended(): other calls in flight, counted from a synchronous call's entry to its return
+// and from a submit to its delivery (before its callback runs), also when close() fails it.
+TEST_F(EngineTest, ContendedWhileOtherCallsAreInFlight) {
+  auto store = std::make_shared<RedisStore>(options_);
+  const std::string key = prefix_ + "contended";
+  rctest::run(*store, {"PING"});
+  EXPECT_FALSE(store->contended());
+
+  // Writes wait while the server pauses them (reads and this admin connection go on).
+  rctest::run(*admin_, {"CLIENT", "PAUSE", "300", "WRITE"});
+  Latch latch(1);
+  std::atomic<int> in_done{-1};
+  store->submit({Command{{"INCR", key}}}, [&](std::vector<Reply>&& r, std::exception_ptr e) {
+    in_done = (e || r[0].is_error()) ? 2 : static_cast<int>(store->contended());
+    latch.count_down();
+  });
+  EXPECT_TRUE(store->contended());
+  ASSERT_TRUE(latch.wait_for(std::chrono::seconds(10)));
+  EXPECT_EQ(in_done.load(), 0);  // no longer counted when its callback runs
+  EXPECT_FALSE(store->contended());
+
+  rctest::run(*admin_, {"CLIENT", "PAUSE", "300", "WRITE"});
+  std::thread t([&] { rctest::run(*store, {"INCR", key}); });
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!store->contended() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_TRUE(store->contended());  // the other thread waits in execute()
+  t.join();
+  EXPECT_FALSE(store->contended());
+  EXPECT_EQ(get(key), 2);
+
+  rctest::run(*admin_, {"CLIENT", "PAUSE", "5000", "WRITE"});
+  std::exception_ptr failed;
+  store->submit({Command{{"INCR", key}}}, [&](std::vector<Reply>&&, std::exception_ptr e) { failed = e; });
+  EXPECT_TRUE(store->contended());
+  store->close();
+  ASSERT_TRUE(failed);
+  EXPECT_THROW(std::rethrow_exception(failed), StoreClosed);
+  EXPECT_FALSE(store->contended());
+  rctest::run(*admin_, {"CLIENT", "UNPAUSE"});
+}
+
 TEST_F(EngineTest, ConnectionStateCommandsAreRefused) {
   for (std::vector<std::string> cmd : std::vector<std::vector<std::string>>{
            {"SELECT", "1"}, {"select", "1"}, {"WATCH", "k"}, {"SUBSCRIBE", "c"}, {"CLIENT", "REPLY", "OFF"},

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -353,20 +354,12 @@ def test_a_server_of_unknown_version_gets_the_scripts_every_version_has(redis_fa
         with pytest.raises(redcount.ReplyError, match="NOPERM"):
             old.execute("INFO", "server")
 
-        def stats() -> dict[str, int]:
-            out = {}
-            for line in admin.execute("INFO", "commandstats").decode().splitlines():
-                if line.startswith("cmdstat_"):
-                    name, rest = line[len("cmdstat_"):].split(":", 1)
-                    out[name] = int(rest.split(",", 1)[0].split("=", 1)[1])
-            return out
-
         for store, name, via in ((old, "old", "evalsha"), (admin, "new", "exec")):
             c = make_counter(store, name, 3600, grace=1.0)
             ensure_time_left(store, c, ["k"], 0.5)
             admin.execute("CONFIG", "RESETSTAT")
             assert [c.incr("k") for _ in range(5)] == [1, 2, 3, 4, 5]
-            calls = stats()
+            calls = command_calls(admin)
             assert calls.get(via, 0) == 5, calls
             assert calls.get("exec" if via == "evalsha" else "evalsha", 0) == 0, calls
             check_current_key(admin, c, "k")
@@ -377,3 +370,104 @@ def test_a_server_of_unknown_version_gets_the_scripts_every_version_has(redis_fa
     finally:
         old.close()
         admin.close()
+
+
+def command_calls(admin: redcount.Store) -> dict[str, int]:
+    """Calls per command since the last CONFIG RESETSTAT (INFO commandstats)."""
+    out = {}
+    for line in admin.execute("INFO", "commandstats").decode().splitlines():  # type: ignore[union-attr]
+        if line.startswith("cmdstat_"):
+            name, rest = line[len("cmdstat_"):].split(":", 1)
+            out[name] = int(rest.split(",", 1)[0].split("=", 1)[1])
+    return out
+
+
+def wait_until_server_busy(probe: redcount.Store) -> None:
+    """Until a PING on ``probe`` (a 50 ms command timeout) goes unanswered: another call
+    (DEBUG SLEEP) holds the server, so that call is in flight."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            probe.ping()
+        except redcount.TimeoutError:
+            return
+        assert time.monotonic() < deadline, "DEBUG SLEEP never reached the server"
+
+
+@pytest.mark.redis_only
+def test_an_increment_takes_the_script_while_another_thread_waits_on_the_store(redis_factory: Any) -> None:
+    # Alone, an increment is the INCRBY + PEXPIREAT LT transaction (less work for the
+    # server); while another thread's call is in flight on the same store it is one script
+    # call (less work for the client, which is what runs out with many threads). Both count
+    # and hold the TTL alike, and a foreign far expiry is cut back on both.
+    server = redis_factory(["--enable-debug-command", "yes"])
+    store = redcount.connect(server.url)
+    admin = redcount.connect(server.url)
+    probe = redcount.connect(server.url, command_timeout=0.05)
+    try:
+        c = make_counter(store, "busy", 3600, grace=1.0)
+        ensure_time_left(store, c, ["k"], 5.0)
+        store.ping()  # connected: the server's version is known (LT needs 7.0)
+        admin.execute("CONFIG", "RESETSTAT")
+
+        assert c.incr("k") == 1  # alone
+        admin.execute("PEXPIRE", c.storage_key("k"), 10**12)
+        other = threading.Thread(target=store.execute, args=("DEBUG", "SLEEP", "0.5"))
+        other.start()
+        try:
+            wait_until_server_busy(probe)
+            assert c.incr("k") == 2  # prepared while the other call was in flight
+        finally:
+            other.join()
+        check_current_key(admin, c, "k")
+        admin.execute("PEXPIRE", c.storage_key("k"), 10**12)
+        assert c.incr("k") == 3  # alone again
+        check_current_key(admin, c, "k")
+        calls = command_calls(admin)
+        assert calls.get("exec", 0) == 2 and calls.get("evalsha", 0) == 1, calls
+    finally:
+        probe.close()
+        admin.close()
+        store.close()
+
+
+@pytest.mark.redis_only
+def test_an_awaited_increment_takes_the_script_while_other_calls_are_in_flight(redis_factory: Any) -> None:
+    # The same choice on redcount.aio: a coroutine alone sends the transaction; with another
+    # coroutine's call in flight on the store, the script.
+    import asyncio
+
+    import redcount.aio
+
+    server = redis_factory(["--enable-debug-command", "yes"])
+    store = redcount.connect(server.url)
+    admin = redcount.connect(server.url)
+    probe = redcount.connect(server.url, command_timeout=0.05)
+    c = make_counter(store, "abusy", 3600, grace=1.0)
+    ac = redcount.aio.FixedWindowCounter.from_sync(c)
+    astore = redcount.aio.AsyncStore(store)
+
+    async def main() -> list[int]:
+        counts = [await ac.incr("k")]  # alone
+        admin.execute("PEXPIRE", c.storage_key("k"), 10**12)
+        other = asyncio.ensure_future(astore.execute("DEBUG", "SLEEP", "0.5"))
+        await asyncio.to_thread(wait_until_server_busy, probe)
+        counts.append(await ac.incr("k"))  # prepared while the other call was in flight
+        await other
+        check_current_key(admin, c, "k")
+        admin.execute("PEXPIRE", c.storage_key("k"), 10**12)
+        counts.append(await ac.incr("k"))  # alone again
+        check_current_key(admin, c, "k")
+        return counts
+
+    try:
+        ensure_time_left(store, c, ["k"], 5.0)
+        store.ping()  # connected: the server's version is known (LT needs 7.0)
+        admin.execute("CONFIG", "RESETSTAT")
+        assert asyncio.run(main()) == [1, 2, 3]
+        calls = command_calls(admin)
+        assert calls.get("exec", 0) == 2 and calls.get("evalsha", 0) == 1, calls
+    finally:
+        probe.close()
+        admin.close()
+        store.close()

@@ -129,6 +129,7 @@ class HotKeysStore final : public Store {
   bool accepts_typed_args() const noexcept override { return inner_->accepts_typed_args(); }
   bool server_clock_is_local() const noexcept override { return inner_->server_clock_is_local(); }
   bool has_expire_options() const noexcept override { return inner_->has_expire_options(); }
+  bool contended() const noexcept override { return inner_->contended(); }
   std::string describe() const override { return inner_->describe(); }
   bool is_memory() const noexcept override { return inner_->is_memory(); }
   void close() override { inner_->close(); }

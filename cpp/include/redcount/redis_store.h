@@ -50,6 +50,7 @@ class RedisStore final : public Store {
   // The RESP formatter renders ScriptCall::argv() itself.
   bool accepts_typed_args() const noexcept override { return true; }
   bool has_expire_options() const noexcept override;
+  bool contended() const noexcept override;
   void close() override;
 
   // Connections open right now (set up and usable).

@@ -89,6 +89,7 @@ class ResilientStore final : public Store {
   // False while calls go to the fallback: its interpreter has no MULTI, so an increment must
   // take the script path there.
   bool has_expire_options() const noexcept override;
+  bool contended() const noexcept override;
   std::string describe() const override { return primary_->describe(); }
   bool is_memory() const noexcept override { return false; }
   void close() override;

@@ -171,6 +171,8 @@ void Engine::submit(std::vector<Request> batch, BatchDone done, CancelFlag cance
     if (done) done({}, std::current_exception());
     return;
   }
+  job->counted = &async_jobs_;
+  async_jobs_.fetch_add(1, std::memory_order_relaxed);
   if (job->requests.empty()) {
     job->succeed();
     return job->deliver();
@@ -285,6 +287,11 @@ std::vector<Reply> Engine::execute(const std::vector<Request>& batch) {
                 "its I/O thread; use submit() there");
   }
   if (batch.empty()) return {};
+  sync_callers_.fetch_add(1, std::memory_order_relaxed);
+  struct Leave {
+    std::atomic<int>& n;
+    ~Leave() { n.fetch_sub(1, std::memory_order_relaxed); }
+  } leave{sync_callers_};
   Waiter w;
   const TimePoint deadline =
       options_.command_timeout.count() > 0 ? SteadyClock::now() + options_.command_timeout : kNever;

@@ -215,6 +215,11 @@ bool RedisStore::has_expire_options() const noexcept {
   return e != nullptr && e->server_major() >= 7;
 }
 
+bool RedisStore::contended() const noexcept {
+  redis::Engine* e = current_.load(std::memory_order_acquire);
+  return e != nullptr && e->calls_in_flight() > 0;
+}
+
 int RedisStore::open_connections() const {
   redis::Engine* e = current_.load(std::memory_order_acquire);
   return e ? e->open_connections() : 0;
