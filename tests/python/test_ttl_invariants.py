@@ -397,11 +397,12 @@ def wait_until_server_busy(probe: redcount.Store) -> None:
 @pytest.mark.redis_only
 def test_an_increment_takes_the_script_while_another_thread_waits_on_the_store(redis_factory: Any) -> None:
     # Alone, an increment is the INCRBY + PEXPIREAT LT transaction (less work for the
-    # server); while another thread's call is in flight on the same store it is one script
-    # call (less work for the client, which is what runs out with many threads). Both count
-    # and hold the TTL alike, and a foreign far expiry is cut back on both.
+    # server). While another thread waits on a store that gives each thread a socket of its
+    # own (max_connections above connections), it is one script call (less work for the
+    # client, which is what runs out then). Both count and hold the TTL alike, and a foreign
+    # far expiry is cut back on both.
     server = redis_factory(["--enable-debug-command", "yes"])
-    store = redcount.connect(server.url)
+    store = redcount.connect(server.url, max_connections=2)
     admin = redcount.connect(server.url)
     probe = redcount.connect(server.url, command_timeout=0.05)
     try:
@@ -409,14 +410,13 @@ def test_an_increment_takes_the_script_while_another_thread_waits_on_the_store(r
         ensure_time_left(store, c, ["k"], 5.0)
         store.ping()  # connected: the server's version is known (LT needs 7.0)
         admin.execute("CONFIG", "RESETSTAT")
-
         assert c.incr("k") == 1  # alone
         admin.execute("PEXPIRE", c.storage_key("k"), 10**12)
         other = threading.Thread(target=store.execute, args=("DEBUG", "SLEEP", "0.5"))
         other.start()
         try:
             wait_until_server_busy(probe)
-            assert c.incr("k") == 2  # prepared while the other call was in flight
+            assert c.incr("k") == 2  # prepared while the other thread waited
         finally:
             other.join()
         check_current_key(admin, c, "k")
@@ -432,41 +432,43 @@ def test_an_increment_takes_the_script_while_another_thread_waits_on_the_store(r
 
 
 @pytest.mark.redis_only
-def test_an_awaited_increment_takes_the_script_while_other_calls_are_in_flight(redis_factory: Any) -> None:
-    # The same choice on redcount.aio: a coroutine alone sends the transaction; with another
-    # coroutine's call in flight on the store, the script.
+def test_pipelined_increments_keep_the_transaction_while_other_calls_are_in_flight(redis_factory: Any) -> None:
+    # Where concurrent calls share pipelined writes (one socket for every thread, the
+    # default; coroutines), the transaction stays: it costs the server less.
     import asyncio
 
     import redcount.aio
 
     server = redis_factory(["--enable-debug-command", "yes"])
-    store = redcount.connect(server.url)
+    store = redcount.connect(server.url)  # max_connections == connections == 1
     admin = redcount.connect(server.url)
     probe = redcount.connect(server.url, command_timeout=0.05)
-    c = make_counter(store, "abusy", 3600, grace=1.0)
+    c = make_counter(store, "pbusy", 3600, grace=1.0)
     ac = redcount.aio.FixedWindowCounter.from_sync(c)
     astore = redcount.aio.AsyncStore(store)
 
-    async def main() -> list[int]:
-        counts = [await ac.incr("k")]  # alone
-        admin.execute("PEXPIRE", c.storage_key("k"), 10**12)
+    async def awaited() -> int:
         other = asyncio.ensure_future(astore.execute("DEBUG", "SLEEP", "0.5"))
         await asyncio.to_thread(wait_until_server_busy, probe)
-        counts.append(await ac.incr("k"))  # prepared while the other call was in flight
+        count = await ac.incr("k")  # prepared while another coroutine's call was in flight
         await other
-        check_current_key(admin, c, "k")
-        admin.execute("PEXPIRE", c.storage_key("k"), 10**12)
-        counts.append(await ac.incr("k"))  # alone again
-        check_current_key(admin, c, "k")
-        return counts
+        return count
 
     try:
         ensure_time_left(store, c, ["k"], 5.0)
-        store.ping()  # connected: the server's version is known (LT needs 7.0)
+        store.ping()
         admin.execute("CONFIG", "RESETSTAT")
-        assert asyncio.run(main()) == [1, 2, 3]
+        other = threading.Thread(target=store.execute, args=("DEBUG", "SLEEP", "0.5"))
+        other.start()
+        try:
+            wait_until_server_busy(probe)
+            assert c.incr("k") == 1  # another thread waits on the same socket
+        finally:
+            other.join()
+        assert asyncio.run(awaited()) == 2
+        check_current_key(admin, c, "k")
         calls = command_calls(admin)
-        assert calls.get("exec", 0) == 2 and calls.get("evalsha", 0) == 1, calls
+        assert calls.get("exec", 0) == 2 and calls.get("evalsha", 0) == 0, calls
     finally:
         probe.close()
         admin.close()

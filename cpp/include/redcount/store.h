@@ -216,10 +216,11 @@ class Store {
   // True when the server takes PEXPIREAT's NX/XX/GT/LT options (Redis >= 7.0), so an
   // increment can be MULTI/INCRBY/PEXPIREAT LT/EXEC instead of a script.
   virtual bool has_expire_options() const noexcept { return false; }
-  // True while other calls are in flight on this store (other threads in execute(),
-  // submitted batches not yet completed). An operation with two equivalent forms may then
-  // take the one that costs the client less CPU (the fixed-window increment: one script
-  // call rather than a four-command transaction).
+  // True while other threads wait in execute() on this store, each on a connection of its
+  // own (thread connections): their calls are separate round trips, not pipelined together,
+  // and the client's CPU is what runs out. An operation with two equivalent forms may then
+  // take the one that costs the client less (the fixed-window increment: one script call
+  // rather than a four-command transaction).
   virtual bool contended() const noexcept { return false; }
   // "memory://" or "redis://host:port/db" (never the password).
   virtual std::string describe() const = 0;

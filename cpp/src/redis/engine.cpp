@@ -79,6 +79,7 @@ Engine::Engine(const StoreOptions& options)
   }
   const int threads = std::min(std::max(options_.max_connections - options_.connections, 0), kMaxThreadConnections);
   slots_.resize(mux_ + static_cast<std::size_t>(threads));
+  thread_slots_ = threads > 0;
   ours_.assign(slots_.size(), 0);
 }
 
@@ -171,8 +172,6 @@ void Engine::submit(std::vector<Request> batch, BatchDone done, CancelFlag cance
     if (done) done({}, std::current_exception());
     return;
   }
-  job->counted = &async_jobs_;
-  async_jobs_.fetch_add(1, std::memory_order_relaxed);
   if (job->requests.empty()) {
     job->succeed();
     return job->deliver();

@@ -27,7 +27,6 @@ bool is_multi(const Request& request) { return is_command(request, "multi"); }
 }  // namespace
 
 void Job::deliver() noexcept {
-  uncount();  // first: a next call prepared from `done` no longer sees this one in flight
   BatchDone d = std::move(done);
   done = nullptr;
   if (!d) return;

@@ -217,7 +217,7 @@ bool RedisStore::has_expire_options() const noexcept {
 
 bool RedisStore::contended() const noexcept {
   redis::Engine* e = current_.load(std::memory_order_acquire);
-  return e != nullptr && e->calls_in_flight() > 0;
+  return e != nullptr && e->sync_contended();
 }
 
 int RedisStore::open_connections() const {

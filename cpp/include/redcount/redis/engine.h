@@ -97,10 +97,12 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // The major version the last connection set up reported (0 until one is, or when INFO
   // is refused).
   int server_major() const noexcept { return server_major_.load(std::memory_order_relaxed); }
-  // Calls in progress right now, from every thread and event loop: synchronous calls in
-  // execute() and submitted batches not yet completed.
-  int calls_in_flight() const noexcept {
-    return sync_callers_.load(std::memory_order_relaxed) + async_jobs_.load(std::memory_order_relaxed);
+  // True while a synchronous call is in execute() on another thread and this engine may
+  // open thread connections (max_connections above connections): concurrent synchronous
+  // calls then make separate round trips, each on a socket of its own, rather than share
+  // pipelined writes.
+  bool sync_contended() const noexcept {
+    return thread_slots_ && sync_callers_.load(std::memory_order_relaxed) > 0;
   }
 
  private:
@@ -152,10 +154,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   const std::size_t mux_;
   std::shared_ptr<TlsContext> tls_;
 
-  // Declared before every container of jobs, so that a job destroyed with the engine still
-  // finds its counter (a job decrements async_jobs_ once, when delivered or destroyed).
-  std::atomic<int> sync_callers_{0};
-  std::atomic<int> async_jobs_{0};
+  std::atomic<int> sync_callers_{0};  // threads in execute()
+  bool thread_slots_ = false;          // max_connections leaves room for thread connections
 
   mutable std::mutex mu_;
   std::condition_variable space_cv_;   // queue space, borrowers gone, close finished

@@ -51,20 +51,6 @@ struct Job {
 
   // Outcome, delivered by deliver() once the engine's state is consistent again.
   std::exception_ptr error;
-  // The engine's count of submitted jobs not yet completed (see Engine::calls_in_flight):
-  // decremented once, before done runs, or when a job is dropped undelivered.
-  std::atomic<int>* counted = nullptr;
-
-  Job() = default;
-  Job(const Job&) = delete;
-  Job& operator=(const Job&) = delete;
-  ~Job() { uncount(); }
-  void uncount() noexcept {
-    if (counted != nullptr) {
-      counted->fetch_sub(1, std::memory_order_relaxed);
-      counted = nullptr;
-    }
-  }
 
   bool is_cancelled() const noexcept { return cancelled && cancelled->load(std::memory_order_relaxed); }
   void succeed() { finished = true; }
