@@ -394,6 +394,19 @@ def wait_until_server_busy(probe: redcount.Store) -> None:
         assert time.monotonic() < deadline, "DEBUG SLEEP never reached the server"
 
 
+def incr_while_another_thread_waits(store: redcount.Store, probe: redcount.Store,
+                                    counter: redcount.FixedWindowCounter, key: str) -> int:
+    """``counter.incr(key)``, prepared while another thread's call (DEBUG SLEEP 0.5) is in
+    flight on ``store``."""
+    other = threading.Thread(target=store.execute, args=("DEBUG", "SLEEP", "0.5"))
+    other.start()
+    try:
+        wait_until_server_busy(probe)
+        return counter.incr(key)
+    finally:
+        other.join()
+
+
 @pytest.mark.redis_only
 def test_an_increment_takes_the_script_while_another_thread_waits_on_the_store(redis_factory: Any) -> None:
     # Alone, an increment is the INCRBY + PEXPIREAT LT transaction (less work for the
@@ -412,13 +425,7 @@ def test_an_increment_takes_the_script_while_another_thread_waits_on_the_store(r
         admin.execute("CONFIG", "RESETSTAT")
         assert c.incr("k") == 1  # alone
         admin.execute("PEXPIRE", c.storage_key("k"), 10**12)
-        other = threading.Thread(target=store.execute, args=("DEBUG", "SLEEP", "0.5"))
-        other.start()
-        try:
-            wait_until_server_busy(probe)
-            assert c.incr("k") == 2  # prepared while the other thread waited
-        finally:
-            other.join()
+        assert incr_while_another_thread_waits(store, probe, c, "k") == 2
         check_current_key(admin, c, "k")
         admin.execute("PEXPIRE", c.storage_key("k"), 10**12)
         assert c.incr("k") == 3  # alone again
@@ -458,13 +465,7 @@ def test_pipelined_increments_keep_the_transaction_while_other_calls_are_in_flig
         ensure_time_left(store, c, ["k"], 5.0)
         store.ping()
         admin.execute("CONFIG", "RESETSTAT")
-        other = threading.Thread(target=store.execute, args=("DEBUG", "SLEEP", "0.5"))
-        other.start()
-        try:
-            wait_until_server_busy(probe)
-            assert c.incr("k") == 1  # another thread waits on the same socket
-        finally:
-            other.join()
+        assert incr_while_another_thread_waits(store, probe, c, "k") == 1  # on the same socket
         assert asyncio.run(awaited()) == 2
         check_current_key(admin, c, "k")
         calls = command_calls(admin)
