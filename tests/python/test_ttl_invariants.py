@@ -10,8 +10,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -407,6 +409,23 @@ def incr_while_another_thread_waits(store: redcount.Store, probe: redcount.Store
         other.join()
 
 
+@contextlib.contextmanager
+def debug_server_stores(redis_factory: Any, **options: Any
+                        ) -> Iterator[tuple[redcount.Store, redcount.Store, redcount.Store]]:
+    """A server that takes DEBUG SLEEP, and three stores on it: the one under test (with
+    ``options``), an admin, and a probe for wait_until_server_busy; closed on the way out."""
+    server = redis_factory(["--enable-debug-command", "yes"])
+    store = redcount.connect(server.url, **options)
+    admin = redcount.connect(server.url)
+    probe = redcount.connect(server.url, command_timeout=0.05)
+    try:
+        yield store, admin, probe
+    finally:
+        probe.close()
+        admin.close()
+        store.close()
+
+
 @pytest.mark.redis_only
 def test_an_increment_takes_the_script_while_another_thread_waits_on_the_store(redis_factory: Any) -> None:
     # Alone, an increment is the INCRBY + PEXPIREAT LT transaction (less work for the
@@ -414,11 +433,7 @@ def test_an_increment_takes_the_script_while_another_thread_waits_on_the_store(r
     # own (max_connections above connections), it is one script call (less work for the
     # client, which is what runs out then). Both count and hold the TTL alike, and a foreign
     # far expiry is cut back on both.
-    server = redis_factory(["--enable-debug-command", "yes"])
-    store = redcount.connect(server.url, max_connections=2)
-    admin = redcount.connect(server.url)
-    probe = redcount.connect(server.url, command_timeout=0.05)
-    try:
+    with debug_server_stores(redis_factory, max_connections=2) as (store, admin, probe):
         c = make_counter(store, "busy", 3600, grace=1.0)
         ensure_time_left(store, c, ["k"], 5.0)
         store.ping()  # connected: the server's version is known (LT needs 7.0)
@@ -432,10 +447,6 @@ def test_an_increment_takes_the_script_while_another_thread_waits_on_the_store(r
         check_current_key(admin, c, "k")
         calls = command_calls(admin)
         assert calls.get("exec", 0) == 2 and calls.get("evalsha", 0) == 1, calls
-    finally:
-        probe.close()
-        admin.close()
-        store.close()
 
 
 @pytest.mark.redis_only
@@ -446,22 +457,18 @@ def test_pipelined_increments_keep_the_transaction_while_other_calls_are_in_flig
 
     import redcount.aio
 
-    server = redis_factory(["--enable-debug-command", "yes"])
-    store = redcount.connect(server.url)  # max_connections == connections == 1
-    admin = redcount.connect(server.url)
-    probe = redcount.connect(server.url, command_timeout=0.05)
-    c = make_counter(store, "pbusy", 3600, grace=1.0)
-    ac = redcount.aio.FixedWindowCounter.from_sync(c)
-    astore = redcount.aio.AsyncStore(store)
+    with debug_server_stores(redis_factory) as (store, admin, probe):  # max_connections == connections == 1
+        c = make_counter(store, "pbusy", 3600, grace=1.0)
+        ac = redcount.aio.FixedWindowCounter.from_sync(c)
+        astore = redcount.aio.AsyncStore(store)
 
-    async def awaited() -> int:
-        other = asyncio.ensure_future(astore.execute("DEBUG", "SLEEP", "0.5"))
-        await asyncio.to_thread(wait_until_server_busy, probe)
-        count = await ac.incr("k")  # prepared while another coroutine's call was in flight
-        await other
-        return count
+        async def awaited() -> int:
+            other = asyncio.ensure_future(astore.execute("DEBUG", "SLEEP", "0.5"))
+            await asyncio.to_thread(wait_until_server_busy, probe)
+            count = await ac.incr("k")  # prepared while another coroutine's call was in flight
+            await other
+            return count
 
-    try:
         ensure_time_left(store, c, ["k"], 5.0)
         store.ping()
         admin.execute("CONFIG", "RESETSTAT")
@@ -470,7 +477,3 @@ def test_pipelined_increments_keep_the_transaction_while_other_calls_are_in_flig
         check_current_key(admin, c, "k")
         calls = command_calls(admin)
         assert calls.get("exec", 0) == 2 and calls.get("evalsha", 0) == 0, calls
-    finally:
-        probe.close()
-        admin.close()
-        store.close()

@@ -240,13 +240,11 @@ class _CpuProbe:
         return time.process_time() + children.ru_utime + children.ru_stime
 
     def server(self) -> float:
-        info = self.store.execute("INFO", "cpu")
-        text = info.decode() if isinstance(info, bytes) else str(info)
-        fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+        fields = _info(self.store, "cpu")
         try:
             return float(fields["used_cpu_sys"]) + float(fields["used_cpu_user"])
         except (KeyError, ValueError) as e:
-            raise BenchError(f"the server's INFO cpu has no used_cpu_sys/used_cpu_user: {text[:200]!r}") from e
+            raise BenchError(f"the server's INFO cpu has no used_cpu_sys/used_cpu_user: {fields!r}") from e
 
 
 class _Contender:
@@ -785,13 +783,15 @@ class _RedisBenchmark(_Contender):
 # --------------------------------------------------------------------------- store helpers
 
 
-def _redis_version(store: Store) -> str:
-    info = store.execute("INFO", "server")
+def _info(store: Store, section: str) -> dict[str, str]:
+    """One section of INFO as its ``field: value`` pairs."""
+    info = store.execute("INFO", section)
     text = info.decode() if isinstance(info, bytes) else str(info)
-    for line in text.splitlines():
-        if line.startswith("redis_version:"):
-            return line.split(":", 1)[1].strip()
-    return "?"
+    return {k: v.strip() for k, v in (line.split(":", 1) for line in text.splitlines() if ":" in line)}
+
+
+def _redis_version(store: Store) -> str:
+    return _info(store, "server").get("redis_version", "?")
 
 
 def _delete_keys(store: Store, pattern: str) -> int:
