@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import redcount
 from conftest import RedisServer
-from redcount.snapshots import StreamId
+from redcount.sql.snapshots import StreamId
 
 SHARDS = 4
 

@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 import redcount
-from redcount.metrics import register
+from redcount.telemetry import register
 from conftest import RedisServer
 
 

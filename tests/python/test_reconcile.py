@@ -11,7 +11,8 @@ import pytest
 import redcount
 import redcount.aio
 from conftest import RedisServer
-from redcount.reconcile import runs
+from redcount.sql import reconciliation as rec
+from redcount.sql.reconciliation import runs
 
 SHARDS = 4
 
@@ -230,10 +231,6 @@ def test_the_command_line_reconciles_and_repairs(
 def test_repair_leaves_a_shard_whose_drift_moves_between_measurements(
     store: redcount.Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import sys
-
-    rec = sys.modules["redcount.reconcile"]  # the module: redcount.reconcile is the function
-
     sql = f"sqlite:///{tmp_path / 'm.db'}"
     c = counter(store)
     write(c, 10)

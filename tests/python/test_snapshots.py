@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import redcount
 import sqlalchemy as sa
-from redcount.snapshots import SCHEMA_VERSION, StreamId, redact_url
+from redcount.sql.snapshots import SCHEMA_VERSION, StreamId, redact_url
 
 
 def test_create_is_idempotent_and_records_the_schema_version(sql_url: str) -> None:

@@ -39,11 +39,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO, Union
 
-from ._core import Store
-from .errors import InvalidInputError, RedcountError, ReplyError
-from .metrics import track_flusher, untrack_flusher
-from .sharded import ShardedCounter, layout_text
-from .snapshots import MAX_NAME, SnapshotStore, StreamId, _check_name, _short
+from .._core import Store
+from ..errors import InvalidInputError, RedcountError, ReplyError
+from ..sharded import ShardedCounter, layout_text
+from ..telemetry import track_flusher, untrack_flusher
+from ._shared import MAX_NAME, as_text, check_name, first_line
+from .snapshots import SnapshotStore, StreamId
 
 __all__ = ["Flusher", "FlusherStats", "Lag"]
 
@@ -88,10 +89,6 @@ class _Delta:
     delta: int
     request_id: str | None
     reason: str | None
-
-
-def _text(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
 
 
 class Flusher:
@@ -153,7 +150,7 @@ class Flusher:
             if isinstance(spec, ShardedCounter):
                 c = spec
             else:
-                _check_name(spec)
+                check_name(spec)
                 c = ShardedCounter(store, spec, shards=shards, prefix=prefix)
             if len(c.name) > MAX_NAME:
                 raise InvalidInputError(f"counter name longer than {MAX_NAME} characters: {c.name[:40]!r}...")
@@ -182,7 +179,7 @@ class Flusher:
         added: list[str] = []
         for c, raw in zip(objs, texts):
             have = self._counters.get(c.name, (c.prefix, 0))[1]
-            text = _text(raw) if raw is not None else ""
+            text = as_text(raw) if raw is not None else ""
             layout = c.layout() if text else c.cached_layout
             if layout.total <= have:
                 continue
@@ -225,13 +222,13 @@ class Flusher:
         if isinstance(reply, list):
             for stream in reply:
                 assert isinstance(stream, list)
-                shard = self._shards[_text(stream[0])]
+                shard = self._shards[as_text(stream[0])]
                 entries = stream[1]
                 if not isinstance(entries, list):
                     continue
                 for entry in entries:
                     assert isinstance(entry, list)
-                    out.append((shard, _text(entry[0]), entry[1]))
+                    out.append((shard, as_text(entry[0]), entry[1]))
         return out
 
     def _claim(self) -> list[tuple[_Shard, str, Any]]:
@@ -246,12 +243,12 @@ class Flusher:
                     "XAUTOCLAIM", key, self.group, self.consumer, idle_ms, start, "COUNT", self.batch
                 )
                 assert isinstance(reply, list)
-                nxt = _text(reply[0])
+                nxt = as_text(reply[0])
                 entries = reply[1] or []
                 assert isinstance(entries, list)
                 for entry in entries:
                     assert isinstance(entry, list)
-                    out.append((shard, _text(entry[0]), entry[1]))
+                    out.append((shard, as_text(entry[0]), entry[1]))
                 deleted = reply[2] if len(reply) > 2 else []
                 if isinstance(deleted, list) and deleted:
                     # Trimmed from the stream (MAXLEN) before anyone applied them: lost to the
@@ -295,7 +292,7 @@ class Flusher:
             sid = StreamId.parse(sid_text)
             if not isinstance(fields, list) or len(fields) % 2:
                 raise ValueError("fields are not name/value pairs")
-            kv = {_text(fields[i]): _text(fields[i + 1]) for i in range(0, len(fields), 2)}
+            kv = {as_text(fields[i]): as_text(fields[i + 1]) for i in range(0, len(fields), 2)}
             delta = int(kv["delta"])
             if "counter" in kv and kv["counter"] != shard.counter:
                 raise ValueError(f"entry names counter {kv['counter']!r}")
@@ -507,7 +504,7 @@ class Flusher:
                 # Nothing was applied and nothing acknowledged: the entries stay pending with
                 # this consumer, and the next round reads them again first.
                 self._history = True
-                raise RedcountError(f"flusher: SQL transaction failed on {self.snapshots.url}: {_short(e)}") from None
+                raise RedcountError(f"flusher: SQL transaction failed on {self.snapshots.url}: {first_line(e)}") from None
         acks: dict[str, list[str]] = {}
         for shard, sid, _ in entries:
             acks.setdefault(shard.key, []).append(sid)
@@ -571,7 +568,7 @@ class Flusher:
                 entries += len(reply)
                 first = reply[0]
                 assert isinstance(first, list)
-                ms = StreamId.parse(_text(first[0])).ms
+                ms = StreamId.parse(as_text(first[0])).ms
                 oldest = ms if oldest is None else min(oldest, ms)
         seconds = 0.0 if oldest is None else max(0.0, time.time() - oldest / 1000)
         return Lag(entries, seconds)
@@ -622,5 +619,5 @@ class Flusher:
 def counters_from_names(names: Sequence[str]) -> list[str]:
     """Names from the command line, checked."""
     for n in names:
-        _check_name(n)
+        check_name(n)
     return list(names)

@@ -1,5 +1,5 @@
-"""Per-process observability (issue 10 §6; the notes' section 15): :func:`metrics` and a
-Prometheus collector.
+"""Per-process observability: the figures behind ``redcount.metrics()`` and a Prometheus
+collector.
 
 ::
 
@@ -50,11 +50,9 @@ from . import _core
 from .skew import Skew, skew_of
 
 if TYPE_CHECKING:
-    from .flusher import Flusher
     from .hot_keys import HotKeys
-    from .reconcile import Report
 
-__all__ = ["MetricsSnapshot", "RedcountCollector", "metrics", "register", "reset", "snapshot"]
+__all__ = ["Metrics", "MetricsSnapshot", "RedcountCollector", "metrics", "register", "reset", "snapshot"]
 
 #: Hot keys reported (and exported as labels: the cardinality bound).
 TOP_N = 10
@@ -72,6 +70,32 @@ class KeyCount(Protocol):
     def count(self) -> int: ...
     @property
     def error(self) -> int: ...
+
+
+class LagFigures(Protocol):
+    """What a flusher's ``lag`` reports (:class:`redcount.sql.Lag`)."""
+
+    @property
+    def entries(self) -> int: ...
+    @property
+    def seconds(self) -> float: ...
+
+
+class LagSource(Protocol):
+    """What this module reads of a :class:`redcount.sql.Flusher`. (A protocol, not the class:
+    the SQL layer reports here, so this module must not import it.)"""
+
+    @property
+    def lag(self) -> LagFigures: ...
+
+
+class DriftReport(Protocol):
+    """What this module keeps of a reconciliation :class:`redcount.sql.Report`."""
+
+    @property
+    def counter(self) -> str: ...
+    @property
+    def relative(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -109,8 +133,8 @@ class MetricsSnapshot:
 
 _lock = threading.Lock()
 _hot_keys: list[weakref.ref[HotKeys]] = []
-_flushers: weakref.WeakSet[Flusher] = weakref.WeakSet()
-_reports: dict[str, Report] = {}
+_flushers: weakref.WeakSet[LagSource] = weakref.WeakSet()
+_reports: dict[str, DriftReport] = {}
 _previous: tuple[float, tuple[int, ...]] | None = None
 
 
@@ -121,19 +145,19 @@ def attach_hot_keys(hk: HotKeys) -> None:
         _hot_keys.append(weakref.ref(hk))
 
 
-def track_flusher(flusher: Flusher) -> None:
+def track_flusher(flusher: LagSource) -> None:
     """Report ``flusher``'s lag while it is alive (Flusher's constructor calls this)."""
     with _lock:
         _flushers.add(flusher)
 
 
-def untrack_flusher(flusher: Flusher) -> None:
+def untrack_flusher(flusher: LagSource) -> None:
     """Stop reporting ``flusher`` (Flusher.close() calls this)."""
     with _lock:
         _flushers.discard(flusher)
 
 
-def note_reconcile(report: Report) -> None:
+def note_reconcile(report: DriftReport) -> None:
     """Keep ``report`` as its counter's last reconciliation (reconcile() calls this)."""
     with _lock:
         _reports.pop(report.counter, None)
@@ -375,9 +399,11 @@ def register(registry: Any = None, *, namespace: str = "redcount", top: int = TO
     return collector
 
 
-class _Metrics:
-    """``redcount.metrics()``: the process's :class:`MetricsSnapshot` (see :func:`snapshot`);
-    ``redcount.metrics.register()`` adds a :class:`RedcountCollector` to a Prometheus registry.
+class Metrics:
+    """The type of ``redcount.metrics``, the one object of this module exported at the top:
+    ``redcount.metrics()`` is the process's :class:`MetricsSnapshot` (see :func:`snapshot`);
+    ``redcount.metrics.register()`` adds a :class:`RedcountCollector` to a Prometheus registry;
+    ``redcount.metrics.reset()`` zeroes the counts.
     """
 
     register = staticmethod(register)
@@ -392,7 +418,7 @@ class _Metrics:
 
 
 #: ``redcount.metrics``: call it for a snapshot; ``.register()`` for Prometheus.
-metrics = _Metrics()
+metrics = Metrics()
 
 
 def _after_fork_in_child() -> None:

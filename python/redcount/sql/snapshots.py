@@ -38,7 +38,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from .errors import InvalidInputError, RedcountError
+from ..errors import InvalidInputError, RedcountError
+from ._shared import MAX_NAME, check_name, first_line
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -53,10 +54,6 @@ __all__ = [
 
 #: The schema this code writes; :meth:`SnapshotStore.create` migrates older ones up to it.
 SCHEMA_VERSION = 3
-
-#: Longest counter name the tables hold (MySQL's index limit keeps keys short).
-MAX_NAME = 255
-
 
 class StreamId(NamedTuple):
     """A stream entry id ``<ms>-<seq>``; ordered as Redis orders them."""
@@ -279,7 +276,7 @@ class SnapshotStore:
             try:
                 found = self.schema_version()
             except sa.exc.SQLAlchemyError as exc:
-                raise RedcountError(f"cannot open the SQL database at {self.url}: {_short(exc)}") from None
+                raise RedcountError(f"cannot open the SQL database at {self.url}: {first_line(exc)}") from None
             if found == 0:
                 raise InvalidInputError(f"no redcount snapshots in the SQL database at {self.url}")
 
@@ -308,7 +305,7 @@ class SnapshotStore:
                     conn.execute(self.t.schema.update().values(version=SCHEMA_VERSION))
                 return int(found)
         except sa.exc.SQLAlchemyError as exc:
-            raise RedcountError(f"cannot open the SQL database at {self.url}: {_short(exc)}") from None
+            raise RedcountError(f"cannot open the SQL database at {self.url}: {first_line(exc)}") from None
 
     def schema_version(self) -> int:
         sa = self._sa
@@ -318,7 +315,7 @@ class SnapshotStore:
     def ensure_counter(self, name: str, prefix: str, shards: int) -> None:
         """Register a counter and its zeroed shard rows (idempotent; safe to race)."""
         sa = self._sa
-        _check_name(name)
+        check_name(name)
         now = _now_ms()
         with self.engine.begin() as conn:
             row = conn.execute(
@@ -468,13 +465,3 @@ class SnapshotStore:
 
     def __repr__(self) -> str:
         return f"SnapshotStore({self.url!r})"
-
-
-def _check_name(name: str) -> None:
-    if not isinstance(name, str) or not name or len(name) > MAX_NAME:
-        raise InvalidInputError(f"counter name must be 1..{MAX_NAME} characters, got {name!r}")
-
-
-def _short(exc: BaseException) -> str:
-    text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._core import Store
-from .errors import InvalidInputError
-from .sharded import ShardedCounter
+from .._core import Store
+from ..errors import InvalidInputError
+from ..sharded import ShardedCounter
 from .snapshots import SnapshotStore, StreamId
 
 __all__ = ["RestoreReport", "restore"]

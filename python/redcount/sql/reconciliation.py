@@ -47,11 +47,12 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ._core import Store
-from .errors import InvalidInputError, RedcountError
-from .metrics import note_reconcile
-from .sharded import ShardedCounter
-from .snapshots import SnapshotStore, _check_name, _short
+from .._core import Store
+from ..errors import InvalidInputError, RedcountError
+from ..sharded import ShardedCounter
+from ..telemetry import note_reconcile
+from ._shared import as_text, check_name, first_line
+from .snapshots import SnapshotStore
 
 __all__ = ["ReconcileRun", "Report", "ShardRow", "reconcile", "runs"]
 
@@ -136,10 +137,6 @@ class ReconcileRun:
     shards: list[dict[str, Any]]
 
 
-def _text(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
 def _measure(
     store: Store, snaps: SnapshotStore, name: str, counter: ShardedCounter
 ) -> list[ShardRow]:
@@ -170,13 +167,13 @@ def _measure(
             assert isinstance(e, list)
             fields = e[1]
             assert isinstance(fields, list)
-            kv = {_text(fields[j]): _text(fields[j + 1]) for j in range(0, len(fields) - 1, 2)}
+            kv = {as_text(fields[j]): as_text(fields[j + 1]) for j in range(0, len(fields) - 1, 2)}
             try:
                 unflushed += int(kv["delta"])
                 n += 1
             except (KeyError, ValueError):
                 pass  # not a delta: the flusher skips it too
-        live = 0 if raw is None else int(_text(raw))
+        live = 0 if raw is None else int(as_text(raw))
         expected = s.value + unflushed
         audited = sums.get(s.shard, 0) + unflushed
         rows.append(
@@ -198,7 +195,7 @@ def reconcile(
     module's doc), record the run, and with ``repair=True`` write the corrections that close
     the drift. The counter's prefix and shard count come from the SQL metadata (the flusher
     registered it). Raises InvalidInputError for a counter the database does not know."""
-    _check_name(name)
+    check_name(name)
     if not isinstance(threshold, (int, float)) or threshold < 0:
         raise InvalidInputError(f"threshold must be a fraction >= 0, got {threshold!r}")
     snaps = sql_url if isinstance(sql_url, SnapshotStore) else SnapshotStore(sql_url)
@@ -207,7 +204,7 @@ def reconcile(
         note_reconcile(report)  # its drift in redcount.metrics()
         return report
     except snaps._sa.exc.SQLAlchemyError as e:
-        raise RedcountError(f"reconcile: SQL failed on {snaps.url}: {_short(e)}") from None
+        raise RedcountError(f"reconcile: SQL failed on {snaps.url}: {first_line(e)}") from None
     finally:
         if snaps is not sql_url:
             snaps.close()
