@@ -22,7 +22,7 @@ import redcount
 import redcount.aio as aio
 import uvloop
 from conftest import RedisServer
-from redcount import _core
+from redcount import _aio_runtime, _core
 
 T = TypeVar("T")
 Runner = Callable[[Coroutine[Any, Any, T]], T]
@@ -95,7 +95,7 @@ def deferred(request: pytest.FixtureRequest) -> Iterator[_core._DeferredStore]:
 
 async def settle(r: Any) -> Any:
     """What the core's *_async functions return, awaited if it is a future."""
-    return (await r) if isinstance(r, aio._OpFuture) else r
+    return (await r) if isinstance(r, _aio_runtime.OpFuture) else r
 
 
 # ------------------------------------------------------------------------- store level
@@ -194,7 +194,7 @@ def test_memory_awaits_complete_without_a_future(run: Runner[Any]) -> None:
         async def in_a_loop() -> None:
             assert await astore.execute("GET", "k") == b"v"
             assert await limiter.hit("10/minute", "x")
-            assert asyncio.get_running_loop() not in aio._queues  # no queue was made for this loop
+            assert asyncio.get_running_loop() not in _aio_runtime.queues  # no queue was made for this loop
 
         run(in_a_loop())
     finally:
@@ -216,7 +216,7 @@ def test_one_wakeup_completes_many_calls(run: Runner[Any], deferred: _core._Defe
     n = 200
 
     async def main() -> None:
-        queue = aio._queue_for_running_loop()
+        queue = _aio_runtime.queue_for_running_loop()
         deferred.hold()
         tasks = [asyncio.ensure_future(astore.execute("INCR", "k")) for _ in range(n)]
         while deferred.queued < n:  # let every task submit its batch
@@ -241,7 +241,7 @@ def test_each_loop_gets_its_own_queue(run: Runner[Any], deferred: _core._Deferre
 
     async def main() -> tuple[_core.CompletionQueue, Any]:
         assert await astore.execute("INCR", "k") in (1, 2)
-        return aio._queue_for_running_loop(), asyncio.get_running_loop()
+        return _aio_runtime.queue_for_running_loop(), asyncio.get_running_loop()
 
     q1, loop1 = run(main())
     q2, loop2 = run(main())
@@ -415,7 +415,7 @@ def test_a_python_context_reaches_convert_and_is_released(run: Runner[Any], stor
 
     async def main() -> None:
         r = _core._aio_echo_async(store, value)
-        assert (await r if isinstance(r, aio._OpFuture) else r) is value
+        assert (await r if isinstance(r, _aio_runtime.OpFuture) else r) is value
         results = await asyncio.gather(*(settle(_core._aio_echo_async(store, value)) for _ in range(50)))
         assert all(x is value for x in results)
         if deferred is not None:
@@ -426,7 +426,7 @@ def test_a_python_context_reaches_convert_and_is_released(run: Runner[Any], stor
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-            queue = aio._queue_for_running_loop()
+            queue = _aio_runtime.queue_for_running_loop()
             delivered = queue.delivered
             deferred.resume()
             deferred.wait_idle()
