@@ -64,7 +64,7 @@ def test_bench_web_cpu_per_request_in_process() -> None:
         pytest.fail("'redis-server' not found on PATH: apt-get install redis-server. Refusing to skip.")
     names = ["flask-none", "flask-redcount", "fastapi-none", "fastapi-redcount"]
     done = subprocess.run(
-        [sys.executable, "-m", "redcount.tools.bench_web", "50", "--repeat", "1", "--only", ",".join(names)],
+        [sys.executable, "-m", "redcount.tools.bench.web", "50", "--repeat", "1", "--only", ",".join(names)],
         capture_output=True, text=True, timeout=300, check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr

@@ -8,12 +8,8 @@ one for another name, client certificates).
 from __future__ import annotations
 
 import shutil
-import signal
-import socket
 import ssl
 import subprocess
-import tempfile
-import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +17,8 @@ from typing import Any
 
 import pytest
 import redcount
-from conftest import READY_TIMEOUT, RedisServer, free_port
+from conftest import RedisServer
+from redcount.tools.servers import Tls
 
 MAKE_CERTS = Path(__file__).resolve().parent.parent / "tls" / "make_certs.sh"
 REDIS_SERVER = shutil.which("redis-server")
@@ -40,89 +37,25 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-class TlsRedis:
-    """A redis-server that speaks only TLS (``--port 0 --tls-port P``) with one of the
-    generated server certificates; ready when a TLS PING answers."""
+def tls_server(certs: Path, cert: str = "server", auth_clients: str = "no") -> RedisServer:
+    """A redis-server that speaks only TLS with one of the generated server certificates; its
+    readiness PING presents the client certificate (for the servers that require one)."""
+    if REDIS_SERVER is None:
+        pytest.fail("redis-server not found on PATH (apt-get install redis-server)", pytrace=False)
+    files = Tls(
+        cert=str(certs / f"{cert}.pem"),
+        key=str(certs / f"{cert}.key"),
+        ca=str(certs / "ca.pem"),
+        auth_clients=auth_clients,
+        client_cert=str(certs / "client.pem"),
+        client_key=str(certs / "client.key"),
+    )
+    return RedisServer(REDIS_SERVER, tls=files).start()
 
-    def __init__(self, certs: Path, cert: str = "server", auth_clients: str = "no") -> None:
-        if REDIS_SERVER is None:
-            pytest.fail("redis-server not found on PATH (apt-get install redis-server)", pytrace=False)
-        self.certs = certs
-        self.cert = cert
-        self.auth_clients = auth_clients
-        self.dir = Path(tempfile.mkdtemp(prefix="redcount-tls-redis-"))
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.port = 0
 
-    def url(self, host: str = "localhost") -> str:
-        return f"rediss://{host}:{self.port}/0"
-
-    def start(self) -> TlsRedis:
-        for _ in range(3):  # another process may take the free port we picked
-            self.port = free_port()
-            if self._start_once():
-                return self
-        raise RuntimeError(f"TLS redis-server did not start:\n{self._log()}")
-
-    def _log(self) -> str:
-        path = self.dir / "redis.log"
-        return path.read_text(errors="replace")[-2000:] if path.exists() else ""
-
-    def _start_once(self) -> bool:
-        assert REDIS_SERVER is not None
-        c = self.certs
-        self.proc = subprocess.Popen(
-            [
-                REDIS_SERVER,
-                "--port", "0",
-                "--tls-port", str(self.port),
-                "--bind", "127.0.0.1",
-                "--tls-cert-file", str(c / f"{self.cert}.pem"),
-                "--tls-key-file", str(c / f"{self.cert}.key"),
-                "--tls-ca-cert-file", str(c / "ca.pem"),
-                "--tls-auth-clients", self.auth_clients,
-                "--save", "",
-                "--appendonly", "no",
-                "--dir", str(self.dir),
-                "--logfile", str(self.dir / "redis.log"),
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + READY_TIMEOUT
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                return False
-            try:
-                if self._ping():
-                    return True
-            except (OSError, ssl.SSLError):
-                pass
-            time.sleep(0.01)  # poll interval of a bounded readiness loop
-        self.kill()
-        raise RuntimeError(f"TLS redis-server on port {self.port} not ready after {READY_TIMEOUT}s:\n{self._log()}")
-
-    def _ping(self) -> bool:
-        # The stdlib's TLS, with the client certificate (servers that require one) and no
-        # verification (the expired and wrong-name certificates must pass readiness too).
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-        ctx.load_cert_chain(self.certs / "client.pem", self.certs / "client.key")
-        with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as raw:
-            with ctx.wrap_socket(raw, server_hostname="localhost") as s:
-                s.sendall(b"PING\r\n")
-                return s.recv(64).startswith(b"+PONG")
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait()
-
-    def cleanup(self) -> None:
-        self.kill()
-        shutil.rmtree(self.dir, ignore_errors=True)
+def url_of(server: RedisServer, host: str = "localhost") -> str:
+    """The server's URL through ``host`` (the certificates name localhost and 127.0.0.1)."""
+    return f"rediss://{host}:{server.port}/0"
 
 
 class TlsServers:
@@ -137,12 +70,12 @@ class TlsServers:
 
     def __init__(self, certs: Path) -> None:
         self.certs = certs
-        self.running: dict[str, TlsRedis] = {}
+        self.running: dict[str, RedisServer] = {}
 
-    def __getitem__(self, kind: str) -> TlsRedis:
+    def __getitem__(self, kind: str) -> RedisServer:
         if kind not in self.running:
             cert, auth = self.KINDS[kind]
-            self.running[kind] = TlsRedis(self.certs, cert, auth).start()
+            self.running[kind] = tls_server(self.certs, cert, auth)
         return self.running[kind]
 
     def cleanup(self) -> None:
@@ -289,7 +222,7 @@ def _open(url: str, **kwargs: Any) -> redcount.Store:
 
 @pytest.mark.parametrize("host", ["localhost", "127.0.0.1"])
 def test_counters_and_limiter_over_tls(tls: TlsServers, certs: Path, host: str) -> None:
-    store = _open(tls["server"].url(host), ssl_ca_certs=certs / "ca.pem")
+    store = _open(url_of(tls["server"], host), ssl_ca_certs=certs / "ca.pem")
     try:
         store.execute("FLUSHALL")
         views = redcount.FixedWindowCounter(store, "tls-views", window=3600)
@@ -304,7 +237,7 @@ def test_counters_and_limiter_over_tls(tls: TlsServers, certs: Path, host: str) 
 
 
 def test_large_values_over_tls(tls: TlsServers, certs: Path) -> None:
-    store = _open(tls["server"].url(), ssl_ca_certs=str(certs / "ca.pem"))
+    store = _open(url_of(tls["server"]), ssl_ca_certs=str(certs / "ca.pem"))
     try:
         value = bytes(range(256)) * (4 * 4096)  # 4 MiB: many TLS records and partial writes
         assert store.execute("SET", "tls:big", value) == "OK"
@@ -314,7 +247,7 @@ def test_large_values_over_tls(tls: TlsServers, certs: Path) -> None:
 
 
 def test_mutual_tls(tls: TlsServers, certs: Path) -> None:
-    url = f"{tls['mtls'].url()}?ssl_certfile={certs / 'client.pem'}&ssl_keyfile={certs / 'client.key'}"
+    url = f"{url_of(tls['mtls'])}?ssl_certfile={certs / 'client.pem'}&ssl_keyfile={certs / 'client.key'}"
     store = _open(url, ssl_ca_certs=certs / "ca.pem")
     try:
         assert store.ping()
@@ -336,7 +269,7 @@ def test_failures_name_their_cause(
     files = {k: str(certs / v) for k, v in kwargs.items()}
     store = None
     with pytest.raises(redcount.ConnectionError) as info:
-        store = _open(tls[server].url(), ssl_ca_certs=certs / ca, **files)
+        store = _open(url_of(tls[server]), ssl_ca_certs=certs / ca, **files)
         store.ping()
     if store is not None:
         store.close()
@@ -346,7 +279,7 @@ def test_failures_name_their_cause(
 
 def test_cert_reqs_none_accepts_an_untrusted_certificate(tls: TlsServers, certs: Path) -> None:
     with pytest.warns(redcount.SecurityWarning):
-        store = _open(tls["wrongname"].url(), ssl_ca_certs=certs / "other-ca.pem", ssl_cert_reqs="none")
+        store = _open(url_of(tls["wrongname"]), ssl_ca_certs=certs / "other-ca.pem", ssl_cert_reqs="none")
     try:
         assert store.ping()
     finally:
@@ -355,7 +288,7 @@ def test_cert_reqs_none_accepts_an_untrusted_certificate(tls: TlsServers, certs:
 
 def test_a_hostname_mismatch_can_be_resolved_by_server_name_or_turned_off(tls: TlsServers, certs: Path) -> None:
     for kwargs in ({"ssl_server_name": "redis.invalid"}, {"ssl_check_hostname": False}):
-        store = _open(tls["wrongname"].url("127.0.0.1"), ssl_ca_certs=certs / "ca.pem", **kwargs)
+        store = _open(url_of(tls["wrongname"], "127.0.0.1"), ssl_ca_certs=certs / "ca.pem", **kwargs)
         try:
             assert store.ping()
         finally:
@@ -378,5 +311,5 @@ def test_a_plain_text_port_fails_clearly(redis_server: RedisServer, certs: Path)
 def test_bad_certificate_files_are_named(tls: TlsServers, certs: Path, kwargs: dict[str, str], match: str) -> None:
     files = {k: v.format(certs=certs) for k, v in kwargs.items()}
     with pytest.raises(redcount.InvalidInputError, match=match):
-        store = _open(tls["server"].url(), **files)
+        store = _open(url_of(tls["server"]), **files)
         store.ping()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import RedisServer, free_port
-from redcount.tools.bench import _benchmark_command, _benchmark_target
+from redcount.tools.bench.redis_benchmark import benchmark_command, benchmark_target
 from redcount.tools.urls import mask_url, redact
 
 PW = "Sekr3t-pw_42"
@@ -48,18 +48,18 @@ def test_mask_url_and_redact() -> None:
 
 
 def test_redis_benchmark_gets_the_password_in_its_environment_only() -> None:
-    argv, env = _benchmark_command("redis-benchmark", f"redis://app:{PW}@127.0.0.1:7001/3", 1, "k:__rand_int__", 10)
+    argv, env = benchmark_command("redis-benchmark", f"redis://app:{PW}@127.0.0.1:7001/3", 1, "k:__rand_int__", 10)
     assert not any(PW in a for a in argv), argv
     assert env["REDISCLI_AUTH"] == PW
     assert argv[argv.index("-h") + 1] == "127.0.0.1" and argv[argv.index("-p") + 1] == "7001"
     assert argv[argv.index("--dbnum") + 1] == "3" and argv[argv.index("--user") + 1] == "app"
     # Percent-encoded passwords are decoded for AUTH, and never appear in any form.
-    argv, env = _benchmark_target("redis://:p%40ss%3Aword@127.0.0.1:7001/0")
+    argv, env = benchmark_target("redis://:p%40ss%3Aword@127.0.0.1:7001/0")
     assert env["REDISCLI_AUTH"] == "p@ss:word" and not any("p%40ss" in a or "p@ss" in a for a in argv)
     # No password in the URL: none inherited from the caller's environment either.
     os.environ["REDISCLI_AUTH"] = "from-the-caller"
     try:
-        _, env = _benchmark_target("redis://127.0.0.1:7001/0")
+        _, env = benchmark_target("redis://127.0.0.1:7001/0")
     finally:
         del os.environ["REDISCLI_AUTH"]
     assert "REDISCLI_AUTH" not in env

@@ -1,7 +1,7 @@
 """Flusher throughput, and snapshot lag under a steady write rate.
 
-    python -m redcount.tools.bench_flush --url redis://127.0.0.1:6379/0 --sql sqlite:////tmp/b.db --deltas 200000
-    python -m redcount.tools.bench_flush --url redis://127.0.0.1:6379/0 --sql sqlite:////tmp/l.db --lag --rate 10000
+    python -m redcount.tools.bench.flush --url redis://127.0.0.1:6379/0 --sql sqlite:////tmp/b.db --deltas 200000
+    python -m redcount.tools.bench.flush --url redis://127.0.0.1:6379/0 --sql sqlite:////tmp/l.db --lag --rate 10000
 
 Throughput: writes ``--deltas`` idempotent increments (request ids, so the audit log has them)
 to ``--counters`` sharded counters with ``incr_many``, then times one :class:`redcount.Flusher`
@@ -29,11 +29,11 @@ from collections.abc import Sequence
 
 import redcount
 
-from .bench import _percentile
+from .harness import percentile
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m redcount.tools.bench_flush")
+    p = argparse.ArgumentParser(prog="python -m redcount.tools.bench.flush")
     p.add_argument("--url", default=None, help="store URL (default memory://)")
     p.add_argument("--sql", required=True, help="SQLAlchemy URL (a fresh database is best)")
     p.add_argument("--deltas", type=int, default=200_000)
@@ -132,7 +132,7 @@ def _lag(args: argparse.Namespace) -> int:
         print(
             f"wrote {written[0]} increments in {elapsed:.1f} s ({written[0] / elapsed:,.0f}/s) to {args.counters} "
             f"counters x {args.shards} shards; snapshot lag over {len(samples)} samples: "
-            f"p50 {_percentile(samples, 0.5):.3f} s, p99 {_percentile(samples, 0.99):.3f} s, "
+            f"p50 {percentile(samples, 0.5):.3f} s, p99 {percentile(samples, 0.99):.3f} s, "
             f"max {samples[-1]:.3f} s (target p99 <= 2 s); "
             f"SQL totals {'equal' if ok else 'DIFFER from'} Redis"
         )

@@ -49,7 +49,9 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 
-from .bench import BenchError, _free_port, _private_server, _server_binary, _stop, write_json
+from ..servers import RedisServer, free_port, stop_process
+from .harness import BenchError, find_server
+from .report import write_json
 
 __all__ = ["run_bench_web"]
 
@@ -229,14 +231,14 @@ _NEEDS: dict[str, list[tuple[str, str]]] = {
     "flask-none": [("flask", "flask")],
     "flask-redcount": [("flask", "flask")],
     "flask-limiter-redis": [("flask_limiter", "flask-limiter"), ("redis", "redis")],
-    "flask-limiter-redcount": [("flask_limiter", "flask-limiter"), ("redcount.contrib.limits", "redcount (issue 11 item 7)")],
+    "flask-limiter-redcount": [("flask_limiter", "flask-limiter"), ("redcount.contrib.limits", "redcount with redcount.contrib.limits")],
     "flask-floor": [("flask", "flask")],
     "fastapi-none": [("fastapi", "fastapi")],
     "fastapi-floor": [("fastapi", "fastapi")],
     "fastapi-floor-blocking": [("fastapi", "fastapi")],
     "fastapi-redcount": [("fastapi", "fastapi")],
     "slowapi-redis": [("slowapi", "slowapi"), ("redis", "redis")],
-    "slowapi-redcount": [("slowapi", "slowapi"), ("redcount.contrib.limits", "redcount (issue 11 item 7)")],
+    "slowapi-redcount": [("slowapi", "slowapi"), ("redcount.contrib.limits", "redcount with redcount.contrib.limits")],
     "fastapi-limiter": [("fastapi_limiter", "fastapi-limiter"), ("redis", "redis")],
 }
 
@@ -296,7 +298,7 @@ def _serve(name: str, workdir: str, redis_url: str, workers: int) -> Iterator[st
     module = "bench_app_" + name.replace("-", "_")  # never the name of an imported package
     with open(os.path.join(workdir, f"{module}.py"), "w", encoding="utf-8") as f:
         f.write(textwrap.dedent(_COMMON) + textwrap.dedent(_APPS[name]))
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ, BENCH_REDIS_URL=redis_url, BENCH_LIMIT=LIMIT, PYTHONDONTWRITEBYTECODE="1")
     if _FRAMEWORK[name] == "flask":
         argv = [sys.executable, "-m", "gunicorn", "--workers", str(workers), "--bind", f"127.0.0.1:{port}",
@@ -313,7 +315,7 @@ def _serve(name: str, workdir: str, redis_url: str, workers: int) -> Iterator[st
         _wait_ready(proc, url, log)
         yield url
     finally:
-        _stop(proc)
+        stop_process(proc)
 
 
 _RPS = re.compile(r"Requests/sec:\s+([0-9.]+)")
@@ -350,8 +352,9 @@ def run_bench_web(args: argparse.Namespace) -> int:
     runnable = [n for n in wanted if results[n].skipped is None]
     print(f"redcount bench web: {len(runnable)} contenders, {args.rounds} round(s) of {args.seconds:g} s, "
           f"{args.workers} worker(s), wrk -c{args.connections}", flush=True)
-    binary = _server_binary(args.redis_server)
-    with _private_server(binary) as redis_url, tempfile.TemporaryDirectory(prefix="redcount-bench-web-") as tmp:
+    binary = find_server(args.redis_server)
+    with RedisServer(binary, new_session=True) as server, tempfile.TemporaryDirectory(prefix="redcount-bench-web-") as tmp:
+        redis_url = server.url
         for rnd in range(args.rounds):
             for n in runnable:
                 with _serve(n, tmp, redis_url, args.workers) as url:
@@ -417,7 +420,7 @@ def _print(results: dict[str, WebResult], report: dict[str, dict[str, float | st
 # -- CPU per request, in process ----------------------------------------------------------
 #
 # wrk on a shared machine measures the machine as much as the app; the CPU one request costs
-# in the app's own process is steadier. ``python -m redcount.tools.bench_web [N]`` builds the
+# in the app's own process is steadier. ``python -m redcount.tools.bench.web [N]`` builds the
 # same apps as above in this process, against a private redis-server, drives N requests
 # through each (WSGI: the app called as gunicorn calls it; ASGI: the app awaited on uvloop
 # as uvicorn calls it, ``--concurrency`` requests in flight) and prints the process CPU time
@@ -513,9 +516,10 @@ def _asgi_runner(app: object, concurrency: int) -> Callable[[int], None]:
 
 def cpu_per_request(names: list[str], n: int, repeat: int, concurrency: int) -> dict[str, float]:
     """Microseconds of process CPU per request for each contender (the best of ``repeat``)."""
-    binary = _server_binary("redis-server")
+    binary = find_server("redis-server")
     best: dict[str, float] = {}
-    with _private_server(binary) as redis_url:
+    with RedisServer(binary, new_session=True) as server:
+        redis_url = server.url
         runners: dict[str, Callable[[int], None]] = {}
         for name in names:
             app = _load_app(name, redis_url)
@@ -531,7 +535,7 @@ def cpu_per_request(names: list[str], n: int, repeat: int, concurrency: int) -> 
 
 
 def _cpu_main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m redcount.tools.bench_web",
+    p = argparse.ArgumentParser(prog="python -m redcount.tools.bench.web",
                                 description="Process CPU per request of the bench apps, driven in process.")
     p.add_argument("requests", nargs="?", type=int, default=5000, help="requests per run (default 5000)")
     p.add_argument("--repeat", type=int, default=5, help="runs per contender, the best kept (default 5)")
