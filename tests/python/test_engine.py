@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import redcount
 from conftest import RedisServer
+from helpers import wait_until
 from redcount import _core
 from redcount.errors import StoreClosed
 
@@ -33,15 +34,6 @@ def open_store(url: str, connections: int = 1, command_timeout: float = 2.0,
                             max_connections=max(connections, 1) if max_connections is None else max_connections,
                             keepalive=True, pool_timeout=2.0, clock=None, sweep_interval=0.1,
                             connections=connections)
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.005)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def redcount_clients(admin: redcount.Store) -> int:
@@ -285,7 +277,7 @@ def test_noscript_is_reloaded_and_rerun(redis_store: redcount.Store) -> None:
     assert limiter.hit("5/hour", "x")
 
 
-# --------------------------------------------------------------------------- issue 8 items
+# --------------------------------------------------------------------------- failures, misuse, close and fork
 
 
 def test_wrong_password_backs_off(redis_factory: Factory) -> None:

@@ -19,17 +19,9 @@ from collections.abc import Callable, Iterator
 import pytest
 import redcount
 from conftest import RedisServer
+from helpers import wait_until
 
 Factory = Callable[..., RedisServer]
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.005)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def server_rx_queued(port: int) -> bool:

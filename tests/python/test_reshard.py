@@ -1,4 +1,4 @@
-"""ShardedCounter.reshard() and skew() (issue 9 section 4): writers in threads and processes
+"""ShardedCounter.reshard() and skew(): writers in threads and processes
 keep writing while the counter moves 16 -> 64 -> 128 shards; nothing is lost or counted twice,
 reads never go backwards, the flusher, reconcile and restore follow the new shards."""
 
@@ -10,7 +10,6 @@ import random
 import subprocess
 import sys
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -20,17 +19,9 @@ import pytest
 import redcount
 import redcount.aio
 from conftest import RedisServer
+from helpers import wait_until
 from redcount.skew import skew_of
 from sharded_workers import incr_ids
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 60.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.002)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 class Reader(threading.Thread):
@@ -98,17 +89,17 @@ def test_threads_keep_writing_through_two_reshards(store: redcount.Store) -> Non
     writers = [threading.Thread(target=write, args=(t,)) for t in range(4)]
     for w in writers:
         w.start()
-    wait_until(lambda: sent[0] >= 300, what="writes before the first reshard")
+    wait_until(lambda: sent[0] >= 300, timeout=60, what="writes before the first reshard")
     before = {r for r in applied if applied[r]}
     layout = writer_counter.reshard(64)
     assert [(g.first, g.count) for g in layout.generations] == [(0, 16), (16, 64)]
     probe = redcount.ShardedCounter(store, "hot", shards=16)
     # Writers learn a reshard within a second (their layout refresh): until then they write
     # the frozen shards, which is part of what this test exercises.
-    wait_until(lambda: sum(probe.shard_values()[16:]) >= 300, what="writes to the second generation")
+    wait_until(lambda: sum(probe.shard_values()[16:]) >= 300, timeout=60, what="writes to the second generation")
     layout = redcount.ShardedCounter(store, "hot", shards=16).reshard(128)
     assert layout.version == 3 and layout.current.first == 80 and layout.total == 208
-    wait_until(lambda: sum(probe.shard_values()[80:]) >= 300, what="writes to the third generation")
+    wait_until(lambda: sum(probe.shard_values()[80:]) >= 300, timeout=60, what="writes to the third generation")
     stop.set()
     for w in writers:
         w.join()
@@ -326,9 +317,9 @@ def test_processes_keep_writing_through_two_reshards(
         def done() -> bool:
             return all(f.done() for f in futures)
 
-        wait_until(lambda: c.value() >= distinct // 4 or done(), what="the first writes")
+        wait_until(lambda: c.value() >= distinct // 4 or done(), timeout=60, what="the first writes")
         c.reshard(64)
-        wait_until(lambda: c.value() >= distinct // 2 or done(), what="more writes")
+        wait_until(lambda: c.value() >= distinct // 2 or done(), timeout=60, what="more writes")
         c.reshard(128)
         applied = sum(f.result(timeout=300) for f in futures)
     reader.stop.set()

@@ -1,5 +1,5 @@
 """When Redis fails: ``redcount.connect(url, budget=..., breaker=..., fallback=...)``,
-``Limiter(on_unavailable=...)`` and the web layer's ``fail=`` built on it (issue 11 §5).
+``Limiter(on_unavailable=...)`` and the web layer's ``fail=`` built on it.
 
 Against real redis-servers that are SIGKILLed and restarted on the same port, or frozen with
 SIGSTOP (so requests time out instead of being refused). The budget is a correctness
@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import redcount
 import redcount.aio
+from helpers import wait_until
 from redcount.web import FailurePolicy, LimitSpec, remote_address
 from redcount.web.engine import decide
 from redcount.web.spec import resolve_all
@@ -35,14 +36,6 @@ BUDGET = 0.05
 SCHEDULING_TOLERANCE = 0.05
 # Limits must be enforced again within this long of Redis accepting connections again.
 RECOVERY = 1.0
-
-
-def wait_until(pred: Callable[[], bool], timeout: float = 3.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.005)  # poll interval
 
 
 def first_served(call: Callable[[], object]) -> None:
@@ -125,11 +118,11 @@ def test_sigkill_and_restart_under_load(redis_factory: Any, capsys: pytest.Captu
     limiter = redcount.Limiter(store, "fixed-window")
     try:
         with Load(limiter) as load:
-            wait_until(lambda: load.served_after(0) is not None, what="a first served call")
+            wait_until(lambda: load.served_after(0) is not None, timeout=3.0, what="a first served call")
             t_kill = time.monotonic()
             server.kill()
-            wait_until(lambda: store.breaker_state != "closed", what="the breaker to open")
-            wait_until(lambda: time.monotonic() > t_kill + 0.6, what="an outage of 0.6 s")
+            wait_until(lambda: store.breaker_state != "closed", timeout=3.0, what="the breaker to open")
+            wait_until(lambda: time.monotonic() > t_kill + 0.6, timeout=3.0, what="an outage of 0.6 s")
             t_restart = time.monotonic()
             server.start()  # returns once the server answers PING
             t_up = time.monotonic()
@@ -163,11 +156,11 @@ def test_sigstop_timeouts_stay_within_the_budget(
     try:
         first_served(lambda: limiter.hit("5/minute", "k"))
         with Load(limiter, threads=3) as load:
-            wait_until(lambda: load.served_after(0) is not None, what="a first served call")
+            wait_until(lambda: load.served_after(0) is not None, timeout=3.0, what="a first served call")
             t_stop = time.monotonic()
             os.kill(server.proc.pid, signal.SIGSTOP)
-            wait_until(lambda: store.breaker_state != "closed", what="the breaker to open")
-            wait_until(lambda: time.monotonic() > t_stop + 0.5, what="a freeze of 0.5 s")
+            wait_until(lambda: store.breaker_state != "closed", timeout=3.0, what="the breaker to open")
+            wait_until(lambda: time.monotonic() > t_stop + 0.5, timeout=3.0, what="a freeze of 0.5 s")
             t_cont = time.monotonic()
             os.kill(server.proc.pid, signal.SIGCONT)
             wait_until(lambda: load.served_after(t_cont) is not None, timeout=5, what="Redis to serve again")
@@ -210,7 +203,7 @@ def test_fallback_serves_while_down_and_switches_back(redis_factory: Any, caplog
             assert counter.incr("page") == 1
             assert store.breaker_state in ("open", "half-open") and store.using_fallback
             assert store.breaker_switches == 1 and store.breaker_open and store.fallback_active
-            wait_until(lambda: logged("circuit breaker open") == 1, what="the switch to be logged")
+            wait_until(lambda: logged("circuit breaker open") == 1, timeout=3.0, what="the switch to be logged")
             for _ in range(20):  # more calls: no more log lines
                 limiter.test("3/minute", "user")
             server.start()
@@ -224,7 +217,7 @@ def test_fallback_serves_while_down_and_switches_back(redis_factory: Any, caplog
             assert time.monotonic() - t_up <= RECOVERY
             assert not store.using_fallback and store.breaker_switches == 2
             assert not store.breaker_open and not store.fallback_active
-            wait_until(lambda: logged("reachable again") == 1, what="the switch back to be logged")
+            wait_until(lambda: logged("reachable again") == 1, timeout=3.0, what="the switch back to be logged")
             # Redis restarted empty, and the fallback's counts were not merged back.
             d = limiter.hit("3/minute", "user")
             assert d.allowed and d.remaining == 2 and not d.unavailable

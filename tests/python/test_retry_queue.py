@@ -19,7 +19,7 @@ from contextlib import contextmanager
 import pytest
 import redcount
 from conftest import RedisServer
-from helpers import ms, sum_keys, wait_for_fresh_window
+from helpers import ms, sum_keys, wait_for_fresh_window, wait_until
 
 pytestmark = [pytest.mark.redis_only, pytest.mark.usefixtures("away_from_hour_boundary")]
 
@@ -31,16 +31,6 @@ def queue_counter(store: redcount.Store, name: str = "q", window: float = 3600, 
     kw.setdefault("retry_backoff", 0.01)
     kw.setdefault("retry_backoff_max", 0.2)
     return redcount.FixedWindowCounter(store, name, window, on_error="queue", **kw)  # type: ignore[arg-type]
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
-    """Poll `predicate` in a bounded loop."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.005)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def sleep_until(t: float) -> None:

@@ -1,4 +1,4 @@
-"""redcount.ShardedCounter (issue 9): one suite over the memory store and a real redis-server,
+"""redcount.ShardedCounter: one suite over the memory store and a real redis-server,
 plus the Redis-only checks: many processes, ambiguous failures, the retry queue."""
 
 from __future__ import annotations
@@ -17,20 +17,10 @@ import pytest
 import redcount
 import redcount.aio
 from conftest import RedisServer
-from helpers import snapshot
+from helpers import snapshot, wait_until
 from sharded_workers import incr_ids
 
 Factory = Callable[..., RedisServer]
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
-    """Poll `predicate` in a bounded loop."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.005)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 # --------------------------------------------------------------------------- both stores
