@@ -1,4 +1,4 @@
-"""Analysis of sharded counters as pandas DataFrames (issue 10 §7), for notebooks and reports.
+"""Analysis of sharded counters as pandas DataFrames, for notebooks and reports.
 
 ::
 

@@ -1,4 +1,4 @@
-"""Sharded idempotent counters and strong quotas (issue 9).
+"""Sharded idempotent counters and strong quotas.
 
 ::
 

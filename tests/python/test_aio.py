@@ -1,4 +1,4 @@
-"""redcount.aio: awaitable stores, counters and limiters (issue 7 §3).
+"""redcount.aio: awaitable stores, counters and limiters.
 
 Every test runs on asyncio's default loop, on uvloop, and on a loop without ``add_reader``
 (the ``call_soon_threadsafe`` fallback). Stores: the memory store and Redis complete calls

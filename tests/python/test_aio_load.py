@@ -1,4 +1,4 @@
-"""redcount.aio under load against a real redis-server (issue 7 §3): 1,000 concurrent
+"""redcount.aio under load against a real redis-server: 1,000 concurrent
 coroutines on one loop, with a probe measuring how late the loop runs a timer.
 
 The probe is what an asyncio web app feels: if awaiting redcount blocked the loop (a
@@ -23,7 +23,7 @@ from conftest import RedisServer
 COROUTINES = 1000
 CALLS_EACH = 20
 PROBE_PERIOD = 0.001
-P99_BOUND = 0.005  # seconds: the issue's bound on the loop's p99 lag
+P99_BOUND = 0.005  # seconds: the promised bound on the loop's p99 lag (5 ms)
 MIN_CPU_SHARE = 0.85  # below this share of a CPU for a spinning thread, the machine is too loaded
 
 

@@ -1,4 +1,4 @@
-"""redcount.analysis (issue 10 §7): exact frames from constructed data and from real counters
+"""redcount.analysis: exact frames from constructed data and from real counters
 (both stores), the skew figures agreeing with redcount.skew, and clear errors for bad input."""
 
 from __future__ import annotations

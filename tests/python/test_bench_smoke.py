@@ -228,7 +228,7 @@ def test_bench_only_engine(tmp_path: Path) -> None:
 
 
 def test_bench_only_sharded(tmp_path: Path) -> None:
-    # Issue 9's group: sharded incr with request ids, incr_many, the buffered writer and value() latency.
+    # The sharded group: sharded incr with request ids, incr_many, the buffered writer and value() latency.
     _need("redis-server")
     _need("redis-benchmark")
     done, out_json = _bench_json(tmp_path, "--only", "sharded")
@@ -258,7 +258,7 @@ HOT_ROWS = [
 
 
 def test_bench_only_hot(tmp_path: Path) -> None:
-    # Issue 7 section 6: the same contenders over 100 keys hit in turn, the logs growing.
+    # Hot keys: the same contenders over 100 keys hit in turn, the logs growing.
     _need("redis-server")
     done, out_json = _bench_json(tmp_path, "--only", "hot")
     assert done.returncode == 0, done.stderr

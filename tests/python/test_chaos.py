@@ -1,4 +1,4 @@
-"""Issue 8, "How to prove it": a bounded chaos run on both stores.
+"""A bounded chaos run on both stores: what foreign writers can do to redcount's keys.
 
 Worker threads drive every counter and every limiter strategy while another client
 PERSISTs their keys, writes foreign values of other types, DELetes them, gives them

@@ -1,4 +1,4 @@
-"""The flusher (issue 10 §2): delta logs to SQL exactly once, on both stores and every SQL backend.
+"""The flusher: delta logs to SQL exactly once, on both stores and every SQL backend.
 
 The crash tests: a flusher that dies before its commit (entries stay pending and are claimed),
 after its commit and before XACK (entries redelivered and skipped), and a real process killed
@@ -317,7 +317,7 @@ def test_watermark_is_the_newest_applied_id(store: redcount.Store, tmp_path: Pat
             assert s.watermark == expected
 
 
-# ---------------------------------------------------------------- restore (§4)
+# ---------------------------------------------------------------- restore
 
 
 def test_restore_after_flushall_from_the_snapshot_alone(store: redcount.Store, sql_url: str) -> None:

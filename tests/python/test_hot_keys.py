@@ -1,4 +1,4 @@
-"""redcount.HotKeys (issue 9 §4): the Space-Saving table from Python, the store hook on
+"""redcount.HotKeys: the Space-Saving table from Python, the store hook on
 memory:// and real Redis (the keys a workload of counters and limiters touches show up with
 the right counts, for sync and asyncio callers), and fork (the child starts empty)."""
 

@@ -1,4 +1,4 @@
-"""redcount.metrics() and the Prometheus collector (issue 10 §6): exact counts after a known
+"""redcount.metrics() and the Prometheus collector: exact counts after a known
 workload on both stores, the collector's exposition parsed back, flusher lag, reconciliation
 drift, hot keys and skew, and errors counted while the store is down."""
 

@@ -758,7 +758,7 @@ def test_decision_repr_and_limitset(store: redcount.Store) -> None:
 
 
 def test_limiter_on_a_foreign_value_starts_afresh(store: redcount.Store) -> None:
-    # Issue 8 item 2: a foreign value that is no count is garbage (test() reads it as
+    # A foreign value that is no count is garbage (test() reads it as
     # nothing, the next hit deletes it), the same on both stores.
     lim = redcount.Limiter(store)
     lim.hit("5/hour", "k")

@@ -1,4 +1,4 @@
-"""Multi-region PN-counters (issue 9, section 5): three regions, each on its own store
+"""Multi-region PN-counters: three regions, each on its own store
 (three real redis-servers, or three memory stores), updated concurrently and merged in
 random order, converge to the exact total."""
 

@@ -1,4 +1,4 @@
-"""redcount.Quota (issue 9, strong mode): one suite over both stores, the exact hand-out
+"""redcount.Quota (strong mode): one suite over both stores, the exact hand-out
 under concurrency, and durable=N against a real replica."""
 
 from __future__ import annotations

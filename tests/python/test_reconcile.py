@@ -1,4 +1,4 @@
-"""Reconciliation and adjustment (issue 10 §3): injected drift is found exactly, on the right
+"""Reconciliation and adjustment: injected drift is found exactly, on the right
 shard, and repair closes it; adjust() goes through the delta log into the adjustments table."""
 
 from __future__ import annotations

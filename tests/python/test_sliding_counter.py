@@ -179,7 +179,7 @@ def test_bad_keys_and_items(store: redcount.Store, key: str | bytes) -> None:
 
 
 def test_a_foreign_value_is_garbage_and_the_key_starts_afresh(store: redcount.Store) -> None:
-    # Issue 8 item 2: the next call deletes a foreign value of another type (or a weight
+    # The next call deletes a foreign value of another type (or a weight
     # that is no number) and counts from nothing.
     c = redcount.SlidingWindowCounter(store, "req", 60)
     events, weight, uniq = c.storage_keys("k")

@@ -1,4 +1,4 @@
-"""SnapshotStore (issue 10 §1): the schema on SQLite files, a real PostgreSQL and a real MariaDB."""
+"""SnapshotStore: the schema on SQLite files, a real PostgreSQL and a real MariaDB."""
 
 from __future__ import annotations
 

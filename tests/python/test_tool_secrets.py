@@ -1,4 +1,4 @@
-"""Issue 8 item 6: the tools never put a password on a command line or in an error message.
+"""The tools never put a password on a command line or in an error message.
 
 ``redcount bench`` starts ``redis-benchmark``; its arguments are readable by every local user
 (``/proc/<pid>/cmdline``), so the password must travel in the environment. Errors of

@@ -39,7 +39,7 @@ def spec(limit: Any = "3/minute", **kw: Any) -> LimitSpec:
     return LimitSpec.build(limit, where="route 'view'", **kw)
 
 
-# -- start-up checks (issue item 11) -------------------------------------------------------
+# -- start-up checks ----------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The public classes wrap their ``_core`` object instead of subclassing it (issue 7 §1)."""
+"""The public classes wrap their ``_core`` object instead of subclassing it."""
 
 from __future__ import annotations
 

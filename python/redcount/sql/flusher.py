@@ -1,4 +1,4 @@
-"""The flusher (issue 10): sharded counters' delta logs applied to SQL snapshots exactly once.
+"""The flusher: sharded counters' delta logs applied to SQL snapshots exactly once.
 
 ::
 

@@ -1,4 +1,4 @@
-"""Reconciliation of sharded counters against their SQL snapshots (issue 10, section 3).
+"""Reconciliation of sharded counters against their SQL snapshots.
 
 ::
 

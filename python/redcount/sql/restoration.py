@@ -1,4 +1,4 @@
-"""Restore after data loss (issue 10 §4): rebuild a sharded counter's Redis shards from SQL.
+"""Restore after data loss: rebuild a sharded counter's Redis shards from SQL.
 
 ::
 

@@ -1,4 +1,4 @@
-"""Snapshots of sharded counters in SQL (issue 10): what the flusher wrote, read back.
+"""Snapshots of sharded counters in SQL: what the flusher wrote, read back.
 
 ::
 
@@ -195,7 +195,7 @@ class _Tables:
             sa.Column("request_id", name, nullable=True),
             sa.Column("created_ms", big, nullable=False),
         )
-        # Schema 2 (reconciliation, issue 10 section 3).
+        # Schema 2: the reconciliation runs.
         self.reconcile_runs = sa.Table(
             "redcount_reconcile_runs",
             md,
@@ -209,7 +209,7 @@ class _Tables:
             sa.Column("corrections", big, nullable=False),
             sa.Column("shards_json", sa.Text, nullable=False),
         )
-        # Schema 3 (resharding, issue 9 section 4): a counter's shard layout as its layout key
+        # Schema 3 (resharding): a counter's shard layout as its layout key
         # held it when the flusher last looked, so restore can write it back.
         self.layouts = sa.Table(
             "redcount_layouts",
