@@ -3,7 +3,15 @@
 Nothing here mocks Redis. ``redis_server`` is one server for the whole session (tests
 isolate themselves with FLUSHALL); ``redis_factory`` starts extra servers for tests that
 stop, restart or configure them (auth, retry queue). Every server is killed at the end.
-If ``redis-server`` is not installed the session fails loudly: CI installs it.
+If ``redis-server`` is not installed the session fails loudly: CI installs it. The servers
+are :class:`redcount.tools.servers.RedisServer`, the helper the bench tools use too.
+
+The tests are grouped by subsystem, one folder each (no ``__init__.py``: a test module's
+basename is unique across folders): ``stores/``, ``counters/``, ``limiters/``,
+``sharded/``, ``sql/``, ``analysis/``, ``telemetry/``, ``invariants/`` (guarantees over
+both stores: parity, TTLs, foreign writes, chaos), ``web/``, ``aio/``, ``integrations/``,
+``tools/`` and ``package/`` (the package's shape). Helpers shared by several folders live
+here and in ``helpers.py`` (importable from spawned processes too) and ``sql_servers.py``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Bad input to the limiter strategies: a clear, specific error, and nothing stored."""
+"""Bad input to the limiter strategies: a clear, specific error, and nothing stored; and the
+caps that bound the work one call can make the server do."""
 
 from __future__ import annotations
 
@@ -130,3 +131,39 @@ def test_bad_keys(store: redcount.Store, strategy: str, key: str | bytes) -> Non
     refused(store, lambda: lim.hit("5/minute", key), "key")
     refused(store, lambda: lim.stats("5/minute", key), "key")
     refused(store, lambda: lim.reset("5/minute", key), "key")
+
+
+# ---------------------------------------------------------------- bounded server work per call
+
+
+@pytest.mark.parametrize("strategy", ["sliding-window", "concurrency"])
+def test_member_strategies_refuse_costs_past_the_per_call_cap(store: redcount.Store, strategy: str) -> None:
+    # cost=1_000_000 (inside the old caps) made one script add a million members: seconds
+    # during which Redis served nobody. One call now adds at most 10,000.
+    lim = redcount.Limiter(store, strategy)  # type: ignore[arg-type]
+    limit = "100000/hour" if strategy == "sliding-window" else "100000/hour"
+    for cost in (10_001, 100_000):
+        for call in (lim.hit, lim.test):
+            with pytest.raises(redcount.InvalidInputError, match="at most 10000"):
+                call(limit, "k", cost=cost)
+    assert all_keys(store) == []
+    d = lim.hit(limit, "k", cost=10_000)
+    assert d and d.remaining == 90_000
+
+
+@pytest.mark.parametrize("strategy", ["sliding-window", "concurrency"])
+def test_member_strategies_cap_amounts_at_100000(store: redcount.Store, strategy: str) -> None:
+    lim = redcount.Limiter(store, strategy)  # type: ignore[arg-type]
+    with pytest.raises(redcount.InvalidInputError, match="100000"):
+        lim.hit("100001/hour", "k")
+    if strategy == "concurrency":
+        with pytest.raises(redcount.InvalidInputError, match="100000"):
+            lim.acquire(100_001, "k")
+    assert all_keys(store) == []
+
+
+@pytest.mark.parametrize("strategy", ["sliding-window-approx", "token-bucket", "gcra", "fixed-window"])
+def test_strategies_whose_work_does_not_grow_with_the_cost_keep_big_costs(store: redcount.Store,
+                                                                          strategy: str) -> None:
+    lim = redcount.Limiter(store, strategy)  # type: ignore[arg-type]
+    assert lim.hit("2000000/hour", "k", cost=1_000_000)

@@ -1,10 +1,10 @@
-"""Issue 8 item 3: closing or dropping a queueing counter while its server is stalled.
+"""Closing or dropping a queueing counter (``on_error="queue"``) while its server is stalled.
 
 The retry thread can be stuck in an attempt for as long as the store's timeouts allow
 (here 30 s, against a SIGSTOPped server). ``close(timeout)`` must return within its
 timeout and a dropped counter must not wait for that thread at all (its destructor runs
-with the GIL held: waiting there froze every Python thread). Both failed on the old code,
-which joined the retry thread.
+with the GIL held: waiting there would freeze every Python thread), so neither may join
+the retry thread.
 """
 
 from __future__ import annotations

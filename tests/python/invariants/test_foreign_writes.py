@@ -1,16 +1,15 @@
-"""Regression tests for issue 8's TTL items, on both stores: every key redcount writes keeps
-a TTL no longer than the README promises after any foreign write.
+"""Foreign writes to redcount's keys, on both stores: every key redcount writes keeps a TTL
+no longer than the README promises, and no foreign value wedges a key.
 
-- item 9: an expiry far in the future (PEXPIRE 10^12) is cut back, not only a missing one
-  restored (and the hour-boundary flake of test_ttl_invariants, which was this bug);
-- item 7: request-id keys get their TTL back after a PERSIST;
-- item 8: refused GCRA and fixed-window hits repair their keys (a stale GCRA time, a
-  foreign count <= 0);
-- item 2: a foreign value of another type, without a TTL, no longer wedges a key: limiter
-  and sliding-counter keys start afresh, a fixed-window counter's key raises ReplyError
-  but ends with its window.
-
-Each test fails on the code before the fix.
+- an expiry far in the future (PEXPIRE 10^12) is cut back, not only a missing one restored
+  (the hour-boundary flake test_ttl_invariants once had was this);
+- request-id keys get their TTL back after a PERSIST;
+- refused GCRA and fixed-window hits repair their keys (a stale GCRA time, a foreign
+  count <= 0);
+- a foreign value of another type, without a TTL, does not wedge a key: limiter and
+  sliding-counter keys start afresh, a fixed-window counter's key raises ReplyError but
+  ends with its window;
+- the errors a foreign value causes are the same classes on both stores.
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ def left_until(store: redcount.Store, t: float) -> int:
     return ms(t) - ms(store.now()) + 1
 
 
-# --------------------------------------------------------------- item 9: far expiries
+# --------------------------------------------------------------- far expiries
 
 
 @pytest.mark.parametrize("mode", ["script", "commands"])
@@ -111,7 +110,7 @@ def test_a_far_foreign_expiry_on_sliding_counter_keys_is_cut_back(store: redcoun
         bounded(store, key, 60_000)
 
 
-# ------------------------------------------------------------ item 7: request-id keys
+# ------------------------------------------------------------ request-id keys
 
 
 @pytest.mark.parametrize("foreign", [("PERSIST",), ("PEXPIRE", FAR)])
@@ -127,7 +126,7 @@ def test_a_request_id_key_gets_its_ttl_back(store: redcount.Store, foreign: tupl
     bounded(store, c.storage_key("k"), left_until(store, end + 1.0))
 
 
-# -------------------------------------------------------- item 8: refused hits repair
+# -------------------------------------------------------- refused hits repair
 
 
 def test_a_refused_gcra_hit_repairs_a_stale_key(clock: redcount.ManualClock, clock_store: redcount.Store) -> None:
@@ -176,7 +175,7 @@ def test_a_refused_fixed_window_hit_repairs_a_foreign_count_of_at_most_zero(stor
     bounded(store, hour, 3_601_000)
 
 
-# ----------------------------------------------- item 2: values of another type
+# ----------------------------------------------- values of another type
 
 
 FOREIGN_OF: dict[str, tuple[object, ...]] = {"string": ("HSET", "f", "v"), "other": ("SET", "3")}
@@ -250,3 +249,67 @@ def test_a_foreign_write_on_a_counter_key_raises_but_ends_with_the_window(store:
         _, end = c.current_window("k")
         bounded(store, key, left_until(store, end + 1.0))
 
+
+# ---------------------------------------------------- the same error classes on both stores
+
+
+def _error_of(call: object) -> BaseException:
+    try:
+        call()  # type: ignore[operator]
+    except redcount.RedcountError as e:
+        return e
+    raise AssertionError("did not raise")
+
+
+@pytest.mark.parametrize("mode", ["script", "commands"])
+def test_a_counter_key_holding_a_foreign_value_raises_reply_error_on_both_stores(
+        memory_store: redcount.Store, redis_store: redcount.Store, mode: str) -> None:
+    # get() used to raise ProtocolError for a valid reply holding no number; every call
+    # now raises the same ReplyError (never ScriptError: no script failed) on both stores.
+    seen: dict[str, list[tuple[type, str]]] = {}
+    for name, store in (("memory", memory_store), ("redis", redis_store)):
+        c = redcount.FixedWindowCounter(store, "e", 3600, mode=mode)  # type: ignore[arg-type]
+        for value in ("junk", "1.5"):
+            store.execute("SET", c.storage_key("k"), value)
+            for call in (lambda: c.get("k"), lambda: c.get_many(["k"]), lambda: c.incr("k")):
+                err = _error_of(call)
+                assert type(err) is redcount.ReplyError, err
+                seen.setdefault(name, []).append((type(err), str(err)))
+        store.execute("DEL", c.storage_key("k"))
+        store.execute("HSET", c.storage_key("k"), "f", "v")
+        for call in (lambda: c.get("k"), lambda: c.incr("k")):
+            err = _error_of(call)
+            assert type(err) is redcount.ReplyError and str(err).startswith("WRONGTYPE"), err
+            seen[name].append((type(err), str(err)))
+    assert seen["memory"] == seen["redis"]
+
+
+STRATEGIES = ["fixed-window", "sliding-window", "sliding-window-approx", "token-bucket", "gcra", "concurrency"]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_no_limiter_call_raises_on_a_foreign_value_on_either_store(store: redcount.Store, strategy: str) -> None:
+    # WRONGTYPE inside a limiter script was ScriptError on Redis and a plain ReplyError on
+    # memory; a foreign value is now garbage that every call copes with, on both.
+    lim = redcount.Limiter(store, strategy)  # type: ignore[arg-type]
+    lim.hit("3/minute", "k")
+    (key,) = all_keys(store)
+    for foreign in (("SET", key, "x"), ("HSET", key, "f", "v"), ("ZADD", key, 1, "m")):
+        store.execute("DEL", key)
+        store.execute(*foreign)
+        assert lim.test("3/minute", "k")
+        assert lim.stats("3/minute", "k")[0].remaining == 3
+        assert lim.hit("3/minute", "k").remaining == 2
+
+
+def test_sliding_counter_never_raises_on_a_foreign_value(store: redcount.Store) -> None:
+    c = redcount.SlidingWindowCounter(store, "e", 60)
+    keys = c.storage_keys("k")
+    for key in keys:
+        for foreign in (("SET", key, "x"), ("HSET", key, "f", "v"), ("ZADD", key, 1, "m")):
+            store.execute("DEL", *keys)
+            store.execute(*foreign)
+            assert c.count("k") == 0
+            assert c.add("k", 2) == 2
+            assert c.count_unique("k") == 0 or key != keys[2]
+            assert c.add_unique("k", "a") >= 1

@@ -20,7 +20,7 @@ import redcount
 from conftest import RedisServer
 from redcount.tools.servers import Tls
 
-MAKE_CERTS = Path(__file__).resolve().parent.parent / "tls" / "make_certs.sh"
+MAKE_CERTS = Path(__file__).resolve().parents[2] / "tls" / "make_certs.sh"
 REDIS_SERVER = shutil.which("redis-server")
 
 
