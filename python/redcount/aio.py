@@ -153,7 +153,8 @@ def _same_arguments(
         sig = inspect.signature(sync_cls)
         store, *rest = sig.parameters.values()
         me = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
-        setattr(init, "__signature__", sig.replace(parameters=[me, store.replace(annotation="Store | AsyncStore"), *rest]))
+        store = store.replace(annotation="Store | AsyncStore")
+        setattr(init, "__signature__", sig.replace(parameters=[me, store, *rest]))
         return init
 
     return decorate

@@ -298,7 +298,9 @@ class RedisServer:
                 last_error = e
             time.sleep(0.005)  # poll interval of a bounded readiness loop, not a fixed wait
         self.kill()
-        raise ServerError(f"{self.exe} on port {self.port} did not answer PING within {READY_TIMEOUT:g} s: {last_error!r}")
+        raise ServerError(
+            f"{self.exe} on port {self.port} did not answer PING within {READY_TIMEOUT:g} s: {last_error!r}"
+        )
 
     def _ping(self) -> tuple[bool, object]:
         if self.tls is None:

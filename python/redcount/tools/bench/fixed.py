@@ -48,7 +48,9 @@ def fixed_block(
     limiter = Limiter(store, prefix=f"{prefix}:lim")
     mem_counter = FixedWindowCounter(mem, "incr", COUNTER_WINDOW, prefix=prefix)
     mem_limiter = Limiter(mem, prefix=f"{prefix}:lim")
-    lim_redis = limits.strategies.FixedWindowRateLimiter(limits.storage.RedisStorage(url, key_prefix=f"{prefix}:limits"))
+    lim_redis = limits.strategies.FixedWindowRateLimiter(
+        limits.storage.RedisStorage(url, key_prefix=f"{prefix}:limits")
+    )
     lim_mem = limits.strategies.FixedWindowRateLimiter(limits.storage.MemoryStorage())
     contenders: list[Contender] = [
         RedisBenchmark(RB_P1, bench_bin, url, 1, rb_key),
@@ -64,7 +66,12 @@ def fixed_block(
     ratios: list[RatioSpec] = [
         ("redcount incr (Redis) / limits hit (Redis)", RC_INCR, LIM_HIT_REDIS, 1.6),
         ("redcount incr (Redis) / redis-benchmark -c1 -P1", RC_INCR, RB_P1, 0.8),
-        (f"redcount incr_many / redis-benchmark -c1 -P{batch}", RC_MANY.format(batch=batch), RB_PN.format(batch=batch), 0.4),
+        (
+            f"redcount incr_many / redis-benchmark -c1 -P{batch}",
+            RC_MANY.format(batch=batch),
+            RB_PN.format(batch=batch),
+            0.4,
+        ),
         ("redcount incr (memory) / limits hit (memory)", RC_INCR_MEM, LIM_HIT_MEM, 3.0),
         ("redcount Limiter.hit / limits hit (Redis)", RC_HIT_REDIS, LIM_HIT_REDIS, None),
         ("redcount Limiter.hit / limits hit (memory)", RC_HIT_MEM, LIM_HIT_MEM, None),
