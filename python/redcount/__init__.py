@@ -17,7 +17,9 @@ Quick start::
 
 asyncio: :mod:`redcount.aio` has the same classes with coroutine methods
 (``await redcount.aio.Limiter(store).hit("10/minute", key)``). The ``redcount`` command's
-tools (demo, bench, accuracy, abuse) live in :mod:`redcount.tools`.
+tools (demo, bench, accuracy, abuse) live in :mod:`redcount.tools`; snapshots of sharded
+counters in SQL, the flusher, reconciliation and restore in :mod:`redcount.sql`; the figures
+behind :data:`metrics` in :mod:`redcount.telemetry`.
 """
 
 from __future__ import annotations
@@ -41,17 +43,14 @@ from .errors import (
     WaitTimeout,
 )
 from .limiter import Decision, Lease, Limiter, LimitSet, LimitStats, parse_limits, strategies
-from .flusher import Flusher, FlusherStats, Lag
 from .hot_keys import HotKey, HotKeys
-from .metrics import MetricsSnapshot, RedcountCollector, metrics
-from .reconcile import Report, reconcile
-from .restore import RestoreReport, restore
 from .pn import PNCounter
 from .sharded import BufferedCounter, BufferedStats, Quota, QuotaResult, Reading, ShardedCounter
 from .sharded import ShardGeneration, ShardLayout
 from .sliding import SlidingWindowCounter
-from .snapshots import SnapshotStore
+from .sql import Flusher, FlusherStats, Lag, Report, RestoreReport, SnapshotStore, reconcile, restore
 from .store import ManualClock, ResilientStore, Store, connect
+from .telemetry import MetricsSnapshot, RedcountCollector, metrics
 
 __version__ = "0.1.0"
 

@@ -36,28 +36,27 @@ full: see ``pool_timeout`` in :func:`redcount.connect`).
 
 from __future__ import annotations
 
-import asyncio
-import weakref
+import inspect
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec
 
 from . import _core
-from ._core import CompletionQueue, Decision, Lease, LimitSet, LimitStats, QuotaResult, Reading, RetryStats, Store
-from ._core import ShardLayout
+from ._aio_runtime import OpFuture, engine_method, off_loop
+from ._core import Decision, Lease, LimitSet, LimitStats, QuotaResult, Reading, RetryStats, ShardLayout, Store
+from ._retry import CLOSE_TIMEOUT
 from .counters import FixedWindowCounter as _SyncFixedWindowCounter
 from .errors import ConnectionError as _StoreConnectionError
 from .errors import InvalidInputError
-from .limiter import Clock, OnUnavailable, Strategy, check_on_unavailable, unavailable_decision
+from .limiter import OnUnavailable, check_on_unavailable, slots_taken, unavailable_decision
 from .limiter import Limiter as _SyncLimiter
-from .limiter import _slots_taken
 from .pn import PNCounter as _SyncPNCounter
 from .shaping import Throttle
 from .shaping import check_wait_args as _check_wait_args
 from .shaping import shaper_of as _shaper_of
 from .shaping import wait_async as _wait_async
-from .sharded import Increment, _check_adjust, _skew_of_logs, _skew_window
+from .sharded import Increment, check_adjust, skew_of_logs, skew_window
 from .sharded import Quota as _SyncQuota
 from .sharded import ShardedCounter as _SyncShardedCounter
 from .skew import Skew
@@ -78,54 +77,11 @@ __all__ = [
     "connect",
 ]
 
-T = TypeVar("T")
-
-
-class _OpFuture(asyncio.Future[Any]):
-    """The future of one call that did not complete inline. Cancelling it cancels the
-    operation in the store (an unsent batch is dropped, a late reply discarded)."""
-
-    __slots__ = ()
-
-    def cancel(self, msg: Any | None = None) -> bool:
-        if not self.done():
-            _core._aio_cancel(self)
-        return super().cancel(msg)
-
-
-# The completion queue of each loop; a loop's queue lives as long as the loop.
-# (The core remembers the last loop's queue itself and calls this only for another loop.)
-_queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, CompletionQueue] = weakref.WeakKeyDictionary()
-
-
-def _queue_for_running_loop() -> CompletionQueue:
-    """The running loop's completion queue, made and registered with the loop on first use."""
-    loop = asyncio.get_running_loop()
-    q = _queues.get(loop)
-    if q is None:
-        q = CompletionQueue(loop)
-        try:
-            loop.add_reader(q.fd, q.drain)
-        except NotImplementedError:  # e.g. the proactor loop on Windows
-            q.use_call_soon_threadsafe()
-        _queues[loop] = q
-    return q
-
-
-_core._aio_setup(_OpFuture, _queue_for_running_loop)
+P = ParamSpec("P")
 
 
 def _unwrap(store: Store | AsyncStore) -> Store:
     return store.store if isinstance(store, AsyncStore) else store
-
-
-def _engine_method(core: object, name: str, store: Store) -> Callable[..., Any]:
-    """How an async class calls ``name``: on the memory store the sync core method itself
-    (it completes inline and cannot block); elsewhere the core's ``<name>_async``, which
-    returns the result or an :class:`_OpFuture`."""
-    if store.is_memory:
-        return getattr(core, name)  # type: ignore[no-any-return]
-    return getattr(core, name + "_async")  # type: ignore[no-any-return]
 
 
 class AsyncStore:
@@ -145,17 +101,17 @@ class AsyncStore:
         """Run one command; bulk strings come back as bytes, status replies as str; an error
         reply raises :class:`~redcount.ReplyError` (or a subclass)."""
         r = _core.execute_async(self.store, *args)
-        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+        return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def execute_many(self, commands: list[tuple[str | bytes | int | float, ...]]) -> list[Value]:
         """Run several commands in one round trip; error replies are returned as str."""
         r = _core.execute_many_async(self.store, commands)
-        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+        return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def ping(self) -> bool:
         """Round-trip a PING; raises ConnectionError/AuthenticationError if the store is unusable."""
         r = _core.ping_async(self.store)
-        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+        return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     @property
     def url(self) -> str:
@@ -186,10 +142,22 @@ def connect(url: str | None = None, **options: Any) -> AsyncStore:
     return AsyncStore(_connect(url, **options))
 
 
-async def _off_loop(fn: Callable[[], T]) -> T:
-    """Runs ``fn`` in the default executor: only for calls that wait on a background thread
-    (a retry queue's flush or close), never for a request."""
-    return await asyncio.get_running_loop().run_in_executor(None, fn)
+def _same_arguments(
+    sync_cls: Callable[Concatenate[Store, P], object],
+) -> Callable[[Callable[..., None]], Callable[Concatenate[Any, Store | AsyncStore, P], None]]:
+    """Gives an async twin's ``__init__`` the arguments of its sync class, for type checkers
+    and ``help()``: ``store`` (which may also be an :class:`AsyncStore`), then the sync
+    class's own. So every default is declared once, on the sync class."""
+
+    def decorate(init: Callable[..., None]) -> Callable[Concatenate[Any, Store | AsyncStore, P], None]:
+        sig = inspect.signature(sync_cls)
+        store, *rest = sig.parameters.values()
+        me = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        store = store.replace(annotation="Store | AsyncStore")
+        setattr(init, "__signature__", sig.replace(parameters=[me, store, *rest]))
+        return init
+
+    return decorate
 
 
 class FixedWindowCounter:
@@ -203,36 +171,9 @@ class FixedWindowCounter:
 
     sync: _SyncFixedWindowCounter
 
-    def __init__(
-        self,
-        store: Store | AsyncStore,
-        name: str,
-        window: float,
-        *,
-        mode: Literal["script", "commands"] = "script",
-        grace: float = 1.0,
-        on_error: Literal["raise", "queue"] = "raise",
-        prefix: str = "redcount",
-        stagger: bool = False,
-        queue_capacity: int = 100_000,
-        retry_backoff: float = 0.05,
-        retry_backoff_max: float = 5.0,
-    ) -> None:
-        self._share(
-            _SyncFixedWindowCounter(
-                _unwrap(store),
-                name,
-                window,
-                mode=mode,
-                grace=grace,
-                on_error=on_error,
-                prefix=prefix,
-                stagger=stagger,
-                queue_capacity=queue_capacity,
-                retry_backoff=retry_backoff,
-                retry_backoff_max=retry_backoff_max,
-            )
-        )
+    @_same_arguments(_SyncFixedWindowCounter)
+    def __init__(self, store: Store | AsyncStore, *args: Any, **options: Any) -> None:
+        self._share(_SyncFixedWindowCounter(_unwrap(store), *args, **options))
 
     @classmethod
     def from_sync(cls, counter: _SyncFixedWindowCounter) -> FixedWindowCounter:
@@ -244,48 +185,48 @@ class FixedWindowCounter:
     def _share(self, sync: _SyncFixedWindowCounter) -> None:
         self.sync = sync
         core, store = sync._core, sync.store
-        self._incr = _engine_method(core, "incr", store)
-        self._incr_many = _engine_method(core, "incr_many", store)
-        self._get = _engine_method(core, "get", store)
-        self._get_many = _engine_method(core, "get_many", store)
-        self._ttl = _engine_method(core, "ttl", store)
+        self._incr = engine_method(core, "incr", store)
+        self._incr_many = engine_method(core, "incr_many", store)
+        self._get = engine_method(core, "get", store)
+        self._get_many = engine_method(core, "get_many", store)
+        self._ttl = engine_method(core, "ttl", store)
 
     async def incr(self, key: str | bytes, amount: int = 1, *, request_id: str | bytes | None = None) -> int:
         """Add ``amount`` to ``key``'s count in the current window; the new count (see
         :meth:`redcount.FixedWindowCounter.incr`)."""
         r = self._incr(key, amount, request_id=request_id)
-        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+        return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def incr_many(
         self, amounts: dict[str, int] | dict[bytes, int] | dict[str | bytes, int]
     ) -> dict[str | bytes, int]:
         """``{key: amount} -> {key: count}`` in one round trip."""
         r = self._incr_many(amounts)
-        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+        return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def get(self, key: str | bytes) -> int:
         """The count of ``key`` in the current window (0 if none)."""
         r = self._get(key)
-        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+        return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def get_many(self, keys: list[str] | list[bytes] | list[str | bytes]) -> dict[str | bytes, int]:
         """Counts of many keys in the current window, in one round trip."""
         r = self._get_many(keys)
-        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+        return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def ttl(self, key: str | bytes) -> float:
         """Seconds until the current window's key expires; -2.0 if none, -1.0 if no TTL."""
         r = self._ttl(key)
-        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+        return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def flush(self, timeout: float | None = None) -> int:
         """:meth:`redcount.FixedWindowCounter.flush`, waited for off the loop (it waits for
         the retry thread)."""
-        return await _off_loop(lambda: self.sync.flush(timeout))
+        return await off_loop(lambda: self.sync.flush(timeout))
 
-    async def close(self, timeout: float | None = 5.0) -> int:
+    async def close(self, timeout: float | None = CLOSE_TIMEOUT) -> int:
         """:meth:`redcount.FixedWindowCounter.close` (of the shared core), off the loop."""
-        return await _off_loop(lambda: self.sync.close(timeout))
+        return await off_loop(lambda: self.sync.close(timeout))
 
     def storage_key(self, key: str | bytes) -> str:
         return self.sync.storage_key(key)
@@ -349,16 +290,9 @@ class SlidingWindowCounter:
 
     sync: _SyncSlidingWindowCounter
 
-    def __init__(
-        self,
-        store: Store | AsyncStore,
-        name: str,
-        window: float,
-        *,
-        prefix: str = "redcount",
-        clock: Clock = "client",
-    ) -> None:
-        self._share(_SyncSlidingWindowCounter(_unwrap(store), name, window, prefix=prefix, clock=clock))
+    @_same_arguments(_SyncSlidingWindowCounter)
+    def __init__(self, store: Store | AsyncStore, *args: Any, **options: Any) -> None:
+        self._share(_SyncSlidingWindowCounter(_unwrap(store), *args, **options))
 
     @classmethod
     def from_sync(cls, counter: _SyncSlidingWindowCounter) -> SlidingWindowCounter:
@@ -370,36 +304,36 @@ class SlidingWindowCounter:
     def _share(self, sync: _SyncSlidingWindowCounter) -> None:
         self.sync = sync
         core, store = sync._core, sync.store
-        self._add = _engine_method(core, "add", store)
-        self._count = _engine_method(core, "count", store)
-        self._add_unique = _engine_method(core, "add_unique", store)
-        self._count_unique = _engine_method(core, "count_unique", store)
-        self._clear = _engine_method(core, "clear", store)
+        self._add = engine_method(core, "add", store)
+        self._count = engine_method(core, "count", store)
+        self._add_unique = engine_method(core, "add_unique", store)
+        self._count_unique = engine_method(core, "count_unique", store)
+        self._clear = engine_method(core, "clear", store)
 
     async def add(self, key: str | bytes, amount: int = 1) -> int:
         """Record ``amount`` events now; the window's count including them."""
         r = self._add(key, amount)
-        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+        return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def count(self, key: str | bytes) -> int:
         """The events of the last ``window`` seconds (read-only)."""
         r = self._count(key)
-        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+        return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def add_unique(self, key: str | bytes, item: str | bytes) -> int:
         """Record that ``item`` was seen now; the distinct items of the window."""
         r = self._add_unique(key, item)
-        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+        return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def count_unique(self, key: str | bytes) -> int:
         """The distinct items seen in the last ``window`` seconds (read-only)."""
         r = self._count_unique(key)
-        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+        return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def clear(self, key: str | bytes) -> None:
         """Forget ``key``'s events and items."""
         r = self._clear(key)
-        if r.__class__ is _OpFuture:
+        if r.__class__ is OpFuture:
             await r
 
     def storage_keys(self, key: str | bytes) -> tuple[str, str, str]:
@@ -441,26 +375,9 @@ class Limiter:
 
     sync: _SyncLimiter
 
-    def __init__(
-        self,
-        store: Store | AsyncStore,
-        strategy: Strategy = "fixed-window",
-        *,
-        prefix: str = "redcount:lim",
-        clock: Clock = "client",
-        sub_buckets: int = 1,
-        on_unavailable: OnUnavailable = "raise",
-    ) -> None:
-        self._share(
-            _SyncLimiter(
-                _unwrap(store),
-                strategy,
-                prefix=prefix,
-                clock=clock,
-                sub_buckets=sub_buckets,
-                on_unavailable=on_unavailable,
-            )
-        )
+    @_same_arguments(_SyncLimiter)
+    def __init__(self, store: Store | AsyncStore, *args: Any, **options: Any) -> None:
+        self._share(_SyncLimiter(_unwrap(store), *args, **options))
 
     @classmethod
     def from_sync(cls, limiter: _SyncLimiter, *, on_unavailable: OnUnavailable | None = None) -> Limiter:
@@ -476,20 +393,20 @@ class Limiter:
             sync.on_unavailable if on_unavailable is None else check_on_unavailable(on_unavailable)
         )
         core, store = sync._core, sync.store
-        self._hit = _engine_method(core, "hit", store)
-        self._test = _engine_method(core, "test", store)
-        self._stats = _engine_method(core, "stats", store)
-        self._reset = _engine_method(core, "reset", store)
-        self._acquire = _engine_method(core, "acquire", store)
-        self._release = _engine_method(core, "release", store)
-        self._in_flight = _engine_method(core, "in_flight", store)
+        self._hit = engine_method(core, "hit", store)
+        self._test = engine_method(core, "test", store)
+        self._stats = engine_method(core, "stats", store)
+        self._reset = engine_method(core, "reset", store)
+        self._acquire = engine_method(core, "acquire", store)
+        self._release = engine_method(core, "release", store)
+        self._in_flight = engine_method(core, "in_flight", store)
 
     async def hit(self, limit: str | LimitSet, key: str | bytes, cost: int = 1) -> Decision:
         """Charge ``cost`` against ``key`` if every limit allows it; the :class:`~redcount.Decision`
         (``on_unavailable`` as in :class:`redcount.Limiter`)."""
         try:
             r = self._hit(limit, key, cost)
-            return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+            return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
         except _StoreConnectionError as e:
             return unavailable_decision(self.on_unavailable, e)
 
@@ -497,35 +414,35 @@ class Limiter:
         """What :meth:`hit` would decide now, without charging anything."""
         try:
             r = self._test(limit, key, cost)
-            return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+            return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
         except _StoreConnectionError as e:
             return unavailable_decision(self.on_unavailable, e)
 
     async def stats(self, limit: str | LimitSet, key: str | bytes) -> list[LimitStats]:
         """The count, remaining hits and reset time of ``key`` under each limit."""
         r = self._stats(limit, key)
-        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+        return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def reset(self, limit: str | LimitSet, key: str | bytes) -> None:
         """Forget ``key``'s state under these limits."""
         r = self._reset(limit, key)
-        if r.__class__ is _OpFuture:
+        if r.__class__ is OpFuture:
             await r
 
     async def acquire(self, max_in_flight: int, key: str | bytes, *, lease_timeout: float = 60.0) -> Lease | None:
         """Take one of ``key``'s ``max_in_flight`` slots, or None when all are taken."""
         r = self._acquire(max_in_flight, key, lease_timeout=lease_timeout)
-        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+        return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def release(self, lease: Lease) -> bool:
         """Give the slot back: True when the lease was still held."""
         r = self._release(lease)
-        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+        return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def in_flight(self, key: str | bytes) -> int:
         """Leases of ``key`` held now."""
         r = self._in_flight(key)
-        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+        return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     @asynccontextmanager
     async def lease(self, max_in_flight: int, key: str | bytes, *, lease_timeout: float = 60.0) -> AsyncIterator[Lease]:
@@ -535,7 +452,7 @@ class Limiter:
         slot when the block ends, even by an exception or a cancellation."""
         got = await self.acquire(max_in_flight, key, lease_timeout=lease_timeout)
         if got is None:
-            raise _slots_taken(max_in_flight, key)
+            raise slots_taken(max_in_flight, key)
         try:
             yield got
         finally:
@@ -603,36 +520,9 @@ class ShardedCounter:
 
     sync: _SyncShardedCounter
 
-    def __init__(
-        self,
-        store: Store | AsyncStore,
-        name: str,
-        *,
-        shards: int = 16,
-        idempotency_ttl: float = 86400,
-        route: Literal["request-id", "random"] = "request-id",
-        prefix: str = "redcount",
-        log_maxlen: int = 1000,
-        on_error: Literal["raise", "queue"] = "raise",
-        queue_capacity: int = 100_000,
-        retry_backoff: float = 0.05,
-        retry_backoff_max: float = 5.0,
-    ) -> None:
-        self._share(
-            _SyncShardedCounter(
-                _unwrap(store),
-                name,
-                shards=shards,
-                idempotency_ttl=idempotency_ttl,
-                route=route,
-                prefix=prefix,
-                log_maxlen=log_maxlen,
-                on_error=on_error,
-                queue_capacity=queue_capacity,
-                retry_backoff=retry_backoff,
-                retry_backoff_max=retry_backoff_max,
-            )
-        )
+    @_same_arguments(_SyncShardedCounter)
+    def __init__(self, store: Store | AsyncStore, *args: Any, **options: Any) -> None:
+        self._share(_SyncShardedCounter(_unwrap(store), *args, **options))
 
     @classmethod
     def from_sync(cls, counter: _SyncShardedCounter) -> ShardedCounter:
@@ -644,67 +534,67 @@ class ShardedCounter:
     def _share(self, sync: _SyncShardedCounter) -> None:
         self.sync = sync
         core, store = sync._core, sync.store
-        self._incr = _engine_method(core, "incr", store)
-        self._decr = _engine_method(core, "decr", store)
-        self._incr_many = _engine_method(core, "incr_many", store)
-        self._adjust = _engine_method(core, "adjust", store)
-        self._value = _engine_method(core, "value", store)
-        self._shard_values = _engine_method(core, "shard_values", store)
-        self._values = _engine_method(core, "values", store)
-        self._read = _engine_method(core, "read", store)
-        self._reshard = _engine_method(core, "reshard", store)
-        self._layout = _engine_method(core, "layout", store)
+        self._incr = engine_method(core, "incr", store)
+        self._decr = engine_method(core, "decr", store)
+        self._incr_many = engine_method(core, "incr_many", store)
+        self._adjust = engine_method(core, "adjust", store)
+        self._value = engine_method(core, "value", store)
+        self._shard_values = engine_method(core, "shard_values", store)
+        self._values = engine_method(core, "values", store)
+        self._read = engine_method(core, "read", store)
+        self._reshard = engine_method(core, "reshard", store)
+        self._layout = engine_method(core, "layout", store)
 
     async def incr(self, amount: int = 1, *, request_id: str | bytes | None = None) -> bool:
         """See :meth:`redcount.ShardedCounter.incr`."""
         r = self._incr(amount, request_id=request_id)
-        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+        return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def decr(self, amount: int = 1, *, request_id: str | bytes | None = None) -> bool:
         """``incr(-amount)``."""
         r = self._decr(amount, request_id=request_id)
-        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+        return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def adjust(self, delta: int, reason: str, *, request_id: str | bytes | None = None) -> bool:
         """See :meth:`redcount.ShardedCounter.adjust`."""
-        _check_adjust(delta, reason)
+        check_adjust(delta, reason)
         r = self._adjust(delta, reason, request_id=request_id)
-        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+        return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def incr_many(self, items: list[Increment]) -> list[bool]:
         """See :meth:`redcount.ShardedCounter.incr_many`."""
         r = self._incr_many(items)
-        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+        return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def value(self) -> int:
         """All shards summed, in one round trip."""
         r = self._value()
-        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+        return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def shard_values(self) -> list[int]:
         """Each shard's value, in shard order."""
         r = self._shard_values()
-        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+        return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def values(self, names: list[str]) -> dict[str, int]:
         """``{name: value}`` of counters with this prefix (each with its own layout)."""
         r = self._values(list(names))
-        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+        return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def read(self, max_staleness: float = 0.25) -> Reading:
         """See :meth:`redcount.ShardedCounter.read`."""
         r = self._read(max_staleness)
-        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+        return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def reshard(self, new_shards: int) -> ShardLayout:
         """See :meth:`redcount.ShardedCounter.reshard`."""
         r = self._reshard(new_shards)
-        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+        return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def layout(self) -> ShardLayout:
         """See :meth:`redcount.ShardedCounter.layout`."""
         r = self._layout()
-        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+        return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     @property
     def cached_layout(self) -> ShardLayout:
@@ -712,20 +602,20 @@ class ShardedCounter:
 
     async def skew(self, window: float = 60.0, target_per_shard: float | None = None) -> Skew:
         """See :meth:`redcount.ShardedCounter.skew`."""
-        window_ms, min_id = _skew_window(window, self.sync.store)
+        window_ms, min_id = skew_window(window, self.sync.store)
         gen = (await self.layout()).current
         logs = await AsyncStore(self.sync.store).execute_many(
             [("XRANGE", self.key_of(i, "log"), min_id, "+") for i in gen.shards]
         )
-        return _skew_of_logs(logs, window_ms, target_per_shard)
+        return skew_of_logs(logs, window_ms, target_per_shard)
 
     async def flush(self, timeout: float | None = None) -> int:
         """:meth:`redcount.ShardedCounter.flush`, waited for off the loop."""
-        return await _off_loop(lambda: self.sync.flush(timeout))
+        return await off_loop(lambda: self.sync.flush(timeout))
 
-    async def close(self, timeout: float | None = 5.0) -> int:
+    async def close(self, timeout: float | None = CLOSE_TIMEOUT) -> int:
         """:meth:`redcount.ShardedCounter.close` (of the shared core), off the loop."""
-        return await _off_loop(lambda: self.sync.close(timeout))
+        return await off_loop(lambda: self.sync.close(timeout))
 
     def shard_of(self, request_id: str | bytes) -> int:
         return self.sync.shard_of(request_id)
@@ -773,32 +663,9 @@ class Quota:
 
     sync: _SyncQuota
 
-    def __init__(
-        self,
-        store: Store | AsyncStore,
-        name: str,
-        *,
-        floor: int = 0,
-        ceiling: int | None = None,
-        soft: int | None = None,
-        idempotency_ttl: float = 86400,
-        durable: int = 0,
-        durable_timeout: float = 0.5,
-        prefix: str = "redcount",
-    ) -> None:
-        self._share(
-            _SyncQuota(
-                _unwrap(store),
-                name,
-                floor=floor,
-                ceiling=ceiling,
-                soft=soft,
-                idempotency_ttl=idempotency_ttl,
-                durable=durable,
-                durable_timeout=durable_timeout,
-                prefix=prefix,
-            )
-        )
+    @_same_arguments(_SyncQuota)
+    def __init__(self, store: Store | AsyncStore, *args: Any, **options: Any) -> None:
+        self._share(_SyncQuota(_unwrap(store), *args, **options))
 
     @classmethod
     def from_sync(cls, quota: _SyncQuota) -> Quota:
@@ -810,30 +677,30 @@ class Quota:
     def _share(self, sync: _SyncQuota) -> None:
         self.sync = sync
         core, store = sync._core, sync.store
-        self._take = _engine_method(core, "take", store)
-        self._give = _engine_method(core, "give", store)
-        self._set = _engine_method(core, "set", store)
-        self._value = _engine_method(core, "value", store)
+        self._take = engine_method(core, "take", store)
+        self._give = engine_method(core, "give", store)
+        self._set = engine_method(core, "set", store)
+        self._value = engine_method(core, "value", store)
 
     async def take(self, n: int = 1, *, request_id: str | bytes | None = None) -> QuotaResult:
         """See :meth:`redcount.Quota.take`."""
         r = self._take(n, request_id=request_id)
-        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+        return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def give(self, n: int = 1, *, request_id: str | bytes | None = None) -> QuotaResult:
         """See :meth:`redcount.Quota.give`."""
         r = self._give(n, request_id=request_id)
-        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+        return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def set(self, value: int) -> QuotaResult:
         """See :meth:`redcount.Quota.set`."""
         r = self._set(value)
-        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+        return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def value(self) -> int:
         """The current value."""
         r = self._value()
-        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+        return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     def storage_key(self) -> str:
         return self.sync.storage_key()
@@ -859,10 +726,9 @@ class PNCounter:
 
     sync: _SyncPNCounter
 
-    def __init__(
-        self, store: Store | AsyncStore, name: str, region: str, *, prefix: str = "redcount"
-    ) -> None:
-        self._share(_SyncPNCounter(_unwrap(store), name, region, prefix=prefix))
+    @_same_arguments(_SyncPNCounter)
+    def __init__(self, store: Store | AsyncStore, *args: Any, **options: Any) -> None:
+        self._share(_SyncPNCounter(_unwrap(store), *args, **options))
 
     @classmethod
     def from_sync(cls, counter: _SyncPNCounter) -> PNCounter:
@@ -874,36 +740,36 @@ class PNCounter:
     def _share(self, sync: _SyncPNCounter) -> None:
         self.sync = sync
         core, store = sync._core, sync.store
-        self._incr = _engine_method(core, "incr", store)
-        self._decr = _engine_method(core, "decr", store)
-        self._value = _engine_method(core, "value", store)
-        self._components = _engine_method(core, "components", store)
-        self._merge_components = _engine_method(core, "merge_components", store)
+        self._incr = engine_method(core, "incr", store)
+        self._decr = engine_method(core, "decr", store)
+        self._value = engine_method(core, "value", store)
+        self._components = engine_method(core, "components", store)
+        self._merge_components = engine_method(core, "merge_components", store)
 
     async def incr(self, amount: int = 1) -> int:
         """See :meth:`redcount.PNCounter.incr`."""
         r = self._incr(amount)
-        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+        return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def decr(self, amount: int = 1) -> int:
         """See :meth:`redcount.PNCounter.decr`."""
         r = self._decr(amount)
-        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+        return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def value(self) -> int:
         """See :meth:`redcount.PNCounter.value`."""
         r = self._value()
-        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+        return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def components(self) -> dict[str, tuple[int, int]]:
         """See :meth:`redcount.PNCounter.components`."""
         r = self._components()
-        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+        return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def merge_components(self, components: dict[str, tuple[int, int]]) -> int:
         """See :meth:`redcount.PNCounter.merge_components`."""
         r = self._merge_components(components)
-        return (await r) if r.__class__ is _OpFuture else r  # type: ignore[no-any-return]
+        return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def merge(self, other: Store | AsyncStore | PNCounter | _SyncPNCounter) -> int:
         """See :meth:`redcount.PNCounter.merge`: the read on ``other`` and the merge here are

@@ -1,4 +1,4 @@
-"""Analysis of sharded counters as pandas DataFrames (issue 10 §7), for notebooks and reports.
+"""Analysis of sharded counters as pandas DataFrames, for notebooks and reports.
 
 ::
 
@@ -33,10 +33,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, Protocol, Union
 
 from .errors import InvalidInputError
-from .reconcile import runs as _runs
 from .sharded import ShardedCounter
 from .skew import recommended_shards, skew_of
-from .snapshots import SnapshotStore
+from .sql.reconciliation import runs as _runs
+from .sql.snapshots import SnapshotStore
 
 __all__ = [
     "drift_history",

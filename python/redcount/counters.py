@@ -9,6 +9,7 @@ from typing import Literal
 
 from . import _core
 from ._core import RetryStats, Store
+from ._retry import CLOSE_TIMEOUT, QUEUE_CAPACITY, RETRY_BACKOFF, RETRY_BACKOFF_MAX
 from ._wrap import bind_fast_paths
 
 __all__ = ["FixedWindowCounter", "RetryStats"]
@@ -65,9 +66,9 @@ class FixedWindowCounter:
         on_error: Literal["raise", "queue"] = "raise",
         prefix: str = "redcount",
         stagger: bool = False,
-        queue_capacity: int = 100_000,
-        retry_backoff: float = 0.05,
-        retry_backoff_max: float = 5.0,
+        queue_capacity: int = QUEUE_CAPACITY,
+        retry_backoff: float = RETRY_BACKOFF,
+        retry_backoff_max: float = RETRY_BACKOFF_MAX,
     ) -> None:
         core = _core.FixedWindowCounter(
             store,
@@ -84,7 +85,7 @@ class FixedWindowCounter:
         )
         self._core = core
         bind_fast_paths(self, FixedWindowCounter, core, _FAST)
-        self.exit_timeout = 5.0
+        self.exit_timeout = CLOSE_TIMEOUT
         if on_error == "queue":
             _QUEUED.add(self)
 
@@ -133,7 +134,7 @@ class FixedWindowCounter:
         dropped)."""
         return self._core.flush(timeout)
 
-    def close(self, timeout: float | None = 5.0) -> int:
+    def close(self, timeout: float | None = CLOSE_TIMEOUT) -> int:
         """Flush within ``timeout`` seconds, then stop the retry thread; returns within
         ``timeout`` even if the server is stalled (an attempt still waiting for it ends on its
         own). Returns how many increments were not delivered by then (what is never

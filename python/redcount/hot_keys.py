@@ -1,4 +1,4 @@
-"""Hot-key sampling (issue 9 §4): which storage keys a process's counters and limiters touch most.
+"""Hot-key sampling: which storage keys a process's counters and limiters touch most.
 
 ::
 

@@ -4,17 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from . import _core
 from ._core import Decision, Lease, LimitSet, LimitStats, Store
 from ._wrap import bind_fast_paths
 from .errors import ConnectionError as StoreConnectionError
 from .errors import InvalidInputError, RateLimitExceeded, StoreClosed
-from .shaping import Throttle, check_wait_args, queue_name, shaper_of, wait_sync
-
-if TYPE_CHECKING:
-    from .aio import Limiter as AsyncLimiter
+from .shaping import Throttle, check_wait_args, queue_name, shaper_of, wait_async, wait_sync
 
 __all__ = ["Decision", "Lease", "LimitSet", "LimitStats", "Limiter", "parse_limits", "strategies"]
 
@@ -57,7 +54,7 @@ def _guard_sync(call: Callable[..., Decision], policy: OnUnavailable) -> Callabl
 _FAST = ("hit", "test", "stats", "reset", "acquire", "release", "in_flight")
 
 
-def _slots_taken(max_in_flight: int, key: str | bytes) -> RateLimitExceeded:
+def slots_taken(max_in_flight: int, key: str | bytes) -> RateLimitExceeded:
     """What ``lease()`` (sync and async) raises when every slot of ``key`` is taken."""
     return RateLimitExceeded(
         f"all {max_in_flight} concurrency slots of {key!r} are in use; retry later", key, max_in_flight
@@ -212,7 +209,7 @@ class Limiter:
         slot when the block ends, even by an exception."""
         got = self.acquire(max_in_flight, key, lease_timeout=lease_timeout)
         if got is None:
-            raise _slots_taken(max_in_flight, key)
+            raise slots_taken(max_in_flight, key)
         try:
             yield got
         finally:
@@ -273,13 +270,24 @@ class Limiter:
         the call when ``max_wait`` runs out. The arguments are checked here, when decorating."""
         check_wait_args(limit, key, cost, self.strategy, max_wait)
 
-        views: list[AsyncLimiter] = []  # one async view, made on the first call
+        hits: list[Callable[[str | LimitSet, str | bytes, int], Awaitable[Decision]]] = []
 
-        def wait_async() -> Awaitable[Decision]:
-            if not views:
-                from .aio import Limiter as AsyncLimiter
+        def wait_on_loop() -> Awaitable[Decision]:
+            if not hits:  # the first coroutine call: an awaitable hit on this limiter's core
+                # (what redcount.aio.Limiter.wait does; that module builds on this one, so the
+                # loop machinery is taken from the runtime under both)
+                from ._aio_runtime import awaitable_method
 
-                views.append(AsyncLimiter.from_sync(self))
-            return views[0].wait(limit, key, cost, max_wait=max_wait)
+                hit = awaitable_method(self._core, "hit", self.store)
+                policy = self.on_unavailable
 
-        return Throttle(lambda: self.wait(limit, key, cost, max_wait=max_wait), wait_async)
+                async def hit_async(limit: str | LimitSet, key: str | bytes, cost: int) -> Decision:
+                    try:
+                        return await hit(limit, key, cost)  # type: ignore[no-any-return]
+                    except StoreConnectionError as e:
+                        return unavailable_decision(policy, e)
+
+                hits.append(hit_async)
+            return wait_async(shaper_of(self), hits[0], self.strategy, limit, key, cost, max_wait)
+
+        return Throttle(lambda: self.wait(limit, key, cost, max_wait=max_wait), wait_on_loop)

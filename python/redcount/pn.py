@@ -1,4 +1,4 @@
-"""Multi-region PN-counters (issue 9, section 5).
+"""Multi-region PN-counters.
 
 ::
 

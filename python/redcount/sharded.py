@@ -1,4 +1,4 @@
-"""Sharded idempotent counters and strong quotas (issue 9).
+"""Sharded idempotent counters and strong quotas.
 
 ::
 
@@ -23,6 +23,7 @@ from typing import Literal, Union
 
 from . import _core
 from ._core import BufferedStats, QuotaResult, Reading, RetryStats, ShardGeneration, ShardLayout, Store
+from ._retry import CLOSE_TIMEOUT, QUEUE_CAPACITY, RETRY_BACKOFF, RETRY_BACKOFF_MAX
 from ._wrap import bind_fast_paths
 from .errors import InvalidInputError
 from .skew import Skew, skew_of
@@ -106,9 +107,9 @@ class ShardedCounter:
         prefix: str = "redcount",
         log_maxlen: int = 1000,
         on_error: Literal["raise", "queue"] = "raise",
-        queue_capacity: int = 100_000,
-        retry_backoff: float = 0.05,
-        retry_backoff_max: float = 5.0,
+        queue_capacity: int = QUEUE_CAPACITY,
+        retry_backoff: float = RETRY_BACKOFF,
+        retry_backoff_max: float = RETRY_BACKOFF_MAX,
     ) -> None:
         core = _core.ShardedCounter(
             store,
@@ -125,7 +126,7 @@ class ShardedCounter:
         )
         self._core = core
         bind_fast_paths(self, ShardedCounter, core, _FAST_SHARDED)
-        self.exit_timeout = 5.0
+        self.exit_timeout = CLOSE_TIMEOUT
         if on_error == "queue":
             _QUEUED.add(self)
 
@@ -143,7 +144,7 @@ class ShardedCounter:
         :meth:`incr`, and its log entry carries ``reason`` (1..255 bytes), so the flusher also
         records it in the SQL adjustments table. With ``request_id``, a repeat is not applied
         twice (False). Bad input raises InvalidInputError and writes nothing."""
-        _check_adjust(delta, reason)
+        check_adjust(delta, reason)
         return self._core.adjust(delta, reason, request_id=request_id)
 
     def incr_many(self, items: Iterable[Increment]) -> list[bool]:
@@ -213,10 +214,10 @@ class ShardedCounter:
         ``window`` below ``log_maxlen`` / the hottest shard's rate. Frozen generations are left
         out: they take no new writes, and counting them would report skew that resharding
         already removed."""
-        window_ms, min_id = _skew_window(window, self.store)
+        window_ms, min_id = skew_window(window, self.store)
         gen = self.layout().current
         logs = self.store.execute_many([("XRANGE", self.key_of(i, "log"), min_id, "+") for i in gen.shards])
-        return _skew_of_logs(logs, window_ms, target_per_shard)
+        return skew_of_logs(logs, window_ms, target_per_shard)
 
     def shard_of(self, request_id: str | bytes) -> int:
         """The shard a write with this request id goes to (in the current generation as
@@ -233,7 +234,7 @@ class ShardedCounter:
         writes are still pending."""
         return self._core.flush(timeout)
 
-    def close(self, timeout: float | None = 5.0) -> int:
+    def close(self, timeout: float | None = CLOSE_TIMEOUT) -> int:
         """Flush within ``timeout`` seconds, then stop the retry thread; returns how many
         writes could not be delivered (counted in ``stats().failed``)."""
         return self._core.close(timeout)
@@ -299,7 +300,9 @@ def layout_text(layout: ShardLayout) -> str:
     return f"{layout.version}|{gens}"
 
 
-def _skew_window(window: object, store: Store) -> tuple[int, str]:
+def skew_window(window: object, store: Store) -> tuple[int, str]:
+    """``skew(window)``'s checked window in ms and the first stream id inside it (by the
+    store's clock). Shared by :meth:`ShardedCounter.skew` and its asyncio twin."""
     if isinstance(window, bool) or not isinstance(window, (int, float)) or not 0 < window <= 86400 * 7:
         raise InvalidInputError(f"window must be a number of seconds in (0, 604800], got {window!r}")
     window_ms = max(1, round(window * 1000))
@@ -307,14 +310,16 @@ def _skew_window(window: object, store: Store) -> tuple[int, str]:
     return window_ms, f"{max(since, 0) + 1}-0"
 
 
-def _skew_of_logs(logs: Sequence[object], window_ms: int, target_per_shard: float | None) -> Skew:
+def skew_of_logs(logs: Sequence[object], window_ms: int, target_per_shard: float | None) -> Skew:
+    """The :class:`~redcount.skew.Skew` of the shards' write rates, from their delta-log
+    entries of the last ``window_ms`` (one XRANGE reply per shard)."""
     rates = [len(entries) * 1000.0 / window_ms if isinstance(entries, list) else 0.0 for entries in logs]
     return skew_of(rates, target_per_shard=target_per_shard)
 
 
-def _check_adjust(delta: object, reason: object) -> None:
-    from .errors import InvalidInputError
-
+def check_adjust(delta: object, reason: object) -> None:
+    """Raise :class:`~redcount.InvalidInputError` unless ``adjust(delta, reason)`` is valid
+    (checked before anything is sent, by the sync and the async counter alike)."""
     if type(delta) is not int or delta == 0:
         raise InvalidInputError(f"adjust: delta must be a non-zero int, got {delta!r}")
     if not isinstance(reason, str) or not reason.strip():
@@ -442,7 +447,7 @@ class BufferedCounter:
         core = _core.BufferedCounter(counter._core, flush_every, max_pending)
         self._core = core
         bind_fast_paths(self, BufferedCounter, core, ("incr", "flush", "close", "stats"))
-        self.exit_timeout = 5.0
+        self.exit_timeout = CLOSE_TIMEOUT
         _BUFFERED.add(self)
 
     def incr(self, amount: int = 1) -> None:
@@ -454,7 +459,7 @@ class BufferedCounter:
         acknowledgement; returns the units still pending."""
         return self._core.flush(timeout)
 
-    def close(self, timeout: float | None = 5.0) -> int:
+    def close(self, timeout: float | None = CLOSE_TIMEOUT) -> int:
         """Flush within ``timeout`` seconds, then stop; returns the units given up (also
         counted in ``stats().failed_units``). Later :meth:`incr` calls raise."""
         return self._core.close(timeout)

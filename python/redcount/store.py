@@ -13,7 +13,7 @@ from typing import Union
 from . import _core
 from ._core import ManualClock, ResilientStore, Store
 from .hot_keys import HotKeys
-from .metrics import attach_hot_keys
+from .telemetry import attach_hot_keys
 
 __all__ = ["ManualClock", "ResilientStore", "Store", "connect"]
 

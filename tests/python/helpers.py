@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 
 import redcount
 
@@ -21,6 +22,17 @@ def terminate(proc: subprocess.Popen[bytes], timeout: float = 20.0) -> bool:
         proc.kill()
         proc.wait()
         return False
+
+
+def wait_until(predicate: Callable[[], object], timeout: float = 10.0, what: str = "condition",
+               interval: float = 0.005) -> None:
+    """Poll ``predicate`` every ``interval`` seconds until it is true; AssertionError after
+    ``timeout`` seconds (a bounded readiness loop, not a fixed sleep)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
 
 
 def all_keys(store: redcount.Store, pattern: str = "*") -> list[bytes]:

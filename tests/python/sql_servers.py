@@ -21,16 +21,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from redcount.tools.servers import free_port
 
 READY_TIMEOUT = 60.0  # seconds; initdb and a first start are slow on a loaded machine
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _as_user(user: str) -> list[str]:
@@ -100,7 +93,7 @@ def postgres_url() -> Iterator[str]:
          "--no-sync", "--no-instructions"],
         check=True, capture_output=True,
     )
-    port = _free_port()
+    port = free_port()
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [*_as_user(user), str(bindir / "postgres"), "-D", data, "-p", str(port), "-k", tmp,
@@ -140,7 +133,7 @@ def mariadb_url() -> Iterator[str]:
          "--skip-test-db"],
         check=True, capture_output=True,
     )
-    port = _free_port()
+    port = free_port()
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [server, "--no-defaults", f"--datadir={data}", f"--user={user}", f"--port={port}",

@@ -1,4 +1,4 @@
-"""The counter HTTP service: redcount's sharded counters as a ready ASGI app (issue 10, §5).
+"""The counter HTTP service: redcount's sharded counters as a ready ASGI app.
 
 ::
 

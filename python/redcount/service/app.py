@@ -435,7 +435,7 @@ def create_app(
     snapshots: Any = None
     sql_errors: tuple[type[BaseException], ...] = ()
     if sql_url is not None:
-        from ..snapshots import SnapshotStore
+        from ..sql import SnapshotStore
 
         snapshots = SnapshotStore(sql_url)
         import sqlalchemy

@@ -39,18 +39,11 @@ from dataclasses import asdict, dataclass, field
 
 from .. import __version__
 from .accuracy import STRATEGIES, StrategyCase, limit_text
-from .bench import (
-    BenchError,
-    _delete_keys,
-    _existing,
-    _private_server,
-    _redis_version,
-    _server_binary,
-    _sigterm_as_exit,
-    write_json,
-)
+from .bench.harness import BenchError, delete_keys, find_server, redis_version
+from .bench.report import write_json
 from ..limiter import Limiter
 from ..store import ManualClock, Store, connect
+from .servers import private_or_existing, sigterm_as_exit
 from .urls import mask_url
 
 __all__ = [
@@ -253,16 +246,16 @@ def run_abuse(args: argparse.Namespace) -> int:
             "redcount abuse measures Redis memory: --url must be a redis:// or unix:// URL, "
             f"got {mask_url(str(args.url))!r}"
         )
-    server_bin = _server_binary(args.redis_server) if args.url is None else None
+    server_bin = find_server(args.redis_server) if args.url is None else None
     prefix = f"rcabuse:{os.getpid()}:{secrets.token_hex(4)}"
-    with _sigterm_as_exit(), _private_server(server_bin) if server_bin else _existing(args.url) as url:
+    with sigterm_as_exit(), private_or_existing(server_bin, args.url) as url:
         store, clock = open_sim_store(url, window)
         try:
             store.ping()
             rep = AbuseReport(
                 server=store.url,
                 private_server=server_bin is not None,
-                redis_version=_redis_version(store),
+                redis_version=redis_version(store),
                 redcount_version=__version__,
                 window=window,
                 factor=factor,
@@ -276,7 +269,7 @@ def run_abuse(args: argparse.Namespace) -> int:
         finally:
             try:
                 if server_bin is None:  # our keys on someone's server: take them away
-                    _delete_keys(store, f"{prefix}:*")
+                    delete_keys(store, f"{prefix}:*")
             finally:
                 store.close()
     return 0

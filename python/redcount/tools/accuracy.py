@@ -54,7 +54,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
-from .bench import write_json
+from .bench.report import write_json
 from ..limiter import Limiter, Strategy
 from ..store import ManualClock, connect
 

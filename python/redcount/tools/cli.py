@@ -39,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="measure throughput against limits and redis-benchmark")
     b.add_argument("target", nargs="?", choices=["web"], default=None,
-                   help="'web': requests per second of Flask and FastAPI apps under wrk (see redcount.tools.bench_web)")
+                   help="'web': requests per second of Flask and FastAPI apps under wrk (see redcount.tools.bench.web)")
     b.add_argument("--url", default=None, help="an existing redis:// server (default: start a private one)")
     b.add_argument("--seconds", type=float, default=2.0, help="seconds per measurement (default 2)")
     b.add_argument("--batch", type=int, default=128, help="incr_many batch size (default 128)")
@@ -310,7 +310,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "reshard":
             return _run_reshard(args)
         if getattr(args, "target", None) == "web":
-            from .bench_web import run_bench_web
+            from .bench.web import run_bench_web
 
             return run_bench_web(args)
         from .bench import run_bench

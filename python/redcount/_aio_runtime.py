@@ -1,0 +1,81 @@
+"""How an asyncio call completes: the runtime under :mod:`redcount.aio`.
+
+A call that cannot complete inline returns an :class:`OpFuture`; the store's I/O thread
+finishes it through the running loop's completion queue (one eventfd wake-up completes every
+call finished since the last one; see :mod:`redcount.aio`). Everything here is shared by the
+async twins and by :meth:`redcount.Limiter.throttle`, which waits on a loop without importing
+:mod:`redcount.aio` (that module builds on the sync classes, so they must not import it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from . import _core
+from ._core import CompletionQueue, Store
+
+T = TypeVar("T")
+
+
+class OpFuture(asyncio.Future[Any]):
+    """The future of one call that did not complete inline. Cancelling it cancels the
+    operation in the store (an unsent batch is dropped, a late reply discarded)."""
+
+    __slots__ = ()
+
+    def cancel(self, msg: Any | None = None) -> bool:
+        if not self.done():
+            _core._aio_cancel(self)
+        return super().cancel(msg)
+
+
+# The completion queue of each loop; a loop's queue lives as long as the loop.
+# (The core remembers the last loop's queue itself and calls this only for another loop.)
+queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, CompletionQueue] = weakref.WeakKeyDictionary()
+
+
+def queue_for_running_loop() -> CompletionQueue:
+    """The running loop's completion queue, made and registered with the loop on first use."""
+    loop = asyncio.get_running_loop()
+    q = queues.get(loop)
+    if q is None:
+        q = CompletionQueue(loop)
+        try:
+            loop.add_reader(q.fd, q.drain)
+        except NotImplementedError:  # e.g. the proactor loop on Windows
+            q.use_call_soon_threadsafe()
+        queues[loop] = q
+    return q
+
+
+_core._aio_setup(OpFuture, queue_for_running_loop)
+
+
+def engine_method(core: object, name: str, store: Store) -> Callable[..., Any]:
+    """How an async class calls ``name``: on the memory store the sync core method itself
+    (it completes inline and cannot block); elsewhere the core's ``<name>_async``, which
+    returns the result or an :class:`OpFuture`."""
+    if store.is_memory:
+        return getattr(core, name)  # type: ignore[no-any-return]
+    return getattr(core, name + "_async")  # type: ignore[no-any-return]
+
+
+def awaitable_method(core: object, name: str, store: Store) -> Callable[..., Awaitable[Any]]:
+    """``engine_method`` as a coroutine function (for callers off the hot path; the async
+    classes inline the same two lines)."""
+    method = engine_method(core, name, store)
+
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        r = method(*args, **kwargs)
+        return (await r) if r.__class__ is OpFuture else r
+
+    return call
+
+
+async def off_loop(fn: Callable[[], T]) -> T:
+    """Runs ``fn`` in the default executor: only for calls that wait on a background thread
+    (a retry queue's flush or close), never for a request."""
+    return await asyncio.get_running_loop().run_in_executor(None, fn)

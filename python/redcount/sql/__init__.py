@@ -1,0 +1,40 @@
+"""Sharded counters and SQL: snapshots, the flusher that writes them, reconciliation and restore.
+
+::
+
+    from redcount.sql import Flusher, SnapshotStore, reconcile, restore
+
+    with Flusher(store, "sqlite:///counters.db", counters=[likes]) as flusher:
+        flusher.drain()
+    SnapshotStore("sqlite:///counters.db").total("likes:post:987")
+    reconcile(store, "sqlite:///counters.db", "likes:post:987").ok
+    restore(store, "sqlite:///counters.db", "likes:post:987")      # after data loss
+
+The same names are exported by :mod:`redcount`. Importing this package does not import
+SQLAlchemy (``pip install 'redcount[sql]'``); a :class:`SnapshotStore` does, when it first
+opens its database.
+
+- :mod:`redcount.sql.snapshots`: :class:`SnapshotStore`, the tables and their reads;
+- :mod:`redcount.sql.flusher`: :class:`Flusher`, delta logs applied to the snapshots exactly once;
+- :mod:`redcount.sql.reconciliation`: :func:`reconcile`, live values against the snapshots;
+- :mod:`redcount.sql.restoration`: :func:`restore`, shards rebuilt from SQL after data loss.
+"""
+
+from __future__ import annotations
+
+from .flusher import Flusher, FlusherStats, Lag
+from .reconciliation import Report, reconcile
+from .restoration import RestoreReport, restore
+from .snapshots import SnapshotStore, StreamId
+
+__all__ = [
+    "Flusher",
+    "FlusherStats",
+    "Lag",
+    "Report",
+    "RestoreReport",
+    "SnapshotStore",
+    "StreamId",
+    "reconcile",
+    "restore",
+]

@@ -1,0 +1,623 @@
+"""The flusher: sharded counters' delta logs applied to SQL snapshots exactly once.
+
+::
+
+    store = redcount.connect("redis://localhost:6379/0")
+    likes = redcount.ShardedCounter(store, "likes:post:987", shards=16)
+    with redcount.Flusher(store, "sqlite:///counters.db", counters=[likes]) as flusher:
+        flusher.drain()                  # apply everything logged so far, then return
+        flusher.lag                      # Lag(entries=0, seconds=0.0)
+    redcount.SnapshotStore("sqlite:///counters.db").total("likes:post:987")
+
+or ``redcount flush --url redis://... --sql sqlite:///counters.db --counter likes:post:987``.
+
+Why exactly once. Every shard's stream is read through one consumer group. A batch of entries is
+applied in ONE SQL transaction that also records each entry in the audit log (unique per
+counter, shard and stream id) and advances each shard's watermark (the newest stream id
+applied); entries are acknowledged (XACK) only after that commit. An entry above its shard's
+watermark cannot have been applied and is applied at once; an entry at or below it
+(a redelivery after a crash, or one that another flusher sharing the group overtook) is applied
+only if the audit log does not have it. So a crash before the commit applies nothing and the
+entries stay pending (read again, or claimed by another flusher after ``claim_after``); a crash
+after the commit and before XACK redelivers entries that the check skips. The watermark and audit
+rows are read under a lock on the counter's total row (``SELECT ... FOR UPDATE``; on SQLite the
+database write lock), so flushers sharing the work never both apply one entry.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TextIO, Union
+
+from .._core import Store
+from ..errors import InvalidInputError, RedcountError, ReplyError
+from ..sharded import ShardedCounter, layout_text
+from ..telemetry import track_flusher, untrack_flusher
+from ._shared import MAX_NAME, as_text, check_name, first_line
+from .snapshots import SnapshotStore, StreamId
+
+__all__ = ["Flusher", "FlusherStats", "Lag"]
+
+log = logging.getLogger("redcount.flusher")
+
+CounterSpec = Union[ShardedCounter, str]
+
+
+@dataclass(frozen=True)
+class Lag:
+    """How far the snapshots are behind the delta logs: stream entries not yet applied
+    (after each shard's watermark) and the age in seconds of the oldest of them."""
+
+    entries: int
+    seconds: float
+
+
+@dataclass
+class FlusherStats:
+    """Counts since the flusher started (not thread-safe to mutate; read freely)."""
+
+    applied: int = 0  # deltas applied to SQL
+    skipped: int = 0  # redelivered entries already applied (at or below the watermark, in the audit log)
+    malformed: int = 0  # entries that are not a delta: skipped, acknowledged, logged
+    claimed: int = 0  # entries claimed from crashed consumers
+    trimmed: int = 0  # pending entries the stream had trimmed before they were applied (lost)
+    batches: int = 0
+    malformed_ids: list[str] = field(default_factory=list)  # the first 100 of them
+
+
+@dataclass
+class _Shard:
+    counter: str
+    shard: int
+    key: str
+
+
+@dataclass
+class _Delta:
+    shard: _Shard
+    sid: StreamId
+    delta: int
+    request_id: str | None
+    reason: str | None
+
+
+class Flusher:
+    """Applies sharded counters' delta logs to SQL snapshots, exactly once.
+
+    Args:
+        store: the Redis (or ``memory://``) store the counters write to.
+        sql_url: an SQLAlchemy URL (see :class:`redcount.SnapshotStore`), or a SnapshotStore.
+        counters: the counters to flush: :class:`ShardedCounter` objects, or names (then
+            ``prefix`` and ``shards`` say where their logs are).
+        group: the consumer group's name; flushers with the same group share the work.
+        consumer: this flusher's name in the group (default: host, pid and a random part).
+        batch: entries read per stream and round (default 1000).
+        claim_after: seconds an entry may stay pending with another consumer before this one
+            claims it (XAUTOCLAIM); a consumer that crashed leaves its entries pending.
+        progress: True for a progress bar (tqdm, when installed) or plain lines, on
+            ``progress_stream`` (stderr); False (default) for none.
+
+    Not thread-safe: one thread runs a Flusher (several flushers may run at once, in threads or
+    processes, with the same group).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        sql_url: str | SnapshotStore,
+        counters: Iterable[CounterSpec],
+        *,
+        group: str = "redcount-flusher",
+        consumer: str | None = None,
+        batch: int = 1000,
+        claim_after: float = 30.0,
+        prefix: str = "redcount",
+        shards: int = 16,
+        progress: bool = False,
+        progress_stream: TextIO | None = None,
+    ) -> None:
+        if batch < 1 or batch > 100_000:
+            raise InvalidInputError(f"batch must be 1..100000 entries, got {batch}")
+        if claim_after < 0:
+            raise InvalidInputError(f"claim_after must be >= 0 seconds, got {claim_after}")
+        if not group:
+            raise InvalidInputError("group must not be empty")
+        self.store = store
+        self.snapshots = sql_url if isinstance(sql_url, SnapshotStore) else SnapshotStore(sql_url)
+        self._own_snapshots = not isinstance(sql_url, SnapshotStore)
+        self.group = group
+        self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.batch = batch
+        self.claim_after = claim_after
+        self.stats = FlusherStats()
+        self._shards: dict[str, _Shard] = {}
+        self._counters: dict[str, tuple[str, int]] = {}
+        self._objects: dict[str, ShardedCounter] = {}
+        specs = list(counters)
+        if not specs:
+            raise InvalidInputError("counters: give at least one ShardedCounter or counter name")
+        for spec in specs:
+            if isinstance(spec, ShardedCounter):
+                c = spec
+            else:
+                check_name(spec)
+                c = ShardedCounter(store, spec, shards=shards, prefix=prefix)
+            if len(c.name) > MAX_NAME:
+                raise InvalidInputError(f"counter name longer than {MAX_NAME} characters: {c.name[:40]!r}...")
+            self._objects[c.name] = c
+        self._keys: list[str] = []
+        # Every generation's shards (reshard adds generations): from the layout keys, read
+        # again at most every second while running, so new shards join without a restart.
+        self._last_layouts = 0.0
+        self._refresh_layouts()
+        self._history = True  # first read our own pending entries (a restart under the same name)
+        self._last_claim = 0.0
+        self._progress = progress
+        self._progress_stream = progress_stream or sys.stderr
+        self._bar: Any = None
+        self._audit_sql: tuple[str, list[str] | None] | None = None
+        self._last_line = 0.0
+        track_flusher(self)  # its lag() in redcount.metrics()
+
+    # ---- Redis side -----------------------------------------------------------------------
+
+    def _refresh_layouts(self) -> None:
+        """Learn the counters' shard generations; register and start reading new shards."""
+        self._last_layouts = time.monotonic()
+        objs = list(self._objects.values())
+        texts = self.store.execute_many([("GET", c.layout_key) for c in objs])
+        added: list[str] = []
+        for c, raw in zip(objs, texts):
+            have = self._counters.get(c.name, (c.prefix, 0))[1]
+            text = as_text(raw) if raw is not None else ""
+            layout = c.layout() if text else c.cached_layout
+            if layout.total <= have:
+                continue
+            self.snapshots.ensure_counter(c.name, c.prefix, layout.total)
+            self.snapshots.record_layout(c.name, layout_text(layout), layout.version)
+            for i in range(have, layout.total):
+                key = c.key_of(i, "log")
+                self._shards[key] = _Shard(c.name, i, key)
+                added.append(key)
+            self._counters[c.name] = (c.prefix, layout.total)
+        if added:
+            self._create_groups(added)
+            self._keys.extend(added)
+
+    def _create_groups(self, keys: list[str]) -> None:
+        for key in keys:
+            try:
+                # From the stream's start: entries logged before the first flusher ran count too.
+                self.store.execute("XGROUP", "CREATE", key, self.group, "0", "MKSTREAM")
+            except ReplyError as e:
+                if not str(e).startswith("BUSYGROUP"):
+                    raise
+
+    def _read(self) -> list[tuple[_Shard, str, Any]]:
+        """One XREADGROUP over every stream: our pending history first (entries this consumer
+        name was given before a restart), then new entries."""
+        if self._history:
+            out = self._read_ids("0")
+            if out:
+                return out
+            self._history = False
+        return self._read_ids(">")
+
+    def _read_ids(self, ids: str) -> list[tuple[_Shard, str, Any]]:
+        reply = self.store.execute(
+            "XREADGROUP", "GROUP", self.group, self.consumer, "COUNT", self.batch,
+            "STREAMS", *self._keys, *([ids] * len(self._keys)),
+        )
+        out: list[tuple[_Shard, str, Any]] = []
+        if isinstance(reply, list):
+            for stream in reply:
+                assert isinstance(stream, list)
+                shard = self._shards[as_text(stream[0])]
+                entries = stream[1]
+                if not isinstance(entries, list):
+                    continue
+                for entry in entries:
+                    assert isinstance(entry, list)
+                    out.append((shard, as_text(entry[0]), entry[1]))
+        return out
+
+    def _claim(self) -> list[tuple[_Shard, str, Any]]:
+        """Entries pending with other consumers for ``claim_after`` seconds or more."""
+        out: list[tuple[_Shard, str, Any]] = []
+        idle_ms = int(self.claim_after * 1000)
+        for key in self._keys:
+            shard = self._shards[key]
+            start = "0-0"
+            while True:
+                reply = self.store.execute(
+                    "XAUTOCLAIM", key, self.group, self.consumer, idle_ms, start, "COUNT", self.batch
+                )
+                assert isinstance(reply, list)
+                nxt = as_text(reply[0])
+                entries = reply[1] or []
+                assert isinstance(entries, list)
+                for entry in entries:
+                    assert isinstance(entry, list)
+                    out.append((shard, as_text(entry[0]), entry[1]))
+                deleted = reply[2] if len(reply) > 2 else []
+                if isinstance(deleted, list) and deleted:
+                    # Trimmed from the stream (MAXLEN) before anyone applied them: lost to the
+                    # snapshot; reconciliation finds the drift.
+                    self.stats.trimmed += len(deleted)
+                    log.warning("%d pending entries of %s were trimmed before they were flushed", len(deleted), key)
+                if nxt == "0-0" or len(out) >= self.batch * 10:
+                    break
+                start = nxt
+        self.stats.claimed += len(out)
+        return out
+
+    def _ack(self, ids: dict[str, list[str]]) -> None:
+        cmds: list[tuple[str | bytes | int | float, ...]] = [
+            ("XACK", key, self.group, *sids) for key, sids in ids.items() if sids
+        ]
+        if cmds:
+            self.store.execute_many(cmds)
+
+    # ---- parsing --------------------------------------------------------------------------
+
+    def _parse(self, shard: _Shard, sid_text: str, fields: Any) -> _Delta | None:
+        if fields is None:
+            # A pending entry the stream no longer has (trimmed by MAXLEN before it was applied).
+            self.stats.trimmed += 1
+            log.warning("pending entry %s of %s was trimmed before it was flushed", sid_text, shard.key)
+            return None
+        # The layout sharded_incr.lua writes (`delta <n> request_id <id>`), checked field by
+        # field without building a dict (this is the flusher's hot loop); anything else, such as
+        # an adjustment's reason or the longer entries of earlier builds (which repeated the
+        # counter and shard of the log's key), takes the general path below.
+        if type(fields) is list and len(fields) == 4 and fields[0] == b"delta" and fields[2] == b"request_id":
+            ms, dash, seq = sid_text.partition("-")
+            raw = fields[3]
+            try:
+                if dash and isinstance(raw, bytes) and len(raw) <= MAX_NAME:
+                    return _Delta(shard, StreamId(int(ms), int(seq)), int(fields[1]), raw.decode() or None, None)
+            except (ValueError, UnicodeDecodeError):
+                pass  # the general path reports it
+        try:
+            sid = StreamId.parse(sid_text)
+            if not isinstance(fields, list) or len(fields) % 2:
+                raise ValueError("fields are not name/value pairs")
+            kv = {as_text(fields[i]): as_text(fields[i + 1]) for i in range(0, len(fields), 2)}
+            delta = int(kv["delta"])
+            if "counter" in kv and kv["counter"] != shard.counter:
+                raise ValueError(f"entry names counter {kv['counter']!r}")
+            if "shard" in kv and int(kv["shard"]) != shard.shard:
+                raise ValueError(f"entry names shard {kv['shard']!r}")
+            rid = kv.get("request_id") or None
+            if rid is not None and len(rid) > MAX_NAME:
+                raise ValueError("request id too long")
+            return _Delta(shard, sid, delta, rid, kv.get("reason") or None)
+        except (KeyError, ValueError, UnicodeDecodeError, InvalidInputError) as e:
+            self.stats.malformed += 1
+            if len(self.stats.malformed_ids) < 100:
+                self.stats.malformed_ids.append(f"{shard.key} {sid_text}")
+            log.warning("skipping malformed delta-log entry %s in %s: %s", sid_text, shard.key, e)
+            return None
+
+    # ---- SQL side -------------------------------------------------------------------------
+
+    def _apply(self, deltas: list[_Delta]) -> None:
+        """Apply ``deltas`` in one transaction (see the module's doc for why exactly once)."""
+        snaps = self.snapshots
+        sa = snaps._sa
+        t = snaps.t
+        for_update = snaps.dialect != "sqlite"  # SQLite: BEGIN IMMEDIATE holds the write lock
+        by_counter: dict[str, dict[int, list[_Delta]]] = {}
+        for d in deltas:
+            by_counter.setdefault(d.shard.counter, {}).setdefault(d.shard.shard, []).append(d)
+        now = int(time.time() * 1000)
+        applied = 0
+        with snaps.engine.begin() as conn:
+            # Lock order: the counters' total rows by name, so concurrent flushers never deadlock.
+            for name in sorted(by_counter):
+                q = sa.select(t.totals.c.counter).where(t.totals.c.counter == name)
+                conn.execute(q.with_for_update() if for_update else q)
+            audit: list[tuple[Any, ...]] = []
+            adjust: list[dict[str, Any]] = []
+            for name in sorted(by_counter):
+                shards = by_counter[name]
+                sc = t.shards.c
+                q = sa.select(sc.shard, sc.value, sc.version, sc.wm_ms, sc.wm_seq).where(
+                    sc.counter == name, sc.shard.in_(sorted(shards))
+                )
+                rows = {
+                    int(r[0]): (int(r[1]), int(r[2]), StreamId(int(r[3]), int(r[4])))
+                    for r in conn.execute(q.with_for_update() if for_update else q)
+                }
+                newest = None
+                for shard_no, items in shards.items():
+                    value, version, wm = rows[shard_no]
+                    old = [d for d in items if d.sid <= wm]
+                    seen: set[StreamId] = set()
+                    if old:
+                        dc = t.deltas.c
+                        lo = min(d.sid for d in old)
+                        seen = {
+                            StreamId(int(r[0]), int(r[1]))
+                            for r in conn.execute(
+                                sa.select(dc.stream_ms, dc.stream_seq).where(
+                                    dc.counter == name,
+                                    dc.shard == shard_no,
+                                    dc.stream_ms >= lo.ms,
+                                    dc.stream_ms <= wm.ms,
+                                )
+                            )
+                        }
+                    fresh: list[_Delta] = []
+                    batch_seen: set[StreamId] = set()
+                    for d in items:
+                        if d.sid in seen or d.sid in batch_seen:
+                            self.stats.skipped += 1
+                            continue
+                        batch_seen.add(d.sid)
+                        fresh.append(d)
+                    if not fresh:
+                        continue
+                    top = max(wm, max(d.sid for d in fresh))
+                    newest = top if newest is None or top > newest else newest
+                    conn.execute(
+                        t.shards.update()
+                        .where(sc.counter == name, sc.shard == shard_no)
+                        .values(
+                            value=value + sum(d.delta for d in fresh),
+                            version=version + len(fresh),
+                            wm_ms=top.ms,
+                            wm_seq=top.seq,
+                            updated_ms=now,
+                        )
+                    )
+                    for d in fresh:
+                        # In _AUDIT_COLUMNS order.
+                        audit.append((name, shard_no, d.sid.ms, d.sid.seq, d.delta, d.request_id, d.sid.ms, now))
+                        if d.reason is not None:
+                            adjust.append(
+                                {
+                                    "counter": name,
+                                    "delta": d.delta,
+                                    "reason": d.reason[:MAX_NAME],
+                                    "request_id": d.request_id,
+                                    "created_ms": d.sid.ms,
+                                }
+                            )
+                    applied += len(fresh)
+                if newest is None:
+                    continue
+                # The aggregate: the total is rebuilt from the shard rows, never incremented, so
+                # it cannot drift from them.
+                sc = t.shards.c
+                total, version = conn.execute(
+                    sa.select(sa.func.coalesce(sa.func.sum(sc.value), 0), sa.func.coalesce(sa.func.sum(sc.version), 0))
+                    .where(sc.counter == name)
+                ).one()
+                tc = t.totals.c
+                cur = conn.execute(sa.select(tc.wm_ms, tc.wm_seq).where(tc.counter == name)).one()
+                top = max(StreamId(int(cur[0]), int(cur[1])), newest)
+                conn.execute(
+                    t.totals.update()
+                    .where(tc.counter == name)
+                    .values(value=int(total), version=int(version), wm_ms=top.ms, wm_seq=top.seq, updated_ms=now)
+                )
+            if audit:
+                self._insert_many(conn, audit)
+            if adjust:
+                conn.execute(t.adjustments.insert(), adjust)
+        self.stats.applied += applied
+
+    _AUDIT_COLUMNS = ("counter", "shard", "stream_ms", "stream_seq", "delta", "request_id", "event_ms", "applied_ms")
+
+    def _insert_many(self, conn: Any, rows: list[tuple[Any, ...]]) -> None:
+        """The audit rows through the driver's executemany, with the statement compiled once:
+        SQLAlchemy's per-row parameter processing costs more than the insert itself here."""
+        if self._audit_sql is None:
+            compiled = self.snapshots.t.deltas.insert().compile(
+                dialect=self.snapshots.engine.dialect, column_keys=list(self._AUDIT_COLUMNS)
+            )
+            order = list(compiled.positiontup) if compiled.positional and compiled.positiontup else None
+            self._audit_sql = (str(compiled), order)
+        sql, order = self._audit_sql
+        cols = self._AUDIT_COLUMNS
+        if self.snapshots.dialect == "postgresql" and self.snapshots.engine.driver == "psycopg":
+            # COPY: one stream of rows, inside the same transaction (the same connection).
+            raw = conn.connection.driver_connection
+            with raw.cursor() as cur:
+                with cur.copy(f"COPY redcount_deltas ({', '.join(cols)}) FROM STDIN") as copy:
+                    for r in rows:
+                        copy.write_row(r)
+            return
+        if self.snapshots.dialect in ("mysql", "mariadb"):
+            # PyMySQL formats %s placeholders itself; one multi-row INSERT per 1,000 rows is
+            # one round trip.
+            head = f"INSERT INTO redcount_deltas ({', '.join(cols)}) VALUES "
+            one = "(" + ", ".join(["%s"] * len(cols)) + ")"
+            for i in range(0, len(rows), 1000):
+                chunk = rows[i : i + 1000]
+                conn.exec_driver_sql(head + ", ".join([one] * len(chunk)), tuple(v for r in chunk for v in r))
+            return
+        if order is None:
+            conn.exec_driver_sql(sql, [dict(zip(cols, r)) for r in rows])
+        elif tuple(order) == cols:
+            conn.exec_driver_sql(sql, rows)
+        else:
+            idx = [cols.index(k) for k in order]
+            conn.exec_driver_sql(sql, [tuple(r[i] for i in idx) for r in rows])
+
+    # ---- driving --------------------------------------------------------------------------
+
+    def run_once(self) -> int:
+        """One round: claim entries idle with crashed consumers (at most every
+        ``claim_after / 2`` seconds), read a batch, apply it in one transaction, acknowledge it.
+        Returns the number of stream entries handled (0 when there was nothing)."""
+        now = time.monotonic()
+        if now - self._last_layouts >= 1.0:
+            self._refresh_layouts()
+        # A round builds about ten objects per entry, none of them in a reference cycle: the
+        # cyclic collector, run every few hundred allocations, would only walk them again and
+        # again (a third of a round's time at 100,000 entries). It is paused for the round and
+        # collects as usual afterwards (cycles SQLAlchemy makes meanwhile are found then).
+        paused = gc.isenabled()
+        if paused:
+            gc.disable()
+        try:
+            return self._round(now)
+        finally:
+            if paused:
+                gc.enable()
+
+    def _round(self, now: float) -> int:
+        entries: list[tuple[_Shard, str, Any]] = []
+        if now - self._last_claim >= self.claim_after / 2:
+            self._last_claim = now
+            entries.extend(self._claim())
+        entries.extend(self._read())
+        if not entries:
+            return 0
+        # A claimed entry joins this consumer's own pending list, so the history read that
+        # follows a claim may return it again: one copy each.
+        unique: dict[tuple[str, str], tuple[_Shard, str, Any]] = {}
+        for e in entries:
+            unique.setdefault((e[0].key, e[1]), e)
+        entries = list(unique.values())
+        deltas: list[_Delta] = []
+        for shard, sid, fields in entries:
+            d = self._parse(shard, sid, fields)
+            if d is not None:
+                deltas.append(d)
+        if deltas:
+            try:
+                self._apply(deltas)
+            except self.snapshots._sa.exc.SQLAlchemyError as e:
+                # Nothing was applied and nothing acknowledged: the entries stay pending with
+                # this consumer, and the next round reads them again first.
+                self._history = True
+                raise RedcountError(f"flusher: SQL transaction failed on {self.snapshots.url}: {first_line(e)}") from None
+        acks: dict[str, list[str]] = {}
+        for shard, sid, _ in entries:
+            acks.setdefault(shard.key, []).append(sid)
+        self._ack(acks)
+        self.stats.batches += 1
+        self._report(len(entries))
+        return len(entries)
+
+    def drain(self, *, timeout: float | None = None) -> int:
+        """Apply everything logged so far (and claimable), then return the entries handled."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        total = 0
+        self._last_claim = 0.0
+        self._last_layouts = 0.0  # shards a reshard added are drained too
+        while True:
+            n = self.run_once()
+            total += n
+            if n == 0:
+                return total
+            if deadline is not None and time.monotonic() >= deadline:
+                return total
+
+    def run(self, stop: threading.Event | None = None, *, idle: float = 0.05) -> None:
+        """Flush until ``stop`` is set (or forever), waiting ``idle`` seconds when the logs are
+        empty. A failed round (database or Redis unreachable) is logged and retried with
+        backoff up to 5 s; :meth:`run_once` and :meth:`drain` raise instead."""
+        stop = stop or threading.Event()
+        backoff = idle
+        while not stop.is_set():
+            try:
+                n = self.run_once()
+                backoff = idle
+            except RedcountError as e:
+                # A database or Redis that is down for a while: nothing was acknowledged that
+                # was not committed, so waiting and trying again is always safe.
+                self._history = True
+                log.warning("flusher round failed (retrying in %.1f s): %s", backoff, e)
+                stop.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            if n == 0:
+                stop.wait(idle)
+
+    @property
+    def lag(self) -> Lag:
+        """Entries after each shard's SQL watermark, and the age of the oldest (reads Redis and
+        SQL: a few round trips). Entries pending with another flusher below a watermark are
+        not counted."""
+        marks = {}
+        for name in self._counters:
+            for s in self.snapshots.shard_values(name):
+                marks[(name, s.shard)] = s.watermark
+        cmds: list[tuple[str | bytes | int | float, ...]] = []
+        for key in self._keys:
+            sh = self._shards[key]
+            cmds.append(("XRANGE", key, f"({marks[(sh.counter, sh.shard)]}", "+", "COUNT", 100_000))
+        entries = 0
+        oldest: int | None = None
+        for reply in self.store.execute_many(cmds):
+            if isinstance(reply, list) and reply:
+                entries += len(reply)
+                first = reply[0]
+                assert isinstance(first, list)
+                ms = StreamId.parse(as_text(first[0])).ms
+                oldest = ms if oldest is None else min(oldest, ms)
+        seconds = 0.0 if oldest is None else max(0.0, time.time() - oldest / 1000)
+        return Lag(entries, seconds)
+
+    def _report(self, n: int) -> None:
+        if not self._progress:
+            return
+        stream = self._progress_stream
+        if stream.isatty():
+            if self._bar is None:
+                try:
+                    # Optional (redcount[progress]); without it, plain lines as off a terminal.
+                    tqdm = importlib.import_module("tqdm").tqdm
+                    self._bar = tqdm(unit=" deltas", file=stream, dynamic_ncols=True)
+                except ImportError:
+                    self._bar = False
+            if self._bar:
+                self._bar.update(n)
+                return
+        now = time.monotonic()
+        if now - self._last_line >= 2.0:
+            self._last_line = now
+            print(
+                f"flushed {self.stats.applied} deltas (skipped {self.stats.skipped}, "
+                f"malformed {self.stats.malformed}, claimed {self.stats.claimed})",
+                file=stream,
+                flush=True,
+            )
+
+    def close(self) -> None:
+        untrack_flusher(self)
+        if self._bar:
+            self._bar.close()
+        self._bar = None
+        if self._own_snapshots:
+            self.snapshots.close()
+
+    def __enter__(self) -> Flusher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Flusher(counters={sorted(self._counters)!r}, sql={self.snapshots.url!r}, group={self.group!r})"
+
+
+def counters_from_names(names: Sequence[str]) -> list[str]:
+    """Names from the command line, checked."""
+    for n in names:
+        check_name(n)
+    return list(names)

@@ -1,0 +1,433 @@
+"""Per-process observability: the figures behind ``redcount.metrics()`` and a Prometheus
+collector.
+
+::
+
+    hk = redcount.HotKeys(1000)
+    store = redcount.connect("redis://localhost:6379/0", hot_keys=hk)   # hot keys: optional
+    ...
+    m = redcount.metrics()             # rates since the previous call of metrics()
+    m.increments_per_second, m.write_success_rate, m.idempotency_hit_rate
+    m.hot_keys[:3], m.skew, m.snapshot_lag_seconds, m.drift
+
+    redcount.metrics.register()        # prometheus_client: a RedcountCollector in REGISTRY
+
+What is counted, and where:
+
+- *increments* are counter writes that reach a store: :class:`~redcount.FixedWindowCounter`
+  ``incr`` (``incr_many`` counts each item) and :class:`~redcount.ShardedCounter` writes (a
+  :class:`~redcount.BufferedCounter` flush is one write per counter, its ``incr`` calls are
+  local and not counted, so its fast path pays nothing). *Reads* are ``get``/``get_many``,
+  ``value`` and ``read`` (served from the cache or not). The C++ drivers count each operation
+  once when it completes, with relaxed atomics; an operation that raised to its caller is an
+  error (bad input, refused before anything is sent, is not). A write queued for retry
+  (``on_error="queue"``) counts as a success.
+- *idempotency hits*: sharded writes with a request id that the store answered "already
+  applied", over all answered writes with a request id.
+- *hot keys*: the top keys of every :class:`~redcount.HotKeys` passed to
+  :func:`redcount.connect`; *skew*: for each sharded counter among them, :func:`redcount.skew.skew_of`
+  over its shards' observed write counts (shards never observed count as 0, up to the highest
+  shard seen).
+- *lag*: of the open :class:`~redcount.Flusher` objects in this process (each ``lag`` reads
+  Redis and SQL: a few round trips per metrics() call); *drift*: the last
+  :func:`redcount.reconcile` of each counter run in this process.
+
+A forked child starts from zero (its counts are its own). Thread-safe.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+import weakref
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from . import _core
+from .skew import Skew, skew_of
+
+if TYPE_CHECKING:
+    from .hot_keys import HotKeys
+
+__all__ = ["Metrics", "MetricsSnapshot", "RedcountCollector", "metrics", "register", "reset", "snapshot"]
+
+#: Hot keys reported (and exported as labels: the cardinality bound).
+TOP_N = 10
+#: Reconciled counters reported (the most recent ones).
+MAX_DRIFT_COUNTERS = 100
+
+
+class KeyCount(Protocol):
+    """A hot key in a snapshot: a :class:`redcount.HotKey`, or its figures summed over several
+    HotKeys tables."""
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def count(self) -> int: ...
+    @property
+    def error(self) -> int: ...
+
+
+class LagFigures(Protocol):
+    """What a flusher's ``lag`` reports (:class:`redcount.sql.Lag`)."""
+
+    @property
+    def entries(self) -> int: ...
+    @property
+    def seconds(self) -> float: ...
+
+
+class LagSource(Protocol):
+    """What this module reads of a :class:`redcount.sql.Flusher`. (A protocol, not the class:
+    the SQL layer reports here, so this module must not import it.)"""
+
+    @property
+    def lag(self) -> LagFigures: ...
+
+
+class DriftReport(Protocol):
+    """What this module keeps of a reconciliation :class:`redcount.sql.Report`."""
+
+    @property
+    def counter(self) -> str: ...
+    @property
+    def relative(self) -> float: ...
+
+
+@dataclass(frozen=True)
+class MetricsSnapshot:
+    """The process's figures at ``at`` (Unix time). Totals count since the process started
+    (or :func:`reset`); ``*_per_second`` and the rates cover the ``interval`` seconds since
+    the previous :func:`metrics` call. A rate with nothing to measure is 1.0 (success) or 0.0
+    (hits)."""
+
+    at: float
+    interval: float
+    increments: int
+    increments_per_second: float
+    reads: int
+    reads_per_second: float
+    write_errors: int
+    read_errors: int
+    write_success_rate: float
+    idempotent_writes: int
+    idempotency_hits: int
+    idempotency_hit_rate: float
+    hot_keys: list[KeyCount] = field(default_factory=list)
+    hot_keys_total: int = 0
+    #: The hottest key's share of every observed key access (0.0 without hot keys).
+    hottest_key_share: float = 0.0
+    #: ``{"<prefix>:<name>": Skew}`` for the sharded counters among the hot keys.
+    skew: dict[str, Skew] = field(default_factory=dict)
+    #: The largest age (s) of a delta not yet in SQL over this process's flushers; None without one.
+    snapshot_lag_seconds: float | None = None
+    #: Delta-log entries after the SQL watermarks, summed over this process's flushers.
+    watermark_lag_entries: int | None = None
+    #: ``{counter: relative drift}`` of the last reconciliation of each counter run here.
+    drift: dict[str, float] = field(default_factory=dict)
+
+
+_lock = threading.Lock()
+_hot_keys: list[weakref.ref[HotKeys]] = []
+_flushers: weakref.WeakSet[LagSource] = weakref.WeakSet()
+_reports: dict[str, DriftReport] = {}
+_previous: tuple[float, tuple[int, ...]] | None = None
+
+
+def attach_hot_keys(hk: HotKeys) -> None:
+    """Report ``hk``'s top keys in :func:`metrics` (connect(hot_keys=...) calls this)."""
+    with _lock:
+        _hot_keys[:] = [r for r in _hot_keys if r() is not None and r() is not hk]
+        _hot_keys.append(weakref.ref(hk))
+
+
+def track_flusher(flusher: LagSource) -> None:
+    """Report ``flusher``'s lag while it is alive (Flusher's constructor calls this)."""
+    with _lock:
+        _flushers.add(flusher)
+
+
+def untrack_flusher(flusher: LagSource) -> None:
+    """Stop reporting ``flusher`` (Flusher.close() calls this)."""
+    with _lock:
+        _flushers.discard(flusher)
+
+
+def note_reconcile(report: DriftReport) -> None:
+    """Keep ``report`` as its counter's last reconciliation (reconcile() calls this)."""
+    with _lock:
+        _reports.pop(report.counter, None)
+        _reports[report.counter] = report
+        while len(_reports) > MAX_DRIFT_COUNTERS:
+            del _reports[next(iter(_reports))]
+
+
+def reset() -> None:
+    """Zero the counts, forget the previous snapshot and the recorded reconciliations (tests;
+    a fresh start). Open flushers and hot-key tables stay watched."""
+    global _previous
+    with _lock:
+        _core._reset_metrics()
+        _reports.clear()
+        _previous = None
+
+
+def _counts() -> tuple[int, ...]:
+    return tuple(int(x) for x in _core._metrics_counts())
+
+
+def _live_hot_keys() -> list[HotKeys]:
+    with _lock:
+        return [hk for hk in (r() for r in _hot_keys) if hk is not None]
+
+
+@dataclass(frozen=True)
+class _Merged:
+    """A key's figures summed over several HotKeys tables (the fields of a HotKey)."""
+
+    key: str
+    count: int
+    error: int
+
+
+_SHARD_KEY = re.compile(r"^\{(?P<counter>.+):(?P<shard>\d+)\}$")
+
+
+def _hot(limit: int) -> tuple[list[KeyCount], int, dict[str, Skew]]:
+    tables = _live_hot_keys()
+    if not tables:
+        return [], 0, {}
+    total = sum(hk.total for hk in tables)
+    every: list[KeyCount]
+    if len(tables) == 1:
+        every = list(tables[0].top(tables[0].capacity))
+    else:  # one key in several tables: its counts and errors add up
+        merged: dict[str, tuple[int, int]] = {}
+        for hk in tables:
+            for hot in hk.top(hk.capacity):
+                c, e = merged.get(hot.key, (0, 0))
+                merged[hot.key] = (c + hot.count, e + hot.error)
+        ranked = sorted(merged.items(), key=lambda kv: (-kv[1][0], kv[0]))
+        every = [_Merged(key, c, e) for key, (c, e) in ranked]
+    top = every[:limit]
+    hot_counters = {m.group("counter") for m in (_SHARD_KEY.match(k.key) for k in top) if m}
+    per_shard: dict[str, dict[int, int]] = {c: {} for c in hot_counters}
+    for k in every:
+        m = _SHARD_KEY.match(k.key)
+        if m and m.group("counter") in per_shard:
+            shards = per_shard[m.group("counter")]
+            shards[int(m.group("shard"))] = shards.get(int(m.group("shard")), 0) + k.count
+    skew = {
+        c: skew_of([float(shards.get(i, 0)) for i in range(max(shards) + 1)])
+        for c, shards in sorted(per_shard.items())
+    }
+    return top, total, skew
+
+
+def _lag() -> tuple[float | None, int | None]:
+    with _lock:
+        flushers = list(_flushers)
+    seconds: float | None = None
+    entries: int | None = None
+    for f in flushers:
+        try:
+            lag = f.lag
+        except Exception:  # a flusher whose store or database is down reports no lag
+            continue
+        seconds = lag.seconds if seconds is None else max(seconds, lag.seconds)
+        entries = lag.entries if entries is None else entries + lag.entries
+    return seconds, entries
+
+
+def _drift() -> dict[str, float]:
+    with _lock:
+        return {name: r.relative for name, r in _reports.items()}
+
+
+def _ratio(num: int, den: int, empty: float) -> float:
+    return num / den if den > 0 else empty
+
+
+def snapshot(top: int = TOP_N) -> MetricsSnapshot:
+    """The process's :class:`MetricsSnapshot`, with up to ``top`` hot keys; rates are over the
+    time since the previous call (since the process started, or :func:`reset`, for the first)."""
+    global _previous
+    if isinstance(top, bool) or not isinstance(top, int) or top < 0:
+        raise _core.InvalidInputError(f"top must be an int >= 0, got {top!r}")
+    now_mono = time.monotonic()
+    counts = _counts()
+    with _lock:
+        prev = _previous
+        _previous = (now_mono, counts)
+    start_mono, before = prev if prev is not None else (_START, (0,) * len(counts))
+    interval = max(now_mono - start_mono, 1e-9)
+    d = [a - b for a, b in zip(counts, before)]
+    ok, failed, reads, reads_failed, idem, hits = counts
+    d_ok, d_failed, d_reads, d_reads_failed, d_idem, d_hits = d
+    hot, hot_total, skew = _hot(top)
+    lag_s, lag_entries = _lag()
+    return MetricsSnapshot(
+        at=time.time(),
+        interval=interval,
+        increments=ok + failed,
+        increments_per_second=(d_ok + d_failed) / interval,
+        reads=reads + reads_failed,
+        reads_per_second=(d_reads + d_reads_failed) / interval,
+        write_errors=failed,
+        read_errors=reads_failed,
+        write_success_rate=_ratio(d_ok, d_ok + d_failed, 1.0),
+        idempotent_writes=idem,
+        idempotency_hits=hits,
+        idempotency_hit_rate=_ratio(d_hits, d_idem, 0.0),
+        hot_keys=hot,
+        hot_keys_total=hot_total,
+        hottest_key_share=_ratio(hot[0].count, hot_total, 0.0) if hot else 0.0,
+        skew=skew,
+        snapshot_lag_seconds=lag_s,
+        watermark_lag_entries=lag_entries,
+        drift=_drift(),
+    )
+
+
+_START = time.monotonic()
+
+
+class RedcountCollector:
+    """A ``prometheus_client`` collector of the process's figures, read at each scrape.
+
+    Series (``namespace`` default ``redcount``; labels are bounded: at most ``top`` hot keys,
+    the sharded counters among them, and the last 100 reconciled counters):
+
+    - ``redcount_counter_writes_total{result="ok|error"}``, ``redcount_counter_reads_total{result}``
+    - ``redcount_idempotent_writes_total``, ``redcount_idempotent_hits_total``
+    - ``redcount_hot_key_count{key}``, ``redcount_hot_key_error{key}``, ``redcount_hot_key_share{key}``
+      (count over every observed access), ``redcount_hot_keys_observed_total``
+    - ``redcount_shard_skew_max_over_mean{counter}``, ``redcount_shard_skew_cv{counter}``,
+      ``redcount_shard_skew_gini{counter}``
+    - ``redcount_snapshot_lag_seconds``, ``redcount_watermark_lag_entries`` (with a Flusher)
+    - ``redcount_reconcile_drift_ratio{counter}`` (after a reconcile in this process)
+
+    Rates are Prometheus's business (``rate(redcount_counter_writes_total[5m])``): a scrape
+    does not disturb the intervals of :func:`metrics`.
+    """
+
+    def __init__(self, *, namespace: str = "redcount", top: int = TOP_N) -> None:
+        try:
+            import prometheus_client  # noqa: F401
+        except ImportError:
+            raise ImportError(
+                "redcount's Prometheus collector needs prometheus_client: pip install 'redcount[prometheus]'"
+            ) from None
+        self.namespace = namespace
+        self.top = top
+
+    def describe(self) -> Iterable[Any]:
+        return []  # unchecked collector: series come and go with the hot keys
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        ns = self.namespace
+
+        def counter(name: str, doc: str, **kw: Any) -> Any:
+            return CounterMetricFamily(f"{ns}_{name}", doc, **kw)
+
+        def gauge(name: str, doc: str, **kw: Any) -> Any:
+            return GaugeMetricFamily(f"{ns}_{name}", doc, **kw)
+
+        ok, failed, reads, reads_failed, idem, hits = _counts()
+        writes = counter("counter_writes", "Counter increments sent to a store", labels=["result"])
+        writes.add_metric(["ok"], ok)
+        writes.add_metric(["error"], failed)
+        yield writes
+        rd = counter("counter_reads", "Counter reads", labels=["result"])
+        rd.add_metric(["ok"], reads)
+        rd.add_metric(["error"], reads_failed)
+        yield rd
+        yield counter("idempotent_writes", "Sharded writes with a request id, answered", value=idem)
+        yield counter("idempotent_hits", "Sharded writes answered: already applied", value=hits)
+
+        hot, total, skew = _hot(self.top)
+        if _live_hot_keys():
+            yield counter("hot_keys_observed", "Key accesses observed by HotKeys", value=total)
+            count = gauge("hot_key_count", "A hot key's estimated accesses (upper bound)", labels=["key"])
+            err = gauge("hot_key_error", "A hot key's count error bound", labels=["key"])
+            share = gauge("hot_key_share", "A hot key's share of observed accesses", labels=["key"])
+            for k in hot:
+                count.add_metric([k.key], k.count)
+                err.add_metric([k.key], k.error)
+                share.add_metric([k.key], _ratio(k.count, total, 0.0))
+            yield count
+            yield err
+            yield share
+        if skew:
+            mom = gauge("shard_skew_max_over_mean", "Hottest shard over the mean", labels=["counter"])
+            cv = gauge("shard_skew_cv", "Coefficient of variation over shards", labels=["counter"])
+            gini = gauge("shard_skew_gini", "Gini coefficient over shards", labels=["counter"])
+            for name, s in skew.items():
+                mom.add_metric([name], s.max_over_mean)
+                cv.add_metric([name], s.cv)
+                gini.add_metric([name], s.gini)
+            yield mom
+            yield cv
+            yield gini
+        lag_s, lag_entries = _lag()
+        if lag_s is not None and lag_entries is not None:
+            yield gauge("snapshot_lag_seconds", "Age of the oldest delta not in SQL", value=lag_s)
+            yield gauge("watermark_lag_entries", "Delta-log entries after the watermarks", value=lag_entries)
+        drift = _drift()
+        if drift:
+            g = gauge("reconcile_drift_ratio", "Last reconciliation's relative drift", labels=["counter"])
+            for name, rel in drift.items():
+                g.add_metric([name], rel)
+            yield g
+
+
+def register(registry: Any = None, *, namespace: str = "redcount", top: int = TOP_N) -> RedcountCollector:
+    """Register a :class:`RedcountCollector` in ``registry`` (default: prometheus_client's
+    global ``REGISTRY``) and return it."""
+    collector = RedcountCollector(namespace=namespace, top=top)
+    if registry is None:
+        from prometheus_client import REGISTRY
+
+        registry = REGISTRY
+    registry.register(collector)
+    return collector
+
+
+class Metrics:
+    """The type of ``redcount.metrics``, the one object of this module exported at the top:
+    ``redcount.metrics()`` is the process's :class:`MetricsSnapshot` (see :func:`snapshot`);
+    ``redcount.metrics.register()`` adds a :class:`RedcountCollector` to a Prometheus registry;
+    ``redcount.metrics.reset()`` zeroes the counts.
+    """
+
+    register = staticmethod(register)
+    reset = staticmethod(reset)
+    snapshot = staticmethod(snapshot)
+
+    def __call__(self, top: int = TOP_N) -> MetricsSnapshot:
+        return snapshot(top)
+
+    def __repr__(self) -> str:
+        return "<redcount.metrics>"
+
+
+#: ``redcount.metrics``: call it for a snapshot; ``.register()`` for Prometheus.
+metrics = Metrics()
+
+
+def _after_fork_in_child() -> None:
+    global _lock, _previous, _START
+    _lock = threading.Lock()  # another thread may have held it at the fork
+    _core._reset_metrics()
+    _previous = None
+    _START = time.monotonic()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,79 @@
+"""Fixed windows (``--only fixed``): redcount ``incr``, ``incr_many`` and ``Limiter.hit`` on
+Redis and in memory against ``limits``' ``FixedWindowRateLimiter.hit`` and ``redis-benchmark``
+INCR, all under a limit that is never reached."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+
+from ...counters import FixedWindowCounter
+from ...limiter import Limiter
+from ...store import Store
+from .harness import Contender, PythonOp, RatioSpec
+from .redis_benchmark import RedisBenchmark
+from .rows import (
+    BIG_LIMIT,
+    COUNTER_WINDOW,
+    LIM_HIT_MEM,
+    LIM_HIT_REDIS,
+    RB_P1,
+    RB_PN,
+    RC_HIT_MEM,
+    RC_HIT_REDIS,
+    RC_INCR,
+    RC_INCR_MEM,
+    RC_MANY,
+)
+
+
+def fixed_block(
+    store: Store,
+    mem: Store,
+    url: str,
+    prefix: str,
+    keys: Sequence[str],
+    batches: Sequence[dict[str, int]],
+    batch: int,
+    bench_bin: str,
+    rb_key: str,
+) -> tuple[list[Contender], list[RatioSpec], list[FixedWindowCounter]]:
+    """The fixed-window contenders, their ratios, and the counters to close after the run."""
+    import limits
+    import limits.storage
+    import limits.strategies
+
+    item = limits.parse(BIG_LIMIT)
+    counter = FixedWindowCounter(store, "incr", COUNTER_WINDOW, prefix=prefix)
+    limiter = Limiter(store, prefix=f"{prefix}:lim")
+    mem_counter = FixedWindowCounter(mem, "incr", COUNTER_WINDOW, prefix=prefix)
+    mem_limiter = Limiter(mem, prefix=f"{prefix}:lim")
+    lim_redis = limits.strategies.FixedWindowRateLimiter(
+        limits.storage.RedisStorage(url, key_prefix=f"{prefix}:limits")
+    )
+    lim_mem = limits.strategies.FixedWindowRateLimiter(limits.storage.MemoryStorage())
+    contenders: list[Contender] = [
+        RedisBenchmark(RB_P1, bench_bin, url, 1, rb_key),
+        PythonOp(RC_INCR, counter.incr, keys),
+        PythonOp(LIM_HIT_REDIS, partial(lim_redis.hit, item), keys),
+        PythonOp(RC_HIT_REDIS, partial(limiter.hit, BIG_LIMIT), keys),
+        RedisBenchmark(RB_PN.format(batch=batch), bench_bin, url, batch, rb_key),
+        PythonOp(RC_MANY.format(batch=batch), counter.incr_many, batches, per_call=batch),
+        PythonOp(RC_INCR_MEM, mem_counter.incr, keys),
+        PythonOp(LIM_HIT_MEM, partial(lim_mem.hit, item), keys),
+        PythonOp(RC_HIT_MEM, partial(mem_limiter.hit, BIG_LIMIT), keys),
+    ]
+    ratios: list[RatioSpec] = [
+        ("redcount incr (Redis) / limits hit (Redis)", RC_INCR, LIM_HIT_REDIS, 1.6),
+        ("redcount incr (Redis) / redis-benchmark -c1 -P1", RC_INCR, RB_P1, 0.8),
+        (
+            f"redcount incr_many / redis-benchmark -c1 -P{batch}",
+            RC_MANY.format(batch=batch),
+            RB_PN.format(batch=batch),
+            0.4,
+        ),
+        ("redcount incr (memory) / limits hit (memory)", RC_INCR_MEM, LIM_HIT_MEM, 3.0),
+        ("redcount Limiter.hit / limits hit (Redis)", RC_HIT_REDIS, LIM_HIT_REDIS, None),
+        ("redcount Limiter.hit / limits hit (memory)", RC_HIT_MEM, LIM_HIT_MEM, None),
+    ]
+    return contenders, ratios, [counter, mem_counter]

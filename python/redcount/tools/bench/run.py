@@ -1,0 +1,187 @@
+"""``redcount bench``: its arguments, the blocks it runs (``--only``), and the report."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import secrets
+import shutil
+import sys
+from contextlib import ExitStack
+from dataclasses import asdict
+
+from ... import __version__
+from ...counters import FixedWindowCounter
+from ...store import connect
+from ..servers import private_or_existing, sigterm_as_exit
+from .engine import engine_block, engine_notes
+from .fixed import fixed_block
+from .harness import (
+    BenchError,
+    Contender,
+    CpuProbe,
+    RatioSpec,
+    delete_keys,
+    find_server,
+    progress,
+    redis_version,
+    rounds,
+)
+from .hot import hot_block
+from .redis_benchmark import benchmark_target, check_benchmark_auth
+from .report import Report, json_ready, print_report, ratio, write_json
+from .rows import INSTALL_LIMITS, INSTALL_REDIS, N_KEYS
+from .sharded import sharded_block, sharded_notes
+from .sliding import sliding_blocks
+
+__all__ = ["ONLY", "run_bench"]
+
+#: The values of ``--only``: every block, or one of them.
+ONLY = ("all", "fixed", "sliding", "engine", "sharded", "hot")
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    """Entry point of ``redcount bench``; returns the exit code."""
+    try:
+        import limits
+        import limits.storage
+        import limits.strategies
+        import redis  # noqa: F401 - limits' RedisStorage needs it
+    except ImportError as e:
+        print(
+            f"redcount bench: error: the comparison needs the `limits` library with Redis support "
+            f"({e}); {INSTALL_LIMITS}",
+            file=sys.stderr,
+        )
+        return 2
+
+    seconds = float(args.seconds)
+    batch = int(args.batch)
+    only = str(getattr(args, "only", "all"))
+    if not seconds > 0 or not math.isfinite(seconds):
+        raise ValueError(f"--seconds must be > 0, got {args.seconds}")
+    if batch < 1:
+        raise ValueError(f"--batch must be >= 1, got {args.batch}")
+    if only not in ONLY:
+        raise ValueError(f"--only must be one of {', '.join(ONLY)}, got {only!r}")
+    fixed, sliding = only in ("all", "fixed"), only in ("all", "sliding")
+    engine = only in ("all", "engine")
+    sharded = only in ("all", "sharded")
+    hot = only in ("all", "hot")
+
+    bench_bin = ""  # only the fixed-window, engine and sharded measurements run redis-benchmark
+    if fixed or engine or sharded:
+        found = shutil.which(args.redis_benchmark)
+        if found is None:
+            raise BenchError(
+                f"redis-benchmark not found (looked for {args.redis_benchmark!r}); {INSTALL_REDIS}, "
+                f"or pass --redis-benchmark PATH"
+            )
+        bench_bin = found
+    server_bin = find_server(args.redis_server) if args.url is None else None
+    if args.url is not None:
+        benchmark_target(args.url)  # refuse what redis-benchmark and limits cannot use, up front
+        if fixed or engine or sharded:
+            check_benchmark_auth(bench_bin, args.url)
+
+    prefix = f"rcbench:{os.getpid()}:{secrets.token_hex(4)}"
+    rb_key = f"{prefix}:rb:__rand_int__"
+    n_keys = max(N_KEYS, batch)  # a batch never repeats a key
+    keys = [f"user:{i}" for i in range(n_keys)]
+    batches = [{keys[(j * batch + i) % n_keys]: 1 for i in range(batch)} for j in range(-(-n_keys // batch))]
+
+    with (
+        sigterm_as_exit(),
+        private_or_existing(server_bin, args.url) as url,
+        ExitStack() as engine_resources,
+    ):
+        store = connect(url)
+        mem = connect()
+        mem_sliding = connect()  # its own, so that its figures do not depend on --only
+        try:
+            store.ping()
+            rep = Report(
+                server=store.url,
+                private_server=server_bin is not None,
+                redis_version=redis_version(store),
+                redcount_version=__version__,
+                limits_version=str(getattr(limits, "__version__", "?")),
+                seconds=seconds,
+                batch=batch,
+                keys=n_keys,
+                key_prefix=prefix,
+                only=only,
+            )
+            plan: list[Contender] = []
+            ratios: list[RatioSpec] = []
+            counters: list[FixedWindowCounter] = []
+            if fixed:
+                more, more_ratios, more_counters = fixed_block(
+                    store, mem, url, prefix, keys, batches, batch, bench_bin, rb_key
+                )
+                plan += more
+                ratios += more_ratios
+                counters += more_counters
+            if sliding:
+                more, more_ratios = sliding_blocks(store, mem_sliding, url, prefix, keys)
+                plan += more
+                ratios += more_ratios
+            if hot:
+                more, more_ratios, more_counters = hot_block(engine_resources, store, url, prefix, keys)
+                plan += more
+                ratios += more_ratios
+                counters += more_counters
+            if engine:
+                more, more_ratios, notes, probed = engine_block(
+                    engine_resources, store, url, prefix, keys, bench_bin, rb_key, server_bin, {c.name for c in plan}
+                )
+                plan += more
+                ratios += more_ratios
+                rep.notes += notes
+                probe = CpuProbe(store)
+                for measured in plan:
+                    if measured.name in probed:
+                        measured.probe = probe
+            if sharded:
+                more, more_ratios = sharded_block(
+                    engine_resources, store, url, prefix, keys, bench_bin, rb_key, {c.name for c in plan}
+                )
+                plan += more
+                ratios += more_ratios
+
+            turns = rounds(seconds)
+            step = 0
+            for r in range(1, turns + 1):
+                for contender in plan:
+                    step += 1
+                    turn = f" (turn {r}/{turns})" if turns > 1 else ""
+                    progress(step, turns * len(plan), contender.name + turn)
+                    contender.run_slice(seconds / turns)
+            rep.results = [c.result() for c in plan]
+            rep.rounds = turns
+            for c in counters:
+                c.close()
+
+            by_name = {r.name: r for r in rep.results}
+            if engine:
+                rep.notes += engine_notes(by_name)
+            if sharded:
+                notes, missed = sharded_notes(by_name, store, prefix, seconds)
+                rep.notes += notes
+                rep.missed_rates += missed
+            rep.ratios = [ratio(by_name, *spec) for spec in ratios]
+            print_report(rep)
+            if args.json:
+                write_json(args.json, json_ready(asdict(rep)))
+        finally:
+            try:
+                engine_resources.close()  # the engine's loops, counters and TLS server, before the store
+                if server_bin is None:  # our keys on someone's server: take them away
+                    delete_keys(store, f"{prefix}:*")
+                    delete_keys(store, f"{{{prefix}:*")  # sharded counters' keys start with their tag
+            finally:
+                store.close()
+                mem.close()
+                mem_sliding.close()
+    return 0
