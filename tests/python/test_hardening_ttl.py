@@ -1,5 +1,5 @@
 """Regression tests for issue 8's TTL items, on both stores: every key redcount writes keeps
-a TTL no longer than the README promises after any foreign write.
+a TTL no longer than the documentation promises after any foreign write.
 
 - item 9: an expiry far in the future (PEXPIRE 10^12) is cut back, not only a missing one
   restored (and the hour-boundary flake of test_ttl_invariants, which was this bug);

@@ -1421,7 +1421,7 @@ def run_bench(args: argparse.Namespace) -> int:
                 single = by_name[RC_INCR]
                 rep.notes.append(
                     f"single thread, no regression (issue 7 section 2): {RC_INCR} {single.ops_per_sec:,.0f} ops/s "
-                    "in this run; compare with the README's figures on the same machine"
+                    "in this run; compare with docs/benchmarks.md's figures on the same machine"
                 )
                 rep.notes += _cpu_bound(by_name)
             if sharded:
