@@ -10,7 +10,9 @@
 # 3. The C++ core's GoogleTest suite under AddressSanitizer + UBSan (and a smoke run of
 #    the micro-benchmarks in the same build).
 # 4. mypy --strict on the package and stubtest of the _core stub against the binary.
-# 5. pytest against real redis-server processes the fixtures start, and the notebooks.
+# 5. The documentation site: mkdocs build --strict (broken links, anchors, API pages).
+# 6. pytest against real redis-server processes the fixtures start (the documentation's
+#    examples included), and the notebooks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,6 +29,9 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then "$PY" -m venv .venv; fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -C cmake.define.REDCOUNT_WERROR=ON ".[test]"
+
+echo "== docs: mkdocs build --strict"
+NO_MKDOCS_2_WARNING=1 .venv/bin/python -m mkdocs build --strict --site-dir build/site
 
 echo "== C++ core: GoogleTest under AddressSanitizer + UBSan"
 cmake -S . -B build/test-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DREDCOUNT_BUILD_PYTHON=OFF \

@@ -96,7 +96,7 @@ class Limiter:
       length. A refused hit stores nothing, so a key holds at most ``amount`` entries however
       hard it is hammered. ``cost=n`` adds ``n`` entries. Amounts up to 1,000,000.
     - ``"sliding-window-approx"``: the weighted estimate of ``sub_buckets`` + 1 fixed
-      sub-buckets (1 = the classic two-bucket estimate). O(k) per key; see the README for its
+      sub-buckets (1 = the classic two-bucket estimate). O(k) per key; see docs/limiting.md for its
       documented error.
     - ``"token-bucket"``: a bucket of ``capacity`` tokens (the limit's ``burst``, by default its
       amount) refilled continuously at the limit's rate; ``"10/second burst 50"``.
@@ -229,8 +229,8 @@ class Limiter:
         Waiters of this process queue per (limit, key) in order of arrival and only the
         first talks to the store: one :meth:`hit`; when refused, it sleeps the reported
         ``retry_after`` plus a few ms of jitter and calls once more. So admission follows
-        arrival order within the process; across processes it is best-effort (see the
-        README, "Shaping instead of refusing").
+        arrival order within the process; across processes it is best-effort (see
+        docs/shaping.md).
 
         ``max_wait``: seconds, finite and >= 0, or None (the default) to wait as long as it
         takes. When the hit cannot be admitted in time this raises

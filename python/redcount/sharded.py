@@ -177,7 +177,7 @@ class ShardedCounter:
     def reshard(self, new_shards: int) -> ShardLayout:
         """Move this counter's writes to a new generation of ``new_shards`` shards while
         writers in other threads and processes keep writing: no increment is lost or counted
-        twice, and reads sum every generation throughout (see the README's "Resharding").
+        twice, and reads sum every generation throughout (see docs/sharded.md, "Resharding").
 
         The shards so far are frozen (still summed, no longer written once writers have
         re-read the layout, at most a second later) and the new ones take the next free

@@ -89,7 +89,7 @@ def connect(
     :class:`~redcount.SecurityWarning`); ``ssl_check_hostname`` (default true) whether the
     certificate must name the host (or ``ssl_server_name``, which is also sent as SNI).
 
-    When Redis fails (see the README, "When Redis fails: budget, breaker, fallback"):
+    When Redis fails (see docs/failures.md, "When Redis fails: budget, breaker, fallback"):
     ``budget`` (seconds, > 0) caps every round trip, waiting for a connection and the store's
     own retries included (the command and pool timeouts become at most ``budget``; a
     connection slower than that to set up goes on in the background); a call that

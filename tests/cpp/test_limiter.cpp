@@ -22,7 +22,7 @@ using rctest::kT0;
 
 namespace {
 
-// Limiter keys expire one second after their window ends (README: "Exactly what is
+// Limiter keys expire one second after their window ends (docs/fixed-windows.md: "Exactly what is
 // written to Redis"), so clients whose clocks lag a little still see the window's count.
 constexpr std::int64_t kLimiterGrace = 1'000;
 

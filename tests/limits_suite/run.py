@@ -5,7 +5,7 @@
 Fetches the sdist of the installed limits version (``pip download --no-binary :all:``) into
 build/limits-suite/ once, puts conftest.py from this directory in place of its docker-based
 one, and runs pytest there with pytest.ini from this directory. What is run and what remains
-different is in the README ("Switching an existing Flask-Limiter or slowapi app").
+different is in docs/migrating.md ("Switching from Flask-Limiter, slowapi or limits").
 """
 
 from __future__ import annotations

@@ -32,8 +32,8 @@ Redis: the same keys (``<key_prefix>:<key>``, ``<key_prefix>:{<key>}`` and
 counter string, a list of hit times newest first, two counter strings), so a fleet can move
 from ``redis://`` to ``redcount+redis://`` one worker at a time and every worker enforces the
 same limits meanwhile. Each method is one round trip (a plain command or one Lua script,
-called by EVALSHA). The differences that remain are listed in the README ("Switching an
-existing Flask-Limiter or slowapi app").
+called by EVALSHA). The differences that remain are listed in docs/migrating.md ("Switching from
+Flask-Limiter, slowapi or limits").
 
 On the memory store the same logic runs in Python over the store's commands, under a lock
 per storage (each ``redcount+memory://`` storage has a store of its own), so it is as atomic

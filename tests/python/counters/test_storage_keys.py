@@ -32,7 +32,7 @@ def test_every_key_of_one_business_key_shares_one_slot(key: str) -> None:
     counter.incr(key, request_id="r1")
     clock.advance(60)
     keys.append(counter.storage_key(key))
-    keys.append(counter.storage_key(key) + ":rid:r1")  # the request-id key's layout (README)
+    keys.append(counter.storage_key(key) + ":rid:r1")  # the request-id key's layout (docs/fixed-windows.md)
     keys.extend(sliding.storage_keys(key))
     assert len({_slot(k) for k in keys}) == 1, keys
     assert counter.incr(key, request_id="r1") == 1 and counter.incr(key, request_id="r1") == 1

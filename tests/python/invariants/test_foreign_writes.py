@@ -1,5 +1,5 @@
 """Foreign writes to redcount's keys, on both stores: every key redcount writes keeps a TTL
-no longer than the README promises, and no foreign value wedges a key.
+no longer than the documentation promises, and no foreign value wedges a key.
 
 - an expiry far in the future (PEXPIRE 10^12) is cut back, not only a missing one restored
   (the hour-boundary flake test_ttl_invariants once had was this);

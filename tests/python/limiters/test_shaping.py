@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import math
-import re
 import signal
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -456,19 +454,3 @@ def test_throttle_gives_up_without_calling(store: redcount.Store) -> None:
         lim.throttle("1/minute", key="api", cost=2)  # checked when decorating
     with pytest.raises(ValueError):
         lim.throttle("1/fortnight", key="api")
-
-
-@pytest.mark.redis_only
-def test_readme_section_runs_as_written(redis_server: RedisServer, capsys: pytest.CaptureFixture[str]) -> None:
-    text = Path(__file__).resolve().parents[2].joinpath("README.md").read_text()
-    start = text.index("## Shaping instead of refusing\n")
-    block = re.search(r"```python\n(.*?)```", text[start:], re.S)
-    assert block is not None
-    assert redis_server.command("FLUSHALL") == b"+OK"
-    code = block.group(1).replace("redis://cache:6379/0", redis_server.url)
-    exec(compile(code, "README shaping", "exec"), {"__name__": "readme_example"})
-    out = capsys.readouterr().out.splitlines()
-    assert out[0] == "gave up at once: it would have to wait 60 s"
-    assert out[1] == "repo redcount"
-    assert out[2] == str([f"user {i}" for i in range(12)])
-    assert out[3] == "0"

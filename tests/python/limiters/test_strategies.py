@@ -273,7 +273,7 @@ def test_every_key_carries_a_ttl_and_gets_it_back(store: redcount.Store, strateg
 @pytest.mark.parametrize("strategy", ALL_STRATEGIES)
 def test_a_foreign_value_is_garbage_and_the_key_starts_afresh(store: redcount.Store, strategy: str) -> None:
     # A foreign write of another type is reset by the next call, which then
-    # works as on an empty key (README, "Exactly what is written").
+    # works as on an empty key (docs/fixed-windows.md, "Exactly what is written").
     lim = redcount.Limiter(store, strategy)  # type: ignore[arg-type]
     lim.hit("2/minute", "k")
     (key,) = all_keys(store)

@@ -518,16 +518,16 @@ def test_snapshot_read_without_sql_is_refused(memory_service: Service) -> None:
 
 
 @pytest.mark.redis_only
-def test_readme_curl_examples(redis_service: Service) -> None:
-    """The README's curl lines, run as written against the service: each answer equals the
-    JSON shown under it (stalenessMs, which varies, left out)."""
+def test_docs_curl_examples(redis_service: Service) -> None:
+    """The service page's curl lines (docs/service.md), run as written against the service:
+    each answer equals the JSON shown under it (stalenessMs, which varies, left out)."""
     if shutil.which("curl") is None:
-        pytest.fail("curl is needed for the README check (apt-get install curl)", pytrace=False)
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    start = readme.index("## The counter HTTP service\n")
-    block = re.search(r"```sh\n(.*?)```", readme[start:], re.S)
-    assert block is not None
-    lines = block.group(1).replace("\\\n", " ").splitlines()
+        pytest.fail("curl is needed for the docs check (apt-get install curl)", pytrace=False)
+    root = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").exists())
+    page = (root / "docs" / "service.md").read_text()
+    block = next((b for b in re.findall(r"```sh\n(.*?)```", page, re.S) if "curl " in b), None)
+    assert block is not None, "docs/service.md has no sh block with curl lines"
+    lines = block.replace("\\\n", " ").splitlines()
     checked = 0
     for i, line in enumerate(lines):
         if not line.startswith("curl "):

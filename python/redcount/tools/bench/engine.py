@@ -179,6 +179,6 @@ def engine_notes(by_name: dict[str, Result]) -> list[str]:
     single = by_name[RC_INCR]
     return [
         f"single thread, no regression: {RC_INCR} {single.ops_per_sec:,.0f} ops/s "
-        "in this run; compare with the README's figures on the same machine",
+        "in this run; compare with docs/benchmarks.md's figures on the same machine",
         *cpu_bound(by_name),
     ]
