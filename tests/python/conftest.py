@@ -22,6 +22,7 @@ from typing import BinaryIO
 import pytest
 import redcount
 from sql_servers import mariadb_url, postgres_url, sql_url  # noqa: F401  (issue 10: real SQL servers)
+from topologies import *  # noqa: F403  (Redis Cluster, Sentinel, TLS cluster and ring fixtures)
 
 REDIS_SERVER = os.environ.get("REDCOUNT_TEST_REDIS_SERVER", "redis-server")
 READY_TIMEOUT = 10.0  # seconds a server may take to answer PING
