@@ -267,7 +267,8 @@ class Node:
         else:
             lines.append(f"port {self.port}")
         if self.cluster:
-            lines += ["cluster-enabled yes", "cluster-config-file nodes.conf", f"cluster-port {self.bus_port}"]
+            lines += ["cluster-enabled yes", "cluster-config-file nodes.conf",
+                      f"cluster-port {self.bus_port}"]
             if self.tls is not None:
                 lines += ["tls-cluster yes", "tls-replication yes"]
         lines += self.extra
@@ -321,7 +322,8 @@ class Node:
                 last = e
             time.sleep(POLL)
         self.kill()
-        raise RuntimeError(f"{self.name} on {self.addr} not ready after {START_TIMEOUT}s: {last!r}\n{self._log_tail()}")
+        raise RuntimeError(f"{self.name} on {self.addr} not ready after {START_TIMEOUT}s: {last!r}\n"
+                           f"{self._log_tail()}")
 
     def send_signal(self, sig: int) -> float:
         """Send ``sig`` to the server's process group; returns the monotonic time it was sent."""
@@ -569,7 +571,8 @@ class Cluster:
         view = next(iter(views.values()))
         if sum(hi - lo + 1 for _, is_master, _, ranges in view if is_master for lo, hi in ranges) != SLOTS:
             return False
-        if expect is not None and (sum(1 for v in view if v[1] and v[3]), sum(1 for v in view if not v[1])) != expect:
+        counts = (sum(1 for v in view if v[1] and v[3]), sum(1 for v in view if not v[1]))
+        if expect is not None and counts != expect:
             return False
         for n in live:
             repl = n.info("replication")
@@ -628,6 +631,19 @@ class Cluster:
         master comes back as a replica of the node that replaced it)."""
         return node.start() if not node.alive else node
 
+    def heal(self, timeout: float = TOPOLOGY_TIMEOUT) -> float:
+        """Resume paused nodes, restart killed ones (a former master rejoins as a replica) and
+        wait for the full layout (``masters`` masters, each with its replicas) to be healthy.
+        Returns the seconds it took."""
+        t0 = time.monotonic()
+        for n in self.nodes:
+            if n.paused:
+                n.resume()
+            elif not n.alive:
+                n.start()
+        self.wait_healthy(timeout, expect=(self.n_masters, self.n_masters * self.n_replicas))
+        return time.monotonic() - t0
+
     def failover(self, replica: Node, mode: str | None = None, timeout: float = TOPOLOGY_TIMEOUT) -> float:
         """CLUSTER FAILOVER [FORCE|TAKEOVER] on ``replica``; waits for its promotion and returns
         the seconds from the command to the promotion (see wait_for_promotion)."""
@@ -637,9 +653,12 @@ class Cluster:
         return self.wait_for_promotion(replica, since=t0, timeout=timeout)
 
     def wait_for_promotion(self, replica: Node, since: float | None = None,
-                           timeout: float = TOPOLOGY_TIMEOUT) -> float:
+                           timeout: float = TOPOLOGY_TIMEOUT, agreed: bool = True) -> float:
         """Until ``replica`` is a master owning slots in its own CLUSTER NODES and answers
-        cluster_state:ok; returns seconds since ``since`` (default: the call)."""
+        cluster_state:ok: returns the seconds from ``since`` (default: the call) to that moment,
+        the server's own promotion time. Then, unless ``agreed=False``, waits (not counted)
+        until every reachable node sees it as the owner of those slots, so that the helpers
+        reading CLUSTER NODES of any node give the new layout."""
         t0 = time.monotonic() if since is None else since
 
         def promoted() -> bool:
@@ -648,7 +667,12 @@ class Cluster:
                     and parse_info(replica.call("CLUSTER", "INFO")).get("cluster_state") == "ok")
 
         wait_until(f"promotion of {replica}", promoted, timeout)
-        return time.monotonic() - t0
+        took = time.monotonic() - t0
+        if agreed:
+            slots = self.slots_of(replica, via=replica)
+            wait_until(f"every node sees {replica} as a master", lambda: all(
+                self.slots_of(replica, via=n) == slots for n in self.reachable()), timeout)
+        return took
 
     def migrate_slot(self, slot: int, target: Node, batch: int = 100,
                      on_batch: Callable[[int], None] | None = None) -> int:
@@ -820,7 +844,7 @@ class SentinelGroup:
         """Data nodes that are up and report role:slave (from ROLE, not from configuration)."""
         return [n for n in self.data if n.reachable and n.call("ROLE")[0] == "slave"]
 
-    def _ready(self) -> bool:
+    def _ready(self, sentinels_see_replicas: bool = True) -> bool:
         master = self.master()
         if master.call("ROLE")[0] != "master":
             return False
@@ -838,18 +862,38 @@ class SentinelGroup:
             info = dict(zip(flat[::2], flat[1::2], strict=True))
             if info["flags"] != "master" or int(info["num-other-sentinels"]) < len(self.sentinels) - 1:
                 return False
-            reps = [dict(zip(r[::2], r[1::2], strict=True)) for r in s.call("SENTINEL", "REPLICAS", self.service)]
-            good = {int(r["port"]) for r in reps if r["flags"] == "slave" and r.get("master-link-status") == "ok"
+            if not sentinels_see_replicas:
+                continue
+            reps = [dict(zip(r[::2], r[1::2], strict=True))
+                    for r in s.call("SENTINEL", "REPLICAS", self.service)]
+            good = {int(r["port"]) for r in reps
+                    if r["flags"] == "slave" and r.get("master-link-status") == "ok"
                     and int(r.get("master-port", 0)) == master.port}
             if not {n.port for n in others} <= good:
                 return False
         return True
 
-    def wait_ready(self, timeout: float = TOPOLOGY_TIMEOUT) -> float:
+    def wait_ready(self, timeout: float = TOPOLOGY_TIMEOUT, sentinels_see_replicas: bool = True) -> float:
         """Until every sentinel names the same master, which is a master with every other live
-        data node online as its replica, and every sentinel sees those replicas linked."""
+        data node online as its replica, and (unless ``sentinels_see_replicas=False``) every
+        sentinel sees those replicas linked to it. After a failover the sentinels learn the
+        replicas' new links from INFO, which they refresh only every 10 s: pass False there
+        unless the next step (another SENTINEL FAILOVER) needs the sentinels' view."""
         t0 = time.monotonic()
-        wait_until("sentinel group ready", self._ready, timeout)
+        wait_until("sentinel group ready", lambda: self._ready(sentinels_see_replicas), timeout)
+        return time.monotonic() - t0
+
+    def wait_replicas_online(self, n: int, timeout: float = TOPOLOGY_TIMEOUT) -> float:
+        """Until the current master reports at least ``n`` replicas online (enough for
+        ``min-replicas-to-write``). After a failover the remaining replicas are moved at once;
+        a demoted old master follows only at the sentinels' next INFO of it (up to 10 s)."""
+        t0 = time.monotonic()
+
+        def online() -> bool:
+            state = self.master().info("replication")
+            return sum(1 for k, v in state.items() if k.startswith("slave") and "state=online" in v) >= n
+
+        wait_until(f"{n} replicas online", online, timeout)
         return time.monotonic() - t0
 
     def watch(self) -> SwitchWatcher:
@@ -945,7 +989,7 @@ def redis_cluster_factory() -> Iterator[Callable[..., Cluster]]:
     owned = _Owned()
 
     def make(masters: int = 3, replicas: int = 1, **kw: Any) -> Cluster:
-        c = owned.add(Cluster(masters, replicas, **kw))
+        c: Cluster = owned.add(Cluster(masters, replicas, **kw))
         return c.start()
 
     try:
@@ -961,7 +1005,7 @@ def redis_sentinel_factory() -> Iterator[Callable[..., SentinelGroup]]:
     owned = _Owned()
 
     def make(replicas: int = 1, **kw: Any) -> SentinelGroup:
-        g = owned.add(SentinelGroup(replicas, **kw))
+        g: SentinelGroup = owned.add(SentinelGroup(replicas, **kw))
         return g.start()
 
     try:
