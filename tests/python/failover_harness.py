@@ -156,13 +156,22 @@ class FailoverHarness:
     def acked_count(self) -> int:
         return sum(len(w.acked) for w in self.writers)
 
-    def wait_acked(self, n: int, timeout: float = 30.0) -> None:
-        """Until ``n`` more writes than now are acknowledged across all writers."""
-        target = self.acked_count() + n
+    def wait_acked(self, n: int, timeout: float = 30.0, each: bool = False) -> None:
+        """Until ``n`` more writes than now are acknowledged across all writers (``each``: by
+        every writer, e.g. to know that the writer of a failed master's key is served again)."""
+        if each:
+            targets = [len(w.acked) + n for w in self.writers]
+            done = lambda: all(len(w.acked) >= t for w, t in zip(self.writers, targets, strict=True))  # noqa: E731
+        else:
+            target = self.acked_count() + n
+            done = lambda: self.acked_count() >= target  # noqa: E731
         deadline = time.monotonic() + timeout
-        while self.acked_count() < target:
+        while not done():
+            if self._failures:
+                raise self._failures[0]
             if time.monotonic() > deadline:
-                raise TimeoutError(f"fewer than {n} writes acknowledged in {timeout}s")
+                raise TimeoutError(f"fewer than {n} writes acknowledged{' by each writer' if each else ''} "
+                                   f"in {timeout}s")
             time.sleep(0.01)  # polling the writers' progress
 
     def _run(self, index: int, w: Writer) -> None:

@@ -631,6 +631,18 @@ class Cluster:
         master comes back as a replica of the node that replaced it)."""
         return node.start() if not node.alive else node
 
+    def cut_replication(self, replica: Node) -> Node:
+        """Cut ``replica`` off its master without failing it: SIGSTOP the replica, then
+        ``CLIENT KILL TYPE replica`` on the master, so writes acknowledged from now on are on
+        the master only. Returns the master. ``cont(replica)`` ends the cut (the replica
+        reconnects and resyncs); keep the cut shorter than the node timeout, or the cluster
+        marks the replica failed."""
+        me = next(e for e in self.cluster_nodes() if e.port == replica.port)
+        master = next(self.node_by_port(e.port) for e in self.cluster_nodes() if e.id == me.master_id)
+        replica.pause()
+        master.call("CLIENT", "KILL", "TYPE", "replica")
+        return master
+
     def heal(self, timeout: float = TOPOLOGY_TIMEOUT) -> float:
         """Resume paused nodes, restart killed ones (a former master rejoins as a replica) and
         wait for the full layout (``masters`` masters, each with its replicas) to be healthy.
