@@ -159,12 +159,14 @@ class FailoverHarness:
     def wait_acked(self, n: int, timeout: float = 30.0, each: bool = False) -> None:
         """Until ``n`` more writes than now are acknowledged across all writers (``each``: by
         every writer, e.g. to know that the writer of a failed master's key is served again)."""
-        if each:
-            targets = [len(w.acked) + n for w in self.writers]
-            done = lambda: all(len(w.acked) >= t for w, t in zip(self.writers, targets, strict=True))  # noqa: E731
-        else:
-            target = self.acked_count() + n
-            done = lambda: self.acked_count() >= target  # noqa: E731
+        targets = [len(w.acked) + n for w in self.writers]
+        total = self.acked_count() + n
+
+        def done() -> bool:
+            if each:
+                return all(len(w.acked) >= t for w, t in zip(self.writers, targets, strict=True))
+            return self.acked_count() >= total
+
         deadline = time.monotonic() + timeout
         while not done():
             if self._failures:
