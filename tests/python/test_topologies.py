@@ -310,6 +310,7 @@ def test_sentinel_follows_a_sigkilled_master(redis_sentinel_factory: Callable[..
         event = w.wait()
     print(f"SIGKILL of the Sentinel master: +switch-master after {event.at - t0:.2f} s")
     assert (event.old_port, event.new_port) == (old.port, replica.port)
+    g.wait_for_master(replica)
     assert g.master() is replica
     assert sentinel.discover_master(g.service) == ("127.0.0.1", replica.port)
     client = sentinel.master_for(g.service, socket_timeout=1.0, decode_responses=True)
@@ -326,8 +327,10 @@ def test_sentinel_failover_with_two_replicas_and_min_replicas_to_write(
         t0 = g.sentinel_failover()
         event = w.wait()
     print(f"\nSENTINEL FAILOVER: +switch-master after {(event.at - t0) * 1000:.0f} ms")
-    new = g.master()
-    assert new is not old and event.new_port == new.port
+    new = g.node_by_port(event.new_port)
+    assert new is not old and event.old_port == old.port
+    g.wait_for_master(new)
+    assert g.master() is new
     g.wait_replicas_online(1)  # the other replica follows the new master at once
     client = redis.Redis(port=new.port, socket_timeout=1.0)
     assert client.incr("after-failover") == 1  # min-replicas-to-write 1 is met

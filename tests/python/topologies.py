@@ -895,6 +895,15 @@ class SentinelGroup:
         wait_until("sentinel group ready", lambda: self._ready(sentinels_see_replicas), timeout)
         return time.monotonic() - t0
 
+    def wait_for_master(self, node: Node, timeout: float = TOPOLOGY_TIMEOUT) -> float:
+        """Until every reachable sentinel names ``node`` as the master (the sentinel that ran a
+        failover publishes ``+switch-master`` first; the others learn it from its hello
+        messages, within about 2 s). Returns the seconds waited."""
+        t0 = time.monotonic()
+        wait_until(f"every sentinel names {node}", lambda: all(
+            self.master(via=s).port == node.port for s in self.sentinels if s.reachable), timeout)
+        return time.monotonic() - t0
+
     def wait_replicas_online(self, n: int, timeout: float = TOPOLOGY_TIMEOUT) -> float:
         """Until the current master reports at least ``n`` replicas online (enough for
         ``min-replicas-to-write``). After a failover the remaining replicas are moved at once;
