@@ -83,7 +83,7 @@ class Conn:
     """One blocking connection speaking RESP2; ``call`` returns str, int, list, None or raises
     ReplyError. For control commands and readiness checks, not for load."""
 
-    def __init__(self, port: int, tls: TlsFiles | None = None, timeout: float = 2.0) -> None:
+    def __init__(self, port: int, tls: TlsFiles | None = None, timeout: float | None = 2.0) -> None:
         sock = socket.create_connection((HOST, port), timeout=timeout)
         if tls is not None:
             ctx = ssl.create_default_context(cafile=str(tls.ca))
@@ -741,7 +741,7 @@ class SwitchWatcher:
         for s in sentinels:
             if not s.reachable:
                 continue
-            c = Conn(s.port, timeout=None)  # type: ignore[arg-type]
+            c = Conn(s.port, timeout=None)  # blocking: the listener thread waits for events
             c.send("SUBSCRIBE", "+switch-master")
             c.read()  # the subscription confirmation: from here on, no event is missed
             self._conns.append(c)
