@@ -25,6 +25,7 @@ import pytest
 import redcount
 from redcount.tools.servers import READY_TIMEOUT, RedisServer, free_port, resp_command
 from sql_servers import mariadb_url, postgres_url, sql_url  # noqa: F401  (real SQL servers for the sql/ tests)
+from topologies import *  # noqa: F403  (Redis Cluster, Sentinel, TLS cluster and ring fixtures)
 
 __all__ = ["READY_TIMEOUT", "REDIS_SERVER", "RedisServer", "free_port", "new_server", "resp_command"]
 

@@ -11,6 +11,10 @@
 #   wrongname.pem / wrongname.key signed by ca; SAN DNS:redis.invalid only
 #   client.pem / client.key      a client certificate signed by ca
 #   other-client.pem / other-client.key  a client certificate signed by other-ca
+#   node.pem / node.key          signed by ca; SAN DNS:localhost, IP:127.0.0.1, IP:::1; both
+#                                serverAuth and clientAuth: a Redis Cluster node presents one
+#                                certificate on its client port and, as a client, on the
+#                                cluster bus and the replication link
 # The tests run on any day: nothing here is close to expiring except expired.pem, which
 # expired long ago (OpenSSL 3.0's `req`/`x509` cannot back-date, `openssl ca -startdate` can).
 set -euo pipefail
@@ -41,6 +45,7 @@ leaf server ca "DNS:localhost,IP:127.0.0.1" serverAuth
 leaf wrongname ca "DNS:redis.invalid" serverAuth
 leaf client ca "DNS:client" clientAuth
 leaf other-client other-ca "DNS:client" clientAuth
+leaf node ca "DNS:localhost,IP:127.0.0.1,IP:::1" serverAuth,clientAuth
 
 # The expired server certificate: `openssl ca` is the CLI's only way to set both dates.
 key expired.key
