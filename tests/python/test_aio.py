@@ -3,8 +3,10 @@
 Every test runs on asyncio's default loop, on uvloop, and on a loop without ``add_reader``
 (the ``call_soon_threadsafe`` fallback). Stores: the memory store and Redis complete calls
 inline today (Redis until the I/O engine lands); ``deferred-*`` wraps either in
-``_core._DeferredStore``, which completes batches on a worker thread as the engine will, so
-futures, the completion queue and cancellation are exercised for real.
+``_testing.DeferredStore``, which completes batches on a worker thread as the engine will, so
+futures, the completion queue and cancellation are exercised for real. ``_testing`` is the
+test-only submodule ``redcount._core._testing`` (built with -DREDCOUNT_TEST_HOOKS=ON, as
+tests/run_all.sh does).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import redcount.aio as aio
 import uvloop
 from conftest import RedisServer
 from redcount import _core
+from redcount._core import _testing
 
 T = TypeVar("T")
 Runner = Callable[[Coroutine[Any, Any, T]], T]
@@ -57,7 +60,7 @@ def run(request: pytest.FixtureRequest) -> Iterator[Runner[Any]]:
     for loop in loops:
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
-    assert _core._aio_inflight() == 0  # no future left registered for cancellation
+    assert _testing.inflight() == 0  # no future left registered for cancellation
 
 
 def _open(request: pytest.FixtureRequest, kind: str) -> redcount.Store:
@@ -76,7 +79,7 @@ STORES = ["memory", pytest.param("redis", marks=pytest.mark.redis_only)]
 def store(request: pytest.FixtureRequest) -> Iterator[redcount.Store]:
     kind: str = request.param
     inner = _open(request, kind.removeprefix("deferred-"))
-    s: redcount.Store = _core._DeferredStore(inner) if kind.startswith("deferred") else inner
+    s: redcount.Store = _testing.DeferredStore(inner) if kind.startswith("deferred") else inner
     try:
         yield s
     finally:
@@ -84,9 +87,9 @@ def store(request: pytest.FixtureRequest) -> Iterator[redcount.Store]:
 
 
 @pytest.fixture(params=STORES)
-def deferred(request: pytest.FixtureRequest) -> Iterator[_core._DeferredStore]:
+def deferred(request: pytest.FixtureRequest) -> Iterator[_testing.DeferredStore]:
     """A store whose calls complete on another thread, through the completion queue."""
-    s = _core._DeferredStore(_open(request, request.param))
+    s = _testing.DeferredStore(_open(request, request.param))
     try:
         yield s
     finally:
@@ -201,7 +204,7 @@ def test_memory_awaits_complete_without_a_future(run: Runner[Any]) -> None:
         store.close()
 
 
-def test_outside_a_running_loop_nothing_is_sent(deferred: _core._DeferredStore) -> None:
+def test_outside_a_running_loop_nothing_is_sent(deferred: _testing.DeferredStore) -> None:
     with pytest.raises(RuntimeError, match="no running event loop"):
         _core.execute_async(deferred, "INCR", "k")
     deferred.wait_idle()
@@ -211,7 +214,7 @@ def test_outside_a_running_loop_nothing_is_sent(deferred: _core._DeferredStore) 
 # ------------------------------------------------------------------------- completion queue
 
 
-def test_one_wakeup_completes_many_calls(run: Runner[Any], deferred: _core._DeferredStore) -> None:
+def test_one_wakeup_completes_many_calls(run: Runner[Any], deferred: _testing.DeferredStore) -> None:
     astore = aio.AsyncStore(deferred)
     n = 200
 
@@ -236,7 +239,7 @@ def test_one_wakeup_completes_many_calls(run: Runner[Any], deferred: _core._Defe
     run(main())
 
 
-def test_each_loop_gets_its_own_queue(run: Runner[Any], deferred: _core._DeferredStore) -> None:
+def test_each_loop_gets_its_own_queue(run: Runner[Any], deferred: _testing.DeferredStore) -> None:
     astore = aio.AsyncStore(deferred)
 
     async def main() -> tuple[_core.CompletionQueue, Any]:
@@ -253,7 +256,7 @@ def test_each_loop_gets_its_own_queue(run: Runner[Any], deferred: _core._Deferre
 # ------------------------------------------------------------------------- cancellation
 
 
-def test_a_cancelled_call_that_was_not_sent_is_dropped(run: Runner[Any], deferred: _core._DeferredStore) -> None:
+def test_a_cancelled_call_that_was_not_sent_is_dropped(run: Runner[Any], deferred: _testing.DeferredStore) -> None:
     astore = aio.AsyncStore(deferred)
 
     async def main() -> None:
@@ -273,7 +276,7 @@ def test_a_cancelled_call_that_was_not_sent_is_dropped(run: Runner[Any], deferre
     assert deferred.dropped == 1
 
 
-def test_a_timeout_while_held_drops_the_request(run: Runner[Any], deferred: _core._DeferredStore) -> None:
+def test_a_timeout_while_held_drops_the_request(run: Runner[Any], deferred: _testing.DeferredStore) -> None:
     astore = aio.AsyncStore(deferred)
 
     async def main() -> None:
@@ -286,7 +289,7 @@ def test_a_timeout_while_held_drops_the_request(run: Runner[Any], deferred: _cor
     run(main())
 
 
-def test_a_late_reply_of_a_cancelled_call_is_discarded(run: Runner[Any], deferred: _core._DeferredStore) -> None:
+def test_a_late_reply_of_a_cancelled_call_is_discarded(run: Runner[Any], deferred: _testing.DeferredStore) -> None:
     astore = aio.AsyncStore(deferred)
 
     async def main() -> None:
@@ -307,7 +310,7 @@ def test_a_late_reply_of_a_cancelled_call_is_discarded(run: Runner[Any], deferre
     assert deferred.dropped == 0
 
 
-def test_cancelling_many_in_flight_calls_keeps_results_exact(run: Runner[Any], deferred: _core._DeferredStore) -> None:
+def test_cancelling_many_in_flight_calls_keeps_results_exact(run: Runner[Any], deferred: _testing.DeferredStore) -> None:
     astore = aio.AsyncStore(deferred)
 
     async def main() -> None:
@@ -328,7 +331,7 @@ def test_cancelling_many_in_flight_calls_keeps_results_exact(run: Runner[Any], d
     assert deferred.dropped == 50
 
 
-def test_dropping_a_loop_with_calls_in_flight_leaks_nothing_python_can_see(deferred: _core._DeferredStore) -> None:
+def test_dropping_a_loop_with_calls_in_flight_leaks_nothing_python_can_see(deferred: _testing.DeferredStore) -> None:
     loop = asyncio.new_event_loop()
     astore = aio.AsyncStore(deferred)
 
@@ -348,11 +351,11 @@ def test_dropping_a_loop_with_calls_in_flight_leaks_nothing_python_can_see(defer
     del loop
     gc.collect()
     assert deferred.execute("INCR", "k") == 1  # the cancelled one was dropped
-    assert _core._aio_inflight() == 0
+    assert _testing.inflight() == 0
 
 
 def test_random_cancellations_under_load_keep_every_reply_in_place(
-    run: Runner[Any], deferred: _core._DeferredStore
+    run: Runner[Any], deferred: _testing.DeferredStore
 ) -> None:
     # The worker runs while calls are submitted, so completions race with the making of
     # their futures (the inline/detached hand-over) and with the cancellations.
@@ -380,7 +383,7 @@ def test_random_cancellations_under_load_keep_every_reply_in_place(
     assert len(got) < n and deferred.executed + deferred.dropped <= n
 
 
-def test_loops_in_several_threads(deferred: _core._DeferredStore) -> None:
+def test_loops_in_several_threads(deferred: _testing.DeferredStore) -> None:
     astore = aio.AsyncStore(deferred)
     errors: list[BaseException] = []
 
@@ -411,16 +414,16 @@ def test_a_python_context_reaches_convert_and_is_released(run: Runner[Any], stor
     # held while the call is in flight and released once it settles, cancelled or not.
     value = object()
     base = sys.getrefcount(value)
-    deferred = store if isinstance(store, _core._DeferredStore) else None
+    deferred = store if isinstance(store, _testing.DeferredStore) else None
 
     async def main() -> None:
-        r = _core._aio_echo_async(store, value)
+        r = _testing.echo_async(store, value)
         assert (await r if isinstance(r, aio._OpFuture) else r) is value
-        results = await asyncio.gather(*(settle(_core._aio_echo_async(store, value)) for _ in range(50)))
+        results = await asyncio.gather(*(settle(_testing.echo_async(store, value)) for _ in range(50)))
         assert all(x is value for x in results)
         if deferred is not None:
             deferred.hold()
-            task = asyncio.ensure_future(settle(_core._aio_echo_async(store, value)))
+            task = asyncio.ensure_future(settle(_testing.echo_async(store, value)))
             while deferred.queued < 1:
                 await asyncio.sleep(0)
             task.cancel()
@@ -568,7 +571,7 @@ def test_many_coroutines_on_one_async_counter_are_exact(run: Runner[Any], class_
 
 
 def test_a_drain_wakes_the_awaiting_tasks_in_order_and_runs_other_callbacks(
-    run: Runner[Any], deferred: _core._DeferredStore
+    run: Runner[Any], deferred: _testing.DeferredStore
 ) -> None:
     # A drain resumes each task awaiting a completed call at once (not through call_soon),
     # in the order the replies came; a future with other callbacks than its task's (only
@@ -601,7 +604,7 @@ def test_a_drain_wakes_the_awaiting_tasks_in_order_and_runs_other_callbacks(
 
 
 def test_a_task_that_raises_keyboardinterrupt_on_waking_leaves_the_others_completed(
-    deferred: _core._DeferredStore,
+    deferred: _testing.DeferredStore,
 ) -> None:
     # KeyboardInterrupt escapes a task step, and so the drain that runs it: it reaches the
     # loop's caller as it would without redcount, and the other calls of that drain still
