@@ -12,7 +12,9 @@ tests/run_all.sh does).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import gc
+import importlib
 import random
 import sys
 import threading
@@ -636,3 +638,56 @@ def test_a_task_that_raises_keyboardinterrupt_on_waking_leaves_the_others_comple
         assert tasks[0].done() and isinstance(tasks[0].exception(), KeyboardInterrupt)
     finally:
         loop.close()
+
+
+def test_callbacks_added_and_removed_before_the_reply_are_honoured(
+    run: Runner[Any], deferred: _testing.DeferredStore
+) -> None:
+    # The drain runs a future's callback itself only when it is the one callback the future
+    # holds: one removed again, or one of several, completes the usual way; contextvars
+    # reach a callback through the context it was added in.
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+
+    async def main() -> None:
+        deferred.hold()
+        removed = _core.execute_async(deferred, "INCR", "k")
+        dropped: list[int] = []
+
+        def drop(f: Any) -> None:
+            dropped.append(f.result())
+
+        removed.add_done_callback(drop)
+        assert removed.remove_done_callback(drop) == 1
+        waiter = asyncio.ensure_future(settle(removed))
+
+        alone = _core.execute_async(deferred, "INCR", "k")
+        seen: list[tuple[int, str]] = []
+        var.set("from-the-adder")
+        alone.add_done_callback(lambda f: seen.append((f.result(), var.get())))
+        var.set("later")
+        while deferred.queued < 2:
+            await asyncio.sleep(0)
+        deferred.resume()
+        deferred.wait_idle()
+        assert await waiter == 1
+        for _ in range(100_000):  # poll: the drain runs on the loop
+            if seen:
+                break
+            await asyncio.sleep(0)
+        assert seen == [(2, "from-the-adder")] and dropped == []
+
+        with pytest.raises(TypeError):
+            alone.add_done_callback()  # asyncio's own errors for a call it refuses
+        with pytest.raises(TypeError):
+            alone.add_done_callback(drop, ctx=None)
+
+    run(main())
+
+
+def test_test_support_lives_in_its_own_submodule() -> None:
+    # The public module carries no test-only class; redcount._core._testing (this build's
+    # REDCOUNT_TEST_HOOKS) does, importable both ways.
+    for name in ("_DeferredStore", "_aio_inflight", "_aio_echo_async"):
+        assert not hasattr(_core, name)
+    assert _testing.__name__ == "redcount._core._testing"
+    assert importlib.import_module("redcount._core._testing") is _testing
