@@ -1,5 +1,6 @@
-// Native asyncio for the bindings: operations completed into an asyncio event loop without a
-// Python thread per call and without one loop wake-up per reply.
+// The asyncio completion runtime of the bindings: operations completed into an asyncio event
+// loop without a Python thread per call and without one loop wake-up per reply. aio.cpp
+// implements it; register_aio.cpp binds what Python calls.
 //
 // Binding one operation asynchronously is one call to submit_async():
 //
@@ -122,6 +123,20 @@ class CompletionQueue : public std::enable_shared_from_this<CompletionQueue> {
   std::atomic<std::uint64_t> wakeups_{0};
   std::atomic<std::uint64_t> delivered_{0};
 };
+
+// redcount.aio's hooks, installed once at its import (_core._aio_setup): `future_type` is
+// the future class to make (redcount.aio._OpFuture, an asyncio.Future subclass), which
+// gets an add_done_callback of ours (a C method: asyncio's, noting what was added, so that
+// a drain can run the awaiting task's wake-up itself), and `queue_provider` returns the
+// running loop's CompletionQueue.
+void setup(py::handle future_type, py::handle queue_provider);
+// Cancels the operation behind `future` (_OpFuture.cancel); false if it has none (any more).
+bool cancel(py::handle future);
+// Futures still waiting for an operation (for the tests: none may be left behind).
+std::size_t inflight_count();
+// Whether this thread may touch Python objects now (a late completion may end on an I/O
+// thread, or during interpreter exit, where references are leaked instead of released).
+bool gil_held_and_alive();
 
 // Runs `op` on `store` for the completion `c` (see submit_async).
 py::object start(std::shared_ptr<Store> store, std::shared_ptr<Operation> op, std::shared_ptr<Completion> c);

@@ -1,14 +1,15 @@
-// Shared helpers for the pybind11 bindings: argument conversion shims and the
-// conversion of replies to Python values. Only the bindings include pybind11.
+// What every register_<area>.cpp of the pybind11 bindings includes: the registration
+// functions module.cpp calls, the conversion shims (convert.h), the GIL policy for a
+// blocking call (gil.h) and the mapping of C++ errors to Python exceptions
+// (register_errors.cpp). Only the bindings include pybind11.
 #pragma once
 
 #include <pybind11/pybind11.h>
 
-#include <cstdint>
 #include <exception>
-#include <string>
 
-#include "redcount/reply.h"
+#include "convert.h"
+#include "gil.h"
 
 namespace py = pybind11;
 
@@ -22,17 +23,10 @@ void register_aio(py::module_& m);
 void register_sharded(py::module_& m);
 void register_pn(py::module_& m);
 void register_hot_keys(py::module_& m);
-
-// str -> UTF-8, bytes -> as is (validated as UTF-8 by the core). Anything else is a
-// TypeError; a str with lone surrogates is a clear InvalidArgument.
-std::string text_arg(py::handle obj, const char* what);
-// A Python int that fits int64; bool and float are refused. Past int64 -> InvalidArgument.
-std::int64_t int_arg(py::handle obj, const char* what);
-// Seconds (int or float) -> whole milliseconds, > 0 (or >= 0 when allow_zero).
-std::int64_t seconds_arg(py::handle obj, const char* what, bool allow_zero);
-py::object to_python(const Reply& r);
-// One argument of a raw command: str/bytes as text, int and float in decimal.
-std::string command_arg(py::handle obj);
+#ifdef REDCOUNT_TEST_HOOKS
+// redcount._core._testing: classes and functions only the tests use (register_testing.cpp).
+void register_testing(py::module_& m);
+#endif
 
 // Sets the Python error matching a redcount::Error (the same mapping as for exceptions that
 // leave a bound function). Only for exceptions derived from redcount::Error.

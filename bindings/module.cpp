@@ -11,4 +11,7 @@ PYBIND11_MODULE(_core, m) {
   redcount::bind::register_sharded(m);
   redcount::bind::register_pn(m);
   redcount::bind::register_hot_keys(m);
+#ifdef REDCOUNT_TEST_HOOKS
+  redcount::bind::register_testing(m);  // built with -DREDCOUNT_TEST_HOOKS=ON only
+#endif
 }

@@ -13,22 +13,7 @@
 namespace redcount::bind {
 namespace {
 
-// {original key object: count}, for incr_many/get_many completed asynchronously (`keys` is
-// the list of the caller's key objects, in request order).
-py::object keyed_counts(std::vector<std::int64_t>& counts, py::handle keys) {
-  py::dict out;
-  py::list ks = py::reinterpret_borrow<py::list>(keys);
-  for (std::size_t i = 0; i < counts.size(); ++i) out[ks[i]] = counts[i];
-  return out;
-}
-
-}  // namespace
-namespace {
-
-std::optional<std::chrono::milliseconds> timeout_arg(py::object timeout) {
-  if (timeout.is_none()) return std::nullopt;
-  return std::chrono::milliseconds(seconds_arg(timeout, "timeout", true));
-}
+constexpr const char* kEmptyRequestId = "request_id must not be empty";
 
 std::unique_ptr<FixedWindowCounter> make_counter(std::shared_ptr<Store> store, py::handle name, py::handle window,
                                                  py::handle prefix, py::handle grace, bool stagger,
@@ -94,12 +79,8 @@ void register_counters(py::module_& m) {
           [](FixedWindowCounter& c, py::handle key, py::handle amount, py::handle request_id) {
             const std::string k = text_arg(key, "key");
             const std::int64_t a = int_arg(amount, "amount");
-            const std::string rid = request_id.is_none() ? std::string() : text_arg(request_id, "request_id");
-            if (!request_id.is_none() && rid.empty()) throw InvalidArgument("request_id must not be empty");
-            // Nothing to wait for on the memory store: keep the GIL, as LimiterCore does (its
-            // lock is only ever held briefly, and never by a thread that needs the GIL).
-            if (c.store()->is_memory()) return c.incr(k, a, rid);
-            py::gil_scoped_release release;  // network wait
+            const std::string rid = request_id_arg(request_id, kEmptyRequestId);
+            NetworkWait wait(c.store()->is_memory());
             return c.incr(k, a, rid);
           },
           py::arg("key"), py::arg("amount") = 1, py::kw_only(), py::arg("request_id") = py::none(),
@@ -110,20 +91,18 @@ void register_counters(py::module_& m) {
           "incr_many",
           [](FixedWindowCounter& c, py::dict amounts) {
             std::vector<std::pair<std::string, std::int64_t>> items;
-            std::vector<py::object> keys;
+            py::list keys;
             items.reserve(amounts.size());
             for (auto [k, v] : amounts) {
               items.emplace_back(text_arg(k, "key"), int_arg(v, "amount"));
-              keys.push_back(py::reinterpret_borrow<py::object>(k));
+              keys.append(k);
             }
             std::vector<std::int64_t> counts;
             {
-              py::gil_scoped_release release;  // network wait
+              NetworkWait wait;
               counts = c.incr_many(items);
             }
-            py::dict out;
-            for (std::size_t i = 0; i < keys.size(); ++i) out[keys[i]] = counts[i];
-            return out;
+            return keyed_values(counts, keys);
           },
           py::arg("amounts"),
           "Increment many keys in one round trip: {key: amount} -> {key: count}. Every key and "
@@ -132,7 +111,7 @@ void register_counters(py::module_& m) {
           "get",
           [](FixedWindowCounter& c, py::handle key) {
             const std::string k = text_arg(key, "key");
-            py::gil_scoped_release release;  // network wait
+            NetworkWait wait;
             return c.get(k);
           },
           py::arg("key"), "The count of `key` in the current window (0 if none).")
@@ -140,15 +119,17 @@ void register_counters(py::module_& m) {
           "get_many",
           [](FixedWindowCounter& c, const std::vector<py::object>& keys) {
             std::vector<std::string> ks;
-            for (const auto& k : keys) ks.push_back(text_arg(k, "key"));
+            py::list originals;
+            for (const auto& k : keys) {
+              ks.push_back(text_arg(k, "key"));
+              originals.append(k);
+            }
             std::vector<std::int64_t> counts;
             {
-              py::gil_scoped_release release;  // network wait
+              NetworkWait wait;
               counts = c.get_many(ks);
             }
-            py::dict out;
-            for (std::size_t i = 0; i < keys.size(); ++i) out[keys[i]] = counts[i];
-            return out;
+            return keyed_values(counts, originals);
           },
           py::arg("keys"), "Counts of many keys in the current window, in one round trip.")
       .def(
@@ -157,7 +138,7 @@ void register_counters(py::module_& m) {
             const std::string k = text_arg(key, "key");
             std::int64_t ms;
             {
-              py::gil_scoped_release release;  // network wait
+              NetworkWait wait;
               ms = c.pttl(k);
             }
             return ms < 0 ? static_cast<double>(ms) : static_cast<double>(ms) / 1000.0;
@@ -180,7 +161,7 @@ void register_counters(py::module_& m) {
           "flush",
           [](FixedWindowCounter& c, py::object timeout) {
             auto t = timeout_arg(timeout);
-            py::gil_scoped_release release;  // waits for the retry thread
+            NetworkWait wait;  // waits for the retry thread
             return c.flush(t);
           },
           py::arg("timeout") = py::none(),
@@ -190,7 +171,7 @@ void register_counters(py::module_& m) {
           "close",
           [](FixedWindowCounter& c, py::object timeout) {
             auto t = timeout_arg(timeout);
-            py::gil_scoped_release release;  // waits for the retry thread
+            NetworkWait wait;  // waits for the retry thread
             return c.close(t);
           },
           py::arg("timeout") = 5.0,
@@ -216,8 +197,7 @@ void register_counters(py::module_& m) {
           [](FixedWindowCounter& c, py::handle key, py::handle amount, py::handle request_id) {
             const std::string k = text_arg(key, "key");
             const std::int64_t a = int_arg(amount, "amount");
-            const std::string rid = request_id.is_none() ? std::string() : text_arg(request_id, "request_id");
-            if (!request_id.is_none() && rid.empty()) throw InvalidArgument("request_id must not be empty");
+            const std::string rid = request_id_arg(request_id, kEmptyRequestId);
             return aio::submit_async(c.store(), c.make_incr(k, a, rid), [](std::int64_t& n) { return py::int_(n); });
           },
           py::arg("key"), py::arg("amount") = 1, py::kw_only(), py::arg("request_id") = py::none())
@@ -231,7 +211,7 @@ void register_counters(py::module_& m) {
               items.emplace_back(text_arg(k, "key"), int_arg(v, "amount"));
               keys.append(k);
             }
-            return aio::submit_async(c.store(), c.make_incr_many(items), &keyed_counts, std::move(keys));
+            return aio::submit_async(c.store(), c.make_incr_many(items), &keyed_values, std::move(keys));
           },
           py::arg("amounts"))
       .def(
@@ -250,7 +230,7 @@ void register_counters(py::module_& m) {
               ks.push_back(text_arg(k, "key"));
               originals.append(k);
             }
-            return aio::submit_async(c.store(), c.make_get_many(ks), &keyed_counts, std::move(originals));
+            return aio::submit_async(c.store(), c.make_get_many(ks), &keyed_values, std::move(originals));
           },
           py::arg("keys"))
       .def(
@@ -277,7 +257,7 @@ void register_counters(py::module_& m) {
           [](SlidingWindowCounter& c, py::handle key, py::handle amount) {
             const std::string k = text_arg(key, "key");
             const std::int64_t a = int_arg(amount, "amount");
-            py::gil_scoped_release release;  // network wait
+            NetworkWait wait;
             return c.add(k, a);
           },
           py::arg("key"), py::arg("amount"))
@@ -285,7 +265,7 @@ void register_counters(py::module_& m) {
           "count",
           [](SlidingWindowCounter& c, py::handle key) {
             const std::string k = text_arg(key, "key");
-            py::gil_scoped_release release;  // network wait
+            NetworkWait wait;
             return c.count(k);
           },
           py::arg("key"))
@@ -294,7 +274,7 @@ void register_counters(py::module_& m) {
           [](SlidingWindowCounter& c, py::handle key, py::handle item) {
             const std::string k = text_arg(key, "key");
             const std::string i = text_arg(item, "item");
-            py::gil_scoped_release release;  // network wait
+            NetworkWait wait;
             return c.add_unique(k, i);
           },
           py::arg("key"), py::arg("item"))
@@ -302,7 +282,7 @@ void register_counters(py::module_& m) {
           "count_unique",
           [](SlidingWindowCounter& c, py::handle key) {
             const std::string k = text_arg(key, "key");
-            py::gil_scoped_release release;  // network wait
+            NetworkWait wait;
             return c.count_unique(k);
           },
           py::arg("key"))
@@ -310,7 +290,7 @@ void register_counters(py::module_& m) {
           "clear",
           [](SlidingWindowCounter& c, py::handle key) {
             const std::string k = text_arg(key, "key");
-            py::gil_scoped_release release;  // network wait
+            NetworkWait wait;
             c.clear(k);
           },
           py::arg("key"))

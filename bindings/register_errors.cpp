@@ -1,10 +1,6 @@
 // Maps the C++ error tree onto Python exceptions under redcount.RedcountError.
-#include <cmath>
-#include <limits>
-
 #include "common.h"
 #include "redcount/errors.h"
-#include "redcount/window.h"
 
 namespace redcount::bind {
 namespace {
@@ -42,56 +38,6 @@ void set_connection_error(PyObject* type, const ConnectionError& e) {
 }
 
 }  // namespace
-
-std::string text_arg(py::handle obj, const char* what) {
-  if (PyUnicode_Check(obj.ptr())) {
-    Py_ssize_t size = 0;
-    const char* data = PyUnicode_AsUTF8AndSize(obj.ptr(), &size);
-    if (data == nullptr) {
-      PyErr_Clear();
-      throw InvalidArgument(std::string(what) + " is not valid Unicode text (it contains lone surrogates)");
-    }
-    return std::string(data, static_cast<std::size_t>(size));
-  }
-  if (PyBytes_Check(obj.ptr())) {
-    return std::string(PyBytes_AS_STRING(obj.ptr()), static_cast<std::size_t>(PyBytes_GET_SIZE(obj.ptr())));
-  }
-  throw py::type_error(std::string(what) + " must be str or bytes, got " +
-                       std::string(Py_TYPE(obj.ptr())->tp_name));
-}
-
-std::int64_t int_arg(py::handle obj, const char* what) {
-  if (!PyLong_Check(obj.ptr()) || PyBool_Check(obj.ptr())) {
-    throw py::type_error(std::string(what) + " must be an int, got " + std::string(Py_TYPE(obj.ptr())->tp_name));
-  }
-  int overflow = 0;
-  long long v = PyLong_AsLongLongAndOverflow(obj.ptr(), &overflow);
-  if (overflow != 0) {
-    throw InvalidArgument(std::string(what) + " " + std::string(py::str(obj)).substr(0, 40) +
-                          " is outside the 64-bit integer range");
-  }
-  if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
-  return v;
-}
-
-std::int64_t seconds_arg(py::handle obj, const char* what, bool allow_zero) {
-  if (PyBool_Check(obj.ptr()) || !(PyLong_Check(obj.ptr()) || PyFloat_Check(obj.ptr()))) {
-    throw py::type_error(std::string(what) + " must be a number of seconds, got " +
-                         std::string(Py_TYPE(obj.ptr())->tp_name));
-  }
-  // PyFloat_AsDouble, not py::cast: an int past the double range (10**400) must be a
-  // clear InvalidInputError naming the argument, not pybind11's bare cast error.
-  const double s = PyFloat_AsDouble(obj.ptr());
-  if (s == -1.0 && PyErr_Occurred()) {
-    PyErr_Clear();
-    throw InvalidArgument(std::string(what) + " is too large to be a number of seconds");
-  }
-  if (allow_zero && s == 0) return 0;
-  if (allow_zero && s < 0) {
-    throw InvalidArgument(std::string(what) + " must be >= 0 seconds, got " + std::string(py::str(obj)));
-  }
-  return window_seconds_to_ms(s, what);
-}
 
 void register_errors(py::module_& m) {
   g_base = make(m, "RedcountError", "Base class of every error redcount raises.",

@@ -12,18 +12,6 @@
 
 namespace redcount::bind {
 
-namespace {
-
-// Keys are bytes on the wire; one that is not UTF-8 (a raw command's) still comes back as a
-// str, with its bad bytes as lone surrogates (os.fsdecode's convention), never an exception.
-py::str key_text(const std::string& key) {
-  PyObject* s = PyUnicode_DecodeUTF8(key.data(), static_cast<Py_ssize_t>(key.size()), "surrogateescape");
-  if (s == nullptr) throw py::error_already_set();
-  return py::reinterpret_steal<py::str>(s);
-}
-
-}  // namespace
-
 void register_hot_keys(py::module_& m) {
   py::class_<HotKey>(m, "HotKey", "One key of HotKeys.top(): its estimated count and error bound.")
       .def_property_readonly("key", [](const HotKey& k) { return key_text(k.key); })

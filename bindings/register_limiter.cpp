@@ -21,8 +21,6 @@ struct LimitSet {
   std::vector<RateLimit> limits;
 };
 
-double seconds(std::int64_t ms) { return static_cast<double>(ms) / 1000.0; }
-
 // redcount._core.LimiterCore: a strategy plus a cache of parsed limit strings, so that
 // limiter.hit("10/minute", key) parses "10/minute" once.
 struct LimiterHandle {
@@ -64,17 +62,6 @@ struct LimiterHandle {
   std::shared_ptr<const LimitSet> last_set;
 };
 
-// Releases the GIL for the duration of a call that may wait on the network.
-class NetworkWait {
- public:
-  explicit NetworkWait(bool memory) {
-    if (!memory) release_.emplace();
-  }
-
- private:
-  std::optional<py::gil_scoped_release> release_;
-};
-
 }  // namespace
 
 void register_limiter(py::module_& m) {
@@ -83,7 +70,7 @@ void register_limiter(py::module_& m) {
       .def_readonly("multiple", &RateLimit::multiple)
       .def_readonly("unit", &RateLimit::unit)
       .def_readonly("burst", &RateLimit::burst, "The 'burst N' given, or 0 (then the capacity is the amount).")
-      .def_property_readonly("window", [](const RateLimit& r) { return seconds(r.window_ms); }, "Window in seconds.")
+      .def_property_readonly("window", [](const RateLimit& r) { return ms_to_seconds(r.window_ms); }, "Window in seconds.")
       .def("__str__", &RateLimit::text)
       .def("__repr__", [](const RateLimit& r) { return "RateLimit('" + r.text() + "')"; });
 
@@ -103,9 +90,9 @@ void register_limiter(py::module_& m) {
       .def_readonly("allowed", &Decision::allowed, "Whether the hit is (or would be) allowed.")
       .def_readonly("limit", &Decision::limit, "The amount of the binding limit.")
       .def_readonly("remaining", &Decision::remaining, "Hits of cost 1 still allowed under every limit.")
-      .def_property_readonly("reset_after", [](const Decision& d) { return seconds(d.reset_after_ms); },
+      .def_property_readonly("reset_after", [](const Decision& d) { return ms_to_seconds(d.reset_after_ms); },
                              "Seconds until the binding limit's window resets.")
-      .def_property_readonly("retry_after", [](const Decision& d) { return seconds(d.retry_after_ms); },
+      .def_property_readonly("retry_after", [](const Decision& d) { return ms_to_seconds(d.retry_after_ms); },
                              "0 when allowed; else seconds until the same hit would be allowed.")
       .def_readonly("unavailable", &Decision::unavailable,
                     "True when the store was unavailable and the limiter's on_unavailable policy "
@@ -125,8 +112,8 @@ void register_limiter(py::module_& m) {
       .def("__repr__", [](const Decision& d) {
         return std::string("Decision(allowed=") + (d.allowed ? "True" : "False") + ", limit=" + std::to_string(d.limit) +
                ", remaining=" + std::to_string(d.remaining) + ", reset_after=" +
-               std::string(py::repr(py::float_(seconds(d.reset_after_ms)))) + ", retry_after=" +
-               std::string(py::repr(py::float_(seconds(d.retry_after_ms)))) +
+               std::string(py::repr(py::float_(ms_to_seconds(d.reset_after_ms)))) + ", retry_after=" +
+               std::string(py::repr(py::float_(ms_to_seconds(d.retry_after_ms)))) +
                (d.unavailable ? ", unavailable=True)" : ")");
       });
 
@@ -134,11 +121,11 @@ void register_limiter(py::module_& m) {
       .def_readonly("limit", &LimitStats::limit)
       .def_readonly("count", &LimitStats::count)
       .def_readonly("remaining", &LimitStats::remaining)
-      .def_property_readonly("reset_after", [](const LimitStats& s) { return seconds(s.reset_after_ms); })
+      .def_property_readonly("reset_after", [](const LimitStats& s) { return ms_to_seconds(s.reset_after_ms); })
       .def("__repr__", [](const LimitStats& s) {
         return "LimitStats(limit='" + s.limit.text() + "', count=" + std::to_string(s.count) +
                ", remaining=" + std::to_string(s.remaining) + ", reset_after=" +
-               std::string(py::repr(py::float_(seconds(s.reset_after_ms)))) + ")";
+               std::string(py::repr(py::float_(ms_to_seconds(s.reset_after_ms)))) + ")";
       });
 
   py::class_<Lease>(m, "Lease",
@@ -147,7 +134,7 @@ void register_limiter(py::module_& m) {
       .def_readonly("key", &Lease::key, "The business key the slot belongs to.")
       .def_readonly("id", &Lease::id, "The lease's unique id.")
       .def_readonly("max_in_flight", &Lease::max_in_flight)
-      .def_property_readonly("expires_at", [](const Lease& l) { return seconds(l.expires_at_ms); },
+      .def_property_readonly("expires_at", [](const Lease& l) { return ms_to_seconds(l.expires_at_ms); },
                              "When the lease expires by itself, in seconds since the epoch (limiter clock).")
       .def_property_readonly("released", [](const Lease& l) { return l.released && l.released->load(); },
                              "Whether release() was called.")

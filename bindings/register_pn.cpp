@@ -1,4 +1,4 @@
-// Multi-region PN-counters: redcount._core.PNCounter (issue 9, section 5).
+// Multi-region PN-counters: redcount._core.PNCounter.
 #include <pybind11/stl.h>
 
 #include "aio.h"
@@ -18,33 +18,6 @@ std::unique_ptr<PNCounter> make_pn(std::shared_ptr<Store> store, py::handle name
   return std::make_unique<PNCounter>(std::move(store), std::move(o));
 }
 
-// {region: (p, n)}, the Python face of a component list.
-py::dict components_dict(const std::vector<PNComponent>& cs) {
-  py::dict out;
-  for (const PNComponent& c : cs) out[py::str(c.region)] = py::make_tuple(c.p, c.n);
-  return out;
-}
-
-std::vector<PNComponent> components_arg(py::handle obj) {
-  if (!py::isinstance<py::dict>(obj)) {
-    throw py::type_error("components must be a dict {region: (p, n)}, got " +
-                         std::string(py::str(py::type::handle_of(obj).attr("__name__"))));
-  }
-  std::vector<PNComponent> out;
-  for (auto [k, v] : py::reinterpret_borrow<py::dict>(obj)) {
-    PNComponent c;
-    c.region = text_arg(k, "region");
-    if (!py::isinstance<py::tuple>(v) || py::len(v) != 2) {
-      throw InvalidArgument("components['" + c.region + "'] must be a tuple (p, n)");
-    }
-    auto t = py::reinterpret_borrow<py::tuple>(v);
-    c.p = int_arg(t[0], "p");
-    c.n = int_arg(t[1], "n");
-    out.push_back(std::move(c));
-  }
-  return out;
-}
-
 std::int64_t amount_arg(py::handle amount) { return int_arg(amount, "amount"); }
 
 }  // namespace
@@ -56,7 +29,7 @@ void register_pn(py::module_& m) {
           "incr",
           [](PNCounter& c, py::handle amount) {
             auto op = c.make_incr(amount_arg(amount));
-            py::gil_scoped_release release;  // network wait
+            NetworkWait wait;
             return run(*c.store(), *op);
           },
           py::arg("amount") = 1, "Add amount (>= 1) to this region's P; returns the region's new P.")
@@ -64,14 +37,14 @@ void register_pn(py::module_& m) {
           "decr",
           [](PNCounter& c, py::handle amount) {
             auto op = c.make_decr(amount_arg(amount));
-            py::gil_scoped_release release;  // network wait
+            NetworkWait wait;
             return run(*c.store(), *op);
           },
           py::arg("amount") = 1, "Add amount (>= 1) to this region's N; returns the region's new N.")
       .def(
           "value",
           [](PNCounter& c) {
-            py::gil_scoped_release release;  // network wait
+            NetworkWait wait;
             return c.value();
           },
           "sum(P) - sum(N) over the regions known on this store.")
@@ -80,7 +53,7 @@ void register_pn(py::module_& m) {
           [](PNCounter& c) {
             std::vector<PNComponent> cs;
             {
-              py::gil_scoped_release release;  // network wait
+              NetworkWait wait;
               cs = c.components();
             }
             return components_dict(cs);
@@ -90,7 +63,7 @@ void register_pn(py::module_& m) {
           "merge_components",
           [](PNCounter& c, py::handle components) {
             auto op = c.make_merge_components(components_arg(components));
-            py::gil_scoped_release release;  // network wait
+            NetworkWait wait;
             return run(*c.store(), *op);
           },
           py::arg("components"), "Fold {region: (p, n)} in (per-field maximum); returns the fields raised.")
@@ -98,7 +71,7 @@ void register_pn(py::module_& m) {
           "merge",
           [](PNCounter& c, std::shared_ptr<Store> other) {
             if (!other) throw InvalidArgument("other must be a Store");
-            py::gil_scoped_release release;  // network wait
+            NetworkWait wait;
             return c.merge(*other);
           },
           py::arg("other"), "Merge this counter's components from another store here.")

@@ -1,8 +1,7 @@
 // Sharded idempotent counters and quotas: redcount._core.ShardedCounter, Reading, Quota and
-// QuotaResult (issue 9).
+// QuotaResult.
 #include <pybind11/stl.h>
 
-#include <limits>
 #include <optional>
 
 #include "aio.h"
@@ -16,22 +15,10 @@ namespace redcount::bind {
 namespace {
 
 std::string optional_id(py::handle request_id) {
-  if (request_id.is_none()) return {};
-  std::string rid = text_arg(request_id, "request_id");
-  if (rid.empty()) throw InvalidArgument("request_id must not be empty (pass None for no request id)");
-  return rid;
+  return request_id_arg(request_id, "request_id must not be empty (pass None for no request id)");
 }
 
-std::int64_t negated(py::handle amount) {
-  const std::int64_t a = int_arg(amount, "amount");
-  if (a == std::numeric_limits<std::int64_t>::min()) throw InvalidArgument("amount is outside the allowed range");
-  return -a;
-}
-
-std::optional<std::chrono::milliseconds> timeout_arg(py::object timeout) {
-  if (timeout.is_none()) return std::nullopt;
-  return std::chrono::milliseconds(seconds_arg(timeout, "timeout", true));
-}
+std::int64_t negated(py::handle amount) { return negated_int_arg(amount, "amount"); }
 
 std::shared_ptr<ShardedCounter> make_sharded(std::shared_ptr<Store> store, py::handle name, std::int64_t shards,
                                              py::handle idempotency_ttl, const std::string& route, py::handle prefix,
@@ -64,40 +51,6 @@ std::shared_ptr<ShardedCounter> make_sharded(std::shared_ptr<Store> store, py::h
   o.retry_backoff_max = std::chrono::milliseconds(seconds_arg(retry_backoff_max, "retry_backoff_max", false));
   if (o.retry_backoff_max < o.retry_backoff_min) throw InvalidArgument("retry_backoff_max must be >= retry_backoff");
   return std::make_shared<ShardedCounter>(std::move(store), std::move(o));
-}
-
-// [(name, amount) or (name, amount, request_id or None), ...] -> core items.
-std::vector<ShardedIncrement> increments(const py::iterable& items) {
-  std::vector<ShardedIncrement> out;
-  for (py::handle item : items) {
-    if (!py::isinstance<py::tuple>(item)) {
-      throw py::type_error("incr_many takes (name, amount) or (name, amount, request_id) tuples");
-    }
-    py::tuple t = py::reinterpret_borrow<py::tuple>(item);
-    if (t.size() != 2 && t.size() != 3) {
-      throw InvalidArgument("incr_many takes (name, amount) or (name, amount, request_id) tuples, got one of " +
-                            std::to_string(t.size()) + " items");
-    }
-    ShardedIncrement inc;
-    inc.name = text_arg(t[0], "name");
-    inc.amount = int_arg(t[1], "amount");
-    if (t.size() == 3) inc.request_id = optional_id(t[2]);
-    out.push_back(std::move(inc));
-  }
-  return out;
-}
-
-std::vector<std::string> name_list(const py::iterable& names) {
-  std::vector<std::string> out;
-  for (py::handle n : names) out.push_back(text_arg(n, "name"));
-  return out;
-}
-
-py::object named_values(std::vector<std::int64_t>& values, py::handle names) {
-  py::dict out;
-  py::list ns = py::reinterpret_borrow<py::list>(names);
-  for (std::size_t i = 0; i < values.size(); ++i) out[ns[i]] = values[i];
-  return out;
 }
 
 std::int64_t staleness_arg(py::handle s) { return seconds_arg(s, "max_staleness", true); }
@@ -174,7 +127,7 @@ void register_sharded(py::module_& m) {
           [](ShardedCounter& c, py::handle amount, py::handle request_id) {
             const std::int64_t a = int_arg(amount, "amount");
             const std::string rid = optional_id(request_id);
-            py::gil_scoped_release release;  // network wait
+            NetworkWait wait;
             return c.incr(a, rid);
           },
           py::arg("amount") = 1, py::kw_only(), py::arg("request_id") = py::none(),
@@ -185,7 +138,7 @@ void register_sharded(py::module_& m) {
           [](ShardedCounter& c, py::handle amount, py::handle request_id) {
             const std::int64_t a = negated(amount);
             const std::string rid = optional_id(request_id);
-            py::gil_scoped_release release;  // network wait
+            NetworkWait wait;
             return c.incr(a, rid);
           },
           py::arg("amount") = 1, py::kw_only(), py::arg("request_id") = py::none(), "incr(-amount).")
@@ -194,7 +147,7 @@ void register_sharded(py::module_& m) {
           [](ShardedCounter& c, py::handle amount, const std::string& reason, py::handle request_id) {
             const std::int64_t a = int_arg(amount, "delta");
             const std::string rid = optional_id(request_id);
-            py::gil_scoped_release release;  // network wait
+            NetworkWait wait;
             return c.adjust(a, reason, rid);
           },
           py::arg("delta"), py::arg("reason"), py::kw_only(), py::arg("request_id") = py::none(),
@@ -202,8 +155,8 @@ void register_sharded(py::module_& m) {
       .def(
           "incr_many",
           [](ShardedCounter& c, const py::iterable& items) {
-            auto in = increments(items);
-            py::gil_scoped_release release;  // network wait
+            auto in = increments_arg(items);
+            NetworkWait wait;
             return c.incr_many(in);
           },
           py::arg("items"),
@@ -212,34 +165,34 @@ void register_sharded(py::module_& m) {
       .def(
           "value",
           [](ShardedCounter& c) {
-            py::gil_scoped_release release;  // network wait
+            NetworkWait wait;
             return c.value();
           },
           "All shards summed, in one round trip.")
       .def(
           "shard_values",
           [](ShardedCounter& c) {
-            py::gil_scoped_release release;  // network wait
+            NetworkWait wait;
             return c.shard_values();
           },
           "Each shard's value, in shard order.")
       .def(
           "values",
           [](ShardedCounter& c, const py::list& names) {
-            auto ns = name_list(names);
+            auto ns = text_list_arg(names, "name");
             std::vector<std::int64_t> v;
             {
-              py::gil_scoped_release release;  // network wait
+              NetworkWait wait;
               v = c.values(ns);
             }
-            return named_values(v, names);
+            return keyed_values(v, names);
           },
           py::arg("names"), "{name: value} of counters with this prefix and shard count, in one round trip.")
       .def(
           "read",
           [](ShardedCounter& c, py::handle max_staleness) {
             const std::int64_t ms = staleness_arg(max_staleness);
-            py::gil_scoped_release release;  // network wait
+            NetworkWait wait;
             return c.read(ms);
           },
           py::arg("max_staleness") = 0.25,
@@ -258,7 +211,7 @@ void register_sharded(py::module_& m) {
           "flush",
           [](ShardedCounter& c, py::object timeout) {
             auto t = timeout_arg(timeout);
-            py::gil_scoped_release release;  // waits for the retry thread
+            NetworkWait wait;  // waits for the retry thread
             return c.flush(t);
           },
           py::arg("timeout") = py::none())
@@ -266,7 +219,7 @@ void register_sharded(py::module_& m) {
           "close",
           [](ShardedCounter& c, py::object timeout) {
             auto t = timeout_arg(timeout);
-            py::gil_scoped_release release;  // waits for the retry thread
+            NetworkWait wait;  // waits for the retry thread
             return c.close(t);
           },
           py::arg("timeout") = 5.0)
@@ -311,7 +264,7 @@ void register_sharded(py::module_& m) {
       .def(
           "incr_many_async",
           [](ShardedCounter& c, const py::iterable& items) {
-            return aio::submit_async(c.store(), c.make_incr_many(increments(items)),
+            return aio::submit_async(c.store(), c.make_incr_many(increments_arg(items)),
                                      [](std::vector<bool>& v) { return py::cast(v); });
           },
           py::arg("items"))
@@ -329,7 +282,7 @@ void register_sharded(py::module_& m) {
           [](ShardedCounter& c, const py::list& names) {
             py::list originals;
             for (py::handle n : names) originals.append(n);
-            return aio::submit_async(c.store(), c.make_values(name_list(names)), &named_values, std::move(originals));
+            return aio::submit_async(c.store(), c.make_values(text_list_arg(names, "name")), &keyed_values, std::move(originals));
           },
           py::arg("names"))
       .def(
@@ -343,14 +296,14 @@ void register_sharded(py::module_& m) {
           "reshard",
           [](ShardedCounter& c, py::handle new_shards) {
             const std::int64_t n = int_arg(new_shards, "new_shards");
-            py::gil_scoped_release release;  // network wait
+            NetworkWait wait;
             return c.reshard(n);
           },
           py::arg("new_shards"), "Move the writes to a new generation of new_shards shards; the new layout.")
       .def(
           "layout",
           [](ShardedCounter& c) {
-            py::gil_scoped_release release;  // network wait
+            NetworkWait wait;
             return c.layout();
           },
           "The shard layout as the store holds it now.")
@@ -398,7 +351,7 @@ void register_sharded(py::module_& m) {
           "flush",
           [](BufferedCounter& b, py::object timeout) {
             auto t = timeout_arg(timeout);
-            py::gil_scoped_release release;  // waits for the flusher's round trip
+            NetworkWait wait;  // waits for the flusher's round trip
             return b.flush(t);
           },
           py::arg("timeout") = py::none(), "Write what is pending now; returns the units still pending.")
@@ -406,7 +359,7 @@ void register_sharded(py::module_& m) {
           "close",
           [](BufferedCounter& b, py::object timeout) {
             auto t = timeout_arg(timeout);
-            py::gil_scoped_release release;  // waits for the flusher
+            NetworkWait wait;  // waits for the flusher
             return b.close(t);
           },
           py::arg("timeout") = 5.0, "Flush, then stop; returns the units given up (also in stats().failed_units).")
@@ -443,7 +396,7 @@ void register_sharded(py::module_& m) {
           [](Quota& q, py::handle n, py::handle request_id) {
             const std::int64_t v = int_arg(n, "n");
             const std::string rid = optional_id(request_id);
-            py::gil_scoped_release release;  // network wait
+            NetworkWait wait;
             return q.take(v, rid);
           },
           py::arg("n") = 1, py::kw_only(), py::arg("request_id") = py::none(),
@@ -453,7 +406,7 @@ void register_sharded(py::module_& m) {
           [](Quota& q, py::handle n, py::handle request_id) {
             const std::int64_t v = int_arg(n, "n");
             const std::string rid = optional_id(request_id);
-            py::gil_scoped_release release;  // network wait
+            NetworkWait wait;
             return q.give(v, rid);
           },
           py::arg("n") = 1, py::kw_only(), py::arg("request_id") = py::none(),
@@ -462,14 +415,14 @@ void register_sharded(py::module_& m) {
           "set",
           [](Quota& q, py::handle value) {
             const std::int64_t v = int_arg(value, "value");
-            py::gil_scoped_release release;  // network wait
+            NetworkWait wait;
             return q.set(v);
           },
           py::arg("value"), "Set the value (floor <= value <= ceiling).")
       .def(
           "value",
           [](Quota& q) {
-            py::gil_scoped_release release;  // network wait
+            NetworkWait wait;
             return q.value();
           },
           "The current value.")

@@ -1,7 +1,6 @@
 // Stores and clocks: redcount._core.Store, ManualClock and open_store().
 #include <pybind11/stl.h>
 
-#include <cmath>
 #include <memory>
 #include <optional>
 #include <string>
@@ -15,51 +14,11 @@
 
 namespace redcount::bind {
 
-py::object to_python(const Reply& r) {
-  switch (r.type) {
-    case Reply::Type::Nil:
-      return py::none();
-    case Reply::Type::Integer:
-      return py::int_(r.integer);
-    case Reply::Type::String:
-      return py::bytes(r.str);
-    case Reply::Type::Status:
-      return py::str(r.str);
-    case Reply::Type::Error:
-      r.check();  // throws the matching ReplyError
-      return py::none();
-    case Reply::Type::Array: {
-      py::list out;
-      for (const auto& e : r.elements) out.append(to_python(e));
-      return out;
-    }
-  }
-  return py::none();
-}
-
-std::string command_arg(py::handle obj) {
-  if (PyLong_Check(obj.ptr()) && !PyBool_Check(obj.ptr())) return std::string(py::str(obj));
-  if (PyFloat_Check(obj.ptr())) return std::string(py::repr(obj));
-  return text_arg(obj, "command argument");
-}
-
 namespace {
 
 // Logs the breaker switches recorded so far (each once: whoever takes them logs them), so a
 // state read from Python is never ahead of the log.
 void drain_breaker_log() { py::module_::import("redcount.store").attr("_log_breaker_events")(); }
-
-// Seconds since the epoch (ManualClock) -> ms, refusing what the clock cannot hold:
-// NaN and infinities, and times past about 285,000 years either way.
-std::int64_t epoch_ms_arg(double seconds, const char* what) {
-  constexpr double kMaxMs = 9.0e18;
-  const double ms = seconds * 1000.0;
-  if (!std::isfinite(seconds) || ms > kMaxMs || ms < -kMaxMs) {
-    throw InvalidArgument(std::string(what) + " must be a finite number of seconds within +-9e15, got " +
-                          std::string(py::repr(py::float_(seconds))));
-  }
-  return static_cast<std::int64_t>(std::llround(ms));
-}
 
 // TLS keyword arguments override the URL's query; each is checked as the query would be
 // (a TLS option on a non-TLS URL is an InvalidArgument naming it).
@@ -144,12 +103,10 @@ void register_store(py::module_& m) {
       .def(
           "execute",
           [](Store& s, py::args args) {
-            Command cmd;
-            for (auto a : args) cmd.args.push_back(command_arg(a));
-            if (cmd.args.empty()) throw InvalidArgument("execute() needs a command name");
+            Command cmd = command_from(args, "execute() needs a command name");
             Reply r;
             {
-              py::gil_scoped_release release;  // network wait
+              NetworkWait wait;
               r = s.execute_one(std::move(cmd));
             }
             return to_python(r);
@@ -159,21 +116,13 @@ void register_store(py::module_& m) {
       .def(
           "execute_many",
           [](Store& s, const std::vector<py::tuple>& commands) {
-            std::vector<Request> batch;
-            for (const auto& t : commands) {
-              Command cmd;
-              for (auto a : t) cmd.args.push_back(command_arg(a));
-              if (cmd.args.empty()) throw InvalidArgument("execute_many() got an empty command");
-              batch.emplace_back(std::move(cmd));
-            }
+            const std::vector<Request> batch = commands_from(commands);
             std::vector<Reply> replies;
             {
-              py::gil_scoped_release release;  // network wait
+              NetworkWait wait;
               replies = s.execute(batch);
             }
-            py::list out;
-            for (const auto& r : replies) out.append(r.is_error() ? py::object(py::str(r.str)) : to_python(r));
-            return out;
+            return replies_to_python(replies);
           },
           py::arg("commands"),
           "Run several commands in one round trip (a pipeline). Error replies are returned as str.")
@@ -182,7 +131,7 @@ void register_store(py::module_& m) {
           [](Store& s) {
             Reply r;
             {
-              py::gil_scoped_release release;  // network wait
+              NetworkWait wait;
               r = s.execute_one(Command{{"PING"}});
             }
             r.check();
@@ -191,7 +140,7 @@ void register_store(py::module_& m) {
           "Round-trip a PING; raises ConnectionError/AuthenticationError if the store is unusable.")
       .def("__enter__", [](std::shared_ptr<Store> s) { return s; })
       .def("__exit__", [](Store& s, py::args) {
-        py::gil_scoped_release release;
+        NetworkWait wait;  // closing joins the store's threads
         s.close();
       })
       .def("__repr__", [](const Store& s) { return "<redcount.Store " + s.describe() + ">"; })
@@ -204,7 +153,7 @@ void register_store(py::module_& m) {
           [](Store& s) -> std::size_t {
             auto* mem = dynamic_cast<MemoryStore*>(&s);
             if (!mem) throw InvalidArgument("sweep() applies to memory:// only; Redis expires keys itself");
-            py::gil_scoped_release release;
+            NetworkWait wait;  // a sweep of a large keyspace takes a while
             return mem->sweep();
           },
           "memory:// only: free expired keys now (a background sweep also does). Returns how many.")
@@ -219,7 +168,7 @@ void register_store(py::module_& m) {
       .def(
           "close",
           [](Store& s) {
-            py::gil_scoped_release release;
+            NetworkWait wait;  // closing joins the store's threads
             s.close();
           },
           "Close every connection (or stop the memory store's sweeper). Later calls raise ConnectionError.");

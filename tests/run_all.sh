@@ -5,8 +5,8 @@
 #
 # 1. Debian packages: compiler, hiredis, OpenSSL (libssl-dev and the CLI the TLS tests use),
 #    redis-server, GoogleTest, Google Benchmark.
-# 2. A virtualenv (.venv) with redcount built from this checkout (warnings are errors)
-#    and the Python test dependencies.
+# 2. A virtualenv (.venv) with redcount built from this checkout (warnings are errors, and
+#    with the test-only submodule redcount._core._testing) and the Python test dependencies.
 # 3. The C++ core's GoogleTest suite under AddressSanitizer + UBSan (and a smoke run of
 #    the micro-benchmarks in the same build).
 # 4. mypy --strict on the package and stubtest of the _core stub against the binary.
@@ -28,7 +28,7 @@ $SUDO apt-get install -y -qq --no-install-recommends \
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then "$PY" -m venv .venv; fi
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -C cmake.define.REDCOUNT_WERROR=ON ".[test]"
+.venv/bin/python -m pip install -q -C cmake.define.REDCOUNT_WERROR=ON -C cmake.define.REDCOUNT_TEST_HOOKS=ON ".[test]"
 
 echo "== docs: mkdocs build --strict"
 NO_MKDOCS_2_WARNING=1 .venv/bin/python -m mkdocs build --strict --site-dir build/site

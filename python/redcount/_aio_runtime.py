@@ -22,7 +22,11 @@ T = TypeVar("T")
 
 class OpFuture(asyncio.Future[Any]):
     """The future of one call that did not complete inline. Cancelling it cancels the
-    operation in the store (an unsent batch is dropped, a late reply discarded)."""
+    operation in the store (an unsent batch is dropped, a late reply discarded).
+
+    ``_core._aio_setup`` gives this class its ``add_done_callback``: asyncio's, as a C
+    method that also notes the callbacks added, so that the core, completing the future,
+    can run the awaiting task's wake-up at once instead of through ``loop.call_soon``."""
 
     __slots__ = ()
 

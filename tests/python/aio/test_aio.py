@@ -3,14 +3,18 @@
 Every test runs on asyncio's default loop, on uvloop, and on a loop without ``add_reader``
 (the ``call_soon_threadsafe`` fallback). Stores: the memory store and Redis complete calls
 inline today (Redis until the I/O engine lands); ``deferred-*`` wraps either in
-``_core._DeferredStore``, which completes batches on a worker thread as the engine will, so
-futures, the completion queue and cancellation are exercised for real.
+``_testing.DeferredStore``, which completes batches on a worker thread as the engine will, so
+futures, the completion queue and cancellation are exercised for real. ``_testing`` is the
+test-only submodule ``redcount._core._testing`` (built with -DREDCOUNT_TEST_HOOKS=ON, as
+tests/run_all.sh does).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import gc
+import importlib
 import random
 import sys
 import threading
@@ -23,6 +27,11 @@ import redcount.aio as aio
 import uvloop
 from conftest import RedisServer
 from redcount import _aio_runtime, _core
+
+try:
+    from redcount._core import _testing
+except ImportError as e:  # a build without the test-only submodule
+    raise ImportError("these tests need redcount built with -DREDCOUNT_TEST_HOOKS=ON (tests/run_all.sh does)") from e
 
 T = TypeVar("T")
 Runner = Callable[[Coroutine[Any, Any, T]], T]
@@ -57,7 +66,7 @@ def run(request: pytest.FixtureRequest) -> Iterator[Runner[Any]]:
     for loop in loops:
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
-    assert _core._aio_inflight() == 0  # no future left registered for cancellation
+    assert _testing.inflight() == 0  # no future left registered for cancellation
 
 
 def _open(request: pytest.FixtureRequest, kind: str) -> redcount.Store:
@@ -76,7 +85,7 @@ STORES = ["memory", pytest.param("redis", marks=pytest.mark.redis_only)]
 def store(request: pytest.FixtureRequest) -> Iterator[redcount.Store]:
     kind: str = request.param
     inner = _open(request, kind.removeprefix("deferred-"))
-    s: redcount.Store = _core._DeferredStore(inner) if kind.startswith("deferred") else inner
+    s: redcount.Store = _testing.DeferredStore(inner) if kind.startswith("deferred") else inner
     try:
         yield s
     finally:
@@ -84,9 +93,9 @@ def store(request: pytest.FixtureRequest) -> Iterator[redcount.Store]:
 
 
 @pytest.fixture(params=STORES)
-def deferred(request: pytest.FixtureRequest) -> Iterator[_core._DeferredStore]:
+def deferred(request: pytest.FixtureRequest) -> Iterator[_testing.DeferredStore]:
     """A store whose calls complete on another thread, through the completion queue."""
-    s = _core._DeferredStore(_open(request, request.param))
+    s = _testing.DeferredStore(_open(request, request.param))
     try:
         yield s
     finally:
@@ -201,7 +210,7 @@ def test_memory_awaits_complete_without_a_future(run: Runner[Any]) -> None:
         store.close()
 
 
-def test_outside_a_running_loop_nothing_is_sent(deferred: _core._DeferredStore) -> None:
+def test_outside_a_running_loop_nothing_is_sent(deferred: _testing.DeferredStore) -> None:
     with pytest.raises(RuntimeError, match="no running event loop"):
         _core.execute_async(deferred, "INCR", "k")
     deferred.wait_idle()
@@ -211,7 +220,7 @@ def test_outside_a_running_loop_nothing_is_sent(deferred: _core._DeferredStore) 
 # ------------------------------------------------------------------------- completion queue
 
 
-def test_one_wakeup_completes_many_calls(run: Runner[Any], deferred: _core._DeferredStore) -> None:
+def test_one_wakeup_completes_many_calls(run: Runner[Any], deferred: _testing.DeferredStore) -> None:
     astore = aio.AsyncStore(deferred)
     n = 200
 
@@ -236,7 +245,7 @@ def test_one_wakeup_completes_many_calls(run: Runner[Any], deferred: _core._Defe
     run(main())
 
 
-def test_each_loop_gets_its_own_queue(run: Runner[Any], deferred: _core._DeferredStore) -> None:
+def test_each_loop_gets_its_own_queue(run: Runner[Any], deferred: _testing.DeferredStore) -> None:
     astore = aio.AsyncStore(deferred)
 
     async def main() -> tuple[_core.CompletionQueue, Any]:
@@ -253,7 +262,7 @@ def test_each_loop_gets_its_own_queue(run: Runner[Any], deferred: _core._Deferre
 # ------------------------------------------------------------------------- cancellation
 
 
-def test_a_cancelled_call_that_was_not_sent_is_dropped(run: Runner[Any], deferred: _core._DeferredStore) -> None:
+def test_a_cancelled_call_that_was_not_sent_is_dropped(run: Runner[Any], deferred: _testing.DeferredStore) -> None:
     astore = aio.AsyncStore(deferred)
 
     async def main() -> None:
@@ -273,7 +282,7 @@ def test_a_cancelled_call_that_was_not_sent_is_dropped(run: Runner[Any], deferre
     assert deferred.dropped == 1
 
 
-def test_a_timeout_while_held_drops_the_request(run: Runner[Any], deferred: _core._DeferredStore) -> None:
+def test_a_timeout_while_held_drops_the_request(run: Runner[Any], deferred: _testing.DeferredStore) -> None:
     astore = aio.AsyncStore(deferred)
 
     async def main() -> None:
@@ -286,7 +295,7 @@ def test_a_timeout_while_held_drops_the_request(run: Runner[Any], deferred: _cor
     run(main())
 
 
-def test_a_late_reply_of_a_cancelled_call_is_discarded(run: Runner[Any], deferred: _core._DeferredStore) -> None:
+def test_a_late_reply_of_a_cancelled_call_is_discarded(run: Runner[Any], deferred: _testing.DeferredStore) -> None:
     astore = aio.AsyncStore(deferred)
 
     async def main() -> None:
@@ -307,7 +316,7 @@ def test_a_late_reply_of_a_cancelled_call_is_discarded(run: Runner[Any], deferre
     assert deferred.dropped == 0
 
 
-def test_cancelling_many_in_flight_calls_keeps_results_exact(run: Runner[Any], deferred: _core._DeferredStore) -> None:
+def test_cancelling_many_in_flight_calls_keeps_results_exact(run: Runner[Any], deferred: _testing.DeferredStore) -> None:
     astore = aio.AsyncStore(deferred)
 
     async def main() -> None:
@@ -328,7 +337,7 @@ def test_cancelling_many_in_flight_calls_keeps_results_exact(run: Runner[Any], d
     assert deferred.dropped == 50
 
 
-def test_dropping_a_loop_with_calls_in_flight_leaks_nothing_python_can_see(deferred: _core._DeferredStore) -> None:
+def test_dropping_a_loop_with_calls_in_flight_leaks_nothing_python_can_see(deferred: _testing.DeferredStore) -> None:
     loop = asyncio.new_event_loop()
     astore = aio.AsyncStore(deferred)
 
@@ -348,11 +357,11 @@ def test_dropping_a_loop_with_calls_in_flight_leaks_nothing_python_can_see(defer
     del loop
     gc.collect()
     assert deferred.execute("INCR", "k") == 1  # the cancelled one was dropped
-    assert _core._aio_inflight() == 0
+    assert _testing.inflight() == 0
 
 
 def test_random_cancellations_under_load_keep_every_reply_in_place(
-    run: Runner[Any], deferred: _core._DeferredStore
+    run: Runner[Any], deferred: _testing.DeferredStore
 ) -> None:
     # The worker runs while calls are submitted, so completions race with the making of
     # their futures (the inline/detached hand-over) and with the cancellations.
@@ -380,7 +389,7 @@ def test_random_cancellations_under_load_keep_every_reply_in_place(
     assert len(got) < n and deferred.executed + deferred.dropped <= n
 
 
-def test_loops_in_several_threads(deferred: _core._DeferredStore) -> None:
+def test_loops_in_several_threads(deferred: _testing.DeferredStore) -> None:
     astore = aio.AsyncStore(deferred)
     errors: list[BaseException] = []
 
@@ -411,16 +420,16 @@ def test_a_python_context_reaches_convert_and_is_released(run: Runner[Any], stor
     # held while the call is in flight and released once it settles, cancelled or not.
     value = object()
     base = sys.getrefcount(value)
-    deferred = store if isinstance(store, _core._DeferredStore) else None
+    deferred = store if isinstance(store, _testing.DeferredStore) else None
 
     async def main() -> None:
-        r = _core._aio_echo_async(store, value)
+        r = _testing.echo_async(store, value)
         assert (await r if isinstance(r, _aio_runtime.OpFuture) else r) is value
-        results = await asyncio.gather(*(settle(_core._aio_echo_async(store, value)) for _ in range(50)))
+        results = await asyncio.gather(*(settle(_testing.echo_async(store, value)) for _ in range(50)))
         assert all(x is value for x in results)
         if deferred is not None:
             deferred.hold()
-            task = asyncio.ensure_future(settle(_core._aio_echo_async(store, value)))
+            task = asyncio.ensure_future(settle(_testing.echo_async(store, value)))
             while deferred.queued < 1:
                 await asyncio.sleep(0)
             task.cancel()
@@ -568,7 +577,7 @@ def test_many_coroutines_on_one_async_counter_are_exact(run: Runner[Any], class_
 
 
 def test_a_drain_wakes_the_awaiting_tasks_in_order_and_runs_other_callbacks(
-    run: Runner[Any], deferred: _core._DeferredStore
+    run: Runner[Any], deferred: _testing.DeferredStore
 ) -> None:
     # A drain resumes each task awaiting a completed call at once (not through call_soon),
     # in the order the replies came; a future with other callbacks than its task's (only
@@ -601,7 +610,7 @@ def test_a_drain_wakes_the_awaiting_tasks_in_order_and_runs_other_callbacks(
 
 
 def test_a_task_that_raises_keyboardinterrupt_on_waking_leaves_the_others_completed(
-    deferred: _core._DeferredStore,
+    deferred: _testing.DeferredStore,
 ) -> None:
     # KeyboardInterrupt escapes a task step, and so the drain that runs it: it reaches the
     # loop's caller as it would without redcount, and the other calls of that drain still
@@ -633,3 +642,56 @@ def test_a_task_that_raises_keyboardinterrupt_on_waking_leaves_the_others_comple
         assert tasks[0].done() and isinstance(tasks[0].exception(), KeyboardInterrupt)
     finally:
         loop.close()
+
+
+def test_callbacks_added_and_removed_before_the_reply_are_honoured(
+    run: Runner[Any], deferred: _testing.DeferredStore
+) -> None:
+    # The drain runs a future's callback itself only when it is the one callback the future
+    # holds: one removed again, or one of several, completes the usual way; contextvars
+    # reach a callback through the context it was added in.
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+
+    async def main() -> None:
+        deferred.hold()
+        removed = _core.execute_async(deferred, "INCR", "k")
+        dropped: list[int] = []
+
+        def drop(f: Any) -> None:
+            dropped.append(f.result())
+
+        removed.add_done_callback(drop)
+        assert removed.remove_done_callback(drop) == 1
+        waiter = asyncio.ensure_future(settle(removed))
+
+        alone = _core.execute_async(deferred, "INCR", "k")
+        seen: list[tuple[int, str]] = []
+        var.set("from-the-adder")
+        alone.add_done_callback(lambda f: seen.append((f.result(), var.get())))
+        var.set("later")
+        while deferred.queued < 2:
+            await asyncio.sleep(0)
+        deferred.resume()
+        deferred.wait_idle()
+        assert await waiter == 1
+        for _ in range(100_000):  # poll: the drain runs on the loop
+            if seen:
+                break
+            await asyncio.sleep(0)
+        assert seen == [(2, "from-the-adder")] and dropped == []
+
+        with pytest.raises(TypeError):
+            alone.add_done_callback()  # asyncio's own errors for a call it refuses
+        with pytest.raises(TypeError):
+            alone.add_done_callback(drop, ctx=None)
+
+    run(main())
+
+
+def test_test_support_lives_in_its_own_submodule() -> None:
+    # The public module carries no test-only class; redcount._core._testing (this build's
+    # REDCOUNT_TEST_HOOKS) does, importable both ways.
+    for name in ("_DeferredStore", "_aio_inflight", "_aio_echo_async"):
+        assert not hasattr(_core, name)
+    assert _testing.__name__ == "redcount._core._testing"
+    assert importlib.import_module("redcount._core._testing") is _testing
