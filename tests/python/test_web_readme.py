@@ -55,7 +55,7 @@ def test_fastapi_section(redis_server: RedisServer) -> None:
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
             r = await c.get("/search")
             assert r.status_code == 200
-            assert r.headers["ratelimit-policy"] == '"default";q=1000;w=60, "5-per-1s";q=5;w=1'
+            assert r.headers["ratelimit-policy"] == '"default";q=1000;w=60, "search";q=5;w=1'
             assert (await c.get("/reports/daily")).status_code == 200
 
     asyncio.run(main())
