@@ -140,6 +140,8 @@ class _AppState:
         self.default = default
         self.application = application
         self.enabled = enabled
+        # The embedded store answers inline: no deadline to watch.
+        self.budget = None if limiter.store.is_memory else settings.budget
         # Per endpoint: the specs that apply and, when only the client varies between their
         # checks, each spec's key prefix (see redcount.web.spec.client_prefix).
         self.specs: dict[tuple[int, str | None], _Plan] = {}
@@ -222,7 +224,7 @@ class _Hooks:
                 checks = resolve_all(specs, view, s.key)
             except (KeyFunctionError, InvalidInputError) as e:
                 raise InternalServerError(description=str(e) if self.app.debug else None) from e
-        verdict = decide(state.limiter, checks, s.policy, s.metrics, shadow_all=s.shadow, budget=s.budget)
+        verdict = decide(state.limiter, checks, s.policy, s.metrics, shadow_all=s.shadow, budget=state.budget)
         req.environ[_VERDICT] = verdict
         if verdict.unavailable:
             raise StoreUnavailableError()
