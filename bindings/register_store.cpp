@@ -194,7 +194,6 @@ void register_store(py::module_& m) {
         py::gil_scoped_release release;
         s.close();
       })
-      .def("__repr__", [](const Store& s) { return "<redcount.Store " + s.describe() + ">"; })
       .def("now", [](const Store& s) { return static_cast<double>(s.now_ms()) / 1000.0; },
            "This store's clock in seconds since the epoch (the ManualClock for memory:// if given).")
       .def_property_readonly("url", &Store::describe, "The store's URL, without the password.")
