@@ -143,7 +143,6 @@ void register_store(py::module_& m) {
         NetworkWait wait;  // closing joins the store's threads
         s.close();
       })
-      .def("__repr__", [](const Store& s) { return "<redcount.Store " + s.describe() + ">"; })
       .def("now", [](const Store& s) { return static_cast<double>(s.now_ms()) / 1000.0; },
            "This store's clock in seconds since the epoch (the ManualClock for memory:// if given).")
       .def_property_readonly("url", &Store::describe, "The store's URL, without the password.")

@@ -24,6 +24,10 @@
   (an ``HTTPException`` 429 carrying the headers). On a WebSocket route it refuses the
   handshake.
 - Every decision is awaited on :mod:`redcount.aio`: the event loop never waits on Redis.
+- A request's checks (the middleware's and its route's together) share a latency budget,
+  ``budget=0.1`` seconds by default: a call still waiting when it runs out is cancelled and
+  the request is decided by ``fail``, so a frozen Redis costs a request about 100 ms, not
+  the store's ``command_timeout``.
 
 Only Starlette is imported, so the middleware and the dependency's check also serve plain
 Starlette apps (``await rl.enforce(request, spec)``).
@@ -33,22 +37,28 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
 from typing import Any, Union
 
-from starlette.exceptions import HTTPException, WebSocketException
-from starlette.requests import HTTPConnection, Request
-from starlette.responses import Response
+try:
+    from starlette.exceptions import HTTPException, WebSocketException
+    from starlette.requests import HTTPConnection, Request
+    from starlette.responses import Response
+except ImportError as exc:
+    raise ImportError(
+        f"redcount.fastapi needs FastAPI or Starlette ({exc.name} is missing): pip install 'redcount[fastapi]'"
+    ) from exc
 
 from . import aio
 from .errors import InvalidInputError
 from .limiter import Limiter
 from .store import connect as _connect
 from .web import problem
-from .web.engine import FailMode, MetricsSink, Verdict, decide_async
+from .web.engine import DEFAULT_BUDGET, FailMode, MetricsSink, Verdict, check_store, decide_async
 from .web.headers import HeaderSets, render
 from .web.settings import Settings, TrustedArg
-from .web.spec import Check, KeyFunc, KeyFunctionError, LimitSpec, resolve_all
+from .web.spec import Check, KeyFunc, KeyFunctionError, LimitSpec, Policy, policies_of, resolve_all
 
 __all__ = ["RateLimitExceeded", "RateLimitMiddleware", "RateLimiter", "rate_limit_exceeded_handler"]
 
@@ -171,7 +181,14 @@ class RateLimiter:
       CIDRs; ``ipv6_prefix``: group IPv6 clients (64 for /64).
     - ``fail``: ``"open"`` (default) or ``"closed"`` (503) while the store is down: the
       limiter's ``on_unavailable="allow"``/``"deny"``; give the store a ``budget`` (and a
-      ``fallback``) in ``redcount.connect`` so that a dead Redis is noticed fast.
+      ``fallback``) in ``redcount.connect`` so that a dead Redis is noticed fast. Store
+      failures include a refused password (:class:`~redcount.AuthenticationError`); each
+      switch between the store failing and working is logged once, not per request.
+    - ``budget``: seconds all of a request's checks may take together (default 0.1; None
+      or 0: no budget); a call still waiting then is cancelled and decided by ``fail``.
+    - ``check_on_start``: ping the store here, so that a wrong password or an unreachable
+      Redis stops the app from starting with the store's own error (default: the
+      ``REDCOUNT_CHECK_ON_START`` environment variable, off when unset).
     - ``shadow``: count and report, never refuse. ``metrics``: a
       :class:`redcount.web.metrics.PrometheusMetrics`.
 
@@ -191,6 +208,8 @@ class RateLimiter:
         fail: FailMode = "open",
         shadow: bool = False,
         metrics: MetricsSink | None = None,
+        budget: float | None = DEFAULT_BUDGET,
+        check_on_start: bool | None = None,
     ) -> None:
         if limiter is None:
             limiter = aio.Limiter(_connect("memory://"), prefix="redcount:web")
@@ -201,8 +220,21 @@ class RateLimiter:
         self.limiter = limiter
         self.settings = Settings.build(
             key=key, headers=headers, trusted_proxies=trusted_proxies, ipv6_prefix=ipv6_prefix, fail=fail,
-            shadow=shadow, metrics=metrics, where="redcount.fastapi.RateLimiter",
+            shadow=shadow, metrics=metrics, where="redcount.fastapi.RateLimiter", budget=budget,
         )
+        # The embedded store answers inline: nothing to time out, so no timer per call.
+        self._budget = None if limiter.sync.store.is_memory else self.settings.budget
+        # Per-route policy names of limits declared without a name, per (spec, endpoint).
+        self._route_policies: dict[tuple[int, Any], list[Policy]] = {}
+        if check_on_start is None:
+            env = os.environ.get("REDCOUNT_CHECK_ON_START", "").strip().lower()
+            if env not in ("", "0", "false", "no", "off", "1", "true", "yes", "on"):
+                raise InvalidInputError(f"REDCOUNT_CHECK_ON_START must be a boolean, got {env!r}")
+            check_on_start = env in ("1", "true", "yes", "on")
+        elif not isinstance(check_on_start, bool):
+            raise InvalidInputError(f"check_on_start must be True, False or None, got {check_on_start!r}")
+        if check_on_start:
+            check_store(limiter.sync.store)
         if metrics is not None and hasattr(metrics, "watch_store"):
             metrics.watch_store(limiter.sync.store)
         self.default: list[LimitSpec] = (
@@ -248,7 +280,8 @@ class RateLimiter:
         ``Depends(rl.limit("5/second"))``. ``limit``, ``key``, ``cost`` may be callables of the
         request; ``methods``, ``exempt_when``, ``per_method``, ``shadow`` as in
         :class:`~redcount.web.LimitSpec`; ``name`` is the policy name in the headers
-        (default: named after the limit, ``5-per-1s``)."""
+        (default: the route's endpoint function's name, ``search``, suffixed by the window
+        when the limit string holds several: ``search-1s``, ``search-3600s``)."""
         return self._dependency(self.spec(limit, key=key, cost=cost, methods=methods, exempt_when=exempt_when,
                                           per_method=per_method, name=name, shadow=shadow))
 
@@ -282,7 +315,8 @@ class RateLimiter:
             scope = connection.scope
             s = self.settings
             checks = self._checks(scope, specs, connection)
-            verdict = await decide_async(self.limiter, checks, s.policy, s.metrics, shadow_all=s.shadow)
+            verdict = await decide_async(self.limiter, checks, s.policy, s.metrics, shadow_all=s.shadow,
+                                         budget=self._budget, after=scope.get(_SCOPE_KEY))
             headers = self._answer(scope, self._merge(scope, verdict))
             if headers:
                 raw = response.headers
@@ -299,15 +333,40 @@ class RateLimiter:
     def _checks(self, scope: Scope, specs: Sequence[LimitSpec], native: HTTPConnection | None) -> list[Check]:
         s = self.settings
         try:
-            return resolve_all(specs, _View(scope, s, native), s.key)
+            checks = resolve_all(specs, _View(scope, s, native), s.key)
         except (KeyFunctionError, InvalidInputError) as e:
             debug = bool(getattr(scope.get("app"), "debug", False))
             raise HTTPException(500, detail=str(e) if debug else "Internal Server Error") from e
+        for c in checks:
+            if c.spec.auto_name and c.spec.per_route:
+                self._name_after_route(c, scope.get("endpoint"))
+        return checks
+
+    def _name_after_route(self, check: Check, endpoint: Any) -> None:
+        """Name the policies of a route limit declared without a name after the route's
+        endpoint function, as Flask names them after the view: two routes with the same
+        limit then advertise two policies, not one name for two counts. Without a routed
+        endpoint (plain Starlette's :meth:`enforce`) the policies keep the limit's name."""
+        route = getattr(endpoint, "__name__", None)
+        if not isinstance(route, str) or not route.isascii() or not route.isprintable():
+            return
+        if check.spec.static is None:  # a dynamic limit: its policies are made per request anyway
+            check.policies = policies_of(route, check.limits)
+            return
+        where = (id(check.spec), endpoint)
+        named = self._route_policies.get(where)
+        if named is None:
+            named = policies_of(route, check.limits)
+            if len(self._route_policies) >= _ENDPOINT_CACHE:
+                self._route_policies.clear()
+            self._route_policies[where] = named
+        check.policies = named
 
     async def _decide(self, scope: Scope, specs: Sequence[LimitSpec], native: HTTPConnection | None) -> Verdict:
         s = self.settings
         checks = self._checks(scope, specs, native)
-        verdict = await decide_async(self.limiter, checks, s.policy, s.metrics, shadow_all=s.shadow)
+        verdict = await decide_async(self.limiter, checks, s.policy, s.metrics, shadow_all=s.shadow,
+                                     budget=self._budget, after=scope.get(_SCOPE_KEY))
         return self._merge(scope, verdict)
 
     @staticmethod

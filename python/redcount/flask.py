@@ -25,6 +25,11 @@ in an ``after_request`` hook, which Flask runs for error responses too.
 
 Sync by design: each decision is one :meth:`redcount.Limiter.hit` on the worker thread (the
 GIL is released while it waits on Redis).
+
+A request's checks share a latency budget, ``REDCOUNT_BUDGET`` (default 0.1 s): the store
+built from ``REDCOUNT_URL`` gets it as its ``budget`` (with the circuit breaker), and checks
+not started when it is spent are decided by ``fail`` without the store, so a frozen or
+unreachable Redis costs a request about 100 ms, not ``command_timeout``.
 """
 
 from __future__ import annotations
@@ -34,15 +39,18 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar, Union
 
-import flask
-from flask import Blueprint, Flask, request
-from werkzeug.exceptions import InternalServerError, ServiceUnavailable, TooManyRequests
+try:
+    import flask
+    from flask import Blueprint, Flask, request
+    from werkzeug.exceptions import InternalServerError, ServiceUnavailable, TooManyRequests
+except ImportError as exc:
+    raise ImportError(f"redcount.flask needs Flask ({exc.name} is missing): pip install 'redcount[flask]'") from exc
 
 from . import store as _store
 from .errors import InvalidInputError
 from .limiter import Limiter
 from .web import problem
-from .web.engine import FailMode, MetricsSink, Verdict, decide
+from .web.engine import DEFAULT_BUDGET, FailMode, MetricsSink, Verdict, check_budget, check_store, decide
 from .web.headers import HeaderSets, render
 from .web.settings import Settings, TrustedArg
 from .web.spec import Check, KeyFunc, KeyFunctionError, LimitSpec, client_prefix, remote_address, resolve_all
@@ -132,6 +140,8 @@ class _AppState:
         self.default = default
         self.application = application
         self.enabled = enabled
+        # The embedded store answers inline: no deadline to watch.
+        self.budget = None if limiter.store.is_memory else settings.budget
         # Per endpoint: the specs that apply and, when only the client varies between their
         # checks, each spec's key prefix (see redcount.web.spec.client_prefix).
         self.specs: dict[tuple[int, str | None], _Plan] = {}
@@ -157,17 +167,16 @@ def _config_bool(value: Any, name: str) -> bool:
 
 
 def _config_budget(value: Any) -> float | None:
-    """REDCOUNT_BUDGET: seconds as a number or a numeric string (environment-style config)."""
+    """REDCOUNT_BUDGET: seconds as a number or a numeric string (environment-style config);
+    unset or empty: :data:`~redcount.web.engine.DEFAULT_BUDGET`; 0: no budget."""
     if value is None or value == "":
-        return None
+        return DEFAULT_BUDGET
     if isinstance(value, str):
         try:
             value = float(value)
         except ValueError:
             raise InvalidInputError(f"REDCOUNT_BUDGET must be a number of seconds, got {value!r}") from None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidInputError(f"REDCOUNT_BUDGET must be a number of seconds, got {value!r}")
-    return float(value)
+    return check_budget(value, "REDCOUNT_BUDGET (budget=)")
 
 
 class _Hooks:
@@ -215,7 +224,7 @@ class _Hooks:
                 checks = resolve_all(specs, view, s.key)
             except (KeyFunctionError, InvalidInputError) as e:
                 raise InternalServerError(description=str(e) if self.app.debug else None) from e
-        verdict = decide(state.limiter, checks, s.policy, s.metrics, shadow_all=s.shadow)
+        verdict = decide(state.limiter, checks, s.policy, s.metrics, shadow_all=s.shadow, budget=state.budget)
         req.environ[_VERDICT] = verdict
         if verdict.unavailable:
             raise StoreUnavailableError()
@@ -240,6 +249,14 @@ class RateLimiter:
       (``memory://`` when unset) with the fixed-window strategy; ``REDCOUNT_BUDGET``,
       ``REDCOUNT_BREAKER`` and ``REDCOUNT_FALLBACK`` are that store's ``budget``, ``breaker``
       and ``fallback`` (see :func:`redcount.connect`).
+    - ``budget`` (``REDCOUNT_BUDGET``, default 0.1): seconds all of a request's checks may
+      take together; checks not started in time are decided by ``fail`` without the store.
+      0 turns it off. It is also the ``budget`` of the store built from ``REDCOUNT_URL``,
+      which bounds each call; give a ``limiter=`` of your own a store with a ``budget``
+      (``redcount.connect(url, budget=0.1)``), as a sync call cannot be cut short.
+    - ``check_on_start`` (``REDCOUNT_CHECK_ON_START``, default False): ping the store in
+      ``init_app``, so that a wrong password or an unreachable Redis fails the app's start
+      with the store's own error instead of failing each request under ``fail``.
     - ``default`` (``REDCOUNT_DEFAULT``): limits for every route without a limit of its own,
       counted per route. ``application`` (``REDCOUNT_APPLICATION``): limits on every request
       of the app together, counted once across routes.
@@ -252,7 +269,9 @@ class RateLimiter:
     - ``fail`` (``REDCOUNT_FAIL``): ``"open"`` (default: let requests through while the
       store is down) or ``"closed"`` (503): the limiter's ``on_unavailable="allow"``/``"deny"``.
       How fast a dead store is noticed is the store's: ``redcount.connect(url, budget=0.05,
-      fallback="memory://")``. A shadow limit never refuses.
+      fallback="memory://")``. A shadow limit never refuses. Store failures include a
+      refused password (:class:`~redcount.AuthenticationError`); each switch between the
+      store failing and working is logged once (ERROR, then WARNING), not per request.
     - ``shadow`` (``REDCOUNT_SHADOW``): count and report, never refuse.
     - ``metrics``: a :class:`redcount.web.metrics.PrometheusMetrics`.
     - ``enabled`` (``REDCOUNT_ENABLED``): False turns every check off (tests).
@@ -277,6 +296,8 @@ class RateLimiter:
         shadow: bool = _UNSET,
         metrics: MetricsSink | None = None,
         enabled: bool = _UNSET,
+        budget: float | None = _UNSET,
+        check_on_start: bool = _UNSET,
     ) -> None:
         self._args: dict[str, Any] = {
             "limiter": limiter,
@@ -290,6 +311,8 @@ class RateLimiter:
             "shadow": shadow,
             "metrics": metrics,
             "enabled": enabled,
+            "budget": budget,
+            "check_on_start": check_on_start,
         }
         self._routes: dict[Callable[..., Any], list[LimitSpec]] = {}
         self._blueprints: dict[str, list[LimitSpec]] = {}
@@ -312,11 +335,13 @@ class RateLimiter:
                 value = cfg.get(name, fallback)
             return fallback if value is _UNSET else value
 
+        budget = a["budget"]
+        budget = _config_budget(cfg.get("REDCOUNT_BUDGET")) if budget is _UNSET else check_budget(budget, "budget")
         limiter: Limiter | None = a["limiter"]
         if limiter is None:
             store = _store.connect(
                 cfg.get("REDCOUNT_URL") or "memory://",
-                budget=_config_budget(cfg.get("REDCOUNT_BUDGET")),
+                budget=budget,
                 breaker=_config_bool(cfg.get("REDCOUNT_BREAKER", True), "REDCOUNT_BREAKER"),
                 fallback=cfg.get("REDCOUNT_FALLBACK") or None,
             )
@@ -325,6 +350,13 @@ class RateLimiter:
             )
         elif not isinstance(limiter, Limiter):
             raise InvalidInputError(f"limiter must be a redcount.Limiter, got {type(limiter).__name__}")
+        elif budget is not None and not limiter.store.is_memory and getattr(limiter.store, "budget", None) is None:
+            log.warning(
+                "redcount.flask: the limiter's store (%s) has no budget: a frozen Redis holds each check for up "
+                "to its command_timeout; open it with redcount.connect(url, budget=%g)", limiter.store.url, budget,
+            )
+        if _config_bool(pick("check_on_start", "REDCOUNT_CHECK_ON_START", False), "REDCOUNT_CHECK_ON_START"):
+            check_store(limiter.store)
         shadow = _config_bool(pick("shadow", "REDCOUNT_SHADOW", False), "REDCOUNT_SHADOW")
         enabled = _config_bool(pick("enabled", "REDCOUNT_ENABLED", True), "REDCOUNT_ENABLED")
         ipv6 = pick("ipv6_prefix", "REDCOUNT_IPV6_PREFIX", 128)
@@ -339,6 +371,7 @@ class RateLimiter:
             shadow=shadow,
             metrics=a["metrics"],
             where="redcount.flask.RateLimiter",
+            budget=budget,
         )
         if settings.metrics is not None and hasattr(settings.metrics, "watch_store"):
             settings.metrics.watch_store(limiter.store)

@@ -21,6 +21,17 @@ _log = logging.getLogger("redcount")
 
 _PathArg = Union[str, "os.PathLike[str]", None]
 
+
+def _store_repr(store: Store) -> str:
+    """``<redcount.Store:redis://127.0.0.1:6379/0>``, ``<redcount.Store:memory://>``: the URL
+    without its password, and no space, so that tools which shorten or wrap reprs in tables
+    (rich, as in Flask-Limiter's ``flask limiter limits``) keep it whole. Every store class
+    (resilient, hot-keys) inherits it."""
+    return f"<redcount.Store:{store.url}>"
+
+
+setattr(Store, "__repr__", _store_repr)  # noqa: B010 - a method of the extension's class
+
 # redis-py passes ssl_cert_reqs as ssl.VerifyMode too; we accept both spellings.
 _CERT_REQS = {ssl.CERT_REQUIRED: "required", ssl.CERT_OPTIONAL: "optional", ssl.CERT_NONE: "none"}
 

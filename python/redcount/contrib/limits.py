@@ -57,12 +57,18 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, TypeVar
 
-from limits.aio.storage import MovingWindowSupport as _AsyncMovingWindowSupport
-from limits.aio.storage import SlidingWindowCounterSupport as _AsyncSlidingWindowCounterSupport
-from limits.aio.storage import Storage as _AsyncStorage
-from limits.storage import MovingWindowSupport, SlidingWindowCounterSupport, Storage
+try:
+    from limits.aio.storage import MovingWindowSupport as _AsyncMovingWindowSupport
+    from limits.aio.storage import SlidingWindowCounterSupport as _AsyncSlidingWindowCounterSupport
+    from limits.aio.storage import Storage as _AsyncStorage
+    from limits.storage import MovingWindowSupport, SlidingWindowCounterSupport, Storage
+except ImportError as exc:
+    raise ImportError(
+        f"redcount.contrib.limits needs the limits library ({exc.name} is missing): pip install 'redcount[limits]'"
+    ) from exc
 
 from .. import errors
+from .._core import ManualClock
 from ..aio import AsyncStore
 from ..store import Store, connect
 
@@ -278,8 +284,15 @@ class _Core:
         self.lock = threading.Lock()
         # Hit times as limits takes them: time.time() to the µs (the store's now() counts
         # whole ms, which moves a hit across a window's edge), or a ManualClock's time.
-        clock = options.get("clock")
-        self.now: Callable[[], float] = clock.now if clock is not None else time.time
+        self.clock: ManualClock | None = options.get("clock")
+
+    def now(self) -> float:
+        """The time of a hit: the ``clock=`` option's, else ``time.time()`` read at each call
+        (not a reference kept from start-up), so that a clock patched later by a test
+        (``mock.patch("time.time")``, freezegun, time-machine, hiro) is the one used, as by
+        limits' own storages."""
+        clock = self.clock
+        return clock.now() if clock is not None else time.time()
 
     # Keys, as limits' Redis storage names them.
     def key(self, key: str) -> str:

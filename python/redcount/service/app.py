@@ -205,6 +205,24 @@ _PROBLEMS: dict[int | str, dict[str, Any]] = {
 # ---- errors -----------------------------------------------------------------------------
 
 
+async def _no_body_at_all(request: Request) -> None:
+    """An increment without a body counts 1; FastAPI also hands a JSON ``null`` and an empty
+    body sent as JSON to the endpoint as "no body", which would count 1 for what is more
+    likely a client's bug (a serialised missing value): refuse both, writing nothing."""
+    raw = await request.body()  # already read and kept by FastAPI: no second read
+    if raw.strip():  # the only non-empty body FastAPI turns into None is JSON null
+        raise ServiceProblem(
+            422, "invalid_body", 'the body must be a JSON object such as {"delta": 1}, or no body at all (delta 1); got null'
+        )
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if raw == b"" and (content_type == "application/json" or content_type.endswith("+json")):
+        raise ServiceProblem(
+            400, "invalid_json",
+            "the request body is empty but its Content-Type says JSON: send a JSON object such as "
+            '{"delta": 1}, or no body and no Content-Type (delta 1)',
+        )
+
+
 class ServiceProblem(Exception):
     """Raised inside the app; answered as a problem+json response."""
 
@@ -520,12 +538,15 @@ def create_app(
         summary="Add delta to a counter (idempotent with X-Request-Id)",
     )
     async def increment(
+        request: Request,
         key: str,
         body: Annotated[Optional[IncrementBody], Body()] = None,
         x_request_id: Optional[str] = Header(None, alias="X-Request-Id", description=request_id_doc),
     ) -> IncrementResult:
         key = key_of(key)
         rid = request_id_of(x_request_id)
+        if body is None:
+            await _no_body_at_all(request)
         delta = delta_of(body.delta if body is not None else 1)
         with _store_errors("increment"):
             applied = await counters.get(key).incr(delta, request_id=rid)

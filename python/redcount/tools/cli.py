@@ -7,9 +7,12 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from .. import __version__
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="redcount", description="Counters and rate limiters on Redis or in memory.")
+    p.add_argument("--version", action="version", version=f"redcount {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     d = sub.add_parser("demo", help="run a simulated workload and show what happened")

@@ -12,11 +12,21 @@ Checks run in order and stop at the first refusal, so a request refused by one l
 charged against the limits after it (it has been charged against those before it: each
 limit has its own key, so they cannot be decided in one round trip). Within one check, a
 multi-limit string (``"5/second;100/hour"``) is all-or-nothing, as in the core.
+
+A request's checks share one latency budget (:data:`DEFAULT_BUDGET`, 100 ms, unless the
+integration is given another): once it is spent, or once the store has failed for this
+request, the checks left are decided by the failure policy without asking the store, so a
+frozen or unreachable Redis costs a request at most about one budget, never a store's
+``command_timeout`` per check. The async engine cancels a call still waiting when the budget
+runs out; a sync call cannot be interrupted, so there the store's own ``budget`` bounds a
+single call (the integrations give the store they build the same budget).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -24,20 +34,66 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from .._core import Decision
+from ..errors import AuthenticationError, InvalidInputError, Unavailable
 from ..errors import ConnectionError as StoreConnectionError
-from ..errors import InvalidInputError
 from ..limiter import UNAVAILABLE_RETRY_AFTER, OnUnavailable
 from .spec import Check, Policy
 
 if TYPE_CHECKING:
     from .. import aio
+    from .._core import Store
     from ..limiter import Limiter
 
-__all__ = ["FailurePolicy", "MetricsSink", "Outcome", "StoreUnavailable", "Verdict", "decide", "decide_async"]
+__all__ = [
+    "DEFAULT_BUDGET",
+    "FailurePolicy",
+    "MetricsSink",
+    "Outcome",
+    "StoreUnavailable",
+    "Verdict",
+    "check_budget",
+    "check_store",
+    "decide",
+    "decide_async",
+]
 
 log = logging.getLogger("redcount.web")
 
 FailMode = Literal["open", "closed"]
+
+DEFAULT_BUDGET = 0.1
+"""Seconds all the checks of one request may take together, unless configured otherwise."""
+
+# What the failure policy covers: the store could not be reached or answered too late
+# (ConnectionError and its TimeoutError, Unavailable, StoreClosed), or refused us our
+# credentials (a wrong or rotated password: every call would fail the same way, so it is a
+# store failure, not a bug in the request).
+STORE_FAILURES = (StoreConnectionError, AuthenticationError)
+
+
+def check_budget(value: object, where: str) -> float | None:
+    """A request budget in seconds, or None (no budget) for None or 0."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0:
+        raise InvalidInputError(f"{where} must be a number of seconds >= 0 (0 or None: no budget), got {value!r}")
+    return float(value) if value > 0 else None
+
+
+def check_store(store: Store) -> None:
+    """The integrations' start-up check (``check_on_start``): one PING, so that a wrong or
+    rotated password or an unreachable Redis stops the app from starting, with the store's
+    own error (:class:`~redcount.AuthenticationError`, :class:`~redcount.ConnectionError`),
+    instead of showing up on the first limited request."""
+    try:
+        store.ping()
+    except STORE_FAILURES as e:
+        log.error("redcount: the rate-limit store %s failed the start-up check: %s: %s", store.url, type(e).__name__, e)
+        raise
+
+
+def _over_budget(budget: float) -> Unavailable:
+    return Unavailable(f"the rate-limit store did not decide within the request's budget of {budget * 1000:.0f} ms")
 
 
 class StoreUnavailable(Exception):
@@ -85,7 +141,8 @@ class FailurePolicy:
         with self._lock:
             first, self._down = not self._down, True
         if first:
-            log.error("redcount: the rate-limit store failed (%s); failing %s until it is back", error, self.mode)
+            what = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else error
+            log.error("redcount: the rate-limit store failed (%s); failing %s until it is back", what, self.mode)
 
     def _ok(self) -> None:
         if self._down:
@@ -111,7 +168,7 @@ class FailurePolicy:
         :class:`StoreUnavailable` when it failed and the policy is closed."""
         try:
             d = call()
-        except StoreConnectionError as e:
+        except STORE_FAILURES as e:
             return self._settle(self._without_store(), e)
         return self._settle(d)
 
@@ -119,7 +176,7 @@ class FailurePolicy:
         """The async twin of :meth:`run`."""
         try:
             d = await call()
-        except StoreConnectionError as e:
+        except STORE_FAILURES as e:
             return self._settle(self._without_store(), e)
         return self._settle(d)
 
@@ -146,6 +203,12 @@ class Verdict:
     outcomes: list[Outcome] = field(default_factory=list)
     allowed: bool = True
     unavailable: bool = False
+    # The request's deadline (time.monotonic()), shared by every decide() of the request;
+    # None without a budget.
+    deadline: float | None = None
+    # The store failed (or the budget ran out) for this request: later checks of the same
+    # request are decided by the failure policy without asking the store again.
+    store_failed: bool = False
 
     def is_shadow(self, check: Check) -> bool:
         return self.shadow_all or check.spec.shadow
@@ -165,6 +228,7 @@ class Verdict:
         self.outcomes.extend(other.outcomes)
         self.allowed = self.allowed and other.allowed
         self.unavailable = self.unavailable or other.unavailable
+        self.store_failed = self.store_failed or other.store_failed
 
 
 def binding_policy(check: Check, d: Decision) -> Policy:
@@ -196,6 +260,7 @@ def _settle(
     :func:`decide_async`, and kept free of per-call closures: it runs for every request."""
     shadow = verdict.shadow_all or check.spec.shadow
     if d.unavailable:
+        verdict.store_failed = True
         try:
             settled = policy._settle(d, error)
         except StoreUnavailable:
@@ -227,6 +292,17 @@ def _settle(
     return False
 
 
+def _start(checks: Sequence[Check], shadow_all: bool, budget: float | None, after: Verdict | None) -> Verdict:
+    """A verdict for ``checks`` that continues ``after`` (the same request's earlier checks:
+    its deadline and whether the store already failed carry over)."""
+    verdict = Verdict(list(checks), shadow_all)
+    if after is not None:
+        verdict.deadline, verdict.store_failed = after.deadline, after.store_failed
+    elif budget is not None:
+        verdict.deadline = time.monotonic() + budget
+    return verdict
+
+
 def decide(
     limiter: Limiter,
     checks: Sequence[Check],
@@ -234,20 +310,45 @@ def decide(
     metrics: MetricsSink | None = None,
     *,
     shadow_all: bool = False,
+    budget: float | None = None,
+    after: Verdict | None = None,
 ) -> Verdict:
-    """Decide ``checks`` in order with a sync limiter (blocks the calling thread)."""
-    verdict = Verdict(list(checks), shadow_all)
+    """Decide ``checks`` in order with a sync limiter (blocks the calling thread).
+
+    ``budget``: seconds all the checks may take together (see the module's docstring); a
+    check not started before it is spent is decided by the policy without the store.
+    ``after``: the verdict of this request's earlier checks, whose deadline this continues.
+    """
+    verdict = _start(checks, shadow_all, budget, after)
+    deadline = verdict.deadline
     hit = limiter.hit
     for c in checks:
         started = time.perf_counter() if metrics is not None else 0.0
         error: BaseException | None = None
-        try:
-            d = hit(c.limits, c.key, c.cost)
-        except StoreConnectionError as e:
-            d, error = policy._without_store(), e
+        if verdict.store_failed:
+            d, error = policy._without_store(), None
+        elif deadline is not None and time.monotonic() >= deadline:
+            d, error = policy._without_store(), _over_budget(budget or 0.0)
+        else:
+            try:
+                d = hit(c.limits, c.key, c.cost)
+            except STORE_FAILURES as e:
+                d, error = policy._without_store(), e
         if not _settle(verdict, c, d, error, policy, metrics, started):
             break
     return verdict
+
+
+if sys.version_info >= (3, 11):
+
+    async def _within(call: Awaitable[Decision], seconds: float) -> Decision:
+        async with asyncio.timeout(seconds):
+            return await call
+
+else:  # pragma: no cover - Python < 3.11
+
+    async def _within(call: Awaitable[Decision], seconds: float) -> Decision:
+        return await asyncio.wait_for(call, seconds)
 
 
 async def decide_async(
@@ -257,18 +358,34 @@ async def decide_async(
     metrics: MetricsSink | None = None,
     *,
     shadow_all: bool = False,
+    budget: float | None = None,
+    after: Verdict | None = None,
 ) -> Verdict:
     """Decide ``checks`` in order with an async limiter: the event loop never waits on the
-    store (see :mod:`redcount.aio`)."""
-    verdict = Verdict(list(checks), shadow_all)
+    store (see :mod:`redcount.aio`). ``budget`` and ``after`` as in :func:`decide`; here a
+    call still waiting when the budget runs out is cancelled (its reply, if one comes, is
+    discarded) and decided by the policy."""
+    verdict = _start(checks, shadow_all, budget, after)
+    deadline = verdict.deadline
     hit = limiter.hit
     for c in checks:
         started = time.perf_counter() if metrics is not None else 0.0
         error: BaseException | None = None
-        try:
-            d = await hit(c.limits, c.key, c.cost)
-        except StoreConnectionError as e:
-            d, error = policy._without_store(), e
+        if verdict.store_failed:
+            d = policy._without_store()
+        else:
+            try:
+                if deadline is None:
+                    d = await hit(c.limits, c.key, c.cost)
+                else:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise _over_budget(budget or 0.0)
+                    d = await _within(hit(c.limits, c.key, c.cost), left)
+            except STORE_FAILURES as e:
+                d, error = policy._without_store(), e
+            except asyncio.TimeoutError:  # the budget ran out while the call waited
+                d, error = policy._without_store(), _over_budget(budget or 0.0)
         if not _settle(verdict, c, d, error, policy, metrics, started):
             break
     return verdict

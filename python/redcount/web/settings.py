@@ -3,7 +3,7 @@
 ::
 
     s = Settings.build(key=None, headers="ietf,legacy", trusted_proxies=["10.0.0.0/8"],
-                       ipv6_prefix=64, fail="open", shadow=False, metrics=None)
+                       ipv6_prefix=64, fail="open", shadow=False, metrics=None, budget=0.1)
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Union
 
 from ..errors import InvalidInputError
-from .engine import FailMode, FailurePolicy, MetricsSink
+from .engine import DEFAULT_BUDGET, FailMode, FailurePolicy, MetricsSink, check_budget
 from .headers import HeaderSets
 from .identity import ClientIdentity, TrustedProxies
 from .spec import KeyFunc, as_key, remote_address
@@ -25,8 +25,9 @@ TrustedArg = Union[TrustedProxies, int, str, Sequence[str], None]
 
 @dataclass
 class Settings:
-    """Key, identity, header sets, failure policy, shadow mode and metrics of one rate
-    limiter. Built once; read-only afterwards, so thread-safe."""
+    """Key, identity, header sets, failure policy, shadow mode, metrics and request budget
+    (seconds for all of a request's checks together; None: none) of one rate limiter.
+    Built once; read-only afterwards, so thread-safe."""
 
     key: KeyFunc
     identity: ClientIdentity
@@ -34,6 +35,7 @@ class Settings:
     policy: FailurePolicy
     shadow: bool
     metrics: MetricsSink | None
+    budget: float | None = DEFAULT_BUDGET
 
     @classmethod
     def build(
@@ -47,6 +49,7 @@ class Settings:
         shadow: bool,
         metrics: MetricsSink | None,
         where: str,
+        budget: float | None = DEFAULT_BUDGET,
     ) -> Settings:
         """Validate everything, raising :class:`~redcount.InvalidInputError` on bad input."""
         if not isinstance(shadow, bool):
@@ -60,4 +63,5 @@ class Settings:
             policy=FailurePolicy(fail),
             shadow=shadow,
             metrics=metrics,
+            budget=check_budget(budget, "budget"),
         )

@@ -803,4 +803,4 @@ def test_store_basics(store: redcount.Store) -> None:
     assert store.ping() is True
     assert abs(store.now() - time.time()) < 5
     assert store.is_memory == (store.url == "memory://")
-    assert repr(store) == f"<redcount.Store {store.url}>"
+    assert repr(store) == f"<redcount.Store:{store.url}>"

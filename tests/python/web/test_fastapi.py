@@ -74,8 +74,8 @@ def test_dependency_on_sync_and_async_endpoints_without_a_request_parameter(stor
             assert got == [200, 200, 429], path
         r = await c.get("/sync")
         assert r.status_code == 429
-        assert r.headers["ratelimit-policy"] == '"2-per-60s";q=2;w=60'
-        assert r.headers["ratelimit"].startswith('"2-per-60s";r=0;')
+        assert r.headers["ratelimit-policy"] == '"sync_endpoint";q=2;w=60'
+        assert r.headers["ratelimit"].startswith('"sync_endpoint";r=0;')
         assert int(r.headers["retry-after"]) >= 1
         assert r.json()["detail"].startswith("rate limit exceeded; retry in ")
         r = await c.get("/async")
@@ -94,7 +94,7 @@ def test_headers_without_the_middleware_for_dict_and_model_returns(store: redcou
     async def scenario(c: httpx.AsyncClient) -> None:
         r = await c.get("/d")
         assert r.json() == {"a": 1}
-        assert r.headers["ratelimit"].startswith('"5-per-60s";r=4;')
+        assert r.headers["ratelimit"].startswith('"d";r=4;')
         assert r.headers.get_list("ratelimit") == [r.headers["ratelimit"]]
 
     run(app, scenario)
@@ -145,9 +145,9 @@ def test_headers_reach_the_response_when_a_later_dependency_or_the_route_raises(
 
     async def scenario(c: httpx.AsyncClient) -> None:
         r = await c.get("/dep")
-        assert r.status_code == 401 and r.headers["ratelimit"].startswith('"5-per-60s";r=4;')
+        assert r.status_code == 401 and r.headers["ratelimit"].startswith('"dep";r=4;')
         r = await c.get("/route")
-        assert r.status_code == 404 and r.headers["ratelimit"].startswith('"5-per-60s";r=4;')
+        assert r.status_code == 404 and r.headers["ratelimit"].startswith('"route";r=4;')
         assert len(r.headers.get_list("ratelimit")) == 1
 
     run(app, scenario)
@@ -290,7 +290,7 @@ def test_the_event_loop_never_waits_on_redis(redis_factory: Any) -> None:
     request is decided by Redis once it thaws (its headers prove it was not failed open)."""
     server = redis_factory()
     store = redcount.connect(server.url, command_timeout=30)
-    app, rl = make(store)
+    app, rl = make(store, budget=None)  # no request budget: the request waits for Redis to thaw
 
     @app.get("/sync", dependencies=[Depends(rl.limit("5/minute"))])
     def sync_endpoint() -> dict[str, str]:
@@ -325,7 +325,7 @@ def test_the_event_loop_never_waits_on_redis(redis_factory: Any) -> None:
             r = await req
             stop = True
             await t
-            assert r.status_code == 200 and r.headers["ratelimit"].startswith(f'"5-per-60s";r={left};'), path
+            assert r.status_code == 200 and r.headers["ratelimit"].startswith(f'"{path[1:]}_endpoint";r={left};'), path
 
     run(app, scenario)
     store.close()
@@ -496,7 +496,10 @@ def test_a_thousand_concurrent_requests_share_one_connection(redis_factory: Any)
     every request over the store's one socket, and the count stays exact."""
     server = redis_factory()
     redis_store = redcount.connect(server.url)
-    app, rl = make(redis_store, default="10000/minute")
+    # A thousand requests started at once keep the loop busy for longer than the default
+    # request budget (100 ms), which would decide the late ones by the failure policy; the
+    # point here is the exact count over one connection, so no budget.
+    app, rl = make(redis_store, default="10000/minute", budget=None)
 
     @app.get("/x", dependencies=[Depends(rl.limit("300/minute"))])
     async def x() -> dict[str, str]:

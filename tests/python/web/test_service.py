@@ -329,7 +329,7 @@ BAD_INCREMENTS = [
     pytest.param({"content": b'{"delta": ' + b"9" * 5000 + b"}", "headers": JSON}, 400, "invalid_json",
                  id="unparsable-number"),
     pytest.param({"content": b"\xff\xfe", "headers": JSON}, 400, "invalid_json", id="not-utf8"),
-    pytest.param({"content": b"", "headers": JSON}, 200, None, id="empty-is-delta-1"),
+    pytest.param({"content": b"", "headers": JSON}, 400, "invalid_json", id="empty-as-json"),
     pytest.param({"content": b"delta=5", "headers": {"Content-Type": "text/plain"}}, 415, "unsupported_media_type",
                  id="not-json-content-type"),
     pytest.param({"json": {"delta": 0}}, 422, "invalid_body", id="delta-0"),

@@ -77,7 +77,8 @@ _APPS: dict[str, str] = {
         import redcount, redcount.flask
         from flask import Flask
         app = Flask(__name__)
-        app.config.update(REDCOUNT_URL=URL, REDCOUNT_PREFIX="bench:web:redcount", REDCOUNT_HEADERS="none")
+        app.config.update(REDCOUNT_URL=URL, REDCOUNT_PREFIX="bench:web:redcount", REDCOUNT_HEADERS="none",
+                          REDCOUNT_BUDGET=0)  # every request decided by the store, never let through
         rl = redcount.flask.RateLimiter(app)
 
         @app.get("/")
@@ -159,7 +160,8 @@ _APPS: dict[str, str] = {
         from fastapi import Depends, FastAPI
         from fastapi.responses import PlainTextResponse
         from redcount.fastapi import RateLimiter
-        rl = RateLimiter(redcount.aio.Limiter(redcount.connect(URL), prefix="bench:web:redcount"), headers="none")
+        rl = RateLimiter(redcount.aio.Limiter(redcount.connect(URL), prefix="bench:web:redcount"), headers="none",
+                         budget=None)  # every request decided by the store, never let through
         app = FastAPI()
 
         @app.get("/", response_class=PlainTextResponse, dependencies=[Depends(rl.limit(LIMIT))])
