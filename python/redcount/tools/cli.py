@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .._core import Store
+    from ..sql import Flusher
 
 #: The operations commands (flush, restore, reconcile, reshard) read the store URL from
 #: ``--url`` or, without it, from this environment variable; they have no default.
@@ -256,7 +257,11 @@ def _run_reconcile(args: argparse.Namespace) -> int:
     if args.every is not None and args.every <= 0:
         raise ValueError("--every must be > 0 seconds")
     store = _ops_store(args, repair=args.repair)
-    snaps = SnapshotStore(args.sql, create=False)
+    try:
+        snaps = SnapshotStore(args.sql, create=False)
+    except BaseException:
+        store.close()
+        raise
     try:
         while True:
             names = args.counter or snaps.counters()
@@ -300,17 +305,24 @@ def _run_restore(args: argparse.Namespace) -> int:
 
 
 def _run_flush(args: argparse.Namespace) -> int:
-    import signal
-    import threading
-
     from .. import Flusher
 
     if not args.counter:
         raise ValueError("give at least one --counter NAME")
     store = _ops_store(args)
+    try:
+        return _flush(args, store, Flusher)
+    finally:
+        store.close()
+
+
+def _flush(args: argparse.Namespace, store: Store, flusher_class: type[Flusher]) -> int:
+    import signal
+    import threading
+
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with Flusher(
+    with flusher_class(
         store,
         args.sql,
         args.counter,
@@ -343,7 +355,6 @@ def _run_flush(args: argparse.Namespace) -> int:
             )
         for bad in st.malformed_ids:
             print(f"flush: skipped malformed entry {bad}", file=sys.stderr)
-    store.close()
     return 0
 
 
