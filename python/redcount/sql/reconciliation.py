@@ -142,7 +142,8 @@ def _percent(fraction: float) -> str:
 
 @dataclass(frozen=True)
 class ReconcileRun:
-    """A recorded run (``redcount_reconcile_runs``)."""
+    """A recorded run (``redcount_reconcile_runs``). ``relative`` is a fraction (0.001 is
+    0.1 %), as in :class:`Report`; ``corrections`` the unsigned size of what a repair wrote."""
 
     counter: str
     run_ms: int
