@@ -453,7 +453,8 @@ def drift_history(sql_url: str | SnapshotStore, names: str | Iterable[str], *, p
 
     Columns: ``counter``, ``run_ms``, ``time`` (a UTC timestamp), ``drift`` (live minus
     expected, summed over shards), ``abs_drift`` (absolute live and audit drift, summed),
-    ``relative``, ``ok``, ``corrections`` (what a repair wrote). With ``per_shard=True``, one
+    ``relative`` (a fraction, 0.001 being 0.1 %: the figure ``redcount reconcile`` prints
+    before its percentage), ``ok``, ``corrections`` (the unsigned size of what a repair wrote). With ``per_shard=True``, one
     row per run and drifting or corrected shard instead: ``counter``, ``run_ms``, ``time``,
     ``shard``, ``drift``, ``audit_drift``, ``correction``, ``audit_correction`` (a run where
     every shard agreed has no rows there).

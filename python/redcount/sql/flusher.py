@@ -582,7 +582,7 @@ class Flusher:
                 try:
                     # Optional (redcount[progress]); without it, plain lines as off a terminal.
                     tqdm = importlib.import_module("tqdm").tqdm
-                    self._bar = tqdm(unit=" deltas", file=stream, dynamic_ncols=True)
+                    self._bar = tqdm(unit=" entries", file=stream, dynamic_ncols=True)
                 except ImportError:
                     self._bar = False
             if self._bar:
@@ -591,9 +591,12 @@ class Flusher:
         now = time.monotonic()
         if now - self._last_line >= 2.0:
             self._last_line = now
+            st = self.stats
+            # Counts since start, at most one line per 2 s: the last one printed can be well
+            # behind the final summary, so each number says what it is and that it is "so far".
             print(
-                f"flushed {self.stats.applied} deltas (skipped {self.stats.skipped}, "
-                f"malformed {self.stats.malformed}, claimed {self.stats.claimed})",
+                f"flush: so far {st.applied + st.skipped + st.malformed} entries handled: applied {st.applied}, "
+                f"skipped {st.skipped} (already applied), malformed {st.malformed}, claimed {st.claimed}",
                 file=stream,
                 flush=True,
             )

@@ -75,16 +75,23 @@ class ShardRow:
     expected: int  # snapshot + unflushed
     drift: int  # live - expected
     audit_drift: int  # expected - audited
-    correction: int = 0  # what repair added to the live value
-    audit_correction: int = 0  # what repair added to the audit log
+    correction: int = 0  # what repair added to the live value (signed: -drift)
+    audit_correction: int = 0  # what repair added to the audit log (signed: +audit_drift)
     stable: bool = True  # the drift was the same in both measurements (repair only)
 
 
 @dataclass(frozen=True)
 class Report:
     """One reconciliation of one counter. ``relative`` is the sum of every shard's absolute
-    drift (live and audit) over ``max(|expected|, 1)``; ``ok`` when it is at most
-    ``threshold``. Per-shard drifts of opposite signs do not cancel in ``abs_drift``."""
+    drift (live and audit) over ``max(|expected|, 1)``, a fraction (0.001 is 0.1 %); ``ok``
+    when it is at most ``threshold`` (a fraction too). Per-shard drifts of opposite signs do
+    not cancel in ``abs_drift``.
+
+    Signs: ``drift`` is what the live value has too much (live - expected), ``audit_drift``
+    what the audit log has too little (expected - audited); a correction is what repair *added* (``correction = -drift`` to the live
+    value, ``audit_correction = +audit_drift`` to the audit log), and :meth:`table`'s ``fix``
+    column shows, per shard and in the total row alike, the signed sum of the two.
+    ``corrections`` is the unsigned size of everything written."""
 
     counter: str
     run_ms: int
@@ -99,7 +106,7 @@ class Report:
     threshold: float
     ok: bool
     repaired: bool
-    corrections: int  # sum of all corrections written (live and audit)
+    corrections: int  # size of the corrections written: sum of |correction| + |audit_correction|
 
     def table(self) -> str:
         """A readable table of the rows and the totals."""
@@ -111,21 +118,32 @@ class Report:
                 f"{r.shard:>5} {r.live:>14} {r.expected:>14} {r.audited:>14} {r.drift:>10} {r.audit_drift:>8} "
                 f"{fix if fix else '':>10}{'' if r.stable else '  (moving: not repaired)'}"
             )
+        # The total row sums every column with its sign, the fixes too (so a shard's -7 and
+        # the total's -7 agree); ``corrections`` is the size of what was written, unsigned.
+        net = sum(r.correction + r.audit_correction for r in self.rows)
         lines.append(
             f"{'total':>5} {self.live:>14} {self.expected:>14} {self.audited:>14} {self.drift:>10} "
-            f"{self.audit_drift:>8} {self.corrections if self.repaired else '':>10}"
+            f"{self.audit_drift:>8} {net if net else '':>10}"
         )
         verdict = "OK" if self.ok else "DRIFT"
+        # ``relative`` and ``threshold`` are fractions (as in runs(), drift_history() and the
+        # metrics); the percentage follows in parentheses.
         lines.append(
-            f"{verdict}: |drift| {self.abs_drift} = {self.relative:.4%} of {self.expected} "
-            f"(threshold {self.threshold:.4%}){'; repaired' if self.repaired else ''}"
+            f"{verdict}: |drift| {self.abs_drift} of {self.expected}: relative {self.relative:.6g} "
+            f"({_percent(self.relative)}), threshold {self.threshold:.6g} ({_percent(self.threshold)})"
+            f"{'; repaired' if self.repaired else ''}"
         )
         return "\n".join(lines)
 
 
+def _percent(fraction: float) -> str:
+    return f"{fraction * 100:.6g} %"
+
+
 @dataclass(frozen=True)
 class ReconcileRun:
-    """A recorded run (``redcount_reconcile_runs``)."""
+    """A recorded run (``redcount_reconcile_runs``). ``relative`` is a fraction (0.001 is
+    0.1 %), as in :class:`Report`; ``corrections`` the unsigned size of what a repair wrote."""
 
     counter: str
     run_ms: int

@@ -4,8 +4,41 @@
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .._core import Store
+    from ..sql import Flusher
+
+#: The operations commands (flush, restore, reconcile, reshard) read the store URL from
+#: ``--url`` or, without it, from this environment variable; they have no default.
+URL_ENV = "REDCOUNT_URL"
+
+_OPS_URL_HELP = (
+    "URL of the Redis server that holds the counters (redis://, rediss://, unix://); "
+    f"default: ${URL_ENV}. Required: memory:// only when named explicitly"
+)
+
+
+def _threshold(text: str) -> float:
+    """``--threshold``: a fraction (``0.001``) or a percentage (``0.1%``)."""
+    raw = text.strip()
+    percent = raw.endswith("%")
+    try:
+        value = float(raw[:-1].strip() if percent else raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a fraction (0.001) or a percentage (0.1%), got {text!r}"
+        ) from None
+    if percent:
+        value /= 100
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite fraction >= 0 (or a percentage), got {text!r}")
+    return value
 
 from .. import __version__
 
@@ -60,7 +93,7 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--wrk", default="wrk", help="bench web: the wrk binary")
 
     f = sub.add_parser("flush", help="apply sharded counters' delta logs to SQL snapshots, exactly once")
-    f.add_argument("--url", default=None, help="store URL (redis://...; default memory://, useful only in tests)")
+    f.add_argument("--url", default=None, help=_OPS_URL_HELP)
     f.add_argument("--sql", required=True, help="SQLAlchemy URL of the snapshots (sqlite:///file.db, postgresql+psycopg://...)")
     f.add_argument("--counter", action="append", default=[], metavar="NAME", help="a counter to flush (repeatable)")
     f.add_argument("--shards", type=int, default=16, help="shards of the counters (default 16)")
@@ -73,17 +106,18 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--quiet", action="store_true", help="no progress output")
 
     r = sub.add_parser("restore", help="rebuild a sharded counter's shards from its SQL snapshot and delta logs")
-    r.add_argument("--url", default=None, help="store URL (redis://...)")
+    r.add_argument("--url", default=None, help=_OPS_URL_HELP)
     r.add_argument("--sql", required=True, help="SQLAlchemy URL of the snapshots")
     r.add_argument("--counter", action="append", default=[], metavar="NAME", help="a counter to restore (repeatable)")
 
     rc = sub.add_parser("reconcile", help="compare sharded counters' live values with their SQL snapshots and logs")
-    rc.add_argument("--url", default=None, help="store URL (redis://...)")
+    rc.add_argument("--url", default=None, help=_OPS_URL_HELP)
     rc.add_argument("--sql", required=True, help="SQLAlchemy URL of the snapshots")
     rc.add_argument("--counter", action="append", default=[], metavar="NAME",
                     help="a counter to reconcile (repeatable; default every counter in the database)")
     rc.add_argument("--every", type=float, default=None, metavar="SECONDS", help="run again every SECONDS until stopped")
-    rc.add_argument("--threshold", type=float, default=0.001, help="relative drift that fails (default 0.001 = 0.1%%)")
+    rc.add_argument("--threshold", type=_threshold, default=0.001,
+                    help="relative drift that fails, as a fraction or a percentage (default 0.001, the same as 0.1%%)")
     rc.add_argument("--repair", action="store_true", help="write the corrections that close the drift (reason 'reconcile')")
 
     sv = sub.add_parser("serve", help="serve sharded counters over HTTP (needs: pip install 'redcount[serve]')")
@@ -100,7 +134,7 @@ def _parser() -> argparse.ArgumentParser:
     sv.add_argument("--max-delta", type=int, default=1_000_000_000, help="largest |delta| of one request (default 1e9)")
     sv.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     rs = sub.add_parser("reshard", help="move a sharded counter's writes to a new generation of shards")
-    rs.add_argument("--url", default=None, help="store URL (redis://...)")
+    rs.add_argument("--url", default=None, help=_OPS_URL_HELP)
     rs.add_argument("--counter", required=True, metavar="NAME", help="the counter to reshard")
     rs.add_argument("--shards", required=True, type=int, metavar="M", help="the new generation's shard count")
     rs.add_argument("--initial-shards", type=int, default=16, metavar="N",
@@ -166,10 +200,43 @@ def _run_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_reshard(args: argparse.Namespace) -> int:
-    from .. import ShardedCounter, connect
+def _ops_store(args: argparse.Namespace, *, repair: bool = False) -> Store:
+    """The store of an operations command (flush, restore, reconcile, reshard): ``--url``, else
+    ``$REDCOUNT_URL``; never a default. These commands act on counters that live on a Redis
+    server; the in-process store of a command-line process is new and empty, so a default of
+    memory:// would "restore" or "reshard" nothing and report success, and a repair would take
+    the whole snapshot for drift. memory:// is used only when named, and then a repair (which
+    writes corrections into the SQL audit log) is refused."""
+    url = args.url if args.url else os.environ.get(URL_ENV, "")
+    if not url:
+        raise ValueError(
+            f"--url is required (or set {URL_ENV}): {args.command} works on the Redis server that holds "
+            "the counters (redis://host:6379/0)"
+        )
+    args.url = url  # what main() redacts from error messages
+    from .. import connect
 
-    store = connect(args.url)
+    store = connect(url)
+    if store.url.startswith("memory:"):
+        if repair:
+            store.close()
+            raise ValueError(
+                f"{args.command} --repair refuses memory://: this process's in-process store holds none of "
+                "the counters, so its corrections would be written to the SQL audit log for nothing"
+            )
+        print(
+            f"redcount {args.command}: note: memory:// is this process's own in-process store, empty at "
+            "start; what it holds is gone when the command exits",
+            file=sys.stderr,
+            flush=True,
+        )
+    return store
+
+
+def _run_reshard(args: argparse.Namespace) -> int:
+    from .. import ShardedCounter
+
+    store = _ops_store(args)
     try:
         c = ShardedCounter(store, args.counter, shards=args.initial_shards, prefix=args.prefix)
         before = c.layout()
@@ -188,12 +255,16 @@ def _run_reshard(args: argparse.Namespace) -> int:
 def _run_reconcile(args: argparse.Namespace) -> int:
     import time
 
-    from .. import SnapshotStore, connect, reconcile
+    from .. import SnapshotStore, reconcile
 
     if args.every is not None and args.every <= 0:
         raise ValueError("--every must be > 0 seconds")
-    store = connect(args.url)
-    snaps = SnapshotStore(args.sql, create=False)
+    store = _ops_store(args, repair=args.repair)
+    try:
+        snaps = SnapshotStore(args.sql, create=False)
+    except BaseException:
+        store.close()
+        raise
     try:
         while True:
             names = args.counter or snaps.counters()
@@ -213,11 +284,11 @@ def _run_reconcile(args: argparse.Namespace) -> int:
 
 
 def _run_restore(args: argparse.Namespace) -> int:
-    from .. import connect, restore
+    from .. import restore
 
     if not args.counter:
         raise ValueError("give at least one --counter NAME")
-    store = connect(args.url)
+    store = _ops_store(args)
     try:
         for name in args.counter:
             rep = restore(store, args.sql, name)
@@ -237,17 +308,24 @@ def _run_restore(args: argparse.Namespace) -> int:
 
 
 def _run_flush(args: argparse.Namespace) -> int:
-    import signal
-    import threading
-
-    from .. import Flusher, connect
+    from .. import Flusher
 
     if not args.counter:
         raise ValueError("give at least one --counter NAME")
-    store = connect(args.url)
+    store = _ops_store(args)
+    try:
+        return _flush(args, store, Flusher)
+    finally:
+        store.close()
+
+
+def _flush(args: argparse.Namespace, store: Store, flusher_class: type[Flusher]) -> int:
+    import signal
+    import threading
+
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with Flusher(
+    with flusher_class(
         store,
         args.sql,
         args.counter,
@@ -273,14 +351,13 @@ def _run_flush(args: argparse.Namespace) -> int:
         lag = flusher.lag
         if not args.quiet:
             print(
-                f"flush: {n} entries handled: applied {st.applied}, skipped {st.skipped} (already applied), "
+                f"flush: done: {n} entries handled in all: applied {st.applied}, skipped {st.skipped} (already applied), "
                 f"malformed {st.malformed}, claimed {st.claimed}, trimmed {st.trimmed}; "
                 f"lag {lag.entries} entries, {lag.seconds:.1f} s",
                 file=sys.stderr,
             )
         for bad in st.malformed_ids:
             print(f"flush: skipped malformed entry {bad}", file=sys.stderr)
-    store.close()
     return 0
 
 
@@ -322,6 +399,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (RedcountError, ValueError) as e:
         # An error may quote the URL (or a part of it): never print its password.
         print(f"redcount {args.command}: error: {redact(str(e), getattr(args, 'url', None))}", file=sys.stderr)
+        return 2
+    except ImportError as e:
+        # A missing optional dependency (SQLAlchemy for flush, restore and reconcile...): its
+        # message says what to pip install; one line, not a traceback.
+        message = str(e).strip().splitlines()[0] if str(e).strip() else f"cannot import {e.name}"
+        print(f"redcount {args.command}: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

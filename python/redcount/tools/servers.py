@@ -21,16 +21,18 @@ port, unless it has run already: a restart comes back on the same port.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import signal
 import socket
 import ssl
 import subprocess
+import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +44,7 @@ __all__ = [
     "RedisServer",
     "ServerError",
     "Tls",
+    "die_with_parent",
     "free_port",
     "make_certs",
     "private_or_existing",
@@ -74,6 +77,36 @@ def server_binary(name: str = "redis-server", advice: str = INSTALL_REDIS) -> st
     if found is None:
         raise ServerError(f"redis-server not found (looked for {name!r}); {advice}")
     return found
+
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` for :mod:`subprocess` that has the kernel SIGKILL the child when its
+    parent ends, however it ends (SIGKILL included, which no ``finally`` or ``with`` block
+    sees): Linux's ``prctl(PR_SET_PDEATHSIG, SIGKILL)``. None elsewhere (no such call).
+
+    The signal comes when the *thread* that started the child ends, so start children that
+    must live longer than a worker thread from the main thread. ``prctl`` is looked up here,
+    before the fork: the child only calls it (no import, no lookup between fork and exec)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    parent = os.getpid()
+    kill = int(signal.SIGKILL)
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, kill, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl ran: no signal would come
+            os.kill(os.getpid(), kill)
+
+    return preexec
 
 
 def stop_process(proc: subprocess.Popen[bytes], timeout: float = 5.0) -> None:
@@ -176,7 +209,8 @@ def make_certs(directory: str | Path) -> Tls:
          "-CAcreateserial", "-sha256", "-days", "2", "-extfile", ext, "-out", path("server.pem")],
     ]  # fmt: skip
     for step in steps:
-        done = subprocess.run([openssl, *step], stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False)
+        done = subprocess.run([openssl, *step], stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False,
+                              timeout=60, preexec_fn=die_with_parent())
         if done.returncode != 0:
             raise ServerError(f"openssl {step[0]} failed (exit {done.returncode}): {done.stderr[-300:]}")
     return Tls(cert=path("server.pem"), key=path("server.key"), ca=path("ca.pem"))
@@ -196,6 +230,8 @@ class RedisServer:
     listen only for TLS with these files (:attr:`url` is then ``rediss://``).
     ``new_session``: start the server in a session of its own, so that Ctrl-C in a terminal
     does not reach it and the owner stops it (the tools do, on their way out).
+    ``die_with_owner``: the kernel kills the server when the thread that started it ends, even
+    by SIGKILL (see :func:`die_with_parent`; Linux), so a killed tool leaves no server behind.
 
     ``with RedisServer() as s:`` starts it and, at the end, stops it and removes its
     directory. Not thread-safe.
@@ -210,6 +246,7 @@ class RedisServer:
         password: str | None = None,
         tls: Tls | None = None,
         new_session: bool = False,
+        die_with_owner: bool = False,
     ) -> None:
         self.exe = server_binary(binary)
         self.port = port if port is not None else free_port()
@@ -217,6 +254,7 @@ class RedisServer:
         self.password = password
         self.tls = tls
         self.new_session = new_session
+        self.die_with_owner = die_with_owner
         self.dir = Path(tempfile.mkdtemp(prefix=f"redcount-redis-{self.port}-"))
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: BinaryIO | None = None
@@ -277,6 +315,7 @@ class RedisServer:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=self.new_session,
+            preexec_fn=die_with_parent() if self.die_with_owner else None,
         )
         deadline = time.monotonic() + READY_TIMEOUT
         last_error: object = None
@@ -398,5 +437,5 @@ def private_or_existing(binary: str | None, url: str | None) -> Iterator[str]:
             raise ServerError("either a redis-server binary or the URL of a running server is needed")
         yield url
         return
-    with RedisServer(binary, new_session=True) as server:
+    with RedisServer(binary, new_session=True, die_with_owner=True) as server:
         yield server.url

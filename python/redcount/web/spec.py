@@ -184,7 +184,11 @@ def _parse(text: str, where: str) -> LimitSet:
     try:
         return LimitSet(text)
     except (InvalidInputError, ValueError) as e:
-        raise InvalidInputError(f"bad limit {text!r} on {where}: {e}") from None
+        # The parser's message quotes the limit string already: add only where it was, and
+        # nothing when ``where`` names the limit by that same string.
+        if where == f"limit {text!r}":
+            raise InvalidInputError(str(e)) from None
+        raise InvalidInputError(f"bad limit on {where}: {e}") from None
 
 
 _logged: set[int] = set()
@@ -333,7 +337,7 @@ class LimitSpec:
                 try:
                     limits = LimitSet(text)
                 except (InvalidInputError, ValueError) as e:
-                    msg = f"the limit callable on {self.where} returned a bad limit {text!r}: {e}"
+                    msg = f"the limit callable on {self.where} returned a bad limit: {e}"
                     _once(fn, msg)
                     raise InvalidInputError(msg) from None
             else:

@@ -415,3 +415,69 @@ def test_run_retries_a_failed_round_and_loses_nothing(store: redcount.Store, tmp
     assert failures == [0]
     check_exact(f.snapshots, c, {f"r{i}" for i in range(60)})
     f.close()
+
+
+PROGRESS_LINE = (
+    r"^flush: so far (\d+) entries handled: applied (\d+), skipped (\d+) \(already applied\), "
+    r"malformed (\d+), claimed (\d+)$"
+)
+
+
+def test_the_progress_line_says_what_each_number_is(store: redcount.Store, tmp_path: Path) -> None:
+    import io
+    import re
+
+    c = counter(store)
+    write(c, range(30))
+    out = io.StringIO()
+    with redcount.Flusher(store, f"sqlite:///{tmp_path / 'p.db'}", [c], progress=True, progress_stream=out) as f:
+        assert f.drain() == 30
+    lines = out.getvalue().splitlines()
+    assert lines, "a progress line is printed at the first round"
+    for line in lines:
+        m = re.match(PROGRESS_LINE, line)
+        assert m, line
+        handled, applied, skipped, malformed, _ = (int(g) for g in m.groups())
+        assert handled == applied + skipped + malformed and 0 < handled <= 30
+
+
+@pytest.mark.redis_only
+def test_the_command_line_s_progress_and_summary_use_the_same_words(
+    redis_server: RedisServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import re
+
+    from redcount.tools.cli import main
+
+    store = redcount.connect(redis_server.url)
+    store.execute("FLUSHALL")
+    c = counter(store)
+    write(c, range(40))
+    sql = f"sqlite:///{tmp_path / 'cli.db'}"
+    assert main(["flush", "--url", redis_server.url, "--sql", sql, "--counter", "likes",
+                 "--shards", str(SHARDS), "--once"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert any(re.match(PROGRESS_LINE, line) for line in err), err
+    assert "flush: done: 40 entries handled in all: applied 40, skipped 0 (already applied)" in err[-1], err
+    store.close()
+
+
+@pytest.mark.redis_only
+@pytest.mark.parametrize("command", ["flush", "restore", "reconcile"])
+def test_without_sqlalchemy_the_commands_print_one_line(redis_server: RedisServer, tmp_path: Path, command: str) -> None:
+    # SQLAlchemy made unimportable in the child (a None entry in sys.modules makes `import`
+    # raise ImportError, as when the package is not installed).
+    argv = [command, "--url", redis_server.url, "--sql", f"sqlite:///{tmp_path / 'x.db'}", "--counter", "likes"]
+    code = (
+        "import sys\n"
+        "sys.modules['sqlalchemy'] = None\n"
+        "from redcount.tools.cli import main\n"
+        f"sys.exit(main({argv!r}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"redcount {command}: error: ") and "pip install 'redcount[sql]'" in lines[0]

@@ -255,3 +255,83 @@ def test_repair_leaves_a_shard_whose_drift_moves_between_measurements(
     assert drifts(redcount.reconcile(store, sql, "likes")) == {1: (8, 0)}
     redcount.reconcile(store, sql, "likes", repair=True)
     assert redcount.reconcile(store, sql, "likes").abs_drift == 0
+
+
+def _fix_column(table: str) -> dict[str, str]:
+    """The ``fix`` column of each row of a reconcile table, by its first column."""
+    rows = {}
+    for line in table.splitlines()[2:-1]:
+        cells = line.split()
+        rows[cells[0]] = cells[6] if len(cells) > 6 else ""
+    return rows
+
+
+def test_shard_rows_and_the_total_row_give_corrections_with_one_sign(store: redcount.Store, sql_url: str) -> None:
+    c = counter(store)
+    total = write(c, 40)
+    flushed(store, sql_url, c)
+    store.execute("INCRBY", c.key_of(2), 7)
+    store.execute("INCRBY", c.key_of(1), -3)
+    fixed = redcount.reconcile(store, sql_url, "likes", repair=True)
+    assert {r.shard: r.correction for r in fixed.rows if r.correction} == {1: 3, 2: -7}
+    assert fixed.corrections == 10  # the size of what was written, unsigned
+    fixes = _fix_column(fixed.table())
+    assert (fixes["1"], fixes["2"]) == ("3", "-7")
+    assert fixes["total"] == "-4"  # the signed sum, as in the drift column (7 - 3 = 4)
+    assert c.value() == total
+
+
+@pytest.mark.redis_only
+def test_the_command_line_and_the_recorded_runs_give_relative_drift_alike(
+    redis_server: RedisServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import re
+
+    from redcount.tools.cli import main
+
+    sql = f"sqlite:///{tmp_path / 'cli.db'}"
+    store = redcount.connect(redis_server.url)
+    store.execute("FLUSHALL")
+    c = counter(store)
+    total = write(c, 30)
+    flushed(store, sql, c)
+    store.execute("INCRBY", c.key_of(0), 4)
+    assert main(["reconcile", "--url", redis_server.url, "--sql", sql]) == 1
+    out = capsys.readouterr().out
+    m = re.search(r"relative ([0-9.e-]+) \(([0-9.e-]+) %\), threshold ([0-9.e-]+) \(([0-9.e-]+) %\)", out)
+    assert m, out
+    recorded = runs(sql, "likes")[-1]
+    assert recorded.relative == pytest.approx(4 / total)
+    assert float(m.group(1)) == pytest.approx(recorded.relative, rel=1e-5)  # both fractions
+    assert float(m.group(2)) == pytest.approx(recorded.relative * 100, rel=1e-5)  # and its percentage
+    assert (float(m.group(3)), float(m.group(4))) == (0.001, 0.1)
+    store.close()
+
+
+@pytest.mark.redis_only
+def test_the_threshold_is_a_fraction_or_a_percentage(
+    redis_server: RedisServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from redcount.tools.cli import main
+
+    sql = f"sqlite:///{tmp_path / 'cli.db'}"
+    store = redcount.connect(redis_server.url)
+    store.execute("FLUSHALL")
+    c = counter(store)
+    total = write(c, 100)  # 300
+    flushed(store, sql, c)
+    store.execute("INCRBY", c.key_of(0), 6)  # 2 % of 300
+    assert total == 300
+    args = ["reconcile", "--url", redis_server.url, "--sql", sql, "--threshold"]
+    assert main([*args, "0.1%"]) == 1
+    assert "threshold 0.001 (0.1 %)" in capsys.readouterr().out
+    assert main([*args, "2.5%"]) == 0
+    assert main([*args, "2.5 %"]) == 0
+    assert main([*args, "0.025"]) == 0
+    assert main([*args, "1%"]) == 1
+    for bad in ("abc%", "-1%", "nan", "%"):
+        with pytest.raises(SystemExit) as e:
+            main([*args, bad])
+        assert e.value.code == 2
+        assert "--threshold" in capsys.readouterr().err
+    store.close()

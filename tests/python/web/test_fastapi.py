@@ -237,9 +237,9 @@ def test_key_function_returning_non_string_is_a_clear_500_logged_once(
 
 def test_bad_input_at_start_up() -> None:
     rl = RateLimiter()
-    with pytest.raises(redcount.InvalidInputError, match="bad limit '5/fortnight' on limit '5/fortnight'"):
+    with pytest.raises(redcount.InvalidInputError, match="^invalid rate limit '5/fortnight'"):
         rl.limit("5/fortnight")
-    with pytest.raises(redcount.InvalidInputError, match="bad limit 'x' on RateLimiter\\(default=...\\)"):
+    with pytest.raises(redcount.InvalidInputError, match="bad limit on RateLimiter\\(default=...\\): invalid rate limit 'x'"):
         RateLimiter(default="x")
     with pytest.raises(redcount.InvalidInputError, match="malformed trusted proxy CIDR"):
         RateLimiter(trusted_proxies=["10.0.0.0/8", "10.0.0.0/99"])

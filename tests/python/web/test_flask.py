@@ -400,7 +400,7 @@ def test_enabled_false_turns_checks_off(store: redcount.Store) -> None:
 @pytest.mark.parametrize(
     ("config", "needle"),
     [
-        ({"REDCOUNT_DEFAULT": "10 per fortnight"}, "bad limit '10 per fortnight' on REDCOUNT_DEFAULT"),
+        ({"REDCOUNT_DEFAULT": "10 per fortnight"}, "bad limit on REDCOUNT_DEFAULT \\(default=\\): invalid rate limit '10 per fortnight'"),
         ({"REDCOUNT_TRUSTED_PROXIES": "10.0.0.0/40"}, "malformed trusted proxy CIDR"),
         ({"REDCOUNT_HEADERS": "ietf,github"}, "unknown header set 'github'"),
         ({"REDCOUNT_FAIL": "sometimes"}, "fail must be 'open' or 'closed'"),
@@ -421,7 +421,7 @@ def test_bad_config_fails_in_init_app(config: dict[str, Any], needle: str) -> No
 
 def test_bad_decorator_fails_at_import_naming_the_route() -> None:
     rl = redcount.flask.RateLimiter()
-    with pytest.raises(redcount.InvalidInputError, match="bad limit '5/fortnight' on route 'orders'"):
+    with pytest.raises(redcount.InvalidInputError, match="bad limit on route 'orders': invalid rate limit '5/fortnight'"):
 
         @rl.limit("5/fortnight")
         def orders() -> str:

@@ -45,8 +45,8 @@ def spec(limit: Any = "3/minute", **kw: Any) -> LimitSpec:
 @pytest.mark.parametrize(
     ("limit", "kw", "needle"),
     [
-        ("10/minutes please", {}, "bad limit '10/minutes please' on route 'view'"),
-        ("", {}, "bad limit '' on route 'view'"),
+        ("10/minutes please", {}, "bad limit on route 'view': invalid rate limit '10/minutes please'"),
+        ("", {}, "bad limit on route 'view': rate limit string is empty"),
         (42, {}, "limit on route 'view' must be a string"),
         ("10/minute", {"cost": 0}, "cost on route 'view' must be >= 1"),
         ("10/minute", {"cost": 11}, "cost 11 on route 'view' is more than the limit"),
@@ -62,6 +62,26 @@ def test_bad_specs_fail_at_start_naming_the_route(limit: Any, kw: dict[str, Any]
     with pytest.raises(redcount.InvalidInputError) as e:
         spec(limit, **kw)
     assert needle in str(e.value)
+
+
+@pytest.mark.parametrize("text", ["10/fortnight", "5/second;lots/minute", "10 per"])
+def test_a_bad_limit_string_is_quoted_no_more_often_than_the_parser_quotes_it(text: str) -> None:
+    with pytest.raises(redcount.InvalidInputError) as parser:
+        redcount.parse_limits(text)
+    bad = text.split(";")[-1]
+    quoted = str(parser.value).count(bad)
+    assert quoted >= 1, parser.value
+    with pytest.raises(redcount.InvalidInputError) as static:
+        spec(text)
+    assert str(static.value).count(bad) == quoted, static.value  # the route is added, not the string
+    assert str(static.value).startswith("bad limit on route 'view': ")
+    # FastAPI names a route-less dependency by its limit: then the parser's message alone.
+    with pytest.raises(redcount.InvalidInputError) as named:
+        LimitSpec.build(text, name=None, where=f"limit {text!r}")
+    assert str(named.value) == str(parser.value)
+    with pytest.raises(redcount.InvalidInputError) as dynamic:
+        resolve_all([spec(lambda req: text)], FakeView(), remote_address)
+    assert str(dynamic.value).count(bad) == quoted, dynamic.value
 
 
 def test_header_sets_parse() -> None:

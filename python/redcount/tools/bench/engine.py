@@ -130,7 +130,7 @@ def engine_block(
     else:
         try:
             certs = make_certs(stack.enter_context(tempfile.TemporaryDirectory(prefix="redcount-bench-tls-")))
-            tls_url = stack.enter_context(RedisServer(server_bin, tls=certs, new_session=True)).url
+            tls_url = stack.enter_context(RedisServer(server_bin, tls=certs, new_session=True, die_with_owner=True)).url
         except ServerError as e:
             notes.append(f"no TLS row: {e}")
         else:

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 
 import redcount
 
+from ..servers import die_with_parent
 from .harness import percentile
 
 
@@ -89,7 +90,7 @@ def _lag(args: argparse.Namespace) -> int:
             "--shards", str(args.shards), "--batch", str(args.batch)]
     for n in names:
         argv += ["--counter", n]
-    flusher = subprocess.Popen(argv, env=dict(os.environ), stdin=subprocess.DEVNULL)
+    flusher = subprocess.Popen(argv, env=dict(os.environ), stdin=subprocess.DEVNULL, preexec_fn=die_with_parent())
     done = threading.Event()
     written = [0]
 

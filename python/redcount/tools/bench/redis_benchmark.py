@@ -6,13 +6,23 @@ from __future__ import annotations
 import csv
 import io
 import os
+import socket
 import subprocess
 import time
 import urllib.parse
 
+from ..servers import die_with_parent
 from ..urls import mask_url, redact
 from .harness import BenchError, Contender
 from .rows import N_KEYS
+
+#: Seconds the one-PING password check may take. redis-benchmark 7.0 never exits when it
+#: cannot connect or gets no reply, so every run of it has a timeout, and dies with us.
+CHECK_TIMEOUT = 10.0
+#: Seconds a measuring run may take at most (a slice is sized to take ``--seconds``).
+RUN_TIMEOUT = 300.0
+#: Seconds to wait for a TCP connection to the server before anything runs against it.
+CONNECT_TIMEOUT = 2.0
 
 
 def benchmark_target(url: str) -> tuple[list[str], dict[str, str]]:
@@ -76,7 +86,7 @@ def run_redis_benchmark(
     """Run ``redis-benchmark INCR key:__rand_int__``; (requests/s, seconds)."""
     cmd, env = benchmark_command(binary, url, pipeline, key, n, clients)
     start = time.perf_counter()
-    done = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False, env=env)
+    done = _run(cmd, env, url, RUN_TIMEOUT, f"INCR x {n}")
     elapsed = time.perf_counter() - start
     if done.returncode != 0:
         raise BenchError(
@@ -89,20 +99,48 @@ def run_redis_benchmark(
     raise BenchError(f"could not find 'rps' in redis-benchmark's output: {redact(done.stdout[-400:], url)!r}")
 
 
+def check_reachable(url: str, timeout: float = CONNECT_TIMEOUT) -> None:
+    """Raise :class:`BenchError` saying the server is unreachable when nothing accepts a TCP
+    connection at ``url``'s host and port within ``timeout`` seconds."""
+    u = urllib.parse.urlsplit(url)
+    host, port = u.hostname or "127.0.0.1", u.port or 6379
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except OSError as e:
+        why = e.strerror or str(e) or type(e).__name__
+        raise BenchError(f"the Redis server at {mask_url(url)} is unreachable: cannot connect to {host}:{port} ({why})") from None
+
+
+def _run(cmd: list[str], env: dict[str, str], url: str, timeout: float, what: str) -> subprocess.CompletedProcess[str]:
+    """Run redis-benchmark with a timeout (killed at its end) and tied to this process, so
+    that it never outlives a bench that is killed or interrupted."""
+    try:
+        return subprocess.run(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            check=False,
+            env=env,
+            timeout=timeout,
+            preexec_fn=die_with_parent(),
+        )
+    except subprocess.TimeoutExpired:
+        raise BenchError(
+            f"redis-benchmark ({what}) got no answer from {mask_url(url)} within {timeout:g} s and was stopped: "
+            "is the server reachable, and answering?"
+        ) from None
+
+
 def check_benchmark_auth(binary: str, url: str) -> None:
     """With a password in ``url``: check that redis-benchmark authenticates from the
     environment (one PING) before anything is measured, and say what to do if not."""
     if not urllib.parse.urlsplit(url).password:
         return
     target, env = benchmark_target(url)
-    done = subprocess.run(
-        [binary, *target, "-c", "1", "-n", "1", "--csv", "PING"],
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        check=False,
-        env=env,
-    )
+    check_reachable(url)
+    done = _run([binary, *target, "-c", "1", "-n", "1", "--csv", "PING"], env, url, CHECK_TIMEOUT, "one PING")
     said = redact((done.stderr or done.stdout).strip()[-300:], url)
     if any(word in done.stdout + done.stderr for word in ("NOAUTH", "WRONGPASS", "AUTH failed")):
         raise BenchError(

@@ -29,7 +29,7 @@ from .harness import (
     rounds,
 )
 from .hot import hot_block
-from .redis_benchmark import benchmark_target, check_benchmark_auth
+from .redis_benchmark import benchmark_target, check_benchmark_auth, check_reachable
 from .report import Report, json_ready, print_report, ratio, write_json
 from .rows import INSTALL_LIMITS, INSTALL_REDIS, N_KEYS
 from .sharded import sharded_block, sharded_notes
@@ -82,6 +82,7 @@ def run_bench(args: argparse.Namespace) -> int:
     server_bin = find_server(args.redis_server) if args.url is None else None
     if args.url is not None:
         benchmark_target(args.url)  # refuse what redis-benchmark and limits cannot use, up front
+        check_reachable(args.url)  # an unreachable server is said so, before any child runs
         if fixed or engine or sharded:
             check_benchmark_auth(bench_bin, args.url)
 

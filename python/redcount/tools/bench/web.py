@@ -49,7 +49,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 
-from ..servers import RedisServer, free_port, stop_process
+from ..servers import RedisServer, die_with_parent, free_port, stop_process
 from .harness import BenchError, find_server
 from .report import write_json
 
@@ -311,7 +311,8 @@ def _serve(name: str, workdir: str, redis_url: str, workers: int) -> Iterator[st
     log = os.path.join(workdir, f"{module}.log")
     with open(log, "wb") as out:
         proc = subprocess.Popen(argv, env=env, cwd=workdir, stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+                                stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=die_with_parent())
     try:
         url = f"http://127.0.0.1:{port}/"
         _wait_ready(proc, url, log)
@@ -325,10 +326,15 @@ _NON2XX = re.compile(r"Non-2xx or 3xx responses:\s+(\d+)")
 
 
 def _wrk(wrk: str, url: str, seconds: float, connections: int, threads: int) -> tuple[float, int]:
-    done = subprocess.run(
-        [wrk, f"-t{threads}", f"-c{connections}", f"-d{max(1, round(seconds))}s", url],
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False,
-    )
+    duration = max(1, round(seconds))
+    try:
+        done = subprocess.run(
+            [wrk, f"-t{threads}", f"-c{connections}", f"-d{duration}s", url],
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False,
+            timeout=duration + 60, preexec_fn=die_with_parent(),
+        )
+    except subprocess.TimeoutExpired:
+        raise BenchError(f"wrk did not finish within {duration + 60} s of a {duration} s run against {url}") from None
     m = _RPS.search(done.stdout)
     if done.returncode != 0 or m is None:
         raise BenchError(f"wrk failed (exit {done.returncode}): {done.stdout[-500:]} {done.stderr[-500:]}")
@@ -355,7 +361,7 @@ def run_bench_web(args: argparse.Namespace) -> int:
     print(f"redcount bench web: {len(runnable)} contenders, {args.rounds} round(s) of {args.seconds:g} s, "
           f"{args.workers} worker(s), wrk -c{args.connections}", flush=True)
     binary = find_server(args.redis_server)
-    with RedisServer(binary, new_session=True) as server, tempfile.TemporaryDirectory(prefix="redcount-bench-web-") as tmp:
+    with RedisServer(binary, new_session=True, die_with_owner=True) as server, tempfile.TemporaryDirectory(prefix="redcount-bench-web-") as tmp:
         redis_url = server.url
         for rnd in range(args.rounds):
             for n in runnable:
@@ -520,7 +526,7 @@ def cpu_per_request(names: list[str], n: int, repeat: int, concurrency: int) -> 
     """Microseconds of process CPU per request for each contender (the best of ``repeat``)."""
     binary = find_server("redis-server")
     best: dict[str, float] = {}
-    with RedisServer(binary, new_session=True) as server:
+    with RedisServer(binary, new_session=True, die_with_owner=True) as server:
         redis_url = server.url
         runners: dict[str, Callable[[int], None]] = {}
         for name in names:
