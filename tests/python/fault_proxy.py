@@ -155,7 +155,8 @@ class FaultProxy:
     def __enter__(self) -> FaultProxy:
         return self.start()
 
-    def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(self, t: type[BaseException] | None, e: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self.close()
 
     def heal(self) -> None:
@@ -196,7 +197,13 @@ class FaultProxy:
         with self._lock:
             pairs = list(self._pairs)
         done = threading.Event()
-        self._call(lambda: (self._reset_pairs(pairs), done.set()))
+
+        def reset_now() -> None:
+            for p in pairs:
+                self._close_pair(p, rst=True)
+            done.set()
+
+        self._call(reset_now)
         done.wait(5)
 
     def seen(self, name: bytes | None = None) -> list[Command]:
@@ -389,7 +396,8 @@ class FaultProxy:
                     pair.drop_armed = False
                     pair.dropping = True
             # Server to client.
-            while pair.client.pending and pair.client.pending[0].due <= now and (not split or pair.next_byte_at <= now):
+            while (pair.client.pending and pair.client.pending[0].due <= now
+                   and (not split or pair.next_byte_at <= now)):
                 chunk = pair.client.pending[0]
                 try:
                     data = chunk.data[:1] if split else chunk.data
@@ -408,10 +416,6 @@ class FaultProxy:
                 except OSError:
                     self._close_pair(pair, rst=False)
                     break
-
-    def _reset_pairs(self, pairs: list[_Pair]) -> None:
-        for p in pairs:
-            self._close_pair(p, rst=True)
 
     def _close_pair(self, pair: _Pair, rst: bool) -> None:
         for side in (pair.client, pair.server):

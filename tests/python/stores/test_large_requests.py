@@ -13,11 +13,13 @@ import asyncio
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redcount
 import redcount.aio
 from conftest import REDIS_SERVER, RedisServer, new_server
+from redcount.sharded import Increment
 from redcount.tools.servers import make_certs
 
 pytestmark = pytest.mark.redis_only
@@ -28,7 +30,7 @@ TIMEOUT = 5.0
 
 
 @pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[RedisServer, dict[str, object]]]]:
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[RedisServer, dict[str, Any]]]]:
     """One plain and one TLS-only redis-server, with the connect() options for each."""
     certs = make_certs(Path(tmp_path_factory.mktemp("large-requests-certs")))
     plain = new_server().start()
@@ -42,7 +44,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tupl
 
 @pytest.fixture(params=["plain", "tls"])
 def target(request: pytest.FixtureRequest,
-           servers: dict[str, tuple[RedisServer, dict[str, object]]]) -> tuple[str, dict[str, object]]:
+           servers: dict[str, tuple[RedisServer, dict[str, Any]]]) -> tuple[str, dict[str, Any]]:
     server, options = servers[request.param]
     return server.url, {"command_timeout": TIMEOUT, "connect_timeout": TIMEOUT, **options}
 
@@ -52,7 +54,7 @@ def value_of(size: int) -> bytes:
 
 
 @pytest.mark.parametrize("size", SIZES, ids=["16KB", "1MB", "16MB"])
-def test_a_large_set_sync(target: tuple[str, dict[str, object]], size: int) -> None:
+def test_a_large_set_sync(target: tuple[str, dict[str, Any]], size: int) -> None:
     url, options = target
     store = redcount.connect(url, **options)
     try:
@@ -67,7 +69,7 @@ def test_a_large_set_sync(target: tuple[str, dict[str, object]], size: int) -> N
 
 
 @pytest.mark.parametrize("size", SIZES, ids=["16KB", "1MB", "16MB"])
-def test_a_large_set_async(target: tuple[str, dict[str, object]], size: int) -> None:
+def test_a_large_set_async(target: tuple[str, dict[str, Any]], size: int) -> None:
     url, options = target
     astore = redcount.aio.connect(url, **options)
 
@@ -84,7 +86,7 @@ def test_a_large_set_async(target: tuple[str, dict[str, object]], size: int) -> 
 
 
 @pytest.mark.parametrize("size", [1024 * 1024], ids=["1MB"])
-def test_large_sets_from_several_threads(target: tuple[str, dict[str, object]], size: int) -> None:
+def test_large_sets_from_several_threads(target: tuple[str, dict[str, Any]], size: int) -> None:
     """Threads that find the connection idle write on it themselves, others queue behind."""
     url, options = target
     store = redcount.connect(url, **options)
@@ -113,19 +115,19 @@ def test_large_sets_from_several_threads(target: tuple[str, dict[str, object]], 
         store.close()
 
 
-def items(prefix: str, n: int) -> list[tuple[str, int, str]]:
+def items(prefix: str, n: int) -> list[Increment]:
     return [(f"{prefix}{i % 7}", 1 + i % 5, f"{prefix}-req-{i:06d}-" + "r" * 40) for i in range(n)]
 
 
-def expected(batch: list[tuple[str, int, str]]) -> dict[str, int]:
+def expected(batch: list[Increment]) -> dict[str, int]:
     totals: dict[str, int] = {}
-    for name, amount, _ in batch:
+    for name, amount, *_ in batch:
         totals[name] = totals.get(name, 0) + amount
     return totals
 
 
 @pytest.mark.parametrize("n", [300, 2000])
-def test_sharded_incr_many_sync(target: tuple[str, dict[str, object]], n: int) -> None:
+def test_sharded_incr_many_sync(target: tuple[str, dict[str, Any]], n: int) -> None:
     url, options = target
     store = redcount.connect(url, **options)
     try:
@@ -140,7 +142,7 @@ def test_sharded_incr_many_sync(target: tuple[str, dict[str, object]], n: int) -
 
 
 @pytest.mark.parametrize("n", [300, 2000])
-def test_sharded_incr_many_async(target: tuple[str, dict[str, object]], n: int) -> None:
+def test_sharded_incr_many_async(target: tuple[str, dict[str, Any]], n: int) -> None:
     url, options = target
     astore = redcount.aio.connect(url, **options)
 
