@@ -107,8 +107,9 @@ class _Pair:
 class FaultProxy:
     """See the module docstring. ``upstream_port``: the redis-server's port on 127.0.0.1."""
 
-    def __init__(self, upstream_port: int, upstream_host: str = "127.0.0.1") -> None:
+    def __init__(self, upstream_port: int, upstream_host: str = "127.0.0.1", parse: bool = True) -> None:
         self.upstream = (upstream_host, upstream_port)
+        self.parse = parse  # False for a stream that is not plain RESP (TLS): nothing is counted
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._listener.bind(("127.0.0.1", 0))
@@ -343,7 +344,7 @@ class FaultProxy:
         with self._lock:
             delay = self._delay
             if side == "client":
-                commands = pair.parser.feed(data)
+                commands = pair.parser.feed(data) if self.parse else [(b"?",)]
                 self._seen.extend(commands)
                 if self._drop_next and commands and not pair.blackholed:
                     self._drop_next = False

@@ -1,8 +1,9 @@
 """The failure contract (docs/failures.md) request by request, through a fault-injecting
 proxy (tests/python/fault_proxy.py) between redcount and a real redis-server: stalls, replies
-split at every byte, delays, resets, a connection dropped after the request, a half-open
-connection, refused connections; on the synchronous path (one caller, which writes an idle
-connection itself), from threads (the reactor's pipelined path) and through redcount.aio.
+split at every byte (TLS records too), a reply trickling in past the deadline, delays,
+resets, a connection dropped after the request, a half-open connection, a silent handshake,
+refused connections; on the synchronous path (one caller, which writes an idle connection
+itself), from threads (the reactor's pipelined path) and through redcount.aio.
 
 Every request is an INCR of a key of its own, so each one's fate can be read back:
 - a request that succeeded ran exactly once;
@@ -24,9 +25,10 @@ from dataclasses import dataclass
 import pytest
 import redcount
 import redcount.aio
-from conftest import RedisServer
+from conftest import REDIS_SERVER, RedisServer
 from fault_proxy import FaultProxy
 from helpers import wait_until
+from redcount.tools.servers import make_certs
 
 pytestmark = pytest.mark.redis_only
 
@@ -392,3 +394,46 @@ def test_a_silent_server_during_the_handshake_was_not_applied(harness: Harness, 
     h.proxy.heal()
     h.recover()
     h.check_contract()
+
+
+# --------------------------------------------------------------------------- TLS through the proxy
+
+
+@pytest.fixture(scope="module")
+def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RedisServer, str]]:
+    """A TLS-only redis-server and its CA file."""
+    certs = make_certs(tmp_path_factory.mktemp("fault-proxy-certs"))
+    server = RedisServer(REDIS_SERVER, tls=certs).start()
+    try:
+        yield server, certs.ca
+    finally:
+        server.cleanup()
+
+
+@pytest.mark.parametrize("driver", ["sync", "asyncio"])
+def test_tls_records_split_at_every_byte(tls_server: tuple[RedisServer, str], driver: str) -> None:
+    """TLS records (and the handshake) arriving one byte per segment: every read ends inside
+    a record, and a large reply spans many records that reads leave partly inside OpenSSL."""
+    server, ca = tls_server
+    with FaultProxy(server.port, parse=False) as proxy:  # TLS bytes: nothing to count
+        store = redcount.connect(f"rediss://127.0.0.1:{proxy.port}/0", ssl_ca_certs=ca,
+                                 command_timeout=10, connect_timeout=10)
+        try:
+            value = bytes(range(256)) * 160  # 40 KB: three records
+            store.execute("SET", "tls:split", value)
+            proxy.split()
+            proxy.reset()  # the next connection's handshake is split too
+
+            async def via_aio() -> list[object]:
+                astore = redcount.aio.AsyncStore(store)
+                return [await astore.execute("GET", "tls:split"), await astore.execute("INCR", "tls:n"),
+                        await astore.execute("DEL", "tls:n")]
+
+            if driver == "sync":
+                got = [store.execute("GET", "tls:split"), store.execute("INCR", "tls:n"),
+                       store.execute("DEL", "tls:n")]
+            else:
+                got = asyncio.run(via_aio())
+            assert got == [value, 1, 1]
+        finally:
+            store.close()
