@@ -4,6 +4,7 @@ loopback and, on request, misbehaves the way networks and servers do.
     with FaultProxy(server.port) as proxy:          # starts its thread; stops it at the end
         store = redcount.connect(proxy.url)
         proxy.stall()         # hold every byte, both ways, until proxy.heal()
+        proxy.freeze()        # stop reading, both ways: the sender's socket buffer fills up
         proxy.split()         # forward each reply one byte per send()
         proxy.split(0.05)     # ...and one byte every 50 ms (a reply that trickles in)
         proxy.delay(0.05)     # forward every chunk 50 ms after it arrived
@@ -90,6 +91,7 @@ class _Side:
     sock: socket.socket
     pending: list[_Chunk] = field(default_factory=list)  # bytes for this socket
     closed: bool = False
+    reading: bool = True  # registered with the selector
 
 
 @dataclass
@@ -112,6 +114,8 @@ class FaultProxy:
         self.parse = parse  # False for a stream that is not plain RESP (TLS): nothing is counted
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # Small receive buffers (inherited by accepted sockets): freeze() fills them soon.
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
         self._listener.bind(("127.0.0.1", 0))
         self._listener.listen(64)
         self._listener.setblocking(False)
@@ -167,6 +171,11 @@ class FaultProxy:
     def stall(self) -> None:
         """Hold every byte in both directions, connections open, until :meth:`heal`."""
         self._set(mode="stall")
+
+    def freeze(self) -> None:
+        """Stop reading from either side until :meth:`heal`, as a peer that stopped
+        acknowledging: a writer's socket buffer fills and its writes come up short."""
+        self._set(mode="freeze")
 
     def split(self, interval: float = 0.0) -> None:
         """Forward server-to-client bytes one byte per ``send()``, the next one ``interval``
@@ -262,6 +271,7 @@ class FaultProxy:
                 for fn in calls:
                     fn()
                 self._pump()
+                self._sync_interest()
                 timeout = self._next_due()
                 for key, events in self._sel.select(timeout):
                     tag = key.data
@@ -283,11 +293,25 @@ class FaultProxy:
             self._sel.close()
             self._listener.close()
 
+    def _sync_interest(self) -> None:
+        """Sockets are watched for reading except while frozen."""
+        with self._lock:
+            reading = self._mode != "freeze"
+        for p in self._pairs:
+            for name, side in (("client", p.client), ("server", p.server)):
+                if side.closed or side.reading == reading:
+                    continue
+                if reading:
+                    self._sel.register(side.sock, selectors.EVENT_READ, (p, name))
+                else:
+                    self._sel.unregister(side.sock)
+                side.reading = reading
+
     def _next_due(self) -> float | None:
         now = time.monotonic()
         due: float | None = None
         with self._lock:
-            held = self._mode in ("stall",)
+            held = self._mode in ("stall", "freeze")
             split = self._split
         for p in self._pairs:
             for side in (p.client, p.server):
@@ -369,7 +393,7 @@ class FaultProxy:
                 pair.client.pending.clear()
                 pair.server.pending.clear()
                 continue
-            if mode == "stall":
+            if mode in ("stall", "freeze"):
                 continue
             # Client to server.
             wrote_request = False
@@ -423,10 +447,8 @@ class FaultProxy:
             if side.closed:
                 continue
             side.closed = True
-            try:
+            if side.reading:
                 self._sel.unregister(side.sock)
-            except (KeyError, ValueError):
-                pass
             if rst:
                 _rst(side.sock)
             else:

@@ -298,6 +298,61 @@ def test_a_reply_trickling_in_past_the_deadline_times_out(harness: Harness, driv
     h.check_contract()
 
 
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_peer_that_stops_reading_during_a_large_write(harness: Harness, driver: str) -> None:
+    """The request is written in part, the socket buffer fills, and the peer takes no more:
+    the call times out at its deadline, "may or may not have run"; once the peer reads
+    again the rest goes out on the same connection, the request runs once, and the
+    connection stays in step."""
+    h = harness
+    warm(h, driver)
+    size = 8 * 1024 * 1024
+    value = b"f" * size
+    h.proxy.freeze()
+    keys = [f"{h.tag}:big{i}" for i in range(1 if driver == "sync" else 2)]
+    results: list[tuple[object, float]] = []
+
+    def set_one(key: str) -> None:
+        start = time.monotonic()
+        try:
+            results.append((h.store.execute("SET", key, value), time.monotonic() - start))
+        except redcount.ConnectionError as e:
+            results.append((e, time.monotonic() - start))
+
+    if driver == "asyncio":
+        astore = redcount.aio.AsyncStore(h.store)
+
+        async def one(key: str) -> None:
+            start = time.monotonic()
+            try:
+                results.append((await astore.execute("SET", key, value), time.monotonic() - start))
+            except redcount.ConnectionError as e:
+                results.append((e, time.monotonic() - start))
+
+        async def all_of() -> None:
+            await asyncio.gather(*(one(k) for k in keys))
+
+        asyncio.run(all_of())
+    else:
+        ts = [threading.Thread(target=set_one, args=(k,)) for k in keys]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(COMMAND_TIMEOUT * 10)
+    assert len(results) == len(keys)
+    for result, took in results:
+        assert isinstance(result, redcount.TimeoutError), result
+        assert took < COMMAND_TIMEOUT + 0.5, f"a call took {took:.2f} s, command_timeout={COMMAND_TIMEOUT}"
+    h.proxy.heal()
+    h.recover()
+    for key in keys:
+        sent = [c for c in h.proxy.seen(b"SET") if c[1] == key.encode()]
+        assert len(sent) <= 1, f"{key} was sent {len(sent)} times"
+        ran = h.admin.execute("STRLEN", key)
+        assert ran == (size if sent else 0), (key, ran, len(sent))
+    h.check_contract()
+
+
 # --------------------------------------------------------------------------- faults that break
 
 
