@@ -492,3 +492,39 @@ def test_tls_records_split_at_every_byte(tls_server: tuple[RedisServer, str], dr
             assert got == [value, 1, 1]
         finally:
             store.close()
+
+
+# --------------------------------------------------------------------------- what maybe_applied is for
+
+
+@pytest.mark.parametrize("fault", ["drop_after_request", "reset_in_flight"])
+def test_the_retry_queue_counts_a_maybe_applied_increment_once(harness: Harness, fault: str) -> None:
+    """A ShardedCounter with on_error="queue": an increment whose connection died after it
+    was written (it ran, or it did not) is retried with its request id and counted once."""
+    h = harness
+    counter = redcount.ShardedCounter(h.store, "retried", shards=4, prefix=h.tag, on_error="queue",
+                                      retry_backoff=0.01, retry_backoff_max=0.05)
+    try:
+        assert counter.incr(1, request_id="warm")
+        if fault == "drop_after_request":
+            h.proxy.drop_after_request()  # it runs, the reply is lost
+        else:
+            h.proxy.stall()  # it reaches the proxy, never the server; then the connection dies
+        done: list[bool] = []
+        t = threading.Thread(target=lambda: done.append(counter.incr(5, request_id="r-1")))
+        t.start()
+        if fault == "reset_in_flight":
+            wait_until(lambda: len(h.proxy.seen(b"EVALSHA")) >= 2, timeout=COMMAND_TIMEOUT * 0.8,
+                       what="the increment to reach the proxy")
+            h.proxy.reset()
+            h.proxy.heal()
+        t.join(COMMAND_TIMEOUT * 10)
+        assert done == [True]  # accepted: applied, or queued for a retry that will apply it
+        wait_until(lambda: counter.pending == 0, timeout=10, what="the retry queue to drain")
+        stats = counter.stats()
+        assert (stats.queued, stats.delivered) == (1, 1)  # the fault happened; the retry delivered it
+        assert counter.value() == 6
+        assert not counter.incr(5, request_id="r-1")  # the id was recorded: never twice
+        assert counter.value() == 6
+    finally:
+        counter.close()
