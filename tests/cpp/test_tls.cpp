@@ -768,4 +768,34 @@ TEST(TlsLive, LargePayloadsGoThroughPartialWritesAndBufferedReads) {
   EXPECT_FALSE(t->has_buffered());
 }
 
+// With partial writes enabled OpenSSL returns after each 16 KB record; the transport goes on
+// until the socket is full, and a short count comes with want() == Write, so a caller polls
+// for writability rather than for a reply (the synchronous fast path once waited for a reply
+// to a request it had sent one record of).
+TEST(TlsLive, AWriteGoesOnPastOneRecordAndAShortOneAsksForWritability) {
+  REQUIRE_CERTS();
+  RedisTls server(RedisTls::Config{});
+  REQUIRE_REDIS(server);
+  auto t = make_tls_transport(connect_nonblocking(server.port(), 64 * 1024, 64 * 1024),
+                              make_tls_context(tls_options(Certs::get()["ca.pem"])), "localhost");
+  handshake(*t);
+  const std::string cmd = resp({"SET", "tls:records", std::string(48 * 1024, 'r')});
+  const std::size_t first = t->write(cmd.data(), cmd.size());
+  EXPECT_GT(first, std::size_t{16 * 1024});  // more than one record in one call
+  std::size_t done = first;
+  while (done < cmd.size()) {
+    EXPECT_EQ(t->want(), Transport::Want::Write);
+    wait_for(*t);
+    done += t->write(cmd.data() + done, cmd.size() - done);
+  }
+  EXPECT_EQ(read_exactly(*t, 5).data, "+OK\r\n");
+
+  const std::string big = resp({"SET", "tls:records", std::string(8 * 1024 * 1024, 'R')});
+  const std::size_t n = t->write(big.data(), big.size());
+  ASSERT_LT(n, big.size());  // 8 MB do not fit a 64 KB socket buffer
+  EXPECT_EQ(t->want(), Transport::Want::Write);
+  write_all(*t, big.substr(n));
+  EXPECT_EQ(read_exactly(*t, 5).data, "+OK\r\n");
+}
+
 }  // namespace

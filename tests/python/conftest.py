@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 import pytest
 import redcount
 from redcount.tools.servers import READY_TIMEOUT, RedisServer, free_port, resp_command
+from fault_proxy import FaultProxy
 from sql_servers import mariadb_url, postgres_url, sql_url  # noqa: F401  (real SQL servers for the sql/ tests)
 from topologies import *  # noqa: F403  (Redis Cluster, Sentinel, TLS cluster and ring fixtures)
 
@@ -150,3 +151,14 @@ def away_from_hour_boundary() -> None:
     left = 3600 - time.time() % 3600
     if left < 5:
         time.sleep(left + 0.05)
+
+
+@pytest.fixture
+def fault_proxy(redis_server: RedisServer) -> Iterator[FaultProxy]:
+    """A :class:`fault_proxy.FaultProxy` in front of the session's redis-server, healthy
+    until the test tells it to misbehave; stopped after the test."""
+    proxy = FaultProxy(redis_server.port).start()
+    try:
+        yield proxy
+    finally:
+        proxy.close()

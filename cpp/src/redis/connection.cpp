@@ -208,6 +208,7 @@ void Connection::on_connected() {
     tv.tv_sec = static_cast<time_t>(options_.command_timeout.count() / 1000);
     tv.tv_usec = static_cast<suseconds_t>((options_.command_timeout.count() % 1000) * 1000);
     blocking_recv_ = ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0;
+    recv_timeout_ = options_.command_timeout;
   }
   transport_ = make_plain_transport(fd);
   send_hello();

@@ -38,17 +38,31 @@ class PlainTransport final : public Transport {
     }
   }
 
+  // Sends until all of it is out or the socket buffer is full. A short count always means
+  // "full": want() is then Write, so a caller polls for writability, not for a reply that
+  // cannot come before the rest of the request is sent.
   std::size_t write(const char* buf, std::size_t len) override {
-    for (;;) {
-      const ssize_t n = ::send(fd_, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL);
-      if (n >= 0) return static_cast<std::size_t>(n);
+    std::size_t put = 0;
+    while (put < len) {
+      const ssize_t n = ::send(fd_, buf + put, len - put, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n >= 0) {
+        put += static_cast<std::size_t>(n);
+        continue;
+      }
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
         want_ = Want::Write;
-        return 0;
+        return put;
+      }
+      if (put > 0) {
+        // Count what went out (the server may run it), and fail on the retry of the rest.
+        want_ = Want::Write;
+        return put;
       }
       throw ConnectionError(std::string("write failed: ") + std::strerror(errno));
     }
+    want_ = Want::Read;  // nothing left to write: only replies are awaited
+    return put;
   }
 
   Want want() const noexcept override { return want_; }

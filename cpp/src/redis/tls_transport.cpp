@@ -395,15 +395,45 @@ class TlsTransport final : public Transport {
     fail(err, saved_errno, "a read");
   }
 
+  // With partial writes enabled, SSL_write_ex returns after each record (16 KB), so it is
+  // called until all of `len` is out or it must wait. A short count then always comes with
+  // want() saying what to wait for; the bytes of a record it could not send yet stay in
+  // OpenSSL's buffer and are not counted, so the caller retries from the first byte not
+  // counted, as OpenSSL requires.
   std::size_t write(const char* buf, std::size_t len) override {
-    if (len == 0) return 0;
-    ERR_clear_error();
-    errno = 0;
-    std::size_t put = 0;
-    if (SSL_write_ex(ssl_.get(), buf, len, &put) == 1) return put;
-    const int saved_errno = errno;
-    const int err = SSL_get_error(ssl_.get(), 0);
-    if (retry_later(err)) return 0;
+    std::size_t total = 0;
+    while (total < len) {
+      ERR_clear_error();
+      errno = 0;
+      std::size_t put = 0;
+      if (SSL_write_ex(ssl_.get(), buf + total, len - total, &put) == 1) {
+        total += put;
+        continue;
+      }
+      const int saved_errno = errno;
+      const int err = SSL_get_error(ssl_.get(), 0);
+      if (retry_later(err)) return total;
+      if (total > 0) {
+        // Count what went out (the server may run it), and fail on the retry of the rest.
+        want_ = Want::Write;
+        return total;
+      }
+      write_failed(err, saved_errno);
+    }
+    want_ = Want::Read;  // nothing left to write: only replies are awaited
+    return total;
+  }
+
+  Want want() const noexcept override { return want_; }
+
+  bool has_buffered() const noexcept override {
+    return SSL_pending(ssl_.get()) > 0 || SSL_has_pending(ssl_.get()) == 1;
+  }
+
+  std::string kind() const override { return "TLS"; }
+
+ private:
+  [[noreturn]] void write_failed(int err, int saved_errno) {
     Failure failure = describe_failure(err, saved_errno, "a write");
     ERR_clear_error();
     if (!failure.named_cause) {
@@ -424,15 +454,6 @@ class TlsTransport final : public Transport {
     throw ConnectionError(std::move(failure.message));
   }
 
-  Want want() const noexcept override { return want_; }
-
-  bool has_buffered() const noexcept override {
-    return SSL_pending(ssl_.get()) > 0 || SSL_has_pending(ssl_.get()) == 1;
-  }
-
-  std::string kind() const override { return "TLS"; }
-
- private:
   // WANT_READ and WANT_WRITE can each come from a read or a write (a TLS 1.3 key update, a
   // handshake message, a full socket buffer): record which one so the engine polls for it.
   bool retry_later(int err) noexcept {

@@ -106,9 +106,13 @@ class Connection {
   // replies to on_reply. False on timeout.
   template <class F>
   bool read_until(TimePoint deadline, F&& on_reply) {
-    if (blocking_recv_) {
+    const TimePoint now = SteadyClock::now();
+    if (now >= deadline) return false;  // a reply trickling in must not outlast its deadline
+    if (blocking_recv_ && deadline - now >= recv_timeout_ - std::chrono::milliseconds(1)) {
       // Plain sockets stay in blocking mode (the reactor passes MSG_DONTWAIT), so a caller
-      // waits in recv() itself, bounded by SO_RCVTIMEO = command_timeout: one syscall.
+      // waits in recv() itself, bounded by SO_RCVTIMEO = command_timeout: one syscall. Only
+      // while that ends by the deadline (give or take 1 ms): a later read of the same reply
+      // (a large one, or one arriving in pieces) polls until the deadline instead.
       const std::size_t n = recv_blocking(deadline);
       if (n == 0) return SteadyClock::now() < deadline;
       parser_.feed(buf_, n);
@@ -153,6 +157,7 @@ class Connection {
   std::uint64_t fd_epoch_ = 0;
   int last_errno_ = 0;
   bool blocking_recv_ = false;
+  std::chrono::milliseconds recv_timeout_{0};  // SO_RCVTIMEO when blocking_recv_ (0: none)
   TimePoint setup_deadline_ = kNever;
 
   std::vector<std::string> hello_;  // the first word of each handshake command

@@ -4,7 +4,7 @@
 //
 //   auto t = make_plain_transport(fd);
 //   while (!t->handshake()) wait_for(t->want());   // TLS: the handshake; plain: at once
-//   std::size_t n = t->write(buf, len);             // 0 = would block: wait for want()
+//   std::size_t n = t->write(buf, len);             // < len: wait for want(), retry the rest
 //   std::size_t got = t->read(in, sizeof in);       // 0 = would block: wait for want()
 //
 // A transport is used by one thread at a time (the engine's); it closes its fd on
@@ -28,10 +28,12 @@ class Transport {
   virtual bool handshake() = 0;
   // Up to `len` bytes into `buf`; 0 when it would block. Throws ConnectionError on EOF.
   virtual std::size_t read(char* buf, std::size_t len) = 0;
-  // Writes up to `len` bytes; returns how many (0 when it would block). Partial writes are
-  // normal; the caller keeps the rest and retries with the same bytes.
+  // Writes up to `len` bytes; returns how many. Less than `len` (0 included) means it must
+  // wait for want() first: the caller keeps the rest and retries with the same bytes. (A
+  // failure after some bytes went out returns their count, and the retry throws.)
   virtual std::size_t write(const char* buf, std::size_t len) = 0;
-  // After a call returned 0 / false: the readiness that lets it make progress.
+  // After a read or handshake that returned 0 / false, or a write that returned less than
+  // asked: the readiness that lets it make progress.
   virtual Want want() const noexcept = 0;
   // Bytes already received and decrypted but not yet returned by read(): epoll will not
   // report them, so the engine reads until read() returns 0.
