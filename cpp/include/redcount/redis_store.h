@@ -63,6 +63,8 @@ class RedisStore final : public Store {
   std::vector<std::shared_ptr<Store>> nodes() override;
   void close() override;
   bool is_cluster() const noexcept { return options_.cluster; }
+  // "host:port" ("[v6]:port"), the socket path for unix://, or the seed list of a cluster.
+  std::string address() const;
 
   // Connections open right now (set up and usable).
   int open_connections() const;

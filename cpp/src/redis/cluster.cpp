@@ -408,6 +408,10 @@ void Cluster::schedule(TimePoint at, std::function<void()> fn) {
 }
 
 void Cluster::periodic() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return;
+  }
   request_refresh();
   schedule(SteadyClock::now() + kRefreshEvery, [w = weak_from_this()] {
     if (auto self = w.lock()) self->periodic();

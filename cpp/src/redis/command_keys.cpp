@@ -98,7 +98,12 @@ int numkeys(const std::vector<std::string>& args, std::size_t at) {
 }
 
 std::string describe(const Request& r) {
-  if (const auto* s = std::get_if<ScriptCall>(&r)) return "script '" + std::string(s->script->name) + "'";
+  if (const auto* s = std::get_if<ScriptCall>(&r)) {
+    std::string out("script '");
+    out.append(s->script->name);
+    out.push_back('\'');
+    return out;
+  }
   const auto& args = std::get<Command>(r).args;
   return printable(args[0], 32);
 }
@@ -107,7 +112,10 @@ std::string describe(const Request& r) {
   std::string shown;
   for (std::size_t i = 0; i < keys.size() && i < 6; ++i) {
     if (i) shown += ", ";
-    shown += "'" + printable(keys[i], 60) + "' -> slot " + std::to_string(key_slot(keys[i]));
+    shown.push_back('\'');
+    shown.append(printable(keys[i], 60));
+    shown.append("' -> slot ");
+    shown.append(std::to_string(key_slot(keys[i])));
   }
   if (keys.size() > 6) shown += ", ... (" + std::to_string(keys.size()) + " keys)";
   throw InvalidArgument(what + " has keys in more than one hash slot on a Redis Cluster (" + shown +
@@ -184,9 +192,11 @@ std::vector<Unit> route_units(const std::vector<Request>& batch) {
     keys.clear();
     const KeyRole role = keys_of(batch[i], keys);
     if (role == KeyRole::Unknown) {
-      throw InvalidArgument("unknown command '" + describe(batch[i]) +
-                            "' on a Redis Cluster store: redcount does not know where its keys are, so it cannot "
-                            "route it; run it on one node through store.nodes() (nothing was sent)");
+      std::string m("unknown command '");
+      m.append(describe(batch[i]));
+      m.append("' on a Redis Cluster store: redcount does not know where its keys are, so it cannot route it; run "
+               "it on one node through store.nodes() (nothing was sent)");
+      throw InvalidArgument(m);
     }
     if (role == KeyRole::NodeOnly) {
       throw InvalidArgument(ascii_lower(describe(batch[i])) +
@@ -198,9 +208,9 @@ std::vector<Unit> route_units(const std::vector<Request>& batch) {
       slot = static_cast<std::int32_t>(key_slot(keys[0]));
       for (auto k : keys) {
         if (static_cast<std::int32_t>(key_slot(k)) != slot) {
-          cross_slot(std::holds_alternative<ScriptCall>(batch[i]) ? "a call to " + describe(batch[i])
-                                                                   : "the command " + describe(batch[i]),
-                     keys);
+          std::string what(std::holds_alternative<ScriptCall>(batch[i]) ? "a call to " : "the command ");
+          what.append(describe(batch[i]));
+          cross_slot(what, keys);
         }
       }
     }

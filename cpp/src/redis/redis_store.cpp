@@ -300,6 +300,19 @@ int RedisStore::open_connections() const {
   return e ? e->open_connections() : 0;
 }
 
+std::string RedisStore::address() const {
+  if (options_.kind == StoreOptions::Kind::Unix) return options_.unix_path;
+  if (options_.cluster) {
+    const std::string d = describe();
+    const auto from = d.find("://") + 3;
+    const auto at = d.find('@', from);
+    const auto start = at == std::string::npos ? from : at + 1;
+    return d.substr(start, d.rfind('/') - start);
+  }
+  if (options_.host.find(':') != std::string::npos) return "[" + options_.host + "]:" + std::to_string(options_.port);
+  return options_.host + ":" + std::to_string(options_.port);
+}
+
 std::string RedisStore::describe() const {
   if (options_.kind == StoreOptions::Kind::Unix) {
     return "unix://" + options_.unix_path + "?db=" + std::to_string(options_.db);

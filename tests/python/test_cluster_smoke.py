@@ -1,0 +1,173 @@
+"""A quick check of redcount on a real 3-master Redis Cluster that this module starts itself.
+
+Counters, a limiter and a sharded counter with request ids run across the masters through
+``redcount.connect("redis+cluster://...")``; a batch over 200 keys is split per node and
+its replies come back in order; a script call whose keys span slots is refused before
+anything is sent; what is about one node goes through ``Store.nodes()``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+import redcount
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("redis-server") is None or shutil.which("redis-cli") is None,
+    reason="redis-server and redis-cli are needed to start a cluster",
+)
+
+
+def _free_ports(n: int) -> list[int]:
+    # The cluster bus listens on port + 10000: both must be free.
+    ports: list[int] = []
+    while len(ports) < n:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port + 10000 > 65535 or port in ports:
+            continue
+        with socket.socket() as bus:
+            try:
+                bus.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        ports.append(port)
+    return ports
+
+
+def _cli(port: int, *args: str) -> str:
+    return subprocess.run(
+        ["redis-cli", "-p", str(port), *args], capture_output=True, text=True, timeout=10, check=False
+    ).stdout
+
+
+def _poll(what: str, ok: Callable[[], bool], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if ok():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def cluster_url() -> Iterator[str]:
+    tmp = Path(tempfile.mkdtemp(prefix="redcount-cluster-"))
+    ports = _free_ports(3)
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for port in ports:
+            d = tmp / str(port)
+            d.mkdir()
+            procs.append(
+                subprocess.Popen(
+                    [
+                        "redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                        "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                        "--cluster-node-timeout", "2000", "--save", "", "--appendonly", "no",
+                        "--dir", str(d),
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+        for port in ports:
+            _poll(f"redis-server on {port}", lambda port=port: _cli(port, "PING").strip() == "PONG")
+        created = subprocess.run(
+            ["redis-cli", "--cluster", "create", *[f"127.0.0.1:{p}" for p in ports], "--cluster-yes"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )
+        assert created.returncode == 0, created.stdout + created.stderr
+        for port in ports:
+            _poll("cluster_state:ok", lambda port=port: "cluster_state:ok" in _cli(port, "CLUSTER", "INFO"))
+        yield "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in ports[:2])
+    finally:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait(timeout=10)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture
+def store(cluster_url: str) -> Iterator[redcount.Store]:
+    s = redcount.connect(cluster_url)
+    yield s
+    s.close()
+
+
+def _keys_per_node(store: redcount.Store) -> list[int]:
+    return [int(n.execute("DBSIZE")) for n in store.nodes()]
+
+
+def test_url_and_nodes(store: redcount.Store, cluster_url: str) -> None:
+    assert store.url.startswith("redis+cluster://127.0.0.1:")
+    nodes = store.nodes()
+    assert len(nodes) == 3
+    assert all(n.ping() for n in nodes)
+    assert len({n.address for n in nodes}) == 3
+    with pytest.raises(redcount.InvalidInputError, match="nodes"):
+        store.execute("KEYS", "*")
+    with pytest.raises(redcount.InvalidInputError, match="database 0"):
+        redcount.connect(cluster_url + "/1")
+
+
+def test_fixed_window_counter_incr_many_over_200_keys(store: redcount.Store) -> None:
+    c = redcount.FixedWindowCounter(store, "smoke-fw", 60)
+    amounts = {f"user-{i}": i % 7 + 1 for i in range(200)}
+    before = _keys_per_node(store)
+    got = c.incr_many(amounts)
+    assert got == amounts  # every reply back at its own key
+    after = _keys_per_node(store)
+    assert all(b > a for a, b in zip(before, after)), (before, after)  # spread over every master
+    assert c.incr("user-3", 2, request_id="r-1") == amounts["user-3"] + 2
+    assert c.incr("user-3", 2, request_id="r-1") == amounts["user-3"] + 2  # counted once
+    assert c.get_many(["user-0", "user-199"]) == {"user-0": 1, "user-199": 199 % 7 + 1}
+
+
+def test_limiter(store: redcount.Store) -> None:
+    lim = redcount.Limiter(store)
+    for key in (f"client-{i}" for i in range(30)):
+        decisions = [lim.hit("3/minute", key).allowed for _ in range(4)]
+        assert decisions == [True, True, True, False]
+
+
+def test_sharded_counter_with_request_ids(store: redcount.Store) -> None:
+    c = redcount.ShardedCounter(store, "smoke-sharded", shards=16)
+    for i in range(300):
+        assert c.incr(2, request_id=f"req-{i}") is True
+    for i in range(0, 300, 10):
+        assert c.incr(2, request_id=f"req-{i}") is False  # a retry counts once
+    assert c.value() == 600
+    items = [(f"many-{i % 150 % 20}", 1, f"m-{i % 150}") for i in range(300)]  # every id twice
+    got = c.incr_many(items)
+    assert got == [True] * 150 + [False] * 150
+    values = c.values([f"many-{i}" for i in range(20)])
+    assert sum(values.values()) == 150
+
+
+def test_cross_slot_script_is_refused_before_sending(store: redcount.Store) -> None:
+    before = _keys_per_node(store)
+    with pytest.raises(redcount.InvalidInputError, match="slot"):
+        store.execute("EVAL", "redis.call('SET', KEYS[1], 1) redis.call('SET', KEYS[2], 1)", 2, "foo", "bar")
+    assert _keys_per_node(store) == before
+    assert store.execute("EVAL", "return redis.call('INCR', KEYS[1])", 1, "{t}foo") == 1
+
+
+def test_batches_over_many_nodes_keep_their_order(store: redcount.Store) -> None:
+    cmds: list[tuple[str | bytes | int | float, ...]] = []
+    for i in range(100):
+        cmds.append(("SET", f"order-{i}", str(i)))
+        cmds.append(("GET", f"order-{i}"))
+    replies = store.execute_many(cmds)
+    assert replies[1::2] == [str(i).encode() for i in range(100)]
+    assert all(r == "OK" for r in replies[0::2])
