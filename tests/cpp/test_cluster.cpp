@@ -317,6 +317,35 @@ TEST(RealCluster, AskDuringMigrationThenMoved) {
   store->execute_one(Command{{"DEL", tag + "tx"}});
 }
 
+TEST(RealCluster, TryAgainIsRetriedWithinTheDeadlineAndReRouted) {
+  REQUIRE_CLUSTER();
+  auto o = parse_url(cluster_url());
+  o.command_timeout = std::chrono::milliseconds(300);
+  auto quick = std::make_shared<RedisStore>(o);
+  auto store = cluster_store();
+  const std::string tag = "{rc:try:" + std::to_string(::getpid()) + "}";
+  Migration m = begin_migration(*store, tag + "old");
+  // One key on the source, one not: the source answers TRYAGAIN while the slot migrates.
+  const std::vector<Request> mget{cmd({"MGET", tag + "old", tag + "new"})};
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = quick->execute(mget);
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  ASSERT_TRUE(r[0].is_error());
+  EXPECT_EQ(r[0].str.rfind("TRYAGAIN", 0), 0u) << r[0].str;  // past the deadline: the rejection itself
+  EXPECT_GE(waited, std::chrono::milliseconds(200));
+  // The migration ends while a call waits: it is routed again and served by the new owner.
+  std::thread finisher([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    end_migration(m);
+  });
+  auto ok = store->execute(mget);
+  finisher.join();
+  ASSERT_EQ(ok[0].type, Reply::Type::Array) << ok[0].str;
+  EXPECT_EQ(ok[0].elements.at(0).as_string(), "x");
+  EXPECT_TRUE(ok[0].elements.at(1).is_nil());
+  store->execute_one(Command{{"DEL", tag + "old"}});
+}
+
 TEST(RealCluster, CrossSlotScriptRefusedBeforeSending) {
   REQUIRE_CLUSTER();
   auto store = cluster_store();

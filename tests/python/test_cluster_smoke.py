@@ -8,10 +8,13 @@ anything is sent; what is about one node goes through ``Store.nodes()``.
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -171,3 +174,38 @@ def test_batches_over_many_nodes_keep_their_order(store: redcount.Store) -> None
     replies = store.execute_many(cmds)
     assert replies[1::2] == [str(i).encode() for i in range(100)]
     assert all(r == "OK" for r in replies[0::2])
+
+
+def test_a_node_lost_after_the_write_fails_only_its_requests(cluster_url: str) -> None:
+    # Destructive (kills a master): the last test of the module.
+    store = redcount.connect(cluster_url, command_timeout=5.0, breaker=False)
+    nodes = store.nodes()
+    info = nodes[0].execute("INFO", "server")
+    assert isinstance(info, bytes)
+    pid = int(next(line for line in info.decode().splitlines() if line.startswith("process_id:")).split(":")[1])
+    keys = [f"lost-{i}" for i in range(60)]
+    store.execute_many([("SET", k, "0") for k in keys])  # connections to every node are open
+    os.kill(pid, signal.SIGSTOP)  # it takes the write, then never answers
+    result: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            store.execute_many([("INCR", k) for k in keys])
+        except BaseException as e:  # noqa: BLE001 - handed to the test thread
+            result.append(e)
+
+    t = threading.Thread(target=call)
+    t.start()
+    time.sleep(0.3)
+    os.kill(pid, signal.SIGKILL)
+    t.join(10)
+    assert not t.is_alive()
+    assert len(result) == 1 and isinstance(result[0], redcount.ConnectionError), result
+    err = result[0]
+    assert err.maybe_applied is True
+    assert err.outcomes is not None and len(err.outcomes) == len(keys)
+    lost = {k for k, o in zip(keys, err.outcomes) if o == "maybe"}
+    answered = [o for o in err.outcomes if o != "maybe"]
+    assert lost and answered, err.outcomes
+    assert all(o == 1 for o in answered)  # the other masters' requests completed
+    store.close()
