@@ -72,10 +72,10 @@ const std::unordered_map<std::string, Spec>& table() {
     Spec memory;
     memory.special = Spec::Special::MemoryUsage;
     add({"memory"}, memory);
-    add({"ping", "echo", "script"}, Spec{KeyRole::Free});
+    add({"ping", "echo"}, Spec{KeyRole::Free});
     add({"wait", "waitaof", "exec", "discard"}, Spec{KeyRole::JoinBefore});
     add({"time", "multi"}, Spec{KeyRole::JoinAfter});
-    add({"keys", "scan", "dbsize", "flushall", "flushdb", "info", "randomkey", "config", "cluster", "debug",
+    add({"keys", "scan", "dbsize", "flushall", "flushdb", "info", "randomkey", "config", "cluster", "debug", "script",
          "slowlog", "latency", "lastsave", "save", "bgsave", "bgrewriteaof", "client", "command", "function",
          "swapdb", "move", "role", "lolwut"},
         Spec{KeyRole::NodeOnly});

@@ -8,7 +8,7 @@
 // one keyed request (or a whole MULTI ... EXEC block) with the keyless requests attached
 // to it. Keyless requests attach to their neighbours: WAIT, WAITAOF (and EXEC, DISCARD
 // inside a transaction) to the request before them, whose write they are about; TIME and
-// MULTI to the request after them; PING, ECHO and SCRIPT to the one before (or after,
+// MULTI to the request after them; PING and ECHO to the one before (or after,
 // when they come first). A batch of keyless requests only is one unit for any node.
 //
 // Refused before anything is sent (InvalidArgument): a script call, a multi-key command
@@ -28,7 +28,7 @@ namespace redcount::redis {
 
 enum class KeyRole {
   Keyed,       // has keys (`keys` holds them)
-  Free,        // keyless, runs anywhere: PING, ECHO, SCRIPT
+  Free,        // keyless, runs anywhere: PING, ECHO, EVAL with no keys
   JoinBefore,  // keyless, about the write before it: WAIT, WAITAOF, EXEC, DISCARD
   JoinAfter,   // keyless, belongs with what follows: TIME, MULTI
   NodeOnly,    // about one node (KEYS, SCAN, INFO...): refused on a cluster
