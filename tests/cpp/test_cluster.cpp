@@ -346,6 +346,27 @@ TEST(RealCluster, TryAgainIsRetriedWithinTheDeadlineAndReRouted) {
   store->execute_one(Command{{"DEL", tag + "old"}});
 }
 
+TEST(RealCluster, RefreshesAreCoalescedAndRateLimited) {
+  REQUIRE_CLUSTER();
+  auto c = std::make_shared<redis::Cluster>(parse_url(cluster_url()));
+  ASSERT_TRUE(c->refresh_now(std::chrono::milliseconds(3000)));
+  ASSERT_TRUE(c->master_of(key_slot("foo")).has_value());
+  EXPECT_GE(c->masters().size(), 2u);
+  const auto before = c->refreshes();
+  const auto t0 = std::chrono::steady_clock::now();
+  int asked = 0;
+  while (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(500)) {
+    c->request_refresh();  // a storm of MOVED replies would ask this often
+    ++asked;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  const auto started = c->refreshes() - before;
+  EXPECT_GT(asked, 100);
+  EXPECT_GE(started, 2u);
+  EXPECT_LE(started, 7u);  // one per 100 ms at most (+ the one that may be under way)
+  c->close();
+}
+
 TEST(RealCluster, CrossSlotScriptRefusedBeforeSending) {
   REQUIRE_CLUSTER();
   auto store = cluster_store();

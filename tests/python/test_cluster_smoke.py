@@ -182,7 +182,8 @@ def test_a_node_lost_after_the_write_fails_only_its_requests(cluster_url: str) -
     nodes = store.nodes()
     info = nodes[0].execute("INFO", "server")
     assert isinstance(info, bytes)
-    pid = int(next(line for line in info.decode().splitlines() if line.startswith("process_id:")).split(":")[1])
+    lines = info.decode().splitlines()
+    pid = int(next(line for line in lines if line.startswith("process_id:")).split(":")[1])
     keys = [f"lost-{i}" for i in range(60)]
     store.execute_many([("SET", k, "0") for k in keys])  # connections to every node are open
     os.kill(pid, signal.SIGSTOP)  # it takes the write, then never answers

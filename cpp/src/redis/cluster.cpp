@@ -371,23 +371,33 @@ void Cluster::refresh_done(bool ok) {
     std::lock_guard<std::mutex> lock(mu_);
     refreshing_ = false;
     ++refresh_generation_;
-    again = refresh_wanted_ || !ok;
+    // A failed refresh is not retried on its own (a cluster that is gone would be asked
+    // forever); the callers still waiting ask again on their next retry.
+    again = refresh_wanted_;
     refresh_wanted_ = false;
+    if (ok) ++refresh_successes_;
     refresh_cv_.notify_all();
   }
-  (void)ok;
   if (again) request_refresh();  // within the gap: scheduled, not at once
 }
 
 bool Cluster::refresh_now(std::chrono::milliseconds timeout) {
   const TimePoint until = SteadyClock::now() + timeout;
   std::unique_lock<std::mutex> lock(mu_);
-  const std::uint64_t start = refresh_generation_;
+  const std::uint64_t start = refresh_successes_;
+  std::uint64_t seen = refresh_generation_;
   lock.unlock();
   request_refresh();
   lock.lock();
   while (!closed_) {
-    if (refresh_generation_ > start && !masters_.empty()) return true;
+    if (refresh_successes_ > start) return true;
+    if (refresh_generation_ > seen) {  // that one failed: ask another node (rate-limited)
+      seen = refresh_generation_;
+      lock.unlock();
+      request_refresh();
+      lock.lock();
+      continue;
+    }
     if (refresh_cv_.wait_until(lock, until) == std::cv_status::timeout) return !masters_.empty();
   }
   return false;

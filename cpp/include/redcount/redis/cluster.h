@@ -121,7 +121,8 @@ class Cluster : public std::enable_shared_from_this<Cluster> {
   std::uint64_t refreshes() const noexcept { return refreshes_.load(std::memory_order_relaxed); }
   // Asks for a refresh now (coalesced and rate-limited like every other).
   void request_refresh();
-  // Blocks until a refresh has completed since the call, or `timeout` (tests, start-up).
+  // Blocks until a refresh has succeeded since the call (asking other nodes after a failed
+  // one), or `timeout`; true when the table is known (the first call, tests).
   bool refresh_now(std::chrono::milliseconds timeout);
 
  private:
@@ -156,6 +157,7 @@ class Cluster : public std::enable_shared_from_this<Cluster> {
   bool refresh_scheduled_ = false;
   TimePoint last_refresh_{};
   std::uint64_t refresh_generation_ = 0;  // completed refreshes
+  std::uint64_t refresh_successes_ = 0;
   std::condition_variable refresh_cv_;
   std::atomic<std::uint64_t> refreshes_{0};
   bool closed_ = false;
