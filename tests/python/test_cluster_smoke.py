@@ -8,6 +8,7 @@ anything is sent; what is about one node goes through ``Store.nodes()``.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -22,6 +23,7 @@ from pathlib import Path
 import pytest
 
 import redcount
+import redcount.aio as aio
 
 pytestmark = pytest.mark.skipif(
     shutil.which("redis-server") is None or shutil.which("redis-cli") is None,
@@ -174,6 +176,22 @@ def test_batches_over_many_nodes_keep_their_order(store: redcount.Store) -> None
     replies = store.execute_many(cmds)
     assert replies[1::2] == [str(i).encode() for i in range(100)]
     assert all(r == "OK" for r in replies[0::2])
+
+
+def test_asyncio_over_the_cluster(store: redcount.Store) -> None:
+    astore = aio.AsyncStore(store)
+    counter = aio.FixedWindowCounter(store, "smoke-aio", 60)
+    limiter = aio.Limiter(store)
+
+    async def main() -> None:
+        assert await astore.ping() is True
+        replies = await astore.execute_many([("INCRBY", f"aio-{i}", i) for i in range(1, 101)])
+        assert replies == list(range(1, 101))
+        counts = await asyncio.gather(*(counter.incr(f"k-{i}") for i in range(50)))
+        assert counts == [1] * 50
+        assert (await limiter.hit("2/minute", "aio-client")).allowed
+
+    asyncio.run(main())
 
 
 def test_a_node_lost_after_the_write_fails_only_its_requests(cluster_url: str) -> None:
