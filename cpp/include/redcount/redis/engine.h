@@ -34,7 +34,7 @@
 //   (it cannot have run). If no connection can be opened, it fails at once with
 //   ConnectionError, maybe_applied = false; so does every call while the reconnect backoff
 //   lasts (refused connections and failed authentication alike, exponential with jitter).
-// - A reply meaning "did not run" (LOADING, READONLY, MASTERDOWN, TRYAGAIN, CLUSTERDOWN, and
+// - A reply meaning "did not run" (LOADING, READONLY, MASTERDOWN, NOREPLICAS, TRYAGAIN, CLUSTERDOWN, and
 //   NOSCRIPT for a script call) is retried within the request's deadline, after a short
 //   backoff (NOSCRIPT: SCRIPT LOAD and the rerun at once, written together). A transaction
 //   (MULTI) is retried only when none of it ran. Past the deadline the caller gets the reply.
