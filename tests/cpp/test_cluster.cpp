@@ -228,6 +228,13 @@ TEST(RealCluster, SplitAndReassembleInOrder) {
   for (int i = 0; i < 300; ++i) EXPECT_EQ(replies[static_cast<std::size_t>(i)].as_integer(), i + 1);
   auto nodes = store->nodes();
   EXPECT_GE(nodes.size(), 2u);
+  bool all_seven = true;  // has_expire_options() only when every master is Redis >= 7.0
+  for (auto& n : nodes) {
+    const std::string info = n->execute_one(Command{{"INFO", "server"}}).as_string().value();
+    const auto at = info.find("redis_version:");
+    all_seven = all_seven && at != std::string::npos && std::stoi(info.substr(at + 14)) >= 7;
+  }
+  EXPECT_EQ(store->has_expire_options(), all_seven);
   std::int64_t total = 0;
   for (auto& n : nodes) total += n->execute_one(Command{{"DBSIZE"}}).as_integer();
   EXPECT_GE(total, 300);

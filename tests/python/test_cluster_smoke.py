@@ -178,6 +178,20 @@ def test_batches_over_many_nodes_keep_their_order(store: redcount.Store) -> None
     assert all(r == "OK" for r in replies[0::2])
 
 
+def test_a_forked_child_opens_its_own_connections(store: redcount.Store) -> None:
+    store.execute("SET", "fork-key", "0")
+    pid = os.fork()
+    if pid == 0:  # the child: its own router and engines; the parent's are never touched
+        try:
+            ok = store.execute_many([("INCR", "fork-key"), ("INCR", "{x}other")])[0] == 1
+        except BaseException:  # noqa: BLE001 - reported through the exit code
+            ok = False
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert store.execute("INCR", "fork-key") == 2  # the parent keeps working
+
+
 def test_asyncio_over_the_cluster(store: redcount.Store) -> None:
     astore = aio.AsyncStore(store)
     counter = aio.FixedWindowCounter(store, "smoke-aio", 60)

@@ -329,11 +329,17 @@ void Cluster::start_refresh() {
     std::lock_guard<std::mutex> lock(mu_);
     start_periodic = !periodic_started_;
     periodic_started_ = true;
-    // A random known node: the masters, or the seeds while no table is known.
+    // A random known node: the masters, or the seeds while no table is known; among them
+    // those with a connection open, when any (a master that just died has none).
     std::vector<std::shared_ptr<Node>> candidates = masters_;
     if (candidates.empty()) {
       for (const auto& s : seeds_) candidates.push_back(node_locked(s));
     }
+    std::vector<std::shared_ptr<Node>> alive;
+    for (const auto& n : candidates) {
+      if (n->engine->open_connections() > 0) alive.push_back(n);
+    }
+    if (!alive.empty()) candidates.swap(alive);
     node = candidates[std::uniform_int_distribution<std::size_t>(0, candidates.size() - 1)(rng())];
   }
   if (start_periodic) {
