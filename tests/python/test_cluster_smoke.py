@@ -64,43 +64,80 @@ def _poll(what: str, ok: Callable[[], bool], timeout: float = 20.0) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def _start_cluster(tmp: Path, tls: Path | None) -> tuple[list[int], list[subprocess.Popen[bytes]]]:
+    ports = _free_ports(3)
+    procs: list[subprocess.Popen[bytes]] = []
+    tls_args: list[str] = []
+    cli_tls: list[str] = []
+    if tls is not None:
+        tls_args = [
+            "--tls-cert-file", str(tls / "node.pem"), "--tls-key-file", str(tls / "node.key"),
+            "--tls-ca-cert-file", str(tls / "ca.pem"), "--tls-cluster", "yes", "--tls-auth-clients", "no",
+        ]
+        cli_tls = ["--tls", "--cacert", str(tls / "ca.pem")]
+    for port in ports:
+        d = tmp / str(port)
+        d.mkdir()
+        listen = ["--port", "0", "--tls-port", str(port)] if tls is not None else ["--port", str(port)]
+        procs.append(
+            subprocess.Popen(
+                [
+                    "redis-server", *listen, "--bind", "127.0.0.1", *tls_args,
+                    "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                    "--cluster-node-timeout", "2000", "--save", "", "--appendonly", "no",
+                    "--dir", str(d),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+    for port in ports:
+        _poll(f"redis-server on {port}", lambda port=port: _cli(port, *cli_tls, "PING").strip() == "PONG")
+    created = subprocess.run(
+        ["redis-cli", *cli_tls, "--cluster", "create", *[f"127.0.0.1:{p}" for p in ports], "--cluster-yes"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert created.returncode == 0, created.stdout + created.stderr
+    for port in ports:
+        _poll("cluster_state:ok", lambda port=port: "cluster_state:ok" in _cli(port, *cli_tls, "CLUSTER", "INFO"))
+    return ports, procs
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for p in procs:
+        p.kill()
+    for p in procs:
+        p.wait(timeout=10)
+
+
 @pytest.fixture(scope="module")
 def cluster_url() -> Iterator[str]:
     tmp = Path(tempfile.mkdtemp(prefix="redcount-cluster-"))
-    ports = _free_ports(3)
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        for port in ports:
-            d = tmp / str(port)
-            d.mkdir()
-            procs.append(
-                subprocess.Popen(
-                    [
-                        "redis-server", "--port", str(port), "--bind", "127.0.0.1",
-                        "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                        "--cluster-node-timeout", "2000", "--save", "", "--appendonly", "no",
-                        "--dir", str(d),
-                    ],
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
-            )
-        for port in ports:
-            _poll(f"redis-server on {port}", lambda port=port: _cli(port, "PING").strip() == "PONG")
-        created = subprocess.run(
-            ["redis-cli", "--cluster", "create", *[f"127.0.0.1:{p}" for p in ports], "--cluster-yes"],
-            capture_output=True, text=True, timeout=60, check=False,
-        )
-        assert created.returncode == 0, created.stdout + created.stderr
-        for port in ports:
-            _poll("cluster_state:ok", lambda port=port: "cluster_state:ok" in _cli(port, "CLUSTER", "INFO"))
+        ports, procs = _start_cluster(tmp, None)
         yield "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in ports[:2])
     finally:
-        for p in procs:
-            p.kill()
-        for p in procs:
-            p.wait(timeout=10)
+        _stop(procs)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _node_certificate(d: Path) -> None:
+    # The test CA from tests/tls/make_certs.sh, and a node leaf for 127.0.0.1 that the
+    # cluster bus may also present as a client certificate (serverAuth and clientAuth).
+    make = Path(__file__).resolve().parents[1] / "tls" / "make_certs.sh"
+    subprocess.run(["bash", str(make), str(d)], check=True, capture_output=True, timeout=120)
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=d, timeout=60)
+
+    openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", "node.key")
+    openssl("req", "-new", "-key", "node.key", "-subj", "/CN=node", "-out", "node.csr")
+    (d / "node.ext").write_text(
+        "basicConstraints=CA:FALSE\nsubjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n"
+    )
+    openssl("x509", "-req", "-in", "node.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+            "-sha256", "-days", "30", "-extfile", "node.ext", "-out", "node.pem")
 
 
 @pytest.fixture
@@ -206,6 +243,28 @@ def test_asyncio_over_the_cluster(store: redcount.Store) -> None:
         assert (await limiter.hit("2/minute", "aio-client")).allowed
 
     asyncio.run(main())
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl makes the certificates")
+def test_tls_cluster_checks_each_node_certificate_against_its_address() -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="redcount-tls-cluster-"))
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        certs = tmp / "certs"
+        _node_certificate(certs)
+        ports, procs = _start_cluster(tmp, certs)
+        url = f"rediss+cluster://127.0.0.1:{ports[0]}?ssl_ca_certs={certs / 'ca.pem'}"
+        store = redcount.connect(url)
+        assert store.execute_many([("INCR", f"tls-{i}") for i in range(30)]) == [1] * 30
+        assert len(store.nodes()) == 3  # every node's certificate names its IP address
+        store.close()
+        wrong = redcount.connect(url + "&ssl_server_name=redis.invalid", breaker=False, command_timeout=1.0)
+        with pytest.raises(redcount.ConnectionError, match="hostname mismatch"):
+            wrong.execute("GET", "tls-1")
+        wrong.close()
+    finally:
+        _stop(procs)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def test_a_node_lost_after_the_write_fails_only_its_requests(cluster_url: str) -> None:

@@ -355,16 +355,20 @@ void Cluster::start_refresh() {
       std::move(batch),
       [self, host = node->address.host](std::vector<Reply>&& replies, std::exception_ptr error) {
         bool ok = false;
-        if (!error && replies.size() == 1) {
-          try {
-            auto ranges = parse_cluster_slots(replies[0], host);
-            if (!ranges.empty()) {
-              self->install(ranges);
-              ok = true;
-            }
-          } catch (const std::exception&) {
-            // A node that answers oddly (not a cluster, loading): ask another next time.
-          }
+        std::string why;
+        try {
+          if (error) std::rethrow_exception(error);
+          if (replies.size() != 1) throw ProtocolError("no reply to CLUSTER SLOTS");
+          auto ranges = parse_cluster_slots(replies[0], host);
+          if (ranges.empty()) throw ProtocolError("CLUSTER SLOTS lists no slot");
+          self->install(ranges);
+          ok = true;
+        } catch (const std::exception& e) {
+          why = e.what();  // not a cluster, loading, unreachable: another node is asked next time
+        }
+        if (!ok) {
+          std::lock_guard<std::mutex> lock(self->mu_);
+          self->last_refresh_error_ = why;
         }
         self->refresh_done(ok);
       },
@@ -594,7 +598,10 @@ void Cluster::dispatch(const std::shared_ptr<Batch>& batch) {
         batch->delay = true;
         batch->not_sent = "no node of the cluster serves hash slot " +
                           std::to_string(batch->units[unserved.front()].slot) +
-                          (masters_.empty() ? " (the slot table is not known yet: no seed node answered CLUSTER SLOTS)"
+                          (masters_.empty() ? " (the slot table is not known yet: no seed node answered CLUSTER SLOTS" +
+                                                  (last_refresh_error_.empty() ? std::string()
+                                                                               : "; last error: " + last_refresh_error_) +
+                                                  ")"
                                             : " (CLUSTER SLOTS lists no master for it)");
       }
       batch->children = static_cast<int>(groups.size());

@@ -158,6 +158,7 @@ class Cluster : public std::enable_shared_from_this<Cluster> {
   TimePoint last_refresh_{};
   std::uint64_t refresh_generation_ = 0;  // completed refreshes
   std::uint64_t refresh_successes_ = 0;
+  std::string last_refresh_error_;  // why the last failed refresh failed
   std::condition_variable refresh_cv_;
   std::atomic<std::uint64_t> refreshes_{0};
   bool closed_ = false;
