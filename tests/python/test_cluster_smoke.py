@@ -91,15 +91,18 @@ def _start_cluster(tmp: Path, tls: Path | None) -> tuple[list[int], list[subproc
                 stderr=subprocess.DEVNULL,
             )
         )
+    def answers(port: int, *args: str, expect: str) -> Callable[[], bool]:
+        return lambda: expect in _cli(port, *cli_tls, *args)
+
     for port in ports:
-        _poll(f"redis-server on {port}", lambda port=port: _cli(port, *cli_tls, "PING").strip() == "PONG")
+        _poll(f"redis-server on {port}", answers(port, "PING", expect="PONG"))
     created = subprocess.run(
         ["redis-cli", *cli_tls, "--cluster", "create", *[f"127.0.0.1:{p}" for p in ports], "--cluster-yes"],
         capture_output=True, text=True, timeout=60, check=False,
     )
     assert created.returncode == 0, created.stdout + created.stderr
     for port in ports:
-        _poll("cluster_state:ok", lambda port=port: "cluster_state:ok" in _cli(port, *cli_tls, "CLUSTER", "INFO"))
+        _poll("cluster_state:ok", answers(port, "CLUSTER", "INFO", expect="cluster_state:ok"))
     return ports, procs
 
 
@@ -148,7 +151,9 @@ def store(cluster_url: str) -> Iterator[redcount.Store]:
 
 
 def _keys_per_node(store: redcount.Store) -> list[int]:
-    return [int(n.execute("DBSIZE")) for n in store.nodes()]
+    sizes = [n.execute("DBSIZE") for n in store.nodes()]
+    assert all(isinstance(n, int) for n in sizes)
+    return [int(n) for n in sizes if isinstance(n, int)]
 
 
 def test_url_and_nodes(store: redcount.Store, cluster_url: str) -> None:
