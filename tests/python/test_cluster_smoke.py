@@ -64,8 +64,10 @@ def _poll(what: str, ok: Callable[[], bool], timeout: float = 20.0) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def _start_cluster(tmp: Path, tls: Path | None) -> tuple[list[int], list[subprocess.Popen[bytes]]]:
-    ports = _free_ports(3)
+def _start_cluster(
+    tmp: Path, tls: Path | None, replicas: int = 0
+) -> tuple[list[int], list[subprocess.Popen[bytes]]]:
+    ports = _free_ports(3 * (1 + replicas))
     procs: list[subprocess.Popen[bytes]] = []
     tls_args: list[str] = []
     cli_tls: list[str] = []
@@ -85,6 +87,7 @@ def _start_cluster(tmp: Path, tls: Path | None) -> tuple[list[int], list[subproc
                     "redis-server", *listen, "--bind", "127.0.0.1", *tls_args,
                     "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
                     "--cluster-node-timeout", "2000", "--save", "", "--appendonly", "no",
+                    "--repl-diskless-sync-delay", "0",
                     "--dir", str(d),
                 ],
                 stdout=subprocess.DEVNULL,
@@ -97,7 +100,8 @@ def _start_cluster(tmp: Path, tls: Path | None) -> tuple[list[int], list[subproc
     for port in ports:
         _poll(f"redis-server on {port}", answers(port, "PING", expect="PONG"))
     created = subprocess.run(
-        ["redis-cli", *cli_tls, "--cluster", "create", *[f"127.0.0.1:{p}" for p in ports], "--cluster-yes"],
+        ["redis-cli", *cli_tls, "--cluster", "create", *[f"127.0.0.1:{p}" for p in ports],
+         "--cluster-replicas", str(replicas), "--cluster-yes"],
         capture_output=True, text=True, timeout=60, check=False,
     )
     assert created.returncode == 0, created.stdout + created.stderr
@@ -272,14 +276,49 @@ def test_tls_cluster_checks_each_node_certificate_against_its_address() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _pid(node: redcount.Store) -> int:
+    info = node.execute("INFO", "server")
+    assert isinstance(info, bytes)
+    lines = info.decode().splitlines()
+    return int(next(line for line in lines if line.startswith("process_id:")).split(":")[1])
+
+
+def test_a_killed_master_is_replaced_by_its_replica_within_the_deadline() -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="redcount-failover-"))
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        ports, procs = _start_cluster(tmp, None, replicas=1)
+        store = redcount.connect(f"redis+cluster://127.0.0.1:{ports[0]}", command_timeout=20.0, breaker=False)
+        key = "failover-key"
+        assert store.execute("INCR", key) == 1
+        masters = store.nodes()
+        slot = masters[0].execute("CLUSTER", "KEYSLOT", key)
+        assert isinstance(slot, int)
+        owner = next(n for n in masters if n.execute("CLUSTER", "COUNTKEYSINSLOT", slot) == 1)
+        pid = _pid(owner)
+        os.kill(pid, signal.SIGKILL)
+        next(p for p in procs if p.pid == pid).wait(10)  # its sockets are closed: nothing in flight
+        t0 = time.monotonic()
+        # Refused connections to the dead master: the router refreshes the table and sends
+        # to the promoted replica once the cluster has failed over (node timeout 2 s).
+        got = store.execute("INCR", key)
+        took = time.monotonic() - t0
+        assert got in (1, 2)  # 2 unless the replica had not received the first write
+        assert took < 20.0
+        after = store.nodes()
+        assert len(after) == 3
+        assert owner.address not in {n.address for n in after}
+        store.close()
+    finally:
+        _stop(procs)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def test_a_node_lost_after_the_write_fails_only_its_requests(cluster_url: str) -> None:
     # Destructive (kills a master): the last test of the module.
     store = redcount.connect(cluster_url, command_timeout=5.0, breaker=False)
     nodes = store.nodes()
-    info = nodes[0].execute("INFO", "server")
-    assert isinstance(info, bytes)
-    lines = info.decode().splitlines()
-    pid = int(next(line for line in lines if line.startswith("process_id:")).split(":")[1])
+    pid = _pid(nodes[0])
     keys = [f"lost-{i}" for i in range(60)]
     store.execute_many([("SET", k, "0") for k in keys])  # connections to every node are open
     os.kill(pid, signal.SIGSTOP)  # it takes the write, then never answers
