@@ -503,10 +503,24 @@ std::vector<Reply> Cluster::execute(const std::vector<Request>& batch) {
     std::vector<Reply> replies;
     std::exception_ptr error;
   };
+  // The fast path: the whole batch on one node, on the caller's thread (an idle
+  // connection of that node when there is one). The router's bookkeeping is built only
+  // when a reply needs it (a redirect) or the node failed.
+  std::vector<Reply> replies;
+  std::exception_ptr error;
+  if (one) {
+    try {
+      replies = one->engine->execute_routed(batch, deadline);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    if (!error && std::none_of(replies.begin(), replies.end(), needs_router)) return replies;
+  }
   auto w = std::make_shared<Waiter>();
   auto b = std::make_shared<Batch>();
   b->units = std::move(units);
   b->deadline = deadline;
+  b->requests = batch;
   b->replies.resize(batch.size());
   b->have.assign(batch.size(), 0);
   b->state.assign(b->units.size(), Batch::State::Pending);
@@ -520,19 +534,7 @@ std::vector<Reply> Cluster::execute(const std::vector<Request>& batch) {
     w->done = true;
     w->cv.notify_one();
   };
-
   if (one) {
-    // The fast path: the whole batch on one node, on the caller's thread (an idle
-    // connection of that node when there is one).
-    std::vector<Reply> replies;
-    std::exception_ptr error;
-    try {
-      replies = one->engine->execute_routed(batch, deadline);
-    } catch (...) {
-      error = std::current_exception();
-    }
-    if (!error && std::none_of(replies.begin(), replies.end(), needs_router)) return replies;
-    b->requests = batch;
     Child c;
     c.origin.resize(batch.size());
     for (std::size_t i = 0; i < batch.size(); ++i) c.origin[i] = static_cast<std::int32_t>(i);
@@ -541,7 +543,6 @@ std::vector<Reply> Cluster::execute(const std::vector<Request>& batch) {
     b->children = 1;
     absorb(b, c, one->address, std::move(replies), nullptr, error);
   } else {
-    b->requests = batch;
     dispatch(b);
   }
   std::unique_lock<std::mutex> lock(w->m);
