@@ -5,7 +5,14 @@
 // the refusals.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
+
+#include <atomic>
+#include <functional>
+#include <mutex>
 
 #include <cstdlib>
 #include <future>
@@ -198,6 +205,236 @@ TEST(ClusterUrl, Parse) {
   RedisStore s(parse_url("redis+cluster://127.0.0.1:1,127.0.0.1:2"));  // connects at the first call
   EXPECT_EQ(s.describe(), "redis+cluster://127.0.0.1:1,127.0.0.1:2/0");
   EXPECT_EQ(s.shard_of("foo"), 12182u);
+}
+
+
+// ----------------------------------------------------------------------------- scripted node
+
+// A loopback server that speaks enough RESP to be a cluster node whose answers a test
+// scripts: it answers the connection handshake itself (SCRIPT LOAD refused, which the
+// handshake tolerates), CLUSTER SLOTS with itself owning every slot, and logs every
+// other command with the connection it came on.
+class ScriptedNode {
+ public:
+  struct Conn {
+    bool asking = false;  // the previous command was ASKING
+    bool multi = false;
+    bool asked_multi = false;  // ASKING came before this MULTI
+    bool abort = false;
+    std::vector<std::string> queued_replies;
+  };
+  using Handler = std::function<std::string(const std::vector<std::string>& cmd, Conn& conn)>;
+
+  explicit ScriptedNode(Handler handler) : handler_(std::move(handler)) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const int one = 1;
+    ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd_, 16) != 0) {
+      throw std::runtime_error("cannot listen");
+    }
+    socklen_t len = sizeof a;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    acceptor_ = std::thread([this] {
+      for (;;) {
+        const int c = ::accept(fd_, nullptr, nullptr);
+        if (c < 0) return;
+        std::lock_guard<std::mutex> lock(mu_);
+        if (stop_) {
+          ::close(c);
+          return;
+        }
+        conns_.push_back(c);
+        threads_.emplace_back([this, c] { serve(c); });
+      }
+    });
+  }
+  ~ScriptedNode() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+      for (int c : conns_) ::shutdown(c, SHUT_RDWR);
+    }
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+    acceptor_.join();
+    for (auto& t : threads_) t.join();
+    for (int c : conns_) ::close(c);
+  }
+  int port() const { return port_; }
+  std::string url() const { return "redis+cluster://127.0.0.1:" + std::to_string(port_); }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  // Commands received after the handshakes, each prefixed by its connection's number.
+  std::vector<std::string> log() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return log_;
+  }
+  int count(const std::string& name) {
+    std::lock_guard<std::mutex> lock(mu_);
+    int n = 0;
+    for (const auto& l : log_) n += l == name ? 1 : 0;
+    return n;
+  }
+
+  static std::string error(const std::string& text) { return "-" + text + "\r\n"; }
+  static std::string integer(long long v) { return ":" + std::to_string(v) + "\r\n"; }
+
+ private:
+  void serve(int c) {
+    std::string buf;
+    Conn conn;
+    char chunk[4096];
+    for (;;) {
+      const ssize_t n = ::read(c, chunk, sizeof chunk);
+      if (n <= 0) return;
+      buf.append(chunk, static_cast<std::size_t>(n));
+      std::string out;
+      for (;;) {
+        std::vector<std::string> cmd;
+        std::size_t used = parse(buf, cmd);
+        if (used == 0) break;
+        buf.erase(0, used);
+        out += answer(cmd, conn);
+      }
+      if (!out.empty() && ::write(c, out.data(), out.size()) < 0) return;
+    }
+  }
+  // One array of bulk strings from the front of `buf`; 0 when incomplete.
+  static std::size_t parse(const std::string& buf, std::vector<std::string>& cmd) {
+    if (buf.empty() || buf[0] != '*') return 0;
+    std::size_t pos = buf.find("\r\n");
+    if (pos == std::string::npos) return 0;
+    const long n = std::stol(buf.substr(1, pos - 1));
+    pos += 2;
+    for (long i = 0; i < n; ++i) {
+      const std::size_t eol = buf.find("\r\n", pos);
+      if (eol == std::string::npos || buf[pos] != '$') return 0;
+      const std::size_t len = std::stoul(buf.substr(pos + 1, eol - pos - 1));
+      if (buf.size() < eol + 2 + len + 2) return 0;
+      cmd.push_back(buf.substr(eol + 2, len));
+      pos = eol + 2 + len + 2;
+    }
+    return pos;
+  }
+  std::string answer(const std::vector<std::string>& cmd, Conn& conn) {
+    const std::string& name = cmd.at(0);
+    if (name == "CLIENT") return "+OK\r\n";
+    if (name == "INFO") {
+      const std::string info = "redis_version:7.0.0\r\n";
+      return "$" + std::to_string(info.size()) + "\r\n" + info + "\r\n";
+    }
+    if (name == "SCRIPT") return error("ERR no scripts here");
+    if (name == "CLUSTER") {
+      const std::string host = "127.0.0.1";
+      return "*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n$" + std::to_string(host.size()) + "\r\n" + host + "\r\n:" +
+             std::to_string(port_) + "\r\n$2\r\nid\r\n";
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      log_.push_back(name);
+    }
+    if (name == "ASKING") {
+      conn.asking = true;
+      return "+OK\r\n";
+    }
+    std::string r = handler_(cmd, conn);
+    if (!conn.multi) conn.asking = false;
+    return r;
+  }
+
+  Handler handler_;
+  int fd_ = -1;
+  int port_ = 0;
+  std::thread acceptor_;
+  std::mutex mu_;
+  bool stop_ = false;
+  std::vector<int> conns_;
+  std::vector<std::thread> threads_;
+  std::vector<std::string> log_;
+};
+
+std::shared_ptr<RedisStore> store_for(const ScriptedNode& node, int timeout_ms = 2000) {
+  auto o = parse_url(node.url());
+  o.command_timeout = std::chrono::milliseconds(timeout_ms);
+  return std::make_shared<RedisStore>(o);
+}
+
+TEST(ScriptedCluster, MovedIsFollowedAtMostFiveTimes) {
+  int port = 0;
+  ScriptedNode node([&](const std::vector<std::string>& cmd, ScriptedNode::Conn&) {
+    if (cmd[0] == "GET") return ScriptedNode::error("MOVED 12182 127.0.0.1:" + std::to_string(port));
+    return ScriptedNode::integer(7);
+  });
+  port = node.port();
+  auto store = store_for(node);
+  const Reply r = store->execute_one(Command{{"GET", "foo"}});
+  ASSERT_TRUE(r.is_error());
+  EXPECT_EQ(r.str.rfind("MOVED 12182", 0), 0u);  // after 5 redirects the caller gets the reply
+  EXPECT_EQ(node.count("GET"), 6);                // the first send and 5 resends
+  EXPECT_EQ(store->execute_one(Command{{"INCR", "foo"}}).as_integer(), 7);
+}
+
+TEST(ScriptedCluster, AskingIsWrittenBeforeEachRedirectedRequestOnly) {
+  int port = 0;
+  ScriptedNode node([&](const std::vector<std::string>& cmd, ScriptedNode::Conn& c) -> std::string {
+    const std::string ask = "ASK " + std::to_string(key_slot("moving")) + " 127.0.0.1:" + std::to_string(port);
+    if (cmd[0] == "MULTI") {
+      c.multi = true;
+      c.asked_multi = c.asking;
+      c.abort = false;
+      return "+OK\r\n";
+    }
+    if (cmd[0] == "EXEC") {
+      c.multi = false;
+      c.asking = false;
+      if (c.abort) return ScriptedNode::error("EXECABORT Transaction discarded because of previous errors.");
+      return "*1\r\n:1\r\n";
+    }
+    const bool moving = cmd.size() > 1 && cmd[1] == "moving";
+    if (moving && !c.asking) {
+      if (c.multi) c.abort = true;
+      return ScriptedNode::error(ask);
+    }
+    if (c.multi) return "+QUEUED\r\n";
+    return ScriptedNode::integer(moving ? 1 : 2);
+  });
+  port = node.port();
+  auto store = store_for(node);
+  auto r = store->execute({cmd({"INCR", "moving"}), cmd({"INCR", "stays"})});
+  EXPECT_EQ(r[0].as_integer(), 1);
+  EXPECT_EQ(r[1].as_integer(), 2);
+  EXPECT_EQ(node.log(), (std::vector<std::string>{"INCR", "INCR", "ASKING", "INCR"}));
+  // A transaction redirected by ASK: resent whole, with one ASKING before MULTI.
+  auto t = store->execute({cmd({"MULTI"}), cmd({"INCR", "moving"}), cmd({"EXEC"})});
+  ASSERT_EQ(t[2].type, Reply::Type::Array) << t[2].str;
+  EXPECT_EQ(t[2].elements.at(0).as_integer(), 1);
+  const auto log = node.log();
+  EXPECT_EQ(std::vector<std::string>(log.begin() + 4, log.end()),
+            (std::vector<std::string>{"MULTI", "INCR", "EXEC", "ASKING", "MULTI", "INCR", "EXEC"}));
+}
+
+TEST(ScriptedCluster, TryAgainBacksOffUntilServedOrTheDeadline) {
+  std::atomic<int> refusals{3};
+  ScriptedNode node([&](const std::vector<std::string>& cmd, ScriptedNode::Conn&) {
+    if (cmd[0] == "INCR" && refusals.fetch_sub(1) > 0) {
+      return ScriptedNode::error("TRYAGAIN Multiple keys request during rehashing of slot");
+    }
+    if (cmd[0] == "GET") return ScriptedNode::error("TRYAGAIN Multiple keys request during rehashing of slot");
+    return ScriptedNode::integer(5);
+  });
+  auto store = store_for(node, 400);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(store->execute_one(Command{{"INCR", "k"}}).as_integer(), 5);
+  EXPECT_EQ(node.count("INCR"), 4);  // three refusals, then served
+  // Backoffs of 5, 10 and 20 ms (jittered down to half) came between the sends.
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(17));
+  const Reply r = store->execute_one(Command{{"GET", "k"}});  // never served: the rejection at the deadline
+  ASSERT_TRUE(r.is_error());
+  EXPECT_EQ(r.str.rfind("TRYAGAIN", 0), 0u);
+  EXPECT_GE(node.count("GET"), 3);
 }
 
 // ----------------------------------------------------------------------------- real cluster
