@@ -587,6 +587,8 @@ void Cluster::dispatch(const std::shared_ptr<Batch>& batch) {
         unserved.push_back(u);
         continue;
       }
+      // Sent again: an earlier round's reply (a redirect) is no longer its answer.
+      for (auto i = unit.begin; i < unit.end; ++i) batch->have[i] = 0;
       auto g = std::find_if(groups.begin(), groups.end(), [&](const Group& x) { return x.node == n; });
       if (g == groups.end()) {
         groups.push_back(Group{n, {}});
@@ -783,7 +785,9 @@ void Cluster::complete(const std::shared_ptr<Batch>& batch) {
           if (b.state[u] == Batch::State::NotSent || b.state[u] == Batch::State::Pending) ++not_sent;
         }
       }
-      const bool none_answered = std::none_of(b.have.begin(), b.have.end(), [](char h) { return h != 0; });
+      const bool none_answered =
+          std::none_of(b.have.begin(), b.have.end(), [](char h) { return h != 0; }) &&
+          std::none_of(b.state.begin(), b.state.end(), [](auto st) { return st == Batch::State::Done; });
       if (maybe == 0 && not_sent == 0) {
         replies = std::move(b.replies);
       } else if (none_answered && maybe > 0 && b.maybe_error) {
@@ -796,7 +800,7 @@ void Cluster::complete(const std::shared_ptr<Batch>& batch) {
           const Unit& unit = b.units[u];
           for (auto i = unit.begin; i < unit.end; ++i) {
             RequestOutcome& o = (*outcomes)[i];
-            if (b.have[i]) {
+            if (b.have[i] || b.state[u] == Batch::State::Done) {
               o.kind = RequestOutcome::Kind::Reply;
               o.reply = std::move(b.replies[i]);
             } else {
