@@ -611,6 +611,41 @@ TEST(RealCluster, RefreshesAreCoalescedAndRateLimited) {
   c->close();
 }
 
+TEST(RealCluster, ThreadsAndSubmittersShareTheRouter) {
+  REQUIRE_CLUSTER();
+  auto o = parse_url(cluster_url());
+  o.max_connections = 4;  // thread connections per node for the synchronous callers
+  auto store = std::make_shared<RedisStore>(o);
+  const std::string p = "rc:test:threads:" + std::to_string(::getpid()) + ":";
+  constexpr int kThreads = 6, kRounds = 150, kKeys = 12;
+  std::atomic<int> async_done{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < kRounds; ++r) {
+        std::vector<Request> batch;
+        for (int k = 0; k < kKeys; ++k) batch.push_back(cmd({"INCR", p + std::to_string(k)}));
+        if (t % 2 == 0) {
+          store->execute(batch);
+        } else {
+          std::promise<void> done;
+          store->submit(batch, [&](std::vector<Reply>&& replies, std::exception_ptr e) {
+            if (!e && replies.size() == kKeys) async_done.fetch_add(1);
+            done.set_value();
+          });
+          done.get_future().wait();
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(async_done.load(), kThreads / 2 * kRounds);
+  for (int k = 0; k < kKeys; ++k) {
+    EXPECT_EQ(store->execute_one(Command{{"GET", p + std::to_string(k)}}).as_integer(), kThreads * kRounds);
+    store->execute_one(Command{{"DEL", p + std::to_string(k)}});
+  }
+}
+
 TEST(RealCluster, CrossSlotScriptRefusedBeforeSending) {
   REQUIRE_CLUSTER();
   auto store = cluster_store();
