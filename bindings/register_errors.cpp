@@ -28,12 +28,34 @@ PyObject* make(py::module_& m, const char* name, const char* doc, py::tuple base
 
 // A ConnectionError instance carrying `maybe_applied`: whether the request reached the
 // server before the failure (so it may have run) or certainly did not run.
+// With `outcomes` when the batch failed part-way (a cluster node lost): one entry per
+// request, its reply (a ReplyError instance for an error reply), "maybe" or "not sent".
 void set_connection_error(PyObject* type, const ConnectionError& e) {
   PyObject* exc = PyObject_CallFunction(type, "s", e.what());
   if (exc == nullptr) return;  // the conversion's own error stays set
-  if (PyObject_SetAttrString(exc, "maybe_applied", e.maybe_applied() ? Py_True : Py_False) == 0) {
-    PyErr_SetObject(type, exc);
+  bool ok = PyObject_SetAttrString(exc, "maybe_applied", e.maybe_applied() ? Py_True : Py_False) == 0;
+  if (ok && e.outcomes()) {
+    try {
+      py::list outcomes;
+      for (const auto& o : *e.outcomes()) {
+        if (o.kind == RequestOutcome::Kind::Maybe) {
+          outcomes.append(py::str("maybe"));
+        } else if (o.kind == RequestOutcome::Kind::NotSent) {
+          outcomes.append(py::str("not sent"));
+        } else if (o.reply.is_error()) {
+          PyObject* reply_error = PyObject_CallFunction(g_reply, "s", o.reply.str.c_str());
+          if (reply_error == nullptr) throw py::error_already_set();
+          outcomes.append(py::reinterpret_steal<py::object>(reply_error));
+        } else {
+          outcomes.append(to_python(o.reply));
+        }
+      }
+      ok = PyObject_SetAttrString(exc, "outcomes", outcomes.ptr()) == 0;
+    } catch (py::error_already_set&) {
+      ok = false;
+    }
   }
+  if (ok) PyErr_SetObject(type, exc);
   Py_DECREF(exc);
 }
 
@@ -53,6 +75,7 @@ void register_errors(py::module_& m) {
                       py::make_tuple(py::handle(g_base), py::handle(PyExc_ConnectionError)));
   // Where nothing says otherwise (an error raised by Python code), nothing was sent.
   if (PyObject_SetAttrString(g_connection, "maybe_applied", Py_False) != 0) throw py::error_already_set();
+  if (PyObject_SetAttrString(g_connection, "outcomes", Py_None) != 0) throw py::error_already_set();
   g_store_closed = make(m, "StoreClosed",
                         "The store was closed: nothing was sent. Not transient: a retry cannot help.",
                         py::make_tuple(py::handle(g_connection)));

@@ -9,6 +9,7 @@
 #include "redcount/errors.h"
 #include "redcount/memory_store.h"
 #include "redcount/options.h"
+#include "redcount/redis_store.h"
 #include "redcount/resilient_store.h"
 #include "redcount/store.h"
 
@@ -146,6 +147,26 @@ void register_store(py::module_& m) {
       .def("now", [](const Store& s) { return static_cast<double>(s.now_ms()) / 1000.0; },
            "This store's clock in seconds since the epoch (the ManualClock for memory:// if given).")
       .def_property_readonly("url", &Store::describe, "The store's URL, without the password.")
+      .def(
+          "nodes",
+          [](std::shared_ptr<Store> s) {
+            std::vector<std::shared_ptr<Store>> nodes;
+            {
+              py::gil_scoped_release release;  // a cluster may ask a node for its slot table
+              nodes = s->nodes();
+            }
+            if (nodes.empty()) nodes.push_back(std::move(s));
+            return nodes;
+          },
+          "One store per master of a Redis Cluster (execute, execute_many, ping, address), for what "
+          "is about one node: KEYS, SCAN, DBSIZE, INFO, FLUSHALL. A single server is its own only node.")
+      .def_property_readonly(
+          "address",
+          [](const Store& s) {
+            if (const auto* r = dynamic_cast<const RedisStore*>(&s)) return r->address();
+            return s.describe();
+          },
+          "host:port of a Redis server (the socket path for unix://); the URL for any other store.")
       .def_property_readonly("is_memory", &Store::is_memory, "True for the embedded memory:// store.")
       .def(
           "sweep",

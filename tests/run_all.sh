@@ -39,15 +39,51 @@ cmake -S . -B build/test-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DREDCOUNT_BUILD
 cmake --build build/test-asan
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-# A private redis-server on a Unix socket for the core's real-Redis tests.
+# A private redis-server on a Unix socket for the core's real-Redis tests,
 sockdir=$(mktemp -d)
 redis-server --port 0 --unixsocket "$sockdir/redis.sock" --save "" --appendonly no \
   --daemonize yes --pidfile "$sockdir/redis.pid" --dir "$sockdir" >/dev/null
-trap 'kill "$(cat "$sockdir/redis.pid" 2>/dev/null)" 2>/dev/null || true' EXIT
+# And a 3-master Redis Cluster on free loopback ports (each port's bus port, +10000, free too).
+cluster_ports=$(.venv/bin/python -c '
+import socket
+ports = []
+while len(ports) < 3:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        p = s.getsockname()[1]
+    if p + 10000 > 65535 or p in ports:
+        continue
+    with socket.socket() as b:
+        try:
+            b.bind(("127.0.0.1", p + 10000))
+        except OSError:
+            continue
+    ports.append(p)
+print(" ".join(map(str, ports)))')
+stop_servers() {
+  kill "$(cat "$sockdir/redis.pid" 2>/dev/null)" 2>/dev/null || true
+  for p in $cluster_ports; do kill "$(cat "$sockdir/$p/pid" 2>/dev/null)" 2>/dev/null || true; done
+}
+trap stop_servers EXIT
+for p in $cluster_ports; do
+  mkdir -p "$sockdir/$p"
+  redis-server --port "$p" --bind 127.0.0.1 --cluster-enabled yes --cluster-config-file nodes.conf \
+    --cluster-node-timeout 2000 --save "" --appendonly no --daemonize yes --pidfile "$sockdir/$p/pid" \
+    --dir "$sockdir/$p" >/dev/null
+done
 for _ in $(seq 100); do redis-cli -s "$sockdir/redis.sock" ping >/dev/null 2>&1 && break; sleep 0.05; done
+for p in $cluster_ports; do
+  for _ in $(seq 100); do redis-cli -p "$p" ping >/dev/null 2>&1 && break; sleep 0.05; done
+done
+redis-cli --cluster create $(for p in $cluster_ports; do printf '127.0.0.1:%s ' "$p"; done) --cluster-yes >/dev/null
+for p in $cluster_ports; do
+  for _ in $(seq 200); do redis-cli -p "$p" cluster info 2>/dev/null | grep -q cluster_state:ok && break; sleep 0.05; done
+done
+cluster_url="redis+cluster://$(for p in $cluster_ports; do printf '127.0.0.1:%s,' "$p"; done)"
 # The binary itself, not ctest: it names any skipped test (ctest would call it passed).
-REDCOUNT_TEST_REDIS_URL="unix://$sockdir/redis.sock" build/test-asan/redcount_tests
-kill "$(cat "$sockdir/redis.pid")"; trap - EXIT
+REDCOUNT_TEST_REDIS_URL="unix://$sockdir/redis.sock" REDCOUNT_TEST_CLUSTER_URL="${cluster_url%,}" \
+  build/test-asan/redcount_tests
+stop_servers; trap - EXIT
 build/test-asan/redcount_micro_bench --benchmark_min_time=0.001 >/dev/null
 
 echo "== typing: mypy --strict and stubtest"

@@ -41,7 +41,8 @@ std::string shown_url(std::string_view url) {
 [[noreturn]] void bad(std::string_view url, const std::string& why) {
   throw InvalidArgument("invalid store URL '" + shown_url(url) + "': " + why +
                         " (expected memory://, redis://[[user]:password@]host[:port][/db], "
-                        "rediss://[[user]:password@]host[:port][/db][?ssl_ca_certs=...&...] or "
+                        "rediss://[[user]:password@]host[:port][/db][?ssl_ca_certs=...&...], "
+                        "redis+cluster://[[user]:password@]host:port,host:port[/0] (rediss+cluster:// for TLS) or "
                         "unix:///path/to/redis.sock[?db=N])");
 }
 
@@ -144,6 +145,40 @@ void apply_query(std::string_view url, std::string_view query, StoreOptions& o) 
   }
 }
 
+StoreOptions::Seed parse_host_port(std::string_view url, std::string_view hostport) {
+  StoreOptions::Seed o;
+  if (hostport.empty()) bad(url, "missing host");
+  if (hostport.front() == '[') {  // [IPv6]:port
+    auto close = hostport.find(']');
+    if (close == std::string_view::npos) bad(url, "unterminated [IPv6] host");
+    o.host = std::string(hostport.substr(1, close - 1));
+    hostport = hostport.substr(close + 1);
+    if (!hostport.empty()) {
+      if (hostport.front() != ':') bad(url, "junk after [IPv6] host");
+      auto p = parse_int64(hostport.substr(1));
+      if (!p || *p < 1 || *p > 65535) bad(url, "port must be 1-65535");
+      o.port = static_cast<int>(*p);
+    }
+  } else {
+    auto colon = hostport.rfind(':');
+    o.host = std::string(hostport.substr(0, colon));
+    if (colon != std::string_view::npos) {
+      auto p = parse_int64(hostport.substr(colon + 1));
+      if (!p || *p < 1 || *p > 65535) {
+        bad(url, "port must be a number 1-65535, got '" + std::string(hostport.substr(colon + 1)) + "'");
+      }
+      o.port = static_cast<int>(*p);
+    }
+  }
+  if (o.host.empty()) bad(url, "missing host");
+  for (char c : o.host) {
+    if (c == '/' || c == '?' || c == '#' || c == ' ' || static_cast<unsigned char>(c) < 0x20) {
+      bad(url, "host contains an invalid character");
+    }
+  }
+  return o;
+}
+
 }  // namespace
 
 void set_tls_option(StoreOptions& o, std::string_view name, std::string_view value) {
@@ -223,13 +258,15 @@ StoreOptions parse_url(std::string_view url) {
     if (q != std::string_view::npos) apply_query(url, rest.substr(q + 1), o);
     return o;
   }
-  if (scheme != "redis" && scheme != "rediss") {
+  const bool cluster = scheme == "redis+cluster" || scheme == "rediss+cluster";
+  if (scheme != "redis" && scheme != "rediss" && !cluster) {
     // A '@' means credentials came before the "://" (a mistyped URL): do not echo them.
     bad(url, "unknown scheme '" + (scheme.find('@') == std::string_view::npos ? std::string(scheme) : "***") + "'");
   }
 
   o.kind = StoreOptions::Kind::Tcp;
-  o.tls = scheme == "rediss";
+  o.tls = scheme == "rediss" || scheme == "rediss+cluster";
+  o.cluster = cluster;
   // The query starts at the first '?', as in any URL: a '?' in a password must be
   // written %3F. It is applied last, once the scheme has said whether TLS is on.
   std::string_view query;
@@ -263,33 +300,21 @@ StoreOptions parse_url(std::string_view url) {
     if (!db.empty()) o.db = parse_db(url, db);
   }
   if (hostport.empty()) bad(url, "missing host");
-  if (hostport.front() == '[') {  // [IPv6]:port
-    auto close = hostport.find(']');
-    if (close == std::string_view::npos) bad(url, "unterminated [IPv6] host");
-    o.host = std::string(hostport.substr(1, close - 1));
-    hostport = hostport.substr(close + 1);
-    if (!hostport.empty()) {
-      if (hostport.front() != ':') bad(url, "junk after [IPv6] host");
-      auto p = parse_int64(hostport.substr(1));
-      if (!p || *p < 1 || *p > 65535) bad(url, "port must be 1-65535");
-      o.port = static_cast<int>(*p);
-    }
-  } else {
-    auto colon = hostport.rfind(':');
-    o.host = std::string(hostport.substr(0, colon));
-    if (colon != std::string_view::npos) {
-      auto p = parse_int64(hostport.substr(colon + 1));
-      if (!p || *p < 1 || *p > 65535) {
-        bad(url, "port must be a number 1-65535, got '" + std::string(hostport.substr(colon + 1)) + "'");
-      }
-      o.port = static_cast<int>(*p);
-    }
+  if (!cluster && hostport.find(',') != std::string_view::npos) {
+    bad(url, "several hosts are for a Redis Cluster: use redis+cluster://host1:port1,host2:port2");
   }
-  if (o.host.empty()) bad(url, "missing host");
-  for (char c : o.host) {
-    if (c == '/' || c == '?' || c == '#' || c == ' ' || static_cast<unsigned char>(c) < 0x20) {
-      bad(url, "host contains an invalid character");
-    }
+  while (true) {
+    const auto comma = hostport.find(',');
+    StoreOptions::Seed seed = parse_host_port(url, hostport.substr(0, comma));
+    o.seeds.push_back(std::move(seed));
+    if (comma == std::string_view::npos) break;
+    hostport = hostport.substr(comma + 1);
+  }
+  o.host = o.seeds.front().host;
+  o.port = o.seeds.front().port;
+  if (!cluster) o.seeds.clear();
+  if (cluster && o.db != 0) {
+    bad(url, "a Redis Cluster has only database 0, got /" + std::to_string(o.db));
   }
   apply_query(url, query, o);
   return o;

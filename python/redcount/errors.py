@@ -5,6 +5,9 @@
     ``ConnectionError`` (also the builtin ``ConnectionError``): the store could not be reached.
     Its ``maybe_applied`` is True when the request had been sent before the failure (it may
     or may not have run; redcount never resends it), False when it certainly did not run.
+    Its ``outcomes`` is None, or, for a batch spread over Redis Cluster nodes of which some
+    answered and one was lost, one entry per request: its reply (a ``ReplyError`` instance
+    for an error reply), ``"maybe"`` (written, unanswered) or ``"not sent"``; retry only those.
         ``TimeoutError`` (also the builtin ``TimeoutError``): a connect, command or pool timeout.
         ``StoreClosed``: the store was closed; not transient, so it is never queued for retry.
         ``Unavailable``: the store could not decide within its ``budget``, or its circuit

@@ -76,7 +76,12 @@ def connect(
     - ``None`` or ``"memory://"``: the embedded in-process store (the default);
     - ``"redis://[[user]:password@]host[:port][/db]"``;
     - ``"rediss://[[user]:password@]host[:port][/db][?ssl_ca_certs=...&...]"``: TLS;
-    - ``"unix:///path/to/redis.sock?db=N"``.
+    - ``"unix:///path/to/redis.sock?db=N"``;
+    - ``"redis+cluster://[[user]:password@]host1:port1,host2:port2"``: a Redis Cluster (any
+      of its nodes as seeds; ``rediss+cluster://`` for TLS). Batches are split per node and
+      their replies put back in order; MOVED and ASK are followed. What is about one node
+      (KEYS, SCAN, DBSIZE, INFO, FLUSHALL) goes through :meth:`Store.nodes`, one store per
+      master.
 
     Timeouts are in seconds; 0 means wait forever. On Redis, one I/O thread per store
     multiplexes every caller (threads and event loops) over ``connections`` sockets (1 to 4,

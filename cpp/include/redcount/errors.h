@@ -10,9 +10,13 @@
 // sent or stored, so it never leaves partial state behind.
 #pragma once
 
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "redcount/reply.h"
 
 namespace redcount {
 
@@ -27,9 +31,20 @@ class InvalidArgument : public Error {
   using Error::Error;
 };
 
+// What became of one request of a batch that failed part-way (a batch spread over the
+// nodes of a Redis Cluster, one of which was lost): its reply (which may be an error
+// reply), Maybe (written, unanswered: it may or may not have run) or NotSent.
+struct RequestOutcome {
+  enum class Kind { Reply, Maybe, NotSent };
+  Kind kind = Kind::NotSent;
+  Reply reply;
+};
+
 // The network path to the server failed: refused, reset, unresolvable host, EOF.
 // `maybe_applied()` is true when the request had been sent before the failure, so it may
 // or may not have run; false when nothing of it can have run (never sent, store closed).
+// `outcomes()`, when not null, holds one entry per request of the batch: set when some of
+// its requests completed and others did not, so a caller retries only what did not run.
 class ConnectionError : public Error {
  public:
   explicit ConnectionError(const std::string& message, bool maybe_applied = false)
@@ -37,9 +52,12 @@ class ConnectionError : public Error {
   explicit ConnectionError(const char* message, bool maybe_applied = false)
       : Error(message), maybe_applied_(maybe_applied) {}
   bool maybe_applied() const noexcept { return maybe_applied_; }
+  const std::shared_ptr<const std::vector<RequestOutcome>>& outcomes() const noexcept { return outcomes_; }
+  void set_outcomes(std::shared_ptr<const std::vector<RequestOutcome>> o) { outcomes_ = std::move(o); }
 
  private:
   bool maybe_applied_;
+  std::shared_ptr<const std::vector<RequestOutcome>> outcomes_;
 };
 
 // A connect or command timeout expired. Whether a sent command ran is unknown.

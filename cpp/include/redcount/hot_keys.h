@@ -125,6 +125,7 @@ class HotKeysStore final : public Store {
   std::vector<Reply> execute(const std::vector<Request>& batch) override;
   void submit(std::vector<Request> batch, BatchDone done, CancelFlag cancelled = nullptr) override;
   std::uint32_t shard_of(std::string_view key) const noexcept override { return inner_->shard_of(key); }
+  std::vector<std::shared_ptr<Store>> nodes() override { return inner_->nodes(); }
   std::int64_t now_ms() const override { return inner_->now_ms(); }
   bool accepts_typed_args() const noexcept override { return inner_->accepts_typed_args(); }
   bool server_clock_is_local() const noexcept override { return inner_->server_clock_is_local(); }

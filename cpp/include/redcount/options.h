@@ -9,6 +9,10 @@
 //   redis://[[user]:password@]host[:port][/db]
 //   rediss://[[user]:password@]host[:port][/db][?query]   (TLS)
 //   unix:///path/to/redis.sock[?db=N]
+//   redis+cluster://[[user]:password@]host1:port1,host2:port2[/0]   (Redis Cluster)
+//   rediss+cluster://...[?query]                                     (Redis Cluster over TLS)
+// A cluster URL lists seed nodes (any of them; the rest are learned from CLUSTER SLOTS);
+// its database can only be 0, the one database a cluster has.
 // The rediss:// query takes redis-py's names, percent-encoded values, '&'-separated:
 //   ssl_ca_certs=PATH  ssl_certfile=PATH  ssl_keyfile=PATH  ssl_cert_reqs=required|optional|none
 //   ssl_check_hostname=true|false|1|0  ssl_server_name=NAME
@@ -21,6 +25,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "redcount/clock.h"
 
@@ -35,6 +40,13 @@ struct StoreOptions {
   std::string username;  // empty = the "default" ACL user (AUTH password)
   std::string password;  // empty = no AUTH
   int db = 0;
+  // Redis Cluster: the seed nodes of a redis+cluster:// URL (host and port are the first).
+  bool cluster = false;
+  struct Seed {
+    std::string host;
+    int port = 6379;
+  };
+  std::vector<Seed> seeds;
 
   std::chrono::milliseconds connect_timeout{2000};  // 0 = wait forever
   std::chrono::milliseconds command_timeout{2000};  // 0 = wait forever

@@ -5,6 +5,10 @@
 //   auto replies = store->execute(batch);  // one round trip for the whole batch
 //   store->submit(batch, [](std::vector<Reply>&& r, std::exception_ptr e) { ... });
 //
+// On a Redis Cluster (a redis+cluster:// URL) a router (redis/cluster.h) replaces the one
+// engine: one engine per master, batches split per node and put back in order, MOVED and
+// ASK followed; shard_of() is the key's hash slot, and nodes() gives a store per master.
+//
 // Underneath is one I/O engine (redis/engine.h: a reactor thread, `connections`
 // multiplexed sockets, auto-pipelining, deadlines and the failure contract). This class
 // adds what belongs to the store:
@@ -33,11 +37,15 @@ namespace redcount {
 
 namespace redis {
 class Engine;
+class Cluster;
 }
 
 class RedisStore final : public Store {
  public:
   explicit RedisStore(StoreOptions options);
+  // A store over an engine someone else owns (a cluster's node): close() closes this
+  // view only.
+  RedisStore(StoreOptions options, std::shared_ptr<redis::Engine> engine);
   ~RedisStore() override;
   RedisStore(const RedisStore&) = delete;
   RedisStore& operator=(const RedisStore&) = delete;
@@ -51,7 +59,12 @@ class RedisStore final : public Store {
   bool accepts_typed_args() const noexcept override { return true; }
   bool has_expire_options() const noexcept override;
   bool contended() const noexcept override;
+  std::uint32_t shard_of(std::string_view key) const noexcept override;
+  std::vector<std::shared_ptr<Store>> nodes() override;
   void close() override;
+  bool is_cluster() const noexcept { return options_.cluster; }
+  // "host:port" ("[v6]:port"), the socket path for unix://, or the seed list of a cluster.
+  std::string address() const;
 
   // Connections open right now (set up and usable).
   int open_connections() const;
@@ -63,6 +76,7 @@ class RedisStore final : public Store {
 
  private:
   redis::Engine& engine();
+  redis::Cluster& cluster();
   [[noreturn]] void throw_closed() const;
 
   StoreOptions options_;
@@ -70,6 +84,9 @@ class RedisStore final : public Store {
   std::mutex mu_;  // creating or replacing the engine
   std::shared_ptr<redis::Engine> engine_;
   std::atomic<redis::Engine*> current_{nullptr};
+  bool owns_engine_ = true;
+  std::shared_ptr<redis::Cluster> cluster_;
+  std::atomic<redis::Cluster*> cluster_current_{nullptr};
   // Where an engine inherited through fork() is put: never destroyed, never used (its
   // thread does not exist in the child and its sockets belong to the parent).
   alignas(std::shared_ptr<redis::Engine>) unsigned char inherited_[sizeof(std::shared_ptr<redis::Engine>)];

@@ -81,6 +81,7 @@ class ResilientStore final : public Store {
   std::vector<Reply> execute(const std::vector<Request>& batch) override;
   void submit(std::vector<Request> batch, BatchDone done, CancelFlag cancelled = nullptr) override;
   std::uint32_t shard_of(std::string_view key) const noexcept override { return primary_->shard_of(key); }
+  std::vector<std::shared_ptr<Store>> nodes() override { return primary_->nodes(); }
   std::int64_t now_ms() const override { return primary_->now_ms(); }
   bool accepts_typed_args() const noexcept override {
     return primary_->accepts_typed_args() && (!fallback_ || fallback_->accepts_typed_args());

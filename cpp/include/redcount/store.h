@@ -204,6 +204,12 @@ class Store {
   // batching code groups by it and never needs to know about Cluster.
   virtual std::uint32_t shard_of(std::string_view /*key*/) const noexcept { return 0; }
 
+  // One store per master of a Redis Cluster, each sending only to its node (with execute,
+  // submit, ping and describe() giving its address): for what is about one node (KEYS,
+  // SCAN, DBSIZE, INFO, FLUSHALL), which a cluster store refuses. Empty for a store that is
+  // a single server (or memory): it is its own only node.
+  virtual std::vector<std::shared_ptr<Store>> nodes() { return {}; }
+
   // Milliseconds since the epoch as this store's clients should see them.
   virtual std::int64_t now_ms() const = 0;
   // True when execute()/submit() handle ScriptCall::typed themselves (a twin reads it, or

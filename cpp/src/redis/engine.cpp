@@ -179,6 +179,26 @@ void Engine::submit(std::vector<Request> batch, BatchDone done, CancelFlag cance
   enqueue(std::move(job), t_reactor != this);
 }
 
+void Engine::submit_routed(std::vector<Request> batch, BatchDone done, CancelFlag cancelled, TimePoint deadline,
+                           std::shared_ptr<std::vector<std::uint8_t>> answered) {
+  std::shared_ptr<Job> job;
+  try {
+    if (cancelled && cancelled->load()) throw Cancelled("cancelled before it was sent");
+    job = make_job(std::move(batch), std::move(done), std::move(cancelled), deadline);
+  } catch (...) {
+    if (done) done({}, std::current_exception());
+    return;
+  }
+  job->routed = true;
+  if (answered) answered->assign(job->requests.size(), 0);
+  job->answered = std::move(answered);
+  if (job->requests.empty()) {
+    job->succeed();
+    return job->deliver();
+  }
+  enqueue(std::move(job), t_reactor != this);
+}
+
 void Engine::enqueue(std::shared_ptr<Job> job, bool may_wait) {
   std::exception_ptr refused;
   bool do_wake = false;
@@ -281,6 +301,16 @@ void Engine::give_back(int i, bool to_reactor) {
 }
 
 std::vector<Reply> Engine::execute(const std::vector<Request>& batch) {
+  const TimePoint deadline =
+      options_.command_timeout.count() > 0 ? SteadyClock::now() + options_.command_timeout : kNever;
+  return execute_job(batch, deadline, false);
+}
+
+std::vector<Reply> Engine::execute_routed(const std::vector<Request>& batch, TimePoint deadline) {
+  return execute_job(batch, deadline, true);
+}
+
+std::vector<Reply> Engine::execute_job(const std::vector<Request>& batch, TimePoint deadline, bool routed) {
   if (t_reactor == this) {
     throw Error("a blocking call on the store from inside one of its own completion callbacks would deadlock "
                 "its I/O thread; use submit() there");
@@ -292,10 +322,9 @@ std::vector<Reply> Engine::execute(const std::vector<Request>& batch) {
     ~Leave() { n.fetch_sub(1, std::memory_order_relaxed); }
   } leave{sync_callers_};
   Waiter w;
-  const TimePoint deadline =
-      options_.command_timeout.count() > 0 ? SteadyClock::now() + options_.command_timeout : kNever;
   auto job = make_job(batch, [&w](std::vector<Reply>&& r, std::exception_ptr e) { w.set(std::move(r), e); }, nullptr,
                       deadline, false);
+  job->routed = routed;
   const int slot = try_borrow();
   if (slot < 0 || !run_borrowed(slot, job)) {
     format_wire(*job);  // here, not on the reactor thread

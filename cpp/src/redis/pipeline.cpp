@@ -32,7 +32,11 @@ void Job::deliver() noexcept {
   if (!d) return;
   try {
     if (error) {
-      d({}, error);
+      if (routed) {
+        d(std::move(replies), error);  // the router keeps what was answered
+      } else {
+        d({}, error);
+      }
     } else {
       d(std::move(replies), nullptr);
     }
@@ -42,12 +46,13 @@ void Job::deliver() noexcept {
   }
 }
 
-bool did_not_run(const Reply& reply, const Request& request) noexcept {
+bool did_not_run(const Reply& reply, const Request& request, bool routed) noexcept {
   if (!reply.is_error()) return false;
   const std::string_view text = reply.str;
   // Each of these is answered before the command (or the script's first write) executes.
+  if (word_is(text, "TRYAGAIN") || word_is(text, "CLUSTERDOWN")) return !routed;
   return word_is(text, "LOADING") || word_is(text, "READONLY") || word_is(text, "MASTERDOWN") ||
-         word_is(text, "TRYAGAIN") || word_is(text, "CLUSTERDOWN") || is_noscript(reply, request);
+         word_is(text, "NOREPLICAS") || is_noscript(reply, request);
 }
 
 void format_wire(Job& job) {
@@ -121,6 +126,7 @@ std::shared_ptr<Job> take_reply(std::deque<Expect>& inflight, Reply&& reply, std
     }
   } else {
     j.replies[static_cast<std::size_t>(e.slot)] = std::move(reply);
+    if (j.answered) (*j.answered)[static_cast<std::size_t>(e.slot)] = 1;
   }
   if (--j.outstanding > 0 || j.abandoned) return nullptr;
   return std::move(e.job);
@@ -134,7 +140,7 @@ Next after_round(Job& job, TimePoint now, std::chrono::milliseconds backoff_min,
   std::vector<std::uint32_t> retry;
   bool all_noscript = true;
   auto check = [&](std::uint32_t i) {
-    if (did_not_run(job.replies[i], job.requests[i])) {
+    if (did_not_run(job.replies[i], job.requests[i], job.routed)) {
       retry.push_back(i);
       if (!is_noscript(job.replies[i], job.requests[i])) all_noscript = false;
     }
@@ -158,10 +164,10 @@ Next after_round(Job& job, TimePoint now, std::chrono::milliseconds backoff_min,
     if (end == round.size()) break;  // no EXEC: whatever ran of it stays as it is
     const Reply& exec = job.replies[round[end]];
     bool aborted = exec.is_error() && word_is(exec.str, "EXECABORT");
-    bool refused = false, every = did_not_run(exec, job.requests[round[end]]);
+    bool refused = false, every = did_not_run(exec, job.requests[round[end]], job.routed);
     for (std::size_t m = k; m < end; ++m) {
       const Reply& r = job.replies[round[m]];
-      const bool not_run = did_not_run(r, job.requests[round[m]]);
+      const bool not_run = did_not_run(r, job.requests[round[m]], job.routed);
       every = every && not_run;
       if (!r.is_error()) continue;
       if (!not_run) aborted = false;  // a real error (a syntax error...): never resent

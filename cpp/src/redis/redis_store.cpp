@@ -6,7 +6,9 @@
 #include <new>
 #include <string_view>
 
+#include "redcount/common/slot.h"
 #include "redcount/errors.h"
+#include "redcount/redis/cluster.h"
 #include "redcount/redis/engine.h"
 #include "redcount/util.h"
 
@@ -147,14 +149,64 @@ RedisStore::RedisStore(StoreOptions options) : options_(std::move(options)) {
   if (options_.max_connections < 1) {
     throw InvalidArgument("max_connections must be >= 1, got " + std::to_string(options_.max_connections));
   }
-  engine_ = std::make_shared<redis::Engine>(options_);  // validates; starts nothing yet
+  if (options_.cluster) {
+    cluster_ = std::make_shared<redis::Cluster>(options_);  // validates; connects at the first call
+    cluster_current_.store(cluster_.get(), std::memory_order_release);
+  } else {
+    engine_ = std::make_shared<redis::Engine>(options_);  // validates; starts nothing yet
+    current_.store(engine_.get(), std::memory_order_release);
+  }
+  register_store(this);
+}
+
+RedisStore::RedisStore(StoreOptions options, std::shared_ptr<redis::Engine> engine)
+    : options_(std::move(options)), engine_(std::move(engine)), owns_engine_(false) {
+  options_.cluster = false;
+  options_.seeds.clear();
   current_.store(engine_.get(), std::memory_order_release);
   register_store(this);
 }
 
 RedisStore::~RedisStore() {
   unregister_store(this);
-  if (engine_) engine_->close();
+  if (engine_ && owns_engine_) engine_->close();
+  if (cluster_) cluster_->close();
+}
+
+redis::Cluster& RedisStore::cluster() {
+  if (redis::Cluster* c = cluster_current_.load(std::memory_order_acquire)) return *c;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!cluster_) {  // first call in a forked child: a router of its own
+    cluster_ = std::make_shared<redis::Cluster>(options_);
+    cluster_current_.store(cluster_.get(), std::memory_order_release);
+  }
+  return *cluster_;
+}
+
+std::uint32_t RedisStore::shard_of(std::string_view key) const noexcept {
+  return options_.cluster ? key_slot(key) : 0;
+}
+
+std::vector<std::shared_ptr<Store>> RedisStore::nodes() {
+  if (!options_.cluster) return {};
+  if (closed_.load(std::memory_order_acquire)) throw_closed();
+  auto& c = cluster();
+  auto masters = c.masters();
+  if (masters.empty()) {
+    c.refresh_now(options_.command_timeout.count() > 0 ? options_.command_timeout : std::chrono::milliseconds(2000));
+    masters = c.masters();
+    if (masters.empty()) {
+      throw ConnectionError("no node of the cluster answered CLUSTER SLOTS (seeds: " + describe() + ")");
+    }
+  }
+  std::vector<std::shared_ptr<Store>> out;
+  for (auto& [address, engine] : masters) {
+    StoreOptions o = options_;
+    o.host = address.host;
+    o.port = address.port;
+    out.push_back(std::make_shared<RedisStore>(std::move(o), std::move(engine)));
+  }
+  return out;
 }
 
 redis::Engine& RedisStore::engine() {
@@ -177,6 +229,12 @@ void RedisStore::after_fork_in_child() {
   // the parent still uses); the next call opens a new engine.
   new (inherited_) std::shared_ptr<redis::Engine>(std::move(engine_));
   current_.store(nullptr, std::memory_order_release);
+  owns_engine_ = true;  // a node store's child opens an engine of its own
+  if (cluster_) {
+    // The same for a cluster's router and its engines: leaked on purpose, never touched.
+    new std::shared_ptr<redis::Cluster>(std::move(cluster_));
+    cluster_current_.store(nullptr, std::memory_order_release);
+  }
   mu_.unlock();
 }
 
@@ -187,6 +245,7 @@ void RedisStore::throw_closed() const {
 std::vector<Reply> RedisStore::execute(const std::vector<Request>& batch) {
   if (closed_.load(std::memory_order_acquire)) throw_closed();
   check_batch(batch);
+  if (options_.cluster) return cluster().execute(batch);
   return engine().execute(batch);
 }
 
@@ -197,37 +256,76 @@ void RedisStore::submit(std::vector<Request> batch, BatchDone done, CancelFlag c
   } catch (...) {
     return done({}, std::current_exception());
   }
+  if (options_.cluster) return cluster().submit(std::move(batch), std::move(done), std::move(cancelled));
   engine().submit(std::move(batch), std::move(done), std::move(cancelled));
 }
 
 void RedisStore::close() {
   closed_.store(true, std::memory_order_release);
   std::shared_ptr<redis::Engine> e;
+  std::shared_ptr<redis::Cluster> c;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    e = engine_;
+    if (owns_engine_) e = engine_;
+    c = cluster_;
   }
   if (e) e->close();
+  if (c) c->close();
 }
 
 bool RedisStore::has_expire_options() const noexcept {
+  if (options_.cluster) {
+    redis::Cluster* c = cluster_current_.load(std::memory_order_acquire);
+    return c != nullptr && c->masters_at_least(7);
+  }
   redis::Engine* e = current_.load(std::memory_order_acquire);
   return e != nullptr && e->server_major() >= 7;
 }
 
 bool RedisStore::contended() const noexcept {
+  if (options_.cluster) {
+    redis::Cluster* c = cluster_current_.load(std::memory_order_acquire);
+    return c != nullptr && c->contended();
+  }
   redis::Engine* e = current_.load(std::memory_order_acquire);
   return e != nullptr && e->sync_contended();
 }
 
 int RedisStore::open_connections() const {
+  if (options_.cluster) {
+    redis::Cluster* c = cluster_current_.load(std::memory_order_acquire);
+    return c ? c->open_connections() : 0;
+  }
   redis::Engine* e = current_.load(std::memory_order_acquire);
   return e ? e->open_connections() : 0;
+}
+
+std::string RedisStore::address() const {
+  if (options_.kind == StoreOptions::Kind::Unix) return options_.unix_path;
+  if (options_.cluster) {
+    const std::string d = describe();
+    const auto from = d.find("://") + 3;
+    const auto at = d.find('@', from);
+    const auto start = at == std::string::npos ? from : at + 1;
+    return d.substr(start, d.rfind('/') - start);
+  }
+  if (options_.host.find(':') != std::string::npos) return "[" + options_.host + "]:" + std::to_string(options_.port);
+  return options_.host + ":" + std::to_string(options_.port);
 }
 
 std::string RedisStore::describe() const {
   if (options_.kind == StoreOptions::Kind::Unix) {
     return "unix://" + options_.unix_path + "?db=" + std::to_string(options_.db);
+  }
+  if (options_.cluster) {
+    std::string hosts;
+    for (const auto& seed : options_.seeds) {
+      if (!hosts.empty()) hosts += ',';
+      hosts += (seed.host.find(':') != std::string::npos ? "[" + seed.host + "]" : seed.host) + ":" +
+               std::to_string(seed.port);
+    }
+    return std::string(options_.tls ? "rediss+cluster://" : "redis+cluster://") +
+           (options_.username.empty() ? std::string() : options_.username + "@") + hosts + "/0";
   }
   return std::string(options_.tls ? "rediss://" : "redis://") +
          (options_.username.empty() ? std::string() : options_.username + "@") + options_.host + ":" +

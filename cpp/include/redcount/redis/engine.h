@@ -34,7 +34,7 @@
 //   (it cannot have run). If no connection can be opened, it fails at once with
 //   ConnectionError, maybe_applied = false; so does every call while the reconnect backoff
 //   lasts (refused connections and failed authentication alike, exponential with jitter).
-// - A reply meaning "did not run" (LOADING, READONLY, MASTERDOWN, TRYAGAIN, CLUSTERDOWN, and
+// - A reply meaning "did not run" (LOADING, READONLY, MASTERDOWN, NOREPLICAS, TRYAGAIN, CLUSTERDOWN, and
 //   NOSCRIPT for a script call) is retried within the request's deadline, after a short
 //   backoff (NOSCRIPT: SCRIPT LOAD and the rerun at once, written together). A transaction
 //   (MULTI) is retried only when none of it ran. Past the deadline the caller gets the reply.
@@ -88,6 +88,13 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   void submit(std::vector<Request> batch, BatchDone done, CancelFlag cancelled);
   std::vector<Reply> execute(const std::vector<Request>& batch);
+  // For the cluster router: the batch's deadline is the router's; MOVED, ASK, TRYAGAIN
+  // and CLUSTERDOWN come back as replies (Job::routed); on a failure `done` also gets the
+  // replies received so far, marked in `answered` (one entry per request).
+  void submit_routed(std::vector<Request> batch, BatchDone done, CancelFlag cancelled, TimePoint deadline,
+                     std::shared_ptr<std::vector<std::uint8_t>> answered);
+  // The synchronous fast path of a routed batch (a borrowed idle connection when there is one).
+  std::vector<Reply> execute_routed(const std::vector<Request>& batch, TimePoint deadline);
   // Idempotent; from any thread, also from a done callback.
   void close();
   bool closed() const;
@@ -125,6 +132,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   };
   enum class FailureKind { Connection, Timeout, Auth, Reply };
 
+  std::vector<Reply> execute_job(const std::vector<Request>& batch, TimePoint deadline, bool routed);
   void start_locked();
   void wake();
   void enqueue(std::shared_ptr<Job> job, bool may_wait);

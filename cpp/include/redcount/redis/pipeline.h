@@ -43,6 +43,11 @@ struct Job {
   std::uint64_t round_begin = 0;     // stream offset of the round on its connection
   std::string load_error;            // a SCRIPT LOAD of this round failed
   bool multi = false;                // holds MULTI: retried only as a whole
+  // Sent by the cluster router: redirects and the cluster's own "did not run" replies
+  // (TRYAGAIN, CLUSTERDOWN) come back as replies, for the router to re-route; on a
+  // failure the replies received so far come with the error, and `answered` says which.
+  bool routed = false;
+  std::shared_ptr<std::vector<std::uint8_t>> answered;
   bool abandoned = false;            // completed early (deadline, cancel); replies discarded
   bool finished = false;
   int noscript_rounds = 0;
@@ -90,7 +95,9 @@ enum class Next { Complete, Again, Later };
 Next after_round(Job& job, TimePoint now, std::chrono::milliseconds backoff_min,
                  std::chrono::milliseconds backoff_max);
 
-// True for an error reply that proves the request did not run and may be sent again.
-bool did_not_run(const Reply& reply, const Request& request) noexcept;
+// True for an error reply that proves the request did not run and may be sent again on
+// the same connection. For a routed job (`routed`), TRYAGAIN and CLUSTERDOWN are left to
+// the cluster router, which re-routes them.
+bool did_not_run(const Reply& reply, const Request& request, bool routed = false) noexcept;
 
 }  // namespace redcount::redis

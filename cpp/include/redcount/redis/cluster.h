@@ -1,0 +1,180 @@
+// Redis Cluster routing under RedisStore: the slot table, one engine per master, and the
+// split of a batch into one child job per node with its replies put back in order.
+//
+//   auto cluster = std::make_shared<redis::Cluster>(parse_url("redis+cluster://10.0.0.1:7000,10.0.0.2:7000"));
+//   std::vector<Reply> replies = cluster->execute(batch);   // or submit(batch, done, cancelled)
+//
+// The slot table comes from CLUSTER SLOTS (not CLUSTER SHARDS: Redis 7.0 misreports a
+// failed master there), asked of a random known node at start, after a MOVED, after a
+// node's connection failed, on CLUSTERDOWN or a slot nobody serves, and every 10 s; at
+// most one refresh is in flight and at most one starts per 100 ms (jittered). Only
+// masters are used: a read from a replica may be stale, which a limiter cannot afford.
+//
+// A batch is cut into units (command_keys.h): a keyed request, or a transaction, with the
+// keyless requests attached to it. The units of one node form one child job for that
+// node's engine (redis/engine.h), written contiguously on one of its connections; the
+// batch completes when every child has. Each node's engine keeps the single-server
+// failure contract; on top of it:
+// - MOVED: the slot is patched, a refresh is asked for (coalesced), and the unit is sent
+//   to the new owner at once; at most 5 MOVED per unit, then the caller gets the reply.
+// - ASK: the unit goes to the target with ASKING written just before its keyed request
+//   (before MULTI for a transaction), in the same write.
+// - TRYAGAIN (a slot migrating), CLUSTERDOWN: backoff 5 ms doubling to 200 ms, then the
+//   unit is routed again from the table (CLUSTERDOWN also refreshes it). ASK and TRYAGAIN
+//   loops are bounded by the batch's deadline (command_timeout), not by a count: past it
+//   the caller gets the rejection itself.
+// - A node's connection refused or lost before its child was written: refresh, then the
+//   unsent units go to the slot's owner after a backoff, within the deadline.
+// - A node's connection lost after its child was written: nothing written is resent; the
+//   other nodes' children complete; the batch fails with ConnectionError(maybe_applied =
+//   true) carrying one RequestOutcome per request (reply, Maybe or NotSent).
+//
+// Thread-safe. `done` runs on some node engine's thread or the router's timer thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "redcount/options.h"
+#include "redcount/redis/command_keys.h"
+#include "redcount/redis/pipeline.h"
+#include "redcount/store.h"
+
+namespace redcount::redis {
+
+class Engine;
+
+struct NodeAddress {
+  std::string host;
+  int port = 0;
+  std::string text() const;  // "host:port" ("[v6]:port")
+  bool operator==(const NodeAddress&) const = default;
+};
+
+struct SlotRange {
+  std::uint32_t first = 0;
+  std::uint32_t last = 0;
+  NodeAddress master;
+};
+
+// The masters of a CLUSTER SLOTS reply. An empty host in it means "the node you asked"
+// (`asked`). Throws ProtocolError on a reply of another shape.
+std::vector<SlotRange> parse_cluster_slots(const Reply& reply, const std::string& asked);
+
+// "MOVED 3999 127.0.0.1:6381" / "ASK 3999 127.0.0.1:6381"; nullopt for any other reply.
+struct Redirect {
+  bool ask = false;
+  std::uint32_t slot = 0;
+  NodeAddress to;
+};
+std::optional<Redirect> parse_redirect(const Reply& reply);
+
+// One node's child of a routed batch: the requests to write (ASKING included) and, per
+// request, the index of the batch request whose reply it is (-1: an ASKING).
+struct Child {
+  std::vector<Request> requests;
+  std::vector<std::int32_t> origin;
+  std::vector<std::uint32_t> units;  // indices into the batch's units
+};
+// Builds the child for `units` (in order); `asking[u]` puts an ASKING before unit u's
+// ask_at request.
+Child build_child(const std::vector<Request>& batch, const std::vector<Unit>& all_units,
+                  const std::vector<std::uint32_t>& units, const std::vector<char>& asking);
+
+class Cluster : public std::enable_shared_from_this<Cluster> {
+ public:
+  static constexpr int kMaxMoved = 5;
+  static constexpr std::chrono::milliseconds kRefreshEvery{10'000};
+  static constexpr std::chrono::milliseconds kRefreshGap{100};
+
+  // Validates the options; learns the slot table from a seed (failures there are kept
+  // and retried at the first call, so opening a store never needs the cluster up).
+  explicit Cluster(const StoreOptions& options);
+  ~Cluster();
+  Cluster(const Cluster&) = delete;
+  Cluster& operator=(const Cluster&) = delete;
+
+  void submit(std::vector<Request> batch, BatchDone done, CancelFlag cancelled);
+  std::vector<Reply> execute(const std::vector<Request>& batch);
+  void close();
+
+  // The slot's master right now (nullopt: not served).
+  std::optional<NodeAddress> master_of(std::uint32_t slot) const;
+  // Every master, with its engine (for Store::nodes()).
+  std::vector<std::pair<NodeAddress, std::shared_ptr<Engine>>> masters();
+  // True when every master's connection reported Redis >= `major`.
+  bool masters_at_least(int major) const;
+  bool contended() const;
+  int open_connections() const;
+  // CLUSTER SLOTS refreshes started so far (tests, metrics).
+  std::uint64_t refreshes() const noexcept { return refreshes_.load(std::memory_order_relaxed); }
+  // Asks for a refresh now (coalesced and rate-limited like every other).
+  void request_refresh();
+  // Blocks until a refresh has succeeded since the call (asking other nodes after a failed
+  // one), or `timeout`; true when the table is known (the first call, tests).
+  bool refresh_now(std::chrono::milliseconds timeout);
+
+ private:
+  struct Batch;
+  struct Node {
+    NodeAddress address;
+    std::shared_ptr<Engine> engine;
+  };
+
+  std::shared_ptr<Node> node_locked(const NodeAddress& address);
+  void dispatch(const std::shared_ptr<Batch>& batch);
+  void absorb(const std::shared_ptr<Batch>& batch, const Child& child, const NodeAddress& node,
+              std::vector<Reply>&& replies, const std::vector<std::uint8_t>* answered, std::exception_ptr error);
+  void finish_round(const std::shared_ptr<Batch>& batch);
+  void complete(const std::shared_ptr<Batch>& batch);
+  void install(const std::vector<SlotRange>& ranges);
+  void patch(std::uint32_t slot, const NodeAddress& to);
+  void start_refresh();
+  void refresh_done(bool ok);
+  void schedule(TimePoint at, std::function<void()> fn);
+  void periodic();
+
+  StoreOptions options_;
+  std::vector<NodeAddress> seeds_;
+
+  mutable std::mutex mu_;  // the table, the nodes, refresh state
+  std::vector<std::int32_t> slots_;  // slot -> index into masters_, -1 = not served
+  std::vector<std::shared_ptr<Node>> masters_;
+  std::unordered_map<std::string, std::shared_ptr<Node>> nodes_;  // every node seen, by address
+  bool refreshing_ = false;
+  bool refresh_wanted_ = false;      // asked for while one ran or within the gap
+  bool refresh_scheduled_ = false;
+  TimePoint last_refresh_{};
+  std::uint64_t refresh_generation_ = 0;  // completed refreshes
+  std::uint64_t refresh_successes_ = 0;
+  std::string last_refresh_error_;  // why the last failed refresh failed
+  std::condition_variable refresh_cv_;
+  std::atomic<std::uint64_t> refreshes_{0};
+  bool closed_ = false;
+
+  bool periodic_started_ = false;
+
+  // Backoffs, rate-limited refreshes and the periodic refresh run on one timer thread.
+  // Its state outlives the cluster when the cluster's last reference drops on that thread.
+  struct Timer {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::multimap<TimePoint, std::function<void()>> due;
+    bool stop = false;
+  };
+  std::shared_ptr<Timer> timer_state_ = std::make_shared<Timer>();
+  std::thread timer_;
+};
+
+}  // namespace redcount::redis
