@@ -29,6 +29,7 @@
 #include <gtest/gtest.h>
 
 #include "redcount/errors.h"
+#include "redcount/options.h"
 #include "redcount/redis/sentinel.h"
 #include "redcount/redis/sentinel_url.h"
 #include "test_support.h"
@@ -419,8 +420,26 @@ class Topology {
 
   // An extra sentinel with requirepass, monitoring the same master (not part of the trio).
   std::unique_ptr<Process> start_password_sentinel(const std::string& password) {
-    return start_sentinel_process({"requirepass " + password});
+    return start_sentinel_process([&](int) { return std::vector<std::string>{"requirepass " + password}; },
+                                  test_link());
   }
+
+  // An extra sentinel that accepts TLS only (certificates from make_certs.sh in `certs`),
+  // monitoring the same (plain) master. `probe`: how to reach it to see it is up.
+  std::unique_ptr<Process> start_tls_sentinel(const fs::path& certs, const LinkOptions& probe) {
+    return start_sentinel_process(
+        [&](int port) {
+          return std::vector<std::string>{"port 0",
+                                          "tls-port " + std::to_string(port),
+                                          "tls-cert-file " + (certs / "server.pem").string(),
+                                          "tls-key-file " + (certs / "server.key").string(),
+                                          "tls-ca-cert-file " + (certs / "ca.pem").string(),
+                                          "tls-auth-clients no"};
+        },
+        probe);
+  }
+
+  const fs::path& dir() const { return dir_.path(); }
 
  private:
   std::unique_ptr<Process> start_data_node(std::vector<std::string> extra) {
@@ -439,7 +458,8 @@ class Topology {
     return nullptr;
   }
 
-  std::unique_ptr<Process> start_sentinel_process(const std::vector<std::string>& extra_config) {
+  std::unique_ptr<Process> start_sentinel_process(const std::function<std::vector<std::string>(int)>& extra_config,
+                                                  const LinkOptions& probe) {
     for (int attempt = 0; attempt < 3; ++attempt) {
       const int port = free_port();
       const fs::path conf = dir_.path() / ("sentinel-" + std::to_string(port) + ".conf");
@@ -450,29 +470,29 @@ class Topology {
             << log.string() << "\nsentinel monitor " << kService << " 127.0.0.1 " << master_->port()
             << " 2\nsentinel down-after-milliseconds " << kService << " 2000\nsentinel failover-timeout "
             << kService << " 10000\n";
-        for (const auto& line : extra_config) out << line << "\n";
+        for (const auto& line : extra_config(port)) out << line << "\n";
       }
       auto p = std::make_unique<Process>(
           std::vector<std::string>{"redis-server", conf.string(), "--sentinel"}, port, log);
-      if (ready(*p)) return p;
+      if (ready(*p, probe)) return p;
       error_ = "redis-server --sentinel did not start on port " + std::to_string(port) + ":\n" + p->log();
     }
     return nullptr;
   }
 
   bool start_sentinel() {
-    auto p = start_sentinel_process({});
+    auto p = start_sentinel_process([](int) { return std::vector<std::string>{}; }, test_link());
     if (!p) return false;
     sentinels_.push_back(std::move(p));
     return true;
   }
 
   // Ready when it accepts a connection (PING may need AUTH: any reply will do).
-  bool ready(Process& p) {
+  bool ready(Process& p, const LinkOptions& probe = test_link()) {
     return eventually(
         [&] {
           if (p.exited()) throw std::runtime_error("exited");
-          ask(p.port(), {"PING"});
+          ControlLink(p.address(), probe).call({"PING"});
           return true;
         },
         seconds(10));
@@ -662,4 +682,45 @@ TEST(Sentinel, WatcherReportsASwitchItMissedWhileDisconnected) {
   EXPECT_TRUE(switches.wait_for(t.master().address()));
   watcher.stop();
   watcher.stop();  // idempotent
+}
+
+TEST(Sentinel, ResolvesOverTls) {
+  REQUIRE_REDIS_SERVER();
+  Topology t;
+  REQUIRE_TOPOLOGY(t);
+  // __FILE__ is this source's absolute path (CMake passes absolute paths to the compiler).
+  const fs::path script = fs::path(__FILE__).parent_path().parent_path() / "tls" / "make_certs.sh";
+  const fs::path certs = t.dir() / "certs";
+  const std::string cmd = "bash '" + script.string() + "' '" + certs.string() + "' > '" +
+                          (t.dir() / "make_certs.log").string() + "' 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << "tests/tls/make_certs.sh failed (is the openssl CLI installed?)";
+
+  StoreOptions tls_store;
+  tls_store.kind = StoreOptions::Kind::Tcp;
+  tls_store.tls = true;
+  tls_store.ssl_ca_certs = (certs / "ca.pem").string();
+  LinkOptions link = test_link();
+  link.tls = make_tls_context(tls_store);
+  auto sentinel = t.start_tls_sentinel(certs, link);
+  ASSERT_TRUE(sentinel) << t.error();
+
+  SentinelOptions o = t.options();
+  o.sentinels = {sentinel->address()};
+  o.link = link;
+  EXPECT_EQ(SentinelResolver(o).resolve(), t.master().address());
+
+  // A certificate from a CA the client does not trust: refused, and said so.
+  StoreOptions other = tls_store;
+  other.ssl_ca_certs = (certs / "other-ca.pem").string();
+  o.link.tls = make_tls_context(other);
+  try {
+    SentinelResolver(o).resolve();
+    FAIL() << "trusted a certificate from an unknown CA";
+  } catch (const ConnectionError& e) {
+    EXPECT_TRUE(contains(e.what(), sentinel->address().to_string())) << e.what();
+  }
+  // And a plain client is not answered by the TLS port.
+  o.link = test_link();
+  o.link.connect_timeout = o.link.command_timeout = milliseconds(300);
+  EXPECT_THROW(SentinelResolver(o).resolve(), ConnectionError);
 }

@@ -307,6 +307,8 @@ Address SentinelResolver::resolve() {
       all_auth = false;
     }
     if (!failures.empty()) failures += "; ";
+    // Every failure names its sentinel (a TLS error, for one, names only the host).
+    if (why.find(s.to_string()) == std::string::npos) failures += s.to_string() + ": ";
     failures += why;
   }
   const std::string message = "no sentinel gave the master of service '" + printable(options_.service) +
