@@ -724,3 +724,30 @@ TEST(Sentinel, ResolvesOverTls) {
   o.link.connect_timeout = o.link.command_timeout = milliseconds(300);
   EXPECT_THROW(SentinelResolver(o).resolve(), ConnectionError);
 }
+
+TEST(Sentinel, WatcherReResolvesOnRequest) {
+  REQUIRE_REDIS_SERVER();
+  Topology t;
+  REQUIRE_TOPOLOGY(t);
+  SentinelOptions o = t.options();
+  o.sentinels = {t.sentinel(0).address()};
+  auto resolver = std::make_shared<SentinelResolver>(o);
+  Switches switches;
+  SwitchMasterWatcher watcher(resolver, switches.callback());
+  watcher.start(t.master().address());
+  ASSERT_TRUE(eventually([&] { return watcher.subscriptions() == 1; })) << "the watcher never subscribed";
+
+  // The sentinel is re-pointed at the replica without a failover, so no +switch-master is
+  // published (as for an event lost in transit): only a re-resolve finds the change.
+  ASSERT_FALSE(ask(t.sentinel(0).port(), {"SENTINEL", "REMOVE", Topology::kService}).is_error());
+  ASSERT_FALSE(ask(t.sentinel(0).port(), {"SENTINEL", "MONITOR", Topology::kService, "127.0.0.1",
+                                          std::to_string(t.replica().port()), "2"})
+                   .is_error());
+  watcher.request_resolve();
+  watcher.request_resolve();  // coalesced with the first
+  ASSERT_TRUE(switches.wait_for(t.replica().address())) << "the requested re-resolve reported nothing";
+  watcher.request_resolve();  // the same master again: not reported twice
+  EXPECT_TRUE(eventually([&] { return resolver->resolve() == t.replica().address(); }));
+  watcher.stop();
+  EXPECT_EQ(switches.seen(), std::vector<Address>{t.replica().address()});
+}

@@ -337,9 +337,7 @@ SwitchMasterWatcher::~SwitchMasterWatcher() {
 void SwitchMasterWatcher::start(std::optional<Address> known) {
   std::lock_guard lock(mu_);
   if (thread_.joinable()) return;
-  std::uint64_t drained = 0;
-  while (::read(wake_fd_, &drained, sizeof drained) > 0) {
-  }
+  drain_wake();
   stopping_ = false;
   thread_ = std::thread([this, known = std::move(known)] { run(known); });
 }
@@ -352,9 +350,23 @@ void SwitchMasterWatcher::stop() {
     t = std::move(thread_);
   }
   stopping_ = true;
+  wake();
+  t.join();
+}
+
+void SwitchMasterWatcher::request_resolve() noexcept {
+  resolve_requested_ = true;
+  wake();
+}
+
+void SwitchMasterWatcher::wake() noexcept {
   const std::uint64_t one = 1;
   [[maybe_unused]] auto ignored = ::write(wake_fd_, &one, sizeof one);
-  t.join();
+}
+
+void SwitchMasterWatcher::drain_wake() noexcept {
+  std::uint64_t count = 0;
+  [[maybe_unused]] auto ignored = ::read(wake_fd_, &count, sizeof count);
 }
 
 std::optional<Address> SwitchMasterWatcher::subscribed_to() const {
@@ -398,7 +410,8 @@ void SwitchMasterWatcher::run(std::optional<Address> known) {
       try {
         ControlLink link(s, link_options);
         link.send({"SUBSCRIBE", "+switch-master"});
-        auto confirm = link.next(deadline_after(link_options.command_timeout), wake_fd_);
+        // Not woken by request_resolve(): the wait is short, and a session answers requests.
+        auto confirm = link.next(deadline_after(link_options.command_timeout));
         if (stopping_) return;
         if (!confirm) throw TimeoutError("no SUBSCRIBE confirmation from " + s.to_string());
         if (confirm->is_error()) throw_reply_error(confirm->str);
@@ -432,8 +445,12 @@ void SwitchMasterWatcher::run(std::optional<Address> known) {
     }
     if (!subscribed) {
       // Every sentinel failed in a row: wait before the next pass (stop() ends the wait).
-      pollfd p{wake_fd_, POLLIN, 0};
-      ::poll(&p, 1, static_cast<int>(jittered(backoff).count()));
+      const TimePoint until = SteadyClock::now() + jittered(backoff);
+      while (!stopping_ && SteadyClock::now() < until) {
+        pollfd p{wake_fd_, POLLIN, 0};
+        ::poll(&p, 1, poll_timeout_ms(until));
+        drain_wake();  // a resolve request waits for the next session, which reports the master anyway
+      }
       backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
     }
   }
@@ -445,10 +462,26 @@ void SwitchMasterWatcher::session(ControlLink& link, std::optional<Address>& las
   const auto pong_wait = timeout.count() > 0 ? timeout : 3 * ping_interval_;
   TimePoint next_ping = SteadyClock::now() + ping_interval_;
   TimePoint pong_deadline = kNever;
+  TimePoint resolve_at = kNever;
   while (!stopping_) {
-    auto message = link.next(pong_deadline != kNever ? pong_deadline : next_ping, wake_fd_);
+    TimePoint now = SteadyClock::now();
+    if (resolve_requested_.exchange(false) && resolve_at == kNever) {
+      resolve_at = std::max(now, last_resolve_ + kMinResolveSpacing);
+    }
+    if (now >= resolve_at) {
+      resolve_at = kNever;
+      last_resolve_ = now;
+      try {
+        report(resolver_->resolve(), last);
+      } catch (const std::exception&) {
+        // No sentinel answered now: the next request, or +switch-master, will.
+      }
+      continue;
+    }
+    auto message = link.next(std::min(pong_deadline != kNever ? pong_deadline : next_ping, resolve_at), wake_fd_);
     if (stopping_) return;
-    const TimePoint now = SteadyClock::now();
+    drain_wake();
+    now = SteadyClock::now();
     if (!message) {
       if (pong_deadline != kNever) {
         if (now >= pong_deadline) throw TimeoutError("sentinel " + link.address().to_string() + " left a PING unanswered");

@@ -190,7 +190,8 @@ class SentinelResolver {
 // once every sentinel has failed in a row). The sentinel it subscribed to is promoted to
 // the front of the resolver's order.
 //
-// Thread-safe: start() and stop() may be called from any thread (not from on_switch);
+// Thread-safe: start(), stop() and request_resolve() may be called from any thread (start
+// and stop not from on_switch);
 // the destructor stops the thread. `on_switch` must not throw (an exception it throws is
 // swallowed) and should return quickly.
 class SwitchMasterWatcher {
@@ -209,6 +210,13 @@ class SwitchMasterWatcher {
   void start(std::optional<Address> known = std::nullopt);
   void stop();
 
+  // Asks the watcher's thread to re-resolve the master now and report it through
+  // on_switch if it changed: for a connection that met READONLY, NOREPLICAS, a ROLE that
+  // is not master, or a disconnect. Never blocks (the reactor may call it); requests made
+  // while one is pending are one, and resolutions are at least 100 ms apart. Answered
+  // while subscribed (a new subscription reports the master anyway).
+  void request_resolve() noexcept;
+
   // The sentinel subscribed to now, if any (for logs and tests).
   std::optional<Address> subscribed_to() const;
   // How many times a subscription was established (1 after the first; more after losses).
@@ -223,12 +231,18 @@ class SwitchMasterWatcher {
   // One subscription session: returns when the link fails or stop is asked.
   void session(ControlLink& link, std::optional<Address>& last);
   void report(const Address& a, std::optional<Address>& last);
+  void wake() noexcept;
+  void drain_wake() noexcept;
+
+  static constexpr std::chrono::milliseconds kMinResolveSpacing{100};
 
   std::shared_ptr<SentinelResolver> resolver_;
   Callback on_switch_;
   std::chrono::milliseconds ping_interval_;
   int wake_fd_ = -1;  // an eventfd: stop() makes it readable to end a wait at once
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> resolve_requested_{false};
+  TimePoint last_resolve_{};  // the watcher's thread only
   std::atomic<std::uint64_t> subscriptions_{0};
   mutable std::mutex mu_;  // guards thread_ and current_
   std::thread thread_;
