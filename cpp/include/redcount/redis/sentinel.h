@@ -1,0 +1,252 @@
+// Finding and following the master of a Redis Sentinel service. Four pieces, each usable on
+// its own, so the store can put them where its threads already are:
+//
+//   SentinelOptions o;
+//   o.sentinels = {{"10.0.0.1", 26379}, {"10.0.0.2", 26379}};
+//   o.service = "cache";
+//   auto resolver = std::make_shared<SentinelResolver>(o);
+//   Address master = resolver->resolve();          // asks the sentinels in order
+//
+//   SwitchMasterWatcher watcher(resolver, [&](const Address& a) { store.move_to(a); });
+//   watcher.start();                               // its own thread, until stop()/destruction
+//
+//   // in each new connection's handshake, after AUTH: send role_command(), then
+//   expect_master(reply, where);                   // throws ConnectionError for a replica
+//
+//   RoleRecheck recheck;                           // every 5 s on an idle connection:
+//   if (recheck.due(now)) { recheck.sent(now); send(role_command()); }
+//
+// Every network call here is blocking and bounded by the options' short timeouts: this is
+// control traffic (a few requests per failover, one subscription), never the data path,
+// which stays with the engine. A `ControlLink` carries it: one plain or TLS connection
+// made with the project's own transports (so `rediss+sentinel://` reuses the store's
+// TlsContext), the RESP parser of resp.h, and poll() for the deadlines.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "redcount/redis/pipeline.h"
+#include "redcount/redis/resp.h"
+#include "redcount/redis/transport.h"
+#include "redcount/reply.h"
+#include "redcount/store.h"
+
+namespace redcount::redis {
+
+// host:port of a TCP endpoint (a sentinel or a data node).
+struct Address {
+  std::string host;
+  int port = 0;
+
+  // "host:port", or "[v6]:port" for an IPv6 literal.
+  std::string to_string() const;
+  friend bool operator==(const Address&, const Address&) = default;
+};
+
+// How to reach one control endpoint (a sentinel, or a data node for a ROLE probe).
+struct LinkOptions {
+  std::string username;  // ACL user; empty = the "default" user (AUTH password)
+  std::string password;  // empty = no AUTH
+  std::chrono::milliseconds connect_timeout{300};  // TCP connect + TLS handshake; 0 = wait forever
+  std::chrono::milliseconds command_timeout{300};  // each reply; 0 = wait forever
+  // TLS when set (make_tls_context(store_options)); null = plain TCP.
+  std::shared_ptr<TlsContext> tls;
+  std::string ssl_server_name;  // SNI and the certificate name checked; empty = the host
+};
+
+// One blocking connection for control traffic. Not thread-safe: one thread at a time.
+// Errors: ConnectionError (refused, reset, EOF), TimeoutError (a deadline passed),
+// AuthenticationError (AUTH refused), ProtocolError (bad bytes); each message names the
+// address.
+class ControlLink {
+ public:
+  // Connects (a host name is resolved in place, blocking), does TLS, then AUTH when a
+  // password is set.
+  ControlLink(const Address& address, const LinkOptions& options);
+  ~ControlLink();
+  ControlLink(const ControlLink&) = delete;
+  ControlLink& operator=(const ControlLink&) = delete;
+
+  // Sends one command and waits for its reply (an error reply is returned, not thrown).
+  Reply call(const std::vector<std::string>& args);
+  // Writes one command without waiting for a reply (SUBSCRIBE, PING in subscribed mode).
+  void send(const std::vector<std::string>& args);
+  // The next reply, or nullopt when none came before `deadline` (kNever = wait forever;
+  // `wake_fd` >= 0: also returns nullopt as soon as that fd is readable).
+  std::optional<Reply> next(TimePoint deadline, int wake_fd = -1);
+
+  const Address& address() const noexcept { return address_; }
+  int fd() const noexcept;
+
+ private:
+  void write_all(const std::string& bytes, TimePoint deadline);
+  TimePoint command_deadline() const;
+
+  Address address_;
+  LinkOptions options_;
+  std::string where_;
+  std::unique_ptr<Transport> transport_;
+  resp::Parser parser_;
+};
+
+// --- the role of a data node --------------------------------------------------------------
+
+enum class Role { Master, Replica, Sentinel, Unknown };
+
+// {"ROLE"}: what a connection's handshake sends to learn whether it reached the master.
+Command role_command();
+// The role in a ROLE reply ("master", "slave", "sentinel"); Unknown for anything else,
+// including an error reply (an ACL that refuses ROLE).
+Role parse_role(const Reply& reply);
+// Throws ConnectionError (nothing was sent, so maybe_applied is false) unless `reply` says
+// master: a connection that reached a replica or a sentinel must not be used, and the
+// caller re-resolves. An error reply throws the ReplyError it holds (NOPERM: grant ROLE).
+void expect_master(const Reply& reply, const std::string& where);
+// A blocking probe: connects to `address`, sends ROLE, returns the role. Throws as
+// ControlLink does.
+Role probe_role(const Address& address, const LinkOptions& options);
+
+// When to re-check the master's ROLE on a live connection: every `interval` (5 s by
+// default), so a master demoted without a failover event reaching us (a partition, a
+// missed +switch-master) is noticed within that time. No I/O: the store's reactor asks
+// due(now), sends role_command() on an idle connection of the master, calls sent(now),
+// and hands the reply to expect_master(). Not thread-safe: the reactor's thread owns it.
+class RoleRecheck {
+ public:
+  explicit RoleRecheck(std::chrono::milliseconds interval = std::chrono::milliseconds(5000)) : interval_(interval) {}
+  bool due(TimePoint now) const noexcept { return now >= next_; }
+  void sent(TimePoint now) noexcept { next_ = now + interval_; }
+  TimePoint next() const noexcept { return next_; }
+  std::chrono::milliseconds interval() const noexcept { return interval_; }
+
+ private:
+  std::chrono::milliseconds interval_;
+  TimePoint next_{};  // the epoch: due at once
+};
+
+// --- the sentinels ------------------------------------------------------------------------
+
+struct SentinelOptions {
+  std::vector<Address> sentinels;  // tried in this order at first (>= 1)
+  std::string service;             // the master's name in `sentinel monitor <service> ...`
+  // The sentinels' own credentials (Sentinel's requirepass / ACL), TLS and timeouts. The
+  // timeouts are short on purpose: a dead sentinel costs this much before the next one.
+  LinkOptions link;
+};
+
+// Asks the sentinels where the master of one service is. Thread-safe: the order of the
+// sentinels is kept under a mutex that is never held across network I/O, so resolve()
+// may run on several threads at once (each asks on a connection of its own).
+class SentinelResolver {
+ public:
+  // Throws InvalidArgument for an empty sentinel list, an empty service name, or an
+  // address with an empty host or a port outside 1-65535.
+  explicit SentinelResolver(SentinelOptions options);
+
+  // Tries each sentinel in the current order with `SENTINEL get-master-addr-by-name`,
+  // returns the first address given, and moves the sentinel that gave it to the front.
+  // A sentinel that fails or does not know the service is skipped. When none answers:
+  // AuthenticationError if every sentinel refused AUTH, otherwise ConnectionError
+  // (maybe_applied false) naming each sentinel and what went wrong with it.
+  Address resolve();
+
+  // The sentinels in the order the next resolve() tries them.
+  std::vector<Address> sentinels() const;
+  // Moves `sentinel` to the front (the watcher calls it when it subscribed there).
+  void promote(const Address& sentinel);
+  const SentinelOptions& options() const noexcept { return options_; }
+
+  // Parses one reply of `SENTINEL get-master-addr-by-name`: nullopt for nil (the sentinel
+  // does not know the service); throws ProtocolError for any other shape.
+  static std::optional<Address> parse_master_reply(const Reply& reply);
+
+ private:
+  SentinelOptions options_;
+  mutable std::mutex mu_;
+  std::vector<Address> order_;
+};
+
+// Follows failovers: a thread of its own holds a subscription to `+switch-master` on one
+// sentinel and calls `on_switch(new_master)` (on that thread) for each switch of this
+// service. A thread rather than the store's reactor because the subscription is one
+// long-lived blocking socket whose traffic is a few messages per failover, and a thread
+// keeps this component free of the engine's internals.
+//
+// On connecting to a sentinel it asks `get-master-addr-by-name` before subscribing and
+// reports the answer if it differs from the last address it reported, so a switch that
+// happened while it was not subscribed is not missed. It PINGs every `ping_interval`;
+// a sentinel that fails, or leaves a PING unanswered past the link's command_timeout, is
+// given up and the next one in the resolver's order is tried (after a jittered backoff
+// once every sentinel has failed in a row). The sentinel it subscribed to is promoted to
+// the front of the resolver's order.
+//
+// Thread-safe: start(), stop() and request_resolve() may be called from any thread (start
+// and stop not from on_switch);
+// the destructor stops the thread. `on_switch` must not throw (an exception it throws is
+// swallowed) and should return quickly.
+class SwitchMasterWatcher {
+ public:
+  using Callback = std::function<void(const Address& new_master)>;
+
+  SwitchMasterWatcher(std::shared_ptr<SentinelResolver> resolver, Callback on_switch,
+                      std::chrono::milliseconds ping_interval = std::chrono::milliseconds(1000));
+  ~SwitchMasterWatcher();
+  SwitchMasterWatcher(const SwitchMasterWatcher&) = delete;
+  SwitchMasterWatcher& operator=(const SwitchMasterWatcher&) = delete;
+
+  // `known`: the master the caller already uses (from resolve()), so it is not reported
+  // again; nullopt reports the first address learnt. Throws std::system_error when no
+  // thread can be started; a second start() is a no-op.
+  void start(std::optional<Address> known = std::nullopt);
+  void stop();
+
+  // Asks the watcher's thread to re-resolve the master now and report it through
+  // on_switch if it changed: for a connection that met READONLY, NOREPLICAS, a ROLE that
+  // is not master, or a disconnect. Never blocks (the reactor may call it); requests made
+  // while one is pending are one, and resolutions are at least 100 ms apart. Answered
+  // while subscribed (a new subscription reports the master anyway).
+  void request_resolve() noexcept;
+
+  // The sentinel subscribed to now, if any (for logs and tests).
+  std::optional<Address> subscribed_to() const;
+  // How many times a subscription was established (1 after the first; more after losses).
+  std::uint64_t subscriptions() const noexcept { return subscriptions_.load(); }
+
+  // Parses a `+switch-master` message payload "<service> <old-ip> <old-port> <new-ip>
+  // <new-port>": the new address when it is about `service`, nullopt otherwise.
+  static std::optional<Address> parse_switch(std::string_view payload, std::string_view service);
+
+ private:
+  void run(std::optional<Address> known);
+  // One subscription session: returns when the link fails or stop is asked.
+  void session(ControlLink& link, std::optional<Address>& last);
+  void report(const Address& a, std::optional<Address>& last);
+  void wake() noexcept;
+  void drain_wake() noexcept;
+
+  static constexpr std::chrono::milliseconds kMinResolveSpacing{100};
+
+  std::shared_ptr<SentinelResolver> resolver_;
+  Callback on_switch_;
+  std::chrono::milliseconds ping_interval_;
+  int wake_fd_ = -1;  // an eventfd: stop() makes it readable to end a wait at once
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> resolve_requested_{false};
+  TimePoint last_resolve_{};  // the watcher's thread only
+  std::atomic<std::uint64_t> subscriptions_{0};
+  mutable std::mutex mu_;  // guards thread_ and current_
+  std::thread thread_;
+  std::optional<Address> current_;
+};
+
+}  // namespace redcount::redis

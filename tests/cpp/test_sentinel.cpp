@@ -1,0 +1,753 @@
+// Sentinel: the URL parser, the pure helpers (ROLE and +switch-master parsing), and the
+// resolver and the watcher against real processes this file starts: a redis-server master
+// and replica and three `redis-server --sentinel` processes on free loopback ports, with
+// configurations generated in a temporary directory. Readiness is polled, never slept
+// for; every process is killed and the directory removed when a test ends. The live tests
+// are skipped, by name, only when redis-server is not installed.
+//
+//   build/test-asan/redcount_tests --gtest_filter='Sentinel*'
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "redcount/errors.h"
+#include "redcount/options.h"
+#include "redcount/redis/sentinel.h"
+#include "redcount/redis/sentinel_url.h"
+#include "test_support.h"
+
+using namespace redcount;
+using namespace redcount::redis;
+using rctest::contains;
+namespace fs = std::filesystem;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+namespace {
+
+// --- the URL --------------------------------------------------------------------------------
+
+std::string url_error(const std::string& url) {
+  try {
+    parse_sentinel_url(url);
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST(SentinelUrl, FullForm) {
+  const SentinelUrl u = parse_sentinel_url("redis+sentinel://app:p%40ss@s1:26380,10.0.0.2,[::1]:26381/cache/3");
+  ASSERT_EQ(u.sentinels.size(), 3u);
+  EXPECT_EQ(u.sentinels[0], (Address{"s1", 26380}));
+  EXPECT_EQ(u.sentinels[1], (Address{"10.0.0.2", kDefaultSentinelPort}));
+  EXPECT_EQ(u.sentinels[2], (Address{"::1", 26381}));
+  EXPECT_EQ(u.sentinels[2].to_string(), "[::1]:26381");
+  EXPECT_EQ(u.service, "cache");
+  EXPECT_EQ(u.master.kind, StoreOptions::Kind::Tcp);
+  EXPECT_FALSE(u.master.tls);
+  EXPECT_EQ(u.master.username, "app");
+  EXPECT_EQ(u.master.password, "p@ss");
+  EXPECT_EQ(u.master.db, 3);
+  EXPECT_TRUE(u.sentinel_username.empty());
+  EXPECT_TRUE(u.sentinel_password.empty());
+}
+
+TEST(SentinelUrl, MinimalFormAndPasswordShorthand) {
+  const SentinelUrl u = parse_sentinel_url("redis+sentinel://s1/svc");
+  EXPECT_EQ(u.sentinels, (std::vector<Address>{{"s1", 26379}}));
+  EXPECT_EQ(u.service, "svc");
+  EXPECT_EQ(u.master.db, 0);
+  EXPECT_TRUE(u.master.password.empty());
+  const SentinelUrl p = parse_sentinel_url("redis+sentinel://secret@s1:1,s2:2/svc/");
+  EXPECT_EQ(p.master.password, "secret");
+  EXPECT_TRUE(p.master.username.empty());
+  EXPECT_EQ(p.master.db, 0);
+  EXPECT_EQ(parse_sentinel_url("redis+sentinel://s1/my%2Dsvc").service, "my-svc");
+}
+
+TEST(SentinelUrl, SentinelCredentialsAndTls) {
+  const SentinelUrl u = parse_sentinel_url(
+      "rediss+sentinel://:pw@s1:26379/svc?sentinel_username=watch&sentinel_password=s%26pw"
+      "&ssl_ca_certs=/etc/ca.pem&ssl_check_hostname=false");
+  EXPECT_TRUE(u.master.tls);
+  EXPECT_EQ(u.master.password, "pw");
+  EXPECT_EQ(u.sentinel_username, "watch");
+  EXPECT_EQ(u.sentinel_password, "s&pw");
+  EXPECT_EQ(u.master.ssl_ca_certs, "/etc/ca.pem");
+  EXPECT_FALSE(u.master.ssl_check_hostname);
+  const SentinelOptions o = sentinel_options(u, nullptr);
+  EXPECT_EQ(o.service, "svc");
+  EXPECT_EQ(o.link.username, "watch");
+  EXPECT_EQ(o.link.password, "s&pw");
+  EXPECT_EQ(o.sentinels, u.sentinels);
+
+  SentinelUrl k = parse_sentinel_url("redis+sentinel://s1/svc?sentinel_password=a");
+  set_sentinel_option(k, "sentinel_password", "b");
+  EXPECT_EQ(k.sentinel_password, "b");
+  EXPECT_THROW(set_sentinel_option(k, "password", "x"), InvalidArgument);
+}
+
+TEST(SentinelUrl, RecognisesItsSchemes) {
+  EXPECT_TRUE(is_sentinel_url("redis+sentinel://s/x"));
+  EXPECT_TRUE(is_sentinel_url("rediss+sentinel://s/x"));
+  EXPECT_FALSE(is_sentinel_url("redis://s/0"));
+  EXPECT_FALSE(is_sentinel_url("redis+cluster://s"));
+}
+
+TEST(SentinelUrl, ErrorsSayWhatIsWrongWithoutSecrets) {
+  struct Case {
+    std::string url;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {"redis://s1/svc", "scheme must be redis+sentinel or rediss+sentinel"},
+      {"redis+sentinel:/s1/svc", "missing scheme"},
+      {"redis+sentinel://s1:26379", "missing the service name"},
+      {"redis+sentinel://s1:26379/", "missing the service name"},
+      {"redis+sentinel:///svc", "no sentinel address"},
+      {"redis+sentinel://s1,,s2/svc", "sentinel #2 is empty"},
+      {"redis+sentinel://s1,/svc", "sentinel #2 is empty"},
+      {"redis+sentinel://s1:0/svc", "sentinel #1 (s1): port must be a number 1-65535, got '0'"},
+      {"redis+sentinel://s1,s2:99999/svc", "sentinel #2 (s2): port must be a number 1-65535"},
+      {"redis+sentinel://s1,:5/svc", "sentinel #2 has no host"},
+      {"redis+sentinel://[::1/svc", "unterminated [IPv6] host"},
+      {"redis+sentinel://s1:1,s1:1/svc", "sentinel s1:1 is listed twice"},
+      {"redis+sentinel://s1/svc/x", "database must be a number >= 0, got 'x'"},
+      {"redis+sentinel://s1/svc/1/2", "junk after the database number"},
+      {"redis+sentinel://s1/a%0Ab", "control character"},
+      {"redis+sentinel://s1/a%20b", "contains a space"},
+      {"redis+sentinel://s1/svc?db=1", "the database goes in the path"},
+      {"redis+sentinel://s1/svc?timeout=1", "unknown query parameter 'timeout'"},
+      {"redis+sentinel://s1/svc?sentinel_password", "needs a value"},
+      {"redis+sentinel://s1/svc?sentinel_username=u", "sentinel_username needs sentinel_password"},
+      {"redis+sentinel://s1/svc?sentinel_password=a&sentinel_password=b", "given twice"},
+      {"redis+sentinel://s1/svc?ssl_ca_certs=/x", "ssl_ca_certs applies to rediss+sentinel:// only"},
+      {"rediss+sentinel://s1/svc?ssl_cert_reqs=maybe", "ssl_cert_reqs must be required, optional or none"},
+      {"redis+sentinel://user:@s1/svc", "a user name needs a password"},
+      {"redis+sentinel://u:p%zz@s1/svc", "bad %-escape in credentials"},
+  };
+  for (const auto& c : cases) {
+    const std::string e = url_error(c.url);
+    EXPECT_TRUE(contains(e, c.says)) << c.url << "\n  -> " << e;
+    EXPECT_TRUE(contains(e, "expected redis+sentinel://")) << e;
+  }
+  // Neither the master's password nor the sentinels' appears in any message.
+  for (const std::string url : {"redis+sentinel://u:hunter2@s1:0/svc", "redis+sentinel://hunter2@s1/svc/x",
+                                "redis+sentinel://s1/svc?sentinel_password=hunter2&bogus=1",
+                                "redis+sentinel://s1/svc?sentinel_password=hunter2&sentinel_password=hunter2",
+                                "redis+sentinel://u:hunter2?@s1/svc", "redis+sentinel://s1/svc?sentinel_password=hunter2%"}) {
+    const std::string e = url_error(url);
+    EXPECT_NE(e, "(no error)") << url;
+    EXPECT_FALSE(contains(e, "hunter2")) << url << "\n  -> " << e;
+  }
+}
+
+// --- the pure helpers -------------------------------------------------------------------------
+
+TEST(SentinelRole, ParsesRoleReplies) {
+  const Reply master = Reply::of_array({Reply::of_string("master"), Reply::of_integer(0), Reply::of_array({})});
+  const Reply replica = Reply::of_array({Reply::of_string("slave"), Reply::of_string("127.0.0.1"),
+                                         Reply::of_integer(6379), Reply::of_string("connected"),
+                                         Reply::of_integer(10)});
+  const Reply sentinel = Reply::of_array({Reply::of_string("sentinel"), Reply::of_array({})});
+  EXPECT_EQ(parse_role(master), Role::Master);
+  EXPECT_EQ(parse_role(replica), Role::Replica);
+  EXPECT_EQ(parse_role(sentinel), Role::Sentinel);
+  EXPECT_EQ(parse_role(Reply::nil()), Role::Unknown);
+  EXPECT_EQ(parse_role(Reply::of_error("NOPERM no")), Role::Unknown);
+  EXPECT_NO_THROW(expect_master(master, "m:1"));
+  try {
+    expect_master(replica, "10.0.0.9:6379");
+    FAIL();
+  } catch (const ConnectionError& e) {
+    EXPECT_FALSE(e.maybe_applied());
+    EXPECT_TRUE(contains(e.what(), "10.0.0.9:6379 is not the master (ROLE says replica)")) << e.what();
+  }
+  EXPECT_THROW(expect_master(Reply::of_error("NOPERM this user has no permissions to run the 'role' command"), "x"),
+               AuthenticationError);
+  EXPECT_EQ(role_command().args, std::vector<std::string>{"ROLE"});
+}
+
+TEST(SentinelRole, RecheckSchedule) {
+  RoleRecheck r;
+  EXPECT_EQ(r.interval(), milliseconds(5000));
+  const TimePoint t0 = SteadyClock::now();
+  EXPECT_TRUE(r.due(t0));
+  r.sent(t0);
+  EXPECT_FALSE(r.due(t0 + milliseconds(4999)));
+  EXPECT_TRUE(r.due(t0 + milliseconds(5000)));
+}
+
+TEST(SentinelParse, SwitchMasterPayloadAndMasterReply) {
+  EXPECT_EQ(SwitchMasterWatcher::parse_switch("svc 127.0.0.1 6379 127.0.0.1 6380", "svc"),
+            (Address{"127.0.0.1", 6380}));
+  EXPECT_EQ(SwitchMasterWatcher::parse_switch("other 127.0.0.1 6379 127.0.0.1 6380", "svc"), std::nullopt);
+  EXPECT_EQ(SwitchMasterWatcher::parse_switch("svc 127.0.0.1 6379 127.0.0.1", "svc"), std::nullopt);
+  EXPECT_EQ(SwitchMasterWatcher::parse_switch("svc a 1 b 0", "svc"), std::nullopt);
+
+  EXPECT_EQ(SentinelResolver::parse_master_reply(Reply::nil()), std::nullopt);
+  EXPECT_EQ(SentinelResolver::parse_master_reply(
+                Reply::of_array({Reply::of_string("10.1.2.3"), Reply::of_string("6390")})),
+            (Address{"10.1.2.3", 6390}));
+  EXPECT_THROW(SentinelResolver::parse_master_reply(Reply::of_integer(1)), ProtocolError);
+  EXPECT_THROW(SentinelResolver::parse_master_reply(
+                   Reply::of_array({Reply::of_string("h"), Reply::of_string("port")})),
+               ProtocolError);
+}
+
+TEST(SentinelResolverOptions, RefusesAnIncompleteConfiguration) {
+  SentinelOptions o;
+  o.service = "svc";
+  EXPECT_THROW(SentinelResolver{o}, InvalidArgument);
+  o.sentinels = {{"127.0.0.1", 26379}};
+  o.service.clear();
+  EXPECT_THROW(SentinelResolver{o}, InvalidArgument);
+  o.service = "svc";
+  o.sentinels = {{"127.0.0.1", 0}};
+  EXPECT_THROW(SentinelResolver{o}, InvalidArgument);
+  o.sentinels = {{"", 1}};
+  EXPECT_THROW(SentinelResolver{o}, InvalidArgument);
+}
+
+// --- real processes ---------------------------------------------------------------------------
+
+namespace {
+
+bool have_redis_server() {
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path ? path : "");
+  for (std::string d; std::getline(dirs, d, ':');) {
+    if (!d.empty() && ::access((fs::path(d) / "redis-server").c_str(), X_OK) == 0) return true;
+  }
+  return false;
+}
+
+#define REQUIRE_REDIS_SERVER()                                                                        \
+  do {                                                                                                \
+    if (!have_redis_server()) GTEST_SKIP() << "redis-server is not on PATH: live Sentinel tests skipped"; \
+  } while (0)
+
+int free_port() {
+  const int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  int port = 0;
+  if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    port = ntohs(a.sin_port);
+  }
+  ::close(s);
+  return port;
+}
+
+LinkOptions test_link() {
+  LinkOptions o;
+  // Generous for a sanitizer build on a busy 2-core machine; the tests never time these.
+  o.connect_timeout = milliseconds(2000);
+  o.command_timeout = milliseconds(2000);
+  return o;
+}
+
+// Polls `done` every 20 ms until it holds or `limit` passes; true when it held.
+bool eventually(const std::function<bool()>& done, std::chrono::steady_clock::duration limit = seconds(30)) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    try {
+      if (done()) return true;
+    } catch (const Error&) {
+      // not up yet
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(milliseconds(20));  // a readiness poll, not a wait for an event
+  }
+}
+
+Reply ask(int port, const std::vector<std::string>& args) {
+  ControlLink link({"127.0.0.1", port}, test_link());
+  return link.call(args);
+}
+
+std::string reply_text(const Reply& r) {
+  std::string out;
+  if (r.type == Reply::Type::Array) {
+    for (const auto& e : r.elements) out += reply_text(e) + " ";
+  } else if (r.type == Reply::Type::Integer) {
+    out += std::to_string(r.integer);
+  } else {
+    out += r.str;
+  }
+  return out;
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "redcount-sentinel-XXXXXX").string();
+    if (::mkdtemp(tmpl.data())) path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    if (!path_.empty()) fs::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+// One redis-server child (a data node or a sentinel) on 127.0.0.1:port; SIGKILLed and
+// reaped by kill() or the destructor.
+class Process {
+ public:
+  Process(std::vector<std::string> args, int port, fs::path log) : port_(port), log_(std::move(log)) {
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::execvp("redis-server", argv.data());
+      ::_exit(127);
+    }
+  }
+  ~Process() { kill(); }
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+
+  void kill() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+  bool exited() {
+    return pid_ <= 0 || ::waitpid(pid_, nullptr, WNOHANG) == pid_;
+  }
+  int port() const { return port_; }
+  Address address() const { return {"127.0.0.1", port_}; }
+  std::string log() const {
+    std::ifstream in(log_);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int port_;
+  fs::path log_;
+};
+
+// A master, one replica and three sentinels monitoring them as service "mymaster".
+class Topology {
+ public:
+  static constexpr const char* kService = "mymaster";
+
+  Topology() {
+    if (dir_.path().empty()) {
+      error_ = "mkdtemp failed";
+      return;
+    }
+    master_ = start_data_node({});
+    if (!master_) return;
+    replica_ = start_data_node({"--replicaof", "127.0.0.1", std::to_string(master_->port())});
+    if (!replica_) return;
+    if (!eventually([&] { return contains(ask(replica_->port(), {"INFO", "replication"}).str, "master_link_status:up"); })) {
+      error_ = "the replica did not sync with the master:\n" + replica_->log();
+      return;
+    }
+    for (int i = 0; i < 3; ++i) {
+      if (!start_sentinel()) return;
+    }
+    // Each sentinel knows the replica (so a failover has a candidate) and the other two
+    // (so a switch one of them makes reaches the others).
+    for (auto& s : sentinels_) {
+      const int port = s->port();
+      const bool ok = eventually([&] {
+        const Reply replicas = ask(port, {"SENTINEL", "REPLICAS", kService});
+        const Reply others = ask(port, {"SENTINEL", "SENTINELS", kService});
+        return replicas.type == Reply::Type::Array && replicas.elements.size() == 1 &&
+               others.type == Reply::Type::Array && others.elements.size() == 2;
+      });
+      if (!ok) {
+        error_ = "sentinel " + std::to_string(port) + " did not discover the replica and its peers:\n" + s->log();
+        return;
+      }
+    }
+  }
+
+  bool ok() const { return error_.empty(); }
+  const std::string& error() const { return error_; }
+  Process& master() { return *master_; }
+  Process& replica() { return *replica_; }
+  Process& sentinel(std::size_t i) { return *sentinels_.at(i); }
+  std::vector<Address> sentinel_addresses() const {
+    std::vector<Address> out;
+    for (const auto& s : sentinels_) out.push_back(s->address());
+    return out;
+  }
+  SentinelOptions options() const {
+    SentinelOptions o;
+    o.sentinels = sentinel_addresses();
+    o.service = kService;
+    o.link = test_link();
+    return o;
+  }
+
+  // An extra sentinel with requirepass, monitoring the same master (not part of the trio).
+  std::unique_ptr<Process> start_password_sentinel(const std::string& password) {
+    return start_sentinel_process([&](int) { return std::vector<std::string>{"requirepass " + password}; },
+                                  test_link());
+  }
+
+  // An extra sentinel that accepts TLS only (certificates from make_certs.sh in `certs`),
+  // monitoring the same (plain) master. `probe`: how to reach it to see it is up.
+  std::unique_ptr<Process> start_tls_sentinel(const fs::path& certs, const LinkOptions& probe) {
+    return start_sentinel_process(
+        [&](int port) {
+          return std::vector<std::string>{"port 0",
+                                          "tls-port " + std::to_string(port),
+                                          "tls-cert-file " + (certs / "server.pem").string(),
+                                          "tls-key-file " + (certs / "server.key").string(),
+                                          "tls-ca-cert-file " + (certs / "ca.pem").string(),
+                                          "tls-auth-clients no"};
+        },
+        probe);
+  }
+
+  const fs::path& dir() const { return dir_.path(); }
+
+ private:
+  std::unique_ptr<Process> start_data_node(std::vector<std::string> extra) {
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      const int port = free_port();
+      const fs::path log = dir_.path() / ("redis-" + std::to_string(port) + ".log");
+      std::vector<std::string> args = {"redis-server", "--port", std::to_string(port), "--bind", "127.0.0.1",
+                                       "--save", "", "--appendonly", "no", "--dir", dir_.path().string(),
+                                       "--dbfilename", "dump-" + std::to_string(port) + ".rdb",
+                                       "--repl-diskless-sync-delay", "0", "--logfile", log.string()};
+      args.insert(args.end(), extra.begin(), extra.end());
+      auto p = std::make_unique<Process>(std::move(args), port, log);
+      if (ready(*p)) return p;
+      error_ = "redis-server did not start on port " + std::to_string(port) + ":\n" + p->log();
+    }
+    return nullptr;
+  }
+
+  std::unique_ptr<Process> start_sentinel_process(const std::function<std::vector<std::string>(int)>& extra_config,
+                                                  const LinkOptions& probe) {
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      const int port = free_port();
+      const fs::path conf = dir_.path() / ("sentinel-" + std::to_string(port) + ".conf");
+      const fs::path log = dir_.path() / ("sentinel-" + std::to_string(port) + ".log");
+      {
+        std::ofstream out(conf);
+        out << "port " << port << "\nbind 127.0.0.1\ndir " << dir_.path().string() << "\nlogfile "
+            << log.string() << "\nsentinel monitor " << kService << " 127.0.0.1 " << master_->port()
+            << " 2\nsentinel down-after-milliseconds " << kService << " 2000\nsentinel failover-timeout "
+            << kService << " 10000\n";
+        for (const auto& line : extra_config(port)) out << line << "\n";
+      }
+      auto p = std::make_unique<Process>(
+          std::vector<std::string>{"redis-server", conf.string(), "--sentinel"}, port, log);
+      if (ready(*p, probe)) return p;
+      error_ = "redis-server --sentinel did not start on port " + std::to_string(port) + ":\n" + p->log();
+    }
+    return nullptr;
+  }
+
+  bool start_sentinel() {
+    auto p = start_sentinel_process([](int) { return std::vector<std::string>{}; }, test_link());
+    if (!p) return false;
+    sentinels_.push_back(std::move(p));
+    return true;
+  }
+
+  // Ready when it accepts a connection (PING may need AUTH: any reply will do).
+  bool ready(Process& p, const LinkOptions& probe = test_link()) {
+    return eventually(
+        [&] {
+          if (p.exited()) throw std::runtime_error("exited");
+          ControlLink(p.address(), probe).call({"PING"});
+          return true;
+        },
+        seconds(10));
+  }
+
+  TempDir dir_;
+  std::string error_;
+  std::unique_ptr<Process> master_, replica_;
+  std::vector<std::unique_ptr<Process>> sentinels_;
+};
+
+#define REQUIRE_TOPOLOGY(t)            \
+  do {                                 \
+    if (!(t).ok()) FAIL() << (t).error(); \
+  } while (0)
+
+// Collects the watcher's callbacks.
+class Switches {
+ public:
+  SwitchMasterWatcher::Callback callback() {
+    return [this](const Address& a) {
+      std::lock_guard lock(mu_);
+      seen_.push_back(a);
+      cv_.notify_all();
+    };
+  }
+  // Waits (bounded) until `a` has been reported.
+  bool wait_for(const Address& a, seconds limit = seconds(40)) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, limit, [&] { return std::find(seen_.begin(), seen_.end(), a) != seen_.end(); });
+  }
+  std::vector<Address> seen() {
+    std::lock_guard lock(mu_);
+    return seen_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Address> seen_;
+};
+
+// Forces a failover through `sentinel_port`, retrying while Sentinel has no replica it
+// considers good yet (NOGOODSLAVE) or a previous failover is still in progress (INPROG).
+std::string force_failover(int sentinel_port) {
+  std::string last;
+  const bool ok = eventually([&] {
+    const Reply r = ask(sentinel_port, {"SENTINEL", "FAILOVER", Topology::kService});
+    last = r.str;
+    return !r.is_error();
+  });
+  return ok ? "" : last;
+}
+
+}  // namespace
+
+TEST(Sentinel, ResolvesTheMasterAndChecksRoles) {
+  REQUIRE_REDIS_SERVER();
+  Topology t;
+  REQUIRE_TOPOLOGY(t);
+  SentinelResolver resolver(t.options());
+  EXPECT_EQ(resolver.resolve(), t.master().address());
+  EXPECT_EQ(resolver.sentinels(), t.sentinel_addresses());  // the first answered: order unchanged
+
+  EXPECT_EQ(probe_role(t.master().address(), test_link()), Role::Master);
+  EXPECT_EQ(probe_role(t.replica().address(), test_link()), Role::Replica);
+  EXPECT_EQ(probe_role(t.sentinel(0).address(), test_link()), Role::Sentinel);
+
+  // The handshake form: ROLE on a connected socket, then expect_master().
+  ControlLink master(t.master().address(), test_link());
+  EXPECT_NO_THROW(expect_master(master.call(role_command().args), t.master().address().to_string()));
+  ControlLink replica(t.replica().address(), test_link());
+  EXPECT_THROW(expect_master(replica.call(role_command().args), t.replica().address().to_string()),
+               ConnectionError);
+}
+
+TEST(Sentinel, UnknownServiceAndSentinelPasswords) {
+  REQUIRE_REDIS_SERVER();
+  Topology t;
+  REQUIRE_TOPOLOGY(t);
+  SentinelOptions o = t.options();
+  o.service = "no-such-service";
+  try {
+    SentinelResolver(o).resolve();
+    FAIL() << "resolved an unknown service";
+  } catch (const AuthenticationError& e) {
+    FAIL() << e.what();
+  } catch (const ConnectionError& e) {
+    EXPECT_FALSE(e.maybe_applied());
+    EXPECT_TRUE(contains(e.what(), "knows no master named 'no-such-service'")) << e.what();
+  }
+
+  auto guarded = t.start_password_sentinel("s3cret-pw");
+  ASSERT_TRUE(guarded) << t.error();
+  SentinelOptions p = t.options();
+  p.sentinels = {guarded->address()};
+  p.link.password = "wrong-pw";
+  try {
+    SentinelResolver(p).resolve();
+    FAIL() << "resolved with a wrong sentinel password";
+  } catch (const AuthenticationError& e) {
+    EXPECT_FALSE(contains(e.what(), "wrong-pw")) << e.what();
+    EXPECT_TRUE(contains(e.what(), guarded->address().to_string())) << e.what();
+  }
+  p.link.password = "s3cret-pw";
+  EXPECT_EQ(SentinelResolver(p).resolve(), t.master().address());
+}
+
+TEST(Sentinel, SkipsDeadSentinelsAndMovesTheAnswererToTheFront) {
+  REQUIRE_REDIS_SERVER();
+  Topology t;
+  REQUIRE_TOPOLOGY(t);
+  const std::vector<Address> trio = t.sentinel_addresses();
+
+  // Nothing listens on the first address: the second answers and goes to the front.
+  SentinelOptions o = t.options();
+  const Address nobody{"127.0.0.1", free_port()};
+  o.sentinels = {nobody, trio[0], trio[1]};
+  SentinelResolver resolver(o);
+  EXPECT_EQ(resolver.resolve(), t.master().address());
+  EXPECT_EQ(resolver.sentinels(), (std::vector<Address>{trio[0], nobody, trio[1]}));
+
+  // Now the front one dies too: the last answers and is moved to the front.
+  t.sentinel(0).kill();
+  EXPECT_EQ(resolver.resolve(), t.master().address());
+  EXPECT_EQ(resolver.sentinels(), (std::vector<Address>{trio[1], trio[0], nobody}));
+
+  // None answers: one ConnectionError naming every sentinel.
+  t.sentinel(1).kill();
+  try {
+    resolver.resolve();
+    FAIL();
+  } catch (const ConnectionError& e) {
+    for (const auto& a : {nobody, trio[0], trio[1]}) EXPECT_TRUE(contains(e.what(), a.to_string())) << e.what();
+  }
+}
+
+TEST(Sentinel, WatcherFollowsAFailoverAndMovesOnWhenItsSentinelDies) {
+  REQUIRE_REDIS_SERVER();
+  Topology t;
+  REQUIRE_TOPOLOGY(t);
+  auto resolver = std::make_shared<SentinelResolver>(t.options());
+  const Address old_master = resolver->resolve();
+  ASSERT_EQ(old_master, t.master().address());
+
+  Switches switches;
+  SwitchMasterWatcher watcher(resolver, switches.callback(), milliseconds(200));
+  watcher.start(old_master);
+  ASSERT_TRUE(eventually([&] { return watcher.subscriptions() == 1; })) << "the watcher never subscribed";
+  EXPECT_EQ(watcher.subscribed_to(), t.sentinel(0).address());
+  EXPECT_TRUE(switches.seen().empty()) << "the known master was reported again";
+
+  // Its sentinel dies: the watcher subscribes to the next one, which is promoted.
+  t.sentinel(0).kill();
+  ASSERT_TRUE(eventually([&] { return watcher.subscriptions() == 2; })) << "the watcher did not move on";
+  EXPECT_EQ(watcher.subscribed_to(), t.sentinel(1).address());
+  EXPECT_EQ(resolver->sentinels().front(), t.sentinel(1).address());
+
+  // A forced failover: the callback gets the promoted replica's address.
+  const std::string refused = force_failover(t.sentinel(1).port());
+  ASSERT_EQ(refused, "") << "SENTINEL FAILOVER kept failing";
+  ASSERT_TRUE(switches.wait_for(t.replica().address())) << "no +switch-master callback";
+  EXPECT_EQ(switches.seen(), std::vector<Address>{t.replica().address()});
+  EXPECT_EQ(resolver->resolve(), t.replica().address());
+
+  // ROLE after the switch: the promoted replica says master. (Sentinel demotes the old
+  // master only at its next INFO poll, about 10 s later; the refusal of a replica by
+  // expect_master() is covered above, so the suite does not wait for it.)
+  EXPECT_EQ(probe_role(t.replica().address(), test_link()), Role::Master);
+  ControlLink promoted(t.replica().address(), test_link());
+  EXPECT_NO_THROW(expect_master(promoted.call(role_command().args), t.replica().address().to_string()));
+
+  watcher.stop();
+  EXPECT_EQ(watcher.subscribed_to(), std::nullopt);
+}
+
+TEST(Sentinel, WatcherReportsASwitchItMissedWhileDisconnected) {
+  REQUIRE_REDIS_SERVER();
+  Topology t;
+  REQUIRE_TOPOLOGY(t);
+  auto resolver = std::make_shared<SentinelResolver>(t.options());
+  // Told of a stale master (as if it had been down during a switch): the first thing it
+  // reports is the master the sentinels know.
+  Switches switches;
+  SwitchMasterWatcher watcher(resolver, switches.callback());
+  watcher.start(Address{"127.0.0.1", 1});
+  EXPECT_TRUE(switches.wait_for(t.master().address()));
+  watcher.stop();
+  watcher.stop();  // idempotent
+}
+
+TEST(Sentinel, ResolvesOverTls) {
+  REQUIRE_REDIS_SERVER();
+  Topology t;
+  REQUIRE_TOPOLOGY(t);
+  // __FILE__ is this source's absolute path (CMake passes absolute paths to the compiler).
+  const fs::path script = fs::path(__FILE__).parent_path().parent_path() / "tls" / "make_certs.sh";
+  const fs::path certs = t.dir() / "certs";
+  const std::string cmd = "bash '" + script.string() + "' '" + certs.string() + "' > '" +
+                          (t.dir() / "make_certs.log").string() + "' 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << "tests/tls/make_certs.sh failed (is the openssl CLI installed?)";
+
+  StoreOptions tls_store;
+  tls_store.kind = StoreOptions::Kind::Tcp;
+  tls_store.tls = true;
+  tls_store.ssl_ca_certs = (certs / "ca.pem").string();
+  LinkOptions link = test_link();
+  link.tls = make_tls_context(tls_store);
+  auto sentinel = t.start_tls_sentinel(certs, link);
+  ASSERT_TRUE(sentinel) << t.error();
+
+  SentinelOptions o = t.options();
+  o.sentinels = {sentinel->address()};
+  o.link = link;
+  EXPECT_EQ(SentinelResolver(o).resolve(), t.master().address());
+
+  // A certificate from a CA the client does not trust: refused, and said so.
+  StoreOptions other = tls_store;
+  other.ssl_ca_certs = (certs / "other-ca.pem").string();
+  o.link.tls = make_tls_context(other);
+  try {
+    SentinelResolver(o).resolve();
+    FAIL() << "trusted a certificate from an unknown CA";
+  } catch (const ConnectionError& e) {
+    EXPECT_TRUE(contains(e.what(), sentinel->address().to_string())) << e.what();
+  }
+  // And a plain client is not answered by the TLS port.
+  o.link = test_link();
+  o.link.connect_timeout = o.link.command_timeout = milliseconds(300);
+  EXPECT_THROW(SentinelResolver(o).resolve(), ConnectionError);
+}
+
+TEST(Sentinel, WatcherReResolvesOnRequest) {
+  REQUIRE_REDIS_SERVER();
+  Topology t;
+  REQUIRE_TOPOLOGY(t);
+  SentinelOptions o = t.options();
+  o.sentinels = {t.sentinel(0).address()};
+  auto resolver = std::make_shared<SentinelResolver>(o);
+  Switches switches;
+  SwitchMasterWatcher watcher(resolver, switches.callback());
+  watcher.start(t.master().address());
+  ASSERT_TRUE(eventually([&] { return watcher.subscriptions() == 1; })) << "the watcher never subscribed";
+
+  // The sentinel is re-pointed at the replica without a failover, so no +switch-master is
+  // published (as for an event lost in transit): only a re-resolve finds the change.
+  ASSERT_FALSE(ask(t.sentinel(0).port(), {"SENTINEL", "REMOVE", Topology::kService}).is_error());
+  ASSERT_FALSE(ask(t.sentinel(0).port(), {"SENTINEL", "MONITOR", Topology::kService, "127.0.0.1",
+                                          std::to_string(t.replica().port()), "2"})
+                   .is_error());
+  watcher.request_resolve();
+  watcher.request_resolve();  // coalesced with the first
+  ASSERT_TRUE(switches.wait_for(t.replica().address())) << "the requested re-resolve reported nothing";
+  watcher.request_resolve();  // the same master again: not reported twice
+  EXPECT_TRUE(eventually([&] { return resolver->resolve() == t.replica().address(); }));
+  watcher.stop();
+  EXPECT_EQ(switches.seen(), std::vector<Address>{t.replica().address()});
+}
