@@ -52,6 +52,8 @@ std::weak_ptr<CompletionQueue>* g_last_queue = nullptr;  // the loop's dict in r
 // only one (see take_only_callback).
 struct Awaiting {
   CancelFlag cancelled;
+  std::weak_ptr<Completion> completion;
+  const CompletionQueue* queue = nullptr;  // identity only: the queue that completes it
   int callbacks = 0;
   py::object callback, context;
 };
@@ -173,12 +175,24 @@ void setup(py::handle future_type, py::handle queue_provider) {
   g_get_running_loop = py::object(py::module_::import("asyncio").attr("get_running_loop")).release().ptr();
 }
 
+namespace {
+
+// GIL held. The call behind an entry of inflight() is cancelled and its completion lets go
+// of the future: nothing is delivered any more, so nothing in C++ may keep the future (and
+// its loop) alive until a late reply. What the entry held is released by the caller.
+void forget(Awaiting& a) {
+  a.cancelled->store(true);
+  if (auto c = a.completion.lock()) c->release_python();
+}
+
+}  // namespace
+
 bool cancel(py::handle future) {
   auto& futures = inflight();
   auto it = futures.find(future.ptr());
   if (it == futures.end()) return false;
-  it->second.cancelled->store(true);
-  futures.erase(it);
+  auto entry = futures.extract(it);
+  forget(entry.mapped());
   return true;
 }
 
@@ -195,13 +209,18 @@ Completion::~Completion() {
   }
 }
 
+void Completion::release_python() {
+  Py_CLEAR(future_);
+  Py_CLEAR(context_);
+}
+
 void Completion::on_done(const std::shared_ptr<Completion>& c, std::exception_ptr e) {
   c->error = std::move(e);
   int expected = kSubmitting;
   if (c->state_.compare_exchange_strong(expected, kInline, std::memory_order_acq_rel)) return;
-  // The caller already returned a future (state kDetached): hand over to its loop.
-  std::shared_ptr<CompletionQueue> q = std::move(c->queue_);
-  q->push(c);
+  // The caller already returned a future (state kDetached): hand over to its loop, unless
+  // the loop is gone (then so is everything that awaited this call).
+  if (std::shared_ptr<CompletionQueue> q = c->queue_.lock()) q->push(c);
 }
 
 py::object Completion::settle_inline() {
@@ -234,6 +253,8 @@ py::object start(std::shared_ptr<Store> store, std::shared_ptr<Operation> op, st
   c->future_ = fut.inc_ref().ptr();
   Awaiting awaiting;
   awaiting.cancelled = c->cancelled;
+  awaiting.completion = c;
+  awaiting.queue = q.get();
   inflight().insert_or_assign(fut.ptr(), std::move(awaiting));
   int expected = Completion::kSubmitting;
   if (!c->state_.compare_exchange_strong(expected, Completion::kDetached, std::memory_order_acq_rel)) {
@@ -277,8 +298,8 @@ CompletionQueue::~CompletionQueue() {
     Py_XDECREF(loop_ref_);
     Py_XDECREF(drain_fn_);
   }  // else: dropped by a late completion on an I/O thread; the two small objects leak
-  if (write_fd_ >= 0 && write_fd_ != read_fd_) close(write_fd_);
-  if (read_fd_ >= 0) close(read_fd_);
+  if (write_fd_ >= 0 && write_fd_ != read_fd_) ::close(write_fd_);
+  if (read_fd_ >= 0) ::close(read_fd_);
 }
 
 py::handle CompletionQueue::drain_callable() {
@@ -312,6 +333,7 @@ void CompletionQueue::push(std::shared_ptr<Completion> c) {
   bool was_empty = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (closed_.load(std::memory_order_relaxed)) return;  // its Python references are gone already
     was_empty = items_.empty();
     items_.push_back(std::move(c));
   }
@@ -334,7 +356,7 @@ void CompletionQueue::signal() {
     return;
   }
   if (!interpreter_usable()) return;
-  py::gil_scoped_acquire gil;  // the loop has no add_reader: call_soon_threadsafe needs the GIL
+  CoreThreadGil gil;  // the loop has no add_reader: call_soon_threadsafe needs the GIL
   py::object loop = py::reinterpret_steal<py::object>(PyObject_CallNoArgs(loop_ref_));
   if (!loop) {
     PyErr_Clear();
@@ -425,6 +447,30 @@ void CompletionQueue::drain() {
   if (raised) throw std::move(*raised);
 }
 
+void CompletionQueue::close() {
+  std::vector<std::shared_ptr<Completion>> queued;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_.store(true, std::memory_order_relaxed);
+    queued.swap(items_);
+  }
+  // The calls still in flight for this loop: their completions are dropped when they come.
+  std::vector<Awaiting> forgotten;
+  auto& futures = inflight();
+  for (auto it = futures.begin(); it != futures.end();) {
+    if (it->second.queue == this) {
+      forgotten.push_back(std::move(it->second));
+      it = futures.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  // Released here, with the GIL, outside the map: a future's dealloc may run Python code.
+  for (auto& a : forgotten) forget(a);
+  forgotten.clear();
+  queued.clear();
+}
+
 CompletionQueue::Wake CompletionQueue::deliver(Completion& c, bool wake_now) {
   PyObject* raw = std::exchange(c.future_, nullptr);
   if (raw == nullptr) return {};
@@ -441,6 +487,10 @@ CompletionQueue::Wake CompletionQueue::deliver(Completion& c, bool wake_now) {
     py::object value;
     try {
       value = c.settle_inline();
+#if defined(__GLIBCXX__)
+    } catch (abi::__forced_unwind&) {
+      throw;  // never swallowed (see gil.h)
+#endif
     } catch (...) {
       py::object err = exception_object(std::current_exception());
       py::object r =

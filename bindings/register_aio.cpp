@@ -21,6 +21,9 @@ void register_aio(py::module_& m) {
       .def(py::init<py::handle>(), py::arg("loop"))
       .def_property_readonly("fd", &CompletionQueue::fd, "The fd to watch with loop.add_reader(fd, drain).")
       .def("drain", &CompletionQueue::drain, "Complete the futures of every finished call (on the loop's thread).")
+      .def("close", &CompletionQueue::close,
+           "Once the loop is closed: release what waits for it; later completions are dropped.")
+      .def_property_readonly("closed", &CompletionQueue::closed)
       .def("use_call_soon_threadsafe", &CompletionQueue::use_call_soon_threadsafe,
            "For a loop without add_reader: wake it with loop.call_soon_threadsafe(drain) instead.")
       .def_property_readonly("uses_call_soon_threadsafe", &CompletionQueue::uses_call_soon_threadsafe)

@@ -41,11 +41,21 @@ class OpFuture(asyncio.Future[Any]):
 queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, CompletionQueue] = weakref.WeakKeyDictionary()
 
 
+def close_queues_of_closed_loops() -> None:
+    """Closes the queues of loops that were closed: a future still pending there (one nobody
+    awaited, say) would otherwise keep its loop, and so its own entry here, alive for good."""
+    for loop, q in list(queues.items()):
+        if loop.is_closed():
+            q.close()
+            queues.pop(loop, None)
+
+
 def queue_for_running_loop() -> CompletionQueue:
     """The running loop's completion queue, made and registered with the loop on first use."""
     loop = asyncio.get_running_loop()
     q = queues.get(loop)
     if q is None:
+        close_queues_of_closed_loops()  # once per new loop: a process running loop after loop
         q = CompletionQueue(loop)
         try:
             loop.add_reader(q.fd, q.drain)
