@@ -33,7 +33,7 @@ FD_SLACK = 3  # a loop or two being torn down by the collector at the moment of 
 class NoReaderLoop(asyncio.SelectorEventLoop):
     """A loop whose add_reader is missing, as on Windows' proactor loop."""
 
-    def add_reader(self, fd: Any, callback: Callable[..., Any], *args: Any) -> None:
+    def add_reader(self, fd: Any, callback: Callable[..., Any], *args: Any) -> None:  # type: ignore[override]
         raise NotImplementedError
 
 
@@ -77,8 +77,11 @@ def thaw(server: RedisServer, store: redcount.Store) -> None:
     assert store.ping()
 
 
+Frozen = tuple[RedisServer, redcount.Store]
+
+
 @pytest.mark.parametrize("kind", list(LOOPS))
-def test_loops_that_end_while_a_call_waits_are_freed(kind: str, frozen: tuple[RedisServer, redcount.Store]) -> None:
+def test_loops_that_end_while_a_call_waits_are_freed(kind: str, frozen: Frozen) -> None:
     server, store = frozen
     factory, runs = LOOPS[kind]
     astore = aio.AsyncStore(store)
@@ -109,7 +112,7 @@ def test_loops_that_end_while_a_call_waits_are_freed(kind: str, frozen: tuple[Re
     assert fd_count() <= baseline + FD_SLACK
 
 
-def test_a_loop_closed_with_a_future_nobody_awaited_is_freed(frozen: tuple[RedisServer, redcount.Store]) -> None:
+def test_a_loop_closed_with_a_future_nobody_awaited_is_freed(frozen: Frozen) -> None:
     """A future made and dropped, never awaited nor cancelled: its loop ends, then its late
     completion arrives."""
     server, store = frozen
