@@ -15,7 +15,7 @@ import gc
 import os
 import signal
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
 import pytest
@@ -42,6 +42,17 @@ LOOPS: dict[str, tuple[Callable[[], asyncio.AbstractEventLoop], int]] = {
     "uvloop": (uvloop.new_event_loop, max(RUNS // 5, 1)),
     "call_soon_threadsafe": (NoReaderLoop, max(RUNS // 5, 1)),
 }
+
+
+def run_on_new_loop(factory: Callable[[], asyncio.AbstractEventLoop],
+                    coro: Coroutine[Any, Any, None]) -> None:
+    """asyncio.run on a loop of the kind under test (asyncio.Runner's loop_factory is 3.11+)."""
+    loop = factory()
+    try:
+        loop.run_until_complete(coro)
+        loop.run_until_complete(loop.shutdown_asyncgens())
+    finally:
+        loop.close()
 
 
 def fd_count() -> int:
@@ -97,12 +108,10 @@ def test_loops_that_end_while_a_call_waits_are_freed(kind: str, frozen: Frozen) 
 
     # One run first, so that what is made once per process (and the fd of the first loop's
     # bookkeeping) is counted in the baseline.
-    with asyncio.Runner(loop_factory=factory) as runner:
-        runner.run(gives_up())
+    run_on_new_loop(factory, gives_up())
     baseline = fd_count()
     for _ in range(runs):
-        with asyncio.Runner(loop_factory=factory) as runner:
-            runner.run(gives_up())
+        run_on_new_loop(factory, gives_up())
     assert live(loops) == 0, "loops whose calls are still waiting in the store are kept alive"
     assert fd_count() <= baseline + FD_SLACK
 
