@@ -73,6 +73,27 @@ bool interpreter_usable() {
 #endif
 }
 
+// References dropped on a thread that may not touch Python now (a store's I/O thread that
+// ends up the last owner of a completion or a queue) are released later on the interpreter's
+// main thread, with the GIL, by a pending call. During interpreter exit, or when the
+// interpreter's few pending-call slots are all taken, the reference is left: a small leak,
+// never a crash.
+int release_future_pending(void* future) {
+  auto* fut = static_cast<PyObject*>(future);
+  inflight().erase(fut);
+  Py_DECREF(fut);
+  return 0;
+}
+
+int release_pending(void* object) {
+  Py_DECREF(static_cast<PyObject*>(object));
+  return 0;
+}
+
+void release_later(PyObject* object, int (*release)(void*)) {
+  if (object != nullptr && interpreter_usable()) (void)Py_AddPendingCall(release, object);
+}
+
 std::shared_ptr<CompletionQueue> queue_for_running_loop() {
   if (g_queue_provider == nullptr || g_get_running_loop == nullptr) {
     throw py::import_error("the *_async functions of redcount._core need redcount.aio: import redcount.aio first");
@@ -202,10 +223,14 @@ std::size_t inflight_count() { return inflight().size(); }
 
 Completion::~Completion() {
   // Still owning a future means the queue was dropped before it drained this completion.
-  if ((future_ != nullptr || context_ != nullptr) && gil_held_and_alive()) {
+  if (future_ == nullptr && context_ == nullptr) return;
+  if (gil_held_and_alive()) {
     if (future_ != nullptr) inflight().erase(future_);
     Py_XDECREF(future_);
     Py_XDECREF(context_);
+  } else {
+    release_later(future_, &release_future_pending);
+    release_later(context_, &release_pending);
   }
 }
 
@@ -297,7 +322,10 @@ CompletionQueue::~CompletionQueue() {
   if (gil_held_and_alive()) {
     Py_XDECREF(loop_ref_);
     Py_XDECREF(drain_fn_);
-  }  // else: dropped by a late completion on an I/O thread; the two small objects leak
+  } else {  // dropped by a late completion on an I/O thread
+    release_later(loop_ref_, &release_pending);
+    release_later(drain_fn_, &release_pending);
+  }
   if (write_fd_ >= 0 && write_fd_ != read_fd_) ::close(write_fd_);
   if (read_fd_ >= 0) ::close(read_fd_);
 }

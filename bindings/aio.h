@@ -153,7 +153,8 @@ bool cancel(py::handle future);
 // Futures still waiting for an operation (for the tests: none may be left behind).
 std::size_t inflight_count();
 // Whether this thread may touch Python objects now (a late completion may end on an I/O
-// thread, or during interpreter exit, where references are leaked instead of released).
+// thread, whose references are then released by a pending call on the main thread; during
+// interpreter exit they are left).
 bool gil_held_and_alive();
 
 // Runs `op` on `store` for the completion `c` (see submit_async).

@@ -14,6 +14,7 @@ import asyncio
 import gc
 import os
 import signal
+import sys
 import weakref
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
@@ -144,3 +145,27 @@ def test_a_loop_closed_with_a_future_nobody_awaited_is_freed(frozen: Frozen) -> 
     asyncio.run(one_more_call())
     wait_until(lambda: live(loops) == 0, what="every loop freed")
     assert fd_count() <= baseline + FD_SLACK
+
+
+def test_a_late_completion_whose_queue_is_gone_lets_go_of_its_future(frozen: Frozen) -> None:
+    """The store's I/O thread may end up the last owner of a completion that still holds its
+    future (here: the loop's queue was dropped by hand before the reply came); it cannot
+    touch Python, so the future is released on the main thread a moment later."""
+    server, store = frozen
+    from redcount._core import _testing
+
+    before = _testing.inflight()
+    held: list[Any] = []
+
+    async def drop_the_queue() -> None:
+        held.append(_core.ping_async(store))
+        _aio_runtime.queues.clear()
+
+    asyncio.run(drop_the_queue())
+    fut = held.pop()
+    owners = sys.getrefcount(fut)
+    assert _testing.inflight() == before + 1
+    thaw(server, store)
+    wait_until(lambda: sys.getrefcount(fut) == owners - 1, what="the completion's reference released")
+    assert _testing.inflight() == before
+    assert not fut.done()  # its loop is closed: nothing completes it
