@@ -463,9 +463,12 @@ void CompletionQueue::drain() {
   for (auto& c : batch) {
     const Wake w = deliver(*c, wake_now);
     if (!w.callback) continue;
-    PyObject* out = w.context.is_none() ? PyObject_CallOneArg(w.callback.ptr(), w.future.ptr())
-                                        : PyObject_CallMethodObjArgs(w.context.ptr(), names().run, w.callback.ptr(),
-                                                                     w.future.ptr(), nullptr);
+    // The task step may end this thread (a daemon's loop at interpreter exit): see gil.h.
+    PyObject* out = park_if_ended([&w] {
+      return w.context.is_none() ? PyObject_CallOneArg(w.callback.ptr(), w.future.ptr())
+                                 : PyObject_CallMethodObjArgs(w.context.ptr(), names().run, w.callback.ptr(),
+                                                              w.future.ptr(), nullptr);
+    });
     if (out == nullptr) {
       raised.emplace();
       wake_now = false;

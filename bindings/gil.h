@@ -23,9 +23,11 @@
 // reaches a noexcept frame such as a destructor: "terminate called without an active
 // exception", exit status 134), and 3.14 parks it for good. Daemon threads inside a call at
 // exit are the usual case. Every place where the bindings take the GIL back goes through
-// take_gil_or_park(), which turns the first behaviour into the second: the thread is parked
-// where it stands, with nothing unwound, until the process exits. Only the thread that asked
-// is affected; the interpreter decides who must stop (never the finalizing thread itself, so
+// park_if_ended(), which turns the first behaviour into the second: the thread is parked
+// where it stands, with nothing unwound, until the process exits. So does the place where
+// the bindings run Python code on what may be a daemon's thread (the asyncio drain resuming
+// tasks, whose code may give the GIL up for a moment). Only the thread that asked is
+// affected; the interpreter decides who must stop (never the finalizing thread itself, so
 // a close() run by a finalizer on the main thread proceeds as usual).
 #pragma once
 
@@ -43,20 +45,21 @@ namespace redcount::bind {
   for (;;) pause();
 }
 
-// `take` (which takes the GIL: PyEval_RestoreThread, PyGILState_Ensure) as the interpreter
-// does it, except that a thread it ends is parked instead (see the top of this file).
-template <class Take>
-inline auto take_gil_or_park(Take take) noexcept {
+// Runs `f`, which takes the GIL or runs Python code through the C API (and throws no C++
+// exception), except that a thread the interpreter ends inside it is parked instead (see the
+// top of this file).
+template <class F>
+inline auto park_if_ended(F f) noexcept {
 #if defined(__GLIBCXX__)
   try {
-    return take();
+    return f();
   } catch (abi::__forced_unwind&) {
     // Not rethrown: the unwind would stop at the first noexcept frame above (std::terminate)
     // or, if it got through, run destructors that touch Python without the GIL.
     park_thread_until_exit();
   }
 #else
-  return take();
+  return f();
 #endif
 }
 
@@ -70,7 +73,7 @@ class NetworkWait {
   // (limiter checks, counter increments, asyncio submission).
   explicit NetworkWait(bool memory_store) : saved_(memory_store ? nullptr : PyEval_SaveThread()) {}
   ~NetworkWait() {
-    if (saved_ != nullptr) take_gil_or_park([s = saved_] { PyEval_RestoreThread(s); });
+    if (saved_ != nullptr) park_if_ended([s = saved_] { PyEval_RestoreThread(s); });
   }
   NetworkWait(const NetworkWait&) = delete;
   NetworkWait& operator=(const NetworkWait&) = delete;
@@ -84,7 +87,7 @@ class NetworkWait {
 // finalization beginning while this waits for the GIL parks the thread for good.
 class CoreThreadGil {
  public:
-  CoreThreadGil() : state_(take_gil_or_park([] { return PyGILState_Ensure(); })) {}
+  CoreThreadGil() : state_(park_if_ended([] { return PyGILState_Ensure(); })) {}
   ~CoreThreadGil() { PyGILState_Release(state_); }
   CoreThreadGil(const CoreThreadGil&) = delete;
   CoreThreadGil& operator=(const CoreThreadGil&) = delete;
