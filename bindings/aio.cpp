@@ -370,32 +370,18 @@ void CompletionQueue::push(std::shared_ptr<Completion> c) {
 }
 
 void CompletionQueue::signal() {
+  // Never the GIL here: this is a store's I/O thread. A loop without add_reader has a Python
+  // thread of redcount.aio's waiting on the fd, which calls loop.call_soon_threadsafe(drain).
   signals_.fetch_add(1, std::memory_order_relaxed);
-  if (!call_soon_.load(std::memory_order_acquire)) {
 #ifdef __linux__
-    const std::uint64_t one = 1;
-    if (write(write_fd_, &one, sizeof one) < 0) {
-    }  // EAGAIN: the counter is full, so a wake-up is pending anyway
+  const std::uint64_t one = 1;
+  if (write(write_fd_, &one, sizeof one) < 0) {
+  }  // EAGAIN: the counter is full, so a wake-up is pending anyway
 #else
-    const char one = 1;
-    if (write(write_fd_, &one, 1) < 0) {
-    }  // EAGAIN: the pipe is full, so a wake-up is pending anyway
+  const char one = 1;
+  if (write(write_fd_, &one, 1) < 0) {
+  }  // EAGAIN: the pipe is full, so a wake-up is pending anyway
 #endif
-    return;
-  }
-  if (!interpreter_usable()) return;
-  CoreThreadGil gil;  // the loop has no add_reader: call_soon_threadsafe needs the GIL
-  py::object loop = py::reinterpret_steal<py::object>(PyObject_CallNoArgs(loop_ref_));
-  if (!loop) {
-    PyErr_Clear();
-    return;
-  }
-  if (loop.is_none()) return;
-  try {
-    loop.attr("call_soon_threadsafe")(py::handle(drain_fn_));
-  } catch (py::error_already_set& e) {
-    if (!py::bool_(loop.attr("is_closed")())) e.discard_as_unraisable("redcount.aio: waking the event loop");
-  }
 }
 
 namespace {

@@ -86,10 +86,10 @@ class Completion {
 };
 
 // One event loop's queue of finished calls. push() may be called from any thread and never
-// takes the GIL while the loop watches fd() (loop.add_reader): it writes the eventfd only when
-// the queue goes from empty to non-empty. Where the loop has no add_reader, the same transition
-// schedules drain() with loop.call_soon_threadsafe (taking the GIL for that call). drain() runs
-// on the loop's thread with the GIL held. Thread-safe.
+// takes the GIL: it writes the eventfd only when the queue goes from empty to non-empty. The
+// loop watches fd() (loop.add_reader); where it has no add_reader, a Python thread of
+// redcount.aio waits on fd() and schedules drain() with loop.call_soon_threadsafe. drain()
+// runs on the loop's thread with the GIL held. Thread-safe.
 class CompletionQueue : public std::enable_shared_from_this<CompletionQueue> {
  public:
   explicit CompletionQueue(py::handle loop);
@@ -112,7 +112,7 @@ class CompletionQueue : public std::enable_shared_from_this<CompletionQueue> {
   void close();
   bool closed() const noexcept { return closed_.load(); }
 
-  // Debug counters: signals sent (eventfd writes or call_soon_threadsafe calls), drains that
+  // Debug counters: signals sent (eventfd writes), drains that
   // found work, and completions delivered through the queue.
   std::uint64_t signals() const noexcept { return signals_.load(); }
   std::uint64_t wakeups() const noexcept { return wakeups_.load(); }
@@ -136,7 +136,7 @@ class CompletionQueue : public std::enable_shared_from_this<CompletionQueue> {
   std::atomic<bool> call_soon_{false};
   std::atomic<bool> closed_{false};
   PyObject* loop_ref_ = nullptr;  // a weak reference to the loop (owned)
-  PyObject* drain_fn_ = nullptr;  // for call_soon_threadsafe; holds only a weak_ptr to this
+  PyObject* drain_fn_ = nullptr;  // drain() for loop.call_soon; holds only a weak_ptr to this
   std::atomic<std::uint64_t> signals_{0};
   std::atomic<std::uint64_t> wakeups_{0};
   std::atomic<std::uint64_t> delivered_{0};

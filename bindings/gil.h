@@ -1,6 +1,6 @@
-// The bindings' one GIL policy: for a call that blocks (on the network, or on one of the
-// core's own threads: a retry thread, a flusher, a store's I/O thread), and for a thread of
-// the core's own that must call into Python.
+// The bindings' one GIL policy, for a call that blocks: on the network, or on one of the
+// core's own threads (a retry thread, a flusher, a store's I/O thread). The core's own
+// threads never take the GIL.
 //
 // Convert every Python argument to C++ values first (convert.h), with the GIL held; then
 // hold a NetworkWait in an inner scope around the blocking call only, and build the Python
@@ -22,7 +22,7 @@
 // the thread with pthread_exit (on glibc a forced unwind, which calls std::terminate when it
 // reaches a noexcept frame such as a destructor: "terminate called without an active
 // exception", exit status 134), and 3.14 parks it for good. Daemon threads inside a call at
-// exit are the usual case. Every place where the bindings take the GIL back goes through
+// exit are the usual case. The one place where the bindings take the GIL back goes through
 // park_if_ended(), which turns the first behaviour into the second: the thread is parked
 // where it stands, with nothing unwound, until the process exits. So does the place where
 // the bindings run Python code on what may be a daemon's thread (the asyncio drain resuming
@@ -80,20 +80,6 @@ class NetworkWait {
 
  private:
   PyThreadState* saved_;
-};
-
-// The GIL for a thread of the core's own (a store's I/O thread) that must call into Python,
-// for the length of a scope. Check first that the interpreter is usable (not finalizing):
-// finalization beginning while this waits for the GIL parks the thread for good.
-class CoreThreadGil {
- public:
-  CoreThreadGil() : state_(park_if_ended([] { return PyGILState_Ensure(); })) {}
-  ~CoreThreadGil() { PyGILState_Release(state_); }
-  CoreThreadGil(const CoreThreadGil&) = delete;
-  CoreThreadGil& operator=(const CoreThreadGil&) = delete;
-
- private:
-  PyGILState_STATE state_;
 };
 
 }  // namespace redcount::bind

@@ -54,8 +54,12 @@ DRIVER = textwrap.dedent(
             return lambda: limiter.hit("1000000000/hour", "k")
         raise SystemExit(f"unknown kind {kind}")
 
+    class NoReaderLoop(asyncio.SelectorEventLoop):
+        def add_reader(self, *args, **kwargs):
+            raise NotImplementedError  # woken through call_soon_threadsafe instead
+
     def call_forever(store, started):
-        if kind == "awaited":
+        if kind.startswith("awaited"):
             astore = aio.AsyncStore(store)
             counter = aio.FixedWindowCounter(astore, "exit-aio", 3600)
             async def forever():
@@ -64,7 +68,8 @@ DRIVER = textwrap.dedent(
                 while True:
                     await astore.ping()
                     await counter.incr("k")
-            asyncio.run(forever())
+            loop = NoReaderLoop() if kind == "awaited (no add_reader)" else asyncio.new_event_loop()
+            loop.run_until_complete(forever())
             return
         call = calls(store)
         call()
@@ -106,7 +111,7 @@ DRIVER = textwrap.dedent(
 )
 
 KINDS = ["ShardedCounter.incr", "store.ping", "store.execute", "FixedWindowCounter.incr", "Limiter.hit",
-         "awaited"]
+         "awaited", "awaited (no add_reader)"]
 WHERE = ["memory", "redis"]
 
 
