@@ -52,6 +52,8 @@ std::weak_ptr<CompletionQueue>* g_last_queue = nullptr;  // the loop's dict in r
 // only one (see take_only_callback).
 struct Awaiting {
   CancelFlag cancelled;
+  std::weak_ptr<Completion> completion;
+  const CompletionQueue* queue = nullptr;  // identity only: the queue that completes it
   int callbacks = 0;
   py::object callback, context;
 };
@@ -69,6 +71,27 @@ bool interpreter_usable() {
 #else
   return Py_IsInitialized() != 0 && _Py_IsFinalizing() == 0;
 #endif
+}
+
+// References dropped on a thread that may not touch Python now (a store's I/O thread that
+// ends up the last owner of a completion or a queue) are released later on the interpreter's
+// main thread, with the GIL, by a pending call. During interpreter exit, or when the
+// interpreter's few pending-call slots are all taken, the reference is left: a small leak,
+// never a crash.
+int release_future_pending(void* future) {
+  auto* fut = static_cast<PyObject*>(future);
+  inflight().erase(fut);
+  Py_DECREF(fut);
+  return 0;
+}
+
+int release_pending(void* object) {
+  Py_DECREF(static_cast<PyObject*>(object));
+  return 0;
+}
+
+void release_later(PyObject* object, int (*release)(void*)) {
+  if (object != nullptr && interpreter_usable()) (void)Py_AddPendingCall(release, object);
 }
 
 std::shared_ptr<CompletionQueue> queue_for_running_loop() {
@@ -173,12 +196,24 @@ void setup(py::handle future_type, py::handle queue_provider) {
   g_get_running_loop = py::object(py::module_::import("asyncio").attr("get_running_loop")).release().ptr();
 }
 
+namespace {
+
+// GIL held. The call behind an entry of inflight() is cancelled and its completion lets go
+// of the future: nothing is delivered any more, so nothing in C++ may keep the future (and
+// its loop) alive until a late reply. What the entry held is released by the caller.
+void forget(Awaiting& a) {
+  a.cancelled->store(true);
+  if (auto c = a.completion.lock()) c->release_python();
+}
+
+}  // namespace
+
 bool cancel(py::handle future) {
   auto& futures = inflight();
   auto it = futures.find(future.ptr());
   if (it == futures.end()) return false;
-  it->second.cancelled->store(true);
-  futures.erase(it);
+  auto entry = futures.extract(it);
+  forget(entry.mapped());
   return true;
 }
 
@@ -188,20 +223,29 @@ std::size_t inflight_count() { return inflight().size(); }
 
 Completion::~Completion() {
   // Still owning a future means the queue was dropped before it drained this completion.
-  if ((future_ != nullptr || context_ != nullptr) && gil_held_and_alive()) {
+  if (future_ == nullptr && context_ == nullptr) return;
+  if (gil_held_and_alive()) {
     if (future_ != nullptr) inflight().erase(future_);
     Py_XDECREF(future_);
     Py_XDECREF(context_);
+  } else {
+    release_later(future_, &release_future_pending);
+    release_later(context_, &release_pending);
   }
+}
+
+void Completion::release_python() {
+  Py_CLEAR(future_);
+  Py_CLEAR(context_);
 }
 
 void Completion::on_done(const std::shared_ptr<Completion>& c, std::exception_ptr e) {
   c->error = std::move(e);
   int expected = kSubmitting;
   if (c->state_.compare_exchange_strong(expected, kInline, std::memory_order_acq_rel)) return;
-  // The caller already returned a future (state kDetached): hand over to its loop.
-  std::shared_ptr<CompletionQueue> q = std::move(c->queue_);
-  q->push(c);
+  // The caller already returned a future (state kDetached): hand over to its loop, unless
+  // the loop is gone (then so is everything that awaited this call).
+  if (std::shared_ptr<CompletionQueue> q = c->queue_.lock()) q->push(c);
 }
 
 py::object Completion::settle_inline() {
@@ -234,6 +278,8 @@ py::object start(std::shared_ptr<Store> store, std::shared_ptr<Operation> op, st
   c->future_ = fut.inc_ref().ptr();
   Awaiting awaiting;
   awaiting.cancelled = c->cancelled;
+  awaiting.completion = c;
+  awaiting.queue = q.get();
   inflight().insert_or_assign(fut.ptr(), std::move(awaiting));
   int expected = Completion::kSubmitting;
   if (!c->state_.compare_exchange_strong(expected, Completion::kDetached, std::memory_order_acq_rel)) {
@@ -276,9 +322,12 @@ CompletionQueue::~CompletionQueue() {
   if (gil_held_and_alive()) {
     Py_XDECREF(loop_ref_);
     Py_XDECREF(drain_fn_);
-  }  // else: dropped by a late completion on an I/O thread; the two small objects leak
-  if (write_fd_ >= 0 && write_fd_ != read_fd_) close(write_fd_);
-  if (read_fd_ >= 0) close(read_fd_);
+  } else {  // dropped by a late completion on an I/O thread
+    release_later(loop_ref_, &release_pending);
+    release_later(drain_fn_, &release_pending);
+  }
+  if (write_fd_ >= 0 && write_fd_ != read_fd_) ::close(write_fd_);
+  if (read_fd_ >= 0) ::close(read_fd_);
 }
 
 py::handle CompletionQueue::drain_callable() {
@@ -312,6 +361,7 @@ void CompletionQueue::push(std::shared_ptr<Completion> c) {
   bool was_empty = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (closed_.load(std::memory_order_relaxed)) return;  // its Python references are gone already
     was_empty = items_.empty();
     items_.push_back(std::move(c));
   }
@@ -320,32 +370,18 @@ void CompletionQueue::push(std::shared_ptr<Completion> c) {
 }
 
 void CompletionQueue::signal() {
+  // Never the GIL here: this is a store's I/O thread. A loop without add_reader has a Python
+  // thread of redcount.aio's waiting on the fd, which calls loop.call_soon_threadsafe(drain).
   signals_.fetch_add(1, std::memory_order_relaxed);
-  if (!call_soon_.load(std::memory_order_acquire)) {
 #ifdef __linux__
-    const std::uint64_t one = 1;
-    if (write(write_fd_, &one, sizeof one) < 0) {
-    }  // EAGAIN: the counter is full, so a wake-up is pending anyway
+  const std::uint64_t one = 1;
+  if (write(write_fd_, &one, sizeof one) < 0) {
+  }  // EAGAIN: the counter is full, so a wake-up is pending anyway
 #else
-    const char one = 1;
-    if (write(write_fd_, &one, 1) < 0) {
-    }  // EAGAIN: the pipe is full, so a wake-up is pending anyway
+  const char one = 1;
+  if (write(write_fd_, &one, 1) < 0) {
+  }  // EAGAIN: the pipe is full, so a wake-up is pending anyway
 #endif
-    return;
-  }
-  if (!interpreter_usable()) return;
-  py::gil_scoped_acquire gil;  // the loop has no add_reader: call_soon_threadsafe needs the GIL
-  py::object loop = py::reinterpret_steal<py::object>(PyObject_CallNoArgs(loop_ref_));
-  if (!loop) {
-    PyErr_Clear();
-    return;
-  }
-  if (loop.is_none()) return;
-  try {
-    loop.attr("call_soon_threadsafe")(py::handle(drain_fn_));
-  } catch (py::error_already_set& e) {
-    if (!py::bool_(loop.attr("is_closed")())) e.discard_as_unraisable("redcount.aio: waking the event loop");
-  }
 }
 
 namespace {
@@ -413,9 +449,12 @@ void CompletionQueue::drain() {
   for (auto& c : batch) {
     const Wake w = deliver(*c, wake_now);
     if (!w.callback) continue;
-    PyObject* out = w.context.is_none() ? PyObject_CallOneArg(w.callback.ptr(), w.future.ptr())
-                                        : PyObject_CallMethodObjArgs(w.context.ptr(), names().run, w.callback.ptr(),
-                                                                     w.future.ptr(), nullptr);
+    // The task step may end this thread (a daemon's loop at interpreter exit): see gil.h.
+    PyObject* out = park_if_ended([&w] {
+      return w.context.is_none() ? PyObject_CallOneArg(w.callback.ptr(), w.future.ptr())
+                                 : PyObject_CallMethodObjArgs(w.context.ptr(), names().run, w.callback.ptr(),
+                                                              w.future.ptr(), nullptr);
+    });
     if (out == nullptr) {
       raised.emplace();
       wake_now = false;
@@ -423,6 +462,30 @@ void CompletionQueue::drain() {
     Py_XDECREF(out);
   }
   if (raised) throw std::move(*raised);
+}
+
+void CompletionQueue::close() {
+  std::vector<std::shared_ptr<Completion>> queued;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_.store(true, std::memory_order_relaxed);
+    queued.swap(items_);
+  }
+  // The calls still in flight for this loop: their completions are dropped when they come.
+  std::vector<Awaiting> forgotten;
+  auto& futures = inflight();
+  for (auto it = futures.begin(); it != futures.end();) {
+    if (it->second.queue == this) {
+      forgotten.push_back(std::move(it->second));
+      it = futures.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  // Released here, with the GIL, outside the map: a future's dealloc may run Python code.
+  for (auto& a : forgotten) forget(a);
+  forgotten.clear();
+  queued.clear();
 }
 
 CompletionQueue::Wake CompletionQueue::deliver(Completion& c, bool wake_now) {
@@ -441,6 +504,10 @@ CompletionQueue::Wake CompletionQueue::deliver(Completion& c, bool wake_now) {
     py::object value;
     try {
       value = c.settle_inline();
+#if defined(__GLIBCXX__)
+    } catch (abi::__forced_unwind&) {
+      throw;  // never swallowed (see gil.h)
+#endif
     } catch (...) {
       py::object err = exception_object(std::current_exception());
       py::object r =

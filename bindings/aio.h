@@ -23,6 +23,13 @@
 // the whole queue in one callback. Cancelling the future sets the operation's CancelFlag: a
 // batch not yet written is dropped, a late reply discarded.
 //
+// Lifetimes. The garbage collector cannot see a reference held in C++, so none may close a
+// cycle through the loop. A call in flight holds its future (and through it the loop, as
+// asyncio's own I/O waits do) only until the future is cancelled or the queue closed; it
+// holds its queue only weakly, so a late completion whose loop is gone is dropped. A loop's
+// queue lives as long as the loop (redcount.aio keeps it in a WeakKeyDictionary) and is
+// closed once the loop is: what it still holds is released then.
+//
 // `convert` turns the operation's result into a Python object; it runs with the GIL held on
 // the loop's thread, may throw (a C++ error becomes the matching redcount exception), and
 // must not capture Python objects (it may be destroyed on the store's I/O thread). What it
@@ -57,6 +64,10 @@ class Completion {
   std::exception_ptr error;
   CancelFlag cancelled = std::make_shared<std::atomic<bool>>(false);
 
+  // GIL held: lets go of the future and the context, once the outcome will not be delivered
+  // (the future was cancelled, or its loop closed).
+  void release_python();
+
  protected:
   PyObject* context_ = nullptr;  // owned; released with the GIL held once the call settles
 
@@ -69,15 +80,16 @@ class Completion {
 
   enum : int { kSubmitting = 0, kInline = 1, kDetached = 2 };
   std::atomic<int> state_{kSubmitting};
-  std::shared_ptr<CompletionQueue> queue_;  // set before detaching; handed to the queue on completion
-  PyObject* future_ = nullptr;              // owned while detached; released by the drain (GIL held)
+  std::weak_ptr<CompletionQueue> queue_;  // set before detaching; gone with the loop
+  PyObject* future_ = nullptr;            // owned while detached; released by the drain, a
+                                          // cancel or the queue's close (GIL held)
 };
 
 // One event loop's queue of finished calls. push() may be called from any thread and never
-// takes the GIL while the loop watches fd() (loop.add_reader): it writes the eventfd only when
-// the queue goes from empty to non-empty. Where the loop has no add_reader, the same transition
-// schedules drain() with loop.call_soon_threadsafe (taking the GIL for that call). drain() runs
-// on the loop's thread with the GIL held. Thread-safe.
+// takes the GIL: it writes the eventfd only when the queue goes from empty to non-empty. The
+// loop watches fd() (loop.add_reader); where it has no add_reader, a Python thread of
+// redcount.aio waits on fd() and schedules drain() with loop.call_soon_threadsafe. drain()
+// runs on the loop's thread with the GIL held. Thread-safe.
 class CompletionQueue : public std::enable_shared_from_this<CompletionQueue> {
  public:
   explicit CompletionQueue(py::handle loop);
@@ -94,8 +106,13 @@ class CompletionQueue : public std::enable_shared_from_this<CompletionQueue> {
   py::object new_future();  // GIL held
   void push(std::shared_ptr<Completion> c);
   void drain();  // GIL held, on the loop's thread
+  // GIL held, once the loop is closed (it never drains again): releases the futures of the
+  // calls still in flight for it and of those already queued; later completions are
+  // dropped. The fds are closed with the queue.
+  void close();
+  bool closed() const noexcept { return closed_.load(); }
 
-  // Debug counters: signals sent (eventfd writes or call_soon_threadsafe calls), drains that
+  // Debug counters: signals sent (eventfd writes), drains that
   // found work, and completions delivered through the queue.
   std::uint64_t signals() const noexcept { return signals_.load(); }
   std::uint64_t wakeups() const noexcept { return wakeups_.load(); }
@@ -117,8 +134,9 @@ class CompletionQueue : public std::enable_shared_from_this<CompletionQueue> {
   int read_fd_ = -1;
   int write_fd_ = -1;  // == read_fd_ for an eventfd
   std::atomic<bool> call_soon_{false};
+  std::atomic<bool> closed_{false};
   PyObject* loop_ref_ = nullptr;  // a weak reference to the loop (owned)
-  PyObject* drain_fn_ = nullptr;  // for call_soon_threadsafe; holds only a weak_ptr to this
+  PyObject* drain_fn_ = nullptr;  // drain() for loop.call_soon; holds only a weak_ptr to this
   std::atomic<std::uint64_t> signals_{0};
   std::atomic<std::uint64_t> wakeups_{0};
   std::atomic<std::uint64_t> delivered_{0};
@@ -135,7 +153,8 @@ bool cancel(py::handle future);
 // Futures still waiting for an operation (for the tests: none may be left behind).
 std::size_t inflight_count();
 // Whether this thread may touch Python objects now (a late completion may end on an I/O
-// thread, or during interpreter exit, where references are leaked instead of released).
+// thread, whose references are then released by a pending call on the main thread; during
+// interpreter exit they are left).
 bool gil_held_and_alive();
 
 // Runs `op` on `store` for the completion `c` (see submit_async).

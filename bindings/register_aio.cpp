@@ -21,11 +21,14 @@ void register_aio(py::module_& m) {
       .def(py::init<py::handle>(), py::arg("loop"))
       .def_property_readonly("fd", &CompletionQueue::fd, "The fd to watch with loop.add_reader(fd, drain).")
       .def("drain", &CompletionQueue::drain, "Complete the futures of every finished call (on the loop's thread).")
+      .def("close", &CompletionQueue::close,
+           "Once the loop is closed: release what waits for it; later completions are dropped.")
+      .def_property_readonly("closed", &CompletionQueue::closed)
       .def("use_call_soon_threadsafe", &CompletionQueue::use_call_soon_threadsafe,
-           "For a loop without add_reader: wake it with loop.call_soon_threadsafe(drain) instead.")
+           "For a loop without add_reader: the fd is watched by a thread that calls loop.call_soon_threadsafe(drain).")
       .def_property_readonly("uses_call_soon_threadsafe", &CompletionQueue::uses_call_soon_threadsafe)
       .def_property_readonly("signals", &CompletionQueue::signals,
-                             "Wake-ups requested: eventfd writes or call_soon_threadsafe calls.")
+                             "Wake-ups requested: eventfd writes.")
       .def_property_readonly("wakeups", &CompletionQueue::wakeups, "Drains that found finished calls.")
       .def_property_readonly("delivered", &CompletionQueue::delivered, "Calls completed through this queue.");
 

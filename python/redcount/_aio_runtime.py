@@ -10,6 +10,9 @@ async twins and by :meth:`redcount.Limiter.throttle`, which waits on a loop with
 from __future__ import annotations
 
 import asyncio
+import os
+import select
+import threading
 import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -41,18 +44,60 @@ class OpFuture(asyncio.Future[Any]):
 queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, CompletionQueue] = weakref.WeakKeyDictionary()
 
 
+def close_queues_of_closed_loops() -> None:
+    """Closes the queues of loops that were closed: a future still pending there (one nobody
+    awaited, say) would otherwise keep its loop, and so its own entry here, alive for good."""
+    for loop, q in list(queues.items()):
+        if loop.is_closed():
+            q.close()
+            queues.pop(loop, None)
+
+
 def queue_for_running_loop() -> CompletionQueue:
     """The running loop's completion queue, made and registered with the loop on first use."""
     loop = asyncio.get_running_loop()
     q = queues.get(loop)
     if q is None:
+        close_queues_of_closed_loops()  # once per new loop: a process running loop after loop
         q = CompletionQueue(loop)
         try:
             loop.add_reader(q.fd, q.drain)
-        except NotImplementedError:  # e.g. the proactor loop on Windows
+        except NotImplementedError:  # a loop that cannot watch an fd
             q.use_call_soon_threadsafe()
+            start_waker(loop, q)
         queues[loop] = q
     return q
+
+
+WAKER_POLL = 0.1  # how soon a waker notices that its loop was closed or is gone
+
+
+def start_waker(loop: asyncio.AbstractEventLoop, q: CompletionQueue) -> None:
+    """For a loop without ``add_reader``: a daemon thread waits on the queue's fd and wakes
+    the loop with ``call_soon_threadsafe(q.drain)``, once per signal. So the store's I/O
+    thread never takes the GIL (at interpreter exit that could end or park it inside the
+    core). The thread holds the loop weakly and ends soon after the loop is closed or gone."""
+    loop_ref = weakref.ref(loop)
+    fd = q.fd
+
+    def wake() -> None:
+        while not q.closed:
+            ready, _, _ = select.select([fd], [], [], WAKER_POLL)
+            target = loop_ref()
+            if target is None or target.is_closed():
+                return
+            if ready:
+                try:
+                    os.read(fd, 64)  # an eventfd is reset by one read; a pipe may hold several bytes
+                except BlockingIOError:
+                    pass
+                try:
+                    target.call_soon_threadsafe(q.drain)
+                except RuntimeError:  # closed meanwhile
+                    return
+            del target
+
+    threading.Thread(target=wake, name="redcount-aio-waker", daemon=True).start()
 
 
 _core._aio_setup(OpFuture, queue_for_running_loop)
