@@ -9,12 +9,9 @@
 #include "redcount/lua_scripts.h"
 #include "redcount/util.h"
 #include "limiter_internal.h"
-#include "retry_queue.h"
 
 namespace redcount {
 namespace {
-
-using SteadyClock = std::chrono::steady_clock;
 
 // One item of fixed_window_incr on the memory store, as the Lua loop body does it: its
 // reply. Both twins run it, so they stay in step with each other and with the script.
@@ -133,58 +130,22 @@ std::int64_t count_from_reply(const Reply& r) {
   return r.as_integer();
 }
 
-struct FixedWindowCounter::Core : std::enable_shared_from_this<FixedWindowCounter::Core> {
-  struct Queued {
-    WindowedIncrement inc;
-    SteadyClock::time_point due;
-    std::chrono::milliseconds backoff;
-  };
-
+struct FixedWindowCounter::Core {
   std::shared_ptr<Store> store;
   FixedWindowOptions options;
   WindowSpec spec;
-
-  mutable std::mutex mu;
-  std::condition_variable cv;        // wakes the retry thread
-  std::condition_variable drained;   // wakes flush() waiters
-  std::deque<Queued> queue;
-  std::size_t in_flight = 0;         // taken off the queue by a retry attempt
-  RetryStats stats;
-  bool stopping = false;
-  bool closed = false;
-  bool flush_now = false;
-  bool retrying = false;             // the retry thread is running (it signals `drained` when it ends)
-  std::thread retry_thread;
-
-  ~Core() {
-    // The retry thread holds a reference to its Core, so this runs either after close()
-    // joined or detached it, or on the retry thread itself, as it ends after a close()
-    // that did not wait for it.
-    if (retry_thread.joinable()) {
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        stopping = true;
-      }
-      cv.notify_all();
-      if (retry_thread.get_id() == std::this_thread::get_id()) {
-        retry_thread.detach();
-      } else {
-        retry_thread.join();
-      }
-    }
-  }
+  std::shared_ptr<RetryQueue> retry;  // also what close() closes (with on_error="raise" it stays empty)
 
   bool queueing() const noexcept { return options.on_error == FixedWindowOptions::OnError::Queue; }
   void check_open() const {
-    std::lock_guard<std::mutex> lock(mu);
-    if (closed) throw Error("this counter is closed; create a new FixedWindowCounter");
+    if (retry->closed()) throw Error("this counter is closed; create a new FixedWindowCounter");
   }
+  // Whether a batch without request ids may go as MULTI/INCRBY/PEXPIREAT LT/EXEC rather
+  // than as script calls: read when the operation is made, so its steps read no store state.
+  bool transaction_ok() const { return store->has_expire_options() && !store->contended(); }
   WindowedIncrement resolve(std::string_view key, std::int64_t amount, std::string_view request_id,
                             std::int64_t now) const;
   void enqueue(std::vector<WindowedIncrement> items, const std::string& error);
-  void retry_loop();
-  void retry_due_once(bool everything);
-  std::size_t flush(std::optional<std::chrono::milliseconds> timeout);
 };
 
 namespace {
@@ -199,7 +160,8 @@ using Core = FixedWindowCounter::Core;
 // themselves landed and must never be counted again.
 class SendOp final : public Op<std::vector<Reply>> {
  public:
-  SendOp(Core& core, std::vector<WindowedIncrement> items) : core_(core), items_(std::move(items)) {}
+  SendOp(Core& core, std::vector<WindowedIncrement> items, bool transaction_ok)
+      : core_(core), items_(std::move(items)), transaction_ok_(transaction_ok) {}
 
   const std::vector<WindowedIncrement>& items() const noexcept { return items_; }
 
@@ -213,7 +175,7 @@ class SendOp final : public Op<std::vector<Reply>> {
     // server's time counts most; threads each on a socket of their own spend the client's
     // CPU first (measured: 8 threads 54-59k/s with the transaction, 57-65k/s with the
     // script, as before the engine). Both forms count and hold TTLs alike.
-    return !ids && core_.store->has_expire_options() && !core_.store->contended() ? transaction() : scripts();
+    return !ids && transaction_ok_ ? transaction() : scripts();
   }
 
   std::vector<Request> finish(std::vector<Reply> replies) override {
@@ -522,6 +484,7 @@ class SendOp final : public Op<std::vector<Reply>> {
 
   Core& core_;
   std::vector<WindowedIncrement> items_;
+  bool transaction_ok_ = false;
   Step step_ = Step::Scripts;
   // Item indexes in call order (script calls, or MULTI groups); call c's are
   // members_[group_end_[c - 1], group_end_[c]). One inline slot each: incr() allocates none.
@@ -539,7 +502,7 @@ template <class T>
 class IncrOp final : public Op<T> {
  public:
   IncrOp(std::shared_ptr<Core> core, std::vector<WindowedIncrement> items)
-      : core_(std::move(core)), send_(*core_, std::move(items)) {
+      : core_(std::move(core)), send_(*core_, std::move(items), core_->transaction_ok()) {
     this->meter = Meter::Write;
     this->meter_items = static_cast<std::uint32_t>(send_.items().size());
   }
@@ -639,6 +602,68 @@ class IncrOp final : public Op<T> {
   SendOp send_;
 };
 
+// What the retry queue holds: an increment resolved to its window (amount 0: a TTL repair).
+struct QueuedIncrement final : RetryQueue::Entry {
+  explicit QueuedIncrement(WindowedIncrement w) : inc(std::move(w)) { counted = inc.amount > 0; }
+  WindowedIncrement inc;
+};
+
+// One retry attempt: the entries whose window (plus grace) has not ended, sent as a first
+// attempt is; the others are dropped, since counting them now would land in a key that no
+// longer exists.
+class RetryOp final : public RetryQueue::Attempt {
+ public:
+  RetryOp(std::shared_ptr<Core> core, const std::vector<const RetryQueue::Entry*>& entries, std::int64_t now_ms)
+      : core_(std::move(core)), send_(*core_, live(entries, now_ms), core_->transaction_ok()) {}
+
+  std::vector<Request> prepare() override { return send_.prepare(); }
+  std::vector<Request> finish(std::vector<Reply> replies) override {
+    std::vector<Request> next = send_.finish(std::move(replies));
+    return next.empty() ? settle() : next;
+  }
+  std::vector<Request> fail(std::exception_ptr error) override {
+    std::vector<Request> next = send_.fail(error);
+    return next.empty() ? settle() : next;
+  }
+
+ private:
+  std::vector<Request> settle() {
+    std::vector<Reply> replies = send_.take();
+    for (std::size_t k = 0; k < sent_.size(); ++k) {
+      const Reply& r = replies.at(k);
+      RetryQueue::Outcome& o = outcomes[sent_[k]];
+      if (!r.is_error()) {
+        o = RetryQueue::Outcome::Delivered;
+      } else {
+        last_error = r.str;
+        o = ReplyError(r.str).transient() ? RetryQueue::Outcome::Again : RetryQueue::Outcome::Failed;
+      }
+    }
+    return {};
+  }
+
+  // Sets each entry's outcome (Sent or Dropped) and returns the increments to send.
+  std::vector<WindowedIncrement> live(const std::vector<const RetryQueue::Entry*>& entries, std::int64_t now_ms) {
+    std::vector<WindowedIncrement> out;
+    outcomes.reserve(entries.size());
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      const WindowedIncrement& w = static_cast<const QueuedIncrement*>(entries[i])->inc;
+      if (w.expire_at_ms <= now_ms) {
+        outcomes.push_back(RetryQueue::Outcome::Dropped);
+      } else {
+        outcomes.push_back(RetryQueue::Outcome::Sent);
+        out.push_back(w);
+        sent_.push_back(i);
+      }
+    }
+    return out;
+  }
+
+  std::shared_ptr<Core> core_;
+  std::vector<std::size_t> sent_;  // the entry index of each increment sent (before send_: live() fills it)
+  SendOp send_;
+};
+
 }  // namespace
 
 WindowedIncrement FixedWindowCounter::Core::resolve(std::string_view key, std::int64_t amount,
@@ -675,11 +700,16 @@ FixedWindowCounter::FixedWindowCounter(std::shared_ptr<Store> store, FixedWindow
   validate_name(o.name, "name");
   core_->spec = WindowSpec{o.window_ms, o.grace_ms, o.stagger};
   validate(core_->spec);
-  if (o.queue_capacity < 1) throw InvalidArgument("queue_capacity must be >= 1");
-  if (o.retry_backoff_min.count() < 1 || o.retry_backoff_max < o.retry_backoff_min) {
-    throw InvalidArgument("retry backoff must satisfy 1 ms <= min <= max");
-  }
   if (o.max_script_batch < 1) o.max_script_batch = 1;
+  // The queue's attempts see the Core weakly: the queue belongs to the Core.
+  core_->retry = RetryQueue::create(
+      core_->store, RetryQueueOptions{o.queue_capacity, o.retry_backoff_min, o.retry_backoff_max},
+      [weak = std::weak_ptr<Core>(core_)](const std::vector<const RetryQueue::Entry*>& entries)
+          -> std::shared_ptr<RetryQueue::Attempt> {
+        std::shared_ptr<Core> core = weak.lock();
+        if (!core) throw Error("the counter is gone");
+        return std::make_shared<RetryOp>(core, entries, core->store->now_ms());
+      });
 }
 
 FixedWindowCounter::~FixedWindowCounter() { close(std::chrono::milliseconds(0)); }
@@ -774,173 +804,19 @@ std::int64_t FixedWindowCounter::pttl(std::string_view key) { return run(*core_-
 // ---- retry queue -------------------------------------------------------------------
 
 void FixedWindowCounter::Core::enqueue(std::vector<WindowedIncrement> items, const std::string& error) {
-  std::lock_guard<std::mutex> lock(mu);
-  stats.last_error = error;
-  if (closed || stopping) throw Error("this counter is closed; the increment was not applied: " + error);
-  if (queue.size() + in_flight + items.size() > options.queue_capacity) {
-    stats.overflowed += items.size();
-    throw RetryQueueFull("retry queue is full (capacity " + std::to_string(options.queue_capacity) +
-                         "): " + std::to_string(items.size()) +
-                         " increment(s) were not applied; the store keeps failing with: " + error);
-  }
-  const auto now = SteadyClock::now();
-  for (auto& inc : items) {
-    if (inc.amount > 0) ++stats.queued;
-    queue.push_back(Queued{std::move(inc), now + jittered(options.retry_backoff_min), options.retry_backoff_min});
-  }
-  if (!retry_thread.joinable()) {
-    retrying = true;
-    // The thread keeps its Core alive: close() may leave it to finish an attempt stuck on
-    // a stalled server, and a counter dropped then must not wait for that (nor free what
-    // the thread still uses).
-    retry_thread = std::thread([self = shared_from_this()] {
-      self->retry_loop();
-      std::lock_guard<std::mutex> ended(self->mu);
-      self->retrying = false;
-      self->drained.notify_all();
-    });
-  }
-  cv.notify_all();
-}
-
-void FixedWindowCounter::Core::retry_loop() { detail::run_retry_loop(*this); }
-
-void FixedWindowCounter::Core::retry_due_once(bool everything) {
-  std::vector<Queued> batch;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    batch = detail::take_due(queue, everything, SteadyClock::now());
-    in_flight += batch.size();
-  }
-  if (batch.empty()) return;
-
-  const std::int64_t store_now = store->now_ms();
-  std::vector<Queued> live;
-  std::uint64_t dropped = 0;
-  for (auto& q : batch) {
-    // A deadline in the past means the window (plus grace) is over: counting it now
-    // would land in a key that no longer exists or inflate nothing. Drop and count it.
-    if (q.inc.expire_at_ms <= store_now) {
-      dropped += q.inc.amount > 0 ? 1 : 0;
-    } else {
-      live.push_back(std::move(q));
-    }
-  }
-  std::vector<Queued> again;
-  std::uint64_t delivered = 0, failed = 0, retried = 0;
-  std::string last_error;
-  if (!live.empty()) {
-    std::vector<WindowedIncrement> items;
-    for (const auto& q : live) items.push_back(q.inc);
-    for (const auto& q : live) retried += q.inc.amount > 0 ? 1 : 0;
-    try {
-      // The retry thread may block: the synchronous driver is all it needs.
-      SendOp resend(*this, std::move(items));
-      std::vector<Reply> replies = run(*store, resend);
-      for (std::size_t i = 0; i < live.size(); ++i) {
-        if (!replies[i].is_error()) {
-          delivered += live[i].inc.amount > 0 ? 1 : 0;
-        } else if (ReplyError(replies[i].str).transient()) {
-          last_error = replies[i].str;
-          again.push_back(std::move(live[i]));
-        } else {
-          ++failed;
-          last_error = replies[i].str;
-        }
-      }
-    } catch (const Error& e) {
-      last_error = e.what();
-      if (is_transient(e)) {
-        again = std::move(live);
-      } else {
-        failed += live.size();
-      }
-    }
-  }
-  std::lock_guard<std::mutex> lock(mu);
-  const auto now = SteadyClock::now();
-  for (auto& q : again) {
-    if (closed) {  // close() gave up waiting for this attempt: never sent, counted as failed
-      failed += q.inc.amount > 0 ? 1 : 0;
-      continue;
-    }
-    q.backoff = std::min(q.backoff * 2, options.retry_backoff_max);
-    q.due = now + jittered(q.backoff);
-    queue.push_back(std::move(q));
-  }
-  in_flight -= batch.size();
-  stats.dropped += dropped;
-  stats.delivered += delivered;
-  stats.failed += failed;
-  stats.retried += retried;
-  if (!last_error.empty()) stats.last_error = last_error;
-  drained.notify_all();
-}
-
-std::size_t FixedWindowCounter::Core::flush(std::optional<std::chrono::milliseconds> timeout) {
-  std::unique_lock<std::mutex> lock(mu);
-  if (queue.empty() && in_flight == 0) return 0;
-  flush_now = true;
-  cv.notify_all();
-  auto done = [this] { return queue.empty() && in_flight == 0; };
-  if (timeout) {
-    drained.wait_for(lock, *timeout, done);
-  } else {
-    drained.wait(lock, done);
-  }
-  return queue.size() + in_flight;
+  std::vector<std::unique_ptr<RetryQueue::Entry>> entries;
+  entries.reserve(items.size());
+  for (auto& w : items) entries.push_back(std::make_unique<QueuedIncrement>(std::move(w)));
+  retry->enqueue(std::move(entries), error);
 }
 
 std::size_t FixedWindowCounter::flush(std::optional<std::chrono::milliseconds> timeout) {
-  return core_->flush(timeout);
+  return core_->retry->flush(timeout);
 }
-
-std::size_t FixedWindowCounter::pending() const {
-  std::lock_guard<std::mutex> lock(core_->mu);
-  return core_->queue.size() + core_->in_flight;
-}
-
-RetryStats FixedWindowCounter::stats() const {
-  std::lock_guard<std::mutex> lock(core_->mu);
-  RetryStats s = core_->stats;
-  s.pending = core_->queue.size() + core_->in_flight;
-  return s;
-}
-
+std::size_t FixedWindowCounter::pending() const { return core_->retry->pending(); }
+RetryStats FixedWindowCounter::stats() const { return core_->retry->stats(); }
 std::size_t FixedWindowCounter::close(std::optional<std::chrono::milliseconds> timeout) {
-  Core& c = *core_;
-  const auto deadline = SteadyClock::now() + timeout.value_or(std::chrono::milliseconds(0));
-  std::size_t left = c.flush(timeout);
-  std::unique_lock<std::mutex> lock(c.mu);
-  if (c.closed) return left;
-  c.stopping = true;
-  c.closed = true;
-  c.cv.notify_all();
-  // Wait for the retry thread to end its current attempt, within what is left of the
-  // timeout: a stalled server must not hold up close() (nor the destructor, which runs
-  // with the GIL held in Python). A thread still busy is detached; it owns a reference to
-  // the Core, and counts what it could not deliver as failed when its attempt ends.
-  auto stopped = [&] { return !c.retrying; };
-  bool ended = true;
-  if (timeout) {
-    ended = c.drained.wait_until(lock, deadline, stopped);
-  } else {
-    c.drained.wait(lock, stopped);
-  }
-  // Whatever is still queued will never be sent: count it as failed, never silently.
-  for (const auto& q : c.queue) c.stats.failed += q.inc.amount > 0 ? 1 : 0;
-  left = c.queue.size() + c.in_flight;
-  c.queue.clear();
-  std::thread thread = std::move(c.retry_thread);
-  lock.unlock();
-  if (thread.joinable()) {
-    if (ended) {
-      thread.join();
-    } else {
-      thread.detach();
-    }
-  }
-  return left;
+  return core_->retry->close(timeout);
 }
 
 }  // namespace redcount

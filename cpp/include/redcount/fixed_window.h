@@ -21,19 +21,16 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "redcount/operation.h"
 #include "redcount/store.h"
+#include "redcount/store/retry_queue.h"
 #include "redcount/window.h"
 
 namespace redcount {
@@ -51,21 +48,10 @@ struct FixedWindowOptions {
   bool stagger = false;
   Mode mode = Mode::Script;
   OnError on_error = OnError::Raise;
-  std::size_t queue_capacity = 100'000;                   // increments; must be >= 1
+  std::int64_t queue_capacity = 100'000;                  // increments; must be >= 1
   std::chrono::milliseconds retry_backoff_min{50};        // first retry delay
   std::chrono::milliseconds retry_backoff_max{5000};      // cap of the exponential backoff
   std::size_t max_script_batch = 128;                     // items per script call in incr_many
-};
-
-struct RetryStats {
-  std::uint64_t queued = 0;      // increments put in the queue
-  std::uint64_t retried = 0;     // retry attempts (an increment may be retried many times)
-  std::uint64_t delivered = 0;   // queued increments that finally landed
-  std::uint64_t dropped = 0;     // dropped because their window (plus grace) had ended
-  std::uint64_t overflowed = 0;  // refused because the queue was full (RetryQueueFull raised)
-  std::uint64_t failed = 0;      // dropped on a non-transient error during a retry
-  std::size_t pending = 0;       // in the queue now
-  std::string last_error;        // the most recent transient error seen, if any
 };
 
 // One increment as it travels: already resolved to its window, so a late retry lands

@@ -43,9 +43,9 @@
 #include <string_view>
 #include <vector>
 
-#include "redcount/fixed_window.h"  // RetryStats
 #include "redcount/operation.h"
 #include "redcount/store.h"
+#include "redcount/store/retry_queue.h"
 
 namespace redcount {
 
@@ -102,7 +102,7 @@ struct ShardedOptions {
   // reply) goes to a bounded retry queue and is applied exactly once later; a write
   // without one raises as with Raise, since retrying it could count it twice.
   OnError on_error = OnError::Raise;
-  std::size_t queue_capacity = 100'000;
+  std::int64_t queue_capacity = 100'000;       // writes queued or in flight; >= 1
   std::chrono::milliseconds retry_backoff_min{50};
   std::chrono::milliseconds retry_backoff_max{5000};
   std::size_t max_script_batch = 128;           // items per script call in incr_many

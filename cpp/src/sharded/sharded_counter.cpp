@@ -14,7 +14,6 @@
 #include "redcount/sharded.h"
 #include "redcount/util.h"
 #include "redcount/window.h"
-#include "../retry_queue.h"
 
 namespace redcount {
 namespace {
@@ -223,13 +222,6 @@ const Script kShardedReshardScript{"sharded_reshard", lua::sharded_reshard_sourc
                                    &native_sharded_reshard};
 
 struct ShardedCounter::Core {
-  struct Queued {
-    ShardedWrite write;
-    SteadyClock::time_point due;
-    SteadyClock::time_point first_tried;
-    std::chrono::milliseconds backoff;
-  };
-
   std::shared_ptr<Store> store;
   ShardedOptions options;
 
@@ -248,29 +240,7 @@ struct ShardedCounter::Core {
   SteadyClock::time_point cached_at{};       // when the read that produced `cached` was sent
   SteadyClock::time_point refresh_started{};  // a refresh in flight, if recent
 
-  // The retry queue.
-  mutable std::mutex mu;
-  std::condition_variable cv, drained;
-  std::deque<Queued> queue;
-  std::size_t in_flight = 0;
-  RetryStats stats;
-  bool stopping = false, closed = false, flush_now = false;
-  std::thread retry_thread;
-
-  ~Core() {
-    if (retry_thread.joinable()) {
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        stopping = true;
-      }
-      cv.notify_all();
-      if (retry_thread.get_id() == std::this_thread::get_id()) {
-        retry_thread.detach();
-      } else {
-        retry_thread.join();
-      }
-    }
-  }
+  std::shared_ptr<RetryQueue> retry;  // also what close() closes (with on_error="raise" it stays empty)
 
   bool queueing() const noexcept { return options.on_error == ShardedOptions::OnError::Queue; }
 
@@ -392,13 +362,9 @@ struct ShardedCounter::Core {
   }
 
   void check_open() const {
-    std::lock_guard<std::mutex> lock(mu);
-    if (closed) throw Error("this counter is closed; create a new ShardedCounter");
+    if (retry->closed()) throw Error("this counter is closed; create a new ShardedCounter");
   }
   void enqueue(std::vector<ShardedWrite> writes, const std::string& error);
-  void retry_loop();
-  void retry_due_once(bool everything);
-  std::size_t flush(std::optional<std::chrono::milliseconds> timeout);
 };
 
 namespace {
@@ -577,6 +543,81 @@ class IncrOp final : public Op<T> {
   std::vector<ShardedWrite> writes_;
   ScriptBatch batch_;
   std::vector<std::string> stale_;  // names whose layout is being read (the first step)
+  SteadyClock::time_point sent_{};
+};
+
+// What the retry queue holds: a write with a request id, and when it was first tried.
+struct QueuedWrite final : RetryQueue::Entry {
+  QueuedWrite(ShardedWrite w, SteadyClock::time_point first) : write(std::move(w)), first_tried(first) {}
+  ShardedWrite write;
+  SteadyClock::time_point first_tried;
+};
+
+// One retry attempt: the writes routed afresh (a retry after a reshard goes to the current
+// generation, and checks the id where the first attempt may have gone), with the layout
+// read first when stale, as a first attempt is. A write first tried longer ago than its
+// id lives may have landed and had its id expire since: a retry could then count it
+// twice, so it is dropped (and counted).
+class RetryOp final : public RetryQueue::Attempt {
+ public:
+  RetryOp(std::shared_ptr<Core> core, const std::vector<const RetryQueue::Entry*>& entries)
+      : core_(std::move(core)) {
+    const auto now = SteadyClock::now();
+    const auto id_life = std::chrono::milliseconds(core_->options.idempotency_ttl_ms);
+    outcomes.reserve(entries.size());
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      const auto& q = *static_cast<const QueuedWrite*>(entries[i]);
+      if (now - q.first_tried >= id_life) {
+        outcomes.push_back(RetryQueue::Outcome::Dropped);
+      } else {
+        outcomes.push_back(RetryQueue::Outcome::Sent);
+        writes_.push_back(q.write);
+        index_.push_back(i);
+      }
+    }
+  }
+
+  std::vector<Request> prepare() override {
+    stale_ = core_->stale_names(writes_);
+    if (!stale_.empty()) {
+      sent_ = SteadyClock::now();
+      return core_->layout_gets(stale_);
+    }
+    return calls();
+  }
+
+  std::vector<Request> finish(std::vector<Reply> replies) override {
+    if (!stale_.empty()) {
+      if (replies.size() != stale_.size()) throw ProtocolError("sharded layout: reply count mismatch");
+      for (std::size_t i = 0; i < stale_.size(); ++i) core_->learn(stale_[i], layout_text(replies[i]), sent_);
+      stale_.clear();
+      return calls();
+    }
+    std::vector<Reply> per = split_replies(replies, batch_, writes_.size());
+    for (std::size_t k = 0; k < per.size(); ++k) {
+      RetryQueue::Outcome& o = outcomes[index_[k]];
+      if (!per[k].is_error()) {
+        o = RetryQueue::Outcome::Delivered;  // applied now, or found applied by the ambiguous first attempt
+      } else {
+        last_error = per[k].str;
+        o = ReplyError(per[k].str).transient() ? RetryQueue::Outcome::Again : RetryQueue::Outcome::Failed;
+      }
+    }
+    return {};
+  }
+
+ private:
+  std::vector<Request> calls() {
+    core_->route_all(writes_);
+    batch_ = build_calls(*core_->store, core_->options, writes_);
+    return std::move(batch_.requests);
+  }
+
+  std::shared_ptr<Core> core_;
+  std::vector<ShardedWrite> writes_;
+  std::vector<std::size_t> index_;  // the entry index of each write sent
+  ScriptBatch batch_;
+  std::vector<std::string> stale_;
   SteadyClock::time_point sent_{};
 };
 
@@ -838,11 +879,16 @@ ShardedCounter::ShardedCounter(std::shared_ptr<Store> store, ShardedOptions opti
   if (o.log_maxlen < 1 || o.log_maxlen > 100'000'000) {
     throw InvalidArgument("log_maxlen must be between 1 and 100000000, got " + std::to_string(o.log_maxlen));
   }
-  if (o.queue_capacity < 1) throw InvalidArgument("queue_capacity must be >= 1");
-  if (o.retry_backoff_min.count() < 1 || o.retry_backoff_max < o.retry_backoff_min) {
-    throw InvalidArgument("retry backoff must satisfy 1 ms <= min <= max");
-  }
   if (o.max_script_batch < 1) o.max_script_batch = 1;
+  // The queue's attempts see the Core weakly: the queue belongs to the Core.
+  core_->retry = RetryQueue::create(
+      core_->store, RetryQueueOptions{o.queue_capacity, o.retry_backoff_min, o.retry_backoff_max},
+      [weak = std::weak_ptr<Core>(core_)](const std::vector<const RetryQueue::Entry*>& entries)
+          -> std::shared_ptr<RetryQueue::Attempt> {
+        std::shared_ptr<Core> core = weak.lock();
+        if (!core) throw Error("the counter is gone");
+        return std::make_shared<RetryOp>(std::move(core), entries);
+      });
 }
 
 ShardedCounter::~ShardedCounter() { close(std::chrono::milliseconds(0)); }
@@ -971,147 +1017,20 @@ Reading ShardedCounter::read(std::int64_t max_staleness_ms) { return run(*core_-
 // ---- retry queue ------------------------------------------------------------------------
 
 void ShardedCounter::Core::enqueue(std::vector<ShardedWrite> writes, const std::string& error) {
-  std::lock_guard<std::mutex> lock(mu);
-  stats.last_error = error;
-  if (closed || stopping) throw Error("this counter is closed; the increment was not applied: " + error);
-  if (queue.size() + in_flight + writes.size() > options.queue_capacity) {
-    stats.overflowed += writes.size();
-    throw RetryQueueFull("retry queue is full (capacity " + std::to_string(options.queue_capacity) +
-                         "): " + std::to_string(writes.size()) +
-                         " increment(s) were not queued; the store keeps failing with: " + error);
-  }
   const auto now = SteadyClock::now();
-  for (auto& w : writes) {
-    ++stats.queued;
-    queue.push_back(Queued{std::move(w), now + jittered(options.retry_backoff_min), now, options.retry_backoff_min});
-  }
-  if (!retry_thread.joinable()) retry_thread = std::thread([this] { retry_loop(); });
-  cv.notify_all();
+  std::vector<std::unique_ptr<RetryQueue::Entry>> entries;
+  entries.reserve(writes.size());
+  for (auto& w : writes) entries.push_back(std::make_unique<QueuedWrite>(std::move(w), now));
+  retry->enqueue(std::move(entries), error);
 }
 
-void ShardedCounter::Core::retry_loop() { detail::run_retry_loop(*this); }
-
-void ShardedCounter::Core::retry_due_once(bool everything) {
-  std::vector<Queued> batch;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    batch = detail::take_due(queue, everything, SteadyClock::now());
-    in_flight += batch.size();
-  }
-  if (batch.empty()) return;
-  // A write first tried longer ago than its id lives may have landed and had its id
-  // expire since: a retry could then count it twice, so it is dropped (and counted).
-  const auto now = SteadyClock::now();
-  const auto id_life = std::chrono::milliseconds(options.idempotency_ttl_ms);
-  std::vector<Queued> live;
-  std::uint64_t dropped = 0;
-  for (auto& q : batch) {
-    if (now - q.first_tried >= id_life) {
-      ++dropped;
-    } else {
-      live.push_back(std::move(q));
-    }
-  }
-  std::vector<Queued> again;
-  std::uint64_t delivered = 0, failed = 0;
-  std::string last_error;
-  if (!live.empty()) {
-    std::vector<ShardedWrite> writes;
-    for (const auto& q : live) writes.push_back(q.write);
-    try {
-      // Routed afresh: a retry after a reshard goes to the current generation (and checks
-      // the id where the first attempt may have gone).
-      const std::vector<std::string> stale = stale_names(writes);
-      if (!stale.empty()) {
-        const auto sent = SteadyClock::now();
-        std::vector<Reply> layouts_now = store->execute(layout_gets(stale));
-        for (std::size_t i = 0; i < stale.size(); ++i) learn(stale[i], layout_text(layouts_now.at(i)), sent);
-      }
-      route_all(writes);
-      const ScriptBatch b = build_calls(*store, options, writes);
-      std::vector<Reply> replies = store->execute(b.requests);
-      std::vector<Reply> per = split_replies(replies, b, writes.size());
-      for (std::size_t i = 0; i < live.size(); ++i) {
-        if (!per[i].is_error()) {
-          ++delivered;  // applied now, or found already applied by the ambiguous first attempt
-        } else if (ReplyError(per[i].str).transient()) {
-          last_error = per[i].str;
-          again.push_back(std::move(live[i]));
-        } else {
-          ++failed;
-          last_error = per[i].str;
-        }
-      }
-    } catch (const Error& e) {
-      last_error = e.what();
-      if (is_transient(e)) {
-        again = std::move(live);
-      } else {
-        failed += live.size();
-      }
-    }
-  }
-  std::lock_guard<std::mutex> lock(mu);
-  const auto later = SteadyClock::now();
-  for (auto& q : again) {
-    q.backoff = std::min(q.backoff * 2, options.retry_backoff_max);
-    q.due = later + jittered(q.backoff);
-    queue.push_back(std::move(q));
-  }
-  in_flight -= batch.size();
-  stats.retried += batch.size() - dropped;
-  stats.dropped += dropped;
-  stats.delivered += delivered;
-  stats.failed += failed;
-  if (!last_error.empty()) stats.last_error = last_error;
-  drained.notify_all();
+std::size_t ShardedCounter::flush(std::optional<std::chrono::milliseconds> timeout) {
+  return core_->retry->flush(timeout);
 }
-
-std::size_t ShardedCounter::Core::flush(std::optional<std::chrono::milliseconds> timeout) {
-  std::unique_lock<std::mutex> lock(mu);
-  if (queue.empty() && in_flight == 0) return 0;
-  flush_now = true;
-  cv.notify_all();
-  auto done = [this] { return queue.empty() && in_flight == 0; };
-  if (timeout) {
-    drained.wait_for(lock, *timeout, done);
-  } else {
-    drained.wait(lock, done);
-  }
-  return queue.size() + in_flight;
-}
-
-std::size_t ShardedCounter::flush(std::optional<std::chrono::milliseconds> timeout) { return core_->flush(timeout); }
-
-std::size_t ShardedCounter::pending() const {
-  std::lock_guard<std::mutex> lock(core_->mu);
-  return core_->queue.size() + core_->in_flight;
-}
-
-RetryStats ShardedCounter::stats() const {
-  std::lock_guard<std::mutex> lock(core_->mu);
-  RetryStats s = core_->stats;
-  s.pending = core_->queue.size() + core_->in_flight;
-  return s;
-}
-
+std::size_t ShardedCounter::pending() const { return core_->retry->pending(); }
+RetryStats ShardedCounter::stats() const { return core_->retry->stats(); }
 std::size_t ShardedCounter::close(std::optional<std::chrono::milliseconds> timeout) {
-  Core& c = *core_;
-  std::size_t left = c.flush(timeout);
-  {
-    std::lock_guard<std::mutex> lock(c.mu);
-    if (c.closed) return left;
-    c.stopping = true;
-    c.closed = true;
-  }
-  c.cv.notify_all();
-  if (c.retry_thread.joinable()) c.retry_thread.join();
-  std::lock_guard<std::mutex> lock(c.mu);
-  // Never sent: counted as failed, never silently.
-  c.stats.failed += c.queue.size();
-  left = c.queue.size();
-  c.queue.clear();
-  return left;
+  return core_->retry->close(timeout);
 }
 
 }  // namespace redcount
