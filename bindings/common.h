@@ -8,7 +8,7 @@
 #include <exception>
 #include <string>
 
-#include "redcount/reply.h"
+#include "redcount/store/reply.h"
 
 namespace py = pybind11;
 

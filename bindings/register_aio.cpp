@@ -17,7 +17,7 @@
 #include <unordered_map>
 
 #include "aio.h"
-#include "redcount/errors.h"
+#include "redcount/common/errors.h"
 
 namespace redcount::bind::aio {
 namespace {

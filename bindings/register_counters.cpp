@@ -5,10 +5,10 @@
 
 #include "aio.h"
 #include "common.h"
-#include "redcount/errors.h"
-#include "redcount/fixed_window.h"
-#include "redcount/sliding_window.h"
-#include "redcount/time_source.h"
+#include "redcount/common/errors.h"
+#include "redcount/counters/fixed_window.h"
+#include "redcount/counters/sliding_window.h"
+#include "redcount/store/time_source.h"
 
 namespace redcount::bind {
 namespace {

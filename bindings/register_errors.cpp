@@ -3,8 +3,8 @@
 #include <limits>
 
 #include "common.h"
-#include "redcount/errors.h"
-#include "redcount/window.h"
+#include "redcount/common/errors.h"
+#include "redcount/common/window.h"
 
 namespace redcount::bind {
 namespace {

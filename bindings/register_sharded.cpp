@@ -7,10 +7,10 @@
 
 #include "aio.h"
 #include "common.h"
-#include "redcount/buffered.h"
-#include "redcount/errors.h"
-#include "redcount/quota.h"
-#include "redcount/sharded.h"
+#include "redcount/sharded/buffered.h"
+#include "redcount/common/errors.h"
+#include "redcount/sharded/quota.h"
+#include "redcount/sharded/sharded_counter.h"
 
 namespace redcount::bind {
 namespace {

@@ -13,11 +13,11 @@
 #include <utility>
 #include <vector>
 
-#include "redcount/clock.h"
-#include "redcount/errors.h"
-#include "redcount/fixed_window.h"
-#include "redcount/memory_store.h"
-#include "redcount/window.h"
+#include "redcount/common/clock.h"
+#include "redcount/common/errors.h"
+#include "redcount/counters/fixed_window.h"
+#include "redcount/memory/memory_store.h"
+#include "redcount/common/window.h"
 #include "test_support.h"
 
 using namespace redcount;

@@ -8,12 +8,12 @@
 #include <thread>
 #include <vector>
 
-#include "redcount/clock.h"
-#include "redcount/errors.h"
-#include "redcount/limiter.h"
-#include "redcount/limits.h"
-#include "redcount/memory_store.h"
-#include "redcount/window.h"
+#include "redcount/common/clock.h"
+#include "redcount/common/errors.h"
+#include "redcount/limiters/limiter.h"
+#include "redcount/common/limit_string.h"
+#include "redcount/memory/memory_store.h"
+#include "redcount/common/window.h"
 #include "test_support.h"
 
 using namespace redcount;

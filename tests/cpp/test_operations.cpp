@@ -11,15 +11,15 @@
 #include <variant>
 #include <vector>
 
-#include "redcount/clock.h"
-#include "redcount/errors.h"
-#include "redcount/fixed_window.h"
-#include "redcount/limiter.h"
-#include "redcount/limits.h"
-#include "redcount/memory_store.h"
-#include "redcount/operation.h"
-#include "redcount/sliding_window.h"
-#include "redcount/time_source.h"
+#include "redcount/common/clock.h"
+#include "redcount/common/errors.h"
+#include "redcount/counters/fixed_window.h"
+#include "redcount/limiters/limiter.h"
+#include "redcount/common/limit_string.h"
+#include "redcount/memory/memory_store.h"
+#include "redcount/store/operation.h"
+#include "redcount/counters/sliding_window.h"
+#include "redcount/store/time_source.h"
 #include "test_support.h"
 
 namespace {

@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "redcount/clock.h"
-#include "redcount/errors.h"
-#include "redcount/memory_store.h"
-#include "redcount/pn_counter.h"
+#include "redcount/common/clock.h"
+#include "redcount/common/errors.h"
+#include "redcount/memory/memory_store.h"
+#include "redcount/crdt/pn_counter.h"
 #include "test_support.h"
 
 namespace {

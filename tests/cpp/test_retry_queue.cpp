@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "redcount/errors.h"
+#include "redcount/common/errors.h"
 #include "redcount/store/retry_queue.h"
 #include "test_support.h"
 

@@ -13,19 +13,19 @@
 #include <string>
 #include <vector>
 
-#include "redcount/clock.h"
-#include "redcount/errors.h"
-#include "redcount/fixed_window.h"
-#include "redcount/limiter.h"
-#include "redcount/pn_counter.h"
-#include "redcount/quota.h"
-#include "redcount/sharded.h"
-#include "redcount/limits.h"
-#include "redcount/memory_store.h"
-#include "redcount/options.h"
-#include "redcount/redis_store.h"
-#include "redcount/sliding_window.h"
-#include "redcount/time_source.h"
+#include "redcount/common/clock.h"
+#include "redcount/common/errors.h"
+#include "redcount/counters/fixed_window.h"
+#include "redcount/limiters/limiter.h"
+#include "redcount/crdt/pn_counter.h"
+#include "redcount/sharded/quota.h"
+#include "redcount/sharded/sharded_counter.h"
+#include "redcount/common/limit_string.h"
+#include "redcount/memory/memory_store.h"
+#include "redcount/common/options.h"
+#include "redcount/redis/redis_store.h"
+#include "redcount/counters/sliding_window.h"
+#include "redcount/store/time_source.h"
 #include "test_support.h"
 
 using namespace redcount;

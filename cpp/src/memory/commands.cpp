@@ -6,7 +6,7 @@
 //   Reply r = run_command(ops, {"SET", "k", "0", "NX", "PXAT", "1700000000000"});
 //
 // Runs under the store's lock, like the keyspace.
-#include "redcount/memory_store.h"
+#include "redcount/memory/memory_store.h"
 
 #include <algorithm>
 #include <cctype>
@@ -18,9 +18,9 @@
 #include <iterator>
 #include <limits>
 
-#include "redcount/errors.h"
-#include "redcount/util.h"
-#include "keyspace.h"
+#include "redcount/common/errors.h"
+#include "redcount/common/util.h"
+#include "memory/keyspace.h"
 
 namespace redcount {
 namespace {

@@ -1,4 +1,4 @@
-#include "redcount/redis_store.h"
+#include "redcount/redis/redis_store.h"
 
 #include <pthread.h>
 
@@ -6,9 +6,9 @@
 #include <new>
 #include <string_view>
 
-#include "redcount/errors.h"
+#include "redcount/common/errors.h"
 #include "redcount/redis/engine.h"
-#include "redcount/util.h"
+#include "redcount/common/util.h"
 
 namespace redcount {
 namespace {

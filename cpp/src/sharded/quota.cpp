@@ -1,10 +1,10 @@
-#include "redcount/quota.h"
+#include "redcount/sharded/quota.h"
 
-#include "redcount/errors.h"
-#include "redcount/keys.h"
+#include "redcount/common/errors.h"
+#include "redcount/common/keys.h"
 #include "redcount/lua_scripts.h"
-#include "redcount/util.h"
-#include "redcount/window.h"
+#include "redcount/common/util.h"
+#include "redcount/common/window.h"
 
 namespace redcount {
 namespace {

@@ -8,12 +8,12 @@
 #include <thread>
 #include <type_traits>
 
-#include "redcount/errors.h"
-#include "redcount/keys.h"
+#include "redcount/common/errors.h"
+#include "redcount/common/keys.h"
 #include "redcount/lua_scripts.h"
-#include "redcount/sharded.h"
-#include "redcount/util.h"
-#include "redcount/window.h"
+#include "redcount/sharded/sharded_counter.h"
+#include "redcount/common/util.h"
+#include "redcount/common/window.h"
 
 namespace redcount {
 namespace {

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <utility>
 
-#include "redcount/errors.h"
-#include "redcount/util.h"
+#include "redcount/common/errors.h"
+#include "redcount/common/util.h"
 
 namespace redcount {
 

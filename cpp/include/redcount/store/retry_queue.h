@@ -35,8 +35,8 @@
 #include <thread>
 #include <vector>
 
-#include "redcount/operation.h"
-#include "redcount/store.h"
+#include "redcount/store/operation.h"
+#include "redcount/store/store.h"
 
 namespace redcount {
 
