@@ -6,118 +6,14 @@
 #include <type_traits>
 
 #include "redcount/common/errors.h"
-#include "redcount/lua_scripts.h"
 #include "redcount/common/util.h"
 #include "limiters/limiter_internal.h"
 
 namespace redcount {
 namespace {
 
-// One item of fixed_window_incr on the memory store, as the Lua loop body does it: its
-// reply. Both twins run it, so they stay in step with each other and with the script.
-Reply incr_item(Keyspace& ks, const std::string& key, std::int64_t amount, const std::string* rid,
-                std::int64_t deadline) {
-  if (rid && !ks.set_nx_pxat(*rid, "1", deadline)) {
-    ks.hold_expiry(*rid, deadline);
-    ks.hold_expiry(key, deadline);
-    try {
-      auto v = ks.get(key);
-      return v ? Reply::of_string(*v) : Reply::of_integer(0);
-    } catch (const ReplyError& e) {
-      return Reply::of_error(e.what());
-    }
-  }
-  try {
-    const std::int64_t v = ks.incrby(key, amount);
-    ks.hold_expiry(key, deadline);
-    return Reply::of_integer(v);
-  } catch (const ReplyError& e) {
-    if (rid) ks.del(*rid);
-    ks.hold_expiry(key, deadline);
-    return Reply::of_error(e.what());
-  }
-}
-
-// Request-id keys by item (nullptr: none); one inline slot covers incr().
-using RidKeys = detail::SmallVec<const std::string*, 1>;
-
-// The memory store's twin of fixed_window_incr.lua; keep the two in step.
-Reply native_fixed_window_incr(Keyspace& ks, const std::vector<std::string>& keys,
-                               const std::vector<std::string>& args) {
-  auto bad = [] { return Reply::of_error("ERR fixed_window_incr: malformed arguments"); };
-  if (args.size() < 2) return bad();
-  auto n = parse_int64(args[0]);
-  auto deadline = parse_int64(args[1]);
-  if (!n || !deadline || *n < 0 || static_cast<std::size_t>(*n) > keys.size()) return bad();
-  const std::size_t count = static_cast<std::size_t>(*n);
-  if (args.size() != 2 + count + (keys.size() - count)) return bad();
-  RidKeys rid;
-  rid.assign(count, nullptr);
-  for (std::size_t j = 0; j < keys.size() - count; ++j) {
-    auto item = parse_int64(args[2 + count + j]);
-    if (!item || *item < 1 || static_cast<std::size_t>(*item) > count) return bad();
-    rid[static_cast<std::size_t>(*item) - 1] = &keys[count + j];
-  }
-  std::vector<Reply> out;
-  out.reserve(count);
-  for (std::size_t i = 0; i < count; ++i) {
-    auto amount = parse_int64(args[2 + i]);
-    if (!amount) return bad();
-    out.push_back(incr_item(ks, keys[i], *amount, rid[i], *deadline));
-  }
-  return Reply::of_array(std::move(out));
-}
-
-// fixed_window_incr's ARGV in typed form (see ScriptArgs): the typed twin reads the numbers
-// as they are and answers in place, leaving the per-item replies in `replies`.
-struct IncrArgs final : ScriptArgs {
-  std::int64_t deadline = 0;
-  detail::SmallVec<std::int64_t, 1> amounts;    // per item
-  detail::SmallVec<std::int64_t, 1> rid_items;  // per request-id key: its item, 1-based
-  mutable detail::SmallVec<Reply, 1> replies;
-  mutable bool answered = false;
-
-  std::vector<std::string> render() const override {
-    std::vector<std::string> out;
-    out.reserve(2 + amounts.size() + rid_items.size());
-    out.push_back(std::to_string(amounts.size()));
-    out.push_back(std::to_string(deadline));
-    for (std::int64_t a : amounts) out.push_back(std::to_string(a));
-    for (std::int64_t j : rid_items) out.push_back(std::to_string(j));
-    return out;
-  }
-  std::optional<Reply> answer() const override {
-    if (!answered) return std::nullopt;
-    return Reply::of_array(std::vector<Reply>(replies.begin(), replies.end()));
-  }
-};
-
-// The typed twin: the same items with no text to format or parse.
-Reply typed_fixed_window_incr(Keyspace& ks, const std::vector<std::string>& keys, const ScriptArgs& a) {
-  const auto& c = static_cast<const IncrArgs&>(a);
-  const std::size_t count = c.amounts.size();
-  if (keys.size() != count + c.rid_items.size()) {
-    return Reply::of_error("ERR fixed_window_incr: malformed arguments");
-  }
-  RidKeys rid;
-  rid.assign(count, nullptr);
-  for (std::size_t j = 0; j < c.rid_items.size(); ++j) {
-    const std::int64_t item = c.rid_items[j];
-    if (item < 1 || static_cast<std::size_t>(item) > count) {
-      return Reply::of_error("ERR fixed_window_incr: malformed arguments");
-    }
-    rid[static_cast<std::size_t>(item) - 1] = &keys[count + j];
-  }
-  c.replies.clear();
-  for (std::size_t i = 0; i < count; ++i) c.replies.push_back(incr_item(ks, keys[i], c.amounts[i], rid[i], c.deadline));
-  c.answered = true;
-  return Reply::of_status(std::string(kAnsweredInPlace));
-}
-
 }  // namespace
 
-const Script kFixedWindowIncrScript{"fixed_window_incr", lua::fixed_window_incr_source,
-                                    lua::fixed_window_incr_sha1, &native_fixed_window_incr, &typed_fixed_window_incr};
 
 std::int64_t count_from_reply(const Reply& r) {
   r.check();

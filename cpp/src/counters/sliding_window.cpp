@@ -4,81 +4,13 @@
 
 #include "limiters/limiter_internal.h"
 #include "redcount/common/errors.h"
-#include "redcount/lua_scripts.h"
 #include "redcount/common/window.h"
 
 namespace redcount {
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
-// The weight an event member carries beyond 1: "<time>:<id>*<amount>" -> amount - 1.
-std::int64_t extra_of(const std::string& member) {
-  auto star = member.rfind('*');
-  if (star == std::string::npos) return 0;
-  auto w = parse_int64(std::string_view(member).substr(star + 1));
-  return w && *w > 1 ? *w - 1 : 0;
-}
-
-// The memory store's twin of sliding_counter.lua; keep the two in step.
-Reply native_sliding_counter(Keyspace& ks, const std::vector<std::string>& keys,
-                             const std::vector<std::string>& args) {
-  if (args.size() != 5 || keys.empty()) return detail::malformed("sliding_counter");
-  auto now = detail::script_time(ks, args[0]);
-  auto window = detail::arg_in(args[2], 1, detail::kMaxScriptSpanMs);
-  if (!now || !window) return detail::malformed("sliding_counter");
-  const std::string& op = args[1];
-  const std::int64_t cutoff = *now - *window;
-  const double cut = static_cast<double>(cutoff);
-  ks.or_reset(keys[0], [&] { return ks.zcard(keys[0]); });  // a foreign value of another type is garbage
-  if (op == "unique") {
-    ks.zremrangebyscore(keys[0], -kInf, cut);
-    ks.zadd(keys[0], static_cast<double>(*now), args[3]);
-    ks.pexpireat(keys[0], ks.now_ms() + *window);
-    return Reply::of_integer(ks.zcard(keys[0]));
-  }
-  if (op == "count-unique") {
-    return Reply::of_integer(static_cast<std::int64_t>(ks.zrangebyscore(keys[0], cut + 1, kInf).size()));
-  }
-  if (keys.size() != 2) return detail::malformed("sliding_counter");
-  auto raw = ks.or_reset(keys[1], [&] { return ks.get(keys[1]); });
-  if (raw && !parse_int64(*raw)) {  // garbage in the weight's place: no weight known
-    ks.del(keys[1]);
-    raw.reset();
-  }
-  std::int64_t extra = 0;
-  if (raw) {
-    extra = *parse_int64(*raw);
-    for (const auto& [member, score] : ks.zrangebyscore(keys[0], -kInf, cut)) extra = detail::sat_sub(extra, extra_of(member));
-  }
-  if (op == "count") {
-    return Reply::of_integer(
-        detail::sat_add(static_cast<std::int64_t>(ks.zrangebyscore(keys[0], cut + 1, kInf).size()), extra));
-  }
-  if (op != "add") return detail::malformed("sliding_counter");
-  auto amount = detail::arg_in(args[3], 1, kMaxSlidingAmount);
-  if (!amount) return detail::malformed("sliding_counter");
-  ks.zremrangebyscore(keys[0], -kInf, cut);
-  std::string member = std::to_string(*now) + ":" + args[4];
-  if (*amount > 1) {
-    member += "*" + std::to_string(*amount);
-    extra = detail::sat_add(extra, *amount - 1);
-  }
-  ks.zadd(keys[0], static_cast<double>(*now), member);
-  ks.pexpireat(keys[0], ks.now_ms() + *window);
-  if (extra > 0) {
-    ks.del(keys[1]);
-    ks.set_nx_pxat(keys[1], std::to_string(extra), ks.now_ms() + *window);
-  } else if (raw) {
-    ks.del(keys[1]);
-  }
-  return Reply::of_integer(detail::sat_add(ks.zcard(keys[0]), extra));
-}
-
 }  // namespace
 
-const Script kSlidingCounterScript{"sliding_counter", lua::sliding_counter_source, lua::sliding_counter_sha1,
-                                   &native_sliding_counter};
 
 SlidingWindowCounter::SlidingWindowCounter(std::shared_ptr<Store> store, std::string name, std::int64_t window_ms,
                                            std::string prefix, ClockMode clock)

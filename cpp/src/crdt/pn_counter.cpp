@@ -7,60 +7,11 @@
 
 #include "redcount/common/errors.h"
 #include "redcount/common/keys.h"
-#include "redcount/lua_scripts.h"
 #include "redcount/common/util.h"
 #include "redcount/common/window.h"
 
 namespace redcount {
 namespace {
-
-constexpr std::string_view kMaxInt64Text = "9223372036854775807";
-
-// a > b for canonical decimals: compared as text, as pn_merge.lua does.
-bool greater(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return a.size() > b.size();
-  return a > b;
-}
-
-// A non-negative decimal without sign or leading zeros that fits in int64: what HINCRBY
-// leaves behind and what merge sends.
-bool canonical(std::string_view s) {
-  if (s.empty() || s.size() > 19) return false;
-  if (!std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; })) return false;
-  if (s.size() > 1 && s[0] == '0') return false;
-  return !(s.size() == 19 && greater(s, kMaxInt64Text));
-}
-
-// The memory store's twin of pn_merge.lua; keep the two in step.
-Reply native_pn_merge(Keyspace& ks, const std::vector<std::string>& keys, const std::vector<std::string>& args) {
-  auto bad = [] { return Reply::of_error("ERR pn_merge: malformed arguments"); };
-  if (keys.size() != 2 || args.size() % 3 != 0) return bad();
-  std::vector<std::pair<int, std::string>> order;
-  std::map<std::string, std::string> latest[2];
-  for (std::size_t i = 0; i < args.size(); i += 3) {
-    const std::string& region = args[i];
-    for (int c = 0; c < 2; ++c) {
-      const std::string& v = args[i + 1 + static_cast<std::size_t>(c)];
-      if (!canonical(v)) return bad();
-      auto it = latest[c].find(region);
-      std::optional<std::string> cur;
-      if (it != latest[c].end()) {
-        cur = it->second;
-      } else {
-        cur = ks.hget(keys[static_cast<std::size_t>(c)], region);
-        if (cur && !canonical(*cur)) {
-          return Reply::of_error("ERR pn component is not a non-negative integer: " + keys[static_cast<std::size_t>(c)]);
-        }
-      }
-      if (greater(v, cur ? std::string_view(*cur) : std::string_view("0"))) {
-        if (it == latest[c].end()) order.emplace_back(c, region);
-        latest[c][region] = v;
-      }
-    }
-  }
-  for (const auto& [c, region] : order) ks.hset(keys[static_cast<std::size_t>(c)], region, latest[c][region]);
-  return Reply::of_integer(static_cast<std::int64_t>(order.size()));
-}
 
 void check_amount(std::int64_t amount) {
   if (amount < 1 || amount > kMaxPnAmount) {
@@ -76,7 +27,7 @@ void fold(const Reply& r, const std::string& key, bool positive, std::map<std::s
   for (std::size_t i = 0; i < r.elements.size(); i += 2) {
     auto field = r.elements[i].as_string();
     auto value = r.elements[i + 1].as_string();
-    if (!field || !value || !canonical(*value)) {
+    if (!field || !value || !canonical_uint(*value)) {
       throw ProtocolError("PN-counter hash " + key + " holds a value that is not a non-negative integer");
     }
     PNComponent& c = out[*field];
@@ -87,7 +38,6 @@ void fold(const Reply& r, const std::string& key, bool positive, std::map<std::s
 
 }  // namespace
 
-const Script kPnMergeScript{"pn_merge", lua::pn_merge_source, lua::pn_merge_sha1, &native_pn_merge};
 
 PNCounter::PNCounter(std::shared_ptr<Store> store, PNCounterOptions options)
     : store_(std::move(store)), options_(std::move(options)) {

@@ -6,7 +6,6 @@
 
 #include "limiters/limiter_internal.h"
 #include "redcount/common/errors.h"
-#include "redcount/lua_scripts.h"
 #include "redcount/common/util.h"
 #include "redcount/common/window.h"
 
@@ -15,85 +14,6 @@ namespace {
 
 using detail::exceeds;
 using detail::remaining_of;
-
-// fixed_window_hit's ARGV in typed form (see ScriptArgs): the typed twin reads the numbers
-// as they are and answers in place, leaving the reply's integers (allowed, then the count
-// per limit) in `ints`.
-struct HitArgs final : ScriptArgs {
-  struct Limit {
-    std::int64_t amount, expire_at;
-  };
-  std::int64_t cost = 1;
-  detail::SmallVec<Limit, 2> limits;
-  mutable detail::Ints ints;
-  mutable bool answered = false;
-
-  std::vector<std::string> render() const override {
-    std::vector<std::string> out;
-    out.reserve(1 + 2 * limits.size());
-    out.push_back(std::to_string(cost));
-    for (const Limit& l : limits) {
-      out.push_back(std::to_string(l.amount));
-      out.push_back(std::to_string(l.expire_at));
-    }
-    return out;
-  }
-  std::optional<Reply> answer() const override {
-    if (!answered) return std::nullopt;
-    return detail::int_array(ints);
-  }
-};
-
-// fixed_window_hit.lua on the memory store, for both twins: `out` gets the reply's integers.
-void fixed_window_hit_core(Keyspace& ks, const std::vector<std::string>& keys, const HitArgs& call,
-                           detail::Ints& out) {
-  const std::size_t n = keys.size();
-  out.assign(1 + n, 0);
-  bool allowed = true;
-  for (std::size_t i = 0; i < n; ++i) {
-    auto v = ks.or_reset(keys[i], [&] { return ks.get(keys[i]); });
-    auto c = v ? parse_int64(*v) : std::optional<std::int64_t>(0);
-    if (!c) {  // a foreign value that is no number is garbage: start the window afresh
-      ks.del(keys[i]);
-      c = 0;
-    }
-    out[1 + i] = *c;
-    if (exceeds(*c, call.cost, call.limits[i].amount)) allowed = false;
-  }
-  for (std::size_t i = 0; i < n; ++i) {
-    if (allowed) out[1 + i] = ks.incrby(keys[i], call.cost);
-    ks.hold_expiry(keys[i], call.limits[i].expire_at);
-  }
-  out[0] = allowed ? 1 : 0;
-}
-
-// The memory store's twin of fixed_window_hit.lua; keep the two in step.
-Reply native_fixed_window_hit(Keyspace& ks, const std::vector<std::string>& keys,
-                              const std::vector<std::string>& args) {
-  const std::size_t n = keys.size();
-  if (args.size() != 1 + 2 * n) return Reply::of_error("ERR fixed_window_hit: malformed arguments");
-  auto cost = parse_int64(args[0]);
-  if (!cost) return Reply::of_error("ERR fixed_window_hit: malformed arguments");
-  HitArgs call;
-  call.cost = *cost;
-  for (std::size_t i = 0; i < n; ++i) {
-    auto limit = parse_int64(args[1 + 2 * i]);
-    if (!limit) return Reply::of_error("ERR fixed_window_hit: malformed arguments");
-    call.limits.push_back({*limit, parse_int64(args[2 + 2 * i]).value_or(0)});
-  }
-  detail::Ints out;
-  fixed_window_hit_core(ks, keys, call, out);
-  return detail::int_array(out);
-}
-
-// The typed twin: the same decision with no text to format or parse.
-Reply typed_fixed_window_hit(Keyspace& ks, const std::vector<std::string>& keys, const ScriptArgs& args) {
-  const auto& c = static_cast<const HitArgs&>(args);
-  if (c.limits.size() != keys.size()) return Reply::of_error("ERR fixed_window_hit: malformed arguments");
-  fixed_window_hit_core(ks, keys, c, c.ints);
-  c.answered = true;
-  return Reply::of_status(std::string(kAnsweredInPlace));
-}
 
 // Where one limit's window is now: its position and its key.
 struct Place {
@@ -346,8 +266,6 @@ class FixedWindowLimiter final : public LimiterStrategy {
 
 }  // namespace
 
-const Script kFixedWindowHitScript{"fixed_window_hit", lua::fixed_window_hit_source, lua::fixed_window_hit_sha1,
-                                   &native_fixed_window_hit, &typed_fixed_window_hit};
 
 void validate_cost(const std::vector<RateLimit>& limits, std::int64_t cost, bool use_capacity) {
   if (cost < 1) throw InvalidArgument("cost must be >= 1, got " + std::to_string(cost));
@@ -499,42 +417,6 @@ std::vector<LimitStats> to_stats(const std::vector<RateLimit>& limits, const std
   return out;
 }
 
-UniqueId next_unique_id() {
-  static std::atomic<std::uint64_t> seq{0};
-  return UniqueId{seq.fetch_add(1, std::memory_order_relaxed)};
-}
-
-std::string UniqueId::global() const {
-  static const std::string base = [] {
-    std::random_device rd;
-    const std::uint64_t v = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
-    char buf[17];
-    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-    return std::string(buf);
-  }();
-  return base + std::to_string(n);
-}
-
-std::string UniqueId::local() const {
-  std::uint64_t v = n;
-  std::string out;
-  do {
-    out.push_back("0123456789abcdefghijklmnopqrstuvwxyz"[v % 36]);
-    v /= 36;
-  } while (v != 0);
-  return out;
-}
-
-std::string unique_id(bool in_process) {
-  const UniqueId id = next_unique_id();
-  return in_process ? id.local() : id.global();
-}
-
-std::optional<std::int64_t> script_time(Keyspace& ks, const std::string& arg, std::int64_t scale) {
-  if (arg.empty()) return ks.now_ms() * scale;
-  return arg_in(arg, 0, kMaxExact);
-}
-
 void require_span(const std::vector<RateLimit>& limits, std::string_view strategy) {
   for (const auto& l : limits) {
     if (l.window_ms > kMaxScriptSpanMs) {
@@ -574,23 +456,6 @@ Ints integers(const Reply& reply, std::size_t size, std::string_view script) {
   return out;
 }
 
-Reply TimedArgs::answer_with(bool ok, std::string_view script) const {
-  if (!ok) return malformed(script);
-  answered = true;
-  return Reply::of_status(std::string(kAnsweredInPlace));
-}
-
-Reply int_array(const Ints& v) {
-  Reply r;
-  r.type = Reply::Type::Array;
-  r.elements.resize(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    r.elements[i].type = Reply::Type::Integer;
-    r.elements[i].integer = v[i];
-  }
-  return r;
-}
-
 void require_limits(const std::vector<RateLimit>& limits) {
   if (limits.empty()) throw InvalidArgument("no rate limit given");
 }
@@ -614,8 +479,6 @@ void require_exact(const std::vector<RateLimit>& limits, std::string_view strate
     }
   }
 }
-
-Reply malformed(std::string_view script) { return Reply::of_error("ERR " + std::string(script) + ": malformed arguments"); }
 
 }  // namespace detail
 }  // namespace redcount

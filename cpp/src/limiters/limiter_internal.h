@@ -21,63 +21,18 @@
 #include "redcount/limiters/limiter.h"
 #include "redcount/common/limit_string.h"
 #include "redcount/store/store.h"
+#include "store/script_args.h"
 #include "redcount/store/time_source.h"
 #include "redcount/common/util.h"
 #include "redcount/common/window.h"
 
 namespace redcount::detail {
 
-// count + cost > limit, exact for every int64 (a foreign write can leave any count).
-inline bool exceeds(std::int64_t count, std::int64_t cost, std::int64_t limit) {
-  std::int64_t sum = 0;
-  if (__builtin_add_overflow(count, cost, &sum)) return cost > 0;
-  return sum > limit;
-}
-
-// max(0, limit - count), saturating.
-inline std::int64_t remaining_of(std::int64_t limit, std::int64_t count) {
-  std::int64_t rem = 0;
-  if (__builtin_sub_overflow(limit, count, &rem)) return std::numeric_limits<std::int64_t>::max();
-  return rem < 0 ? 0 : rem;
-}
-
-// ceil(a / b) for b > 0 and any a.
-inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
-  return a >= 0 ? (a + b - 1) / b : -((-a) / b);
-}
-
-// Saturating arithmetic for native scripts working on values read from the store: a
-// foreign write can leave any int64 there, and Lua (doubles) never overflows either.
-inline std::int64_t sat_add(std::int64_t a, std::int64_t b) {
-  std::int64_t r = 0;
-  if (!__builtin_add_overflow(a, b, &r)) return r;
-  return b > 0 ? std::numeric_limits<std::int64_t>::max() : std::numeric_limits<std::int64_t>::min();
-}
-inline std::int64_t sat_sub(std::int64_t a, std::int64_t b) {
-  std::int64_t r = 0;
-  if (!__builtin_sub_overflow(a, b, &r)) return r;
-  return b < 0 ? std::numeric_limits<std::int64_t>::max() : std::numeric_limits<std::int64_t>::min();
-}
-inline std::int64_t sat_mul(std::int64_t a, std::int64_t b) {
-  std::int64_t r = 0;
-  if (!__builtin_mul_overflow(a, b, &r)) return r;
-  return (a < 0) == (b < 0) ? std::numeric_limits<std::int64_t>::max() : std::numeric_limits<std::int64_t>::min();
-}
-
-// A numeric script argument within [lo, hi], or nullopt. Native scripts only accept the
-// ranges the strategies ever send, so malformed calls get an error reply, never UB.
-inline std::optional<std::int64_t> arg_in(const std::string& arg, std::int64_t lo, std::int64_t hi) {
-  auto v = parse_int64(arg);
-  if (!v || *v < lo || *v > hi) return std::nullopt;
-  return v;
-}
-using ::redcount::kMaxExact;
 using ::redcount::kMaxMembers;
 using ::redcount::kMaxMembersPerCall;
 // Throws unless `cost` is at most kMaxMembersPerCall (strategies that add one entry per
 // unit of cost).
 void require_member_cost(std::int64_t cost, std::string_view strategy);
-using ::redcount::kMaxScriptSpanMs;
 using ::redcount::limiter_key;
 
 // One limit's state after a hit/test, as the strategy computed it.
@@ -96,88 +51,19 @@ struct Outcome {
 Decision combine(const std::vector<Outcome>& outcomes, bool allowed);
 std::vector<LimitStats> to_stats(const std::vector<RateLimit>& limits, const std::vector<Outcome>& outcomes);
 
-// Unique member ids: a random per-process base plus a counter, unique across processes;
-// `in_process` gives a short id (the counter alone) unique within this process only.
-std::string unique_id(bool in_process = false);
-// The same id before it is formatted: global() is unique_id(), local() unique_id(true).
-struct UniqueId {
-  std::uint64_t n = 0;
-  std::string global() const;
-  std::string local() const;
-};
-UniqueId next_unique_id();
-
-// The time a native script runs at: the argument, or the store's clock for "" (the Lua
-// twin reads TIME then). `scale` 1000 gives microseconds. nullopt for a malformed one.
-std::optional<std::int64_t> script_time(Keyspace& ks, const std::string& arg, std::int64_t scale = 1);
-
 // Throws unless every limit's amount is at most kMaxMembers (strategies that store one
 // entry per admitted hit).
 void require_members(const std::vector<RateLimit>& limits, std::string_view strategy);
 // Throws unless every window is at most kMaxScriptSpanMs.
 void require_span(const std::vector<RateLimit>& limits, std::string_view strategy);
 
-// A vector that keeps up to N elements inline: the per-call lists of a hit (one entry per
-// limit, a reply's integers) rarely exceed a few, and the memory store's hot paths
-// should not pay an allocation for each.
-template <class T, std::size_t N>
-class SmallVec {
- public:
-  void push_back(const T& v) {
-    if (heap_.empty() && n_ < N) {
-      inline_[n_++] = v;
-      return;
-    }
-    if (heap_.empty()) heap_.assign(inline_.begin(), inline_.begin() + static_cast<std::ptrdiff_t>(n_));
-    heap_.push_back(v);
-    ++n_;
-  }
-  void assign(std::size_t n, const T& v) {
-    clear();
-    if (n <= N) {
-      std::fill_n(inline_.begin(), n, v);
-      n_ = n;
-      return;
-    }
-    heap_.assign(n, v);
-    n_ = n;
-  }
-  void clear() {
-    n_ = 0;
-    heap_.clear();
-  }
-  std::size_t size() const noexcept { return n_; }
-  bool empty() const noexcept { return n_ == 0; }
-  T* data() noexcept { return heap_.empty() ? inline_.data() : heap_.data(); }
-  const T* data() const noexcept { return heap_.empty() ? inline_.data() : heap_.data(); }
-  T& operator[](std::size_t i) noexcept { return data()[i]; }
-  const T& operator[](std::size_t i) const noexcept { return data()[i]; }
-  T& back() noexcept { return data()[n_ - 1]; }
-  const T* begin() const noexcept { return data(); }
-  const T* end() const noexcept { return data() + n_; }
-
- private:
-  std::array<T, N> inline_;  // (not value-initialised: only [0, n_) is ever read)
-  std::size_t n_ = 0;
-  std::vector<T> heap_;
-};
-
-// A script reply's integers.
-using Ints = SmallVec<std::int64_t, 24>;
-
 // Checks a script reply is an array of exactly `size` elements; returns it as integers.
 Ints integers(const Reply& reply, std::size_t size, std::string_view script);
-// A native script's integers as its array reply.
-Reply int_array(const Ints& v);
-
 // Throws unless no limit carries a burst ("burst" only means something to the buckets).
 void require_no_burst(const std::vector<RateLimit>& limits, std::string_view strategy);
 // Throws unless amount * window_ms (or capacity * window_ms) stays exact in a Lua double.
 void require_exact(const std::vector<RateLimit>& limits, std::string_view strategy, bool use_capacity);
 void require_limits(const std::vector<RateLimit>& limits);
-
-// Reply::of_error for a native script given arguments it cannot parse.
-Reply malformed(std::string_view script);
 
 // What a strategy that decides with one script call over one key per limit, in "hit" or
 // "test" mode, needs to know: immutable, shared by the strategy and its operations, so
@@ -208,23 +94,6 @@ class ScriptedRules {
 
  protected:
   std::string prefix_;
-};
-
-// A typed script argument list that carries the time: the memory store's twin reads it
-// as it is; a network store gets render(). `now` nullopt = the script reads TIME. The
-// typed twins of the limiters answer in place (see ScriptArgs): the integers the Lua
-// script would return go to `ints`.
-struct TimedArgs : ScriptArgs {
-  std::optional<std::int64_t> now;
-  mutable Ints ints;
-  mutable bool answered = false;
-  std::string now_text() const { return now ? std::to_string(*now) : std::string(); }
-  std::optional<Reply> answer() const override {
-    if (!answered) return std::nullopt;
-    return int_array(ints);
-  }
-  // What a typed twin returns once it wrote `ints` (ok) or found its arguments malformed.
-  Reply answer_with(bool ok, std::string_view script) const;
 };
 
 // One scripted decision as a ClockedScript spec; T is Decision (hit, test) or

@@ -6,7 +6,6 @@
 
 #include "limiters/limiter_internal.h"
 #include "redcount/common/errors.h"
-#include "redcount/lua_scripts.h"
 #include "redcount/common/window.h"
 
 namespace redcount {
@@ -16,125 +15,6 @@ using detail::ceil_div;
 using detail::Outcome;
 
 // ------------------------------------------------------------------ exact sliding log
-
-// The exact log's decision on the memory store: sliding_log.lua's twin, keep the two in
-// step. Returns the Lua reply's integers, or nullopt for arguments the strategy never sends.
-struct LogArgs final : detail::TimedArgs {
-  bool hit = false;
-  std::int64_t cost = 0;
-  detail::UniqueId id;
-  detail::SmallVec<std::int64_t, 4> amount, window;
-  std::vector<std::string> render() const override {
-    std::vector<std::string> out{now_text(), hit ? "hit" : "test", std::to_string(cost), id.global()};
-    for (std::size_t i = 0; i < amount.size(); ++i) {
-      out.push_back(std::to_string(amount[i]));
-      out.push_back(std::to_string(window[i]));
-    }
-    return out;
-  }
-};
-
-// Writes the integers to `out`; false for arguments the strategy never sends.
-// `fresh_ids`: the members' id is this process's own (the typed path), so no member can
-// already be in a set and ZADD may skip the membership check.
-bool sliding_log_core(Keyspace& ks, const std::vector<std::string>& keys, std::int64_t now, const LogArgs& c,
-                      std::string_view uid, bool fresh_ids, detail::Ints& out) {
-  constexpr double kInf = std::numeric_limits<double>::infinity();
-  const std::size_t n = keys.size();
-  detail::SmallVec<std::int64_t, 8> counts;
-  counts.assign(n, 0);
-  bool allowed = true;
-  for (std::size_t i = 0; i < n; ++i) {
-    const double from = static_cast<double>(now - c.window[i] + 1);
-    if (c.hit) {
-      ks.or_reset(keys[i], [&] { return ks.zremrangebyscore(keys[i], -kInf, from - 1); });
-      counts[i] = ks.zcard(keys[i]);
-    } else {
-      counts[i] = static_cast<std::int64_t>(
-          ks.or_reset(keys[i], [&] { return ks.zrangebyscore(keys[i], from, kInf); }).size());
-    }
-    if (counts[i] + c.cost > c.amount[i]) allowed = false;
-  }
-  out.clear();
-  out.push_back(now);
-  out.push_back(allowed ? 1 : 0);
-  // Members only need to be unique: unlike the Lua twin, the memory store leaves the time
-  // out of them, so that with a compact id they fit std::string's inline buffer.
-  std::string member(uid);
-  member += ':';
-  const std::size_t stem = member.size();
-  for (std::size_t i = 0; i < n; ++i) {
-    const double from = static_cast<double>(now - c.window[i] + 1);
-    std::int64_t need_at = 0;
-    if (allowed && c.hit) {
-      for (std::int64_t m = 1; m <= c.cost; ++m) {
-        member.resize(stem);
-        member += std::to_string(m);
-        if (fresh_ids) {
-          ks.zadd_unique(keys[i], static_cast<double>(now), member);
-        } else {
-          ks.zadd(keys[i], static_cast<double>(now), member);
-        }
-      }
-      counts[i] += c.cost;
-      ks.pexpireat(keys[i], ks.now_ms() + c.window[i]);
-    } else {
-      if (c.hit && counts[i] > 0) ks.hold_expiry(keys[i], ks.now_ms() + c.window[i]);
-      if (counts[i] + c.cost > c.amount[i]) {
-        const std::int64_t need = counts[i] + c.cost - c.amount[i];
-        auto gone = ks.zrangebyscore(keys[i], from, kInf, need);
-        if (static_cast<std::int64_t>(gone.size()) != need) return false;  // cost > amount
-        need_at = static_cast<std::int64_t>(gone.back().second) + c.window[i];
-      }
-    }
-    std::int64_t newest = 0;
-    if (allowed && c.hit) {
-      newest = now;
-    } else if (counts[i] > 0) {
-      newest = static_cast<std::int64_t>(ks.zrange(keys[i], -1, -1).at(0).second);
-    }
-    out.push_back(counts[i]);
-    out.push_back(newest);
-    out.push_back(need_at);
-  }
-  return true;
-}
-
-Reply to_reply(bool ok, const detail::Ints& v, std::string_view script) {
-  if (!ok) return detail::malformed(script);
-  return detail::int_array(v);
-}
-
-// The memory store's twin of sliding_log.lua, as a script.
-Reply native_sliding_log(Keyspace& ks, const std::vector<std::string>& keys, const std::vector<std::string>& args) {
-  const std::size_t n = keys.size();
-  if (args.size() != 4 + 2 * n) return detail::malformed("sliding_log");
-  auto now = detail::script_time(ks, args[0]);
-  auto cost = detail::arg_in(args[2], 1, detail::kMaxMembersPerCall);
-  if (!now || !cost) return detail::malformed("sliding_log");
-  LogArgs c;
-  c.hit = args[1] == "hit";
-  c.cost = *cost;
-  for (std::size_t i = 0; i < n; ++i) {
-    auto a = detail::arg_in(args[4 + 2 * i], 1, detail::kMaxMembers);
-    auto w = detail::arg_in(args[5 + 2 * i], 1, detail::kMaxScriptSpanMs);
-    if (!a || !w) return detail::malformed("sliding_log");
-    c.amount.push_back(*a);
-    c.window.push_back(*w);
-  }
-  detail::Ints out;
-  const bool ok = sliding_log_core(ks, keys, *now, c, args[3], false, out);
-  return to_reply(ok, out, "sliding_log");
-}
-
-// The typed twin: the same core with no text to parse; members take the short in-process
-// form of the id (unique within this process, which is all an in-process store needs).
-Reply typed_sliding_log(Keyspace& ks, const std::vector<std::string>& keys, const ScriptArgs& args) {
-  const auto& c = static_cast<const LogArgs&>(args);
-  if (c.amount.size() != keys.size() || c.window.size() != keys.size()) return detail::malformed("sliding_log");
-  const std::string uid = c.id.local();
-  return c.answer_with(sliding_log_core(ks, keys, c.now ? *c.now : ks.now_ms(), c, uid, true, c.ints), "sliding_log");
-}
 
 class SlidingLogRules final : public detail::ScriptedRules {
  public:
@@ -194,113 +74,6 @@ class SlidingLogRules final : public detail::ScriptedRules {
 };
 
 // ---------------------------------------------------------- approximate sliding window
-
-// The approximate window's decision on the memory store: sliding_approx.lua's twin, keep
-// the two in step. Returns the Lua reply's integers, or nullopt for bad arguments.
-struct ApproxArgs final : detail::TimedArgs {
-  struct Limit {
-    std::int64_t amount, bucket, k;
-  };
-  bool hit = false;
-  std::int64_t cost = 0;
-  detail::SmallVec<Limit, 4> limits;
-  std::vector<std::string> render() const override {
-    std::vector<std::string> out{now_text(), hit ? "hit" : "test", std::to_string(cost)};
-    for (const auto& l : limits) {
-      out.push_back(std::to_string(l.amount));
-      out.push_back(std::to_string(l.bucket));
-      out.push_back(std::to_string(l.k));
-    }
-    return out;
-  }
-};
-
-bool sliding_approx_core(Keyspace& ks, const std::vector<std::string>& keys, detail::Ints& out,
-                                                             std::int64_t now, const ApproxArgs& call) {
-  using detail::sat_add;
-  using detail::sat_mul;
-  const std::size_t n = keys.size();
-  // The reply: now, allowed, then k+1 counts per limit (sub-buckets cur-k .. cur).
-  std::size_t size = 2;
-  for (const auto& l : call.limits) size += static_cast<std::size_t>(l.k + 1);
-  out.assign(size, 0);
-  out[0] = now;
-  bool allowed = true;
-  std::vector<std::string> stale;
-  for (std::size_t i = 0, at = 2; i < n; at += static_cast<std::size_t>(call.limits[i].k + 1), ++i) {
-    const std::int64_t bucket = call.limits[i].bucket, k = call.limits[i].k;
-    const std::int64_t cur = now / bucket;
-    std::int64_t* c = out.data() + at;
-    struct Visit {
-      std::int64_t* c;
-      std::int64_t cur, k;
-      bool hit;
-      std::vector<std::string>* stale;
-    } visit{c, cur, k, call.hit, &stale};
-    ks.or_reset(keys[i], [&] {  // a foreign value of another type is garbage: start afresh
-      ks.hvisit(keys[i], &visit, [](void* p, std::string_view field, std::string_view value) {
-        auto* v = static_cast<Visit*>(p);
-        auto idx = parse_int64(field);
-        auto count = parse_int64(value);
-        if (idx && count && *idx >= v->cur - v->k && *idx <= v->cur) {
-          v->c[*idx - v->cur + v->k] = *count;
-        } else if (v->hit && (!idx || !count || *idx < v->cur - v->k)) {
-          v->stale->emplace_back(field);  // a sub-bucket that left the window
-        }
-      });
-    });
-    for (const auto& field : stale) ks.hdel(keys[i], field);
-    stale.clear();
-    std::int64_t scaled = sat_mul(c[0], bucket - (now - cur * bucket));
-    for (std::int64_t off = 1; off <= k; ++off) scaled = sat_add(scaled, sat_mul(c[off], bucket));
-    if (sat_add(scaled, sat_mul(call.cost, bucket)) > sat_mul(call.limits[i].amount, bucket)) allowed = false;
-  }
-  out[1] = allowed ? 1 : 0;
-  for (std::size_t i = 0, at = 2; i < n; at += static_cast<std::size_t>(call.limits[i].k + 1), ++i) {
-    const std::int64_t bucket = call.limits[i].bucket, k = call.limits[i].k;
-    const std::int64_t cur = now / bucket;
-    const std::int64_t ttl = (cur + k + 1) * bucket - now;
-    if (allowed && call.hit) {
-      char field[24];
-      const auto len = static_cast<std::size_t>(std::to_chars(field, field + sizeof field, cur).ptr - field);
-      out[at + static_cast<std::size_t>(k)] = ks.hincrby(keys[i], std::string(field, len), call.cost);
-      ks.pexpireat(keys[i], ks.now_ms() + ttl);
-    } else if (call.hit) {
-      ks.hold_expiry(keys[i], ks.now_ms() + ttl);
-    }
-  }
-  return true;
-}
-
-// The memory store's twin of sliding_approx.lua, as a script.
-Reply native_sliding_approx(Keyspace& ks, const std::vector<std::string>& keys,
-                            const std::vector<std::string>& args) {
-  const std::size_t n = keys.size();
-  if (args.size() != 3 + 3 * n) return detail::malformed("sliding_approx");
-  auto now = detail::script_time(ks, args[0]);
-  auto cost = detail::arg_in(args[2], 1, detail::kMaxExact);
-  if (!now || !cost) return detail::malformed("sliding_approx");
-  ApproxArgs call;
-  call.hit = args[1] == "hit";
-  call.cost = *cost;
-  for (std::size_t i = 0; i < n; ++i) {
-    auto amount = detail::arg_in(args[3 + 3 * i], 1, detail::kMaxExact);
-    auto bucket = detail::arg_in(args[4 + 3 * i], 1, detail::kMaxScriptSpanMs);
-    auto k = detail::arg_in(args[5 + 3 * i], 1, kMaxSubBuckets);
-    if (!amount || !bucket || !k) return detail::malformed("sliding_approx");
-    call.limits.push_back({*amount, *bucket, *k});
-  }
-  detail::Ints out;
-  const bool ok = sliding_approx_core(ks, keys, out, *now, call);
-  return to_reply(ok, out, "sliding_approx");
-}
-
-// The typed twin: the same core with no text to parse.
-Reply typed_sliding_approx(Keyspace& ks, const std::vector<std::string>& keys, const ScriptArgs& args) {
-  const auto& c = static_cast<const ApproxArgs&>(args);
-  if (c.limits.size() != keys.size()) return detail::malformed("sliding_approx");
-  return c.answer_with(sliding_approx_core(ks, keys, c.ints, c.now ? *c.now : ks.now_ms(), c), "sliding_approx");
-}
 
 class SlidingApproxRules final : public detail::ScriptedRules {
  public:
@@ -415,10 +188,7 @@ class SlidingApproxRules final : public detail::ScriptedRules {
 
 }  // namespace
 
-const Script kSlidingLogScript{"sliding_log", lua::sliding_log_source, lua::sliding_log_sha1, &native_sliding_log,
-                               &typed_sliding_log};
-const Script kSlidingApproxScript{"sliding_approx", lua::sliding_approx_source, lua::sliding_approx_sha1,
-                                  &native_sliding_approx, &typed_sliding_approx};
+
 
 namespace detail {
 std::unique_ptr<LimiterStrategy> make_sliding_log(std::shared_ptr<Store> store, const LimiterOptions& o) {

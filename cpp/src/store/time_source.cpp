@@ -1,7 +1,6 @@
 #include "redcount/store/time_source.h"
 
 #include "redcount/common/errors.h"
-#include "redcount/lua_scripts.h"
 #include "redcount/common/util.h"
 
 namespace redcount {
@@ -9,14 +8,8 @@ namespace {
 
 constexpr auto kResyncEvery = std::chrono::seconds(10);
 
-Reply native_time_probe(Keyspace& ks, const std::vector<std::string>&, const std::vector<std::string>&) {
-  const std::int64_t now = ks.now_ms();
-  return Reply::of_array({Reply::of_integer(now / 1000), Reply::of_integer((now % 1000) * 1000)});
-}
-
 }  // namespace
 
-const Script kTimeProbeScript{"time_probe", lua::time_probe_source, lua::time_probe_sha1, &native_time_probe};
 
 ClockMode parse_clock_mode(std::string_view text) {
   if (text == "client") return ClockMode::Client;

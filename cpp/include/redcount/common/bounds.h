@@ -43,5 +43,7 @@ inline constexpr std::int64_t kMaxSlidingAmount = std::int64_t{1} << 32;
 // Limiter keys outlive their window by this much, like counters' grace: a hit from a
 // client whose clock runs a little behind still finds its window's key.
 inline constexpr std::int64_t kLimiterGraceMs = 1000;
+// The bounds of a quota's value, amounts, floor and ceiling: exact as Lua numbers.
+inline constexpr std::int64_t kMaxQuota = (std::int64_t{1} << 53) - 1;
 
 }  // namespace redcount

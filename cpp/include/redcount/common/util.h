@@ -63,4 +63,21 @@ inline std::chrono::milliseconds jittered(std::chrono::milliseconds backoff) {
   return std::chrono::milliseconds(std::uniform_int_distribution<long>(hi / 2, hi)(rng));
 }
 
+inline constexpr std::string_view kMaxInt64Text = "9223372036854775807";
+
+// a > b for canonical decimals: compared as text, as pn_merge.lua does.
+inline bool decimal_greater(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return a.size() > b.size();
+  return a > b;
+}
+
+// A non-negative decimal without sign or leading zeros that fits in int64: what HINCRBY
+// leaves behind and what merge sends.
+inline bool canonical_uint(std::string_view s) {
+  if (s.empty() || s.size() > 19) return false;
+  if (!std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; })) return false;
+  if (s.size() > 1 && s[0] == '0') return false;
+  return !(s.size() == 19 && decimal_greater(s, kMaxInt64Text));
+}
+
 }  // namespace redcount

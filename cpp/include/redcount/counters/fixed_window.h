@@ -30,12 +30,12 @@
 
 #include "redcount/store/operation.h"
 #include "redcount/store/store.h"
+#include "redcount/store/scripts.h"
 #include "redcount/store/retry_queue.h"
 #include "redcount/common/window.h"
 
 namespace redcount {
 
-extern const Script kFixedWindowIncrScript;
 
 struct FixedWindowOptions {
   enum class Mode { Script, Commands };

@@ -30,11 +30,11 @@
 #include "redcount/common/bounds.h"
 #include "redcount/store/operation.h"
 #include "redcount/store/store.h"
+#include "redcount/store/scripts.h"
 #include "redcount/store/time_source.h"
 
 namespace redcount {
 
-extern const Script kSlidingCounterScript;
 
 
 class SlidingWindowCounter {

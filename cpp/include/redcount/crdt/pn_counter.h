@@ -34,10 +34,10 @@
 
 #include "redcount/store/operation.h"
 #include "redcount/store/store.h"
+#include "redcount/store/scripts.h"
 
 namespace redcount {
 
-extern const Script kPnMergeScript;
 
 // The largest amount of one incr/decr (exact as a Lua number, as for the other counters).
 inline constexpr std::int64_t kMaxPnAmount = (std::int64_t{1} << 53) - 1;

@@ -31,16 +31,11 @@
 #include "redcount/common/limit_string.h"
 #include "redcount/store/operation.h"
 #include "redcount/store/store.h"
+#include "redcount/store/scripts.h"
 #include "redcount/store/time_source.h"
 
 namespace redcount {
 
-extern const Script kFixedWindowHitScript;
-extern const Script kSlidingLogScript;
-extern const Script kSlidingApproxScript;
-extern const Script kTokenBucketScript;
-extern const Script kGcraScript;
-extern const Script kConcurrencyScript;
 
 struct Decision {
   bool allowed = false;

@@ -27,14 +27,13 @@
 #include <string_view>
 
 #include "redcount/store/operation.h"
+#include "redcount/common/bounds.h"
 #include "redcount/store/store.h"
+#include "redcount/store/scripts.h"
 
 namespace redcount {
 
-extern const Script kQuotaScript;
 
-// The bounds of a quota's value, amounts, floor and ceiling: exact as Lua numbers.
-inline constexpr std::int64_t kMaxQuota = (std::int64_t{1} << 53) - 1;
 
 struct QuotaOptions {
   std::string prefix = "redcount";

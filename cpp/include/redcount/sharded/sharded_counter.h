@@ -45,12 +45,11 @@
 
 #include "redcount/store/operation.h"
 #include "redcount/store/store.h"
+#include "redcount/store/scripts.h"
 #include "redcount/store/retry_queue.h"
 
 namespace redcount {
 
-extern const Script kShardedIncrScript;
-extern const Script kShardedReshardScript;
 
 // The most shards one counter may have: value() reads every shard in one round trip, and
 // past this a read costs more than the hot key it replaces.

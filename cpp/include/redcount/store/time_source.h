@@ -40,6 +40,7 @@
 #include "redcount/common/errors.h"
 #include "redcount/store/operation.h"
 #include "redcount/store/store.h"
+#include "redcount/store/scripts.h"
 
 namespace redcount {
 
@@ -50,7 +51,6 @@ ClockMode parse_clock_mode(std::string_view text);
 std::string_view clock_mode_name(ClockMode mode) noexcept;
 
 // `return redis.call('TIME')`: succeeds where scripts may read the server's clock.
-extern const Script kTimeProbeScript;
 
 class TimeSource {
  public:
