@@ -180,7 +180,7 @@ TEST(ParseLimits, AtMostSixteenLimits) {
   EXPECT_TRUE(contains(msg, "17")) << msg;
 }
 
-// Issue 8 item 16: the caps are checked before parsing, so a huge string is refused at the
+// The caps are checked before parsing, so a huge string is refused at the
 // cost of a scan, and its error message stays short.
 TEST(ParseLimits, HugeStringsAreRefusedBeforeParsing) {
   std::string many;
@@ -196,7 +196,7 @@ TEST(ParseLimits, HugeStringsAreRefusedBeforeParsing) {
   EXPECT_TRUE(contains(parse_error(seventeen), "at most 16")) << parse_error(seventeen);
 }
 
-// Issue 8 item 17: a NUL or other control byte in the input must not cut the message.
+// A NUL or other control byte in the input must not cut the message.
 TEST(ParseLimits, ControlBytesAreEscapedInMessages) {
   const std::string msg = parse_error(std::string("10/min\0ute", 10));
   EXPECT_TRUE(contains(msg, "\\x00")) << msg;

@@ -277,7 +277,7 @@ TEST_F(LimiterTest, StatsAndReset) {
   EXPECT_EQ(s[1].remaining, 10);
 }
 
-// Issue 8 item 2: a foreign value that is no count is garbage: reads see nothing, the next
+// A foreign value that is no count is garbage: reads see nothing, the next
 // hit deletes it and starts the window afresh, with its deadline.
 TEST_F(LimiterTest, NonIntegerValueIsGarbageAndStartsAfresh) {
   const auto limits = parse_limits("5/minute");

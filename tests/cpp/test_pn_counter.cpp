@@ -1,4 +1,4 @@
-// Multi-region PN-counters (issue 9, section 5) on memory stores: one store per region.
+// Multi-region PN-counters on memory stores: one store per region.
 // The Lua merge is checked against its twin in test_strategies.cpp (the script registry).
 #include <gtest/gtest.h>
 

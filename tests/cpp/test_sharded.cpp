@@ -1,4 +1,4 @@
-// Sharded idempotent counters (issue 9) and the memory store's streams, on the memory store
+// Sharded idempotent counters and the memory store's streams, on the memory store
 // and, when REDCOUNT_TEST_REDIS_URL is set, on a real Redis with the same expectations.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// Process-wide operation counts for observability (issue 10 §6): what redcount.metrics()
+// Process-wide operation counts for observability: what redcount.metrics()
 // turns into rates and ratios.
 //
 //   auto op = counter.make_incr(key, 1);
