@@ -133,8 +133,9 @@ struct ShardedCounter::Core {
 
   // Routes every write under one lock, reading the layouts in place (no copies: this runs
   // per incr_many item at the counters' full rate).
-  void route_all(std::vector<ShardedWrite>& writes) const {
-    const std::int64_t now_ms = store->now_ms();
+  // `now_ms` is the store's clock when the operation was made: the steps of an operation
+  // read no store state.
+  void route_all(std::vector<ShardedWrite>& writes, std::int64_t now_ms) const {
     const ShardLayout first = first_layout(options.shards);
     std::lock_guard<std::mutex> lock(layout_mu);
     for (auto& w : writes) {

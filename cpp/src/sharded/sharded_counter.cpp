@@ -84,7 +84,7 @@ template <class T>
 class IncrOp final : public Op<T> {
  public:
   IncrOp(std::shared_ptr<Core> core, std::vector<ShardedWrite> writes)
-      : core_(std::move(core)), writes_(std::move(writes)) {
+      : core_(std::move(core)), writes_(std::move(writes)), now_ms_(core_->store->now_ms()) {
     with_meter(this, Meter::Write, writes_.size());
   }
 
@@ -169,13 +169,14 @@ class IncrOp final : public Op<T> {
   }
 
   std::vector<Request> calls() {
-    core_->route_all(writes_);
+    core_->route_all(writes_, now_ms_);
     batch_ = build_calls(*core_->store, core_->options, writes_);
     return std::move(batch_.requests);
   }
 
   std::shared_ptr<Core> core_;
   std::vector<ShardedWrite> writes_;
+  std::int64_t now_ms_ = 0;  // the store's clock when the operation was made (routing)
   ScriptBatch batch_;
   std::vector<std::string> stale_;  // names whose layout is being read (the first step)
   SteadyClock::time_point sent_{};
@@ -196,7 +197,7 @@ struct QueuedWrite final : RetryQueue::Entry {
 class RetryOp final : public RetryQueue::Attempt {
  public:
   RetryOp(std::shared_ptr<Core> core, const std::vector<const RetryQueue::Entry*>& entries)
-      : core_(std::move(core)) {
+      : core_(std::move(core)), now_ms_(core_->store->now_ms()) {
     const auto now = SteadyClock::now();
     const auto id_life = std::chrono::milliseconds(core_->options.idempotency_ttl_ms);
     outcomes.reserve(entries.size());
@@ -243,12 +244,13 @@ class RetryOp final : public RetryQueue::Attempt {
 
  private:
   std::vector<Request> calls() {
-    core_->route_all(writes_);
+    core_->route_all(writes_, now_ms_);
     batch_ = build_calls(*core_->store, core_->options, writes_);
     return std::move(batch_.requests);
   }
 
   std::shared_ptr<Core> core_;
+  std::int64_t now_ms_ = 0;  // the store's clock when the attempt was made (routing)
   std::vector<ShardedWrite> writes_;
   std::vector<std::size_t> index_;  // the entry index of each write sent
   ScriptBatch batch_;
