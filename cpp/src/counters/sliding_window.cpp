@@ -2,7 +2,7 @@
 
 #include <limits>
 
-#include "limiters/limiter_internal.h"
+#include "store/script_args.h"
 #include "redcount/common/errors.h"
 #include "redcount/common/window.h"
 

@@ -140,17 +140,6 @@ std::shared_ptr<Op<std::monostate>> ScriptedLimiter::make_reset(const std::vecto
   return make_delete(std::move(keys));
 }
 
-std::shared_ptr<Op<std::monostate>> make_delete(std::vector<std::string> keys) {
-  Command del{{"DEL"}};
-  for (auto& k : keys) del.args.push_back(std::move(k));
-  std::vector<Request> batch;
-  batch.emplace_back(std::move(del));
-  return make_batch_op<std::monostate>(std::move(batch), [](std::vector<Reply>&& replies) {
-    for (const Reply& r : replies) r.check();
-    return std::monostate{};
-  });
-}
-
 std::vector<LimitStats> to_stats(const std::vector<RateLimit>& limits, const std::vector<Outcome>& outcomes) {
   std::vector<LimitStats> out;
   for (std::size_t i = 0; i < limits.size(); ++i) {

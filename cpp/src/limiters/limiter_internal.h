@@ -170,9 +170,6 @@ class ScriptedLimiter final : public LimiterStrategy {
   std::shared_ptr<const ScriptedRules> rules_;
 };
 
-// DEL of `keys` as an operation (reset).
-std::shared_ptr<Op<std::monostate>> make_delete(std::vector<std::string> keys);
-
 std::unique_ptr<LimiterStrategy> make_fixed_window(std::shared_ptr<Store> store, const LimiterOptions& o);
 std::unique_ptr<LimiterStrategy> make_sliding_log(std::shared_ptr<Store> store, const LimiterOptions& o);
 std::unique_ptr<LimiterStrategy> make_sliding_approx(std::shared_ptr<Store> store, const LimiterOptions& o);

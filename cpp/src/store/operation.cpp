@@ -103,4 +103,18 @@ void run_async(std::shared_ptr<Store> store, std::shared_ptr<Operation> op, Oper
   step(std::move(store), std::move(op), std::move(done), std::move(cancelled), std::move(first));
 }
 
+namespace detail {
+
+std::shared_ptr<Op<std::monostate>> make_delete(std::vector<std::string> keys) {
+  Command del{{"DEL"}};
+  for (auto& k : keys) del.args.push_back(std::move(k));
+  std::vector<Request> batch;
+  batch.emplace_back(std::move(del));
+  return make_batch_op<std::monostate>(std::move(batch), [](std::vector<Reply>&& replies) {
+    for (const Reply& r : replies) r.check();
+    return std::monostate{};
+  });
+}
+
+}  // namespace detail
 }  // namespace redcount

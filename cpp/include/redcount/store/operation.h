@@ -34,7 +34,9 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "redcount/common/metrics.h"
@@ -120,6 +122,11 @@ P with_meter(P op, Meter meter, std::size_t items = 1) {
   op->meter_items = static_cast<std::uint32_t>(items);
   return op;
 }
+
+namespace detail {
+// DEL of `keys` as an operation (a counter's or limiter's reset).
+std::shared_ptr<Op<std::monostate>> make_delete(std::vector<std::string> keys);
+}  // namespace detail
 
 // Runs `op` to completion on `store`, blocking the calling thread.
 void run_operation(Store& store, Operation& op);
