@@ -99,7 +99,10 @@ class FixedWindowCounter {
   std::size_t flush(std::optional<std::chrono::milliseconds> timeout);
   std::size_t pending() const;
   RetryStats stats() const;
-  // Flushes within `timeout`, then stops the retry thread. Later incr calls raise.
+  // Flushes within `timeout`, then stops the retry thread, never waiting past `timeout`
+  // (nullopt = no limit): an attempt stuck on a stalled server is left to end on its own,
+  // and every increment given up is counted in stats().failed at once. Returns how many
+  // were given up. Later incr calls raise. See RetryQueue.
   std::size_t close(std::optional<std::chrono::milliseconds> timeout);
 
   const FixedWindowOptions& options() const noexcept;
