@@ -12,7 +12,7 @@
 #include <utility>
 
 #include "aio.h"
-#include "redcount/errors.h"
+#include "redcount/common/errors.h"
 
 namespace redcount::bind::aio {
 namespace {

@@ -47,8 +47,8 @@
 #include <vector>
 
 #include "common.h"
-#include "redcount/operation.h"
-#include "redcount/store.h"
+#include "redcount/store/operation.h"
+#include "redcount/store/store.h"
 
 namespace redcount::bind::aio {
 

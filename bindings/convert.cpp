@@ -5,8 +5,8 @@
 #include <limits>
 #include <utility>
 
-#include "redcount/errors.h"
-#include "redcount/window.h"
+#include "redcount/common/errors.h"
+#include "redcount/common/window.h"
 
 namespace redcount::bind {
 

@@ -20,10 +20,10 @@
 #include <string>
 #include <vector>
 
-#include "redcount/pn_counter.h"
-#include "redcount/reply.h"
-#include "redcount/sharded.h"
-#include "redcount/store.h"
+#include "redcount/crdt/pn_counter.h"
+#include "redcount/store/reply.h"
+#include "redcount/sharded/sharded_counter.h"
+#include "redcount/store/store.h"
 
 namespace py = pybind11;
 

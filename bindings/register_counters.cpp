@@ -5,10 +5,10 @@
 
 #include "aio.h"
 #include "common.h"
-#include "redcount/errors.h"
-#include "redcount/fixed_window.h"
-#include "redcount/sliding_window.h"
-#include "redcount/time_source.h"
+#include "redcount/common/errors.h"
+#include "redcount/counters/fixed_window.h"
+#include "redcount/counters/sliding_window.h"
+#include "redcount/store/time_source.h"
 
 namespace redcount::bind {
 namespace {
@@ -40,13 +40,9 @@ std::unique_ptr<FixedWindowCounter> make_counter(std::shared_ptr<Store> store, p
   } else {
     throw InvalidArgument("on_error must be 'raise' or 'queue', got '" + on_error + "'");
   }
-  if (queue_capacity < 1) throw InvalidArgument("queue_capacity must be >= 1, got " + std::to_string(queue_capacity));
-  o.queue_capacity = static_cast<std::size_t>(queue_capacity);
+  o.queue_capacity = queue_capacity;  // checked by the core, with the backoffs
   o.retry_backoff_min = std::chrono::milliseconds(seconds_arg(retry_backoff, "retry_backoff", false));
   o.retry_backoff_max = std::chrono::milliseconds(seconds_arg(retry_backoff_max, "retry_backoff_max", false));
-  if (o.retry_backoff_max < o.retry_backoff_min) {
-    throw InvalidArgument("retry_backoff_max must be >= retry_backoff");
-  }
   return std::make_unique<FixedWindowCounter>(std::move(store), std::move(o));
 }
 

@@ -1,6 +1,6 @@
 // Maps the C++ error tree onto Python exceptions under redcount.RedcountError.
 #include "common.h"
-#include "redcount/errors.h"
+#include "redcount/common/errors.h"
 
 namespace redcount::bind {
 namespace {

@@ -6,9 +6,9 @@
 #include <string>
 
 #include "common.h"
-#include "redcount/hot_keys.h"
-#include "redcount/metrics.h"
-#include "redcount/store.h"
+#include "redcount/store/hot_keys.h"
+#include "redcount/common/metrics.h"
+#include "redcount/store/store.h"
 
 namespace redcount::bind {
 

@@ -8,10 +8,10 @@
 
 #include "aio.h"
 #include "common.h"
-#include "redcount/errors.h"
-#include "redcount/limiter.h"
-#include "redcount/limits.h"
-#include "redcount/time_source.h"
+#include "redcount/common/errors.h"
+#include "redcount/limiters/limiter.h"
+#include "redcount/common/limit_string.h"
+#include "redcount/store/time_source.h"
 
 namespace redcount::bind {
 namespace {

@@ -3,8 +3,8 @@
 
 #include "aio.h"
 #include "common.h"
-#include "redcount/errors.h"
-#include "redcount/pn_counter.h"
+#include "redcount/common/errors.h"
+#include "redcount/crdt/pn_counter.h"
 
 namespace redcount::bind {
 namespace {

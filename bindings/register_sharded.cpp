@@ -6,10 +6,10 @@
 
 #include "aio.h"
 #include "common.h"
-#include "redcount/buffered.h"
-#include "redcount/errors.h"
-#include "redcount/quota.h"
-#include "redcount/sharded.h"
+#include "redcount/sharded/buffered.h"
+#include "redcount/common/errors.h"
+#include "redcount/sharded/quota.h"
+#include "redcount/sharded/sharded_counter.h"
 
 namespace redcount::bind {
 namespace {
@@ -45,11 +45,9 @@ std::shared_ptr<ShardedCounter> make_sharded(std::shared_ptr<Store> store, py::h
   } else {
     throw InvalidArgument("on_error must be 'raise' or 'queue', got '" + on_error + "'");
   }
-  if (queue_capacity < 1) throw InvalidArgument("queue_capacity must be >= 1, got " + std::to_string(queue_capacity));
-  o.queue_capacity = static_cast<std::size_t>(queue_capacity);
+  o.queue_capacity = queue_capacity;  // checked by the core, with the backoffs
   o.retry_backoff_min = std::chrono::milliseconds(seconds_arg(retry_backoff, "retry_backoff", false));
   o.retry_backoff_max = std::chrono::milliseconds(seconds_arg(retry_backoff_max, "retry_backoff_max", false));
-  if (o.retry_backoff_max < o.retry_backoff_min) throw InvalidArgument("retry_backoff_max must be >= retry_backoff");
   return std::make_shared<ShardedCounter>(std::move(store), std::move(o));
 }
 

@@ -6,12 +6,12 @@
 #include <string>
 
 #include "common.h"
-#include "redcount/errors.h"
-#include "redcount/memory_store.h"
-#include "redcount/options.h"
-#include "redcount/redis_store.h"
-#include "redcount/resilient_store.h"
-#include "redcount/store.h"
+#include "redcount/common/errors.h"
+#include "redcount/memory/memory_store.h"
+#include "redcount/common/options.h"
+#include "redcount/redis/redis_store.h"
+#include "redcount/store/resilient_store.h"
+#include "redcount/store/store.h"
 
 namespace redcount::bind {
 

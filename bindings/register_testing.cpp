@@ -15,9 +15,9 @@
 
 #include "aio.h"
 #include "common.h"
-#include "redcount/errors.h"
-#include "redcount/operation.h"
-#include "redcount/store.h"
+#include "redcount/common/errors.h"
+#include "redcount/store/operation.h"
+#include "redcount/store/store.h"
 
 namespace redcount::bind {
 namespace {

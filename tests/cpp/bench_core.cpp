@@ -11,13 +11,13 @@
 #include <utility>
 #include <vector>
 
-#include "redcount/clock.h"
-#include "redcount/fixed_window.h"
-#include "redcount/limiter.h"
-#include "redcount/limits.h"
-#include "redcount/memory_store.h"
-#include "redcount/options.h"
-#include "redcount/window.h"
+#include "redcount/common/clock.h"
+#include "redcount/counters/fixed_window.h"
+#include "redcount/limiters/limiter.h"
+#include "redcount/common/limit_string.h"
+#include "redcount/memory/memory_store.h"
+#include "redcount/common/options.h"
+#include "redcount/common/window.h"
 
 using namespace redcount;
 

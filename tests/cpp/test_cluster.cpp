@@ -23,12 +23,12 @@
 #include <vector>
 
 #include "redcount/common/slot.h"
-#include "redcount/errors.h"
-#include "redcount/options.h"
+#include "redcount/common/errors.h"
+#include "redcount/common/options.h"
 #include "redcount/redis/cluster.h"
 #include "redcount/redis/command_keys.h"
-#include "redcount/redis_store.h"
-#include "redcount/store.h"
+#include "redcount/redis/redis_store.h"
+#include "redcount/store/store.h"
 
 namespace redcount {
 namespace {

@@ -16,11 +16,11 @@
 #include <thread>
 #include <vector>
 
-#include "redcount/errors.h"
-#include "redcount/options.h"
+#include "redcount/common/errors.h"
+#include "redcount/common/options.h"
 #include "redcount/redis/resolver.h"
 #include "redcount/redis/transport.h"
-#include "redcount/redis_store.h"
+#include "redcount/redis/redis_store.h"
 #include "test_support.h"
 
 using namespace redcount;

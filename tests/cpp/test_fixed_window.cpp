@@ -13,11 +13,11 @@
 #include <utility>
 #include <vector>
 
-#include "redcount/clock.h"
-#include "redcount/errors.h"
-#include "redcount/fixed_window.h"
-#include "redcount/memory_store.h"
-#include "redcount/window.h"
+#include "redcount/common/clock.h"
+#include "redcount/common/errors.h"
+#include "redcount/counters/fixed_window.h"
+#include "redcount/memory/memory_store.h"
+#include "redcount/common/window.h"
 #include "test_support.h"
 
 using namespace redcount;
@@ -223,7 +223,7 @@ TEST_P(FixedWindowTest, NonIntegerValueGivesReplyErrorAndStaysUnchanged) {
   const std::string msg = rctest::error_of<ReplyError>([&] { c->incr("k", 1); });
   EXPECT_EQ(msg, kNotInteger);
   // The value stays; the key gets its window's deadline, so it goes with the window
-  // (issue 8 item 2) instead of living for ever.
+  // instead of living for ever.
   EXPECT_EQ(rctest::snapshot(*store_).at(key).first, before.at(key).first);
   EXPECT_EQ(pttl(key), c->window("k").expire_at_ms - kT0);
   EXPECT_EQ(cmd({"GET", key}).str, "not-a-number");

@@ -12,12 +12,12 @@
 #include <thread>
 #include <vector>
 
-#include "redcount/clock.h"
-#include "redcount/errors.h"
-#include "redcount/fixed_window.h"
-#include "redcount/hot_keys.h"
-#include "redcount/metrics.h"
-#include "redcount/sharded.h"
+#include "redcount/common/clock.h"
+#include "redcount/common/errors.h"
+#include "redcount/counters/fixed_window.h"
+#include "redcount/store/hot_keys.h"
+#include "redcount/common/metrics.h"
+#include "redcount/sharded/sharded_counter.h"
 #include "test_support.h"
 
 namespace {

@@ -8,12 +8,12 @@
 #include <thread>
 #include <vector>
 
-#include "redcount/clock.h"
-#include "redcount/errors.h"
-#include "redcount/limiter.h"
-#include "redcount/limits.h"
-#include "redcount/memory_store.h"
-#include "redcount/window.h"
+#include "redcount/common/clock.h"
+#include "redcount/common/errors.h"
+#include "redcount/limiters/limiter.h"
+#include "redcount/common/limit_string.h"
+#include "redcount/memory/memory_store.h"
+#include "redcount/common/window.h"
 #include "test_support.h"
 
 using namespace redcount;
@@ -277,7 +277,7 @@ TEST_F(LimiterTest, StatsAndReset) {
   EXPECT_EQ(s[1].remaining, 10);
 }
 
-// Issue 8 item 2: a foreign value that is no count is garbage: reads see nothing, the next
+// A foreign value that is no count is garbage: reads see nothing, the next
 // hit deletes it and starts the window afresh, with its deadline.
 TEST_F(LimiterTest, NonIntegerValueIsGarbageAndStartsAfresh) {
   const auto limits = parse_limits("5/minute");

@@ -13,9 +13,9 @@
 #include <thread>
 #include <vector>
 
-#include "redcount/clock.h"
-#include "redcount/errors.h"
-#include "redcount/memory_store.h"
+#include "redcount/common/clock.h"
+#include "redcount/common/errors.h"
+#include "redcount/memory/memory_store.h"
 #include "test_support.h"
 
 using namespace redcount;

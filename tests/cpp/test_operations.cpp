@@ -11,15 +11,15 @@
 #include <variant>
 #include <vector>
 
-#include "redcount/clock.h"
-#include "redcount/errors.h"
-#include "redcount/fixed_window.h"
-#include "redcount/limiter.h"
-#include "redcount/limits.h"
-#include "redcount/memory_store.h"
-#include "redcount/operation.h"
-#include "redcount/sliding_window.h"
-#include "redcount/time_source.h"
+#include "redcount/common/clock.h"
+#include "redcount/common/errors.h"
+#include "redcount/counters/fixed_window.h"
+#include "redcount/limiters/limiter.h"
+#include "redcount/common/limit_string.h"
+#include "redcount/memory/memory_store.h"
+#include "redcount/store/operation.h"
+#include "redcount/counters/sliding_window.h"
+#include "redcount/store/time_source.h"
 #include "test_support.h"
 
 namespace {
@@ -104,7 +104,7 @@ TEST(CounterOps, CommandsModeIncrWithABareKeyAsksForAPexpireatFollowUp) {
   EXPECT_TRUE(op2->finish(std::move(fine)).empty());
   EXPECT_EQ(op2->take(), 8);
 
-  // Issue 8 item 9: a key whose TTL runs past the deadline (a foreign PEXPIRE) is held to
+  // A key whose TTL runs past the deadline (a foreign PEXPIRE) is held to
   // it like a key without one, on the server's clock (TIME answers first in the batch)...
   auto op3 = c.make_incr("k", 1);
   op3->prepare();
@@ -232,7 +232,7 @@ TEST(ClockOps, ARefusedProbeSwitchesToServerOffsetAndReruns) {
   EXPECT_EQ(time_arg(later[0]), std::to_string(server_ms));
 }
 
-// Issue 8 item 10: a transient error is not a refusal of TIME.
+// A transient error is not a refusal of TIME.
 TEST(ClockOps, BusyRepliesNeverSwitchTheClock) {
   auto inner = rctest::memory_store(std::make_shared<ManualClock>(kT0));
   auto store = std::make_shared<RemoteLikeStore>(inner);

@@ -1,4 +1,4 @@
-// Multi-region PN-counters (issue 9, section 5) on memory stores: one store per region.
+// Multi-region PN-counters on memory stores: one store per region.
 // The Lua merge is checked against its twin in test_strategies.cpp (the script registry).
 #include <gtest/gtest.h>
 
@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "redcount/clock.h"
-#include "redcount/errors.h"
-#include "redcount/memory_store.h"
-#include "redcount/pn_counter.h"
+#include "redcount/common/clock.h"
+#include "redcount/common/errors.h"
+#include "redcount/memory/memory_store.h"
+#include "redcount/crdt/pn_counter.h"
 #include "test_support.h"
 
 namespace {

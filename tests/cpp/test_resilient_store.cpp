@@ -5,7 +5,7 @@
 #include <chrono>
 #include <thread>
 
-#include "redcount/resilient_store.h"
+#include "redcount/store/resilient_store.h"
 #include "test_support.h"
 
 namespace rctest {

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "redcount/errors.h"
+#include "redcount/common/errors.h"
 #include "redcount/redis/ring.h"
 #include "test_support.h"
 

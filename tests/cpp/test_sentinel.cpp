@@ -28,8 +28,8 @@
 
 #include <gtest/gtest.h>
 
-#include "redcount/errors.h"
-#include "redcount/options.h"
+#include "redcount/common/errors.h"
+#include "redcount/common/options.h"
 #include "redcount/redis/sentinel.h"
 #include "redcount/redis/sentinel_url.h"
 #include "test_support.h"

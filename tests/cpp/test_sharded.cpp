@@ -1,4 +1,4 @@
-// Sharded idempotent counters (issue 9) and the memory store's streams, on the memory store
+// Sharded idempotent counters and the memory store's streams, on the memory store
 // and, when REDCOUNT_TEST_REDIS_URL is set, on a real Redis with the same expectations.
 #include <gtest/gtest.h>
 
@@ -9,14 +9,14 @@
 #include <string>
 #include <vector>
 
-#include "redcount/buffered.h"
-#include "redcount/clock.h"
-#include "redcount/errors.h"
-#include "redcount/memory_store.h"
-#include "redcount/options.h"
-#include "redcount/redis_store.h"
-#include "redcount/quota.h"
-#include "redcount/sharded.h"
+#include "redcount/sharded/buffered.h"
+#include "redcount/common/clock.h"
+#include "redcount/common/errors.h"
+#include "redcount/memory/memory_store.h"
+#include "redcount/common/options.h"
+#include "redcount/redis/redis_store.h"
+#include "redcount/sharded/quota.h"
+#include "redcount/sharded/sharded_counter.h"
 #include "test_support.h"
 
 namespace {

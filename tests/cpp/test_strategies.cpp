@@ -13,19 +13,19 @@
 #include <string>
 #include <vector>
 
-#include "redcount/clock.h"
-#include "redcount/errors.h"
-#include "redcount/fixed_window.h"
-#include "redcount/limiter.h"
-#include "redcount/pn_counter.h"
-#include "redcount/quota.h"
-#include "redcount/sharded.h"
-#include "redcount/limits.h"
-#include "redcount/memory_store.h"
-#include "redcount/options.h"
-#include "redcount/redis_store.h"
-#include "redcount/sliding_window.h"
-#include "redcount/time_source.h"
+#include "redcount/common/clock.h"
+#include "redcount/common/errors.h"
+#include "redcount/counters/fixed_window.h"
+#include "redcount/limiters/limiter.h"
+#include "redcount/crdt/pn_counter.h"
+#include "redcount/sharded/quota.h"
+#include "redcount/sharded/sharded_counter.h"
+#include "redcount/common/limit_string.h"
+#include "redcount/memory/memory_store.h"
+#include "redcount/common/options.h"
+#include "redcount/redis/redis_store.h"
+#include "redcount/counters/sliding_window.h"
+#include "redcount/store/time_source.h"
 #include "test_support.h"
 
 using namespace redcount;
@@ -278,7 +278,7 @@ TEST(TimeSource, OtherScriptErrorsDoNotSwitchModes) {
   o.clock = ClockMode::Server;
   auto lim = make_limiter(store, "sliding-window", o);
   rctest::run(*store, {"SET", "rl:sw:2:{k}:60000", "x"});
-  EXPECT_TRUE(lim->hit(parse_limits("2/minute"), "k", 1).allowed);  // a foreign value is garbage (issue 8)
+  EXPECT_TRUE(lim->hit(parse_limits("2/minute"), "k", 1).allowed);  // a foreign value is garbage
   EXPECT_EQ(lim->clock(), ClockMode::Server);
   // A command failing inside a script (an INCRBY that would overflow, on a foreign count)
   // is a ScriptError, and switches nothing either.
@@ -648,7 +648,7 @@ TEST(SlidingLog, UncheckedMembersMeetForeignCommands) {
   EXPECT_EQ(rctest::run(*store, {"ZCARD", key}).integer, 1);
 }
 
-// ------------------------------------------------------------ issue 8: foreign writes
+// ------------------------------------------------------------ foreign writes
 
 namespace {
 
@@ -690,7 +690,7 @@ std::vector<RepairCase> repair_cases(std::int64_t now, std::int64_t deadline) {
 
 }  // namespace
 
-// Issue 8 items 2, 7, 8 and 9, on both stores: after a foreign write (an expiry far in the
+// On both stores: after a foreign write (an expiry far in the
 // future, a PERSIST, a value of another type without a TTL) the next call of every script
 // leaves each of its keys with a TTL no longer than the script's own, limiter keys of
 // another type start afresh, and both stores answer alike. The second call of each case is
@@ -742,7 +742,7 @@ TEST_F(LuaTwinTest, ForeignWritesAreRepairedAlikeOnBothStores) {
   }
 }
 
-// Issue 8 item 18: a command that fails inside a script is a ScriptError on both stores
+// A command that fails inside a script is a ScriptError on both stores
 // (here an INCRBY that would overflow, inside fixed_window_hit).
 TEST_F(LuaTwinTest, ACommandFailingInsideAScriptIsAScriptErrorOnBothStores) {
   const std::string min = std::to_string(std::numeric_limits<std::int64_t>::min());

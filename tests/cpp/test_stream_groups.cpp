@@ -9,10 +9,10 @@
 #include <utility>
 #include <vector>
 
-#include "redcount/clock.h"
-#include "redcount/memory_store.h"
-#include "redcount/options.h"
-#include "redcount/redis_store.h"
+#include "redcount/common/clock.h"
+#include "redcount/memory/memory_store.h"
+#include "redcount/common/options.h"
+#include "redcount/redis/redis_store.h"
 #include "test_support.h"
 
 namespace {

@@ -14,12 +14,12 @@
 #include <utility>
 #include <vector>
 
-#include "redcount/clock.h"
-#include "redcount/errors.h"
-#include "redcount/memory_store.h"
-#include "redcount/options.h"
-#include "redcount/reply.h"
-#include "redcount/store.h"
+#include "redcount/common/clock.h"
+#include "redcount/common/errors.h"
+#include "redcount/memory/memory_store.h"
+#include "redcount/common/options.h"
+#include "redcount/store/reply.h"
+#include "redcount/store/store.h"
 
 namespace rctest {
 

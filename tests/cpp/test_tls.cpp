@@ -25,8 +25,8 @@
 
 #include <gtest/gtest.h>
 
-#include "redcount/errors.h"
-#include "redcount/options.h"
+#include "redcount/common/errors.h"
+#include "redcount/common/options.h"
 #include "redcount/redis/transport.h"
 #include "test_support.h"
 

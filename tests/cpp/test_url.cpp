@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "redcount/errors.h"
-#include "redcount/options.h"
+#include "redcount/common/errors.h"
+#include "redcount/common/options.h"
 #include "test_support.h"
 
 using namespace redcount;

@@ -7,8 +7,8 @@
 #include <set>
 #include <string>
 
-#include "redcount/errors.h"
-#include "redcount/window.h"
+#include "redcount/common/errors.h"
+#include "redcount/common/window.h"
 #include "test_support.h"
 
 using namespace redcount;

@@ -23,9 +23,9 @@
 #include <variant>
 #include <vector>
 
-#include "redcount/errors.h"
-#include "redcount/memory_store.h"
-#include "redcount/util.h"
+#include "redcount/common/errors.h"
+#include "redcount/memory/memory_store.h"
+#include "redcount/common/util.h"
 
 namespace redcount {
 namespace memory_errors {

@@ -4,9 +4,9 @@
 #include <random>
 
 #include "redcount/common/slot.h"
-#include "redcount/errors.h"
+#include "redcount/common/errors.h"
 #include "redcount/redis/engine.h"
-#include "redcount/util.h"
+#include "redcount/common/util.h"
 
 namespace redcount::redis {
 namespace {

@@ -4,8 +4,8 @@
 #include <unordered_map>
 
 #include "redcount/common/slot.h"
-#include "redcount/errors.h"
-#include "redcount/util.h"
+#include "redcount/common/errors.h"
+#include "redcount/common/util.h"
 
 namespace redcount::redis {
 namespace {

@@ -9,8 +9,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include "redcount/errors.h"
-#include "redcount/util.h"
+#include "redcount/common/errors.h"
+#include "redcount/common/util.h"
 
 namespace redcount::redis {
 namespace {

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 
-#include "redcount/errors.h"
+#include "redcount/common/errors.h"
 #include "redcount/redis/resp.h"
-#include "redcount/util.h"
+#include "redcount/common/util.h"
 
 namespace redcount::redis {
 namespace {

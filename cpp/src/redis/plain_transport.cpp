@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "redcount/errors.h"
+#include "redcount/common/errors.h"
 #include "redcount/redis/transport.h"
 
 namespace redcount {

@@ -1,4 +1,4 @@
-#include "redcount/redis_store.h"
+#include "redcount/redis/redis_store.h"
 
 #include <pthread.h>
 
@@ -7,10 +7,10 @@
 #include <string_view>
 
 #include "redcount/common/slot.h"
-#include "redcount/errors.h"
+#include "redcount/common/errors.h"
 #include "redcount/redis/cluster.h"
 #include "redcount/redis/engine.h"
-#include "redcount/util.h"
+#include "redcount/common/util.h"
 
 namespace redcount {
 namespace {

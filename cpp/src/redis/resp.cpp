@@ -5,7 +5,7 @@
 
 #include <charconv>
 
-#include "redcount/errors.h"
+#include "redcount/common/errors.h"
 
 namespace redcount::resp {
 namespace {

@@ -12,9 +12,9 @@
 #include <cstring>
 #include <system_error>
 
-#include "redcount/errors.h"
+#include "redcount/common/errors.h"
 #include "redcount/redis/resolver.h"
-#include "redcount/util.h"
+#include "redcount/common/util.h"
 
 namespace redcount::redis {
 namespace {

@@ -2,8 +2,8 @@
 
 #include <cctype>
 
-#include "redcount/errors.h"
-#include "redcount/util.h"
+#include "redcount/common/errors.h"
+#include "redcount/common/util.h"
 
 namespace redcount::redis {
 namespace {

@@ -24,8 +24,8 @@
 #include <string>
 #include <string_view>
 
-#include "redcount/errors.h"
-#include "redcount/options.h"
+#include "redcount/common/errors.h"
+#include "redcount/common/options.h"
 #include "redcount/redis/transport.h"
 
 namespace redcount {

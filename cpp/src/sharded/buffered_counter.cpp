@@ -1,4 +1,4 @@
-#include "redcount/buffered.h"
+#include "redcount/sharded/buffered.h"
 
 #include <pthread.h>
 
@@ -7,7 +7,7 @@
 #include <random>
 #include <set>
 
-#include "redcount/errors.h"
+#include "redcount/common/errors.h"
 
 namespace redcount {
 namespace {

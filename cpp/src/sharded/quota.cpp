@@ -1,47 +1,12 @@
-#include "redcount/quota.h"
+#include "redcount/sharded/quota.h"
 
-#include "redcount/errors.h"
-#include "redcount/keys.h"
-#include "redcount/lua_scripts.h"
-#include "redcount/util.h"
-#include "redcount/window.h"
+#include "redcount/common/errors.h"
+#include "redcount/common/keys.h"
+#include "redcount/common/util.h"
+#include "redcount/common/window.h"
 
 namespace redcount {
 namespace {
-
-// The memory store's twin of quota.lua; keep the two in step.
-Reply native_quota(Keyspace& ks, const std::vector<std::string>& keys, const std::vector<std::string>& args) {
-  auto bad = [] { return Reply::of_error("ERR quota: malformed arguments"); };
-  if (keys.empty() || keys.size() > 2 || args.size() != 5) return bad();
-  auto n = parse_int64(args[1]);
-  auto floor = parse_int64(args[2]);
-  auto ceiling = parse_int64(args[3]);
-  if (!n || !floor || !ceiling || (args[0] != "take" && args[0] != "give")) return bad();
-  const std::string& key = keys[0];
-  std::int64_t cur = 0;
-  if (auto raw = ks.get(key)) {
-    auto parsed = parse_int64(*raw);
-    if (!parsed || *parsed > kMaxQuota || *parsed < -kMaxQuota) return Reply::of_error("ERR quota value is not an integer: " + key);
-    cur = *parsed;
-  }
-  auto reply = [](std::int64_t applied, std::int64_t value, std::int64_t duplicate) {
-    return Reply::of_array({Reply::of_integer(applied), Reply::of_integer(value), Reply::of_integer(duplicate)});
-  };
-  const std::string* rid = keys.size() == 2 ? &keys[1] : nullptr;
-  if (rid && ks.exists(*rid)) return reply(1, cur, 1);
-  // Amounts and bounds are within +-(2^53 - 1) (validated by the client), so no overflow.
-  const bool take = args[0] == "take";
-  const std::int64_t after = take ? cur - *n : cur + *n;
-  if (take ? after < *floor : after > *ceiling) return reply(0, cur, 0);
-  ks.incrby(key, take ? -*n : *n);
-  if (rid) {
-    auto ttl = parse_int64(args[4]);
-    if (!ttl || *ttl < 1) return bad();
-    ks.del(*rid);
-    ks.set_nx_pxat(*rid, "1", ks.now_ms() + *ttl);
-  }
-  return reply(1, after, 0);
-}
 
 void check_amount(std::int64_t n, const char* what) {
   if (n < 1 || n > kMaxQuota) {
@@ -51,7 +16,6 @@ void check_amount(std::int64_t n, const char* what) {
 
 }  // namespace
 
-const Script kQuotaScript{"quota", lua::quota_source, lua::quota_sha1, &native_quota};
 
 Quota::Quota(std::shared_ptr<Store> store, QuotaOptions options) : store_(std::move(store)), options_(std::move(options)) {
   if (!store_) throw InvalidArgument("store must not be None");

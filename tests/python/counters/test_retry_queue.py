@@ -8,6 +8,9 @@ the server with SHUTDOWN SAVE, whose dump the restart loads.
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -15,9 +18,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
 import redcount
+import redcount.aio
 from conftest import RedisServer
 from helpers import ms, sum_keys, wait_for_fresh_window, wait_until
 
@@ -449,3 +454,74 @@ def test_interpreter_exit_drains_the_queue(redis_factory: Factory, how: str, del
             child.kill()
     assert child.returncode == 0, err
     assert server_total(server, "redcount:exitq:*") == delivered
+
+
+# ------------------------------------------------------------- close against a stalled server
+
+
+def _server_rx_queued(port: int) -> bool:
+    """True when a connection to `port` has bytes the server has not read (it is stopped)."""
+    want = f":{port:04X}"
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            parts = line.split()
+            if parts[1].endswith(want) and int(parts[4].split(":")[1], 16) > 0:
+                return True
+    return False
+
+
+def _queueing(kind: str, store: redcount.Store) -> tuple[Callable[[int], object], Any]:
+    """A counter of `kind` with on_error="queue" and a way to make its i-th write."""
+    backoff = {"retry_backoff": 0.01, "retry_backoff_max": 0.05}
+    if kind.startswith("fixed"):
+        mode = "commands" if kind.endswith("commands") else "script"
+        fc = redcount.FixedWindowCounter(store, "stall", 3600, on_error="queue", mode=mode,  # type: ignore[arg-type]
+                                         **backoff)
+        return (lambda i: fc.incr("k")), fc
+    sc = redcount.ShardedCounter(store, "stall", shards=4, on_error="queue", **backoff)  # type: ignore[arg-type]
+    return (lambda i: sc.incr(1, request_id=f"r{i}")), sc
+
+
+@pytest.mark.parametrize("kind", ["fixed-script", "fixed-commands", "sharded", "fixed-aio", "sharded-aio"])
+def test_close_with_a_timeout_returns_while_the_server_is_stalled(redis_factory: Factory, kind: str) -> None:
+    """With command_timeout=0 an attempt sent to a SIGSTOPped server never ends by itself;
+    close(timeout=0.5) still returns about then, and counts every write it gave up
+    (queued or in that attempt) as failed at once, never twice."""
+    server = redis_factory()
+    store = redcount.connect(server.url, command_timeout=0)
+    write, counter = _queueing(kind.removesuffix("-aio"), store)
+    writes = 6
+    server.stop()  # refused: every write goes to the queue
+    for i in range(writes):
+        write(i)
+    assert counter.stats().queued == writes
+    server.start()
+    assert server.proc is not None
+    os.kill(server.proc.pid, signal.SIGSTOP)
+    try:
+        # The retry thread reconnects and sends to the stalled server: stuck for good.
+        wait_until(lambda: _server_rx_queued(server.port), timeout=20,
+                   what="a retry to reach the stalled server")
+        started = time.monotonic()
+        if kind.endswith("-aio"):
+            twin = (redcount.aio.FixedWindowCounter if kind.startswith("fixed")
+                    else redcount.aio.ShardedCounter).from_sync(counter)
+            left = asyncio.run(twin.close(0.5))
+        else:
+            left = counter.close(0.5)
+        elapsed = time.monotonic() - started
+        # Generous slack for a loaded machine: without the fix close() never returns.
+        assert elapsed < 10, f"close(0.5) took {elapsed:.1f} s"
+        assert left == writes
+        s = counter.stats()
+        assert (s.queued, s.failed, s.pending, s.delivered) == (writes, writes, 0, 0)
+        with pytest.raises(redcount.RedcountError, match="closed"):
+            write(writes)
+    finally:
+        os.kill(server.proc.pid, signal.SIGCONT)
+    # The abandoned attempt may now land; what close() gave up is not counted again.
+    time.sleep(0.2)  # a window for a double count to show, not a readiness wait
+    s = counter.stats()
+    assert (s.failed, s.delivered) == (writes, 0)
+    store.close()
+    server.stop()

@@ -46,10 +46,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "redcount/options.h"
+#include "redcount/common/options.h"
 #include "redcount/redis/command_keys.h"
 #include "redcount/redis/pipeline.h"
-#include "redcount/store.h"
+#include "redcount/store/store.h"
 
 namespace redcount::redis {
 

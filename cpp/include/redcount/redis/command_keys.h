@@ -22,7 +22,7 @@
 #include <string_view>
 #include <vector>
 
-#include "redcount/store.h"
+#include "redcount/store/store.h"
 
 namespace redcount::redis {
 

@@ -24,7 +24,7 @@
 #include <memory>
 #include <string>
 
-#include "redcount/options.h"
+#include "redcount/common/options.h"
 #include "redcount/redis/pipeline.h"
 #include "redcount/redis/resolver.h"
 #include "redcount/redis/resp.h"

@@ -68,10 +68,10 @@
 #include <thread>
 #include <vector>
 
-#include "redcount/options.h"
+#include "redcount/common/options.h"
 #include "redcount/redis/connection.h"
 #include "redcount/redis/pipeline.h"
-#include "redcount/store.h"
+#include "redcount/store/store.h"
 
 namespace redcount::redis {
 

@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "redcount/reply.h"
-#include "redcount/store.h"
+#include "redcount/store/reply.h"
+#include "redcount/store/store.h"
 
 namespace redcount::redis {
 

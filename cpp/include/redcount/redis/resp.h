@@ -19,8 +19,8 @@
 #include <string_view>
 #include <vector>
 
-#include "redcount/reply.h"
-#include "redcount/store.h"
+#include "redcount/store/reply.h"
+#include "redcount/store/store.h"
 
 struct redisReader;
 

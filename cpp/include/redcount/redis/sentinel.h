@@ -38,8 +38,8 @@
 #include "redcount/redis/pipeline.h"
 #include "redcount/redis/resp.h"
 #include "redcount/redis/transport.h"
-#include "redcount/reply.h"
-#include "redcount/store.h"
+#include "redcount/store/reply.h"
+#include "redcount/store/store.h"
 
 namespace redcount::redis {
 

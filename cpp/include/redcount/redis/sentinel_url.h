@@ -24,7 +24,7 @@
 #include <string_view>
 #include <vector>
 
-#include "redcount/options.h"
+#include "redcount/common/options.h"
 #include "redcount/redis/sentinel.h"
 
 namespace redcount::redis {

@@ -1,0 +1,86 @@
+// Options for opening a store, and the URL parser that fills them.
+//
+//   StoreOptions o = parse_url("redis://app:secret@cache:6380/2");
+//   o.command_timeout = std::chrono::milliseconds(500);
+//   auto store = open_store(o);
+//
+// Accepted URLs:
+//   memory://
+//   redis://[[user]:password@]host[:port][/db]
+//   rediss://[[user]:password@]host[:port][/db][?query]   (TLS)
+//   unix:///path/to/redis.sock[?db=N]
+//   redis+cluster://[[user]:password@]host1:port1,host2:port2[/0]   (Redis Cluster)
+//   rediss+cluster://...[?query]                                     (Redis Cluster over TLS)
+// A cluster URL lists seed nodes (any of them; the rest are learned from CLUSTER SLOTS);
+// its database can only be 0, the one database a cluster has.
+// The rediss:// query takes redis-py's names, percent-encoded values, '&'-separated:
+//   ssl_ca_certs=PATH  ssl_certfile=PATH  ssl_keyfile=PATH  ssl_cert_reqs=required|optional|none
+//   ssl_check_hostname=true|false|1|0  ssl_server_name=NAME
+// Any other query parameter is an error; so is a TLS option on a redis:// or unix:// URL.
+// Errors never show credentials or query values.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "redcount/common/clock.h"
+
+namespace redcount {
+
+struct StoreOptions {
+  enum class Kind { Memory, Tcp, Unix };
+  Kind kind = Kind::Memory;
+  std::string host = "127.0.0.1";
+  int port = 6379;
+  std::string unix_path;
+  std::string username;  // empty = the "default" ACL user (AUTH password)
+  std::string password;  // empty = no AUTH
+  int db = 0;
+  // Redis Cluster: the seed nodes of a redis+cluster:// URL (host and port are the first).
+  bool cluster = false;
+  struct Seed {
+    std::string host;
+    int port = 6379;
+  };
+  std::vector<Seed> seeds;
+
+  std::chrono::milliseconds connect_timeout{2000};  // 0 = wait forever
+  std::chrono::milliseconds command_timeout{2000};  // 0 = wait forever
+  bool keepalive = true;                            // TCP keepalive on every connection
+  int max_connections = 1;  // sockets in all (>= 1); above `connections`: thread connections
+  std::chrono::milliseconds pool_timeout{2000};     // wait for a free connection; 0 = forever
+  std::chrono::milliseconds reconnect_backoff_min{10};
+  std::chrono::milliseconds reconnect_backoff_max{1000};
+  int connections = 1;  // multiplexed connections per server, 1..4
+
+  // TLS (rediss://), with redis-py's option names; also accepted as URL query parameters.
+  enum class CertReqs { Required, Optional, None };
+  bool tls = false;
+  std::string ssl_ca_certs;                       // CA bundle (PEM); empty = the system trust store
+  std::string ssl_certfile;                       // client certificate (mutual TLS); empty = none
+  std::string ssl_keyfile;                        // its private key; empty = in ssl_certfile
+  // Optional verifies like Required (a TLS server always presents a certificate; Python's
+  // ssl module treats CERT_OPTIONAL the same for clients). None verifies nothing, so it
+  // also turns the hostname check off.
+  CertReqs ssl_cert_reqs = CertReqs::Required;    // None only when asked, with a warning
+  bool ssl_check_hostname = true;                 // the certificate must name `host`
+  std::string ssl_server_name;                    // SNI and the name checked; empty = host
+
+  // Memory store only.
+  std::shared_ptr<Clock> clock;                      // null = system clock
+  std::chrono::milliseconds sweep_interval{100};     // background expiry sweep period
+};
+
+// Throws InvalidArgument naming the part of the URL that is wrong.
+StoreOptions parse_url(std::string_view url);
+
+// Sets one TLS option by its redis-py name from its text form, as a URL query does
+// (set_tls_option(o, "ssl_cert_reqs", "none")); keyword arguments use it to override the
+// URL. Throws InvalidArgument for an unknown name, a bad value, or when `o.tls` is false.
+void set_tls_option(StoreOptions& o, std::string_view name, std::string_view value);
+
+}  // namespace redcount

@@ -1,0 +1,83 @@
+// Small helpers shared by the core: strict integer parsing and formatting.
+#pragma once
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <chrono>
+#include <cstdint>
+#include <random>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace redcount {
+
+// Parses a decimal int64 the way Redis does (string2ll): optional '-', no '+', no
+// spaces, no leading zeros, no overflow. Returns nullopt when it is not one.
+inline std::optional<std::int64_t> parse_int64(std::string_view s) noexcept {
+  if (s.empty() || s.size() > 20) return std::nullopt;
+  if (s.size() > 1 && (s[0] == '0' || (s[0] == '-' && s[1] == '0'))) return std::nullopt;
+  if (s == "-") return std::nullopt;
+  std::int64_t v = 0;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || ptr != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+inline std::string to_string(std::int64_t v) { return std::to_string(v); }
+
+// Caller-supplied text made safe to quote in an error message: control bytes (a NUL would
+// cut the message short where it is handed on as a C string) become \xNN, and text past
+// `max` bytes is cut with "...(N bytes)", so a huge argument never makes a huge message.
+inline std::string printable(std::string_view s, std::size_t max = 80) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  const std::size_t shown = std::min(s.size(), max);
+  out.reserve(shown + 16);
+  for (std::size_t i = 0; i < shown; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7f) {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  if (s.size() > max) out += "...(" + std::to_string(s.size()) + " bytes)";
+  return out;
+}
+
+inline std::string ascii_lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// A delay drawn uniformly from [backoff / 2, backoff]: spreads retries and reconnects of
+// many clients so they do not arrive in lock-step.
+inline std::chrono::milliseconds jittered(std::chrono::milliseconds backoff) {
+  static thread_local std::minstd_rand rng{std::random_device{}()};
+  const long hi = std::max<long>(static_cast<long>(backoff.count()), 1);
+  return std::chrono::milliseconds(std::uniform_int_distribution<long>(hi / 2, hi)(rng));
+}
+
+inline constexpr std::string_view kMaxInt64Text = "9223372036854775807";
+
+// a > b for canonical decimals: compared as text, as pn_merge.lua does.
+inline bool decimal_greater(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return a.size() > b.size();
+  return a > b;
+}
+
+// A non-negative decimal without sign or leading zeros that fits in int64: what HINCRBY
+// leaves behind and what merge sends.
+inline bool canonical_uint(std::string_view s) {
+  if (s.empty() || s.size() > 19) return false;
+  if (!std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; })) return false;
+  if (s.size() > 1 && s[0] == '0') return false;
+  return !(s.size() == 19 && decimal_greater(s, kMaxInt64Text));
+}
+
+}  // namespace redcount

@@ -1,0 +1,143 @@
+// Rate-limit strategies behind redcount.Limiter.
+//
+//   auto limiter = make_limiter(store, "sliding-window", "redcount:lim");
+//   Decision d = limiter->hit(parse_limits("5/second;100/hour"), "ip:1.2.3.4", 1);
+//   if (!d.allowed) sleep_for(d.retry_after_ms);
+//
+// Every strategy decides several limits in one round trip and all-or-nothing: either
+// each limit is charged or none is, so a denied hit stores nothing. Strategies:
+//   fixed-window           clock-aligned windows, one counter per window
+//   sliding-window         exact sliding log (a sorted set of admitted hits)
+//   sliding-window-approx  weighted sub-bucket estimate, O(k) per key
+//   token-bucket           capacity ("burst") refilled continuously at the limit's rate
+//   gcra                   generic cell rate algorithm: one timestamp per key
+//   concurrency            at most N leases in flight per key (acquire/release)
+//
+// Every method is also an operation (see operation.h): make_hit(...) returns an
+// Op<Decision> that any driver can run; the method is `run(*store, *make_hit(...))`.
+//
+// Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "redcount/common/limit_string.h"
+#include "redcount/store/operation.h"
+#include "redcount/store/store.h"
+#include "redcount/store/scripts.h"
+#include "redcount/store/time_source.h"
+
+namespace redcount {
+
+
+struct Decision {
+  bool allowed = false;
+  std::int64_t limit = 0;           // the binding limit's amount
+  std::int64_t remaining = 0;       // hits of cost 1 still allowed under every limit
+  std::int64_t reset_after_ms = 0;  // until the binding limit's window resets
+  std::int64_t retry_after_ms = 0;  // 0 when allowed; else until this hit would be allowed
+  // Decided without the store (it was unavailable) by the caller's on_unavailable policy.
+  bool unavailable = false;
+};
+
+struct LimitStats {
+  RateLimit limit;
+  std::int64_t count = 0;
+  std::int64_t remaining = 0;
+  std::int64_t reset_after_ms = 0;
+};
+
+// A slot held under the concurrency strategy until released or until it expires.
+struct Lease {
+  std::string key;               // the business key
+  std::string storage_key;       // the sorted set holding the key's leases
+  std::string id;                // unique lease id (the set member)
+  std::int64_t max_in_flight = 0;
+  std::int64_t expires_at_ms = 0;  // by the limiter's clock
+  std::shared_ptr<std::atomic<bool>> released = std::make_shared<std::atomic<bool>>(false);
+};
+
+struct LimiterOptions {
+  std::string prefix = "redcount:lim";
+  ClockMode clock = ClockMode::Client;
+  // sliding-window-approx: the window is split into this many sub-buckets (1 = the
+  // classic two-bucket estimate). 1..60, and it must divide the window in milliseconds.
+  std::int64_t sub_buckets = 1;
+};
+
+class LimiterStrategy {
+ public:
+  virtual ~LimiterStrategy() = default;
+  virtual std::string_view name() const noexcept = 0;
+  // Charges `cost` against every limit if all of them allow it. (The synchronous methods
+  // run the make_ operation; a strategy may override them to run the same operation
+  // without copying its arguments.)
+  virtual Decision hit(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) {
+    return run(*store_, *make_hit(limits, key, cost));
+  }
+  // Whether hit() would allow it now, without charging anything.
+  virtual Decision test(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) {
+    return run(*store_, *make_test(limits, key, cost));
+  }
+  std::vector<LimitStats> stats(const std::vector<RateLimit>& limits, std::string_view key) {
+    return run(*store_, *make_stats(limits, key));
+  }
+  // Forgets the key's current state under these limits.
+  void reset(const std::vector<RateLimit>& limits, std::string_view key) { run(*store_, *make_reset(limits, key)); }
+
+  // The concurrency strategy only (others throw InvalidArgument): takes one of at most
+  // `max_in_flight` slots of `key` for up to `lease_timeout_ms`, or nullopt when all are
+  // taken. release() frees it: true when the lease was still held, false when it had
+  // already expired; a second release of the same lease throws InvalidArgument.
+  std::optional<Lease> acquire(std::int64_t max_in_flight, std::string_view key, std::int64_t lease_timeout_ms) {
+    return run(*store_, *make_acquire(max_in_flight, key, lease_timeout_ms));
+  }
+  bool release(const Lease& lease) { return run(*store_, *make_release(lease)); }
+  // Leases of `key` in flight now (concurrency strategy only).
+  std::int64_t in_flight(std::string_view key) { return run(*store_, *make_in_flight(key)); }
+
+  // The same as operations (operation.h): validated here, nothing sent until run. Each
+  // owns copies of the limits and the key. make_release marks the lease released at once,
+  // so a second make_release of it throws.
+  virtual std::shared_ptr<Op<Decision>> make_hit(const std::vector<RateLimit>& limits, std::string_view key,
+                                                 std::int64_t cost) = 0;
+  virtual std::shared_ptr<Op<Decision>> make_test(const std::vector<RateLimit>& limits, std::string_view key,
+                                                  std::int64_t cost) = 0;
+  virtual std::shared_ptr<Op<std::vector<LimitStats>>> make_stats(const std::vector<RateLimit>& limits,
+                                                                  std::string_view key) = 0;
+  virtual std::shared_ptr<Op<std::monostate>> make_reset(const std::vector<RateLimit>& limits,
+                                                         std::string_view key) = 0;
+  virtual std::shared_ptr<Op<std::optional<Lease>>> make_acquire(std::int64_t max_in_flight, std::string_view key,
+                                                                 std::int64_t lease_timeout_ms);
+  virtual std::shared_ptr<Op<bool>> make_release(const Lease& lease);
+  virtual std::shared_ptr<Op<std::int64_t>> make_in_flight(std::string_view key);
+
+  // The time source's mode in force ("client", "server" or "server-offset").
+  virtual ClockMode clock() const noexcept = 0;
+  const std::shared_ptr<Store>& store() const noexcept { return store_; }
+
+ protected:
+  explicit LimiterStrategy(std::shared_ptr<Store> store) : store_(std::move(store)) {}
+  std::shared_ptr<Store> store_;
+};
+
+// Throws InvalidArgument for an unknown name, listing the known ones, or a bad option.
+std::unique_ptr<LimiterStrategy> make_limiter(std::shared_ptr<Store> store, std::string_view strategy,
+                                              LimiterOptions options = {});
+// The same with default options and this key prefix.
+std::unique_ptr<LimiterStrategy> make_limiter(std::shared_ptr<Store> store, std::string_view strategy,
+                                              std::string prefix);
+std::vector<std::string> limiter_strategies();
+
+// Checks cost against the limits: 1 <= cost <= each limit's amount (its capacity when
+// `use_capacity`, for the bucket strategies).
+void validate_cost(const std::vector<RateLimit>& limits, std::int64_t cost, bool use_capacity = false);
+
+}  // namespace redcount

@@ -1,0 +1,95 @@
+// The Redis store: counters and limiters talk to Redis through this, via Store::execute
+// (blocking) or Store::submit (asynchronous).
+//
+//   auto store = std::make_shared<RedisStore>(parse_url("redis://localhost:6379/0"));
+//   auto replies = store->execute(batch);  // one round trip for the whole batch
+//   store->submit(batch, [](std::vector<Reply>&& r, std::exception_ptr e) { ... });
+//
+// On a Redis Cluster (a redis+cluster:// URL) a router (redis/cluster.h) replaces the one
+// engine: one engine per master, batches split per node and put back in order, MOVED and
+// ASK followed; shard_of() is the key's hash slot, and nodes() gives a store per master.
+//
+// Underneath is one I/O engine (redis/engine.h: a reactor thread, `connections`
+// multiplexed sockets, auto-pipelining, deadlines and the failure contract). This class
+// adds what belongs to the store:
+// - Connection-state commands are refused on the shared connections (SELECT, WATCH,
+//   SUBSCRIBE, CLIENT REPLY, AUTH, HELLO, RESET, blocking pops...), with InvalidArgument
+//   saying why; MULTI is accepted only with its EXEC or DISCARD in the same batch (a batch
+//   is written contiguously, so a transaction cannot interleave with other callers).
+// - Fork safety: a child process never touches the parent's engine, sockets or thread; it
+//   opens its own engine at its first call, and the parent keeps working.
+// - close() is idempotent and safe from any number of threads; later calls raise
+//   StoreClosed (a ConnectionError that is not transient).
+//
+// Thread-safe.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "redcount/common/options.h"
+#include "redcount/store/store.h"
+
+namespace redcount {
+
+namespace redis {
+class Engine;
+class Cluster;
+}
+
+class RedisStore final : public Store {
+ public:
+  explicit RedisStore(StoreOptions options);
+  // A store over an engine someone else owns (a cluster's node): close() closes this
+  // view only.
+  RedisStore(StoreOptions options, std::shared_ptr<redis::Engine> engine);
+  ~RedisStore() override;
+  RedisStore(const RedisStore&) = delete;
+  RedisStore& operator=(const RedisStore&) = delete;
+
+  std::vector<Reply> execute(const std::vector<Request>& batch) override;
+  void submit(std::vector<Request> batch, BatchDone done, CancelFlag cancelled = nullptr) override;
+  std::int64_t now_ms() const override { return options_.clock ? options_.clock->now_ms() : SystemClock().now_ms(); }
+  std::string describe() const override;
+  bool is_memory() const noexcept override { return false; }
+  // The RESP formatter renders ScriptCall::argv() itself.
+  bool accepts_typed_args() const noexcept override { return true; }
+  bool has_expire_options() const noexcept override;
+  bool contended() const noexcept override;
+  std::uint32_t shard_of(std::string_view key) const noexcept override;
+  std::vector<std::shared_ptr<Store>> nodes() override;
+  void close() override;
+  bool is_cluster() const noexcept { return options_.cluster; }
+  // "host:port" ("[v6]:port"), the socket path for unix://, or the seed list of a cluster.
+  std::string address() const;
+
+  // Connections open right now (set up and usable).
+  int open_connections() const;
+
+  // Used by the fork handlers only.
+  void before_fork();
+  void after_fork_in_parent();
+  void after_fork_in_child();
+
+ private:
+  redis::Engine& engine();
+  redis::Cluster& cluster();
+  [[noreturn]] void throw_closed() const;
+
+  StoreOptions options_;
+  std::atomic<bool> closed_{false};
+  std::mutex mu_;  // creating or replacing the engine
+  std::shared_ptr<redis::Engine> engine_;
+  std::atomic<redis::Engine*> current_{nullptr};
+  bool owns_engine_ = true;
+  std::shared_ptr<redis::Cluster> cluster_;
+  std::atomic<redis::Cluster*> cluster_current_{nullptr};
+  // Where an engine inherited through fork() is put: never destroyed, never used (its
+  // thread does not exist in the child and its sockets belong to the parent).
+  alignas(std::shared_ptr<redis::Engine>) unsigned char inherited_[sizeof(std::shared_ptr<redis::Engine>)];
+};
+
+}  // namespace redcount

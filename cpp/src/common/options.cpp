@@ -1,0 +1,323 @@
+#include <cctype>
+#include <string>
+
+#include "redcount/common/errors.h"
+#include "redcount/common/options.h"
+#include "redcount/common/util.h"
+
+namespace redcount {
+namespace {
+
+// The URL as it may be shown in an error: credentials and query values masked.
+std::string shown_url(std::string_view url) {
+  // Credentials run from after "://" (or the start, when the scheme is mistyped) to the last '@'.
+  std::string shown(url);
+  auto scheme_end = shown.find("://");
+  auto at = shown.rfind('@');
+  if (at != std::string::npos) {
+    const std::size_t from = scheme_end != std::string::npos && at > scheme_end ? scheme_end + 3 : 0;
+    shown = shown.substr(0, from) + "***@" + shown.substr(at + 1);
+  }
+  // Query values may hold a password (unix:///s?password=...) or a private path: keep the names.
+  auto q = shown.find('?');
+  if (q != std::string::npos) {
+    std::string masked = shown.substr(0, q + 1);
+    std::string_view query = std::string_view(shown).substr(q + 1);
+    while (true) {
+      auto amp = query.find('&');
+      std::string_view pair = query.substr(0, amp);
+      auto eq = pair.find('=');
+      masked += std::string(pair.substr(0, eq));
+      if (eq != std::string_view::npos) masked += "=***";
+      if (amp == std::string_view::npos) break;
+      masked += '&';
+      query = query.substr(amp + 1);
+    }
+    shown = masked;
+  }
+  return shown;
+}
+
+[[noreturn]] void bad(std::string_view url, const std::string& why) {
+  throw InvalidArgument("invalid store URL '" + shown_url(url) + "': " + why +
+                        " (expected memory://, redis://[[user]:password@]host[:port][/db], "
+                        "rediss://[[user]:password@]host[:port][/db][?ssl_ca_certs=...&...], "
+                        "redis+cluster://[[user]:password@]host:port,host:port[/0] (rediss+cluster:// for TLS) or "
+                        "unix:///path/to/redis.sock[?db=N])");
+}
+
+int hex(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+std::string percent_decode(std::string_view url, std::string_view s, const char* where = "in credentials") {
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%') {
+      if (i + 2 >= s.size()) bad(url, std::string("truncated %-escape ") + where);
+      int hi = hex(s[i + 1]), lo = hex(s[i + 2]);
+      if (hi < 0 || lo < 0) bad(url, std::string("bad %-escape ") + where);
+      out.push_back(static_cast<char>(hi * 16 + lo));
+      i += 2;
+    } else {
+      out.push_back(s[i]);
+    }
+  }
+  return out;
+}
+
+int parse_db(std::string_view url, std::string_view s) {
+  auto v = parse_int64(s);
+  if (!v || *v < 0 || *v > 1'000'000) bad(url, "database must be a number >= 0, got '" + std::string(s) + "'");
+  return static_cast<int>(*v);
+}
+
+constexpr std::string_view kTlsOptions[] = {"ssl_ca_certs",       "ssl_certfile",       "ssl_keyfile",
+                                            "ssl_cert_reqs",      "ssl_check_hostname", "ssl_server_name"};
+
+bool is_tls_option(std::string_view name) {
+  for (auto n : kTlsOptions) {
+    if (n == name) return true;
+  }
+  return false;
+}
+
+// A parameter name worth echoing: a short identifier. Anything else may be the tail of a
+// password with an unescaped '?' in it, so it is not shown.
+bool showable_name(std::string_view name) {
+  if (name.empty() || name.size() > 40) return false;
+  for (char c : name) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
+  }
+  return true;
+}
+
+// Applies the "?k=v&k=v" query of a redis://, rediss:// or unix:// URL.
+void apply_query(std::string_view url, std::string_view query, StoreOptions& o) {
+  const bool unix_socket = o.kind == StoreOptions::Kind::Unix;
+  std::string seen = "&";
+  while (!query.empty()) {
+    auto amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    if (pair.empty()) continue;  // "?a=1&&b=2" or a trailing '&'
+    auto eq = pair.find('=');
+    const std::string_view name = pair.substr(0, eq);
+    // Built by appending: GCC 12 at -O3 reports a false -Wrestrict for "'" + std::string(...).
+    std::string shown = "(name not shown)";
+    if (showable_name(name)) {
+      shown.assign(1, '\'');
+      shown.append(name);
+      shown.push_back('\'');
+    }
+    const bool known = is_tls_option(name) || (unix_socket && name == "db");
+    if (!known) {
+      if (unix_socket) bad(url, "unknown query parameter " + shown + " (unix:// takes db=N)");
+      if (name == "db") bad(url, "the database goes in the path (redis://host:port/N), not in the query");
+      std::string accepted;
+      for (auto n : kTlsOptions) {
+        if (!accepted.empty()) accepted.append(", ");
+        accepted.append(n);
+      }
+      bad(url, "unknown query parameter " + shown + " (rediss:// accepts " + accepted + ")");
+    }
+    std::string delimited("&");
+    delimited.append(name);
+    delimited.push_back('&');
+    if (seen.find(delimited) != std::string::npos) bad(url, "query parameter " + shown + " is given twice");
+    seen.append(delimited, 1, std::string::npos);
+    if (eq == std::string_view::npos) bad(url, "query parameter " + shown + " needs a value (name=...)");
+    std::string where("in query parameter ");
+    where.append(shown);
+    const std::string value = percent_decode(url, pair.substr(eq + 1), where.c_str());
+    if (name == "db") {
+      o.db = parse_db(url, value);
+      continue;
+    }
+    try {
+      set_tls_option(o, name, value);
+    } catch (const InvalidArgument& e) {
+      bad(url, e.what());
+    }
+  }
+}
+
+StoreOptions::Seed parse_host_port(std::string_view url, std::string_view hostport) {
+  StoreOptions::Seed o;
+  if (hostport.empty()) bad(url, "missing host");
+  if (hostport.front() == '[') {  // [IPv6]:port
+    auto close = hostport.find(']');
+    if (close == std::string_view::npos) bad(url, "unterminated [IPv6] host");
+    o.host = std::string(hostport.substr(1, close - 1));
+    hostport = hostport.substr(close + 1);
+    if (!hostport.empty()) {
+      if (hostport.front() != ':') bad(url, "junk after [IPv6] host");
+      auto p = parse_int64(hostport.substr(1));
+      if (!p || *p < 1 || *p > 65535) bad(url, "port must be 1-65535");
+      o.port = static_cast<int>(*p);
+    }
+  } else {
+    auto colon = hostport.rfind(':');
+    o.host = std::string(hostport.substr(0, colon));
+    if (colon != std::string_view::npos) {
+      auto p = parse_int64(hostport.substr(colon + 1));
+      if (!p || *p < 1 || *p > 65535) {
+        bad(url, "port must be a number 1-65535, got '" + std::string(hostport.substr(colon + 1)) + "'");
+      }
+      o.port = static_cast<int>(*p);
+    }
+  }
+  if (o.host.empty()) bad(url, "missing host");
+  for (char c : o.host) {
+    if (c == '/' || c == '?' || c == '#' || c == ' ' || static_cast<unsigned char>(c) < 0x20) {
+      bad(url, "host contains an invalid character");
+    }
+  }
+  return o;
+}
+
+}  // namespace
+
+void set_tls_option(StoreOptions& o, std::string_view name, std::string_view value) {
+  const std::string n(name);
+  if (!is_tls_option(name)) throw InvalidArgument("unknown TLS option '" + n + "'");
+  if (!o.tls) {
+    throw InvalidArgument(n + " applies to TLS connections only: use a rediss:// URL (this one is " +
+                          (o.kind == StoreOptions::Kind::Unix ? "unix://" : o.kind == StoreOptions::Kind::Memory
+                                                                                 ? "memory://"
+                                                                                 : "redis://") +
+                          ")");
+  }
+  if (name == "ssl_cert_reqs") {
+    const std::string v = ascii_lower(value);
+    if (v == "required" || v == "cert_required") {
+      o.ssl_cert_reqs = StoreOptions::CertReqs::Required;
+    } else if (v == "optional" || v == "cert_optional") {
+      o.ssl_cert_reqs = StoreOptions::CertReqs::Optional;
+    } else if (v == "none" || v == "cert_none") {
+      o.ssl_cert_reqs = StoreOptions::CertReqs::None;
+    } else {
+      throw InvalidArgument("ssl_cert_reqs must be required, optional or none, got '" + std::string(value) + "'");
+    }
+    return;
+  }
+  if (name == "ssl_check_hostname") {
+    const std::string v = ascii_lower(value);
+    if (v == "true" || v == "1") {
+      o.ssl_check_hostname = true;
+    } else if (v == "false" || v == "0") {
+      o.ssl_check_hostname = false;
+    } else {
+      throw InvalidArgument("ssl_check_hostname must be true, false, 1 or 0, got '" + std::string(value) + "'");
+    }
+    return;
+  }
+  // The rest are file paths or a host name: text that must not be empty.
+  if (value.empty()) throw InvalidArgument(n + " must not be empty");
+  if (value.find('\0') != std::string_view::npos) throw InvalidArgument(n + " must not contain a NUL byte");
+  if (name == "ssl_ca_certs") {
+    o.ssl_ca_certs = std::string(value);
+  } else if (name == "ssl_certfile") {
+    o.ssl_certfile = std::string(value);
+  } else if (name == "ssl_keyfile") {
+    o.ssl_keyfile = std::string(value);
+  } else {
+    for (char c : value) {
+      if (c == '/' || c == ' ' || static_cast<unsigned char>(c) < 0x20) {
+        throw InvalidArgument("ssl_server_name must be a host name, got '" + std::string(value) + "'");
+      }
+    }
+    o.ssl_server_name = std::string(value);
+  }
+}
+
+StoreOptions parse_url(std::string_view url) {
+  StoreOptions o;
+  if (url.empty() || url == "memory://") {
+    o.kind = StoreOptions::Kind::Memory;
+    return o;
+  }
+  auto scheme_end = url.find("://");
+  if (scheme_end == std::string_view::npos) bad(url, "missing scheme");
+  const std::string_view scheme = url.substr(0, scheme_end);
+  std::string_view rest = url.substr(scheme_end + 3);
+
+  if (scheme == "memory") {
+    if (!rest.empty()) bad(url, "memory:// takes no host, path or options");
+    return o;
+  }
+  if (scheme == "unix") {
+    o.kind = StoreOptions::Kind::Unix;
+    auto q = rest.find('?');
+    std::string_view path = rest.substr(0, q);
+    if (path.empty() || path[0] != '/') bad(url, "unix socket path must be absolute (unix:///path)");
+    o.unix_path = std::string(path);
+    if (q != std::string_view::npos) apply_query(url, rest.substr(q + 1), o);
+    return o;
+  }
+  const bool cluster = scheme == "redis+cluster" || scheme == "rediss+cluster";
+  if (scheme != "redis" && scheme != "rediss" && !cluster) {
+    // A '@' means credentials came before the "://" (a mistyped URL): do not echo them.
+    bad(url, "unknown scheme '" + (scheme.find('@') == std::string_view::npos ? std::string(scheme) : "***") + "'");
+  }
+
+  o.kind = StoreOptions::Kind::Tcp;
+  o.tls = scheme == "rediss" || scheme == "rediss+cluster";
+  o.cluster = cluster;
+  // The query starts at the first '?', as in any URL: a '?' in a password must be
+  // written %3F. It is applied last, once the scheme has said whether TLS is on.
+  std::string_view query;
+  if (auto q = rest.find('?'); q != std::string_view::npos) {
+    query = rest.substr(q + 1);
+    rest = rest.substr(0, q);
+    // Most likely a password with a raw '?' in it: say so without echoing any of it.
+    if (query.find('@') != std::string_view::npos) {
+      bad(url, "'@' after the '?': percent-encode '?' as %3F and '@' as %40 in passwords and query values");
+    }
+  }
+  // Credentials end at the last '@' so passwords may contain '@' unescaped.
+  auto at = rest.rfind('@');
+  if (at != std::string_view::npos) {
+    std::string_view cred = rest.substr(0, at);
+    rest = rest.substr(at + 1);
+    auto colon = cred.find(':');
+    if (colon == std::string_view::npos) {
+      // redis://password@host is a common shorthand for the default user.
+      o.password = percent_decode(url, cred);
+    } else {
+      o.username = percent_decode(url, cred.substr(0, colon));
+      o.password = percent_decode(url, cred.substr(colon + 1));
+    }
+    if (o.password.empty() && !o.username.empty()) bad(url, "a user name needs a password");
+  }
+  auto slash = rest.find('/');
+  std::string_view hostport = rest.substr(0, slash);
+  if (slash != std::string_view::npos) {
+    std::string_view db = rest.substr(slash + 1);
+    if (!db.empty()) o.db = parse_db(url, db);
+  }
+  if (hostport.empty()) bad(url, "missing host");
+  if (!cluster && hostport.find(',') != std::string_view::npos) {
+    bad(url, "several hosts are for a Redis Cluster: use redis+cluster://host1:port1,host2:port2");
+  }
+  while (true) {
+    const auto comma = hostport.find(',');
+    StoreOptions::Seed seed = parse_host_port(url, hostport.substr(0, comma));
+    o.seeds.push_back(std::move(seed));
+    if (comma == std::string_view::npos) break;
+    hostport = hostport.substr(comma + 1);
+  }
+  o.host = o.seeds.front().host;
+  o.port = o.seeds.front().port;
+  if (!cluster) o.seeds.clear();
+  if (cluster && o.db != 0) {
+    bad(url, "a Redis Cluster has only database 0, got /" + std::to_string(o.db));
+  }
+  apply_query(url, query, o);
+  return o;
+}
+
+}  // namespace redcount

@@ -1,0 +1,278 @@
+// The fixed-window limiter: one counter per limit and window, named after the window
+// (client-side time), incremented by fixed_window_hit.lua only while every limit allows.
+#include "redcount/limiters/limiter.h"
+
+#include <algorithm>
+#include <limits>
+#include <random>
+
+#include "limiters/limiter_internal.h"
+#include "redcount/common/errors.h"
+#include "redcount/common/util.h"
+#include "redcount/common/window.h"
+
+namespace redcount {
+namespace {
+
+using detail::exceeds;
+using detail::remaining_of;
+
+// Where one limit's window is now: its position and its key.
+struct Place {
+  WindowPos pos;
+  std::string key;
+};
+
+// What every fixed-window operation shares: the limits and key it was made for, and the
+// places they resolve to at the time the operation runs (client-side time: the window's
+// key is named after it).
+struct FixedWindowWork {
+  std::shared_ptr<const std::string> prefix;
+  // Owned copies (the make_ factories), or the caller's arguments (a synchronous call
+  // that runs the operation on its own stack frame).
+  std::vector<RateLimit> own_limits;
+  std::string own_key;
+  const std::vector<RateLimit>* borrowed_limits = nullptr;
+  std::string_view borrowed_key;
+  std::int64_t now = 0;
+
+  const std::vector<RateLimit>& lims() const { return borrowed_limits ? *borrowed_limits : own_limits; }
+  std::string_view key() const { return borrowed_limits ? borrowed_key : std::string_view(own_key); }
+  std::vector<Place> places;
+
+  void locate_all(std::int64_t at) {
+    now = at;
+    places.clear();
+    places.reserve(lims().size());
+    for (const auto& l : lims()) {
+      WindowPos pos = locate(WindowSpec{l.window_ms, kLimiterGraceMs, false}, key(), now);
+      places.push_back(Place{pos, fixed_window_limiter_key(*prefix, l.amount, key(), l.window_ms, pos.index)});
+    }
+  }
+
+  std::vector<Request> gets() const {
+    std::vector<Request> batch;
+    for (const auto& p : places) batch.emplace_back(Command{{"GET", p.key}});
+    return batch;
+  }
+
+  static std::vector<std::int64_t> read_counts(const std::vector<Reply>& replies) {
+    std::vector<std::int64_t> counts;
+    for (const Reply& r : replies) {
+      // A foreign value (another type, or no number) is garbage that the next hit deletes:
+      // it counts nothing.
+      if (r.is_error() && r.str.starts_with("WRONGTYPE")) {
+        counts.push_back(0);
+        continue;
+      }
+      auto s = r.as_string();
+      auto v = s ? parse_int64(*s) : std::nullopt;
+      counts.push_back(v.value_or(0));
+    }
+    return counts;
+  }
+
+  // denied_cost: 0 when allowed, else the cost that was refused.
+  Decision decide(const std::int64_t* counts, bool allowed, std::int64_t denied_cost) const {
+    Decision d;
+    d.allowed = allowed;
+    d.remaining = std::numeric_limits<std::int64_t>::max();
+    std::size_t binding = 0;
+    for (std::size_t i = 0; i < lims().size(); ++i) {
+      const std::int64_t rem = remaining_of(lims()[i].amount, counts[i]);
+      if (rem < d.remaining || (rem == d.remaining && places[i].pos.end_ms > places[binding].pos.end_ms)) {
+        d.remaining = rem;
+        binding = i;
+      }
+    }
+    if (!allowed) {
+      // Denied: the binding limit is the refusing one that frees up last.
+      for (std::size_t i = 0; i < lims().size(); ++i) {
+        if (!exceeds(counts[i], denied_cost, lims()[i].amount)) continue;
+        const std::int64_t wait = places[i].pos.end_ms - now;
+        if (wait > d.retry_after_ms) {
+          d.retry_after_ms = wait;
+          binding = i;
+        }
+      }
+    }
+    d.limit = lims()[binding].amount;
+    d.reset_after_ms = places[binding].pos.end_ms - now;
+    return d;
+  }
+};
+
+struct FixedWindowHit : FixedWindowWork {
+  std::int64_t cost = 1;
+  std::shared_ptr<const HitArgs> sent{};  // the typed arguments of the last call
+  std::vector<Request> batch(std::int64_t at) {
+    locate_all(at);
+    auto args = std::make_shared<HitArgs>();
+    args->cost = cost;
+    ScriptCall call{&kFixedWindowHitScript, {}, {}};
+    call.keys.reserve(lims().size());
+    for (std::size_t i = 0; i < lims().size(); ++i) {
+      call.keys.push_back(std::move(places[i].key));  // places' keys are not read again (decide reads pos)
+      args->limits.push_back({lims()[i].amount, places[i].pos.expire_at_ms});
+    }
+    sent = args;
+    call.typed = std::move(args);
+    std::vector<Request> out;
+    out.emplace_back(std::move(call));
+    return out;
+  }
+  Decision finish(std::vector<Reply>&& replies) const {
+    if (replies.size() != 1) throw ProtocolError("fixed_window_hit: expected one reply");
+    const Reply& r = replies.front();
+    if (r.type == Reply::Type::Status && r.str == kAnsweredInPlace && sent && sent->answered) {
+      return decide_from(sent->ints);  // the typed twin's answer
+    }
+    r.check();
+    if (r.type != Reply::Type::Array || r.elements.size() != lims().size() + 1) {
+      throw ProtocolError("fixed_window_hit returned an unexpected reply");
+    }
+    detail::Ints v;
+    for (const Reply& e : r.elements) v.push_back(e.as_integer());
+    return decide_from(v);
+  }
+  // v: allowed (1/0), then the count per limit.
+  Decision decide_from(const detail::Ints& v) const {
+    if (v.size() != lims().size() + 1) throw ProtocolError("fixed_window_hit returned an unexpected reply");
+    const bool allowed = v[0] == 1;
+    return decide(v.data() + 1, allowed, allowed ? 0 : cost);
+  }
+};
+
+struct FixedWindowTest : FixedWindowWork {
+  std::int64_t cost = 1;
+  std::vector<Request> batch(std::int64_t at) {
+    locate_all(at);
+    return gets();
+  }
+  Decision finish(std::vector<Reply>&& replies) const {
+    auto counts = read_counts(replies);
+    bool allowed = true;
+    for (std::size_t i = 0; i < lims().size(); ++i) allowed &= !exceeds(counts[i], cost, lims()[i].amount);
+    return decide(counts.data(), allowed, allowed ? 0 : cost);
+  }
+};
+
+struct FixedWindowStats : FixedWindowWork {
+  std::vector<Request> batch(std::int64_t at) {
+    locate_all(at);
+    return gets();
+  }
+  std::vector<LimitStats> finish(std::vector<Reply>&& replies) const {
+    auto counts = read_counts(replies);
+    std::vector<LimitStats> out;
+    for (std::size_t i = 0; i < lims().size(); ++i) {
+      out.push_back(LimitStats{lims()[i], counts[i], remaining_of(lims()[i].amount, counts[i]),
+                               places[i].pos.end_ms - now});
+    }
+    return out;
+  }
+};
+
+struct FixedWindowReset : FixedWindowWork {
+  std::vector<Request> batch(std::int64_t at) {
+    locate_all(at);
+    Command del{{"DEL"}};
+    for (const auto& p : places) del.args.push_back(p.key);
+    std::vector<Request> out;
+    out.emplace_back(std::move(del));
+    return out;
+  }
+  std::monostate finish(std::vector<Reply>&& replies) const {
+    for (const Reply& r : replies) r.check();
+    return {};
+  }
+};
+
+class FixedWindowLimiter final : public LimiterStrategy {
+ public:
+  FixedWindowLimiter(std::shared_ptr<Store> store, const LimiterOptions& o)
+      : LimiterStrategy(store), time_(store, o.clock), prefix_(std::make_shared<const std::string>(o.prefix)) {}
+
+  std::string_view name() const noexcept override { return "fixed-window"; }
+  // The window's key is named after the time, so the client must know it: server time
+  // comes from the measured offset (ServerOffset) rather than from inside the script.
+  ClockMode clock() const noexcept override {
+    return time_.requested() == ClockMode::Client ? ClockMode::Client : ClockMode::ServerOffset;
+  }
+
+  std::shared_ptr<Op<Decision>> make_hit(const std::vector<RateLimit>& limits, std::string_view key,
+                                         std::int64_t cost) override {
+    check_cost(limits, key, cost);
+    FixedWindowHit spec;
+    fill(spec, limits, key);
+    spec.cost = cost;
+    return make_clocked_batch<Decision>(time_, std::move(spec));
+  }
+
+  // make_hit's operation on this stack frame, borrowing the arguments: no copies on the
+  // hot path.
+  Decision hit(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) override {
+    check_cost(limits, key, cost);
+    FixedWindowHit spec;
+    spec.prefix = prefix_;
+    spec.borrowed_limits = &limits;
+    spec.borrowed_key = key;
+    spec.cost = cost;
+    ClockedBatch<Decision, FixedWindowHit> op(time_, std::move(spec));
+    return run(*store_, op);
+  }
+
+  std::shared_ptr<Op<Decision>> make_test(const std::vector<RateLimit>& limits, std::string_view key,
+                                          std::int64_t cost) override {
+    check_cost(limits, key, cost);
+    FixedWindowTest spec;
+    fill(spec, limits, key);
+    spec.cost = cost;
+    return make_clocked_batch<Decision>(time_, std::move(spec));
+  }
+
+  std::shared_ptr<Op<std::vector<LimitStats>>> make_stats(const std::vector<RateLimit>& limits,
+                                                          std::string_view key) override {
+    detail::require_limits(limits);
+    validate_key(key);
+    FixedWindowStats spec;
+    fill(spec, limits, key);
+    return make_clocked_batch<std::vector<LimitStats>>(time_, std::move(spec));
+  }
+
+  std::shared_ptr<Op<std::monostate>> make_reset(const std::vector<RateLimit>& limits, std::string_view key) override {
+    detail::require_limits(limits);
+    validate_key(key);
+    FixedWindowReset spec;
+    fill(spec, limits, key);
+    return make_clocked_batch<std::monostate>(time_, std::move(spec));
+  }
+
+ private:
+  void check_cost(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) const {
+    detail::require_limits(limits);
+    detail::require_no_burst(limits, name());
+    validate_cost(limits, cost);
+    validate_key(key);
+  }
+
+  void fill(FixedWindowWork& w, const std::vector<RateLimit>& limits, std::string_view key) const {
+    w.prefix = prefix_;
+    w.own_limits = limits;
+    w.own_key = std::string(key);
+  }
+
+  TimeSource time_;
+  std::shared_ptr<const std::string> prefix_;
+};
+
+}  // namespace
+
+namespace detail {
+
+std::unique_ptr<LimiterStrategy> make_fixed_window(std::shared_ptr<Store> store, const LimiterOptions& o) {
+  return std::make_unique<FixedWindowLimiter>(std::move(store), o);
+}
+
+}  // namespace detail
+}  // namespace redcount

@@ -1,0 +1,180 @@
+// Private helpers shared by the limiter strategies and the sliding-window counter.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <charconv>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "redcount/common/bounds.h"
+#include "redcount/common/errors.h"
+#include "redcount/common/keys.h"
+#include "redcount/limiters/limiter.h"
+#include "redcount/common/limit_string.h"
+#include "redcount/store/store.h"
+#include "store/script_args.h"
+#include "redcount/store/time_source.h"
+#include "redcount/common/util.h"
+#include "redcount/common/window.h"
+
+namespace redcount::detail {
+
+using ::redcount::kMaxMembers;
+using ::redcount::kMaxMembersPerCall;
+// Throws unless `cost` is at most kMaxMembersPerCall (strategies that add one entry per
+// unit of cost).
+void require_member_cost(std::int64_t cost, std::string_view strategy);
+using ::redcount::limiter_key;
+
+// One limit's state after a hit/test, as the strategy computed it.
+struct Outcome {
+  std::int64_t amount = 0;          // the limit's amount (its capacity for buckets)
+  std::int64_t count = 0;           // used up now (hits in the window, tokens spent, ...)
+  std::int64_t remaining = 0;       // further hits of cost 1 it allows now
+  std::int64_t reset_after_ms = 0;  // until it is back to its empty/full state
+  std::int64_t retry_after_ms = 0;  // when it refuses the cost: until it would allow it
+  bool refuses = false;
+};
+
+// Folds the limits' outcomes into one Decision: remaining is the smallest; the binding
+// limit is the one with the least remaining (ties: the later reset) or, when denied,
+// the refusing one that frees up last.
+Decision combine(const std::vector<Outcome>& outcomes, bool allowed);
+std::vector<LimitStats> to_stats(const std::vector<RateLimit>& limits, const std::vector<Outcome>& outcomes);
+
+// Throws unless every limit's amount is at most kMaxMembers (strategies that store one
+// entry per admitted hit).
+void require_members(const std::vector<RateLimit>& limits, std::string_view strategy);
+// Throws unless every window is at most kMaxScriptSpanMs.
+void require_span(const std::vector<RateLimit>& limits, std::string_view strategy);
+
+// Checks a script reply is an array of exactly `size` elements; returns it as integers.
+Ints integers(const Reply& reply, std::size_t size, std::string_view script);
+// Throws unless no limit carries a burst ("burst" only means something to the buckets).
+void require_no_burst(const std::vector<RateLimit>& limits, std::string_view strategy);
+// Throws unless amount * window_ms (or capacity * window_ms) stays exact in a Lua double.
+void require_exact(const std::vector<RateLimit>& limits, std::string_view strategy, bool use_capacity);
+void require_limits(const std::vector<RateLimit>& limits);
+
+// What a strategy that decides with one script call over one key per limit, in "hit" or
+// "test" mode, needs to know: immutable, shared by the strategy and its operations, so
+// an operation may outlive the strategy that made it.
+class ScriptedRules {
+ public:
+  explicit ScriptedRules(std::string prefix) : prefix_(std::move(prefix)) {}
+  virtual ~ScriptedRules() = default;
+  virtual std::string_view name() const noexcept = 0;
+  // Throws InvalidArgument unless the limits suit this strategy.
+  virtual void check(const std::vector<RateLimit>& limits) const = 0;
+  // The buckets check a cost against the capacity (the burst), the others the amount.
+  virtual bool cost_by_capacity() const noexcept { return false; }
+  // The largest cost one call may carry (the log strategies add one member per unit).
+  virtual std::int64_t max_cost() const noexcept { return kMaxExact; }
+  // The script's time unit: 1 = ms, 1000 = µs.
+  virtual std::int64_t time_scale() const noexcept { return 1; }
+  virtual std::string storage_key(const RateLimit& limit, std::string_view key) const = 0;
+  // The script call at `now` (in the script's unit; nullopt: the script reads TIME).
+  // Typed arguments, when the call has them, are a TimedArgs.
+  virtual ScriptCall call(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost, bool hit,
+                          std::optional<std::int64_t> now) const = 0;
+  virtual const Script& script() const noexcept = 0;
+  // The script's reply is an array of this many integers: now, allowed, then per limit.
+  virtual std::size_t reply_size(const std::vector<RateLimit>& limits) const = 0;
+  virtual std::vector<Outcome> outcomes(const std::vector<RateLimit>& limits, std::int64_t cost,
+                                        const Ints& v) const = 0;
+
+ protected:
+  std::string prefix_;
+};
+
+// One scripted decision as a ClockedScript spec; T is Decision (hit, test) or
+// std::vector<LimitStats> (stats). An owned spec (the make_ factories) holds copies; a
+// borrowed one refers to the caller's arguments, for a synchronous call that runs the
+// operation on its own stack frame.
+template <class T, bool Owned = true>
+struct ScriptedSpec {
+  std::conditional_t<Owned, std::shared_ptr<const ScriptedRules>, const ScriptedRules*> rules;
+  std::conditional_t<Owned, std::vector<RateLimit>, const std::vector<RateLimit>&> limits;
+  std::conditional_t<Owned, std::string, std::string_view> key;
+  std::int64_t cost = 1;
+  bool hit = false;
+
+  std::shared_ptr<const TimedArgs> sent{};  // the typed arguments of the last call, if any
+
+  ScriptCall call(std::optional<std::int64_t> now) {
+    ScriptCall c = rules->call(limits, key, cost, hit, now);
+    sent = std::static_pointer_cast<const TimedArgs>(c.typed);
+    return c;
+  }
+  T finish(Reply reply) const {
+    const bool in_place = sent && sent->answered && reply.type == Reply::Type::Status && reply.str == kAnsweredInPlace;
+    if (in_place && sent->ints.size() != rules->reply_size(limits)) {
+      throw ProtocolError(std::string(rules->script().name) + " returned an unexpected reply");
+    }
+    const Ints& v = in_place ? sent->ints : (scratch_ = integers(reply, rules->reply_size(limits), rules->script().name));
+    auto outcomes = rules->outcomes(limits, cost, v);
+    if constexpr (std::is_same_v<T, Decision>) {
+      return combine(outcomes, v[1] == 1);
+    } else {
+      return to_stats(limits, outcomes);
+    }
+  }
+  mutable Ints scratch_{};
+};
+
+// A strategy made of ScriptedRules: hit/test/stats are one script call, reset one DEL.
+class ScriptedLimiter final : public LimiterStrategy {
+ public:
+  ScriptedLimiter(const std::shared_ptr<Store>& store, const LimiterOptions& o,
+                  std::shared_ptr<const ScriptedRules> rules)
+      : LimiterStrategy(store), time_(store, o.clock), rules_(std::move(rules)) {}
+
+  std::string_view name() const noexcept override { return rules_->name(); }
+  ClockMode clock() const noexcept override { return time_.effective(); }
+  std::shared_ptr<Op<Decision>> make_hit(const std::vector<RateLimit>& limits, std::string_view key,
+                                         std::int64_t cost) override;
+  std::shared_ptr<Op<Decision>> make_test(const std::vector<RateLimit>& limits, std::string_view key,
+                                          std::int64_t cost) override;
+  std::shared_ptr<Op<std::vector<LimitStats>>> make_stats(const std::vector<RateLimit>& limits,
+                                                          std::string_view key) override;
+  std::shared_ptr<Op<std::monostate>> make_reset(const std::vector<RateLimit>& limits, std::string_view key) override;
+  Decision hit(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) override {
+    return decide_now(limits, key, cost, true);
+  }
+  Decision test(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) override {
+    return decide_now(limits, key, cost, false);
+  }
+
+ private:
+  void check(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) const;
+  std::shared_ptr<Op<Decision>> decide(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost,
+                                       bool hit);
+  // The same operation on this stack frame, borrowing the arguments.
+  Decision decide_now(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost, bool hit) {
+    check(limits, key, cost);
+    ClockedScript<Decision, ScriptedSpec<Decision, false>> op(
+        time_, rules_->time_scale(), ScriptedSpec<Decision, false>{rules_.get(), limits, key, cost, hit});
+    return run(*store_, op);
+  }
+
+  TimeSource time_;
+  std::shared_ptr<const ScriptedRules> rules_;
+};
+
+std::unique_ptr<LimiterStrategy> make_fixed_window(std::shared_ptr<Store> store, const LimiterOptions& o);
+std::unique_ptr<LimiterStrategy> make_sliding_log(std::shared_ptr<Store> store, const LimiterOptions& o);
+std::unique_ptr<LimiterStrategy> make_sliding_approx(std::shared_ptr<Store> store, const LimiterOptions& o);
+std::unique_ptr<LimiterStrategy> make_token_bucket(std::shared_ptr<Store> store, const LimiterOptions& o);
+std::unique_ptr<LimiterStrategy> make_gcra(std::shared_ptr<Store> store, const LimiterOptions& o);
+std::unique_ptr<LimiterStrategy> make_concurrency(std::shared_ptr<Store> store, const LimiterOptions& o);
+
+}  // namespace redcount::detail

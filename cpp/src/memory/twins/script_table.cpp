@@ -1,0 +1,59 @@
+// The one table of redcount's scripts: each Lua file (cpp/lua/<name>.lua, embedded with its
+// SHA1 by CMake, which globs the folder) with its native twins. Redis gets the Lua text
+// (EVALSHA, SCRIPT LOAD on NOSCRIPT); the memory store runs the twin. A script added to
+// cpp/lua needs a row here: test_scripts.cpp checks that every file has one, that every
+// row's SHA1 is its file's, and that the memory store answers every row.
+#include "memory/twins/twins.h"
+#include "redcount/lua_scripts.h"
+#include "redcount/store/scripts.h"
+
+namespace redcount {
+
+// name, Lua text and SHA1 (generated from cpp/lua/<name>.lua), native twin, typed twin
+const Script kFixedWindowIncrScript{"fixed_window_incr", lua::fixed_window_incr_source, lua::fixed_window_incr_sha1,
+                                    &twins::native_fixed_window_incr, &twins::typed_fixed_window_incr};
+const Script kFixedWindowHitScript{"fixed_window_hit", lua::fixed_window_hit_source, lua::fixed_window_hit_sha1,
+                                   &twins::native_fixed_window_hit, &twins::typed_fixed_window_hit};
+const Script kSlidingLogScript{"sliding_log", lua::sliding_log_source, lua::sliding_log_sha1,
+                               &twins::native_sliding_log, &twins::typed_sliding_log};
+const Script kSlidingApproxScript{"sliding_approx", lua::sliding_approx_source, lua::sliding_approx_sha1,
+                                  &twins::native_sliding_approx, &twins::typed_sliding_approx};
+const Script kSlidingCounterScript{"sliding_counter", lua::sliding_counter_source, lua::sliding_counter_sha1,
+                                   &twins::native_sliding_counter};
+const Script kTokenBucketScript{"token_bucket", lua::token_bucket_source, lua::token_bucket_sha1,
+                                &twins::native_token_bucket};
+const Script kGcraScript{"gcra", lua::gcra_source, lua::gcra_sha1,
+                         &twins::native_gcra};
+const Script kConcurrencyScript{"concurrency", lua::concurrency_source, lua::concurrency_sha1,
+                                &twins::native_concurrency};
+const Script kShardedIncrScript{"sharded_incr", lua::sharded_incr_source, lua::sharded_incr_sha1,
+                                &twins::native_sharded_incr};
+const Script kShardedReshardScript{"sharded_reshard", lua::sharded_reshard_source, lua::sharded_reshard_sha1,
+                                   &twins::native_sharded_reshard};
+const Script kQuotaScript{"quota", lua::quota_source, lua::quota_sha1,
+                          &twins::native_quota};
+const Script kPnMergeScript{"pn_merge", lua::pn_merge_source, lua::pn_merge_sha1,
+                            &twins::native_pn_merge};
+const Script kTimeProbeScript{"time_probe", lua::time_probe_source, lua::time_probe_sha1,
+                              &twins::native_time_probe};
+
+const std::vector<const Script*>& all_scripts() {
+  static const std::vector<const Script*> scripts{
+      &kFixedWindowIncrScript,
+      &kFixedWindowHitScript,
+      &kSlidingLogScript,
+      &kSlidingApproxScript,
+      &kSlidingCounterScript,
+      &kTokenBucketScript,
+      &kGcraScript,
+      &kConcurrencyScript,
+      &kShardedIncrScript,
+      &kShardedReshardScript,
+      &kQuotaScript,
+      &kPnMergeScript,
+      &kTimeProbeScript,
+  };
+  return scripts;
+}
+
+}  // namespace redcount
