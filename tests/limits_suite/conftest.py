@@ -4,26 +4,39 @@ Copied over the sdist's ``tests/conftest.py`` by ``run.py`` (which replaces its 
 fixtures). Every collected test parametrized with a storage URI gets ours instead:
 ``memory://`` -> ``redcount+memory://``, ``redis://localhost:7379`` -> ``redcount+redis://``
 on a private redis-server, ``redis+unix://...`` -> ``redcount+unix://`` on the same server's
-socket, and their ``async+`` twins; ``expected_instance`` becomes our class. Tests of other
-backends (memcached, mongodb, cluster, sentinel, valkey) and of limits' own machinery are
-deselected: they do not touch our storages.
+socket, ``redis+cluster://localhost:7001/`` -> ``redcount+redis+cluster://`` on a private
+3-master Redis Cluster (started by tests/python/topologies.py, as our own suite's cluster
+fixtures are, and only when a cluster test is collected), and their ``async+`` twins;
+``expected_instance`` becomes our class. Tests of other backends (memcached, mongodb,
+sentinel, valkey), limits' cluster variants that need a server setup of their own (a
+password, TLS with its certificate files, redis-py's ``startup_nodes``) and limits' own
+machinery are deselected: they do not touch our storages.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
+import redis.cluster
 import redcount.contrib.limits as rcl
 from limits.aio.storage import MemoryStorage as AsyncMemoryStorage
+from limits.aio.storage import RedisClusterStorage as AsyncRedisClusterStorage
 from limits.aio.storage import RedisStorage as AsyncRedisStorage
-from limits.storage import MemoryStorage, RedisStorage
+from limits.storage import MemoryStorage, RedisClusterStorage, RedisStorage
+
+# Our topology fixtures' Cluster (run.py says where tests/python is: this file runs from the sdist).
+sys.path.insert(0, os.environ["REDCOUNT_TESTS_PYTHON"])
+from topologies import Cluster  # noqa: E402
 
 
 def _free_port() -> int:
@@ -44,6 +57,14 @@ URIS = {
     "async+redis://localhost:7379": f"async+redcount+redis://127.0.0.1:{PORT}",
     "async+redis+unix:///tmp/limits.redis.sock": f"async+redcount+unix://{SOCK}",
 }
+# limits' cluster URIs; ours name the cluster's nodes, known once it has started.
+CLUSTER_URIS = {
+    "redis+cluster://localhost:7001/": "redcount+{url}",
+    "async+redis+cluster://localhost:7001/": "async+redcount+{url}",
+}
+CLUSTER: list[Cluster] = []  # the one cluster of this run, once a collected test needs it
+# Another topology's tests join the same way: its limits URIs mapped to ours, the topology
+# started on first use in pytest_collection_modifyitems, and the fixture limits' tests name.
 # Deselected with the reason: not a difference of ours, but a race in the test itself.
 RACES = {
     # Sleeps exactly 2 periods after the hit that created a key living 2 periods, then reads:
@@ -61,7 +82,15 @@ CLASSES = {
     RedisStorage: rcl.RedcountStorage,
     AsyncMemoryStorage: rcl.AsyncRedcountStorage,
     AsyncRedisStorage: rcl.AsyncRedcountStorage,
+    RedisClusterStorage: rcl.RedcountStorage,
+    AsyncRedisClusterStorage: rcl.AsyncRedcountStorage,
 }
+
+
+def _cluster_url() -> str:
+    if not CLUSTER:
+        CLUSTER.append(Cluster(masters=3, replicas=0).start())
+    return CLUSTER[0].url
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -69,10 +98,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         uri = params.get("uri")
-        if uri not in URIS or getattr(item, "originalname", "") in RACES:
+        if (uri not in URIS and uri not in CLUSTER_URIS) or getattr(item, "originalname", "") in RACES:
             drop.append(item)
             continue
-        params["uri"] = URIS[uri]
+        params["uri"] = URIS[uri] if uri in URIS else CLUSTER_URIS[uri].format(url=_cluster_url())
         params["args"] = {}  # limits' per-client options (implementation=coredis...)
         if "expected_instance" in params:
             params["expected_instance"] = CLASSES[params["expected_instance"]]
@@ -117,3 +146,19 @@ def redis_basic(_server: redis.Redis) -> redis.Redis:
 def redis_uds(_server: redis.Redis) -> redis.Redis:
     _server.flushall()
     return _server
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    while CLUSTER:
+        CLUSTER.pop().cleanup()
+
+
+@pytest.fixture
+def redis_cluster() -> Iterator[redis.cluster.RedisCluster]:
+    """The cluster, flushed (data and scripts, on every master); limits' tests read keys
+    through redis-py's cluster client, as with their own fixture."""
+    cluster = CLUSTER[0]
+    cluster.flushall()
+    client = redis.cluster.RedisCluster("127.0.0.1", cluster.nodes[0].port)
+    yield client
+    client.close()
