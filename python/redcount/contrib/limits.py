@@ -344,40 +344,12 @@ class _Core:
 
     def run_each(self, op: _Op) -> list[Any]:
         """``op`` on each master (:meth:`Store.nodes`: every master of a Redis Cluster, the store
-        itself otherwise), for what is about the whole store rather than one key (reset, check):
-        a cluster store refuses KEYS, and a PING reaches only one node."""
+        itself otherwise), for what is about the whole store rather than one key: a PING to a
+        cluster store reaches only one of its nodes."""
         if self.memory:
             with self.lock:
                 return [op.memory()]
         return [self._run_on(node, op) for node in self.store.nodes()]
-
-    def reset_all(self) -> int:
-        """Deletes every key under the prefix on every master; the number deleted."""
-        if not self.cluster:
-            return sum(self.run_each(self.reset()))
-        pattern, n = self.reset_pattern(), 0
-        for node in self.store.nodes():
-            keys = node.execute("KEYS", pattern)
-            assert isinstance(keys, list)
-            for dels in _one_key_dels(keys):
-                n += _deleted(node.execute_many(dels))
-        return n
-
-    async def reset_all_async(self) -> int:
-        """:meth:`reset_all` for ``limits.aio``: the masters are cleared concurrently."""
-        if not self.cluster:
-            return sum(await self.run_each_async(self.reset()))
-        pattern = self.reset_pattern()
-
-        async def clear(node: AsyncStore) -> int:
-            keys = await node.execute("KEYS", pattern)
-            assert isinstance(keys, list)
-            n = 0
-            for dels in _one_key_dels(keys):
-                n += _deleted(await node.execute_many(dels))
-            return n
-
-        return sum(await asyncio.gather(*(clear(AsyncStore(n)) for n in self.store.nodes())))
 
     @staticmethod
     def _run_on(store: Store, op: _Op) -> Any:
@@ -419,6 +391,34 @@ class _Core:
                 raise
             reply = await astore.execute("EVAL", op.script.source, *op.args)
         return op.finish(reply)
+
+    def reset_all(self) -> int:
+        """Deletes every key under the prefix on every master; the number deleted."""
+        if not self.cluster:
+            return sum(self.run_each(self.reset()))
+        pattern, n = self.reset_pattern(), 0
+        for node in self.store.nodes():
+            keys = node.execute("KEYS", pattern)
+            assert isinstance(keys, list)
+            for dels in _one_key_dels(keys):
+                n += _deleted(node.execute_many(dels))
+        return n
+
+    async def reset_all_async(self) -> int:
+        """:meth:`reset_all` for ``limits.aio``: the masters are cleared concurrently."""
+        if not self.cluster:
+            return sum(await self.run_each_async(self.reset()))
+        pattern = self.reset_pattern()
+
+        async def clear(node: AsyncStore) -> int:
+            keys = await node.execute("KEYS", pattern)
+            assert isinstance(keys, list)
+            n = 0
+            for dels in _one_key_dels(keys):
+                n += _deleted(await node.execute_many(dels))
+            return n
+
+        return sum(await asyncio.gather(*(clear(AsyncStore(n)) for n in self.store.nodes())))
 
     # The methods of limits' Storage.
     def incr(self, key: str, expiry: int, amount: int) -> _Op:
