@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import redcount
 import redcount.aio as aio
+from redcount.limiter import Strategy
 from topologies import Cluster, key_slot
 
 SHARDS = 8
@@ -128,11 +129,11 @@ def test_sliding_window_counter(store: redcount.Store) -> None:
     assert len({key_slot(c.storage_keys(f"page-{i}")[0]) for i in range(60)}) > 3
 
 
-STRATEGIES = ["fixed-window", "sliding-window", "sliding-window-approx", "token-bucket", "gcra", "concurrency"]
+STRATEGIES: list[Strategy] = ["fixed-window", "sliding-window", "sliding-window-approx", "token-bucket", "gcra", "concurrency"]
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
-def test_limiter_every_strategy(store: redcount.Store, strategy: str) -> None:
+def test_limiter_every_strategy(store: redcount.Store, strategy: Strategy) -> None:
     assert sorted(redcount.strategies()) == sorted(STRATEGIES)
     lim = redcount.Limiter(store, strategy)
     for key in (f"client-{i}" for i in range(30)):
@@ -157,7 +158,8 @@ def test_limiter_every_strategy(store: redcount.Store, strategy: str) -> None:
 
 
 def test_limiter_burst_strings(store: redcount.Store) -> None:
-    for strategy in ("token-bucket", "gcra"):
+    strategies: list[Strategy] = ["token-bucket", "gcra"]
+    for strategy in strategies:
         lim = redcount.Limiter(store, strategy, prefix=f"burst-{strategy}")
         for i in range(20):
             allowed = [lim.hit("1/minute burst 3", f"b-{i}").allowed for _ in range(4)]
