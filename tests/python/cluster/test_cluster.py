@@ -309,6 +309,19 @@ def test_asyncio_over_the_cluster(store: redcount.Store) -> None:
     asyncio.run(main())
 
 
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_asyncio_limiter_every_strategy(store: redcount.Store, strategy: Strategy) -> None:
+    lim = aio.Limiter(store, strategy)
+
+    async def main() -> None:
+        keys = [f"aio-client-{i}" for i in range(30)]
+        rounds = [await asyncio.gather(*(lim.hit("3/minute", k) for k in keys)) for _ in range(4)]
+        assert [[d.allowed for d in r] for r in rounds] == [[True] * 30] * 3 + [[False] * 30]
+        assert not any(d.allowed for d in await asyncio.gather(*(lim.test("3/minute", k) for k in keys)))
+
+    asyncio.run(main())
+
+
 # ---------------------------------------------------------------- the flusher, reconcile, restore
 
 
