@@ -160,10 +160,17 @@ std::vector<Request> SendOp::transaction() {
 
 void SendOp::transaction_group(std::vector<Request>& batch, const std::size_t* idx, std::size_t n) {
   batch.emplace_back(Command{{"MULTI"}});
+  // The keys of a batch mostly share one deadline: its text is made once.
+  std::int64_t deadline = 0;
+  std::string deadline_text;
   for (std::size_t g = 0; g < n; ++g) {
     const WindowedIncrement& w = items_[idx[g]];
+    if (deadline_text.empty() || w.expire_at_ms != deadline) {
+      deadline = w.expire_at_ms;
+      deadline_text = std::to_string(deadline);
+    }
     batch.emplace_back(Command{{"INCRBY", w.storage_key, std::to_string(w.amount)}});
-    batch.emplace_back(Command{{"PEXPIREAT", w.storage_key, std::to_string(w.expire_at_ms), "LT"}});
+    batch.emplace_back(Command{{"PEXPIREAT", w.storage_key, deadline_text, "LT"}});
     members_.push_back(idx[g]);
   }
   batch.emplace_back(Command{{"EXEC"}});
