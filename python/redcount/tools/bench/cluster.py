@@ -240,3 +240,25 @@ def _side_json(s: Side) -> dict[str, object]:
         "server_us": s.server_us,
         "busiest": s.busiest,
     }
+
+
+def delete_run_keys(store: Store, prefix: str) -> int:
+    """Delete this run's keys from every master, one key per DEL (a node refuses a DEL of
+    keys in two slots); returns how many."""
+    deleted = 0
+    for node in _nodes(store):
+        for pattern in (f"{prefix}:*", f"{{{prefix}:*"):
+            cursor: str | bytes = "0"
+            while True:
+                reply = node.execute("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
+                if not isinstance(reply, list) or len(reply) != 2:
+                    raise BenchError(f"unexpected SCAN reply: {reply!r}")
+                next_cursor, found = reply
+                for key in found if isinstance(found, list) else []:
+                    if isinstance(key, bytes):
+                        n = node.execute("DEL", key)
+                        deleted += n if isinstance(n, int) else 0
+                if not isinstance(next_cursor, bytes) or next_cursor == b"0":
+                    break
+                cursor = next_cursor
+    return deleted

@@ -198,7 +198,7 @@ def _run_cluster(args: argparse.Namespace, seconds: float) -> int:
     """``--only cluster``: the cluster at ``--url`` against a private server, in one run."""
     import json
 
-    from .cluster import cluster_block, cluster_json, cluster_lines
+    from .cluster import cluster_block, cluster_json, cluster_lines, delete_run_keys
 
     url = args.url
     if url is None or "+cluster://" not in str(url):
@@ -218,16 +218,7 @@ def _run_cluster(args: argparse.Namespace, seconds: float) -> int:
                     json.dump({"only": "cluster", "seconds": seconds, "workloads": cluster_json(workloads)}, f, indent=2)
         finally:
             try:
-                for node in cluster.nodes():  # one key per DEL: a node refuses keys of two slots
-                    for pattern in (f"{prefix}:*", f"{{{prefix}:*"):
-                        cursor: object = "0"
-                        while True:
-                            reply = node.execute("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
-                            cursor, found = reply[0], reply[1]
-                            for key in found:
-                                node.execute("DEL", key)
-                            if cursor in (b"0", "0"):
-                                break
+                delete_run_keys(cluster, prefix)
             finally:
                 cluster.close()
                 single.close()
