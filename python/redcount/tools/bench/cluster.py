@@ -3,9 +3,10 @@ call on each master and in this process, and the rate the cluster is projected t
 
 A machine with two cores cannot show a parallel speed-up over three masters: the client and
 every server share the same cores. So nothing here is a cluster's measured throughput. Each
-workload runs for a while on the cluster and on one private server in the same run; the
-block reads every master's CPU (``INFO cpu`` through ``Store.nodes()``) before and after, and
-its own. From those:
+workload runs in alternating turns on the cluster and on one private server in the same run;
+the block reads every master's CPU (``INFO cpu`` through ``Store.nodes()``) before and after
+each turn, less the CPU the node spends idle (measured first: a cluster node's bus pings cost
+CPU with no calls), and its own process's CPU. From those:
 
 - server CPU per call: the masters' CPU together / calls, against the single server's;
 - client CPU per call: this process's CPU / calls, against the single-server store's;
