@@ -38,6 +38,7 @@ namespace redcount {
 namespace redis {
 class Engine;
 class Cluster;
+struct ClusterStats;
 }
 
 class RedisStore final : public Store {
@@ -63,6 +64,8 @@ class RedisStore final : public Store {
   std::vector<std::shared_ptr<Store>> nodes() override;
   void close() override;
   bool is_cluster() const noexcept { return options_.cluster; }
+  // A cluster store's redirect counts (redis/cluster.h); all zero for a single server.
+  redis::ClusterStats cluster_stats();
   // "host:port" ("[v6]:port"), the socket path for unix://, or the seed list of a cluster.
   std::string address() const;
 

@@ -10,7 +10,7 @@ from functools import partial
 from ...counters import FixedWindowCounter
 from ...limiter import Limiter
 from ...store import Store
-from .harness import Contender, PythonOp, RatioSpec
+from .harness import Contender, PythonOp, RatioSpec, limits_redis_storage
 from .redis_benchmark import RedisBenchmark
 from .rows import (
     BIG_LIMIT,
@@ -51,7 +51,7 @@ def fixed_block(
     mem_counter = FixedWindowCounter(mem, "incr", COUNTER_WINDOW, prefix=prefix)
     mem_limiter = Limiter(mem, prefix=f"{prefix}:lim")
     lim_redis = limits.strategies.FixedWindowRateLimiter(
-        limits.storage.RedisStorage(url, key_prefix=f"{prefix}:limits")
+        limits_redis_storage(url, f"{prefix}:limits")
     )
     lim_mem = limits.strategies.FixedWindowRateLimiter(limits.storage.MemoryStorage())
     contenders: list[Contender] = [

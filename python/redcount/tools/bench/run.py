@@ -23,7 +23,9 @@ from .harness import (
     CpuProbe,
     RatioSpec,
     delete_keys,
+    cluster_seed,
     find_server,
+    is_cluster_url,
     progress,
     redis_version,
     rounds,
@@ -71,6 +73,16 @@ def run_bench(args: argparse.Namespace) -> int:
     engine = only in ("all", "engine")
     sharded = only in ("all", "sharded")
     hot = only in ("all", "hot")
+    cluster = args.url is not None and is_cluster_url(str(args.url))
+    if cluster:
+        # The fixed, engine and sharded blocks compare against redis-benchmark on one server;
+        # on a Redis Cluster the blocks that compare with limits (its cluster storage) run.
+        if only in ("fixed", "engine", "sharded"):
+            raise BenchError(
+                f"--only {only} compares against redis-benchmark on one server; on a Redis Cluster "
+                "(redis+cluster://) run --only sliding or --only hot, or point --url at one node (redis://)"
+            )
+        fixed = engine = sharded = False
 
     bench_bin = ""  # only the fixed-window, engine and sharded measurements run redis-benchmark
     if fixed or engine or sharded:
@@ -82,7 +94,9 @@ def run_bench(args: argparse.Namespace) -> int:
             )
         bench_bin = found
     server_bin = find_server(args.redis_server) if args.url is None else None
-    if args.url is not None:
+    if args.url is not None and cluster:
+        check_reachable(cluster_seed(str(args.url)))
+    elif args.url is not None:
         benchmark_target(args.url)  # refuse what redis-benchmark and limits cannot use, up front
         check_reachable(args.url)  # an unreachable server is said so, before any child runs
         if fixed or engine or sharded:
@@ -116,6 +130,11 @@ def run_bench(args: argparse.Namespace) -> int:
                 key_prefix=prefix,
                 only=only,
             )
+            if cluster:
+                rep.notes.append(
+                    "Redis Cluster: the sliding and hot blocks only (the fixed, engine and sharded blocks "
+                    "compare against redis-benchmark on one server); limits runs on its own cluster storage"
+                )
             plan: list[Contender] = []
             ratios: list[RatioSpec] = []
             counters: list[FixedWindowCounter] = []
