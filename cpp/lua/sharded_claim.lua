@@ -13,8 +13,10 @@
 -- counted once whichever writer and layout get there first, and a claim whose write never
 -- came (a crash between the two steps) is harmless: the retry claims again and writes.
 local call = redis.call
+local ttl = tonumber(ARGV[1])
+if #ARGV ~= 1 or not ttl or ttl < 1 then return redis.error_reply('ERR sharded_claim: malformed arguments') end
 local now = call('TIME')
-local at = string.format('%.0f', tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + tonumber(ARGV[1]))
+local at = string.format('%.0f', tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + ttl)
 local out = {}
 for i = 1, #KEYS do
   local v = call('GET', KEYS[i])

@@ -282,8 +282,8 @@ TEST_P(ShardedTest, TheClaimMarksAnIdOrReportsItApplied) {
   EXPECT_GT(rctest::run(*store_, {"PTTL", "{c:1}:rid:claimed"}).integer, 0) << "a claim always expires";
   EXPECT_TRUE(run_script(*store_, kShardedClaimScript, {"{c:1}:a"}, {"0"}).is_error());
   EXPECT_TRUE(run_script(*store_, kShardedClaimScript, {"{c:1}:a"}, {}).is_error());
-  rctest::run(*store_, {"RPUSH", "{c:1}:rid:list", "x"});
-  EXPECT_TRUE(run_script(*store_, kShardedClaimScript, {"{c:1}:rid:list"}, {"1000"}).is_error());
+  rctest::run(*store_, {"HSET", "{c:1}:rid:hash", "f", "x"});
+  EXPECT_TRUE(run_script(*store_, kShardedClaimScript, {"{c:1}:rid:hash"}, {"1000"}).is_error());
 }
 
 TEST_P(ShardedTest, AWriteMeetingAClaimOnItsOwnIdKeyAnswersMinusOneAndStoresNothing) {
