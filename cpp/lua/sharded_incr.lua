@@ -10,11 +10,19 @@
 -- request id, its request-id key followed by the extra request-id keys: the same id in the
 -- shards that older shard generations route it to (for idempotency_ttl after a reshard, so a
 -- retry is recognised whichever generation its first attempt went to). The id counts as
--- seen when any of them holds it; a new id is recorded in all of them.
+-- seen when any of them holds it; a new id is recorded in all of them. Only the older
+-- shards in this call's hash slot are passed here; those in other slots (Redis Cluster, a
+-- ring) are claimed first by sharded_claim.lua, which leaves the marker 'n'. An extra key
+-- holding 'n' does not count as seen: the claiming writer writes a shard this call checks
+-- or will check this call's shard, so whichever comes second sees the other.
+-- The request-id key holding 'n' means a writer on a newer layout claimed the id in this
+-- (retired) shard: the item answers -1, stores nothing, and the writer reads the layout
+-- again and writes where that writer does.
 -- A log entry is `delta <amount> request_id <id or ''>` [`reason <text>`]: its counter and shard
 -- are the log's key and its time is the entry id, so they are not repeated in every entry.
--- Reply, per item: 1 applied, 0 already applied (a repeat of its request id), or an error
--- reply for that item alone (then nothing of it is stored and its id is not used up).
+-- Reply, per item: 1 applied, 0 already applied (a repeat of its request id), -1 claimed by
+-- a writer on a newer layout (nothing stored: read the layout again), or an error reply for
+-- that item alone (then nothing of it is stored and its id is not used up).
 -- This runs once per write at the counters' full rate, so it is written for the interpreter:
 -- locals for redis.call, one TIME for the whole call (ids expire at an absolute PXAT, which
 -- Redis also propagates as is), and no table per item.
@@ -41,10 +49,11 @@ for i = 1, n do
     id = KEYS[k]
     k = k + 1 + extra  -- past this item's id keys, KEYS[first .. first + extra]
     if not call('SET', id, '1', 'NX', 'PXAT', at) then
-      seen = true
+      seen = try('GET', id) ~= 'n' or -1
     elseif extra > 0 then
       for j = 1, extra do
-        if call('EXISTS', KEYS[first + j]) == 1 then seen = true end
+        local x = KEYS[first + j]
+        if call('EXISTS', x) == 1 and try('GET', x) ~= 'n' then seen = true end
       end
       if seen then
         call('DEL', id)
@@ -53,7 +62,9 @@ for i = 1, n do
       end
     end
   end
-  if seen then
+  if seen == -1 then
+    out[i] = -1
+  elseif seen then
     out[i] = 0
   else
     -- INCR for the usual +1: one argument less to convert and parse than INCRBY, same errors.

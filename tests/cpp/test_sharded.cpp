@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "redcount/sharded/buffered.h"
 #include "redcount/common/clock.h"
 #include "redcount/common/errors.h"
@@ -17,6 +19,7 @@
 #include "redcount/redis/redis_store.h"
 #include "redcount/sharded/quota.h"
 #include "redcount/sharded/sharded_counter.h"
+#include "redcount/store/scripts.h"
 #include "test_support.h"
 
 namespace {
@@ -248,6 +251,136 @@ TEST_P(ShardedTest, ReshardMovesTheWritesAndSumsEveryGeneration) {
   EXPECT_EQ(a.value(), 47);
   EXPECT_EQ(a.shard_values().size(), 14u);
   EXPECT_EQ(a.read(0).value, 47);
+}
+
+// sharded_claim.lua and its twin: the claim step of a write after a reshard when an older
+// generation's shard is in another slot (on Redis Cluster; run here directly on each store).
+Reply run_script(Store& s, const Script& script, std::vector<std::string> keys, std::vector<std::string> args) {
+  std::vector<Request> batch;
+  batch.emplace_back(ScriptCall{&script, std::move(keys), std::move(args)});
+  return std::move(s.execute(batch).at(0));
+}
+
+TEST_P(ShardedTest, TheClaimMarksAnIdOrReportsItApplied) {
+  rctest::run(*store_, {"SET", "{c:1}:rid:applied", "1"});
+  rctest::run(*store_, {"SET", "{c:1}:rid:claimed", "n"});
+  rctest::run(*store_, {"SET", "{c:1}:rid:foreign", "x"});
+  Reply r = run_script(*store_, kShardedClaimScript,
+                       {"{c:1}:rid:new", "{c:1}:rid:applied", "{c:1}:rid:claimed", "{c:1}:rid:foreign"}, {"60000"});
+  ASSERT_EQ(r.type, Reply::Type::Array);
+  ASSERT_EQ(r.elements.size(), 4u);
+  EXPECT_EQ(r.elements[0].integer, 0);  // not applied there: now claimed
+  EXPECT_EQ(r.elements[1].integer, 1);  // applied there: the write is a duplicate
+  EXPECT_EQ(r.elements[2].integer, 0);  // claimed before (a crash between claim and write)
+  EXPECT_EQ(r.elements[3].integer, 1);  // any other value counts as applied, as in sharded_incr
+  EXPECT_EQ(rctest::run(*store_, {"GET", "{c:1}:rid:new"}).str, "n");
+  EXPECT_EQ(rctest::run(*store_, {"GET", "{c:1}:rid:applied"}).str, "1");
+  EXPECT_EQ(rctest::run(*store_, {"GET", "{c:1}:rid:claimed"}).str, "n");
+  const std::int64_t ttl = rctest::run(*store_, {"PTTL", "{c:1}:rid:new"}).integer;
+  EXPECT_GT(ttl, 50'000);
+  EXPECT_LE(ttl, 60'000);
+  EXPECT_GT(rctest::run(*store_, {"PTTL", "{c:1}:rid:claimed"}).integer, 0) << "a claim always expires";
+  EXPECT_TRUE(run_script(*store_, kShardedClaimScript, {"{c:1}:a"}, {"0"}).is_error());
+  EXPECT_TRUE(run_script(*store_, kShardedClaimScript, {"{c:1}:a"}, {}).is_error());
+  rctest::run(*store_, {"HSET", "{c:1}:rid:hash", "f", "x"});
+  EXPECT_TRUE(run_script(*store_, kShardedClaimScript, {"{c:1}:rid:hash"}, {"1000"}).is_error());
+}
+
+TEST_P(ShardedTest, AWriteMeetingAClaimOnItsOwnIdKeyAnswersMinusOneAndStoresNothing) {
+  // Its own id key claimed (a writer on a newer layout): -1, nothing stored, the claim kept.
+  rctest::run(*store_, {"SET", "{c:0}:rid:r", "n"});
+  Reply r = run_script(*store_, kShardedIncrScript, {"{c:0}", "{c:0}:log", "{c:0}:rid:r"}, {"1", "60000", "5", "2", "3", "r"});
+  ASSERT_EQ(r.elements.size(), 1u);
+  EXPECT_EQ(r.elements[0].integer, -1);
+  EXPECT_EQ(rctest::run(*store_, {"EXISTS", "{c:0}"}).integer, 0);
+  EXPECT_EQ(rctest::run(*store_, {"EXISTS", "{c:0}:log"}).integer, 0);
+  EXPECT_EQ(rctest::run(*store_, {"GET", "{c:0}:rid:r"}).str, "n");
+  // Its own id key applied: 0, as always.
+  rctest::run(*store_, {"SET", "{c:0}:rid:s", "1"});
+  r = run_script(*store_, kShardedIncrScript, {"{c:0}", "{c:0}:log", "{c:0}:rid:s"}, {"1", "60000", "5", "2", "3", "s"});
+  EXPECT_EQ(r.elements[0].integer, 0);
+  // A claim on an older shard checked in the same call: not seen (the claiming writer's
+  // write, if it comes, meets this one's id); applied, and every id key says so.
+  rctest::run(*store_, {"SET", "{c:0}:rid:older", "n"});
+  r = run_script(*store_, kShardedIncrScript, {"{c:0}", "{c:0}:log", "{c:0}:rid:t", "{c:0}:rid:older"},
+                 {"1", "60000", "5", "4", "3", "t", "1", ""});
+  EXPECT_EQ(r.elements[0].integer, 1);
+  EXPECT_EQ(rctest::run(*store_, {"GET", "{c:0}"}).str, "3");
+  EXPECT_EQ(rctest::run(*store_, {"GET", "{c:0}:rid:t"}).str, "1");
+  EXPECT_EQ(rctest::run(*store_, {"GET", "{c:0}:rid:older"}).str, "1");
+  // An applied older shard still makes it a duplicate, and the new id key is taken back.
+  r = run_script(*store_, kShardedIncrScript, {"{c:0}", "{c:0}:log", "{c:0}:rid:u", "{c:0}:rid:older"},
+                 {"1", "60000", "5", "4", "3", "u", "1", ""});
+  EXPECT_EQ(r.elements[0].integer, 0);
+  EXPECT_EQ(rctest::run(*store_, {"EXISTS", "{c:0}:rid:u"}).integer, 0);
+  EXPECT_EQ(rctest::run(*store_, {"GET", "{c:0}"}).str, "3");
+}
+
+TEST_P(ShardedTest, AClaimLeftByACrashBeforeItsWriteCountsOnce) {
+  auto a = counter("cl", 4);
+  auto stale = counter("cl", 4);
+  for (int i = 0; i < 8; ++i) EXPECT_TRUE(a.incr(1, "r" + std::to_string(i)));
+  EXPECT_EQ(stale.value(), 8);  // holds the first layout
+  a.reshard(8);
+  // The claim step alone, in the id's first-generation shard: a writer that crashed after it.
+  const std::int64_t old_shard = stale.shard_of("c1");
+  Reply r = run_script(*store_, kShardedClaimScript, {a.key_of(old_shard, "rid:c1")}, {"60000"});
+  EXPECT_EQ(r.elements.at(0).integer, 0);
+  // The stale writer meets the claim, reads the layout and writes where the claim points.
+  EXPECT_TRUE(stale.incr(1, "c1"));
+  EXPECT_EQ(stale.cached_layout().version, 2);
+  EXPECT_FALSE(a.incr(1, "c1"));
+  // A claim after the write (a retry that crashed in between): still one.
+  r = run_script(*store_, kShardedClaimScript, {a.key_of(old_shard, "rid:c1")}, {"60000"});
+  EXPECT_FALSE(a.incr(1, "c1"));
+  // Retries of ids applied before the reshard are duplicates through either path.
+  for (int i = 0; i < 8; ++i) EXPECT_FALSE(a.incr(1, "r" + std::to_string(i)));
+  EXPECT_EQ(a.value(), 9);
+}
+
+// On Redis Cluster (REDCOUNT_TEST_CLUSTER_URL) the generations' shards are in different
+// slots: a write with a request id after a reshard claims the id in the older shards first.
+TEST(ShardedCluster, RequestIdsStayExactlyOnceAcrossAReshard) {
+  const char* url = std::getenv("REDCOUNT_TEST_CLUSTER_URL");
+  if (url == nullptr || *url == '\0') GTEST_SKIP() << "REDCOUNT_TEST_CLUSTER_URL is not set";
+  auto o = parse_url(url);
+  o.command_timeout = std::chrono::milliseconds(3000);
+  auto store = std::make_shared<RedisStore>(o);
+  ShardedOptions so;
+  so.prefix = "rctest" + std::to_string(::getpid());
+  so.name = "claims";
+  so.shards = 4;
+  ShardedCounter a(store, so), stale(store, so);
+  for (int i = 0; i < 20; ++i) EXPECT_TRUE(a.incr(1, "r" + std::to_string(i)));
+  EXPECT_EQ(stale.value(), 20);
+  a.reshard(8);
+  for (int i = 0; i < 20; ++i) EXPECT_FALSE(a.incr(1, "r" + std::to_string(i))) << i;
+  // A new id: claimed in its first-generation shard (another slot), written in the new one.
+  const std::int64_t old_shard = stale.shard_of("n1");
+  EXPECT_TRUE(a.incr(2, "n1"));
+  EXPECT_GE(a.shard_of("n1"), 4);
+  if (store->shard_of(a.key_of(old_shard)) != store->shard_of(a.key_of(a.shard_of("n1")))) {
+    EXPECT_EQ(rctest::run(*store, {"GET", a.key_of(old_shard, "rid:n1")}).str, "n");
+  }
+  // The stale writer meets the claim and follows it; its own new ids land in frozen shards
+  // and the up-to-date writer's claim finds them applied.
+  EXPECT_FALSE(stale.incr(2, "n1"));
+  EXPECT_EQ(stale.cached_layout().version, 2);
+  ShardedCounter fresh(store, so);
+  EXPECT_EQ(fresh.layout().version, 2);
+  // The claim step alone (a crash before the write), then the retry: once.
+  // Its first-generation shard: 4 + h % 8 now, h % 4 then, and h % 8 % 4 == h % 4.
+  const std::int64_t s2 = (stale.shard_of("c1") - 4) % 4;
+  std::vector<Request> claim;
+  claim.emplace_back(ScriptCall{&kShardedClaimScript, {a.key_of(s2, "rid:c1")}, {"60000"}});
+  EXPECT_EQ(store->execute(claim).at(0).elements.at(0).integer, 0);
+  EXPECT_TRUE(fresh.incr(1, "c1"));
+  EXPECT_FALSE(a.incr(1, "c1"));
+  EXPECT_EQ(a.value(), 20 + 2 + 1);
+  EXPECT_EQ(fresh.incr_many({{"claims", 1, "m1"}, {"claims", 1, "r3"}, {"claims", 1, "c1"}}),
+            (std::vector<bool>{true, false, false}));
+  EXPECT_EQ(a.value(), 24);
+  store->close();
 }
 
 TEST_P(ShardedTest, ReshardRefusesBadInputAndALostRace) {

@@ -33,7 +33,12 @@ struct ShardedWrite {
   std::string request_id;
   std::string reason;  // non-empty for an audited adjustment
   std::string value_key, log_key, rid_key;
-  std::vector<std::string> older_rid_keys;  // the id in older generations' shards (reshard)
+  // The id's keys in older generations' shards (for a while after a reshard): those in the
+  // value key's store shard go into the write's own script call (checked and recorded
+  // atomically, as on a single server, where every key is in one store shard); the others
+  // (Redis Cluster, a ring: another slot) are claimed first with sharded_claim.lua.
+  std::vector<std::string> older_rid_keys;
+  std::vector<std::string> claim_keys;
 };
 
 
@@ -119,6 +124,7 @@ struct ShardedCounter::Core {
     w.log_key.assign(w.value_key).append(":log");
     w.rid_key.clear();
     w.older_rid_keys.clear();
+    w.claim_keys.clear();
     if (w.request_id.empty()) return;
     const std::string suffix = std::string("rid:").append(w.request_id);
     w.rid_key.reserve(w.value_key.size() + 1 + suffix.size());
@@ -126,7 +132,9 @@ struct ShardedCounter::Core {
     for (std::size_t i = 0; i + 1 < l.generations.size(); ++i) {
       const ShardGeneration& g = l.generations[i];
       if (now_ms < g.retired_ms + options.idempotency_ttl_ms + kLayoutGraceMs) {
-        w.older_rid_keys.push_back(sharded_key(options.prefix, w.name, shard_in(g, hash), suffix));
+        std::string key = sharded_key(options.prefix, w.name, shard_in(g, hash), suffix);
+        (store->shard_of(key) == store->shard_of(w.value_key) ? w.older_rid_keys : w.claim_keys)
+            .push_back(std::move(key));
       }
     }
   }

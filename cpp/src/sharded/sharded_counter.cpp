@@ -78,66 +78,238 @@ std::vector<Reply> split_replies(std::vector<Reply>& replies, const ScriptBatch&
   return out;
 }
 
+// How many times one write may meet a claim of a newer layout (sharded_incr.lua's -1) and
+// go round again: each time it reads the layout first, so a second meeting needs a second
+// reshard in between.
+constexpr int kMaxClaimRounds = 4;
+
+// The rounds of one set of writes, for IncrOp and RetryOp:
+//   1. the layouts read first when stale (older than kLayoutRefreshMs, or never read);
+//   2. the claim step (sharded_claim.lua), only when some write with a request id has an
+//      older generation's shard in another store shard than its own (Redis Cluster or a
+//      ring, for idempotency_ttl + kLayoutGraceMs after a reshard): one call per slot, all
+//      in one batch; an id found applied there makes its write a duplicate, not sent;
+//   3. the script calls (sharded_incr.lua). Writes answered -1 (their shard is a retired
+//      one that a writer on a newer layout claimed the id in) go round again from step 1,
+//      with their layout read afresh.
+// The claim and the write are two round trips, not one atomic step: exactly once holds
+// because each step leaves what the other checks (see sharded_claim.lua), so a crash
+// between them only leaves a claim, which the retry of the id claims again.
+class WriteRounds {
+ public:
+  WriteRounds(std::shared_ptr<Core> core, std::vector<ShardedWrite> writes, std::int64_t now_ms)
+      : core_(std::move(core)), writes_(std::move(writes)), now_ms_(now_ms), replies_(writes_.size()) {
+    active_.reserve(writes_.size());
+    for (std::size_t i = 0; i < writes_.size(); ++i) active_.push_back(i);
+  }
+
+  const std::vector<ShardedWrite>& writes() const noexcept { return writes_; }
+  // Per write, once step() returned no requests: 1 applied, 0 a duplicate, or an error reply.
+  std::vector<Reply>& replies() noexcept { return replies_; }
+
+  std::vector<Request> start() { return begin(false); }
+
+  // The next round's requests for `replies` to this round's; none when every write has its reply.
+  std::vector<Request> step(std::vector<Reply> replies) {
+    switch (phase_) {
+      case Phase::Layout: {
+        if (replies.size() != names_.size()) throw ProtocolError("sharded layout: reply count mismatch");
+        for (std::size_t i = 0; i < names_.size(); ++i) core_->learn(names_[i], layout_text(replies[i]), sent_);
+        names_.clear();
+        return route_and_claim();
+      }
+      case Phase::Claim: return after_claims(replies);
+      case Phase::Write: return after_writes(replies);
+    }
+    return {};
+  }
+
+ private:
+  enum class Phase { Layout, Claim, Write };
+
+  // A pass over the active writes: their layouts read first when stale (or `force`d).
+  std::vector<Request> begin(bool force) {
+    routed_.clear();
+    for (std::size_t i : active_) routed_.push_back(writes_[i]);
+    if (force) {
+      names_.clear();
+      for (const auto& w : routed_) {
+        if (std::find(names_.begin(), names_.end(), w.name) == names_.end()) names_.push_back(w.name);
+      }
+    } else {
+      names_ = core_->stale_names(routed_);
+    }
+    if (!names_.empty()) {
+      phase_ = Phase::Layout;
+      sent_ = SteadyClock::now();
+      return core_->layout_gets(names_);
+    }
+    return route_and_claim();
+  }
+
+  std::vector<Request> route_and_claim() {
+    core_->route_all(routed_, now_ms_);
+    const Store& store = *core_->store;
+    std::map<std::uint32_t, std::size_t> call_of;  // store shard -> index into claims
+    std::vector<Request> claims;
+    claim_members_.clear();
+    const std::string ttl = std::to_string(core_->options.idempotency_ttl_ms);
+    for (std::size_t r = 0; r < routed_.size(); ++r) {
+      for (auto& key : routed_[r].claim_keys) {
+        const std::uint32_t shard = store.shard_of(key);
+        auto [it, added] = call_of.try_emplace(shard, claims.size());
+        if (added) {
+          claims.emplace_back(ScriptCall{&kShardedClaimScript, {}, {ttl}});
+          claim_members_.emplace_back();
+        }
+        std::get<ScriptCall>(claims[it->second]).keys.push_back(std::move(key));
+        claim_members_[it->second].push_back(r);
+      }
+      routed_[r].claim_keys.clear();
+    }
+    if (!claims.empty()) {
+      phase_ = Phase::Claim;
+      return claims;
+    }
+    std::vector<std::size_t> all(routed_.size());
+    for (std::size_t r = 0; r < all.size(); ++r) all[r] = r;
+    return write_calls(std::move(all));
+  }
+
+  std::vector<Request> after_claims(std::vector<Reply>& replies) {
+    if (replies.size() != claim_members_.size()) throw ProtocolError("sharded_claim: reply count mismatch");
+    std::vector<char> applied(routed_.size(), 0);
+    std::vector<const Reply*> failed(routed_.size(), nullptr);
+    for (std::size_t c = 0; c < replies.size(); ++c) {
+      const Reply& rep = replies[c];
+      const auto& members = claim_members_[c];
+      if (rep.type == Reply::Type::Array && rep.elements.size() == members.size()) {
+        for (std::size_t k = 0; k < members.size(); ++k) {
+          if (rep.elements[k].is_error()) {
+            failed[members[k]] = &rep.elements[k];
+          } else if (rep.elements[k].as_integer() == 1) {
+            applied[members[k]] = 1;
+          }
+        }
+      } else if (rep.is_error()) {
+        for (std::size_t r : members) failed[r] = &rep;
+      } else {
+        throw ProtocolError("sharded_claim returned an unexpected reply");
+      }
+    }
+    std::vector<std::size_t> send;
+    for (std::size_t r = 0; r < routed_.size(); ++r) {
+      if (applied[r]) {
+        replies_[active_[r]] = Reply::of_integer(0);  // applied in an older generation: a duplicate
+      } else if (failed[r] != nullptr) {
+        replies_[active_[r]] = *failed[r];  // not written: nothing of it is stored
+      } else {
+        send.push_back(r);
+      }
+    }
+    return write_calls(std::move(send));
+  }
+
+  // The script calls of the routed writes at `which` (indices into routed_).
+  std::vector<Request> write_calls(std::vector<std::size_t> which) {
+    phase_ = Phase::Write;
+    in_call_ = std::move(which);
+    std::vector<ShardedWrite> sending;
+    sending.reserve(in_call_.size());
+    for (std::size_t r : in_call_) sending.push_back(std::move(routed_[r]));
+    batch_ = build_calls(*core_->store, core_->options, sending);
+    return std::move(batch_.requests);
+  }
+
+  std::vector<Request> after_writes(std::vector<Reply>& replies) {
+    std::vector<Reply> per = split_replies(replies, batch_, in_call_.size());
+    std::vector<std::size_t> again;
+    for (std::size_t k = 0; k < per.size(); ++k) {
+      const std::size_t i = active_[in_call_[k]];
+      if (per[k].type == Reply::Type::Integer && per[k].integer == -1) {
+        again.push_back(i);
+      } else {
+        replies_[i] = std::move(per[k]);
+      }
+    }
+    if (again.empty()) return {};
+    if (++rounds_ >= kMaxClaimRounds) {
+      for (std::size_t i : again) {
+        replies_[i] = Reply::of_error(
+            "ERR sharded write: the request id's shard was claimed by writers on a newer layout " +
+            std::to_string(kMaxClaimRounds) + " times in a row (the layout keeps changing); not applied");
+      }
+      return {};
+    }
+    active_ = std::move(again);
+    return begin(true);
+  }
+
+  std::shared_ptr<Core> core_;
+  std::vector<ShardedWrite> writes_;
+  std::int64_t now_ms_ = 0;  // the store's clock when the operation was made (routing)
+  std::vector<Reply> replies_;
+  Phase phase_ = Phase::Layout;
+  int rounds_ = 0;
+  std::vector<std::size_t> active_;                      // this pass's writes (indices into writes_)
+  std::vector<ShardedWrite> routed_;                     // their copies, routed for this pass
+  std::vector<std::string> names_;                       // the layouts being read
+  SteadyClock::time_point sent_{};                       // when they were asked for
+  std::vector<std::vector<std::size_t>> claim_members_;  // per claim call, per key: its write (routed_ index)
+  std::vector<std::size_t> in_call_;                     // the routed_ indices of the writes sent
+  ScriptBatch batch_;
+};
+
 // Writes as the caller sees them: true/false per write, queued writes (OnError::Queue,
 // request id, transient failure) reported as true.
 template <class T>
 class IncrOp final : public Op<T> {
  public:
   IncrOp(std::shared_ptr<Core> core, std::vector<ShardedWrite> writes)
-      : core_(std::move(core)), writes_(std::move(writes)), now_ms_(core_->store->now_ms()) {
-    with_meter(this, Meter::Write, writes_.size());
+      : core_(core), rounds_(core, std::move(writes), core->store->now_ms()) {
+    with_meter(this, Meter::Write, rounds_.writes().size());
   }
 
   std::vector<Request> prepare() override {
     core_->check_open();
-    if (writes_.empty()) {
+    if (rounds_.writes().empty()) {
       done_with({});
       return {};
     }
-    // A layout older than kLayoutRefreshMs is read again first: a writer that has not
-    // looked for long must not write a generation retired longer ago than the id window.
-    stale_ = core_->stale_names(writes_);
-    if (!stale_.empty()) {
-      sent_ = SteadyClock::now();
-      return core_->layout_gets(stale_);
-    }
-    return calls();
+    return rounds_.start();
   }
 
   std::vector<Request> finish(std::vector<Reply> replies) override {
-    if (!stale_.empty()) {
-      if (replies.size() != stale_.size()) throw ProtocolError("sharded layout: reply count mismatch");
-      for (std::size_t i = 0; i < stale_.size(); ++i) core_->learn(stale_[i], layout_text(replies[i]), sent_);
-      stale_.clear();
-      return calls();
-    }
-    std::vector<Reply> per = split_replies(replies, batch_, writes_.size());
-    std::vector<bool> applied(writes_.size(), true);
+    std::vector<Request> next = rounds_.step(std::move(replies));
+    if (!next.empty()) return next;
+    const std::vector<ShardedWrite>& writes = rounds_.writes();
+    std::vector<Reply>& per = rounds_.replies();
+    std::vector<bool> applied(writes.size(), true);
     std::vector<ShardedWrite> later;
     std::string later_error, failures;
     std::size_t failed = 0, first_failed = 0, answered = 0, hits = 0;  // answered/hits: metrics
     for (std::size_t i = 0; i < per.size(); ++i) {
       if (!per[i].is_error()) {
         applied[i] = per[i].as_integer() == 1;
-        if (!writes_[i].request_id.empty()) ++answered, hits += applied[i] ? 0 : 1;
+        if (!writes[i].request_id.empty()) ++answered, hits += applied[i] ? 0 : 1;
         continue;
       }
       ReplyError err(per[i].str);
-      if (core_->queueing() && err.transient() && !writes_[i].request_id.empty()) {
-        later.push_back(writes_[i]);
+      if (core_->queueing() && err.transient() && !writes[i].request_id.empty()) {
+        later.push_back(writes[i]);
         later_error = err.what();
         continue;
       }
       if (failed++ == 0) first_failed = i;
-      if (failures.size() < 500) failures += " '" + printable(writes_[i].name) + "': " + err.what() + ";";
+      if (failures.size() < 500) failures += " '" + printable(writes[i].name) + "': " + err.what() + ";";
     }
     detail::count_idempotent(answered, hits);
     if (!later.empty()) core_->enqueue(std::move(later), later_error);
-    if (failed == writes_.size() && (writes_.size() == 1 || ReplyError(per[first_failed].str).transient())) {
+    if (failed == writes.size() && (writes.size() == 1 || ReplyError(per[first_failed].str).transient())) {
       per[first_failed].check();
     }
     if (failed > 0) {
-      throw ReplyError("ERR incr_many: " + std::to_string(failed) + " of " + std::to_string(writes_.size()) +
+      throw ReplyError("ERR incr_many: " + std::to_string(failed) + " of " + std::to_string(writes.size()) +
                        " increments failed and were not applied (the others were):" + failures);
     }
     done_with(std::move(applied));
@@ -145,16 +317,17 @@ class IncrOp final : public Op<T> {
   }
 
   std::vector<Request> fail(std::exception_ptr error) override {
+    const std::vector<ShardedWrite>& writes = rounds_.writes();
     try {
       std::rethrow_exception(error);
     } catch (const Error& e) {
       // Only writes that all carry request ids may be retried: the first attempt may have
-      // landed, and only the id tells a retry so.
-      const bool all_ids = std::all_of(writes_.begin(), writes_.end(),
+      // landed (or only its claim step), and only the id tells a retry so.
+      const bool all_ids = std::all_of(writes.begin(), writes.end(),
                                        [](const ShardedWrite& w) { return !w.request_id.empty(); });
       if (!(core_->queueing() && all_ids && is_transient(e))) throw;
-      core_->enqueue(writes_, e.what());
-      done_with(std::vector<bool>(writes_.size(), true));
+      core_->enqueue(writes, e.what());
+      done_with(std::vector<bool>(writes.size(), true));
     }
     return {};
   }
@@ -168,18 +341,8 @@ class IncrOp final : public Op<T> {
     }
   }
 
-  std::vector<Request> calls() {
-    core_->route_all(writes_, now_ms_);
-    batch_ = build_calls(*core_->store, core_->options, writes_);
-    return std::move(batch_.requests);
-  }
-
   std::shared_ptr<Core> core_;
-  std::vector<ShardedWrite> writes_;
-  std::int64_t now_ms_ = 0;  // the store's clock when the operation was made (routing)
-  ScriptBatch batch_;
-  std::vector<std::string> stale_;  // names whose layout is being read (the first step)
-  SteadyClock::time_point sent_{};
+  WriteRounds rounds_;
 };
 
 // What the retry queue holds: a write with a request id, and when it was first tried.
@@ -197,39 +360,14 @@ struct QueuedWrite final : RetryQueue::Entry {
 class RetryOp final : public RetryQueue::Attempt {
  public:
   RetryOp(std::shared_ptr<Core> core, const std::vector<const RetryQueue::Entry*>& entries)
-      : core_(std::move(core)), now_ms_(core_->store->now_ms()) {
-    const auto now = SteadyClock::now();
-    const auto id_life = std::chrono::milliseconds(core_->options.idempotency_ttl_ms);
-    outcomes.reserve(entries.size());
-    for (std::size_t i = 0; i < entries.size(); ++i) {
-      const auto& q = *static_cast<const QueuedWrite*>(entries[i]);
-      if (now - q.first_tried >= id_life) {
-        outcomes.push_back(RetryQueue::Outcome::Dropped);
-      } else {
-        outcomes.push_back(RetryQueue::Outcome::Sent);
-        writes_.push_back(q.write);
-        index_.push_back(i);
-      }
-    }
-  }
+      : rounds_(core, fresh(*core, entries), core->store->now_ms()) {}
 
-  std::vector<Request> prepare() override {
-    stale_ = core_->stale_names(writes_);
-    if (!stale_.empty()) {
-      sent_ = SteadyClock::now();
-      return core_->layout_gets(stale_);
-    }
-    return calls();
-  }
+  std::vector<Request> prepare() override { return rounds_.start(); }
 
   std::vector<Request> finish(std::vector<Reply> replies) override {
-    if (!stale_.empty()) {
-      if (replies.size() != stale_.size()) throw ProtocolError("sharded layout: reply count mismatch");
-      for (std::size_t i = 0; i < stale_.size(); ++i) core_->learn(stale_[i], layout_text(replies[i]), sent_);
-      stale_.clear();
-      return calls();
-    }
-    std::vector<Reply> per = split_replies(replies, batch_, writes_.size());
+    std::vector<Request> next = rounds_.step(std::move(replies));
+    if (!next.empty()) return next;
+    std::vector<Reply>& per = rounds_.replies();
     for (std::size_t k = 0; k < per.size(); ++k) {
       RetryQueue::Outcome& o = outcomes[index_[k]];
       if (!per[k].is_error()) {
@@ -243,19 +381,27 @@ class RetryOp final : public RetryQueue::Attempt {
   }
 
  private:
-  std::vector<Request> calls() {
-    core_->route_all(writes_, now_ms_);
-    batch_ = build_calls(*core_->store, core_->options, writes_);
-    return std::move(batch_.requests);
+  // The entries still within their id's lifetime (the others are dropped).
+  std::vector<ShardedWrite> fresh(const Core& core, const std::vector<const RetryQueue::Entry*>& entries) {
+    const auto now = SteadyClock::now();
+    const auto id_life = std::chrono::milliseconds(core.options.idempotency_ttl_ms);
+    std::vector<ShardedWrite> writes;
+    outcomes.reserve(entries.size());
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      const auto& q = *static_cast<const QueuedWrite*>(entries[i]);
+      if (now - q.first_tried >= id_life) {
+        outcomes.push_back(RetryQueue::Outcome::Dropped);
+      } else {
+        outcomes.push_back(RetryQueue::Outcome::Sent);
+        writes.push_back(q.write);
+        index_.push_back(i);
+      }
+    }
+    return writes;
   }
 
-  std::shared_ptr<Core> core_;
-  std::int64_t now_ms_ = 0;  // the store's clock when the attempt was made (routing)
-  std::vector<ShardedWrite> writes_;
-  std::vector<std::size_t> index_;  // the entry index of each write sent
-  ScriptBatch batch_;
-  std::vector<std::string> stale_;
-  SteadyClock::time_point sent_{};
+  std::vector<std::size_t> index_;  // the entry index of each write sent (declared before rounds_)
+  WriteRounds rounds_;
 };
 
 }  // namespace

@@ -26,8 +26,10 @@
 // most kLayoutRefreshMs after their last look and readers read with every value, following
 // up when it changed. For idempotency_ttl (+ kLayoutGraceMs) after a reshard, a write with a
 // request id also checks and records the id in the shard each younger-than-that older
-// generation routes it to, in the same script call, so a retry counts once whichever
-// generation its writer believed current.
+// generation routes it to, so a retry counts once whichever generation its writer believed
+// current: in the same script call when that shard is in the write's store shard (always on
+// one server), else (Redis Cluster: another slot) by a claim step first (sharded_claim.lua),
+// one round trip more for those writes only.
 //
 // Every method is also an operation (operation.h): make_incr(...) etc. The operations share
 // the counter's read cache and retry queue and stay valid after the counter is destroyed.

@@ -17,6 +17,7 @@ extern const Script kTokenBucketScript;
 extern const Script kGcraScript;
 extern const Script kConcurrencyScript;
 extern const Script kShardedIncrScript;
+extern const Script kShardedClaimScript;
 extern const Script kShardedReshardScript;
 extern const Script kQuotaScript;
 extern const Script kPnMergeScript;

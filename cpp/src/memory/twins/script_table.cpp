@@ -28,6 +28,8 @@ const Script kConcurrencyScript{"concurrency", lua::concurrency_source, lua::con
                                 &twins::native_concurrency};
 const Script kShardedIncrScript{"sharded_incr", lua::sharded_incr_source, lua::sharded_incr_sha1,
                                 &twins::native_sharded_incr};
+const Script kShardedClaimScript{"sharded_claim", lua::sharded_claim_source, lua::sharded_claim_sha1,
+                                 &twins::native_sharded_claim};
 const Script kShardedReshardScript{"sharded_reshard", lua::sharded_reshard_source, lua::sharded_reshard_sha1,
                                    &twins::native_sharded_reshard};
 const Script kQuotaScript{"quota", lua::quota_source, lua::quota_sha1,
@@ -48,6 +50,7 @@ const std::vector<const Script*>& all_scripts() {
       &kGcraScript,
       &kConcurrencyScript,
       &kShardedIncrScript,
+      &kShardedClaimScript,
       &kShardedReshardScript,
       &kQuotaScript,
       &kPnMergeScript,

@@ -1,4 +1,4 @@
-// The memory store's native twins of sharded_incr.lua, sharded_reshard.lua (the sharded
+// The memory store's native twins of sharded_incr.lua, sharded_claim.lua, sharded_reshard.lua (the sharded
 // counter) and quota.lua: the same reads and writes on the keyspace, in C++. Keep each in step
 // with its Lua file; the parity tests run both against the same inputs.
 #include <algorithm>
@@ -53,13 +53,23 @@ Reply native_sharded_incr(Keyspace& ks, const std::vector<std::string>& keys, co
     ids.clear();
     for (std::size_t j = 0; j < nids; ++j) ids.push_back(&keys[k + 2 + j]);
     k += 2 + nids;
-    bool seen = false;
+    bool seen = false, claimed = false;
+    // A key holding the claim marker (sharded_claim.lua): GET errs on a key of another type
+    // (pcall in the script), which counts as seen, not as the marker.
+    auto is_marker = [&](const std::string& key) {
+      try {
+        return ks.get(key) == std::optional<std::string>("n");
+      } catch (const ReplyError&) {
+        return false;
+      }
+    };
     if (!ids.empty()) {
       const std::int64_t until = ks.now_ms() + *ttl;
       if (!ks.set_nx_pxat(*ids[0], "1", until)) {
-        seen = true;
+        claimed = is_marker(*ids[0]);
+        seen = !claimed;
       } else {
-        for (std::size_t j = 1; j < ids.size(); ++j) seen = ks.exists(*ids[j]) || seen;
+        for (std::size_t j = 1; j < ids.size(); ++j) seen = (ks.exists(*ids[j]) && !is_marker(*ids[j])) || seen;
         if (seen) {
           ks.del(*ids[0]);
         } else {
@@ -70,8 +80,8 @@ Reply native_sharded_incr(Keyspace& ks, const std::vector<std::string>& keys, co
         }
       }
     }
-    if (seen) {
-      out.push_back(Reply::of_integer(0));
+    if (claimed || seen) {
+      out.push_back(Reply::of_integer(claimed ? -1 : 0));
       continue;
     }
     auto amount = parse_int64(amount_text);
@@ -98,6 +108,27 @@ Reply native_sharded_incr(Keyspace& ks, const std::vector<std::string>& keys, co
       continue;
     }
     out.push_back(Reply::of_integer(1));
+  }
+  return Reply::of_array(std::move(out));
+}
+
+// The memory store's twin of sharded_claim.lua; keep the two in step.
+Reply native_sharded_claim(Keyspace& ks, const std::vector<std::string>& keys, const std::vector<std::string>& args) {
+  if (args.size() != 1) return Reply::of_error("ERR sharded_claim: malformed arguments");
+  auto ttl = parse_int64(args[0]);
+  if (!ttl || *ttl < 1) return Reply::of_error("ERR sharded_claim: malformed arguments");
+  const std::int64_t until = ks.now_ms() + *ttl;
+  std::vector<Reply> out;
+  out.reserve(keys.size());
+  for (const auto& key : keys) {
+    const std::optional<std::string> v = ks.get(key);  // WRONGTYPE propagates, as in the script
+    if (v && *v != "n") {
+      out.push_back(Reply::of_integer(1));
+    } else {
+      ks.del(key);
+      ks.set_nx_pxat(key, "n", until);
+      out.push_back(Reply::of_integer(0));
+    }
   }
   return Reply::of_array(std::move(out));
 }

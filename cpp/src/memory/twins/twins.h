@@ -18,6 +18,7 @@ Reply typed_fixed_window_incr(Keyspace& ks, const std::vector<std::string>& keys
 Reply native_gcra(Keyspace& ks, const std::vector<std::string>& keys, const std::vector<std::string>& args);
 Reply native_pn_merge(Keyspace& ks, const std::vector<std::string>& keys, const std::vector<std::string>& args);
 Reply native_quota(Keyspace& ks, const std::vector<std::string>& keys, const std::vector<std::string>& args);
+Reply native_sharded_claim(Keyspace& ks, const std::vector<std::string>& keys, const std::vector<std::string>& args);
 Reply native_sharded_incr(Keyspace& ks, const std::vector<std::string>& keys, const std::vector<std::string>& args);
 Reply native_sharded_reshard(Keyspace& ks, const std::vector<std::string>& keys, const std::vector<std::string>& args);
 Reply native_sliding_approx(Keyspace& ks, const std::vector<std::string>& keys, const std::vector<std::string>& args);
