@@ -198,12 +198,6 @@ def test_a_reshard_keeps_every_count(store: redcount.Store) -> None:
     assert len({key_slot(c.key_of(s)) for s in range(36)}) > 3
 
 
-@pytest.mark.xfail(
-    raises=redcount.InvalidInputError, strict=True,
-    reason="after a reshard, a write with a request id checks the id in the older generation's "
-    "shard inside one script; on a cluster those keys are in other slots, so the call is refused "
-    "(the claim step that makes it two single-slot calls is not built yet)",
-)
 def test_a_write_with_a_request_id_after_a_reshard(store: redcount.Store) -> None:
     c = redcount.ShardedCounter(store, "grow-ids", shards=4)
     for i in range(50):
