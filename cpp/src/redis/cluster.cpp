@@ -159,6 +159,12 @@ Cluster::Cluster(const StoreOptions& options) : options_(options), slots_(kClust
       throw InvalidArgument("a ring needs one name per server: got " + std::to_string(ring_names_.size()) +
                             " names for " + std::to_string(options_.ring.size()) + " servers");
     }
+    for (std::size_t i = 0; i < options_.ring.size(); ++i) {
+      for (std::size_t j = 0; j < i; ++j) {
+        const NodeAddress a{options_.ring[i].host, options_.ring[i].port}, b{options_.ring[j].host, options_.ring[j].port};
+        if (a == b) throw InvalidArgument("ring members must be distinct servers: " + a.text() + " is given twice");
+      }
+    }
     const Ring ring(ring_names_);  // validates the names
     std::lock_guard<std::mutex> lock(mu_);
     for (std::size_t i = 0; i < options_.ring.size(); ++i) {
