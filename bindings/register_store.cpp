@@ -55,9 +55,32 @@ std::shared_ptr<Store> open_store_shim(const std::string& url, py::object connec
                                        py::object command_timeout, int max_connections, bool keepalive,
                                        py::object pool_timeout, std::shared_ptr<ManualClock> clock,
                                        py::object sweep_interval, int connections, const TlsKeywords& tls,
-                                       py::object budget, bool breaker, std::optional<std::string> fallback) {
-  StoreOptions o = parse_url(url);
-  apply_tls_keywords(o, tls);
+                                       py::object budget, bool breaker, std::optional<std::string> fallback,
+                                       const std::optional<std::vector<std::string>>& ring_urls,
+                                       const std::optional<std::vector<std::string>>& ring_names) {
+  StoreOptions o;
+  std::vector<StoreOptions> members;
+  if (ring_urls) {
+    // A client-side ring: every member gets the keyword options; its URL holds the rest.
+    if (ring_urls->empty()) throw InvalidArgument("a ring needs at least one server URL");
+    for (std::size_t i = 0; i < ring_urls->size(); ++i) {
+      StoreOptions m = parse_url((*ring_urls)[i]);
+      if (m.kind != StoreOptions::Kind::Tcp || m.cluster) {
+        throw InvalidArgument("ring server #" + std::to_string(i + 1) +
+                              " must be a redis:// or rediss:// URL (not memory://, unix:// or a cluster URL)");
+      }
+      apply_tls_keywords(m, tls);
+      members.push_back(std::move(m));
+    }
+    if (ring_names && ring_names->size() != ring_urls->size()) {
+      throw InvalidArgument("names must give one name per server: got " + std::to_string(ring_names->size()) +
+                            " names for " + std::to_string(ring_urls->size()) + " URLs");
+    }
+    o = members.front();
+  } else {
+    o = parse_url(url);
+    apply_tls_keywords(o, tls);
+  }
   o.connect_timeout = std::chrono::milliseconds(seconds_arg(connect_timeout, "connect_timeout", true));
   o.command_timeout = std::chrono::milliseconds(seconds_arg(command_timeout, "command_timeout", true));
   o.pool_timeout = std::chrono::milliseconds(seconds_arg(pool_timeout, "pool_timeout", true));
@@ -69,6 +92,19 @@ std::shared_ptr<Store> open_store_shim(const std::string& url, py::object connec
   o.connections = connections;  // validated by the Redis store (1..4); unused by memory://
   o.keepalive = keepalive;
   if (clock) o.clock = clock;  // on Redis: the client's idea of now (the server keeps its own)
+  for (auto& m : members) {
+    m.connect_timeout = o.connect_timeout;
+    m.command_timeout = o.command_timeout;
+    m.pool_timeout = o.pool_timeout;
+    m.max_connections = o.max_connections;
+    m.connections = o.connections;
+    m.keepalive = o.keepalive;
+    m.clock = o.clock;
+  }
+  if (!members.empty()) {
+    o.ring = std::move(members);
+    if (ring_names) o.ring_names = *ring_names;
+  }
   ResilienceOptions r;
   r.breaker = breaker;
   if (!budget.is_none()) r.budget = std::chrono::milliseconds(seconds_arg(budget, "budget", false));
@@ -159,8 +195,9 @@ void register_store(py::module_& m) {
             if (nodes.empty()) nodes.push_back(std::move(s));
             return nodes;
           },
-          "One store per master of a Redis Cluster (execute, execute_many, ping, address), for what "
-          "is about one node: KEYS, SCAN, DBSIZE, INFO, FLUSHALL. A single server is its own only node.")
+          "One store per master of a Redis Cluster, or per member of a client-side ring in the order "
+          "given (execute, execute_many, ping, address), for what is about one node: KEYS, SCAN, DBSIZE, "
+          "INFO, FLUSHALL. A single server is its own only node.")
       .def_property_readonly(
           "address",
           [](const Store& s) {
@@ -218,19 +255,22 @@ void register_store(py::module_& m) {
          int connections, std::optional<std::string> ssl_ca_certs, std::optional<std::string> ssl_certfile,
          std::optional<std::string> ssl_keyfile, std::optional<std::string> ssl_cert_reqs,
          std::optional<bool> ssl_check_hostname, std::optional<std::string> ssl_server_name, py::object budget,
-         bool breaker, std::optional<std::string> fallback) {
+         bool breaker, std::optional<std::string> fallback, std::optional<std::vector<std::string>> ring_urls,
+         std::optional<std::vector<std::string>> ring_names) {
         const TlsKeywords tls{std::move(ssl_ca_certs), std::move(ssl_certfile), std::move(ssl_keyfile),
                               std::move(ssl_cert_reqs), std::move(ssl_server_name), ssl_check_hostname};
         return open_store_shim(url, std::move(connect_timeout), std::move(command_timeout), max_connections,
                                keepalive, std::move(pool_timeout), std::move(clock), std::move(sweep_interval), connections,
-                               tls, std::move(budget), breaker, std::move(fallback));
+                               tls, std::move(budget), breaker, std::move(fallback), ring_urls, ring_names);
       },
       py::arg("url"), py::arg("connect_timeout"), py::arg("command_timeout"), py::arg("max_connections"),
       py::arg("keepalive"), py::arg("pool_timeout"), py::arg("clock"), py::arg("sweep_interval"),
       py::arg("connections") = 1, py::arg("ssl_ca_certs") = py::none(), py::arg("ssl_certfile") = py::none(), py::arg("ssl_keyfile") = py::none(),
       py::arg("ssl_cert_reqs") = py::none(), py::arg("ssl_check_hostname") = py::none(),
       py::arg("ssl_server_name") = py::none(), py::arg("budget") = py::none(), py::arg("breaker") = true,
-      py::arg("fallback") = py::none(), "Open a store; use redcount.connect() instead.");
+      py::arg("fallback") = py::none(), py::arg("ring_urls") = py::none(), py::arg("ring_names") = py::none(),
+      "Open a store (with ring_urls: a client-side hash ring over those servers, url unused); use "
+      "redcount.connect() instead.");
 
   py::class_<ResilientStore, Store, std::shared_ptr<ResilientStore>>(
       m, "ResilientStore",
@@ -277,6 +317,21 @@ void register_store(py::module_& m) {
             return s.switches();
           },
           "How many times the breaker opened or closed since the store was opened.")
+      .def_property_readonly(
+          "node_breakers",
+          [](const ResilientStore& s) {
+            drain_breaker_log();
+            py::dict out;
+            for (const auto& n : s.node_breakers()) {
+              out[py::str(n.where)] = n.state == BreakerState::Open       ? "open"
+                                      : n.state == BreakerState::HalfOpen ? "half-open"
+                                                                          : "closed";
+            }
+            return out;
+          },
+          "On a Redis Cluster or a ring (one breaker per node): {node: 'closed' | 'open' | 'half-open'} "
+          "for every node seen so far; breaker_state then sums them up ('open' while any is). Empty "
+          "on a single server.")
       .def_property_readonly("budget",
                              [](const ResilientStore& s) -> std::optional<double> {
                                if (s.options().budget.count() == 0) return std::nullopt;

@@ -69,6 +69,8 @@ def open_store(
     budget: float | None = None,
     breaker: bool = True,
     fallback: str | None = None,
+    ring_urls: list[str] | None = None,
+    ring_names: list[str] | None = None,
 ) -> Store: ...
 
 class ResilientStore(Store):
@@ -82,6 +84,8 @@ class ResilientStore(Store):
     def fallback_active(self) -> bool: ...
     @property
     def breaker_switches(self) -> int: ...
+    @property
+    def node_breakers(self) -> dict[str, str]: ...
     @property
     def budget(self) -> float | None: ...
     @property

@@ -37,7 +37,7 @@ full: see ``pool_timeout`` in :func:`redcount.connect`).
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec
@@ -137,7 +137,7 @@ class AsyncStore:
         return f"AsyncStore({self.store.url!r})"
 
 
-def connect(url: str | None = None, **options: Any) -> AsyncStore:
+def connect(url: str | Sequence[str] | None = None, **options: Any) -> AsyncStore:
     """:func:`redcount.connect` for asyncio: the same arguments, an :class:`AsyncStore`."""
     return AsyncStore(_connect(url, **options))
 

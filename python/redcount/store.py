@@ -8,6 +8,7 @@ import os
 import ssl
 import threading
 import time
+from collections.abc import Sequence
 from typing import Union
 
 from . import _core
@@ -48,8 +49,10 @@ def _tls_path(name: str, value: _PathArg) -> str | None:
 
 
 def connect(
-    url: str | None = None,
+    url: str | Sequence[str] | None = None,
     *,
+    routing: str | None = None,
+    names: Sequence[str] | None = None,
     connect_timeout: float = 2.0,
     command_timeout: float = 2.0,
     max_connections: int | None = None,
@@ -82,6 +85,17 @@ def connect(
       their replies put back in order; MOVED and ASK are followed. What is about one node
       (KEYS, SCAN, DBSIZE, INFO, FLUSHALL) goes through :meth:`Store.nodes`, one store per
       master.
+
+    A list of ``redis://`` / ``rediss://`` URLs with ``routing="ring"`` opens a client-side
+    hash ring over those standalone servers: each key goes, by its hash slot (CRC16 with the
+    ``{hash tag}`` rule, as on a cluster), to the server that a table computed by rendezvous
+    hashing over ``names`` gives it (default: ``"host:port"`` of each URL). Names, not
+    addresses, decide where keys live: keep a server's name when it moves, and adding a
+    fourth server to three moves about a quarter of the slots, all to it. Each URL keeps its
+    own credentials, database and TLS settings; the keyword options apply to every server.
+    :meth:`Store.nodes` gives one store per server, in the order given. A server that is down
+    is not replaced: calls for its slots fail (with ``budget`` or ``fallback``, fast, through
+    its own circuit breaker; see below) while the others keep serving.
 
     Timeouts are in seconds; 0 means wait forever. On Redis, one I/O thread per store
     multiplexes every caller (threads and event loops) over ``connections`` sockets (1 to 4,
@@ -118,7 +132,9 @@ def connect(
     when answered. Error replies (WRONGTYPE, script errors) and bad input never count.
     ``fallback="memory://"``: while the breaker is open, calls go to an embedded store (every
     counter and limiter works there), and back to Redis when it closes; counts made on the
-    fallback are not merged back. The store is then a :class:`ResilientStore`, whose
+    fallback are not merged back. On a Redis Cluster or a ring there is one breaker per node
+    (``node_breakers``): a node's failures open its breaker only, and only the calls for its
+    slots fail fast or go to the fallback, while the other nodes keep serving. The store is then a :class:`ResilientStore`, whose
     ``breaker_state``, ``using_fallback`` and ``breaker_switches`` tell where calls go; each
     switch is logged once on the ``"redcount"`` logger (WARNING), by a daemon thread
     (within 0.1 s).
@@ -136,10 +152,13 @@ def connect(
     as :class:`~redcount.ConnectionError` or :class:`~redcount.AuthenticationError`.
     Call :meth:`Store.ping` to check at once.
     """
+    ring_urls, ring_names = _ring_arguments(url, routing, names)
     if url is None:
         url = "memory://"
+    if ring_urls is not None:
+        url = ring_urls[0]
     if not isinstance(url, str):
-        raise TypeError(f"url must be a str, got {type(url).__name__}")
+        raise TypeError(f"url must be a str or, with routing='ring', a list of str; got {type(url).__name__}")
     if not isinstance(connections, int) or isinstance(connections, bool):
         raise TypeError(f"connections must be an int, got {type(connections).__name__}")
     if max_connections is None:
@@ -187,6 +206,8 @@ def connect(
         budget=budget,
         breaker=breaker,
         fallback=fallback,
+        ring_urls=ring_urls,
+        ring_names=ring_names,
     )
     if isinstance(store, ResilientStore):
         _start_breaker_log()
@@ -194,6 +215,48 @@ def connect(
         store = _core.observe_hot_keys(store, hot_keys._core)
         attach_hot_keys(hot_keys)
     return store
+
+
+def _ring_arguments(
+    url: object, routing: object, names: object
+) -> tuple[list[str] | None, list[str] | None]:
+    """The ring's URLs and names from connect()'s arguments (None, None: not a ring); every
+    combination that does not make sense is refused here, naming what to pass instead."""
+    if routing is not None and not isinstance(routing, str):
+        raise TypeError(f"routing must be 'ring' or None, got {type(routing).__name__}")
+    if routing is not None and routing != "ring":
+        raise _core.InvalidInputError(f"routing must be 'ring' or None, got {routing!r}")
+    if routing is None:
+        if names is not None:
+            raise _core.InvalidInputError("names applies to routing='ring' only")
+        if isinstance(url, (list, tuple)):
+            raise _core.InvalidInputError(
+                "a list of URLs needs routing='ring' (a client-side hash ring); for a Redis Cluster pass one "
+                "'redis+cluster://host1:port1,host2:port2' URL"
+            )
+        return None, None
+    if isinstance(url, str) or not isinstance(url, (list, tuple)):
+        raise _core.InvalidInputError(
+            "routing='ring' takes a list of server URLs, e.g. ['redis://a:6379', 'redis://b:6379'], "
+            f"got {type(url).__name__}"
+        )
+    urls = list(url)
+    if not urls:
+        raise _core.InvalidInputError("routing='ring' needs at least one server URL")
+    for i, u in enumerate(urls):
+        if not isinstance(u, str):
+            raise TypeError(f"ring server #{i + 1} must be a URL str, got {type(u).__name__}")
+    if names is None:
+        return urls, None
+    if isinstance(names, str) or not isinstance(names, (list, tuple)):
+        raise TypeError(f"names must be a list of str, got {type(names).__name__}")
+    name_list = list(names)
+    for i, n in enumerate(name_list):
+        if not isinstance(n, str):
+            raise TypeError(f"ring name #{i + 1} must be a str, got {type(n).__name__}")
+    if len(name_list) != len(urls):
+        raise _core.InvalidInputError(f"names must give one name per server: got {len(name_list)} names for {len(urls)} URLs")
+    return urls, name_list
 
 
 def _log_breaker_events() -> None:

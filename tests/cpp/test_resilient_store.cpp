@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <thread>
+#include <future>
 
 #include "redcount/store/resilient_store.h"
 #include "test_support.h"
@@ -218,4 +219,144 @@ TEST(ResilientStore, RefusesInconsistentOptions) {
 }
 
 }  // namespace
+}  // namespace rctest
+
+namespace rctest {
+namespace {
+
+// A routed store (as a cluster or a ring is): requests whose key starts with "dead" are on
+// a node that is down (never sent); the others run. A batch with both fails with outcomes.
+class TwoNodeStore final : public Store {
+ public:
+  explicit TwoNodeStore(std::shared_ptr<Store> inner) : inner_(std::move(inner)) {}
+  std::vector<Reply> execute(const std::vector<redcount::Request>& batch) override {
+    auto outcomes = std::make_shared<std::vector<redcount::RequestOutcome>>(batch.size());
+    bool dead = false;
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      const auto& cmd = std::get<Command>(batch[i]);
+      if (cmd.args.size() > 1 && cmd.args[1].starts_with("dead")) {
+        dead = true;
+        (*outcomes)[i].kind = redcount::RequestOutcome::Kind::NotSent;
+      } else {
+        (*outcomes)[i].kind = redcount::RequestOutcome::Kind::Reply;
+        (*outcomes)[i].reply = inner_->execute_one(cmd);
+      }
+    }
+    if (!dead) {
+      std::vector<Reply> out;
+      for (auto& o : *outcomes) out.push_back(o.reply);
+      return out;
+    }
+    redcount::Unavailable e("ring node 'b' is unavailable: the circuit breaker is open", false);
+    e.set_outcomes(std::move(outcomes));
+    throw e;
+  }
+  bool use_node_breakers(const ResilienceOptions&, bool) override { return true; }
+  std::vector<redcount::NodeBreakerState> node_breakers() const override {
+    return {{"a", redcount::BreakerState::Closed, 0}, {"b", redcount::BreakerState::Open, 1}};
+  }
+  std::int64_t now_ms() const override { return inner_->now_ms(); }
+  std::string describe() const override { return "ring:a=redis://a:1/0,b=redis://b:1/0"; }
+  bool is_memory() const noexcept override { return false; }
+  void close() override { inner_->close(); }
+
+ private:
+  std::shared_ptr<Store> inner_;
+};
+
+}  // namespace
+
+TEST(ResilientStore, BreakersPerNodeRerunOnlyTheUnsentRequestsOnTheFallback) {
+  auto clock = std::make_shared<redcount::ManualClock>(kT0);
+  auto inner = memory_store(clock);
+  auto fallback = memory_store(clock);
+  auto primary = std::make_shared<TwoNodeStore>(inner);
+  ResilienceOptions o;
+  o.budget = 50ms;
+  ResilientStore store(primary, fallback, o);
+  ASSERT_TRUE(store.per_node());
+  std::vector<redcount::Request> batch;
+  batch.emplace_back(Command{{"INCRBY", "live", "5"}});
+  batch.emplace_back(Command{{"INCRBY", "dead", "7"}});
+  batch.emplace_back(Command{{"INCRBY", "live", "1"}});
+  auto replies = store.execute(batch);
+  ASSERT_EQ(replies.size(), 3u);
+  EXPECT_EQ(replies[0].integer, 5);
+  EXPECT_EQ(replies[1].integer, 7);  // on the fallback
+  EXPECT_EQ(replies[2].integer, 6);
+  EXPECT_EQ(run(*inner, {"GET", "dead"}).type, Reply::Type::Nil);
+  EXPECT_EQ(run(*fallback, {"GET", "live"}).type, Reply::Type::Nil);
+  // The state sums the nodes' breakers up; the primary's own breaker never opened.
+  EXPECT_EQ(store.state(), ResilientStore::State::Open);
+  EXPECT_TRUE(store.using_fallback());
+  EXPECT_FALSE(store.has_expire_options());
+  EXPECT_EQ(store.switches(), 1u);
+  EXPECT_EQ(store.node_breakers().size(), 2u);
+  // A healthy batch goes to the primary.
+  EXPECT_EQ(run(store, {"INCR", "live"}).integer, 7);
+
+  // The async path takes the same route.
+  std::promise<std::vector<Reply>> got;
+  store.submit(batch, [&](std::vector<Reply>&& r, std::exception_ptr e) {
+    if (e) return got.set_exception(e);
+    got.set_value(std::move(r));
+  });
+  auto async = got.get_future().get();
+  EXPECT_EQ(async[1].integer, 14);
+}
+
+TEST(ResilientStore, BreakersPerNodeWithoutFallbackKeepTheOutcomes) {
+  auto clock = std::make_shared<redcount::ManualClock>(kT0);
+  auto inner = memory_store(clock);
+  ResilienceOptions o;
+  o.budget = 50ms;
+  ResilientStore store(std::make_shared<TwoNodeStore>(inner), nullptr, o);
+  std::vector<redcount::Request> batch;
+  batch.emplace_back(Command{{"INCR", "live"}});
+  batch.emplace_back(Command{{"INCR", "dead"}});
+  try {
+    store.execute(batch);
+    FAIL() << "no error";
+  } catch (const Unavailable& e) {
+    EXPECT_FALSE(e.maybe_applied());
+    ASSERT_TRUE(e.outcomes());
+    EXPECT_EQ((*e.outcomes())[0].kind, redcount::RequestOutcome::Kind::Reply);
+    EXPECT_EQ((*e.outcomes())[0].reply.integer, 1);
+    EXPECT_EQ((*e.outcomes())[1].kind, redcount::RequestOutcome::Kind::NotSent);
+    EXPECT_TRUE(contains(e.what(), "circuit breaker is open")) << e.what();
+  }
+  // Many failures of one node never open a breaker for the whole store.
+  for (int i = 0; i < 10; ++i) EXPECT_THROW(store.execute(batch), Unavailable);
+  EXPECT_EQ(run(store, {"GET", "live"}).str, "11");
+}
+
+TEST(Breaker, OpensAfterTheThresholdProbesOnceAndCloses) {
+  redcount::take_breaker_events();
+  ResilienceOptions o;
+  o.failure_threshold = 2;
+  o.probe_min = 1ms;
+  o.probe_max = 1ms;
+  redcount::Breaker b(o, "ring node 'a' (redis://10.0.0.1:6379)", false);
+  using Admit = redcount::Breaker::Admit;
+  EXPECT_EQ(b.admit(), Admit::Go);
+  b.on_failure("refused");
+  b.on_success();  // not consecutive any more
+  b.on_failure("refused");
+  EXPECT_EQ(b.state(), redcount::BreakerState::Closed);
+  b.on_failure("refused");
+  EXPECT_EQ(b.state(), redcount::BreakerState::Open);
+  std::this_thread::sleep_for(3ms);
+  EXPECT_EQ(b.admit(), Admit::Probe);  // one probe...
+  EXPECT_EQ(b.admit(), Admit::Refuse);  // ...at a time
+  b.probe_done(true, "");
+  EXPECT_EQ(b.state(), redcount::BreakerState::Closed);
+  EXPECT_EQ(b.switches(), 2u);
+  EXPECT_TRUE(contains(b.refusal_text(), "ring node 'a'"));
+  int warnings = 0;
+  for (const auto& e : redcount::take_breaker_events()) {
+    warnings += e.level == redcount::BreakerEvent::Level::Warning ? 1 : 0;
+  }
+  EXPECT_EQ(warnings, 2);
+}
+
 }  // namespace rctest

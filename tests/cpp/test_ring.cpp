@@ -1,12 +1,22 @@
-// The client-side ring's slot table: rendezvous hashing over node names.
+// The client-side ring's slot table (rendezvous hashing over node names), and the ring as a
+// store with a breaker per node.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <string>
 #include <vector>
 
 #include "redcount/common/errors.h"
+#include "redcount/common/options.h"
+#include "redcount/common/slot.h"
+#include "redcount/redis/redis_store.h"
 #include "redcount/redis/ring.h"
+#include "redcount/store/resilient_store.h"
 #include "test_support.h"
 
 using redcount::InvalidArgument;
@@ -129,4 +139,103 @@ TEST(Ring, RefusesBadNames) {
 TEST(Ring, OneNodeOwnsEverything) {
   const Ring one({"solo"});
   EXPECT_EQ(one.slot_counts(), std::vector<std::size_t>{kRingSlots});
+}
+
+// The ring as a store: a RedisStore over ring members routes by hash slot with the table
+// above; no server is needed for what is checked here (the live tests, keys on real
+// servers, a node killed and restarted, are in tests/python/cluster/test_ring.py).
+namespace {
+
+// A loopback port with nothing listening (bound, then closed: refused until someone takes it).
+int dead_port() {
+  const int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  int port = 0;
+  if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    port = ntohs(a.sin_port);
+  }
+  ::close(s);
+  return port;
+}
+
+redcount::StoreOptions ring_options(const std::vector<int>& ports, std::vector<std::string> names = {}) {
+  redcount::StoreOptions o;
+  for (int p : ports) {
+    redcount::StoreOptions m = redcount::parse_url("redis://127.0.0.1:" + std::to_string(p) + "/0");
+    m.command_timeout = std::chrono::milliseconds(300);
+    m.connect_timeout = std::chrono::milliseconds(300);
+    o.ring.push_back(m);
+  }
+  o.kind = redcount::StoreOptions::Kind::Tcp;
+  o.command_timeout = std::chrono::milliseconds(300);
+  o.connect_timeout = std::chrono::milliseconds(300);
+  o.ring_names = std::move(names);
+  return o;
+}
+
+}  // namespace
+
+TEST(RingStore, RoutesBySlotAndDescribesItsMembers) {
+  const int a = dead_port(), b = dead_port();
+  redcount::RedisStore store(ring_options({a, b}, {"a", "b"}));
+  EXPECT_TRUE(store.is_ring());
+  EXPECT_EQ(store.shard_of("foo"), 12182u);
+  EXPECT_EQ(store.shard_of("{user1000}.following"), 3443u);
+  EXPECT_EQ(store.describe(), "ring:a=redis://127.0.0.1:" + std::to_string(a) + "/0,b=redis://127.0.0.1:" +
+                                  std::to_string(b) + "/0");
+  auto nodes = store.nodes();
+  ASSERT_EQ(nodes.size(), 2u);
+  EXPECT_EQ(nodes[0]->describe(), "redis://127.0.0.1:" + std::to_string(a) + "/0");
+  EXPECT_EQ(nodes[1]->describe(), "redis://127.0.0.1:" + std::to_string(b) + "/0");
+  // Nothing listens: the call fails as on one server, without asking anyone for a table.
+  EXPECT_THROW(store.execute_one(redcount::Command{{"GET", "foo"}}), redcount::ConnectionError);
+  store.close();
+}
+
+TEST(RingStore, RefusesBadMembers) {
+  const int a = dead_port();
+  auto o = ring_options({a, a});
+  EXPECT_TRUE(contains(rctest::error_of<InvalidArgument>([&] { redcount::RedisStore s(o); }), "distinct servers"));
+  o = ring_options({a, dead_port()}, {"x"});
+  EXPECT_TRUE(contains(rctest::error_of<InvalidArgument>([&] { redcount::RedisStore s(o); }), "one name per server"));
+  o = ring_options({a, dead_port()}, {"x", "x"});
+  EXPECT_TRUE(contains(rctest::error_of<InvalidArgument>([&] { redcount::RedisStore s(o); }), "given twice"));
+  o = ring_options({a});
+  o.ring[0] = redcount::parse_url("unix:///tmp/nowhere.sock");
+  EXPECT_TRUE(contains(rctest::error_of<InvalidArgument>([&] { redcount::RedisStore s(o); }), "redis:// or rediss://"));
+}
+
+TEST(RingStore, EachDeadNodeOpensItsOwnBreaker) {
+  redcount::take_breaker_events();
+  const int a = dead_port(), b = dead_port();
+  redcount::ResilienceOptions r;
+  r.budget = std::chrono::milliseconds(100);
+  auto store = redcount::open_resilient_store(ring_options({a, b}, {"a", "b"}), r, "");
+  auto* resilient = dynamic_cast<redcount::ResilientStore*>(store.get());
+  ASSERT_NE(resilient, nullptr);
+  ASSERT_TRUE(resilient->per_node());
+  // Keys on node "a" only: "a"'s breaker opens, "b"'s stays closed.
+  const Ring ring({"a", "b"});
+  std::string key_a;
+  for (int i = 0; key_a.empty(); ++i) {
+    const std::string k = "k" + std::to_string(i);
+    if (ring.name_of(redcount::key_slot(k)) == "a") key_a = k;
+  }
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_THROW(store->execute_one(redcount::Command{{"GET", key_a}}), redcount::Unavailable);
+  }
+  auto states = store->node_breakers();
+  ASSERT_EQ(states.size(), 2u);
+  EXPECT_TRUE(contains(states[0].where, "ring node 'a'"));
+  EXPECT_EQ(states[0].state, redcount::BreakerState::Open);
+  EXPECT_EQ(states[1].state, redcount::BreakerState::Closed);
+  EXPECT_EQ(resilient->state(), redcount::BreakerState::Open);
+  const std::string refused =
+      rctest::error_of<redcount::Unavailable>([&] { store->execute_one(redcount::Command{{"GET", key_a}}); });
+  EXPECT_TRUE(contains(refused, "circuit breaker is open")) << refused;
+  store->close();
 }

@@ -6,6 +6,7 @@
 #include "redcount/common/slot.h"
 #include "redcount/common/errors.h"
 #include "redcount/redis/engine.h"
+#include "redcount/redis/ring.h"
 #include "redcount/common/util.h"
 
 namespace redcount::redis {
@@ -148,13 +149,54 @@ struct Cluster::Batch {
 // ----------------------------------------------------------------------------- cluster
 
 Cluster::Cluster(const StoreOptions& options) : options_(options), slots_(kClusterSlots, -1) {
-  if (options_.db != 0) throw InvalidArgument("a Redis Cluster has only database 0");
-  for (const auto& s : options_.seeds) seeds_.push_back(NodeAddress{s.host, s.port});
-  if (seeds_.empty()) seeds_.push_back(NodeAddress{options_.host, options_.port});
-  options_.cluster = false;
-  options_.seeds.clear();
-  // Validates the per-node options (connections, timeouts) now, as a single server does.
-  {
+  if (!options_.ring.empty()) {
+    ring_ = true;
+    ring_names_ = options_.ring_names;
+    if (ring_names_.empty()) {
+      for (const auto& m : options_.ring) ring_names_.push_back(NodeAddress{m.host, m.port}.text());
+    }
+    if (ring_names_.size() != options_.ring.size()) {
+      throw InvalidArgument("a ring needs one name per server: got " + std::to_string(ring_names_.size()) +
+                            " names for " + std::to_string(options_.ring.size()) + " servers");
+    }
+    for (std::size_t i = 0; i < options_.ring.size(); ++i) {
+      for (std::size_t j = 0; j < i; ++j) {
+        const NodeAddress a{options_.ring[i].host, options_.ring[i].port}, b{options_.ring[j].host, options_.ring[j].port};
+        if (a == b) throw InvalidArgument("ring members must be distinct servers: " + a.text() + " is given twice");
+      }
+    }
+    const Ring ring(ring_names_);  // validates the names
+    std::lock_guard<std::mutex> lock(mu_);
+    for (std::size_t i = 0; i < options_.ring.size(); ++i) {
+      StoreOptions o = options_.ring[i];
+      if (o.kind != StoreOptions::Kind::Tcp || o.cluster || !o.ring.empty()) {
+        throw InvalidArgument("ring member '" + printable(ring_names_[i]) +
+                              "' must be a redis:// or rediss:// server (not memory://, unix:// or a cluster)");
+      }
+      o.ring.clear();
+      o.ring_names.clear();
+      const NodeAddress address{o.host, o.port};
+      if (nodes_.count(address.text()) != 0) {
+        throw InvalidArgument("ring members must be distinct servers: " + address.text() + " is given twice");
+      }
+      auto n = std::make_shared<Node>(Node{address, std::make_shared<Engine>(o), ring_names_[i], nullptr});
+      nodes_.emplace(address.text(), n);
+      masters_.push_back(n);
+    }
+    for (std::uint32_t slot = 0; slot < kClusterSlots; ++slot) {
+      slots_[slot] = static_cast<std::int32_t>(ring.node_of(slot));
+    }
+    options_.ring.clear();
+    options_.ring_names.clear();
+    seeds_.push_back(masters_.front()->address);
+    periodic_started_ = true;  // a static table: never refreshed
+  } else {
+    if (options_.db != 0) throw InvalidArgument("a Redis Cluster has only database 0");
+    for (const auto& s : options_.seeds) seeds_.push_back(NodeAddress{s.host, s.port});
+    if (seeds_.empty()) seeds_.push_back(NodeAddress{options_.host, options_.port});
+    options_.cluster = false;
+    options_.seeds.clear();
+    // Validates the per-node options (connections, timeouts) now, as a single server does.
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& s : seeds_) node_locked(s);
   }
@@ -219,7 +261,8 @@ std::shared_ptr<Cluster::Node> Cluster::node_locked(const NodeAddress& address) 
   StoreOptions o = options_;
   o.host = address.host;
   o.port = address.port;
-  auto n = std::make_shared<Node>(Node{address, std::make_shared<Engine>(o)});
+  auto n = std::make_shared<Node>(Node{address, std::make_shared<Engine>(o), std::string(), nullptr});
+  if (breakers_on_.load(std::memory_order_relaxed)) n->breaker = make_breaker_locked(*n);
   nodes_.emplace(key, n);
   return n;
 }
@@ -258,6 +301,66 @@ int Cluster::open_connections() const {
   return total;
 }
 
+// ----------------------------------------------------------------------------- breakers
+
+std::shared_ptr<Breaker> Cluster::make_breaker_locked(const Node& n) const {
+  std::string where = std::string(options_.tls ? "rediss://" : "redis://") + n.address.text();
+  if (!n.name.empty()) where = "ring node '" + printable(n.name) + "' (" + where + ")";
+  return std::make_shared<Breaker>(breaker_options_, std::move(where), breaker_fallback_);
+}
+
+void Cluster::use_node_breakers(const ResilienceOptions& options, bool has_fallback) {
+  std::lock_guard<std::mutex> lock(mu_);
+  breaker_options_ = options;
+  breaker_fallback_ = has_fallback;
+  breakers_on_.store(true, std::memory_order_relaxed);
+  for (auto& [key, n] : nodes_) {
+    if (!n->breaker) n->breaker = make_breaker_locked(*n);
+  }
+}
+
+std::vector<NodeBreakerState> Cluster::node_breakers() const {
+  std::vector<NodeBreakerState> out;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [key, n] : nodes_) {
+    if (n->breaker) out.push_back(NodeBreakerState{n->breaker->where(), n->breaker->state(), n->breaker->switches()});
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.where < b.where; });
+  return out;
+}
+
+std::shared_ptr<Breaker> Cluster::breaker_of(const NodeAddress& address) const {
+  if (!breakers_on_.load(std::memory_order_relaxed)) return nullptr;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = nodes_.find(address.text());
+  return it == nodes_.end() ? nullptr : it->second->breaker;
+}
+
+void Cluster::probe(const std::shared_ptr<Node>& node) {
+  // In the background: the call that found the pause over does not wait for it.
+  const auto timeout = options_.command_timeout.count() > 0 ? options_.command_timeout : std::chrono::milliseconds(2000);
+  std::vector<Request> ping;
+  ping.emplace_back(Command{{"PING"}});
+  node->engine->submit_routed(
+      std::move(ping),
+      [b = node->breaker](std::vector<Reply>&& replies, std::exception_ptr error) {
+        std::string why;
+        if (error) {
+          try {
+            std::rethrow_exception(error);
+          } catch (const std::exception& e) {
+            why = e.what();
+          } catch (...) {
+            why = "unknown error";
+          }
+        } else if (replies.empty() || replies.front().is_error()) {
+          why = replies.empty() ? "no reply" : replies.front().str;  // LOADING: up, not serving yet
+        }
+        b->probe_done(why.empty(), why);
+      },
+      nullptr, SteadyClock::now() + timeout, nullptr);
+}
+
 // ----------------------------------------------------------------------------- table
 
 void Cluster::install(const std::vector<SlotRange>& ranges) {
@@ -278,7 +381,7 @@ void Cluster::install(const std::vector<SlotRange>& ranges) {
 
 void Cluster::patch(std::uint32_t slot, const NodeAddress& to) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (closed_) return;
+  if (closed_ || ring_) return;  // a ring's table is fixed: a standalone server never redirects
   auto n = node_locked(to);
   auto it = std::find(masters_.begin(), masters_.end(), n);
   const auto idx = static_cast<std::int32_t>(it - masters_.begin());
@@ -287,6 +390,7 @@ void Cluster::patch(std::uint32_t slot, const NodeAddress& to) {
 }
 
 void Cluster::request_refresh() {
+  if (ring_) return;  // nothing to learn: the table is computed from the names
   const TimePoint now = SteadyClock::now();
   TimePoint at{};
   {
@@ -392,6 +496,7 @@ void Cluster::refresh_done(bool ok) {
 }
 
 bool Cluster::refresh_now(std::chrono::milliseconds timeout) {
+  if (ring_) return true;
   const TimePoint until = SteadyClock::now() + timeout;
   std::unique_lock<std::mutex> lock(mu_);
   const std::uint64_t start = refresh_successes_;
@@ -494,6 +599,8 @@ std::vector<Reply> Cluster::execute(const std::vector<Request>& batch) {
       one = n;
     }
     if (!single) one.reset();
+    // A node whose breaker is not closed goes through dispatch, which refuses or probes.
+    if (one && one->breaker && one->breaker->state() != BreakerState::Closed) one.reset();
   }
 
   struct Waiter {
@@ -514,7 +621,10 @@ std::vector<Reply> Cluster::execute(const std::vector<Request>& batch) {
     } catch (...) {
       error = std::current_exception();
     }
-    if (!error && std::none_of(replies.begin(), replies.end(), needs_router)) return replies;
+    if (!error && std::none_of(replies.begin(), replies.end(), needs_router)) {
+      if (one->breaker) one->breaker->on_success();
+      return replies;
+    }
   }
   auto w = std::make_shared<Waiter>();
   auto b = std::make_shared<Batch>();
@@ -607,8 +717,36 @@ void Cluster::dispatch(const std::shared_ptr<Batch>& batch) {
                                                   ")"
                                             : " (CLUSTER SLOTS lists no master for it)");
       }
-      batch->children = static_cast<int>(groups.size());
     }
+  }
+  // Nodes whose breaker is open: their units are not sent and end now (no retry: failing
+  // fast is the point), while the other nodes' units go out.
+  std::vector<std::shared_ptr<Node>> probes;
+  if (!closed && breakers_on_.load(std::memory_order_relaxed)) {
+    std::vector<Group> refused;
+    for (auto it = groups.begin(); it != groups.end();) {
+      const auto admit = it->node->breaker ? it->node->breaker->admit() : Breaker::Admit::Go;
+      if (admit == Breaker::Admit::Go) {
+        ++it;
+        continue;
+      }
+      if (admit == Breaker::Admit::Probe) probes.push_back(it->node);
+      refused.push_back(std::move(*it));
+      it = groups.erase(it);
+    }
+    if (!refused.empty()) {
+      std::lock_guard<std::mutex> block(batch->mu);
+      for (const auto& g : refused) {
+        for (auto u : g.units) batch->state[u] = Batch::State::NotSent;
+        batch->not_sent = g.node->breaker->refusal_text();
+        batch->not_sent_error = std::make_exception_ptr(Unavailable(batch->not_sent, false));
+      }
+    }
+  }
+  for (const auto& n : probes) probe(n);
+  if (!closed) {
+    std::lock_guard<std::mutex> block(batch->mu);
+    batch->children = static_cast<int>(groups.size());
   }
   if (closed) {
     {
@@ -642,6 +780,8 @@ void Cluster::absorb(const std::shared_ptr<Batch>& batch, const Child& child, co
   bool refresh = false;
   bool last = false;
   std::vector<std::pair<std::uint32_t, NodeAddress>> patches;
+  std::shared_ptr<Breaker> breaker = breaker_of(node);
+  std::string failure;  // a connection-level failure of the node, for its breaker
   {
     std::lock_guard<std::mutex> lock(batch->mu);
     Batch& b = *batch;
@@ -650,21 +790,26 @@ void Cluster::absorb(const std::shared_ptr<Batch>& batch, const Child& child, co
       try {
         std::rethrow_exception(error);
       } catch (const StoreClosed& e) {
+        breaker = nullptr;
         if (!b.fatal) b.fatal = error;
         maybe = e.maybe_applied();
       } catch (const Cancelled&) {
         if (!b.fatal) b.fatal = error;
+        breaker = nullptr;
       } catch (const TimeoutError& e) {
+        failure = e.what();
         maybe = e.maybe_applied();
         if (!maybe) b.not_sent = e.what(), b.not_sent_error = error;
         if (maybe && b.maybe.empty()) b.maybe = e.what(), b.maybe_error = error;
       } catch (const ConnectionError& e) {
+        failure = e.what();
         maybe = e.maybe_applied();
         if (!maybe) b.not_sent = e.what(), b.not_sent_error = error;
         if (maybe && b.maybe.empty()) b.maybe = e.what(), b.maybe_error = error;
         refresh = true;  // a node refusing or dropping connections: failing over, maybe
       } catch (...) {
         if (!b.fatal) b.fatal = error;  // authentication, a script that cannot load...
+        breaker = nullptr;  // not about the node being reachable
       }
     }
     // Replies received (all of them without an error; those marked answered with one).
@@ -727,8 +872,14 @@ void Cluster::absorb(const std::shared_ptr<Batch>& batch, const Child& child, co
         b.state[u] = Batch::State::Done;
       }
     }
-    (void)node;
     last = --b.children == 0;
+  }
+  if (breaker) {
+    if (!error) {
+      breaker->on_success();
+    } else if (!failure.empty()) {
+      breaker->on_failure(failure);
+    }
   }
   for (const auto& [slot, to] : patches) patch(slot, to);
   if (refresh) request_refresh();

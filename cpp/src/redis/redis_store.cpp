@@ -143,13 +143,19 @@ void check_batch(const std::vector<Request>& batch) {
   }
 }
 
+// "redis://[user@]host:port/db": one server, never its password.
+std::string server_url(const StoreOptions& o) {
+  return std::string(o.tls ? "rediss://" : "redis://") + (o.username.empty() ? std::string() : o.username + "@") +
+         o.host + ":" + std::to_string(o.port) + "/" + std::to_string(o.db);
+}
+
 }  // namespace
 
 RedisStore::RedisStore(StoreOptions options) : options_(std::move(options)) {
   if (options_.max_connections < 1) {
     throw InvalidArgument("max_connections must be >= 1, got " + std::to_string(options_.max_connections));
   }
-  if (options_.cluster) {
+  if (routed()) {
     cluster_ = std::make_shared<redis::Cluster>(options_);  // validates; connects at the first call
     cluster_current_.store(cluster_.get(), std::memory_order_release);
   } else {
@@ -163,6 +169,8 @@ RedisStore::RedisStore(StoreOptions options, std::shared_ptr<redis::Engine> engi
     : options_(std::move(options)), engine_(std::move(engine)), owns_engine_(false) {
   options_.cluster = false;
   options_.seeds.clear();
+  options_.ring.clear();
+  options_.ring_names.clear();
   current_.store(engine_.get(), std::memory_order_release);
   register_store(this);
 }
@@ -178,13 +186,28 @@ redis::Cluster& RedisStore::cluster() {
   std::lock_guard<std::mutex> lock(mu_);
   if (!cluster_) {  // first call in a forked child: a router of its own
     cluster_ = std::make_shared<redis::Cluster>(options_);
+    if (node_breakers_) cluster_->use_node_breakers(*node_breakers_, node_breakers_fallback_);
     cluster_current_.store(cluster_.get(), std::memory_order_release);
   }
   return *cluster_;
 }
 
 std::uint32_t RedisStore::shard_of(std::string_view key) const noexcept {
-  return options_.cluster ? key_slot(key) : 0;
+  return routed() ? key_slot(key) : 0;
+}
+
+bool RedisStore::use_node_breakers(const ResilienceOptions& options, bool has_fallback) {
+  if (!routed()) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  node_breakers_ = options;
+  node_breakers_fallback_ = has_fallback;
+  if (cluster_) cluster_->use_node_breakers(options, has_fallback);
+  return true;
+}
+
+std::vector<NodeBreakerState> RedisStore::node_breakers() const {
+  redis::Cluster* c = cluster_current_.load(std::memory_order_acquire);
+  return c ? c->node_breakers() : std::vector<NodeBreakerState>{};
 }
 
 redis::ClusterStats RedisStore::cluster_stats() {
@@ -193,10 +216,18 @@ redis::ClusterStats RedisStore::cluster_stats() {
 }
 
 std::vector<std::shared_ptr<Store>> RedisStore::nodes() {
-  if (!options_.cluster) return {};
+  if (!routed()) return {};
   if (closed_.load(std::memory_order_acquire)) throw_closed();
   auto& c = cluster();
   auto masters = c.masters();
+  if (c.is_ring()) {
+    // One per member, in the order given, each with its own URL's settings.
+    std::vector<std::shared_ptr<Store>> out;
+    for (std::size_t i = 0; i < masters.size() && i < options_.ring.size(); ++i) {
+      out.push_back(std::make_shared<RedisStore>(options_.ring[i], std::move(masters[i].second)));
+    }
+    return out;
+  }
   if (masters.empty()) {
     c.refresh_now(options_.command_timeout.count() > 0 ? options_.command_timeout : std::chrono::milliseconds(2000));
     masters = c.masters();
@@ -250,7 +281,7 @@ void RedisStore::throw_closed() const {
 std::vector<Reply> RedisStore::execute(const std::vector<Request>& batch) {
   if (closed_.load(std::memory_order_acquire)) throw_closed();
   check_batch(batch);
-  if (options_.cluster) return cluster().execute(batch);
+  if (routed()) return cluster().execute(batch);
   return engine().execute(batch);
 }
 
@@ -261,7 +292,7 @@ void RedisStore::submit(std::vector<Request> batch, BatchDone done, CancelFlag c
   } catch (...) {
     return done({}, std::current_exception());
   }
-  if (options_.cluster) return cluster().submit(std::move(batch), std::move(done), std::move(cancelled));
+  if (routed()) return cluster().submit(std::move(batch), std::move(done), std::move(cancelled));
   engine().submit(std::move(batch), std::move(done), std::move(cancelled));
 }
 
@@ -279,7 +310,7 @@ void RedisStore::close() {
 }
 
 bool RedisStore::has_expire_options() const noexcept {
-  if (options_.cluster) {
+  if (routed()) {
     redis::Cluster* c = cluster_current_.load(std::memory_order_acquire);
     return c != nullptr && c->masters_at_least(7);
   }
@@ -288,7 +319,7 @@ bool RedisStore::has_expire_options() const noexcept {
 }
 
 bool RedisStore::contended() const noexcept {
-  if (options_.cluster) {
+  if (routed()) {
     redis::Cluster* c = cluster_current_.load(std::memory_order_acquire);
     return c != nullptr && c->contended();
   }
@@ -297,7 +328,7 @@ bool RedisStore::contended() const noexcept {
 }
 
 int RedisStore::open_connections() const {
-  if (options_.cluster) {
+  if (routed()) {
     redis::Cluster* c = cluster_current_.load(std::memory_order_acquire);
     return c ? c->open_connections() : 0;
   }
@@ -307,6 +338,14 @@ int RedisStore::open_connections() const {
 
 std::string RedisStore::address() const {
   if (options_.kind == StoreOptions::Kind::Unix) return options_.unix_path;
+  if (is_ring()) {
+    std::string out;
+    for (const auto& m : options_.ring) {
+      if (!out.empty()) out += ',';
+      out += (m.host.find(':') != std::string::npos ? "[" + m.host + "]" : m.host) + ":" + std::to_string(m.port);
+    }
+    return out;
+  }
   if (options_.cluster) {
     const std::string d = describe();
     const auto from = d.find("://") + 3;
@@ -322,6 +361,19 @@ std::string RedisStore::describe() const {
   if (options_.kind == StoreOptions::Kind::Unix) {
     return "unix://" + options_.unix_path + "?db=" + std::to_string(options_.db);
   }
+  if (is_ring()) {
+    // "ring:name=redis://host:port/db,..." (no space: it shows in reprs)
+    std::string out = "ring:";
+    for (std::size_t i = 0; i < options_.ring.size(); ++i) {
+      const StoreOptions& m = options_.ring[i];
+      if (i > 0) out += ',';
+      out += i < options_.ring_names.size() ? printable(options_.ring_names[i])
+                                            : (m.host.find(':') != std::string::npos ? "[" + m.host + "]" : m.host) +
+                                                  ":" + std::to_string(m.port);
+      out += '=' + server_url(m);
+    }
+    return out;
+  }
   if (options_.cluster) {
     std::string hosts;
     for (const auto& seed : options_.seeds) {
@@ -332,9 +384,7 @@ std::string RedisStore::describe() const {
     return std::string(options_.tls ? "rediss+cluster://" : "redis+cluster://") +
            (options_.username.empty() ? std::string() : options_.username + "@") + hosts + "/0";
   }
-  return std::string(options_.tls ? "rediss://" : "redis://") +
-         (options_.username.empty() ? std::string() : options_.username + "@") + options_.host + ":" +
-         std::to_string(options_.port) + "/" + std::to_string(options_.db);
+  return server_url(options_);
 }
 
 }  // namespace redcount

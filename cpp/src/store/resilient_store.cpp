@@ -12,36 +12,6 @@
 namespace redcount {
 namespace {
 
-using Steady = std::chrono::steady_clock;
-
-// Events waiting to be reported. Never destroyed: a reporting thread may still wait on it
-// while the process exits.
-struct EventQueue {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<BreakerEvent> events;
-};
-
-EventQueue& event_queue() {
-  static auto* q = new EventQueue;
-  return *q;
-}
-
-// Bounded, so a process that never drains the queue (C++ only) does not grow it.
-constexpr std::size_t kMaxEvents = 256;
-
-void record(BreakerEvent::Level level, std::string message) {
-  EventQueue& q = event_queue();
-  {
-    std::lock_guard<std::mutex> lock(q.mu);
-    if (q.events.size() >= kMaxEvents) q.events.pop_front();
-    q.events.push_back(BreakerEvent{level, std::move(message)});
-  }
-  q.cv.notify_all();
-}
-
-std::string ms_text(std::chrono::milliseconds ms) { return std::to_string(ms.count()) + " ms"; }
-
 bool has_transaction(const std::vector<Request>& batch) {
   for (const Request& r : batch) {
     const auto* cmd = std::get_if<Command>(&r);
@@ -50,95 +20,53 @@ bool has_transaction(const std::vector<Request>& batch) {
   return false;
 }
 
-}  // namespace
-
-std::vector<BreakerEvent> take_breaker_events(std::chrono::milliseconds wait) {
-  EventQueue& q = event_queue();
-  std::unique_lock<std::mutex> lock(q.mu);
-  if (wait.count() > 0) q.cv.wait_for(lock, wait, [&] { return !q.events.empty(); });
-  std::vector<BreakerEvent> out(std::make_move_iterator(q.events.begin()), std::make_move_iterator(q.events.end()));
-  q.events.clear();
-  return out;
+// With breakers per node (the primary is routed): what a failure of the primary becomes.
+// A node's breaker refused (Unavailable) or a node failed: the requests of the batch that
+// were never sent rerun on the fallback, when there is one and they can run there.
+std::vector<Reply> node_failure(const Breaker& breaker, Store* fallback, const std::vector<Request>& batch,
+                                const ConnectionError& e) {
+  // Unavailable already (a node's breaker refused the whole batch) or a node's own error.
+  const bool refused = dynamic_cast<const Unavailable*>(&e) != nullptr;
+  auto unavailable = [&](std::string message, bool maybe, std::shared_ptr<const std::vector<RequestOutcome>> o) {
+    Unavailable u(refused ? std::move(message) : breaker.unavailable_text(message), maybe);
+    if (o) u.set_outcomes(std::move(o));
+    return u;
+  };
+  const auto& outcomes = e.outcomes();
+  if (!outcomes || outcomes->size() != batch.size()) {
+    // Nothing of the batch completed: as on one server.
+    if (fallback && !e.maybe_applied() && !has_transaction(batch)) return fallback->execute(batch);
+    throw unavailable(e.what(), e.maybe_applied(), outcomes);
+  }
+  // Some nodes answered: rerun on the fallback what was never sent, when it can run there.
+  std::vector<Request> rerun;
+  std::vector<std::size_t> where;
+  bool maybe = false;
+  for (std::size_t i = 0; i < outcomes->size(); ++i) {
+    const auto kind = (*outcomes)[i].kind;
+    if (kind == RequestOutcome::Kind::Maybe) maybe = true;
+    if (kind == RequestOutcome::Kind::NotSent) {
+      rerun.push_back(batch[i]);
+      where.push_back(i);
+    }
+  }
+  if (!fallback || rerun.empty() || has_transaction(rerun)) throw unavailable(e.what(), e.maybe_applied(), outcomes);
+  std::vector<Reply> again = fallback->execute(rerun);
+  if (!maybe) {
+    std::vector<Reply> replies(batch.size());
+    for (std::size_t i = 0; i < outcomes->size(); ++i) replies[i] = (*outcomes)[i].reply;
+    for (std::size_t j = 0; j < where.size(); ++j) replies[where[j]] = std::move(again[j]);
+    return replies;
+  }
+  auto merged = std::make_shared<std::vector<RequestOutcome>>(*outcomes);
+  for (std::size_t j = 0; j < where.size(); ++j) {
+    (*merged)[where[j]].kind = RequestOutcome::Kind::Reply;
+    (*merged)[where[j]].reply = std::move(again[j]);
+  }
+  throw unavailable(e.what(), true, std::move(merged));
 }
 
-struct ResilientStore::Shared {
-  ResilienceOptions options;
-  std::string where;
-  bool has_fallback = false;
-
-  std::mutex mu;
-  State state = State::Closed;  // under mu; mirrored in `public_state` for lock-free reads
-  int failures = 0;             // consecutive, while closed
-  std::chrono::milliseconds pause{0};
-  Steady::time_point next_probe{};
-  std::string last_error;
-  std::atomic<State> public_state{State::Closed};
-  std::atomic<std::uint64_t> switches{0};
-
-  void set_state_locked(State s) {
-    state = s;
-    public_state.store(s, std::memory_order_release);
-  }
-
-  void on_success() {
-    if (public_state.load(std::memory_order_acquire) != State::Closed) return;
-    std::lock_guard<std::mutex> lock(mu);
-    // A late success of a call sent before the breaker opened proves nothing now: only the
-    // probe closes it.
-    if (state == State::Closed) failures = 0;
-  }
-
-  void on_failure(const std::string& why) {
-    if (!options.breaker) return;
-    std::lock_guard<std::mutex> lock(mu);
-    last_error = why;
-    if (state != State::Closed || ++failures < options.failure_threshold) return;
-    set_state_locked(State::Open);
-    pause = options.probe_min;
-    next_probe = Steady::now() + jittered(pause);
-    switches.fetch_add(1, std::memory_order_relaxed);
-    record(BreakerEvent::Level::Warning,
-           "redcount: " + where + " is unreachable (" + std::to_string(failures) +
-               " consecutive connection failures; last: " + why + "); circuit breaker open: " +
-               (has_fallback ? "calls go to the fallback memory:// store until it is back"
-                             : "calls fail fast with Unavailable until it is back"));
-  }
-
-  void probe_done(bool ok, const std::string& why) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (state != State::HalfOpen) return;
-    if (ok) {
-      set_state_locked(State::Closed);
-      failures = 0;
-      pause = std::chrono::milliseconds(0);
-      switches.fetch_add(1, std::memory_order_relaxed);
-      record(BreakerEvent::Level::Warning,
-             "redcount: " + where + " is reachable again; circuit breaker closed: calls go to Redis again" +
-                 (has_fallback ? " (counts made on the fallback memory:// store are not merged back)" : ""));
-      return;
-    }
-    set_state_locked(State::Open);
-    last_error = why;
-    pause = std::min(pause * 2, options.probe_max);
-    const auto wait = jittered(pause);
-    next_probe = Steady::now() + wait;
-    record(BreakerEvent::Level::Debug,
-           "redcount: probe of " + where + " failed (" + why + "); next probe in " + ms_text(wait));
-  }
-
-  std::string refusal_text() {
-    std::lock_guard<std::mutex> lock(mu);
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(next_probe - Steady::now());
-    return where + " is unavailable: the circuit breaker is open (last error: " + last_error +
-           "); failing fast, nothing was sent; next probe in " +
-           ms_text(std::max(left, std::chrono::milliseconds(0)));
-  }
-
-  std::string unavailable_text(const std::string& why) const {
-    return where + " is unavailable: " + why +
-           (options.budget.count() > 0 ? " (budget " + ms_text(options.budget) + ")" : std::string());
-  }
-};
+}  // namespace
 
 ResilientStore::ResilientStore(std::shared_ptr<Store> primary, std::shared_ptr<Store> fallback,
                                ResilienceOptions options)
@@ -155,53 +83,48 @@ ResilientStore::ResilientStore(std::shared_ptr<Store> primary, std::shared_ptr<S
     throw InvalidArgument(
         "a fallback store needs the circuit breaker (breaker=True): calls go to the fallback only while it is open");
   }
-  shared_ = std::make_shared<Shared>();
-  shared_->options = options_;
-  shared_->where = primary_->describe();
-  shared_->has_fallback = fallback_ != nullptr;
+  breaker_ = std::make_shared<Breaker>(options_, primary_->describe(), fallback_ != nullptr);
+  per_node_ = options_.breaker && primary_->use_node_breakers(options_, fallback_ != nullptr);
 }
 
 ResilientStore::~ResilientStore() = default;
 
 ResilientStore::Route ResilientStore::route() {
-  Shared& s = *shared_;
-  if (s.public_state.load(std::memory_order_acquire) == State::Closed) return Route::Primary;
-  bool probe = false;
-  {
-    std::lock_guard<std::mutex> lock(s.mu);
-    if (s.state == State::Closed) return Route::Primary;
-    if (s.state == State::Open && Steady::now() >= s.next_probe) {
-      s.set_state_locked(State::HalfOpen);
-      probe = true;
-      record(BreakerEvent::Level::Debug, "redcount: circuit breaker of " + s.where + " half-open: probing with PING");
-    }
-  }
-  if (probe) {
-    // In the background: this call does not wait for the probe (it may take the budget).
-    std::vector<Request> ping;
-    ping.emplace_back(Command{{"PING"}});
-    primary_->submit(std::move(ping), [sh = shared_](std::vector<Reply>&& replies, std::exception_ptr error) {
-      std::string why;
-      if (error) {
-        try {
-          std::rethrow_exception(error);
-        } catch (const std::exception& e) {
-          why = e.what();
-        } catch (...) {
-          why = "unknown error";
+  if (per_node_) return Route::Primary;  // the router refuses (or not) node by node
+  switch (breaker_->admit()) {
+    case Breaker::Admit::Go:
+      return Route::Primary;
+    case Breaker::Admit::Probe: {
+      // In the background: this call does not wait for the probe (it may take the budget).
+      std::vector<Request> ping;
+      ping.emplace_back(Command{{"PING"}});
+      primary_->submit(std::move(ping), [b = breaker_](std::vector<Reply>&& replies, std::exception_ptr error) {
+        std::string why;
+        if (error) {
+          try {
+            std::rethrow_exception(error);
+          } catch (const std::exception& e) {
+            why = e.what();
+          } catch (...) {
+            why = "unknown error";
+          }
+        } else if (replies.empty() || replies.front().is_error()) {
+          // LOADING and the like: up, but not serving yet.
+          why = replies.empty() ? "no reply" : replies.front().str;
         }
-      } else if (replies.empty() || replies.front().is_error()) {
-        // LOADING and the like: up, but not serving yet.
-        why = replies.empty() ? "no reply" : replies.front().str;
-      }
-      sh->probe_done(why.empty(), why);
-    });
+        b->probe_done(why.empty(), why);
+      });
+      break;
+    }
+    case Breaker::Admit::Refuse:
+      break;
   }
   return fallback_ ? Route::Fallback : Route::Refuse;
 }
 
+
 bool ResilientStore::has_expire_options() const noexcept {
-  if (fallback_ && shared_->public_state.load(std::memory_order_acquire) != State::Closed) return false;
+  if (fallback_ && state() != State::Closed) return false;
   return primary_->has_expire_options();
 }
 
@@ -209,10 +132,10 @@ bool ResilientStore::contended() const noexcept { return primary_->contended(); 
 
 std::vector<Reply> ResilientStore::execute(const std::vector<Request>& batch) {
   const Route r = route();
-  if (r == Route::Refuse) throw Unavailable(shared_->refusal_text(), false);
+  if (r == Route::Refuse) throw Unavailable(breaker_->refusal_text(), false);
   auto on_fallback = [&] {
     if (has_transaction(batch)) {
-      throw Unavailable(shared_->where + " is unavailable, and this transaction (MULTI) was prepared for Redis; "
+      throw Unavailable(breaker_->where() + " is unavailable, and this transaction (MULTI) was prepared for Redis; "
                         "the fallback store cannot run it. Nothing was sent; retry",
                         false);
     }
@@ -221,25 +144,26 @@ std::vector<Reply> ResilientStore::execute(const std::vector<Request>& batch) {
   if (r == Route::Fallback) return on_fallback();
   try {
     std::vector<Reply> replies = primary_->execute(batch);
-    shared_->on_success();
+    breaker_->on_success();
     return replies;
   } catch (const StoreClosed&) {
     throw;
   } catch (const ConnectionError& e) {
-    shared_->on_failure(e.what());
+    if (per_node_) return node_failure(*breaker_, fallback_.get(), batch, e);
+    breaker_->on_failure(e.what());
     // Nothing of it reached Redis, so it may run on the fallback instead.
     if (fallback_ && !e.maybe_applied()) return on_fallback();
-    throw Unavailable(shared_->unavailable_text(e.what()), e.maybe_applied());
+    throw Unavailable(breaker_->unavailable_text(e.what()), e.maybe_applied());
   }
 }
 
 void ResilientStore::submit(std::vector<Request> batch, BatchDone done, CancelFlag cancelled) {
   const Route r = route();
-  if (r == Route::Refuse) return done({}, std::make_exception_ptr(Unavailable(shared_->refusal_text(), false)));
+  if (r == Route::Refuse) return done({}, std::make_exception_ptr(Unavailable(breaker_->refusal_text(), false)));
   if (r == Route::Fallback) {
     if (has_transaction(batch)) {
       return done({}, std::make_exception_ptr(Unavailable(
-                          shared_->where + " is unavailable, and this transaction (MULTI) was prepared for Redis; "
+                          breaker_->where() + " is unavailable, and this transaction (MULTI) was prepared for Redis; "
                                            "the fallback store cannot run it. Nothing was sent; retry",
                           false)));
     }
@@ -247,10 +171,34 @@ void ResilientStore::submit(std::vector<Request> batch, BatchDone done, CancelFl
   }
   // Kept for a rerun on the fallback when the primary refuses the batch unsent.
   std::shared_ptr<std::vector<Request>> copy;
+  if (per_node_) {
+    auto kept = std::make_shared<std::vector<Request>>(batch);
+    return primary_->submit(
+        std::move(batch),
+        [b = breaker_, fb = fallback_, kept, done = std::move(done)](std::vector<Reply>&& replies,
+                                                                     std::exception_ptr error) mutable {
+          if (!error) return done(std::move(replies), nullptr);
+          std::vector<Reply> out;
+          try {
+            try {
+              std::rethrow_exception(error);
+            } catch (const StoreClosed&) {
+              throw;
+            } catch (const ConnectionError& e) {
+              // The fallback is a memory store: it runs on this (I/O) thread without blocking.
+              out = node_failure(*b, fb.get(), *kept, e);
+            }
+          } catch (...) {
+            return done({}, std::current_exception());
+          }
+          done(std::move(out), nullptr);
+        },
+        cancelled);
+  }
   if (fallback_ && !has_transaction(batch)) copy = std::make_shared<std::vector<Request>>(batch);
   primary_->submit(
       std::move(batch),
-      [sh = shared_, fb = fallback_, copy = std::move(copy), done = std::move(done), cancelled](
+      [sh = breaker_, fb = fallback_, copy = std::move(copy), done = std::move(done), cancelled](
           std::vector<Reply>&& replies, std::exception_ptr error) mutable {
         if (!error) {
           sh->on_success();
@@ -278,11 +226,24 @@ void ResilientStore::close() {
   if (fallback_) fallback_->close();
 }
 
-ResilientStore::State ResilientStore::state() const { return shared_->public_state.load(std::memory_order_acquire); }
+ResilientStore::State ResilientStore::state() const {
+  if (!per_node_) return breaker_->state();
+  State worst = State::Closed;
+  for (const auto& n : primary_->node_breakers()) {
+    if (n.state == State::Open) return State::Open;
+    if (n.state == State::HalfOpen) worst = State::HalfOpen;
+  }
+  return worst;
+}
 
 bool ResilientStore::using_fallback() const { return fallback_ && state() != State::Closed; }
 
-std::uint64_t ResilientStore::switches() const { return shared_->switches.load(std::memory_order_relaxed); }
+std::uint64_t ResilientStore::switches() const {
+  if (!per_node_) return breaker_->switches();
+  std::uint64_t total = 0;
+  for (const auto& n : primary_->node_breakers()) total += n.switches;
+  return total;
+}
 
 std::shared_ptr<Store> open_resilient_store(StoreOptions primary, const ResilienceOptions& options,
                                             const std::string& fallback_url) {
@@ -309,22 +270,26 @@ std::shared_ptr<Store> open_resilient_store(StoreOptions primary, const Resilien
   if (primary.kind == StoreOptions::Kind::Memory || (options.budget.count() == 0 && !fallback)) {
     return open_store(primary);
   }
-  if (options.budget.count() > 0) {
-    auto cap = [&](std::chrono::milliseconds& t) {
-      if (t.count() == 0 || t > options.budget) t = options.budget;
-    };
-    // Not connect_timeout: a call waiting for a connection still fails at its own deadline
-    // (the command timeout), while a set-up slower than the budget (a loaded machine, the
-    // handshake's SCRIPT LOADs) goes on in the background for the calls after it.
-    cap(primary.command_timeout);
-    cap(primary.pool_timeout);
-  }
-  if (options.breaker) {
-    // The breaker sets the pace of reconnect attempts (its probes); a long reconnect backoff
-    // in the engine under it would only delay its return to Redis.
-    primary.reconnect_backoff_max = std::min(primary.reconnect_backoff_max, std::chrono::milliseconds(100));
-    primary.reconnect_backoff_min = std::min(primary.reconnect_backoff_min, primary.reconnect_backoff_max);
-  }
+  auto limit = [&](StoreOptions& o) {
+    if (options.budget.count() > 0) {
+      auto cap = [&](std::chrono::milliseconds& t) {
+        if (t.count() == 0 || t > options.budget) t = options.budget;
+      };
+      // Not connect_timeout: a call waiting for a connection still fails at its own deadline
+      // (the command timeout), while a set-up slower than the budget (a loaded machine, the
+      // handshake's SCRIPT LOADs) goes on in the background for the calls after it.
+      cap(o.command_timeout);
+      cap(o.pool_timeout);
+    }
+    if (options.breaker) {
+      // The breaker sets the pace of reconnect attempts (its probes); a long reconnect backoff
+      // in the engine under it would only delay its return to Redis.
+      o.reconnect_backoff_max = std::min(o.reconnect_backoff_max, std::chrono::milliseconds(100));
+      o.reconnect_backoff_min = std::min(o.reconnect_backoff_min, o.reconnect_backoff_max);
+    }
+  };
+  limit(primary);
+  for (auto& member : primary.ring) limit(member);  // a ring's servers, each with its own options
   return std::make_shared<ResilientStore>(open_store(primary), std::move(fallback), options);
 }
 

@@ -47,6 +47,13 @@ struct StoreOptions {
     int port = 6379;
   };
   std::vector<Seed> seeds;
+  // A client-side hash ring (redis/ring.h) over standalone servers: one entry per member,
+  // each a redis:// or rediss:// server with its own address, credentials, database and
+  // TLS settings; `ring_names` are their names on the ring (empty: "host:port" each). The
+  // store routes by the key's hash slot, as on a cluster, from a table computed from the
+  // names. Empty for any other store.
+  std::vector<StoreOptions> ring;
+  std::vector<std::string> ring_names;
 
   std::chrono::milliseconds connect_timeout{2000};  // 0 = wait forever
   std::chrono::milliseconds command_timeout{2000};  // 0 = wait forever

@@ -29,6 +29,16 @@
 //   other nodes' children complete; the batch fails with ConnectionError(maybe_applied =
 //   true) carrying one RequestOutcome per request (reply, Maybe or NotSent).
 //
+// A client-side hash ring (StoreOptions::ring) is routed by the same code with a static
+// table: each slot goes to a member by rendezvous hashing over the members' names
+// (redis/ring.h). It never asks CLUSTER SLOTS and never changes its table: a member that
+// is down is not replaced (its slots fail; nothing is re-hashed onto the others).
+//
+// Breakers per node (use_node_breakers, turned on by a ResilientStore in front): each node
+// has a circuit breaker (store/breaker.h) fed by its children's connection failures; while
+// a node's is open, the units routed to it are not sent (they end NotSent, the batch with
+// Unavailable or outcomes) and one PING probes the node in the background after a pause.
+//
 // Thread-safe. `done` runs on some node engine's thread or the router's timer thread.
 #pragma once
 
@@ -49,6 +59,7 @@
 #include "redcount/common/options.h"
 #include "redcount/redis/command_keys.h"
 #include "redcount/redis/pipeline.h"
+#include "redcount/store/breaker.h"
 #include "redcount/store/store.h"
 
 namespace redcount::redis {
@@ -108,7 +119,7 @@ class Cluster : public std::enable_shared_from_this<Cluster> {
   static constexpr std::chrono::milliseconds kRefreshEvery{10'000};
   static constexpr std::chrono::milliseconds kRefreshGap{100};
 
-  // Validates the options; learns the slot table from a seed (failures there are kept
+  // Validates the options; a ring computes its table now. A cluster learns its table from a seed (failures there are kept
   // and retried at the first call, so opening a store never needs the cluster up).
   explicit Cluster(const StoreOptions& options);
   ~Cluster();
@@ -130,6 +141,12 @@ class Cluster : public std::enable_shared_from_this<Cluster> {
   // CLUSTER SLOTS refreshes started so far (tests, metrics).
   std::uint64_t refreshes() const noexcept { return refreshes_.load(std::memory_order_relaxed); }
   ClusterStats stats() const noexcept;
+  bool is_ring() const noexcept { return ring_; }
+  // A ring's member names, in the order given (empty on a cluster).
+  const std::vector<std::string>& ring_names() const noexcept { return ring_names_; }
+  // Turns on a circuit breaker per node (for every node, also those learned later).
+  void use_node_breakers(const ResilienceOptions& options, bool has_fallback);
+  std::vector<NodeBreakerState> node_breakers() const;
   // Asks for a refresh now (coalesced and rate-limited like every other).
   void request_refresh();
   // Blocks until a refresh has succeeded since the call (asking other nodes after a failed
@@ -141,7 +158,13 @@ class Cluster : public std::enable_shared_from_this<Cluster> {
   struct Node {
     NodeAddress address;
     std::shared_ptr<Engine> engine;
+    std::string name;                  // a ring member's name; empty on a cluster
+    std::shared_ptr<Breaker> breaker;  // with breakers per node
   };
+  std::shared_ptr<Breaker> make_breaker_locked(const Node& n) const;
+  // The breaker of the node at `address` (null without breakers).
+  std::shared_ptr<Breaker> breaker_of(const NodeAddress& address) const;
+  void probe(const std::shared_ptr<Node>& node);
 
   std::shared_ptr<Node> node_locked(const NodeAddress& address);
   void dispatch(const std::shared_ptr<Batch>& batch);
@@ -176,6 +199,12 @@ class Cluster : public std::enable_shared_from_this<Cluster> {
   bool closed_ = false;
 
   bool periodic_started_ = false;
+
+  bool ring_ = false;
+  std::vector<std::string> ring_names_;
+  std::atomic<bool> breakers_on_{false};
+  ResilienceOptions breaker_options_;  // under mu_
+  bool breaker_fallback_ = false;      // under mu_
 
   // Backoffs, rate-limited refreshes and the periodic refresh run on one timer thread.
   // Its state outlives the cluster when the cluster's last reference drops on that thread.

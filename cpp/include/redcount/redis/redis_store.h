@@ -8,6 +8,9 @@
 // On a Redis Cluster (a redis+cluster:// URL) a router (redis/cluster.h) replaces the one
 // engine: one engine per master, batches split per node and put back in order, MOVED and
 // ASK followed; shard_of() is the key's hash slot, and nodes() gives a store per master.
+// A client-side hash ring (StoreOptions::ring) takes the same router with a table computed
+// from the members' names (redis/ring.h): shard_of() is the hash slot there too, and
+// nodes() gives a store per member.
 //
 // Underneath is one I/O engine (redis/engine.h: a reactor thread, `connections`
 // multiplexed sockets, auto-pipelining, deadlines and the failure contract). This class
@@ -27,6 +30,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,10 +66,15 @@ class RedisStore final : public Store {
   bool contended() const noexcept override;
   std::uint32_t shard_of(std::string_view key) const noexcept override;
   std::vector<std::shared_ptr<Store>> nodes() override;
+  bool use_node_breakers(const ResilienceOptions& options, bool has_fallback) override;
+  std::vector<NodeBreakerState> node_breakers() const override;
   void close() override;
   bool is_cluster() const noexcept { return options_.cluster; }
   // A cluster store's redirect counts (redis/cluster.h); all zero for a single server.
   redis::ClusterStats cluster_stats();
+  bool is_ring() const noexcept { return !options_.ring.empty(); }
+  // A cluster or a ring: batches go through the router.
+  bool routed() const noexcept { return options_.cluster || !options_.ring.empty(); }
   // "host:port" ("[v6]:port"), the socket path for unix://, or the seed list of a cluster.
   std::string address() const;
 
@@ -90,6 +99,9 @@ class RedisStore final : public Store {
   bool owns_engine_ = true;
   std::shared_ptr<redis::Cluster> cluster_;
   std::atomic<redis::Cluster*> cluster_current_{nullptr};
+  // Breakers per node, once asked for (kept for a router opened again in a forked child).
+  std::optional<ResilienceOptions> node_breakers_;
+  bool node_breakers_fallback_ = false;
   // Where an engine inherited through fork() is put: never destroyed, never used (its
   // thread does not exist in the child and its sockets belong to the parent).
   alignas(std::shared_ptr<redis::Engine>) unsigned char inherited_[sizeof(std::shared_ptr<redis::Engine>)];

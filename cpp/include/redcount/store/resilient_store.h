@@ -27,6 +27,13 @@
 //   on the fallback are not merged back into Redis. A call that failed on the primary before
 //   anything of it was sent (a refused connection) is rerun on the fallback at once; one that
 //   may have run on Redis is not (Unavailable, maybe_applied = true).
+// - Breakers per node: when the primary is routed (a Redis Cluster, a client-side ring),
+//   the breaker is not one for the whole store but one per node, kept by the router
+//   (Store::use_node_breakers): a node's consecutive failures open its breaker only; calls
+//   for its slots fail fast (or go to the fallback, those requests only) while the other
+//   nodes keep serving. A batch that spans nodes completes on the healthy ones; the
+//   requests of a refused node fail with Unavailable (with outcomes, as any ConnectionError
+//   of a routed batch), or run on the fallback when nothing of them was sent.
 // - Switches (open, half-open, closed) are recorded as events in one process-wide queue,
 //   drained by whoever reports them (the Python bindings log each once through `logging`);
 //   nothing here calls back into the caller's code from the I/O thread.
@@ -42,34 +49,14 @@
 #include <vector>
 
 #include "redcount/common/options.h"
+#include "redcount/store/breaker.h"
 #include "redcount/store/store.h"
 
 namespace redcount {
 
-struct ResilienceOptions {
-  std::chrono::milliseconds budget{0};  // 0 = no budget: the store's own timeouts apply
-  bool breaker = true;
-  int failure_threshold = 3;                  // consecutive connection failures that open it
-  std::chrono::milliseconds probe_min{50};    // first pause before a probe
-  // Longest pause between probes; below a second so that limits are enforced again within
-  // a second of Redis coming back (plus the engine's reconnect backoff, capped below).
-  std::chrono::milliseconds probe_max{500};
-};
-
-// One switch of a breaker, for the log.
-struct BreakerEvent {
-  enum class Level { Debug, Info, Warning };
-  Level level = Level::Info;
-  std::string message;
-};
-
-// Takes every recorded switch event (of every ResilientStore in the process). With a
-// positive `wait`, blocks up to that long for the first one. Thread-safe.
-std::vector<BreakerEvent> take_breaker_events(std::chrono::milliseconds wait = std::chrono::milliseconds(0));
-
 class ResilientStore final : public Store {
  public:
-  enum class State { Closed, Open, HalfOpen };
+  using State = BreakerState;
 
   // `fallback` may be null. Throws InvalidArgument for a threshold < 1, a budget < 0, or
   // a fallback without the breaker (it is used only while the breaker is open).
@@ -95,25 +82,33 @@ class ResilientStore final : public Store {
   bool is_memory() const noexcept override { return false; }
   void close() override;
 
+  // With breakers per node: Open while any node's is open, else HalfOpen while any is
+  // half-open, else Closed.
   State state() const;
-  // True while calls go to the fallback store.
+  // True while calls go to the fallback store (with breakers per node: some of them).
   bool using_fallback() const;
-  // How many times the breaker opened or closed.
+  // How many times the breaker opened or closed (with breakers per node: all of them).
   std::uint64_t switches() const;
+  // True when the primary is a routed store (a cluster, a ring) keeping a breaker per node.
+  bool per_node() const noexcept { return per_node_; }
   const ResilienceOptions& options() const noexcept { return options_; }
   const std::shared_ptr<Store>& primary() const noexcept { return primary_; }
   const std::shared_ptr<Store>& fallback() const noexcept { return fallback_; }
 
-  struct Shared;  // breaker state, shared with in-flight callbacks and probes
+  std::vector<NodeBreakerState> node_breakers() const override { return primary_->node_breakers(); }
 
  private:
   enum class Route { Primary, Fallback, Refuse };
   Route route();
+  // With breakers per node: what a primary failure becomes (the requests it did not send
+  // rerun on the fallback when there is one).
+  std::vector<Reply> per_node_failure(const std::vector<Request>& batch, const ConnectionError& e);
 
   std::shared_ptr<Store> primary_;
   std::shared_ptr<Store> fallback_;
   ResilienceOptions options_;
-  std::shared_ptr<Shared> shared_;
+  std::shared_ptr<Breaker> breaker_;  // shared with in-flight callbacks and probes
+  bool per_node_ = false;
 };
 
 // Opens the primary store from `primary` with its command and pool timeouts capped at the budget (and its

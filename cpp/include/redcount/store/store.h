@@ -27,6 +27,7 @@
 
 #include "redcount/common/clock.h"
 #include "redcount/common/errors.h"
+#include "redcount/store/breaker.h"
 #include "redcount/store/reply.h"
 
 namespace redcount {
@@ -209,6 +210,14 @@ class Store {
   // SCAN, DBSIZE, INFO, FLUSHALL), which a cluster store refuses. Empty for a store that is
   // a single server (or memory): it is its own only node.
   virtual std::vector<std::shared_ptr<Store>> nodes() { return {}; }
+
+  // A routed store (a Redis Cluster, a client-side ring) can keep one circuit breaker per
+  // node (breaker.h), so that a dead node fails fast for its own slots while the others keep
+  // serving: a ResilientStore in front of it turns them on here and keeps none of its own.
+  // False for a store that is one server (the ResilientStore's breaker covers it).
+  virtual bool use_node_breakers(const ResilienceOptions& /*options*/, bool /*has_fallback*/) { return false; }
+  // The node breakers' states, one per node that has one (empty without them).
+  virtual std::vector<NodeBreakerState> node_breakers() const { return {}; }
 
   // Milliseconds since the epoch as this store's clients should see them.
   virtual std::int64_t now_ms() const = 0;
