@@ -54,9 +54,18 @@ std::shared_ptr<Store> open_store_shim(const std::string& url, py::object connec
                                        py::object command_timeout, int max_connections, bool keepalive,
                                        py::object pool_timeout, std::shared_ptr<ManualClock> clock,
                                        py::object sweep_interval, int connections, const TlsKeywords& tls,
-                                       py::object budget, bool breaker, std::optional<std::string> fallback) {
+                                       py::object budget, bool breaker, std::optional<std::string> fallback,
+                                       const std::optional<std::string>& sentinel_username,
+                                       const std::optional<std::string>& sentinel_password) {
   StoreOptions o = parse_url(url);
   apply_tls_keywords(o, tls);
+  // Keywords override the URL's query, checked as the query is (a Sentinel option with a
+  // URL that is not redis+sentinel:// is an InvalidArgument naming it).
+  if (sentinel_username) set_sentinel_option(o, "sentinel_username", *sentinel_username);
+  if (sentinel_password) set_sentinel_option(o, "sentinel_password", *sentinel_password);
+  if (o.sentinel && !o.sentinel_username.empty() && o.sentinel_password.empty()) {
+    throw InvalidArgument("sentinel_username needs sentinel_password");
+  }
   o.connect_timeout = std::chrono::milliseconds(seconds_arg(connect_timeout, "connect_timeout", true));
   o.command_timeout = std::chrono::milliseconds(seconds_arg(command_timeout, "command_timeout", true));
   o.pool_timeout = std::chrono::milliseconds(seconds_arg(pool_timeout, "pool_timeout", true));
@@ -200,19 +209,22 @@ void register_store(py::module_& m) {
          int connections, std::optional<std::string> ssl_ca_certs, std::optional<std::string> ssl_certfile,
          std::optional<std::string> ssl_keyfile, std::optional<std::string> ssl_cert_reqs,
          std::optional<bool> ssl_check_hostname, std::optional<std::string> ssl_server_name, py::object budget,
-         bool breaker, std::optional<std::string> fallback) {
+         bool breaker, std::optional<std::string> fallback, std::optional<std::string> sentinel_username,
+         std::optional<std::string> sentinel_password) {
         const TlsKeywords tls{std::move(ssl_ca_certs), std::move(ssl_certfile), std::move(ssl_keyfile),
                               std::move(ssl_cert_reqs), std::move(ssl_server_name), ssl_check_hostname};
         return open_store_shim(url, std::move(connect_timeout), std::move(command_timeout), max_connections,
                                keepalive, std::move(pool_timeout), std::move(clock), std::move(sweep_interval), connections,
-                               tls, std::move(budget), breaker, std::move(fallback));
+                               tls, std::move(budget), breaker, std::move(fallback), sentinel_username,
+                               sentinel_password);
       },
       py::arg("url"), py::arg("connect_timeout"), py::arg("command_timeout"), py::arg("max_connections"),
       py::arg("keepalive"), py::arg("pool_timeout"), py::arg("clock"), py::arg("sweep_interval"),
       py::arg("connections") = 1, py::arg("ssl_ca_certs") = py::none(), py::arg("ssl_certfile") = py::none(), py::arg("ssl_keyfile") = py::none(),
       py::arg("ssl_cert_reqs") = py::none(), py::arg("ssl_check_hostname") = py::none(),
       py::arg("ssl_server_name") = py::none(), py::arg("budget") = py::none(), py::arg("breaker") = true,
-      py::arg("fallback") = py::none(), "Open a store; use redcount.connect() instead.");
+      py::arg("fallback") = py::none(), py::arg("sentinel_username") = py::none(),
+      py::arg("sentinel_password") = py::none(), "Open a store; use redcount.connect() instead.");
 
   py::class_<ResilientStore, Store, std::shared_ptr<ResilientStore>>(
       m, "ResilientStore",

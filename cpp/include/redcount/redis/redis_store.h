@@ -8,6 +8,8 @@
 // On a Redis Cluster (a redis+cluster:// URL) a router (redis/cluster.h) replaces the one
 // engine: one engine per master, batches split per node and put back in order, MOVED and
 // ASK followed; shard_of() is the key's hash slot, and nodes() gives a store per master.
+// Behind Redis Sentinel (a redis+sentinel:// URL) a MasterFollower (redis/master_follower.h)
+// holds one engine on the master the sentinels name and moves to a new one on a failover.
 //
 // Underneath is one I/O engine (redis/engine.h: a reactor thread, `connections`
 // multiplexed sockets, auto-pipelining, deadlines and the failure contract). This class
@@ -38,6 +40,7 @@ namespace redcount {
 namespace redis {
 class Engine;
 class Cluster;
+class MasterFollower;
 }
 
 class RedisStore final : public Store {
@@ -63,6 +66,11 @@ class RedisStore final : public Store {
   std::vector<std::shared_ptr<Store>> nodes() override;
   void close() override;
   bool is_cluster() const noexcept { return options_.cluster; }
+  bool is_sentinel() const noexcept { return options_.sentinel; }
+  // Behind Sentinel: the master calls go to now ("host:port"; empty before the first call)
+  // and how many times it changed.
+  std::string sentinel_master() const;
+  std::uint64_t sentinel_switches() const;
   // "host:port" ("[v6]:port"), the socket path for unix://, or the seed list of a cluster.
   std::string address() const;
 
@@ -77,6 +85,7 @@ class RedisStore final : public Store {
  private:
   redis::Engine& engine();
   redis::Cluster& cluster();
+  redis::MasterFollower& follower();
   [[noreturn]] void throw_closed() const;
 
   StoreOptions options_;
@@ -87,6 +96,8 @@ class RedisStore final : public Store {
   bool owns_engine_ = true;
   std::shared_ptr<redis::Cluster> cluster_;
   std::atomic<redis::Cluster*> cluster_current_{nullptr};
+  std::shared_ptr<redis::MasterFollower> follower_;
+  std::atomic<redis::MasterFollower*> follower_current_{nullptr};
   // Where an engine inherited through fork() is put: never destroyed, never used (its
   // thread does not exist in the child and its sockets belong to the parent).
   alignas(std::shared_ptr<redis::Engine>) unsigned char inherited_[sizeof(std::shared_ptr<redis::Engine>)];
