@@ -122,7 +122,12 @@ void MasterFollower::move_to(const Address& at) {
       retired_.push_back(old);
     }
   }
-  if (old) switches_.fetch_add(1);
+  if (old) {
+    // Requests the old master refuses (READONLY, NOREPLICAS) come back now rather than at
+    // their deadline, and execute() sends them to the new master.
+    old->engine->stop_retries();
+    switches_.fetch_add(1);
+  }
   switched_cv_.notify_all();
   // Nothing inside the old engine: close it now (otherwise the last call out does).
   if (old && old->calls.load() == 0) old->engine->close();

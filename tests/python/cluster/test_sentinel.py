@@ -293,6 +293,12 @@ def test_sentinel_failover(redis_sentinel_factory: Callable[..., SentinelGroup])
 
 def test_sentinel_failover_with_min_replicas_to_write_and_two_replicas(
         redis_sentinel_factory: Callable[..., SentinelGroup]) -> None:
+    """``min-replicas-to-write 1`` does not make a ``SENTINEL FAILOVER`` lossless: Sentinel
+    promotes one replica (which stops replicating), and until it has moved the other replica
+    to the new master, the old master still has one replica and still acknowledges writes;
+    they reach only that replica, which then resynchronises in full from the new master and
+    drops them. Writes sent after the client saw the switch are not lost; the rest is
+    measured and printed."""
     g = redis_sentinel_factory(replicas=2, min_replicas_to_write=1)
     store = redcount.connect(g.url, command_timeout=2.0)
     try:
@@ -305,8 +311,11 @@ def test_sentinel_failover_with_min_replicas_to_write_and_two_replicas(
         report = final_report(g, h)
         print_figures("SENTINEL FAILOVER, min-replicas-to-write 1, two replicas", event.at - t0, seen, event,
                       report, h, t0)
+        lost = lost_ids(g, h)
+        after = {a.request_id for w in h.writers for a in w.acked if a.first_try > seen.at}
+        print(f"written after the client saw +switch-master: {len(after)}, lost {len(after & lost)}")
         assert report.doubled == 0
         assert all(k.unaccounted == 0 for k in report.keys)
-        assert report.lost == 0
+        assert not after & lost
     finally:
         store.close()

@@ -10,7 +10,8 @@
 // connections, queue, deadlines and failure contract are all about one server, and a
 // switch must not mix the two. New calls go to the engine of the current master at once;
 // the old engine keeps what it already has (requests written there are answered or fail
-// with maybe_applied as anywhere else) and is closed as soon as no call is inside it, so
+// with maybe_applied as anywhere else, and a READONLY or NOREPLICAS there is no longer
+// retried on it: Engine::stop_retries) and is closed as soon as no call is inside it, so
 // its connections close when idle.
 //
 // What moves the master:
