@@ -111,9 +111,13 @@ def first_ack_after(h: FailoverHarness, t: float) -> float:
 
 
 def print_figures(what: str, sentinel_switch: float, seen: SeenSwitch, event: SwitchMaster, report: Report,
-                  h: FailoverHarness, t0: float) -> None:
+                  h: FailoverHarness, leader: int) -> None:
+    """``leader``: the port of the sentinel that was asked for the failover (SENTINEL FAILOVER
+    runs it on the sentinel it is sent to; the store's watcher subscribes to the first one
+    in the URL, the same one)."""
     after_event = first_ack_after(h, event.at)
-    print(f"\n{what}: +switch-master {sentinel_switch * 1000:.0f} ms after the fault; redcount switched "
+    print(f"\n{what}: +switch-master {sentinel_switch * 1000:.0f} ms after the fault (first from sentinel "
+          f"{event.sentinel_port}, {'the' if event.sentinel_port == leader else 'not the'} one that ran it); redcount switched "
           f"{(seen.at - event.at) * 1000:+.0f} ms from the event; first acknowledged write "
           f"{after_event * 1000:.0f} ms after the event (slowest writer); longest gap "
           f"{max(k.max_gap for k in report.keys) * 1000:.0f} ms\n{report.summary()}")
@@ -255,7 +259,7 @@ def test_sigkill_of_the_master(redis_sentinel_factory: Callable[..., SentinelGro
                 event = w.wait()
             h.wait_acked(100, each=True)
         report = final_report(g, h)
-        print_figures("SIGKILL of the master", event.at - t0, seen, event, report, h, t0)
+        print_figures("SIGKILL of the master", event.at - t0, seen, event, report, h, g.sentinels[0].port)
         assert (event.old_port, event.new_port) == (old.port, replica.port)
         assert state(store) == (f"{HOST}:{replica.port}", 1)
         assert report.doubled == 0
@@ -277,7 +281,7 @@ def test_sentinel_failover(redis_sentinel_factory: Callable[..., SentinelGroup])
                 event = w.wait()
             h.wait_acked(200, each=True)
         report = final_report(g, h)
-        print_figures("SENTINEL FAILOVER", event.at - t0, seen, event, report, h, t0)
+        print_figures("SENTINEL FAILOVER", event.at - t0, seen, event, report, h, g.sentinels[0].port)
         lost = lost_ids(g, h)
         after = {a.request_id for w in h.writers for a in w.acked if a.first_try > seen.at}
         before = sum(1 for w in h.writers for a in w.acked if a.acked_at < seen.at and a.request_id in lost)
@@ -310,7 +314,7 @@ def test_sentinel_failover_with_min_replicas_to_write_and_two_replicas(
             h.wait_acked(200, each=True)
         report = final_report(g, h)
         print_figures("SENTINEL FAILOVER, min-replicas-to-write 1, two replicas", event.at - t0, seen, event,
-                      report, h, t0)
+                      report, h, g.sentinels[0].port)
         lost = lost_ids(g, h)
         after = {a.request_id for w in h.writers for a in w.acked if a.first_try > seen.at}
         print(f"written after the client saw +switch-master: {len(after)}, lost {len(after & lost)}")
