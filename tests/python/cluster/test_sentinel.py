@@ -11,6 +11,8 @@ Run with ``-s`` to see the measured figures (docs/scaling-out.md, "Redis Sentine
 
 from __future__ import annotations
 
+import asyncio
+import os
 import threading
 import time
 from collections import Counter
@@ -23,6 +25,7 @@ from failover_harness import FailoverHarness, Report, WriteFn
 from topologies import HOST, SentinelGroup, SwitchMaster
 
 import redcount
+import redcount.aio as aio
 
 _testing = pytest.importorskip("redcount._core._testing")
 
@@ -223,6 +226,25 @@ def test_counters_limiter_and_sharded_counter(store: redcount.Store) -> None:
     for i in range(0, 100, 10):
         assert sc.incr(2, request_id=f"req-{i}") is False  # a retry counts once
     assert sc.value() == 200
+
+
+def test_asyncio_and_a_forked_child(store: redcount.Store) -> None:
+    astore = aio.AsyncStore(store)
+    counter = aio.FixedWindowCounter(store, "s-aio", 60)
+
+    async def main() -> None:
+        replies = await astore.execute_many([("INCRBY", f"aio-{i}", i) for i in range(1, 51)])
+        assert replies == list(range(1, 51))
+        assert await asyncio.gather(*(counter.incr(f"k-{i}") for i in range(20))) == [1] * 20
+
+    asyncio.run(main())
+    assert store.execute("INCR", "fork-key") == 1
+    pid = os.fork()
+    if pid == 0:  # the child asks the sentinels itself and has its own watcher
+        os._exit(0 if store.execute("INCR", "fork-key") == 2 else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert store.execute("INCR", "fork-key") == 3  # the parent keeps working
 
 
 def test_the_limits_scheme(group: SentinelGroup) -> None:
