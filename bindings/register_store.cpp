@@ -9,6 +9,7 @@
 #include "redcount/common/errors.h"
 #include "redcount/memory/memory_store.h"
 #include "redcount/common/options.h"
+#include "redcount/redis/cluster.h"
 #include "redcount/redis/redis_store.h"
 #include "redcount/store/resilient_store.h"
 #include "redcount/store/store.h"
@@ -176,6 +177,23 @@ void register_store(py::module_& m) {
             return s.describe();
           },
           "host:port of a Redis server (the socket path for unix://); the URL for any other store.")
+      .def(
+          "cluster_stats",
+          [](Store& s) {
+            Store* inner = &s;
+            if (auto* r = dynamic_cast<ResilientStore*>(inner)) inner = r->primary().get();
+            redis::ClusterStats st;
+            if (auto* r = dynamic_cast<RedisStore*>(inner)) st = r->cluster_stats();
+            py::dict out;
+            out["moved"] = st.moved;
+            out["ask"] = st.ask;
+            out["tryagain"] = st.tryagain;
+            out["clusterdown"] = st.clusterdown;
+            out["refreshes"] = st.refreshes;
+            return out;
+          },
+          "Redis Cluster replies met since the store opened, counted per request: MOVED, ASK, "
+          "TRYAGAIN, CLUSTERDOWN, and CLUSTER SLOTS refreshes started. All 0 on any other store.")
       .def_property_readonly("is_memory", &Store::is_memory, "True for the embedded memory:// store.")
       .def(
           "sweep",

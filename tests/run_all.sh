@@ -8,7 +8,7 @@
 # 2. A virtualenv (.venv) with redcount built from this checkout (warnings are errors, and
 #    with the test-only submodule redcount._core._testing) and the Python test dependencies.
 # 3. The C++ core's GoogleTest suite under AddressSanitizer + UBSan (and a smoke run of
-#    the micro-benchmarks in the same build).
+#    the micro-benchmarks in the same build), then its threaded tests under ThreadSanitizer.
 # 4. mypy --strict on the package and stubtest of the _core stub against the binary.
 # 5. The documentation site: mkdocs build --strict (broken links, anchors, API pages).
 # 6. pytest against real redis-server processes the fixtures start (the documentation's
@@ -37,6 +37,11 @@ echo "== C++ core: GoogleTest under AddressSanitizer + UBSan"
 cmake -S . -B build/test-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DREDCOUNT_BUILD_PYTHON=OFF \
   -DREDCOUNT_BUILD_TESTS=ON -DREDCOUNT_BUILD_BENCHMARKS=ON -DREDCOUNT_SANITIZE=ON -DREDCOUNT_WERROR=ON >/dev/null
 cmake --build build/test-asan
+# The same suite's threaded parts again under ThreadSanitizer: a second build (TSan and ASan
+# cannot share a process), -O1 with debug info so reports have lines.
+cmake -S . -B build/test-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
+  -DREDCOUNT_BUILD_PYTHON=OFF -DREDCOUNT_BUILD_TESTS=ON -DREDCOUNT_TSAN=ON -DREDCOUNT_WERROR=ON >/dev/null
+cmake --build build/test-tsan
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 # A private redis-server on a Unix socket for the core's real-Redis tests,
@@ -83,6 +88,18 @@ cluster_url="redis+cluster://$(for p in $cluster_ports; do printf '127.0.0.1:%s,
 # The binary itself, not ctest: it names any skipped test (ctest would call it passed).
 REDCOUNT_TEST_REDIS_URL="unix://$sockdir/redis.sock" REDCOUNT_TEST_CLUSTER_URL="${cluster_url%,}" \
   build/test-asan/redcount_tests
+echo "== C++ core: the threaded tests under ThreadSanitizer"
+# The tests where threads meet: the reactor (sync callers, submitters, borrowers, close from
+# many threads, the resolver thread), the Redis and cluster stores, the retry queues, the
+# buffered counter, hot keys, the memory store's threads and sweeper, the resilient store.
+# The single-threaded rest (parsers, scripts, TLS handshakes) only repeats the ASan run.
+# tests/cpp/tsan.supp lists only uninstrumented third-party code, each entry with its reason.
+tsan_filter='EngineTest.*:EngineResolver.*:RedisTest.*:RealCluster.*:RetryQueue.*:*/RetryQueueTest.*'
+tsan_filter+=':*/ShardedTest.Buffered*:*/FixedWindowTest.Concurrent*:LimiterTest.Concurrent*'
+tsan_filter+=':HotKeys.*:HotKeysStore.*:MemoryStoreThreads.*:MemoryStoreSweeper.*:ResilientStore.*'
+TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/cpp/tsan.supp" \
+  REDCOUNT_TEST_REDIS_URL="unix://$sockdir/redis.sock" REDCOUNT_TEST_CLUSTER_URL="${cluster_url%,}" \
+  build/test-tsan/redcount_tests --gtest_filter="$tsan_filter"
 stop_servers; trap - EXIT
 build/test-asan/redcount_micro_bench --benchmark_min_time=0.001 >/dev/null
 

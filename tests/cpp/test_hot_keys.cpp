@@ -190,6 +190,29 @@ TEST(HotKeysStore, SeesTheKeysCountersTouch) {
   EXPECT_EQ(hk->total(), before + 3);
 }
 
+// Key positions are the cluster router's (redcount/redis/command_keys.h): every key of a
+// multi-key command, none of the arguments that are not keys, KEYS[1] of an EVAL.
+TEST(HotKeysStore, UsesTheRouterKeyPositions) {
+  auto hk = std::make_shared<HotKeys>(100);
+  std::shared_ptr<Store> store = observe_hot_keys(rctest::memory_store(std::make_shared<ManualClock>(rctest::kT0)), hk);
+  auto send = [&](std::vector<std::string> args) {
+    std::vector<Request> batch;
+    batch.emplace_back(Command{std::move(args)});
+    try {
+      (void)store->execute(batch);
+    } catch (const Error&) {
+      // Observed before it runs: whether the memory store knows the command does not matter.
+    }
+  };
+  send({"MSET", "a", "1", "b", "2"});
+  send({"EVAL", "return 1", "2", "k1", "k2", "arg"});
+  send({"XREADGROUP", "GROUP", "g", "c", "COUNT", "10", "STREAMS", "s1", "s2", ">", ">"});
+  send({"INFO", "server"});
+  std::map<std::string, std::uint64_t> seen;
+  for (const auto& h : hk->top(100)) seen[h.key] = h.count;
+  EXPECT_EQ(seen, (std::map<std::string, std::uint64_t>{{"a", 1}, {"b", 1}, {"k1", 1}, {"s1", 1}, {"s2", 1}}));
+}
+
 TEST(Metrics, DriversCountWritesReadsAndIdempotentHits) {
   auto clock = std::make_shared<ManualClock>(rctest::kT0);
   std::shared_ptr<Store> store = rctest::memory_store(clock);

@@ -4,26 +4,41 @@ Copied over the sdist's ``tests/conftest.py`` by ``run.py`` (which replaces its 
 fixtures). Every collected test parametrized with a storage URI gets ours instead:
 ``memory://`` -> ``redcount+memory://``, ``redis://localhost:7379`` -> ``redcount+redis://``
 on a private redis-server, ``redis+unix://...`` -> ``redcount+unix://`` on the same server's
-socket, and their ``async+`` twins; ``expected_instance`` becomes our class. Tests of other
-backends (memcached, mongodb, cluster, sentinel, valkey) and of limits' own machinery are
-deselected: they do not touch our storages.
+socket, ``redis+cluster://localhost:7001/`` -> ``redcount+redis+cluster://`` on a private
+3-master Redis Cluster and limits' TLS cluster (``redis+cluster://localhost:8301`` with ssl
+options) -> ``redcount+rediss+cluster://`` on a private 3-master TLS cluster with our test
+certificates (both started by tests/python/topologies.py, as our own suite's cluster fixtures
+are, and only when one of their tests is collected), and their ``async+`` twins;
+``expected_instance`` becomes our class. Tests of other backends (memcached, mongodb,
+sentinel, valkey), limits' cluster variants that need a server setup of their own (a
+password, redis-py's ``startup_nodes``) and limits' own machinery are deselected: they do
+not touch our storages.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
+import redis.cluster
 import redcount.contrib.limits as rcl
 from limits.aio.storage import MemoryStorage as AsyncMemoryStorage
+from limits.aio.storage import RedisClusterStorage as AsyncRedisClusterStorage
 from limits.aio.storage import RedisStorage as AsyncRedisStorage
-from limits.storage import MemoryStorage, RedisStorage
+from limits.storage import MemoryStorage, RedisClusterStorage, RedisStorage
+
+# Our topology fixtures' Cluster (run.py says where tests/python is: this file runs from the sdist).
+sys.path.insert(0, os.environ["REDCOUNT_TESTS_PYTHON"])
+from topologies import MAKE_CERTS, Cluster, TlsFiles  # noqa: E402
 
 
 def _free_port() -> int:
@@ -44,6 +59,18 @@ URIS = {
     "async+redis://localhost:7379": f"async+redcount+redis://127.0.0.1:{PORT}",
     "async+redis+unix:///tmp/limits.redis.sock": f"async+redcount+unix://{SOCK}",
 }
+# limits' cluster URIs; ours name the cluster's nodes, known once it has started. Its TLS
+# cluster's tests pass ssl options for limits' certificates; ours get the cluster's own.
+CLUSTER_URIS = {
+    "redis+cluster://localhost:7001/": ("plain", "redcount+{url}"),
+    "async+redis+cluster://localhost:7001/": ("plain", "async+redcount+{url}"),
+    "redis+cluster://localhost:8301": ("tls", "redcount+{url}"),
+    "async+redis+cluster://localhost:8301": ("tls", "async+redcount+{url}"),
+}
+CLUSTERS: dict[str, Cluster] = {}  # "plain" and "tls", each started once a collected test needs it
+CERTS = DIR / "certs"
+# Another topology's tests join the same way: its limits URIs mapped to ours, the topology
+# started on first use in pytest_collection_modifyitems, and the fixture limits' tests name.
 # Deselected with the reason: not a difference of ours, but a race in the test itself.
 RACES = {
     # Sleeps exactly 2 periods after the hit that created a key living 2 periods, then reads:
@@ -61,7 +88,26 @@ CLASSES = {
     RedisStorage: rcl.RedcountStorage,
     AsyncMemoryStorage: rcl.AsyncRedcountStorage,
     AsyncRedisStorage: rcl.AsyncRedcountStorage,
+    RedisClusterStorage: rcl.RedcountStorage,
+    AsyncRedisClusterStorage: rcl.AsyncRedcountStorage,
 }
+
+
+def _tls() -> TlsFiles:
+    if not CERTS.is_dir():
+        subprocess.run(["bash", str(MAKE_CERTS), str(CERTS)], check=True, capture_output=True)
+    return TlsFiles(CERTS / "ca.pem", CERTS / "node.pem", CERTS / "node.key")
+
+
+def _client_tls() -> dict[str, str]:
+    return {"ssl_ca_certs": str(CERTS / "ca.pem"), "ssl_certfile": str(CERTS / "client.pem"),
+            "ssl_keyfile": str(CERTS / "client.key")}  # fmt: skip
+
+
+def _cluster(kind: str) -> Cluster:
+    if kind not in CLUSTERS:
+        CLUSTERS[kind] = Cluster(masters=3, replicas=0, tls=_tls() if kind == "tls" else None).start()
+    return CLUSTERS[kind]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -69,11 +115,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         uri = params.get("uri")
-        if uri not in URIS or getattr(item, "originalname", "") in RACES:
+        if (uri not in URIS and uri not in CLUSTER_URIS) or getattr(item, "originalname", "") in RACES:
             drop.append(item)
             continue
-        params["uri"] = URIS[uri]
         params["args"] = {}  # limits' per-client options (implementation=coredis...)
+        if uri in URIS:
+            params["uri"] = URIS[uri]
+        else:
+            kind, ours = CLUSTER_URIS[uri]
+            params["uri"] = ours.format(url=_cluster(kind).url)
+            if kind == "tls":
+                params["args"] = _client_tls()
         if "expected_instance" in params:
             params["expected_instance"] = CLASSES[params["expected_instance"]]
         keep.append(item)
@@ -117,3 +169,30 @@ def redis_basic(_server: redis.Redis) -> redis.Redis:
 def redis_uds(_server: redis.Redis) -> redis.Redis:
     _server.flushall()
     return _server
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    while CLUSTERS:
+        CLUSTERS.popitem()[1].cleanup()
+    shutil.rmtree(CERTS, ignore_errors=True)
+
+
+def _cluster_client(kind: str) -> Iterator[redis.cluster.RedisCluster]:
+    """The cluster, flushed (data and scripts, on every master); limits' tests read keys
+    through redis-py's cluster client, as with their own fixtures."""
+    cluster = CLUSTERS[kind]
+    cluster.flushall()
+    tls = {"ssl": True, **_client_tls()} if kind == "tls" else {}
+    client = redis.cluster.RedisCluster("127.0.0.1", cluster.nodes[0].port, **tls)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def redis_cluster() -> Iterator[redis.cluster.RedisCluster]:
+    yield from _cluster_client("plain")
+
+
+@pytest.fixture
+def redis_ssl_cluster() -> Iterator[redis.cluster.RedisCluster]:
+    yield from _cluster_client("tls")

@@ -11,6 +11,7 @@ different is in docs/migrating.md ("Switching from Flask-Limiter, slowapi or lim
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import shutil
 import subprocess
 import sys
@@ -47,7 +48,8 @@ def main() -> int:
     shutil.copy(HERE / "conftest.py", src / "tests" / "conftest.py")
     cmd = [sys.executable, "-m", "pytest", "-c", str(HERE / "pytest.ini"), "--rootdir", str(src),
            "-p", "no:cacheprovider", "-q", *TESTS, *sys.argv[1:]]
-    return subprocess.run(cmd, cwd=src).returncode
+    env = {**os.environ, "REDCOUNT_TESTS_PYTHON": str(ROOT / "tests" / "python")}  # the topology fixtures
+    return subprocess.run(cmd, cwd=src, env=env).returncode
 
 
 if __name__ == "__main__":

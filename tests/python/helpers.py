@@ -7,8 +7,11 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 import redcount
+
+T = TypeVar("T")
 
 
 def terminate(proc: subprocess.Popen[bytes], timeout: float = 20.0) -> bool:
@@ -24,14 +27,24 @@ def terminate(proc: subprocess.Popen[bytes], timeout: float = 20.0) -> bool:
         return False
 
 
-def wait_until(predicate: Callable[[], object], timeout: float = 10.0, what: str = "condition",
-               interval: float = 0.005) -> None:
-    """Poll ``predicate`` every ``interval`` seconds until it is true; AssertionError after
-    ``timeout`` seconds (a bounded readiness loop, not a fixed sleep)."""
+def wait_until(predicate: Callable[[], T], timeout: float = 10.0, what: str = "condition",
+               interval: float = 0.005, ignore: tuple[type[BaseException], ...] = ()) -> T:
+    """Poll ``predicate`` every ``interval`` seconds until it returns a truthy value, and
+    return that value; AssertionError after ``timeout`` seconds (a bounded readiness loop, not
+    a fixed sleep), naming ``what`` and the last value or ignored exception seen. Exceptions
+    of the types in ``ignore`` count as "not yet"."""
     deadline = time.monotonic() + timeout
-    while not predicate():
+    last: object = None
+    while True:
+        try:
+            got = predicate()
+            if got:
+                return got
+            last = got
+        except ignore as e:
+            last = e
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+            raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
         time.sleep(interval)
 
 

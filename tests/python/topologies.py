@@ -39,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import wait_until
+from redcount.tools.servers import die_with_parent, free_port
 
 __all__ = [
     "redis_cluster",
@@ -185,12 +187,6 @@ def key_slot(key: str | bytes) -> int:
 # --- one redis-server process --------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
 _LIVE: weakref.WeakSet[Node] = weakref.WeakSet()
 
 
@@ -222,8 +218,8 @@ class Node:
         self.sentinel = sentinel
         self.name = name
         self.dir = Path(tempfile.mkdtemp(prefix=f"redcount-{name}-"))
-        self.port = _free_port()
-        self.bus_port = _free_port() if cluster else 0
+        self.port = free_port()
+        self.bus_port = free_port() if cluster else 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.paused = False
         self._started_once = False
@@ -281,10 +277,10 @@ class Node:
             cmd = [self.exe, str(self.dir / "redis.conf")] + (["--sentinel"] if self.sentinel else [])
             # Dies with the test process if that is killed outright (the fixtures' finalizers
             # cover everything else); PDEATHSIG follows the creating thread, so main thread only.
-            if threading.current_thread() is threading.main_thread() and shutil.which("setpriv"):
-                cmd = ["setpriv", "--pdeathsig", "KILL", "--", *cmd]
+            main = threading.current_thread() is threading.main_thread()
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.STDOUT, cwd=self.dir, start_new_session=True)
+                                         stderr=subprocess.STDOUT, cwd=self.dir, start_new_session=True,
+                                         preexec_fn=die_with_parent() if main else None)
             self.paused = False
             try:
                 self._wait_ready()
@@ -293,9 +289,9 @@ class Node:
             except _PortTaken:
                 if self._started_once or attempt == 3:
                     raise
-                self.port = _free_port()
+                self.port = free_port()
                 if self.cluster:
-                    self.bus_port = _free_port()
+                    self.bus_port = free_port()
         raise AssertionError("unreachable")
 
     def _log_tail(self) -> str:
@@ -382,22 +378,9 @@ class _PortTaken(RuntimeError):
     pass
 
 
-def wait_until(what: str, check: Callable[[], Any], timeout: float = TOPOLOGY_TIMEOUT) -> Any:
-    """Poll ``check`` until it returns a truthy value (returned) or fail naming ``what`` and
-    the last exception or value seen."""
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while True:
-        try:
-            got = check()
-            if got:
-                return got
-            last = got
-        except (OSError, ReplyError, ConnectionError, AssertionError) as e:
-            last = e
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not reached after {timeout}s (last: {last!r})")
-        time.sleep(POLL)
+# What a readiness poll tolerates while a topology comes up: a node not listening yet, a
+# reply saying it is loading, an assertion inside a check.
+TRANSIENT = (OSError, ReplyError, ConnectionError, AssertionError)
 
 
 # --- Redis Cluster -------------------------------------------------------------------------------
@@ -595,7 +578,7 @@ class Cluster:
         online at its master; with ``expect=(masters, replicas)`` also those counts.
         Returns the seconds waited."""
         t0 = time.monotonic()
-        wait_until("cluster healthy", lambda: self._healthy(expect), timeout)
+        wait_until(lambda: self._healthy(expect), timeout, what="cluster healthy", interval=POLL, ignore=TRANSIENT)
         return time.monotonic() - t0
 
     def check_healthy(self) -> None:
@@ -678,12 +661,12 @@ class Cluster:
             return (me.is_master and bool(me.slots)
                     and parse_info(replica.call("CLUSTER", "INFO")).get("cluster_state") == "ok")
 
-        wait_until(f"promotion of {replica}", promoted, timeout)
+        wait_until(promoted, timeout, what=f"promotion of {replica}", interval=POLL, ignore=TRANSIENT)
         took = time.monotonic() - t0
         if agreed:
             slots = self.slots_of(replica, via=replica)
-            wait_until(f"every node sees {replica} as a master", lambda: all(
-                self.slots_of(replica, via=n) == slots for n in self.reachable()), timeout)
+            wait_until(lambda: all(
+                self.slots_of(replica, via=n) == slots for n in self.reachable()), timeout, what=f"every node sees {replica} as a master", interval=POLL, ignore=TRANSIENT)
         return took
 
     def migrate_slot(self, slot: int, target: Node, batch: int = 100,
@@ -711,8 +694,7 @@ class Cluster:
         for m in self.masters():
             if m.port not in (source.port, target.port):
                 m.call("CLUSTER", "SETSLOT", slot, "NODE", tgt_id)
-        wait_until(f"slot {slot} owned by {target} everywhere",
-                   lambda: all(self.node_for_slot(slot, via=n).port == target.port for n in self.reachable()))
+        wait_until(lambda: all(self.node_for_slot(slot, via=n).port == target.port for n in self.reachable()), TOPOLOGY_TIMEOUT, what=f"slot {slot} owned by {target} everywhere", interval=POLL, ignore=TRANSIENT)
         return moved
 
 
@@ -892,7 +874,7 @@ class SentinelGroup:
         replicas' new links from INFO, which they refresh only every 10 s: pass False there
         unless the next step (another SENTINEL FAILOVER) needs the sentinels' view."""
         t0 = time.monotonic()
-        wait_until("sentinel group ready", lambda: self._ready(sentinels_see_replicas), timeout)
+        wait_until(lambda: self._ready(sentinels_see_replicas), timeout, what="sentinel group ready", interval=POLL, ignore=TRANSIENT)
         return time.monotonic() - t0
 
     def wait_for_master(self, node: Node, timeout: float = TOPOLOGY_TIMEOUT) -> float:
@@ -900,8 +882,8 @@ class SentinelGroup:
         failover publishes ``+switch-master`` first; the others learn it from its hello
         messages, within about 2 s). Returns the seconds waited."""
         t0 = time.monotonic()
-        wait_until(f"every sentinel names {node}", lambda: all(
-            self.master(via=s).port == node.port for s in self.sentinels if s.reachable), timeout)
+        wait_until(lambda: all(
+            self.master(via=s).port == node.port for s in self.sentinels if s.reachable), timeout, what=f"every sentinel names {node}", interval=POLL, ignore=TRANSIENT)
         return time.monotonic() - t0
 
     def wait_replicas_online(self, n: int, timeout: float = TOPOLOGY_TIMEOUT) -> float:
@@ -914,7 +896,7 @@ class SentinelGroup:
             state = self.master().info("replication")
             return sum(1 for k, v in state.items() if k.startswith("slave") and "state=online" in v) >= n
 
-        wait_until(f"{n} replicas online", online, timeout)
+        wait_until(online, timeout, what=f"{n} replicas online", interval=POLL, ignore=TRANSIENT)
         return time.monotonic() - t0
 
     def watch(self) -> SwitchWatcher:

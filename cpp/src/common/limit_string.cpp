@@ -37,8 +37,12 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
+// Quotes the whole string only when it holds more than the bad part (a list of limits), so
+// that a single limit is not repeated in its own message.
 [[noreturn]] void bad(std::string_view whole, std::string_view part, const std::string& why) {
-  throw InvalidArgument("invalid rate limit '" + printable(trim(part)) + "' in '" + printable(whole) + "': " + why +
+  std::string message = "invalid rate limit '" + printable(trim(part)) + "'";
+  if (trim(part) != trim(whole)) message += " in '" + printable(whole) + "'";
+  throw InvalidArgument(message + ": " + why +
                         " (expected e.g. '10/minute', '10 per minute', '100/5 minutes', '5/second;100/hour')");
 }
 

@@ -18,7 +18,21 @@ std::vector<Request> SendOp::prepare() {
   // server's time counts most; threads each on a socket of their own spend the client's
   // CPU first (measured: 8 threads 54-59k/s with the transaction, 57-65k/s with the
   // script, as before the engine). Both forms count and hold TTLs alike.
-  return !ids && transaction_ok_ ? transaction() : scripts();
+  // A batch (incr_many, a retry queue's drain) takes the script: there the client's cost per
+  // key is what bounds one caller (measured over 1,000 keys: 1.0-1.2 us of client CPU per
+  // key with the transaction, 0.4-0.5 us with 128 keys per script call; the server's
+  // 1.3-1.4 us becomes 1.4-1.7 us).
+  if (ids || !transaction_ok_) return scripts();
+  if (items_.size() == 1) return transaction();
+  // On a cluster a call keeps to one hash slot, so a batch of keys without a shared tag
+  // becomes a call per key or so; there a one-key script costs the server about 2.5x the
+  // transaction (4.6 against 1.7 us), and the server's time is what the masters scale by.
+  std::vector<std::uint32_t> shards;
+  shards.reserve(items_.size());
+  for (const auto& w : items_) shards.push_back(core_.store->shard_of(w.storage_key));
+  std::sort(shards.begin(), shards.end());
+  const auto distinct = static_cast<std::size_t>(std::unique(shards.begin(), shards.end()) - shards.begin());
+  return distinct * 4 > items_.size() ? transaction() : scripts();
 }
 
 std::vector<Request> SendOp::finish(std::vector<Reply> replies) {
@@ -160,10 +174,17 @@ std::vector<Request> SendOp::transaction() {
 
 void SendOp::transaction_group(std::vector<Request>& batch, const std::size_t* idx, std::size_t n) {
   batch.emplace_back(Command{{"MULTI"}});
+  // The keys of a batch mostly share one deadline: its text is made once.
+  std::int64_t deadline = 0;
+  std::string deadline_text;
   for (std::size_t g = 0; g < n; ++g) {
     const WindowedIncrement& w = items_[idx[g]];
+    if (deadline_text.empty() || w.expire_at_ms != deadline) {
+      deadline = w.expire_at_ms;
+      deadline_text = std::to_string(deadline);
+    }
     batch.emplace_back(Command{{"INCRBY", w.storage_key, std::to_string(w.amount)}});
-    batch.emplace_back(Command{{"PEXPIREAT", w.storage_key, std::to_string(w.expire_at_ms), "LT"}});
+    batch.emplace_back(Command{{"PEXPIREAT", w.storage_key, deadline_text, "LT"}});
     members_.push_back(idx[g]);
   }
   batch.emplace_back(Command{{"EXEC"}});

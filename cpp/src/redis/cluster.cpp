@@ -702,6 +702,12 @@ void Cluster::absorb(const std::shared_ptr<Batch>& batch, const Child& child, co
         if (word_is(r.str, "TRYAGAIN")) again = true;
         if (word_is(r.str, "CLUSTERDOWN")) again = down = true;
       }
+      if (redirect) (redirect->ask ? ask_ : moved_).fetch_add(1, std::memory_order_relaxed);
+      if (down) {
+        clusterdown_.fetch_add(1, std::memory_order_relaxed);
+      } else if (again) {
+        tryagain_.fetch_add(1, std::memory_order_relaxed);
+      }
       if (redirect && !redirect->ask) {
         patches.emplace_back(redirect->slot, redirect->to);
         refresh = true;
@@ -727,6 +733,12 @@ void Cluster::absorb(const std::shared_ptr<Batch>& batch, const Child& child, co
   for (const auto& [slot, to] : patches) patch(slot, to);
   if (refresh) request_refresh();
   if (last) finish_round(batch);
+}
+
+ClusterStats Cluster::stats() const noexcept {
+  constexpr auto relaxed = std::memory_order_relaxed;
+  return ClusterStats{moved_.load(relaxed), ask_.load(relaxed), tryagain_.load(relaxed),
+                      clusterdown_.load(relaxed), refreshes_.load(relaxed)};
 }
 
 void Cluster::finish_round(const std::shared_ptr<Batch>& batch) {

@@ -262,11 +262,15 @@ int Engine::try_borrow() {
     // Every connection is busy: ask for one more thread connection (one opening at a
     // time, none during a reconnect backoff); this call goes through the reactor.
     if (!started_ || SteadyClock::now() < next_connect_) return -1;
+    // Only fields under mu_ here, never `conn`: the reactor opens and resets a slot's
+    // connection without the lock while it owns the slot. A slot the reactor owns that is
+    // not ready is opening (or was just lost); one nobody owns that is not ready has no
+    // connection (the reactor releases a slot only when it is ready and idle, or empty).
     std::size_t free_slot = slots_.size();
     for (std::size_t i = mux_; i < slots_.size(); ++i) {
       const Slot& s = slots_[i];
-      if (s.wanted || (s.conn && !s.ready)) return -1;
-      if (!s.conn && s.owner == Owner::None && free_slot == slots_.size()) free_slot = i;
+      if (s.wanted || (s.owner == Owner::Reactor && !s.ready)) return -1;
+      if (!s.ready && s.owner == Owner::None && free_slot == slots_.size()) free_slot = i;
     }
     if (free_slot == slots_.size()) return -1;
     slots_[free_slot].wanted = true;

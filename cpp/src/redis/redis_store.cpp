@@ -215,6 +215,11 @@ std::uint32_t RedisStore::shard_of(std::string_view key) const noexcept {
   return options_.cluster ? key_slot(key) : 0;
 }
 
+redis::ClusterStats RedisStore::cluster_stats() {
+  if (!options_.cluster || closed_.load(std::memory_order_acquire)) return {};
+  return cluster().stats();
+}
+
 std::vector<std::shared_ptr<Store>> RedisStore::nodes() {
   if (!options_.cluster) return {};
   if (closed_.load(std::memory_order_acquire)) throw_closed();

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "redcount/common/errors.h"
+#include "redcount/redis/command_keys.h"
 
 namespace redcount {
 namespace {
@@ -237,38 +238,6 @@ void HotKeys::clear_locked() {
 
 // --- the store wrapper ---------------------------------------------------------------
 
-namespace {
-
-enum class KeyArgs { None, First, All, Eval };
-
-// Which arguments of a command are keys, for the data commands redcount and its users
-// send. Anything else (PING, MULTI, EXEC, SCRIPT, WAIT, INFO, TIME, CLIENT...) has none.
-KeyArgs key_args(std::string_view name) {
-  std::array<char, 20> up{};
-  if (name.size() >= up.size()) return KeyArgs::None;
-  for (std::size_t i = 0; i < name.size(); ++i) {
-    up[i] = static_cast<char>(std::toupper(static_cast<unsigned char>(name[i])));
-  }
-  const std::string_view n(up.data(), name.size());
-  static constexpr std::string_view first[] = {
-      "GET",     "SET",      "SETEX",  "PSETEX", "GETSET", "GETDEL",     "INCR",             "INCRBY",
-      "DECR",    "DECRBY",   "EXPIRE", "PEXPIRE", "EXPIREAT", "PEXPIREAT", "TTL",             "PTTL",
-      "PERSIST", "TYPE",     "HGET",   "HSET",   "HDEL",   "HGETALL",    "HINCRBY",          "HMGET",
-      "ZADD",    "ZREM",     "ZCARD",  "ZSCORE", "ZRANGE", "ZRANGEBYSCORE", "ZREMRANGEBYSCORE", "XADD",
-      "XRANGE",  "XREVRANGE", "XLEN",  "XDEL",   "XTRIM"};
-  static constexpr std::string_view all[] = {"MGET", "DEL", "UNLINK", "EXISTS"};
-  if (n == "EVAL" || n == "EVALSHA") return KeyArgs::Eval;
-  for (std::string_view c : first) {
-    if (n == c) return KeyArgs::First;
-  }
-  for (std::string_view c : all) {
-    if (n == c) return KeyArgs::All;
-  }
-  return KeyArgs::None;
-}
-
-}  // namespace
-
 HotKeysStore::HotKeysStore(std::shared_ptr<Store> inner, std::shared_ptr<HotKeys> hot_keys)
     : inner_(std::move(inner)), hot_keys_(std::move(hot_keys)) {
   if (!inner_ || !hot_keys_) throw InvalidArgument("HotKeysStore needs a store and a HotKeys");
@@ -279,15 +248,13 @@ void HotKeysStore::observe(const std::vector<Request>& batch) {
   // A MULTI ... EXEC transaction is one request: each key it names counts once (an
   // increment is INCRBY + PEXPIREAT on one key), as the script it stands in for would.
   bool in_multi = false;
-  std::vector<const std::string*> multi_keys;
+  std::vector<std::string_view> multi_keys;  // views into the batch, which outlives this call
+  std::vector<std::string_view> keys;
   // A key the table refuses (over-long) is not observed: the request itself goes on.
-  auto see = [&](const std::string& key) {
+  auto see = [&](std::string_view key) {
     if (key.empty() || key.size() > HotKeys::kMaxKeyBytes) return;
     if (!in_multi) return hk.observe(key, 1);
-    for (const std::string* k : multi_keys) {
-      if (*k == key) return;
-    }
-    multi_keys.push_back(&key);
+    if (std::find(multi_keys.begin(), multi_keys.end(), key) == multi_keys.end()) multi_keys.push_back(key);
   };
   auto is = [](const std::string& name, std::string_view what) {
     return name.size() == what.size() && std::equal(name.begin(), name.end(), what.begin(), [](char a, char b) {
@@ -307,26 +274,23 @@ void HotKeysStore::observe(const std::vector<Request>& batch) {
     }
     if (is(args[0], "EXEC") || is(args[0], "DISCARD")) {
       in_multi = false;
-      for (const std::string* k : multi_keys) hk.observe(*k, 1);
+      for (std::string_view k : multi_keys) hk.observe(k, 1);
       multi_keys.clear();
       continue;
     }
-    if (args.size() < 2) continue;
-    switch (key_args(args[0])) {
-      case KeyArgs::None:
-        break;
-      case KeyArgs::First:
-        see(args[1]);
-        break;
-      case KeyArgs::All:
-        for (std::size_t i = 1; i < args.size(); ++i) see(args[i]);
-        break;
-      case KeyArgs::Eval:
-        if (args.size() >= 4 && args[2] != "0") see(args[3]);
-        break;
+    // Key positions come from the table the cluster router routes by, so both agree on
+    // which arguments of a command are keys. A script sent as EVAL/EVALSHA counts its first
+    // key only, like a script call above.
+    keys.clear();
+    if (redis::keys_of(r, keys) != redis::KeyRole::Keyed) continue;
+    const bool script = is(args[0], "EVAL") || is(args[0], "EVALSHA") || is(args[0], "EVAL_RO") ||
+                        is(args[0], "EVALSHA_RO") || is(args[0], "FCALL") || is(args[0], "FCALL_RO");
+    for (std::string_view k : keys) {
+      see(k);
+      if (script) break;
     }
   }
-  for (const std::string* k : multi_keys) hk.observe(*k, 1);  // a MULTI without its EXEC
+  for (std::string_view k : multi_keys) hk.observe(k, 1);  // a MULTI without its EXEC
 }
 
 std::vector<Reply> HotKeysStore::execute(const std::vector<Request>& batch) {

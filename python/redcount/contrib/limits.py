@@ -16,15 +16,22 @@ limits finds a storage by the scheme of its URI once the class that declares the
 been defined (a metaclass registry), so importing this module is what makes the schemes
 known; nothing is installed into other interpreters or import hooks.
 
-=================================  =============================================
-scheme                             store (:func:`redcount.connect` URL)
-=================================  =============================================
-``redcount+redis://h:p/db``        ``redis://h:p/db``
-``redcount+rediss://h:p/db?...``   ``rediss://h:p/db?...`` (TLS)
-``redcount+unix:///path?db=N``     ``unix:///path?db=N`` (``redcount+redis+unix`` too)
-``redcount+memory://``             the embedded store, private to the storage
-``async+redcount+...``             the same, for ``limits.aio`` strategies
-=================================  =============================================
+========================================  ===================================================
+scheme                                    store (:func:`redcount.connect` URL)
+========================================  ===================================================
+``redcount+redis://h:p/db``               ``redis://h:p/db``
+``redcount+rediss://h:p/db?...``          ``rediss://h:p/db?...`` (TLS)
+``redcount+unix:///path?db=N``            ``unix:///path?db=N`` (``redcount+redis+unix`` too)
+``redcount+redis+cluster://h1:p1,h2:p2``  ``redis+cluster://h1:p1,h2:p2``: a Redis Cluster
+``redcount+rediss+cluster://h1:p1,...``   ``rediss+cluster://h1:p1,...`` (TLS)
+``redcount+memory://``                    the embedded store, private to the storage
+``async+redcount+...``                    the same, for ``limits.aio`` strategies
+========================================  ===================================================
+
+On a Redis Cluster each method is one round trip to the master of its key (the sliding
+window counter's two keys share a ``{hash tag}``, so one slot); :meth:`RedcountStorage.reset`
+and :meth:`RedcountStorage.check` are about the whole store and go to every master
+(:meth:`redcount.Store.nodes`).
 
 ``redcount+redis+sentinel://[[user]:pw@]s1:p,s2:p/service[/db]`` (``redcount+rediss+sentinel``
 for TLS) opens ``redis+sentinel://...``: the master of a Sentinel service, followed through
@@ -35,8 +42,9 @@ Semantics are those of limits' own Redis storage, method for method, and so is t
 Redis: the same keys (``<key_prefix>:<key>``, ``<key_prefix>:{<key>}`` and
 ``<key_prefix>:{<key>}/-1`` for the sliding window counter) holding the same types (a
 counter string, a list of hit times newest first, two counter strings), so a fleet can move
-from ``redis://`` to ``redcount+redis://`` one worker at a time and every worker enforces the
-same limits meanwhile. Each method is one round trip (a plain command or one Lua script,
+from ``redis://`` to ``redcount+redis://`` (or from ``redis+cluster://`` to
+``redcount+redis+cluster://``) one worker at a time and every worker enforces the same limits
+meanwhile. Each method is one round trip (a plain command or one Lua script,
 called by EVALSHA). The differences that remain are listed in docs/migrating.md ("Switching from
 Flask-Limiter, slowapi or limits").
 
@@ -54,12 +62,13 @@ and the keyword arguments of :func:`redcount.connect` (``connect_timeout``,
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
 import struct
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple, TypeVar
 
 try:
@@ -82,11 +91,18 @@ __all__ = ["AsyncRedcountStorage", "RedcountStorage", "SCHEMES"]
 T = TypeVar("T")
 
 SCHEMES: dict[str, str] = {
+    # One Redis server, or the embedded store.
     "redcount+redis": "redis",
     "redcount+rediss": "rediss",
     "redcount+unix": "unix",
     "redcount+redis+unix": "unix",
     "redcount+memory": "memory",
+    # A Redis Cluster: every key of one method shares a slot (the sliding window's two keys
+    # share a {hash tag}), so each method is still one round trip, to the key's master;
+    # reset and check go to every master (Store.nodes()).
+    "redcount+redis+cluster": "redis+cluster",
+    "redcount+rediss+cluster": "rediss+cluster",
+    # Other topologies: one block each, mapping our scheme to its redcount.connect() scheme.
 }
 """Our schemes (without ``async+``) and the :func:`redcount.connect` scheme each maps to."""
 
@@ -242,6 +258,21 @@ def _int(value: object) -> int:
     return int(value) if isinstance(value, (bytes, int)) else 0
 
 
+_RESET_SLICE = 4096  # keys deleted per round trip by a reset on a cluster
+
+
+def _one_key_dels(keys: list[Any]) -> Iterator[list[tuple[str | bytes | int | float, ...]]]:
+    """``DEL key`` for each key (bytes, as KEYS answers), in batches of one round trip."""
+    for i in range(0, len(keys), _RESET_SLICE):
+        yield [("DEL", k) for k in keys[i : i + _RESET_SLICE]]
+
+
+def _deleted(replies: Sequence[object]) -> int:
+    """The keys a batch of one-key DELs deleted. A key whose slot moved away since KEYS listed
+    it answers MOVED (an error string here): its new master's reset deletes it."""
+    return sum(r for r in replies if isinstance(r, int))
+
+
 def _store_url(uri: str) -> str:
     scheme, sep, rest = uri.partition("://")
     scheme = scheme.removeprefix("async+")
@@ -303,6 +334,9 @@ class _Core:
         self.astore = AsyncStore(self.store)
         self.key_prefix = key_prefix
         self.memory = self.store.is_memory
+        # A cluster node runs no script that touches keys it was not given (_RESET's KEYS and
+        # DEL), so there reset reads each master's keys and deletes them one per command.
+        self.cluster = self.store.url.partition("://")[0].endswith("+cluster")
         self.lock = threading.Lock()
         # Hit times as limits takes them: time.time() to the µs (the store's now() counts
         # whole ms, which moves a hit across a window's edge), or a ManualClock's time.
@@ -328,16 +362,29 @@ class _Core:
         if self.memory:
             with self.lock:
                 return op.memory()
+        return self._run_on(self.store, op)
+
+    def run_each(self, op: _Op) -> list[Any]:
+        """``op`` on each master (:meth:`Store.nodes`: every master of a Redis Cluster, the store
+        itself otherwise), for what is about the whole store rather than one key: a PING to a
+        cluster store reaches only one of its nodes."""
+        if self.memory:
+            with self.lock:
+                return [op.memory()]
+        return [self._run_on(node, op) for node in self.store.nodes()]
+
+    @staticmethod
+    def _run_on(store: Store, op: _Op) -> Any:
         if op.script is None:
-            return op.finish(self.store.execute(*op.args))
+            return op.finish(store.execute(*op.args))
         try:
-            reply = self.store.execute("EVALSHA", op.script.sha, *op.args)
+            reply = store.execute("EVALSHA", op.script.sha, *op.args)
         except errors.ReplyError as e:
             if not str(e).startswith("NOSCRIPT"):
                 raise
             # NOSCRIPT: the script did not run (a restart, SCRIPT FLUSH, a failover); EVAL
             # runs it and caches it again.
-            reply = self.store.execute("EVAL", op.script.source, *op.args)
+            reply = store.execute("EVAL", op.script.source, *op.args)
         return op.finish(reply)
 
     async def run_async(self, op: _Op) -> Any:
@@ -345,15 +392,55 @@ class _Core:
             # The memory store answers inline: nothing to wait for, so the loop is not held.
             with self.lock:
                 return op.memory()
+        return await self._run_on_async(self.astore, op)
+
+    async def run_each_async(self, op: _Op) -> list[Any]:
+        """:meth:`run_each` for ``limits.aio``: the masters are asked concurrently."""
+        if self.memory:
+            with self.lock:
+                return [op.memory()]
+        nodes = [AsyncStore(n) for n in self.store.nodes()]
+        return list(await asyncio.gather(*(self._run_on_async(node, op) for node in nodes)))
+
+    @staticmethod
+    async def _run_on_async(astore: AsyncStore, op: _Op) -> Any:
         if op.script is None:
-            return op.finish(await self.astore.execute(*op.args))
+            return op.finish(await astore.execute(*op.args))
         try:
-            reply = await self.astore.execute("EVALSHA", op.script.sha, *op.args)
+            reply = await astore.execute("EVALSHA", op.script.sha, *op.args)
         except errors.ReplyError as e:
             if not str(e).startswith("NOSCRIPT"):
                 raise
-            reply = await self.astore.execute("EVAL", op.script.source, *op.args)
+            reply = await astore.execute("EVAL", op.script.source, *op.args)
         return op.finish(reply)
+
+    def reset_all(self) -> int:
+        """Deletes every key under the prefix on every master; the number deleted."""
+        if not self.cluster:
+            return sum(self.run_each(self.reset()))
+        pattern, n = self.reset_pattern(), 0
+        for node in self.store.nodes():
+            keys = node.execute("KEYS", pattern)
+            assert isinstance(keys, list)
+            for dels in _one_key_dels(keys):
+                n += _deleted(node.execute_many(dels))
+        return n
+
+    async def reset_all_async(self) -> int:
+        """:meth:`reset_all` for ``limits.aio``: the masters are cleared concurrently."""
+        if not self.cluster:
+            return sum(await self.run_each_async(self.reset()))
+        pattern = self.reset_pattern()
+
+        async def clear(node: AsyncStore) -> int:
+            keys = await node.execute("KEYS", pattern)
+            assert isinstance(keys, list)
+            n = 0
+            for dels in _one_key_dels(keys):
+                n += _deleted(await node.execute_many(dels))
+            return n
+
+        return sum(await asyncio.gather(*(clear(AsyncStore(n)) for n in self.store.nodes())))
 
     # The methods of limits' Storage.
     def incr(self, key: str, expiry: int, amount: int) -> _Op:
@@ -384,8 +471,11 @@ class _Core:
         ks = [self.key(k) for k in keys]
         return _Op(None, ("DEL", *ks), lambda _: None, lambda: self.store.execute("DEL", *ks) and None)
 
+    def reset_pattern(self) -> str:
+        return _GLOB_SPECIAL.sub(r"\\\1", self.key_prefix) + ":*"
+
     def reset(self) -> _Op:
-        pattern = _GLOB_SPECIAL.sub(r"\\\1", self.key_prefix) + ":*"
+        pattern = self.reset_pattern()
 
         def memory() -> int:
             keys = self.store.execute("KEYS", pattern)
@@ -512,8 +602,9 @@ class RedcountStorage(Storage, MovingWindowSupport, SlidingWindowCounterSupport)
         key_prefix: str = "LIMITS",
         **options: Any,
     ) -> None:
-        """:param uri: ``redcount+redis://``, ``redcount+rediss://``, ``redcount+unix://`` or
-         ``redcount+memory://`` and the rest of a :func:`redcount.connect` URL
+        """:param uri: one of :data:`SCHEMES` (``redcount+redis://``, ``redcount+rediss://``,
+         ``redcount+unix://``, ``redcount+redis+cluster://``, ``redcount+memory://``...) and the
+         rest of a :func:`redcount.connect` URL
         :param wrap_exceptions: raise :class:`limits.errors.StorageError` (with the redcount
          error as ``storage_error``) instead of the redcount error
         :param key_prefix: the prefix of every key, as in limits' Redis storage
@@ -538,13 +629,15 @@ class RedcountStorage(Storage, MovingWindowSupport, SlidingWindowCounterSupport)
         return float(self._core.run(self._core.get_expiry(key)))
 
     def check(self) -> bool:
+        """True when every master answers a PING."""
         try:
-            return bool(self._core.run(self._core.ping()))
+            return all(self._core.run_each(self._core.ping()))
         except Exception:  # a health check answers, it does not raise
             return False
 
     def reset(self) -> int | None:
-        return int(self._core.run(self._core.reset()))
+        """Deletes every key under ``key_prefix``, on every master; the number deleted."""
+        return self._core.reset_all()
 
     def clear(self, key: str) -> None:
         self._core.run(self._core.clear(key))
@@ -606,13 +699,15 @@ class AsyncRedcountStorage(_AsyncStorage, _AsyncMovingWindowSupport, _AsyncSlidi
         return float(await self._core.run_async(self._core.get_expiry(key)))
 
     async def check(self) -> bool:
+        """True when every master answers a PING."""
         try:
-            return bool(await self._core.run_async(self._core.ping()))
+            return all(await self._core.run_each_async(self._core.ping()))
         except Exception:  # a health check answers, it does not raise
             return False
 
     async def reset(self) -> int | None:
-        return int(await self._core.run_async(self._core.reset()))
+        """Deletes every key under ``key_prefix``, on every master; the number deleted."""
+        return await self._core.reset_all_async()
 
     async def clear(self, key: str) -> None:
         await self._core.run_async(self._core.clear(key))

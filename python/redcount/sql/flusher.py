@@ -204,8 +204,8 @@ class Flusher:
                     raise
 
     def _read(self) -> list[tuple[_Shard, str, Any]]:
-        """One XREADGROUP over every stream: our pending history first (entries this consumer
-        name was given before a restart), then new entries."""
+        """Every shard's log read by its own XREADGROUP: our pending history first (entries
+        this consumer name was given before a restart), then new entries."""
         if self._history:
             out = self._read_ids("0")
             if out:
@@ -214,12 +214,17 @@ class Flusher:
         return self._read_ids(">")
 
     def _read_ids(self, ids: str) -> list[tuple[_Shard, str, Any]]:
-        reply = self.store.execute(
-            "XREADGROUP", "GROUP", self.group, self.consumer, "COUNT", self.batch,
-            "STREAMS", *self._keys, *([ids] * len(self._keys)),
-        )
+        # One XREADGROUP per stream, all in one execute_many (one round trip per node): the
+        # streams of different shards hash to different slots, so one XREADGROUP naming them
+        # all would be refused by a cluster. COUNT applies per stream either way.
+        replies = self.store.execute_many([
+            ("XREADGROUP", "GROUP", self.group, self.consumer, "COUNT", self.batch, "STREAMS", key, ids)
+            for key in self._keys
+        ]) if self._keys else []
         out: list[tuple[_Shard, str, Any]] = []
-        if isinstance(reply, list):
+        for reply in replies:
+            if not isinstance(reply, list):
+                continue
             for stream in reply:
                 assert isinstance(stream, list)
                 shard = self._shards[as_text(stream[0])]

@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 
 from .. import __version__
 from .accuracy import STRATEGIES, StrategyCase, limit_text
-from .bench.harness import BenchError, delete_keys, find_server, redis_version
+from .bench.harness import BenchError, delete_keys, find_server, redis_version, scan_keys
 from .bench.report import write_json
 from ..limiter import Limiter
 from ..store import ManualClock, Store, connect
@@ -113,33 +113,25 @@ def open_sim_store(url: str, window: int) -> tuple[Store, SimClock]:
 
 
 def _size(store: Store, pattern: str) -> tuple[int, int, int]:
-    """(keys, entries, bytes) of every key matching ``pattern``."""
-    keys: list[bytes] = []
-    cursor: str | bytes = "0"
-    while True:
-        reply = store.execute("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
-        if not isinstance(reply, list) or len(reply) != 2:
-            raise BenchError(f"unexpected SCAN reply: {reply!r}")
-        cursor_reply, found = reply
-        if isinstance(found, list):
-            keys.extend(k for k in found if isinstance(k, bytes))
-        if not isinstance(cursor_reply, bytes) or cursor_reply == b"0":
-            break
-        cursor = cursor_reply
-    entries = total = 0
-    for k in keys:
-        kind = store.execute("TYPE", k)
-        kind = kind.decode() if isinstance(kind, bytes) else kind  # a status reply comes as str
-        if kind == "zset":
-            n = store.execute("ZCARD", k)
-        elif kind == "hash":
-            n = store.execute("HLEN", k)
-        else:
-            n = 1
-        entries += n if isinstance(n, int) else 0
-        usage = store.execute("MEMORY", "USAGE", k, "SAMPLES", 0)
-        total += usage if isinstance(usage, int) else 0
-    return len(keys), entries, total
+    """(keys, entries, bytes) of every key matching ``pattern``, on every node (SCAN and
+    MEMORY USAGE are about one server: a cluster is measured node by node)."""
+    n_keys = entries = total = 0
+    for node in store.nodes():
+        keys = scan_keys(node, pattern)
+        n_keys += len(keys)
+        for k in keys:
+            kind = node.execute("TYPE", k)
+            kind = kind.decode() if isinstance(kind, bytes) else kind  # a status reply comes as str
+            if kind == "zset":
+                n = node.execute("ZCARD", k)
+            elif kind == "hash":
+                n = node.execute("HLEN", k)
+            else:
+                n = 1
+            entries += n if isinstance(n, int) else 0
+            usage = node.execute("MEMORY", "USAGE", k, "SAMPLES", 0)
+            total += usage if isinstance(usage, int) else 0
+    return n_keys, entries, total
 
 
 def _request_times(start: int, window_ms: int, sent: int) -> list[int]:
@@ -241,9 +233,9 @@ def run_abuse(args: argparse.Namespace) -> int:
         raise ValueError(f"--factor must be between 1 and 1000, got {args.factor}")
     if window < 1:
         raise ValueError(f"--window must be a whole number of seconds >= 1, got {args.window}")
-    if args.url is not None and not str(args.url).startswith(("redis://", "unix://")):
+    if args.url is not None and not str(args.url).startswith(("redis://", "unix://", "redis+cluster://")):
         raise BenchError(
-            "redcount abuse measures Redis memory: --url must be a redis:// or unix:// URL, "
+            "redcount abuse measures Redis memory: --url must be a redis://, redis+cluster:// or unix:// URL, "
             f"got {mask_url(str(args.url))!r}"
         )
     server_bin = find_server(args.redis_server) if args.url is None else None

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 URL_ENV = "REDCOUNT_URL"
 
 _OPS_URL_HELP = (
-    "URL of the Redis server that holds the counters (redis://, rediss://, unix://); "
+    "URL of the Redis server that holds the counters (redis://, rediss://, unix://, redis+cluster://); "
     f"default: ${URL_ENV}. Required: memory:// only when named explicitly"
 )
 
@@ -66,7 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     acc.add_argument("--json", default=None, help="also write the figures to this JSON file")
 
     ab = sub.add_parser("abuse", help="measure the Redis memory one abusive client costs per strategy")
-    ab.add_argument("--url", default=None, help="an existing redis:// server (default: start a private one)")
+    ab.add_argument("--url", default=None, help="an existing redis:// server or redis+cluster:// cluster (default: start a private one)")
     ab.add_argument("--limits", default="10,100,1000", help="limits per window to try (default 10,100,1000)")
     ab.add_argument("--factor", type=int, default=10, help="requests per window, times the limit (default 10)")
     ab.add_argument("--window", type=int, default=60, help="window length in whole seconds (default 60)")
@@ -76,14 +76,17 @@ def _parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="measure throughput against limits and redis-benchmark")
     b.add_argument("target", nargs="?", choices=["web"], default=None,
                    help="'web': requests per second of Flask and FastAPI apps under wrk (see redcount.tools.bench.web)")
-    b.add_argument("--url", default=None, help="an existing redis:// server (default: start a private one)")
+    b.add_argument(
+        "--url", default=None,
+        help="an existing redis:// server, or a redis+cluster:// cluster (sliding and hot blocks; default: start a private one)",
+    )
     b.add_argument("--seconds", type=float, default=2.0, help="seconds per measurement (default 2)")
     b.add_argument("--batch", type=int, default=128, help="incr_many batch size (default 128)")
     b.add_argument("--redis-server", default="redis-server", help="redis-server binary to start")
     b.add_argument("--redis-benchmark", default="redis-benchmark", help="redis-benchmark binary")
     b.add_argument("--json", default=None, help="also write the figures to this JSON file")
     b.add_argument(
-        "--only", choices=["all", "fixed", "sliding", "engine", "sharded", "hot"], default="all", help="which measurements"
+        "--only", choices=["all", "fixed", "sliding", "engine", "sharded", "hot", "cluster"], default="all", help="which measurements"
     )
     b.add_argument("--framework", choices=["all", "flask", "fastapi"], default="all", help="bench web: which apps")
     b.add_argument("--workers", type=int, default=2, help="bench web: server worker processes (default 2)")

@@ -125,8 +125,14 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def _keys(store: Store, pattern: str) -> list[str]:
-    found = store.execute("KEYS", pattern)
-    return sorted(k.decode() for k in found if isinstance(k, bytes)) if isinstance(found, list) else []
+    """Every key matching ``pattern`` on every node (KEYS is about one server: a cluster is
+    asked node by node)."""
+    out: list[str] = []
+    for node in store.nodes():
+        found = node.execute("KEYS", pattern)
+        if isinstance(found, list):
+            out.extend(k.decode() for k in found if isinstance(k, bytes))
+    return sorted(out)
 
 
 def _values(store: Store, keys: list[str], command: str = "GET") -> list[int]:

@@ -20,7 +20,8 @@ from redis.backoff import NoBackoff
 from redis.cluster import ClusterNode, RedisCluster
 from redis.retry import Retry
 from redis.sentinel import Sentinel
-from topologies import SLOTS, Cluster, Node, Ring, SentinelGroup, key_slot, wait_until
+from helpers import wait_until
+from topologies import POLL, SLOTS, TOPOLOGY_TIMEOUT, TRANSIENT, Cluster, Node, Ring, SentinelGroup, key_slot
 
 pytestmark = pytest.mark.redis_only
 
@@ -177,7 +178,7 @@ def wait_for_value(node: Node, key: str) -> str:
     """GET on a replica (READONLY: a replica serves reads of its master's slots) once set."""
     with node.conn() as conn:
         conn.call("READONLY")
-        return str(wait_until(f"{key} on {node}", lambda: conn.call("GET", key)))
+        return str(wait_until(lambda: conn.call("GET", key), TOPOLOGY_TIMEOUT, what=f"{key} on {node}", interval=POLL, ignore=TRANSIENT))
 
 
 def test_paused_master_stops_answering_and_resumes(broken_ok: Cluster) -> None:

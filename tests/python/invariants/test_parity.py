@@ -15,7 +15,7 @@ import redcount
 from helpers import all_keys, ms, snapshot, wait_for_fresh_window
 
 MAX64 = 2**63 - 1
-LIMITER_GRACE_MS = 1000  # limiter keys outlive their window by 1 s (cpp/src/limiter.cpp)
+LIMITER_GRACE_MS = 1000  # limiter keys outlive their window by 1 s (kLimiterGraceMs, cpp/include/redcount/common/bounds.h)
 
 pytestmark = pytest.mark.usefixtures("away_from_hour_boundary")
 

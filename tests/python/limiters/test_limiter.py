@@ -179,6 +179,16 @@ def test_parse_limits() -> None:
         redcount.parse_limits(f"{2**53}/second")
 
 
+def test_a_bad_limit_string_is_quoted_once() -> None:
+    # A single limit is named once; in a list, the bad part and the whole list each once.
+    with pytest.raises(redcount.InvalidInputError) as one:
+        redcount.parse_limits("10/foo")
+    assert str(one.value).count("10/foo") == 1, str(one.value)
+    with pytest.raises(redcount.InvalidInputError) as listed:
+        redcount.parse_limits("5/second;abc")
+    assert "'abc' in '5/second;abc'" in str(listed.value), str(listed.value)
+
+
 def test_strategies(clock_store: redcount.Store) -> None:
     assert redcount.strategies() == [
         "fixed-window",

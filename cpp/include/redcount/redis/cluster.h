@@ -55,6 +55,16 @@ namespace redcount::redis {
 
 class Engine;
 
+// Redirect and rejection replies the router has met, since the store opened (metrics, tests:
+// how many TRYAGAIN a slot migration cost). Counted per request that carried one.
+struct ClusterStats {
+  std::uint64_t moved = 0;
+  std::uint64_t ask = 0;
+  std::uint64_t tryagain = 0;
+  std::uint64_t clusterdown = 0;
+  std::uint64_t refreshes = 0;  // CLUSTER SLOTS refreshes started
+};
+
 struct NodeAddress {
   std::string host;
   int port = 0;
@@ -119,6 +129,7 @@ class Cluster : public std::enable_shared_from_this<Cluster> {
   int open_connections() const;
   // CLUSTER SLOTS refreshes started so far (tests, metrics).
   std::uint64_t refreshes() const noexcept { return refreshes_.load(std::memory_order_relaxed); }
+  ClusterStats stats() const noexcept;
   // Asks for a refresh now (coalesced and rate-limited like every other).
   void request_refresh();
   // Blocks until a refresh has succeeded since the call (asking other nodes after a failed
@@ -161,6 +172,7 @@ class Cluster : public std::enable_shared_from_this<Cluster> {
   std::string last_refresh_error_;  // why the last failed refresh failed
   std::condition_variable refresh_cv_;
   std::atomic<std::uint64_t> refreshes_{0};
+  std::atomic<std::uint64_t> moved_{0}, ask_{0}, tryagain_{0}, clusterdown_{0};
   bool closed_ = false;
 
   bool periodic_started_ = false;

@@ -119,7 +119,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
  private:
   enum class Owner { None, Reactor, Caller };
   struct Slot {
-    std::unique_ptr<Connection> conn;
+    std::unique_ptr<Connection> conn;  // no lock: used only by the slot's owner (reactor or borrower)
     // Under mu_:
     Owner owner = Owner::None;
     bool ready = false;

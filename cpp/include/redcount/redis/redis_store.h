@@ -41,6 +41,7 @@ namespace redis {
 class Engine;
 class Cluster;
 class MasterFollower;
+struct ClusterStats;
 }
 
 class RedisStore final : public Store {
@@ -71,6 +72,8 @@ class RedisStore final : public Store {
   // and how many times it changed.
   std::string sentinel_master() const;
   std::uint64_t sentinel_switches() const;
+  // A cluster store's redirect counts (redis/cluster.h); all zero for a single server.
+  redis::ClusterStats cluster_stats();
   // "host:port" ("[v6]:port"), the socket path for unix://, or the seed list of a cluster.
   std::string address() const;
 

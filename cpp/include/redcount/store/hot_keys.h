@@ -111,10 +111,11 @@ class HotKeys {
 
 // A store that observes the storage key of every request before passing the batch on,
 // unchanged, to `inner`: for a script call KEYS[1] (the other keys of one call share its
-// hash tag: request ids, delta logs); for a command every key it names when it is one of
-// the single-key or multi-key data commands redcount sends (GET, INCRBY, PEXPIREAT, MGET,
-// DEL, HGETALL, XADD, ...); connection and server commands (PING, MULTI, EXEC, SCRIPT, WAIT,
-// INFO...) name no key and are not observed. A MULTI ... EXEC transaction counts each key
+// hash tag: request ids, delta logs); for a command every key it names, at the key
+// positions the cluster router uses (redcount/redis/command_keys.h: GET, INCRBY, PEXPIREAT,
+// MGET, DEL, HGETALL, XADD, XREADGROUP's streams, ...; EVAL and EVALSHA: KEYS[1] only);
+// connection and server commands (PING, MULTI, EXEC, SCRIPT, WAIT, INFO...) name no key and
+// are not observed. A MULTI ... EXEC transaction counts each key
 // it names once, like the script it stands in for (an increment's INCRBY + PEXPIREAT: once).
 //
 // Thread-safe when `inner` is. Stores without a HotKeys pay nothing (they are not wrapped).

@@ -322,8 +322,9 @@ class Tight(Contender):
 
 
 def info(store: Store, section: str) -> dict[str, str]:
-    """One section of INFO as its ``field: value`` pairs."""
-    info = store.execute("INFO", section)
+    """One section of INFO as its ``field: value`` pairs, from the store's first node (the
+    server itself; on a Redis Cluster, one master: INFO is about one node)."""
+    info = store.nodes()[0].execute("INFO", section)
     text = info.decode() if isinstance(info, bytes) else str(info)
     return {k: v.strip() for k, v in (line.split(":", 1) for line in text.splitlines() if ":" in line)}
 
@@ -332,22 +333,58 @@ def redis_version(store: Store) -> str:
     return info(store, "server").get("redis_version", "?")
 
 
-def delete_keys(store: Store, pattern: str) -> int:
-    """SCAN + DEL every key matching ``pattern``; returns how many were deleted."""
-    deleted = 0
+def scan_keys(node: Store, pattern: str) -> list[bytes]:
+    """Every key of one node matching ``pattern``, by SCAN (a node of :meth:`Store.nodes`:
+    SCAN is about one server, so a cluster is scanned node by node)."""
+    keys: list[bytes] = []
     cursor: str | bytes = "0"
     while True:
-        reply = store.execute("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
+        reply = node.execute("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
         if not isinstance(reply, list) or len(reply) != 2:
             raise BenchError(f"unexpected SCAN reply: {reply!r}")
-        next_cursor, keys = reply
-        if keys and isinstance(keys, list):
-            n = store.execute("DEL", *[k for k in keys if isinstance(k, bytes)])
-            deleted += n if isinstance(n, int) else 0
+        next_cursor, found = reply
+        if isinstance(found, list):
+            keys.extend(k for k in found if isinstance(k, bytes))
         if not isinstance(next_cursor, bytes) or next_cursor == b"0":
-            return deleted
+            return keys
         cursor = next_cursor
 
+
+def delete_keys(store: Store, pattern: str) -> int:
+    """SCAN + DEL every key matching ``pattern`` on every node of ``store``; returns how many
+    were deleted. One DEL per key (in one batch per SCAN page): keys of one page may lie in
+    different hash slots, which a cluster node refuses in one DEL."""
+    deleted = 0
+    for node in store.nodes():
+        keys = scan_keys(node, pattern)
+        for i in range(0, len(keys), 1000):
+            replies = node.execute_many([("DEL", k) for k in keys[i : i + 1000]])
+            deleted += sum(n for n in replies if isinstance(n, int))
+    return deleted
+
+
+def is_cluster_url(url: str) -> bool:
+    """Whether ``url`` names a Redis Cluster (``redis+cluster://``, ``rediss+cluster://``)."""
+    return url.split("://", 1)[0].lower().endswith("+cluster")
+
+
+def cluster_seed(url: str) -> str:
+    """The first seed node of a cluster URL as a ``redis://`` URL (for a reachability check)."""
+    scheme, rest = url.split("://", 1)
+    userinfo, _, hosts = rest.rpartition("@")
+    first = hosts.split("/", 1)[0].split("?", 1)[0].split(",")[0]
+    plain = "rediss" if scheme.lower().startswith("rediss") else "redis"
+    return f"{plain}://{userinfo + '@' if userinfo else ''}{first}"
+
+
+def limits_redis_storage(url: str, key_prefix: str) -> Any:
+    """The limits storage for the Redis at ``url``: limits' own cluster storage for a
+    cluster URL (the same scheme), its single-server storage otherwise."""
+    import limits.storage
+
+    if is_cluster_url(url):
+        return limits.storage.RedisClusterStorage(url, key_prefix=key_prefix)
+    return limits.storage.RedisStorage(url, key_prefix=key_prefix)
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:

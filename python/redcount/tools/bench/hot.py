@@ -11,7 +11,7 @@ from functools import partial
 from ...counters import FixedWindowCounter
 from ...limiter import Limiter
 from ...store import Store, connect
-from .harness import Contender, PythonOp, RatioSpec
+from .harness import Contender, PythonOp, RatioSpec, limits_redis_storage
 from .rows import (
     BIG_LIMIT,
     COUNTER_WINDOW,
@@ -49,8 +49,8 @@ def hot_block(
             "Redis",
             "RedisStorage",
             store,
-            limits.storage.RedisStorage(url, key_prefix=f"{prefix}:limits-hot-fw"),
-            limits.storage.RedisStorage(url, key_prefix=f"{prefix}:limits-hot-mw"),
+            limits_redis_storage(url, f"{prefix}:limits-hot-fw"),
+            limits_redis_storage(url, f"{prefix}:limits-hot-mw"),
             1.6,
             1.6,
         ),

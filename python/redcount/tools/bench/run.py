@@ -23,7 +23,9 @@ from .harness import (
     CpuProbe,
     RatioSpec,
     delete_keys,
+    cluster_seed,
     find_server,
+    is_cluster_url,
     progress,
     redis_version,
     rounds,
@@ -31,14 +33,14 @@ from .harness import (
 from .hot import hot_block
 from .redis_benchmark import benchmark_target, check_benchmark_auth, check_reachable
 from .report import Report, json_ready, print_report, ratio, write_json
-from .rows import INSTALL_LIMITS, INSTALL_REDIS, N_KEYS
+from .rows import INSTALL_LIMITS, INSTALL_REDIS, MANY_BIG, N_KEYS, RB_MANY_DEPTH, RB_PN, RC_MANY
 from .sharded import sharded_block, sharded_notes
 from .sliding import sliding_blocks
 
 __all__ = ["ONLY", "run_bench"]
 
 #: The values of ``--only``: every block, or one of them.
-ONLY = ("all", "fixed", "sliding", "engine", "sharded", "hot")
+ONLY = ("all", "fixed", "sliding", "engine", "sharded", "hot", "cluster")
 
 
 def run_bench(args: argparse.Namespace) -> int:
@@ -65,10 +67,22 @@ def run_bench(args: argparse.Namespace) -> int:
         raise ValueError(f"--batch must be >= 1, got {args.batch}")
     if only not in ONLY:
         raise ValueError(f"--only must be one of {', '.join(ONLY)}, got {only!r}")
+    if only == "cluster" or (args.url is not None and "+cluster://" in str(args.url)):
+        return _run_cluster(args, seconds)
     fixed, sliding = only in ("all", "fixed"), only in ("all", "sliding")
     engine = only in ("all", "engine")
     sharded = only in ("all", "sharded")
     hot = only in ("all", "hot")
+    cluster = args.url is not None and is_cluster_url(str(args.url))
+    if cluster:
+        # The fixed, engine and sharded blocks compare against redis-benchmark on one server;
+        # on a Redis Cluster the blocks that compare with limits (its cluster storage) run.
+        if only in ("fixed", "engine", "sharded"):
+            raise BenchError(
+                f"--only {only} compares against redis-benchmark on one server; on a Redis Cluster "
+                "(redis+cluster://) run --only sliding or --only hot, or point --url at one node (redis://)"
+            )
+        fixed = engine = sharded = False
 
     bench_bin = ""  # only the fixed-window, engine and sharded measurements run redis-benchmark
     if fixed or engine or sharded:
@@ -80,7 +94,9 @@ def run_bench(args: argparse.Namespace) -> int:
             )
         bench_bin = found
     server_bin = find_server(args.redis_server) if args.url is None else None
-    if args.url is not None:
+    if args.url is not None and cluster:
+        check_reachable(cluster_seed(str(args.url)))
+    elif args.url is not None:
         benchmark_target(args.url)  # refuse what redis-benchmark and limits cannot use, up front
         check_reachable(args.url)  # an unreachable server is said so, before any child runs
         if fixed or engine or sharded:
@@ -114,6 +130,11 @@ def run_bench(args: argparse.Namespace) -> int:
                 key_prefix=prefix,
                 only=only,
             )
+            if cluster:
+                rep.notes.append(
+                    "Redis Cluster: the sliding and hot blocks only (the fixed, engine and sharded blocks "
+                    "compare against redis-benchmark on one server); limits runs on its own cluster storage"
+                )
             plan: list[Contender] = []
             ratios: list[RatioSpec] = []
             counters: list[FixedWindowCounter] = []
@@ -124,6 +145,10 @@ def run_bench(args: argparse.Namespace) -> int:
                 plan += more
                 ratios += more_ratios
                 counters += more_counters
+                batch_probe = CpuProbe(store)  # CPU per key of the large batch and its reference
+                for measured in more:
+                    if measured.name in (RC_MANY.format(batch=MANY_BIG), RB_PN.format(batch=RB_MANY_DEPTH)):
+                        measured.probe = batch_probe
             if sliding:
                 more, more_ratios = sliding_blocks(store, mem_sliding, url, prefix, keys)
                 plan += more
@@ -185,4 +210,35 @@ def run_bench(args: argparse.Namespace) -> int:
                 store.close()
                 mem.close()
                 mem_sliding.close()
+    return 0
+
+
+def _run_cluster(args: argparse.Namespace, seconds: float) -> int:
+    """``--only cluster``: the cluster at ``--url`` against a private server, in one run."""
+    import json
+
+    from .cluster import cluster_block, cluster_json, cluster_lines, delete_run_keys
+
+    url = args.url
+    if url is None or "+cluster://" not in str(url):
+        raise BenchError("--only cluster needs --url redis+cluster://host:port[,host:port...] (a running cluster)")
+    server_bin = find_server(args.redis_server)
+    prefix = f"rcbench:{os.getpid()}:{secrets.token_hex(4)}"
+    keys = [f"user:{i}" for i in range(N_KEYS)]
+    with sigterm_as_exit(), private_or_existing(server_bin, None) as single_url:
+        cluster, single = connect(url), connect(single_url)
+        try:
+            cluster.ping()
+            workloads = cluster_block(cluster, single, prefix, keys, seconds)
+            for line in cluster_lines(workloads):
+                print(line)
+            if args.json:
+                with open(args.json, "w", encoding="utf-8") as f:
+                    json.dump({"only": "cluster", "seconds": seconds, "workloads": cluster_json(workloads)}, f, indent=2)
+        finally:
+            try:
+                delete_run_keys(cluster, prefix)
+            finally:
+                cluster.close()
+                single.close()
     return 0

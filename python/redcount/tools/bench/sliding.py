@@ -8,7 +8,7 @@ from functools import partial
 
 from ...limiter import Limiter, Strategy
 from ...store import Store
-from .harness import Contender, PythonOp, RatioSpec
+from .harness import Contender, PythonOp, RatioSpec, limits_redis_storage
 from .rows import LIM_MW, LIM_SWC, RC_GCRA, RC_SW, RC_SWA, RC_TB, SLIDING_LIMIT
 
 
@@ -69,8 +69,8 @@ def sliding_blocks(
             "Redis",
             "RedisStorage",
             store,
-            limits.storage.RedisStorage(url, key_prefix=f"{prefix}:limits-mw"),
-            limits.storage.RedisStorage(url, key_prefix=f"{prefix}:limits-swc"),
+            limits_redis_storage(url, f"{prefix}:limits-mw"),
+            limits_redis_storage(url, f"{prefix}:limits-swc"),
             1.6,
         ),
         (
