@@ -114,13 +114,14 @@ def first_ack_after(h: FailoverHarness, t: float) -> float:
 
 
 def print_figures(what: str, sentinel_switch: float, seen: SeenSwitch, event: SwitchMaster, report: Report,
-                  h: FailoverHarness, leader: int) -> None:
+                  h: FailoverHarness, leader: int | None) -> None:
     """``leader``: the port of the sentinel that was asked for the failover (SENTINEL FAILOVER
     runs it on the sentinel it is sent to; the store's watcher subscribes to the first one
-    in the URL, the same one)."""
+    in the URL, the same one); None when the sentinels elected one."""
+    by = "" if leader is None else f", {'the' if event.sentinel_port == leader else 'not the'} one that ran it"
     after_event = first_ack_after(h, event.at)
     print(f"\n{what}: +switch-master {sentinel_switch * 1000:.0f} ms after the fault (first from sentinel "
-          f"{event.sentinel_port}, {'the' if event.sentinel_port == leader else 'not the'} one that ran it); redcount switched "
+          f"{event.sentinel_port}{by}); redcount switched "
           f"{(seen.at - event.at) * 1000:+.0f} ms from the event; first acknowledged write "
           f"{after_event * 1000:.0f} ms after the event (slowest writer); longest gap "
           f"{max(k.max_gap for k in report.keys) * 1000:.0f} ms\n{report.summary()}")
@@ -281,7 +282,7 @@ def test_sigkill_of_the_master(redis_sentinel_factory: Callable[..., SentinelGro
                 event = w.wait()
             h.wait_acked(100, each=True)
         report = final_report(g, h)
-        print_figures("SIGKILL of the master", event.at - t0, seen, event, report, h, g.sentinels[0].port)
+        print_figures("SIGKILL of the master", event.at - t0, seen, event, report, h, None)
         assert (event.old_port, event.new_port) == (old.port, replica.port)
         assert state(store) == (f"{HOST}:{replica.port}", 1)
         assert report.doubled == 0
