@@ -57,7 +57,9 @@ std::shared_ptr<Store> open_store_shim(const std::string& url, py::object connec
                                        py::object sweep_interval, int connections, const TlsKeywords& tls,
                                        py::object budget, bool breaker, std::optional<std::string> fallback,
                                        const std::optional<std::vector<std::string>>& ring_urls,
-                                       const std::optional<std::vector<std::string>>& ring_names) {
+                                       const std::optional<std::vector<std::string>>& ring_names,
+                                       const std::optional<std::string>& sentinel_username,
+                                       const std::optional<std::string>& sentinel_password) {
   StoreOptions o;
   std::vector<StoreOptions> members;
   if (ring_urls) {
@@ -80,6 +82,13 @@ std::shared_ptr<Store> open_store_shim(const std::string& url, py::object connec
   } else {
     o = parse_url(url);
     apply_tls_keywords(o, tls);
+    // Keywords override the URL's query, checked as the query is (a Sentinel option with a
+    // URL that is not redis+sentinel:// is an InvalidArgument naming it).
+    if (sentinel_username) set_sentinel_option(o, "sentinel_username", *sentinel_username);
+    if (sentinel_password) set_sentinel_option(o, "sentinel_password", *sentinel_password);
+    if (o.sentinel && !o.sentinel_username.empty() && o.sentinel_password.empty()) {
+      throw InvalidArgument("sentinel_username needs sentinel_password");
+    }
   }
   o.connect_timeout = std::chrono::milliseconds(seconds_arg(connect_timeout, "connect_timeout", true));
   o.command_timeout = std::chrono::milliseconds(seconds_arg(command_timeout, "command_timeout", true));
@@ -256,12 +265,14 @@ void register_store(py::module_& m) {
          std::optional<std::string> ssl_keyfile, std::optional<std::string> ssl_cert_reqs,
          std::optional<bool> ssl_check_hostname, std::optional<std::string> ssl_server_name, py::object budget,
          bool breaker, std::optional<std::string> fallback, std::optional<std::vector<std::string>> ring_urls,
-         std::optional<std::vector<std::string>> ring_names) {
+         std::optional<std::vector<std::string>> ring_names, std::optional<std::string> sentinel_username,
+         std::optional<std::string> sentinel_password) {
         const TlsKeywords tls{std::move(ssl_ca_certs), std::move(ssl_certfile), std::move(ssl_keyfile),
                               std::move(ssl_cert_reqs), std::move(ssl_server_name), ssl_check_hostname};
         return open_store_shim(url, std::move(connect_timeout), std::move(command_timeout), max_connections,
                                keepalive, std::move(pool_timeout), std::move(clock), std::move(sweep_interval), connections,
-                               tls, std::move(budget), breaker, std::move(fallback), ring_urls, ring_names);
+                               tls, std::move(budget), breaker, std::move(fallback), ring_urls, ring_names,
+                               sentinel_username, sentinel_password);
       },
       py::arg("url"), py::arg("connect_timeout"), py::arg("command_timeout"), py::arg("max_connections"),
       py::arg("keepalive"), py::arg("pool_timeout"), py::arg("clock"), py::arg("sweep_interval"),
@@ -269,6 +280,7 @@ void register_store(py::module_& m) {
       py::arg("ssl_cert_reqs") = py::none(), py::arg("ssl_check_hostname") = py::none(),
       py::arg("ssl_server_name") = py::none(), py::arg("budget") = py::none(), py::arg("breaker") = true,
       py::arg("fallback") = py::none(), py::arg("ring_urls") = py::none(), py::arg("ring_names") = py::none(),
+      py::arg("sentinel_username") = py::none(), py::arg("sentinel_password") = py::none(),
       "Open a store (with ring_urls: a client-side hash ring over those servers, url unused); use "
       "redcount.connect() instead.");
 

@@ -16,6 +16,8 @@
 #include "aio.h"
 #include "common.h"
 #include "redcount/common/errors.h"
+#include "redcount/redis/redis_store.h"
+#include "redcount/store/resilient_store.h"
 #include "redcount/store/operation.h"
 #include "redcount/store/store.h"
 
@@ -191,6 +193,17 @@ void register_testing(py::module_& m) {
       .def_property_readonly("executed", &DeferredStore::executed, "Batches run on the inner store.")
       .def_property_readonly("dropped", &DeferredStore::dropped, "Batches dropped as cancelled before sending.");
 
+  t.def(
+      "sentinel_state",
+      [](std::shared_ptr<Store> store) -> py::tuple {
+        if (auto* r = dynamic_cast<ResilientStore*>(store.get())) store = r->primary();
+        const auto* redis = dynamic_cast<const RedisStore*>(store.get());
+        if (redis == nullptr || !redis->is_sentinel()) throw InvalidArgument("not a redis+sentinel:// store");
+        return py::make_tuple(redis->sentinel_master(), redis->sentinel_switches());
+      },
+      py::arg("store"),
+      "(master 'host:port' calls go to now, or '' before the first call; master switches seen) of a Sentinel "
+      "store.");
   t.def("inflight", &aio::inflight_count, "Futures still waiting for an operation (none may be left behind).");
   t.def(
       "echo_async",

@@ -71,6 +71,8 @@ def open_store(
     fallback: str | None = None,
     ring_urls: list[str] | None = None,
     ring_names: list[str] | None = None,
+    sentinel_username: str | None = None,
+    sentinel_password: str | None = None,
 ) -> Store: ...
 
 class ResilientStore(Store):
@@ -294,7 +296,8 @@ def _aio_cancel(future: object) -> bool: ...
 
 # Built with -DREDCOUNT_TEST_HOOKS=ON only (the test build), and so not declared here: the
 # submodule redcount._core._testing (bindings/register_testing.cpp), with DeferredStore (a
-# store that completes batches on a worker thread), inflight() and echo_async().
+# store that completes batches on a worker thread), inflight(), echo_async() and
+# sentinel_state() (the master a Sentinel store uses and how many switches it saw).
 
 class Reading:
     @property

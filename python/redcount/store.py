@@ -71,6 +71,8 @@ def connect(
     breaker: bool = True,
     fallback: str | None = None,
     hot_keys: HotKeys | None = None,
+    sentinel_username: str | None = None,
+    sentinel_password: str | None = None,
 ) -> Store:
     """Open a store.
 
@@ -84,7 +86,17 @@ def connect(
       of its nodes as seeds; ``rediss+cluster://`` for TLS). Batches are split per node and
       their replies put back in order; MOVED and ASK are followed. What is about one node
       (KEYS, SCAN, DBSIZE, INFO, FLUSHALL) goes through :meth:`Store.nodes`, one store per
-      master.
+      master;
+    - ``"redis+sentinel://[[user]:password@]s1:port,s2:port/service[/db]"``: the master of a
+      Redis Sentinel ``service`` (``rediss+sentinel://`` for TLS to the sentinels and the
+      master, with the ``ssl_*`` options below). The credentials in front are the master's; the
+      sentinels' own are ``sentinel_username`` and ``sentinel_password`` (keywords, or URL
+      query parameters; a keyword wins). The first call asks the sentinels for the master;
+      every connection checks ``ROLE`` in its handshake; the store follows ``+switch-master``
+      and re-asks on READONLY, NOREPLICAS or a lost connection; new calls go to the new
+      master and the old connections close when idle. A synchronous call that did not run
+      (the old master is gone) waits up to ``command_timeout`` for the new master and is sent
+      there. See docs/scaling-out.md, "Redis Sentinel".
 
     A list of ``redis://`` / ``rediss://`` URLs with ``routing="ring"`` opens a client-side
     hash ring over those standalone servers: each key goes, by its hash slot (CRC16 with the
@@ -185,6 +197,9 @@ def connect(
         raise TypeError(f"breaker must be a bool, got {type(breaker).__name__}")
     if fallback is not None and not isinstance(fallback, str):
         raise TypeError(f"fallback must be 'memory://' or None, got {type(fallback).__name__}")
+    for name, value in (("sentinel_username", sentinel_username), ("sentinel_password", sentinel_password)):
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"{name} must be a str or None, got {type(value).__name__}")
     if hot_keys is not None and not isinstance(hot_keys, HotKeys):
         raise TypeError(f"hot_keys must be a redcount.HotKeys or None, got {type(hot_keys).__name__}")
     store = _core.open_store(
@@ -208,6 +223,8 @@ def connect(
         fallback=fallback,
         ring_urls=ring_urls,
         ring_names=ring_names,
+        sentinel_username=sentinel_username,
+        sentinel_password=sentinel_password,
     )
     if isinstance(store, ResilientStore):
         _start_breaker_log()

@@ -31,6 +31,7 @@
 #include "redcount/common/errors.h"
 #include "redcount/common/options.h"
 #include "redcount/redis/sentinel.h"
+#include "redcount/redis/redis_store.h"
 #include "redcount/redis/sentinel_url.h"
 #include "test_support.h"
 
@@ -750,4 +751,35 @@ TEST(Sentinel, WatcherReResolvesOnRequest) {
   EXPECT_TRUE(eventually([&] { return resolver->resolve() == t.replica().address(); }));
   watcher.stop();
   EXPECT_EQ(switches.seen(), std::vector<Address>{t.replica().address()});
+}
+
+TEST(Sentinel, StoreFollowsAForcedFailover) {
+  REQUIRE_REDIS_SERVER();
+  Topology t;
+  REQUIRE_TOPOLOGY(t);
+  std::string url = "redis+sentinel://";
+  for (const auto& a : t.sentinel_addresses()) url += a.to_string() + ",";
+  url.back() = '/';
+  url += Topology::kService;
+  RedisStore store(parse_url(url));
+  EXPECT_TRUE(store.is_sentinel());
+  EXPECT_EQ(store.sentinel_master(), "");  // nothing asked before the first call
+
+  const Command incr{{"INCR", "followed"}};
+  EXPECT_EQ(store.execute_one(incr).integer, 1);
+  EXPECT_EQ(store.sentinel_master(), t.master().address().to_string());
+  EXPECT_EQ(store.sentinel_switches(), 0u);
+
+  const std::string refused = force_failover(t.sentinel(0).port());
+  ASSERT_EQ(refused, "") << "SENTINEL FAILOVER kept failing";
+  // The store's watcher follows +switch-master; new calls go to the promoted replica, which
+  // has the count (replicated) and its own copy of the scripts (loaded in the handshake).
+  ASSERT_TRUE(eventually([&] { return store.sentinel_switches() == 1; })) << "the store did not follow";
+  EXPECT_EQ(store.sentinel_master(), t.replica().address().to_string());
+  EXPECT_EQ(store.execute_one(incr).integer, 2);
+  EXPECT_EQ(reply_text(ask(t.replica().port(), {"GET", "followed"})), "2");
+  // The old engine had no call inside it: its connection is closed, only the new one is open.
+  EXPECT_TRUE(eventually([&] { return store.open_connections() == 1; }));
+  store.close();
+  EXPECT_THROW(store.execute_one(incr), StoreClosed);
 }

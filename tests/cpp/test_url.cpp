@@ -165,6 +165,39 @@ TEST(ParseUrl, Errors) {
   }
 }
 
+TEST(ParseUrl, Sentinel) {
+  const StoreOptions o = parse_url("redis+sentinel://app:pw@s1:26380,[::1]/cache/3?sentinel_password=spw");
+  EXPECT_EQ(o.kind, Kind::Tcp);
+  EXPECT_TRUE(o.sentinel);
+  EXPECT_FALSE(o.cluster);
+  EXPECT_FALSE(o.tls);
+  ASSERT_EQ(o.sentinels.size(), 2u);
+  EXPECT_EQ(o.sentinels[0].host, "s1");
+  EXPECT_EQ(o.sentinels[0].port, 26380);
+  EXPECT_EQ(o.sentinels[1].host, "::1");
+  EXPECT_EQ(o.sentinels[1].port, 26379);
+  EXPECT_EQ(o.sentinel_service, "cache");
+  EXPECT_EQ(o.username, "app");
+  EXPECT_EQ(o.password, "pw");
+  EXPECT_EQ(o.db, 3);
+  EXPECT_EQ(o.sentinel_password, "spw");
+  EXPECT_TRUE(o.sentinel_username.empty());
+  EXPECT_TRUE(parse_url("rediss+sentinel://s1/cache?ssl_cert_reqs=none").tls);
+  EXPECT_TRUE(contains(url_error("redis+sentinel://s1"), "missing the service name"));
+  EXPECT_TRUE(contains(url_error("redis+sentinel://s1/cache?ssl_ca_certs=x"), "rediss+sentinel:// only"));
+
+  StoreOptions k = parse_url("redis+sentinel://s1/cache");
+  set_sentinel_option(k, "sentinel_username", "watcher");
+  set_sentinel_option(k, "sentinel_password", "secret");
+  EXPECT_EQ(k.sentinel_username, "watcher");
+  EXPECT_EQ(k.sentinel_password, "secret");
+  StoreOptions plain = parse_url("redis://localhost");
+  EXPECT_TRUE(contains(rctest::error_of<InvalidArgument>([&] { set_sentinel_option(plain, "sentinel_password", "x"); }),
+                       "redis+sentinel://"));
+  EXPECT_TRUE(contains(rctest::error_of<InvalidArgument>([&] { set_sentinel_option(k, "password", "x"); }),
+                       "unknown Sentinel option"));
+}
+
 TEST(ParseUrl, CredentialsAreNeverEchoed) {
   const std::vector<std::string> bad = {
       "redis://admin:Sup3rS3cret@cache:0",

@@ -4,6 +4,9 @@
 #include "redcount/common/errors.h"
 #include "redcount/common/options.h"
 #include "redcount/common/util.h"
+// The Sentinel URL grammar lives with the resolver that consumes it; parse_url only hands
+// those URLs over and copies the result into StoreOptions.
+#include "redcount/redis/sentinel_url.h"
 
 namespace redcount {
 namespace {
@@ -42,7 +45,9 @@ std::string shown_url(std::string_view url) {
   throw InvalidArgument("invalid store URL '" + shown_url(url) + "': " + why +
                         " (expected memory://, redis://[[user]:password@]host[:port][/db], "
                         "rediss://[[user]:password@]host[:port][/db][?ssl_ca_certs=...&...], "
-                        "redis+cluster://[[user]:password@]host:port,host:port[/0] (rediss+cluster:// for TLS) or "
+                        "redis+cluster://[[user]:password@]host:port,host:port[/0] (rediss+cluster:// for TLS), "
+                        "redis+sentinel://[[user]:password@]host:port[,host:port...]/service[/db] "
+                        "(rediss+sentinel:// for TLS) or "
                         "unix:///path/to/redis.sock[?db=N])");
 }
 
@@ -234,8 +239,36 @@ void set_tls_option(StoreOptions& o, std::string_view name, std::string_view val
   }
 }
 
+void set_sentinel_option(StoreOptions& o, std::string_view name, std::string_view value) {
+  if (name != "sentinel_username" && name != "sentinel_password") {
+    throw InvalidArgument("unknown Sentinel option '" + printable(name, 40) +
+                          "' (accepted: sentinel_username, sentinel_password)");
+  }
+  if (!o.sentinel) {
+    throw InvalidArgument(std::string(name) +
+                          " applies to Redis Sentinel only: use a redis+sentinel:// or rediss+sentinel:// URL");
+  }
+  if (value.find('\0') != std::string_view::npos) {
+    throw InvalidArgument(std::string(name) + " must not contain a NUL byte");
+  }
+  (name == "sentinel_username" ? o.sentinel_username : o.sentinel_password) = std::string(value);
+}
+
 StoreOptions parse_url(std::string_view url) {
   StoreOptions o;
+  if (redis::is_sentinel_url(url)) {
+    redis::SentinelUrl u = redis::parse_sentinel_url(url);
+    o = std::move(u.master);
+    o.sentinel = true;
+    for (auto& a : u.sentinels) o.sentinels.push_back({std::move(a.host), a.port});
+    o.sentinel_service = std::move(u.service);
+    o.sentinel_username = std::move(u.sentinel_username);
+    o.sentinel_password = std::move(u.sentinel_password);
+    // Until a sentinel names the master: the first sentinel, for messages only.
+    o.host = o.sentinels.front().host;
+    o.port = o.sentinels.front().port;
+    return o;
+  }
   if (url.empty() || url == "memory://") {
     o.kind = StoreOptions::Kind::Memory;
     return o;

@@ -16,6 +16,7 @@
 
 #include "redcount/common/errors.h"
 #include "redcount/common/util.h"
+#include "redcount/redis/sentinel.h"
 
 namespace redcount::redis {
 namespace {
@@ -229,6 +230,9 @@ void Connection::send_hello() {
   // The version decides which command forms this connection may use (PEXPIREAT ... LT
   // needs 7.0).
   cmds.push_back({"INFO", "server"});
+  // Behind Sentinel the address came from a sentinel and may be stale (a failover since):
+  // a connection that reached a replica must not carry writes.
+  if (options_.sentinel) cmds.push_back({"ROLE"});
   // Scripts are not replicated since Redis 7.0: a promoted replica has none, so every
   // connection loads them up front (the NOSCRIPT reload path stays for SCRIPT FLUSH).
   for (const Script* s : all_scripts()) cmds.push_back({"SCRIPT", "LOAD", s->source});
@@ -242,7 +246,9 @@ void Connection::send_hello() {
 
 void Connection::check_hello(std::size_t index, const Reply& reply) {
   if (index >= hello_.size()) throw ProtocolError("unexpected reply from " + where_ + " during the handshake");
-  if (reply.is_error()) {
+  if (hello_[index] == "ROLE") {
+    expect_master(reply, where_);  // throws ConnectionError (not applied) unless master
+  } else if (reply.is_error()) {
     const std::string& cmd = hello_[index];
     const std::string& text = reply.str;
     const std::string user = options_.username.empty() ? "default" : options_.username;

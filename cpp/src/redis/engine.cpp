@@ -370,7 +370,11 @@ bool Engine::run_borrowed(int i, const std::shared_ptr<Job>& job) {
         handed = true;
         break;
       }
-      const Next next = after_round(*job, SteadyClock::now(), kRetryMin, kRetryMax);
+      Next next = after_round(*job, SteadyClock::now(), kRetryMin, kRetryMax);
+      if (next == Next::Later && no_retries_.load(std::memory_order_relaxed)) {
+        job->succeed();  // the caller gets the rejection itself now
+        next = Next::Complete;
+      }
       if (next == Next::Again) {
         start_round(job, c.out(), c.inflight(), c.stream_end());
         continue;
@@ -726,6 +730,11 @@ void Engine::round_over(int i, const std::shared_ptr<Job>& job, TimePoint now) {
       start_round(job, c.out(), c.inflight(), c.stream_end());
       return;
     case Next::Later:
+      if (no_retries_.load(std::memory_order_relaxed)) {
+        job->succeed();  // the caller gets the rejection itself now
+        finished_.push_back(job);
+        return;
+      }
       delayed_.push_back(job);
       return;
   }

@@ -10,6 +10,7 @@
 #include "redcount/common/errors.h"
 #include "redcount/redis/cluster.h"
 #include "redcount/redis/engine.h"
+#include "redcount/redis/master_follower.h"
 #include "redcount/common/util.h"
 
 namespace redcount {
@@ -158,6 +159,9 @@ RedisStore::RedisStore(StoreOptions options) : options_(std::move(options)) {
   if (routed()) {
     cluster_ = std::make_shared<redis::Cluster>(options_);  // validates; connects at the first call
     cluster_current_.store(cluster_.get(), std::memory_order_release);
+  } else if (options_.sentinel) {
+    follower_ = std::make_shared<redis::MasterFollower>(options_);  // validates; asks the sentinels at the first call
+    follower_current_.store(follower_.get(), std::memory_order_release);
   } else {
     engine_ = std::make_shared<redis::Engine>(options_);  // validates; starts nothing yet
     current_.store(engine_.get(), std::memory_order_release);
@@ -171,6 +175,7 @@ RedisStore::RedisStore(StoreOptions options, std::shared_ptr<redis::Engine> engi
   options_.seeds.clear();
   options_.ring.clear();
   options_.ring_names.clear();
+  options_.sentinel = false;
   current_.store(engine_.get(), std::memory_order_release);
   register_store(this);
 }
@@ -179,6 +184,29 @@ RedisStore::~RedisStore() {
   unregister_store(this);
   if (engine_ && owns_engine_) engine_->close();
   if (cluster_) cluster_->close();
+  if (follower_) follower_->close();
+}
+
+redis::MasterFollower& RedisStore::follower() {
+  if (redis::MasterFollower* f = follower_current_.load(std::memory_order_acquire)) return *f;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!follower_) {  // first call in a forked child: a follower (and watcher thread) of its own
+    follower_ = std::make_shared<redis::MasterFollower>(options_);
+    follower_current_.store(follower_.get(), std::memory_order_release);
+  }
+  return *follower_;
+}
+
+std::string RedisStore::sentinel_master() const {
+  redis::MasterFollower* f = follower_current_.load(std::memory_order_acquire);
+  if (f == nullptr) return {};
+  const auto at = f->master();
+  return at ? at->to_string() : std::string();
+}
+
+std::uint64_t RedisStore::sentinel_switches() const {
+  redis::MasterFollower* f = follower_current_.load(std::memory_order_acquire);
+  return f ? f->switches() : 0;
 }
 
 redis::Cluster& RedisStore::cluster() {
@@ -271,6 +299,11 @@ void RedisStore::after_fork_in_child() {
     new std::shared_ptr<redis::Cluster>(std::move(cluster_));
     cluster_current_.store(nullptr, std::memory_order_release);
   }
+  if (follower_) {
+    // The same for a Sentinel follower: its watcher thread is not in the child.
+    new std::shared_ptr<redis::MasterFollower>(std::move(follower_));
+    follower_current_.store(nullptr, std::memory_order_release);
+  }
   mu_.unlock();
 }
 
@@ -282,6 +315,7 @@ std::vector<Reply> RedisStore::execute(const std::vector<Request>& batch) {
   if (closed_.load(std::memory_order_acquire)) throw_closed();
   check_batch(batch);
   if (routed()) return cluster().execute(batch);
+  if (options_.sentinel) return follower().execute(batch);
   return engine().execute(batch);
 }
 
@@ -293,6 +327,7 @@ void RedisStore::submit(std::vector<Request> batch, BatchDone done, CancelFlag c
     return done({}, std::current_exception());
   }
   if (routed()) return cluster().submit(std::move(batch), std::move(done), std::move(cancelled));
+  if (options_.sentinel) return follower().submit(std::move(batch), std::move(done), std::move(cancelled));
   engine().submit(std::move(batch), std::move(done), std::move(cancelled));
 }
 
@@ -300,19 +335,26 @@ void RedisStore::close() {
   closed_.store(true, std::memory_order_release);
   std::shared_ptr<redis::Engine> e;
   std::shared_ptr<redis::Cluster> c;
+  std::shared_ptr<redis::MasterFollower> f;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (owns_engine_) e = engine_;
     c = cluster_;
+    f = follower_;
   }
   if (e) e->close();
   if (c) c->close();
+  if (f) f->close();
 }
 
 bool RedisStore::has_expire_options() const noexcept {
   if (routed()) {
     redis::Cluster* c = cluster_current_.load(std::memory_order_acquire);
     return c != nullptr && c->masters_at_least(7);
+  }
+  if (options_.sentinel) {
+    redis::MasterFollower* f = follower_current_.load(std::memory_order_acquire);
+    return f != nullptr && f->server_major() >= 7;
   }
   redis::Engine* e = current_.load(std::memory_order_acquire);
   return e != nullptr && e->server_major() >= 7;
@@ -323,6 +365,10 @@ bool RedisStore::contended() const noexcept {
     redis::Cluster* c = cluster_current_.load(std::memory_order_acquire);
     return c != nullptr && c->contended();
   }
+  if (options_.sentinel) {
+    redis::MasterFollower* f = follower_current_.load(std::memory_order_acquire);
+    return f != nullptr && f->contended();
+  }
   redis::Engine* e = current_.load(std::memory_order_acquire);
   return e != nullptr && e->sync_contended();
 }
@@ -331,6 +377,10 @@ int RedisStore::open_connections() const {
   if (routed()) {
     redis::Cluster* c = cluster_current_.load(std::memory_order_acquire);
     return c ? c->open_connections() : 0;
+  }
+  if (options_.sentinel) {
+    redis::MasterFollower* f = follower_current_.load(std::memory_order_acquire);
+    return f ? f->open_connections() : 0;
   }
   redis::Engine* e = current_.load(std::memory_order_acquire);
   return e ? e->open_connections() : 0;
@@ -346,12 +396,16 @@ std::string RedisStore::address() const {
     }
     return out;
   }
-  if (options_.cluster) {
+  if (options_.sentinel) {
+    const std::string m = sentinel_master();
+    if (!m.empty()) return m;
+  }
+  if (options_.cluster || options_.sentinel) {
     const std::string d = describe();
     const auto from = d.find("://") + 3;
     const auto at = d.find('@', from);
     const auto start = at == std::string::npos ? from : at + 1;
-    return d.substr(start, d.rfind('/') - start);
+    return d.substr(start, d.find('/', start) - start);
   }
   if (options_.host.find(':') != std::string::npos) return "[" + options_.host + "]:" + std::to_string(options_.port);
   return options_.host + ":" + std::to_string(options_.port);
@@ -373,6 +427,16 @@ std::string RedisStore::describe() const {
       out += '=' + server_url(m);
     }
     return out;
+  }
+  if (options_.sentinel) {
+    std::string hosts;
+    for (const auto& s : options_.sentinels) {
+      if (!hosts.empty()) hosts += ',';
+      hosts += (s.host.find(':') != std::string::npos ? "[" + s.host + "]" : s.host) + ":" + std::to_string(s.port);
+    }
+    return std::string(options_.tls ? "rediss+sentinel://" : "redis+sentinel://") +
+           (options_.username.empty() ? std::string() : options_.username + "@") + hosts + "/" +
+           options_.sentinel_service + "/" + std::to_string(options_.db);
   }
   if (options_.cluster) {
     std::string hosts;

@@ -33,6 +33,11 @@ window counter's two keys share a ``{hash tag}``, so one slot); :meth:`RedcountS
 and :meth:`RedcountStorage.check` are about the whole store and go to every master
 (:meth:`redcount.Store.nodes`).
 
+``redcount+redis+sentinel://[[user]:pw@]s1:p,s2:p/service[/db]`` (``redcount+rediss+sentinel``
+for TLS) opens ``redis+sentinel://...``: the master of a Sentinel service, followed through
+failovers; the sentinels' credentials are the ``sentinel_username`` and ``sentinel_password``
+options (or limits' ``sentinel_kwargs={"username": ..., "password": ...}``).
+
 Semantics are those of limits' own Redis storage, method for method, and so is the data on
 Redis: the same keys (``<key_prefix>:<key>``, ``<key_prefix>:{<key>}`` and
 ``<key_prefix>:{<key>}/-1`` for the sliding window counter) holding the same types (a
@@ -101,6 +106,9 @@ SCHEMES: dict[str, str] = {
 }
 """Our schemes (without ``async+``) and the :func:`redcount.connect` scheme each maps to."""
 
+# Redis Sentinel: the store asks the sentinels for the master and follows it.
+SCHEMES.update({"redcount+redis+sentinel": "redis+sentinel", "redcount+rediss+sentinel": "rediss+sentinel"})
+
 # redis-py's names for options a limits user may already pass, and ours.
 _OPTION_ALIASES = {"socket_timeout": "command_timeout", "socket_connect_timeout": "connect_timeout"}
 _CONNECT_OPTIONS = frozenset({
@@ -109,6 +117,7 @@ _CONNECT_OPTIONS = frozenset({
     "ssl_check_hostname", "ssl_server_name",
     "budget", "breaker", "fallback",
 })  # fmt: skip
+_CONNECT_OPTIONS |= {"sentinel_username", "sentinel_password"}
 
 
 class _Script(NamedTuple):
@@ -275,6 +284,19 @@ def _store_url(uri: str) -> str:
 
 def _open_store(uri: str, options: dict[str, Any]) -> Store:
     kwargs: dict[str, Any] = {}
+    options = dict(options)
+    # limits' own Sentinel storage takes the sentinels' credentials as redis-py's
+    # sentinel_kwargs; only those two keys mean anything here.
+    sentinel_kwargs = options.pop("sentinel_kwargs", None)
+    if sentinel_kwargs is not None:
+        unknown = set(sentinel_kwargs) - {"username", "password"}
+        if unknown:
+            raise errors.InvalidInputError(
+                f"sentinel_kwargs takes username and password only, got {', '.join(sorted(map(str, unknown)))}"
+            )
+        for key in ("username", "password"):
+            if key in sentinel_kwargs:
+                options.setdefault(f"sentinel_{key}", sentinel_kwargs[key])
     for name, value in options.items():
         name = _OPTION_ALIASES.get(name, name)
         if name not in _CONNECT_OPTIONS:

@@ -11,6 +11,8 @@
 //   unix:///path/to/redis.sock[?db=N]
 //   redis+cluster://[[user]:password@]host1:port1,host2:port2[/0]   (Redis Cluster)
 //   rediss+cluster://...[?query]                                     (Redis Cluster over TLS)
+//   redis+sentinel://[[user]:password@]s1[:port][,s2[:port]...]/service[/db][?query]
+//   rediss+sentinel://...   (Redis Sentinel; the grammar is redis/sentinel_url.h's)
 // A cluster URL lists seed nodes (any of them; the rest are learned from CLUSTER SLOTS);
 // its database can only be 0, the one database a cluster has.
 // The rediss:// query takes redis-py's names, percent-encoded values, '&'-separated:
@@ -54,6 +56,15 @@ struct StoreOptions {
   // names. Empty for any other store.
   std::vector<StoreOptions> ring;
   std::vector<std::string> ring_names;
+  // Redis Sentinel (a redis+sentinel:// URL): the sentinels to ask, the service (the
+  // master's name in `sentinel monitor`) and the sentinels' own credentials. The master's
+  // host and port are not in the URL: the store fills them in from the sentinels, and
+  // every connection checks ROLE in its handshake.
+  bool sentinel = false;
+  std::vector<Seed> sentinels;
+  std::string sentinel_service;
+  std::string sentinel_username;  // empty = the sentinels' "default" user
+  std::string sentinel_password;  // empty = no AUTH to the sentinels
 
   std::chrono::milliseconds connect_timeout{2000};  // 0 = wait forever
   std::chrono::milliseconds command_timeout{2000};  // 0 = wait forever
@@ -89,5 +100,10 @@ StoreOptions parse_url(std::string_view url);
 // (set_tls_option(o, "ssl_cert_reqs", "none")); keyword arguments use it to override the
 // URL. Throws InvalidArgument for an unknown name, a bad value, or when `o.tls` is false.
 void set_tls_option(StoreOptions& o, std::string_view name, std::string_view value);
+
+// Sets sentinel_username or sentinel_password (keyword arguments override the URL's query
+// this way). Throws InvalidArgument for another name, a value with a NUL byte, or when `o`
+// is not a Sentinel store.
+void set_sentinel_option(StoreOptions& o, std::string_view name, std::string_view value);
 
 }  // namespace redcount

@@ -95,6 +95,10 @@ class Engine : public std::enable_shared_from_this<Engine> {
                      std::shared_ptr<std::vector<std::uint8_t>> answered);
   // The synchronous fast path of a routed batch (a borrowed idle connection when there is one).
   std::vector<Reply> execute_routed(const std::vector<Request>& batch, TimePoint deadline);
+  // From now on a "did not run" reply (READONLY, NOREPLICAS...) completes its request with
+  // that reply instead of being retried here: for a server that is no longer the one to
+  // use (a Sentinel master that was replaced), where the caller resends elsewhere. Any thread.
+  void stop_retries() noexcept { no_retries_.store(true, std::memory_order_relaxed); }
   // Idempotent; from any thread, also from a done callback.
   void close();
   bool closed() const;
@@ -163,6 +167,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::shared_ptr<TlsContext> tls_;
 
   std::atomic<int> sync_callers_{0};  // threads in execute()
+  std::atomic<bool> no_retries_{false};  // stop_retries()
   bool thread_slots_ = false;          // max_connections leaves room for thread connections
 
   mutable std::mutex mu_;

@@ -11,6 +11,8 @@
 // A client-side hash ring (StoreOptions::ring) takes the same router with a table computed
 // from the members' names (redis/ring.h): shard_of() is the hash slot there too, and
 // nodes() gives a store per member.
+// Behind Redis Sentinel (a redis+sentinel:// URL) a MasterFollower (redis/master_follower.h)
+// holds one engine on the master the sentinels name and moves to a new one on a failover.
 //
 // Underneath is one I/O engine (redis/engine.h: a reactor thread, `connections`
 // multiplexed sockets, auto-pipelining, deadlines and the failure contract). This class
@@ -42,6 +44,7 @@ namespace redcount {
 namespace redis {
 class Engine;
 class Cluster;
+class MasterFollower;
 struct ClusterStats;
 }
 
@@ -70,6 +73,11 @@ class RedisStore final : public Store {
   std::vector<NodeBreakerState> node_breakers() const override;
   void close() override;
   bool is_cluster() const noexcept { return options_.cluster; }
+  bool is_sentinel() const noexcept { return options_.sentinel; }
+  // Behind Sentinel: the master calls go to now ("host:port"; empty before the first call)
+  // and how many times it changed.
+  std::string sentinel_master() const;
+  std::uint64_t sentinel_switches() const;
   // A cluster store's redirect counts (redis/cluster.h); all zero for a single server.
   redis::ClusterStats cluster_stats();
   bool is_ring() const noexcept { return !options_.ring.empty(); }
@@ -89,6 +97,7 @@ class RedisStore final : public Store {
  private:
   redis::Engine& engine();
   redis::Cluster& cluster();
+  redis::MasterFollower& follower();
   [[noreturn]] void throw_closed() const;
 
   StoreOptions options_;
@@ -102,6 +111,8 @@ class RedisStore final : public Store {
   // Breakers per node, once asked for (kept for a router opened again in a forked child).
   std::optional<ResilienceOptions> node_breakers_;
   bool node_breakers_fallback_ = false;
+  std::shared_ptr<redis::MasterFollower> follower_;
+  std::atomic<redis::MasterFollower*> follower_current_{nullptr};
   // Where an engine inherited through fork() is put: never destroyed, never used (its
   // thread does not exist in the child and its sockets belong to the parent).
   alignas(std::shared_ptr<redis::Engine>) unsigned char inherited_[sizeof(std::shared_ptr<redis::Engine>)];

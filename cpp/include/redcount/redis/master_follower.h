@@ -1,0 +1,121 @@
+// The store's side of Redis Sentinel: one engine on the master the sentinels name, replaced
+// by a new engine when the master changes.
+//
+//   MasterFollower f(parse_url("redis+sentinel://s1:26379,s2:26379/cache"));
+//   auto replies = f.execute(batch);   // the first call asks the sentinels (blocking)
+//   f.submit(batch, done, nullptr);
+//   f.close();
+//
+// Why an engine per master rather than an engine whose address changes: an engine's
+// connections, queue, deadlines and failure contract are all about one server, and a
+// switch must not mix the two. New calls go to the engine of the current master at once;
+// the old engine keeps what it already has (requests written there are answered or fail
+// with maybe_applied as anywhere else, and a READONLY or NOREPLICAS there is no longer
+// retried on it: Engine::stop_retries) and is closed as soon as no call is inside it, so
+// its connections close when idle.
+//
+// What moves the master:
+// - a `+switch-master` for this service (SwitchMasterWatcher's thread);
+// - a re-resolution asked for when a call meets READONLY or NOREPLICAS, a connection whose
+//   handshake ROLE is not master, or a disconnect (ConnectionError): the watcher asks the
+//   sentinels again (coalesced, at least 100 ms apart) and reports a changed address;
+// - ROLE sent on the master every 5 s while calls flow (RoleRecheck), so a master demoted
+//   without an event reaching this client is left within about that time.
+// Every connection sends ROLE in its handshake and refuses to carry requests unless the
+// server says master (the address came from a sentinel and may already be stale).
+//
+// A call that fails with ConnectionError(maybe_applied=false) (nothing of it ran: the old
+// master refuses connections, or answers ROLE as a replica) waits for the master to change,
+// up to the command timeout, and is then sent to the new master; past that, the caller gets
+// the error. So does one whose every reply says READONLY, NOREPLICAS or MASTERDOWN (the
+// engine retried it until the deadline) when a new master is known by then. That is for
+// synchronous calls; an asynchronous call is not resent: it fails, asks for the
+// re-resolution, and the caller's retry goes to the master known by then.
+//
+// Thread-safe.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "redcount/common/options.h"
+#include "redcount/redis/pipeline.h"
+#include "redcount/redis/sentinel.h"
+#include "redcount/store/store.h"
+
+namespace redcount::redis {
+
+class Engine;
+
+class MasterFollower {
+ public:
+  // Validates the options (options.sentinel set, at least one sentinel, a service name);
+  // connects to nothing yet.
+  explicit MasterFollower(StoreOptions options);
+  ~MasterFollower();
+  MasterFollower(const MasterFollower&) = delete;
+  MasterFollower& operator=(const MasterFollower&) = delete;
+
+  std::vector<Reply> execute(const std::vector<Request>& batch);
+  void submit(std::vector<Request> batch, BatchDone done, CancelFlag cancelled);
+  // Idempotent; stops the watcher and closes every engine.
+  void close();
+
+  int open_connections() const;
+  bool contended() const noexcept;
+  // The server major version of the current master's connections (0 until known).
+  int server_major() const noexcept;
+  // The master calls go to now (nullopt before the first call resolved it).
+  std::optional<Address> master() const;
+  // How many times the master changed since the first resolution.
+  std::uint64_t switches() const noexcept { return switches_.load(std::memory_order_relaxed); }
+
+ private:
+  // One master and its engine. `calls` counts calls inside the engine (a submitted batch
+  // until its `done` ran); a retired generation is closed when it drops to 0.
+  struct Generation {
+    Address at;
+    std::shared_ptr<Engine> engine;
+    std::uint64_t number = 0;
+    std::atomic<int> calls{0};
+    std::atomic<bool> retired{false};
+  };
+  using GenPtr = std::shared_ptr<Generation>;
+
+  GenPtr acquire();
+  void release(const GenPtr& g);
+  GenPtr make_generation(const Address& at, std::uint64_t number);
+  void move_to(const Address& at);  // the watcher's thread
+  // Looks at a call's outcome: asks for a re-resolution on what suggests a stale master.
+  void observe(const std::vector<Reply>& replies);
+  void observe_error(std::exception_ptr error);
+  // Waits until the generation is newer than `seen` or `deadline`; the newer one, or null.
+  GenPtr wait_newer(std::uint64_t seen, TimePoint deadline);
+  GenPtr newer_than(std::uint64_t seen);
+  void maybe_recheck_role(const GenPtr& g);
+  TimePoint call_deadline() const;
+  [[noreturn]] void throw_closed() const;
+
+  const StoreOptions options_;
+  std::shared_ptr<SentinelResolver> resolver_;
+  std::unique_ptr<SwitchMasterWatcher> watcher_;  // created with the first generation
+
+  mutable std::mutex mu_;
+  std::condition_variable switched_cv_;
+  GenPtr current_;
+  std::vector<GenPtr> retired_;  // closed, kept until close() (a stale pointer stays valid)
+  bool closed_ = false;
+  std::mutex resolve_mu_;  // one first resolution at a time
+  std::atomic<std::uint64_t> switches_{0};
+  std::atomic<std::int64_t> next_role_check_ns_{0};
+  RoleRecheck recheck_interval_;
+};
+
+}  // namespace redcount::redis

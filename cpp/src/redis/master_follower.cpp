@@ -1,0 +1,299 @@
+#include "redcount/redis/master_follower.h"
+
+#include <algorithm>
+
+#include "redcount/common/errors.h"
+#include "redcount/redis/engine.h"
+
+namespace redcount::redis {
+namespace {
+
+SentinelOptions resolver_options(const StoreOptions& o) {
+  if (!o.sentinel) throw InvalidArgument("a Sentinel store needs a redis+sentinel:// URL");
+  SentinelOptions s;
+  for (const auto& a : o.sentinels) s.sentinels.push_back({a.host, a.port});
+  s.service = o.sentinel_service;
+  s.link.username = o.sentinel_username;
+  s.link.password = o.sentinel_password;
+  if (o.tls) s.link.tls = make_tls_context(o);
+  s.link.ssl_server_name = o.ssl_server_name;
+  // A sentinel that does not answer quickly is skipped for the next one; never wait longer
+  // for one than the store would for a data node.
+  auto cap = [](std::chrono::milliseconds own, std::chrono::milliseconds store) {
+    return store.count() > 0 ? std::min(own, store) : own;
+  };
+  s.link.connect_timeout = cap(s.link.connect_timeout, o.connect_timeout);
+  s.link.command_timeout = cap(s.link.command_timeout, o.command_timeout);
+  return s;
+}
+
+// A reply that says the server answering is no longer (or not yet) a writable master.
+bool stale_master_reply(const Reply& r) {
+  if (!r.is_error()) return false;
+  const std::string_view s = r.str;
+  return s.starts_with("READONLY") || s.starts_with("NOREPLICAS") || s.starts_with("MASTERDOWN");
+}
+
+std::int64_t steady_ns(TimePoint t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+}  // namespace
+
+MasterFollower::MasterFollower(StoreOptions options)
+    : options_(std::move(options)), resolver_(std::make_shared<SentinelResolver>(resolver_options(options_))) {
+  Engine validate(options_);  // the same checks as a plain store (connections, timeouts); starts nothing
+  watcher_ = std::make_unique<SwitchMasterWatcher>(resolver_, [this](const Address& a) { move_to(a); });
+}
+
+MasterFollower::~MasterFollower() { close(); }
+
+void MasterFollower::throw_closed() const {
+  throw StoreClosed("the store for Sentinel service '" + options_.sentinel_service +
+                    "' is closed; open a new one with redcount.connect()");
+}
+
+MasterFollower::GenPtr MasterFollower::make_generation(const Address& at, std::uint64_t number) {
+  StoreOptions o = options_;
+  o.host = at.host;
+  o.port = at.port;
+  auto g = std::make_shared<Generation>();
+  g->at = at;
+  g->number = number;
+  g->engine = std::make_shared<Engine>(o);
+  return g;
+}
+
+MasterFollower::GenPtr MasterFollower::acquire() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) throw_closed();
+    if (current_) {
+      current_->calls.fetch_add(1);
+      return current_;
+    }
+  }
+  // The first call asks the sentinels; concurrent first calls wait for that one answer.
+  std::lock_guard<std::mutex> first(resolve_mu_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) throw_closed();
+    if (current_) {
+      current_->calls.fetch_add(1);
+      return current_;
+    }
+  }
+  const Address at = resolver_->resolve();  // throws ConnectionError / AuthenticationError
+  GenPtr g = make_generation(at, 0);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) {
+      g->engine->close();
+      throw_closed();
+    }
+    if (!current_) current_ = g;  // the watcher may have reported one meanwhile (it is not started yet)
+    current_->calls.fetch_add(1);
+    g = current_;
+  }
+  watcher_->start(at);  // a second start() is a no-op
+  return g;
+}
+
+void MasterFollower::release(const GenPtr& g) {
+  if (g->calls.fetch_sub(1) == 1 && g->retired.load()) g->engine->close();
+}
+
+void MasterFollower::move_to(const Address& at) {
+  std::uint64_t number = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_ || (current_ && current_->at == at)) return;
+    number = current_ ? current_->number + 1 : 0;
+  }
+  GenPtr g = make_generation(at, number);
+  GenPtr old;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return;
+    old = std::move(current_);
+    current_ = g;
+    if (old) {
+      old->retired.store(true);
+      retired_.push_back(old);
+    }
+  }
+  if (old) {
+    // Requests the old master refuses (READONLY, NOREPLICAS) come back now rather than at
+    // their deadline, and execute() sends them to the new master.
+    old->engine->stop_retries();
+    switches_.fetch_add(1);
+  }
+  switched_cv_.notify_all();
+  // Nothing inside the old engine: close it now (otherwise the last call out does).
+  if (old && old->calls.load() == 0) old->engine->close();
+}
+
+MasterFollower::GenPtr MasterFollower::newer_than(std::uint64_t seen) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_ || !current_ || current_->number <= seen) return nullptr;
+  current_->calls.fetch_add(1);
+  return current_;
+}
+
+MasterFollower::GenPtr MasterFollower::wait_newer(std::uint64_t seen, TimePoint deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto newer = [&] { return closed_ || (current_ && current_->number > seen); };
+  if (deadline == kNever) {
+    switched_cv_.wait(lock, newer);
+  } else if (!switched_cv_.wait_until(lock, deadline, newer)) {
+    return nullptr;
+  }
+  if (closed_) return nullptr;
+  current_->calls.fetch_add(1);
+  return current_;
+}
+
+TimePoint MasterFollower::call_deadline() const {
+  return options_.command_timeout.count() > 0 ? SteadyClock::now() + options_.command_timeout : kNever;
+}
+
+void MasterFollower::observe(const std::vector<Reply>& replies) {
+  for (const auto& r : replies) {
+    if (stale_master_reply(r)) {
+      watcher_->request_resolve();
+      return;
+    }
+  }
+}
+
+void MasterFollower::observe_error(std::exception_ptr error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const StoreClosed&) {
+  } catch (const ConnectionError&) {
+    watcher_->request_resolve();
+  } catch (const ReplyError& e) {
+    const std::string_view s = e.what();
+    if (s.starts_with("READONLY") || s.starts_with("NOREPLICAS")) watcher_->request_resolve();
+  } catch (...) {
+  }
+}
+
+void MasterFollower::maybe_recheck_role(const GenPtr& g) {
+  const TimePoint now = SteadyClock::now();
+  std::int64_t due = next_role_check_ns_.load(std::memory_order_relaxed);
+  if (steady_ns(now) < due) return;
+  const std::int64_t next = steady_ns(now + recheck_interval_.interval());
+  if (!next_role_check_ns_.compare_exchange_strong(due, next)) return;  // another caller sends it
+  g->calls.fetch_add(1);
+  std::vector<Request> batch;
+  batch.emplace_back(role_command());
+  g->engine->submit(
+      std::move(batch),
+      [this, g](std::vector<Reply>&& replies, std::exception_ptr error) {
+        // An answer other than master (an ACL refusing ROLE is Unknown: nothing to learn).
+        if (!error && replies.size() == 1) {
+          const Role role = parse_role(replies[0]);
+          if (role == Role::Replica || role == Role::Sentinel) watcher_->request_resolve();
+        }
+        release(g);
+      },
+      nullptr);
+}
+
+std::vector<Reply> MasterFollower::execute(const std::vector<Request>& batch) {
+  const TimePoint deadline = call_deadline();
+  GenPtr g = acquire();
+  for (;;) {
+    maybe_recheck_role(g);
+    try {
+      std::vector<Reply> replies = g->engine->execute(batch);
+      release(g);
+      observe(replies);
+      // Every request was refused as "not a writable master" (the engine retried until the
+      // deadline): nothing ran, so a master found meanwhile gets the batch once.
+      if (!replies.empty() && std::all_of(replies.begin(), replies.end(), stale_master_reply)) {
+        if (GenPtr next = newer_than(g->number)) {
+          g = std::move(next);
+          continue;
+        }
+      }
+      return replies;
+    } catch (const StoreClosed&) {
+      release(g);
+      throw;
+    } catch (const ConnectionError& e) {
+      release(g);
+      watcher_->request_resolve();
+      if (e.maybe_applied()) throw;
+      // Nothing of the batch ran: send it to the next master once the sentinels name one.
+      GenPtr next = wait_newer(g->number, deadline);
+      if (!next) throw;
+      g = std::move(next);
+    } catch (...) {
+      release(g);
+      throw;
+    }
+  }
+}
+
+void MasterFollower::submit(std::vector<Request> batch, BatchDone done, CancelFlag cancelled) {
+  GenPtr g;
+  try {
+    g = acquire();
+  } catch (...) {
+    return done({}, std::current_exception());
+  }
+  maybe_recheck_role(g);
+  g->engine->submit(
+      std::move(batch),
+      [this, g, done = std::move(done)](std::vector<Reply>&& replies, std::exception_ptr error) {
+        release(g);
+        if (error) {
+          observe_error(error);
+        } else {
+          observe(replies);
+        }
+        done(std::move(replies), error);
+      },
+      std::move(cancelled));
+}
+
+void MasterFollower::close() {
+  std::vector<GenPtr> all;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return;
+    closed_ = true;
+    all = retired_;
+    if (current_) all.push_back(current_);
+  }
+  switched_cv_.notify_all();
+  if (watcher_) watcher_->stop();
+  for (auto& g : all) g->engine->close();
+}
+
+int MasterFollower::open_connections() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int n = current_ ? current_->engine->open_connections() : 0;
+  for (const auto& g : retired_) n += g->engine->open_connections();
+  return n;
+}
+
+bool MasterFollower::contended() const noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  return current_ && current_->engine->sync_contended();
+}
+
+int MasterFollower::server_major() const noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  return current_ ? current_->engine->server_major() : 0;
+}
+
+std::optional<Address> MasterFollower::master() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!current_) return std::nullopt;
+  return current_->at;
+}
+
+}  // namespace redcount::redis

@@ -1,0 +1,348 @@
+"""redcount behind Redis Sentinel (``redis+sentinel://``), on real sentinels and servers that
+the fixtures start: counters, a limiter and a sharded counter with request ids; what a
+SIGKILL of the master and a ``SENTINEL FAILOVER`` cost writers that retry with request ids
+(double counts, lost acknowledged increments, the unavailability window against Sentinel's
+own switch time); ``min-replicas-to-write 1`` with two replicas; the limits scheme.
+
+Run with ``-s`` to see the measured figures (docs/scaling-out.md, "Redis Sentinel", quotes them):
+
+    pytest -s tests/python/cluster/test_sentinel.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import pytest
+from failover_harness import FailoverHarness, Report, WriteFn
+from topologies import HOST, SentinelGroup, SwitchMaster
+
+import redcount
+import redcount.aio as aio
+
+_testing = pytest.importorskip("redcount._core._testing")
+
+pytestmark = pytest.mark.redis_only
+
+# Increment once per request id: the marker (SET NX) makes a retried request a no-op, and the
+# applied log (RPUSH in the same script, so replicated or lost together with the increment)
+# lets the report say exactly which acknowledged ids survived.
+INCR_ONCE = """
+if redis.call('SET', KEYS[2], '1', 'NX', 'PX', ARGV[3]) then
+  redis.call('RPUSH', KEYS[3], ARGV[2])
+  return redis.call('INCRBY', KEYS[1], ARGV[1])
+end
+return -1
+"""
+
+KEYS = ["{w0}", "{w1}"]
+RATE = 200.0  # writes/s per writer
+
+
+def state(store: redcount.Store) -> tuple[str, int]:
+    master, switches = _testing.sentinel_state(store)
+    return str(master), int(switches)
+
+
+def redcount_writer(store: redcount.Store) -> Callable[[], WriteFn]:
+    """Every writer thread shares the one store (one I/O thread, one watcher), as an app does."""
+
+    def make() -> WriteFn:
+        def write(key: str, rid: str, amount: int) -> object:
+            return store.execute("EVAL", INCR_ONCE, 3, key, f"{key}:rid:{rid}", f"{key}:applied", amount, rid,
+                                 120_000)
+
+        return write
+
+    return make
+
+
+@dataclass
+class SeenSwitch:
+    """When this client's store started sending to another master (polled every ms)."""
+
+    at: float = 0.0
+    master: str = ""
+
+
+@contextmanager
+def switch_seen_by(store: redcount.Store) -> Iterator[SeenSwitch]:
+    seen = SeenSwitch()
+    before = state(store)[1]
+    stop = threading.Event()
+
+    def poll() -> None:
+        while not stop.is_set():
+            master, switches = state(store)
+            if switches > before:
+                seen.at, seen.master = time.monotonic(), master
+                return
+            time.sleep(0.001)  # polling the store's state, not waiting for the server
+
+    t = threading.Thread(target=poll, daemon=True)
+    t.start()
+    try:
+        yield seen
+    finally:
+        stop.set()
+        t.join()
+
+
+def final_report(g: SentinelGroup, h: FailoverHarness) -> Report:
+    master = g.master()
+    final = {k: int(master.call("GET", k) or 0) for k in KEYS}
+    applied = {k: Counter(str(x) for x in master.call("LRANGE", f"{k}:applied", 0, -1)) for k in KEYS}
+    return h.report(final, applied)
+
+
+def lost_ids(g: SentinelGroup, h: FailoverHarness) -> set[str]:
+    master = g.master()
+    present = {str(x) for k in KEYS for x in master.call("LRANGE", f"{k}:applied", 0, -1)}
+    return {a.request_id for w in h.writers for a in w.acked if a.request_id not in present}
+
+
+def first_ack_after(h: FailoverHarness, t: float) -> float:
+    """Seconds from ``t`` to the first write acknowledged after it, the slowest writer's."""
+    return max(min(a.acked_at for a in w.acked if a.acked_at > t) - t for w in h.writers)
+
+
+def print_figures(what: str, sentinel_switch: float, seen: SeenSwitch, event: SwitchMaster, report: Report,
+                  h: FailoverHarness, leader: int | None) -> None:
+    """``leader``: the port of the sentinel that was asked for the failover (SENTINEL FAILOVER
+    runs it on the sentinel it is sent to; the store's watcher subscribes to the first one
+    in the URL, the same one); None when the sentinels elected one."""
+    by = "" if leader is None else f", {'the' if event.sentinel_port == leader else 'not the'} one that ran it"
+    after_event = first_ack_after(h, event.at)
+    print(f"\n{what}: +switch-master {sentinel_switch * 1000:.0f} ms after the fault (first from sentinel "
+          f"{event.sentinel_port}{by}); redcount switched "
+          f"{(seen.at - event.at) * 1000:+.0f} ms from the event; first acknowledged write "
+          f"{after_event * 1000:.0f} ms after the event (slowest writer); longest gap "
+          f"{max(k.max_gap for k in report.keys) * 1000:.0f} ms\n{report.summary()}")
+
+
+@pytest.fixture(scope="module")
+def group(redis_sentinel_factory: Callable[..., SentinelGroup]) -> SentinelGroup:
+    """One group for the non-destructive tests."""
+    g = redis_sentinel_factory(replicas=1)
+    print(f"\nsentinel group ready in {g.started_in:.2f} s")
+    return g
+
+
+@pytest.fixture
+def store(group: SentinelGroup) -> Iterator[redcount.Store]:
+    s = redcount.connect(group.url)
+    s.execute("FLUSHALL")
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+# --- the URL, the options and the handshake ------------------------------------------------------
+
+
+def test_the_store_finds_the_master_and_names_it(group: SentinelGroup) -> None:
+    with redcount.connect(group.url) as store:
+        assert state(store) == ("", 0)  # nothing asked before the first call
+        assert store.execute("PING") == "PONG"
+        master = group.master()
+        assert state(store) == (f"{HOST}:{master.port}", 0)
+        assert store.url == group.url + "/0"
+        assert store.execute("SET", "k", "v") == "OK"
+        assert master.call("GET", "k") == "v"  # written on the master, not the replica
+
+
+def test_sentinel_options_and_url_errors(group: SentinelGroup) -> None:
+    with pytest.raises(redcount.InvalidInputError, match="sentinel_password applies to Redis Sentinel only"):
+        redcount.connect("redis://127.0.0.1:6379", sentinel_password="x")
+    with pytest.raises(redcount.InvalidInputError, match="missing the service name"):
+        redcount.connect("redis+sentinel://127.0.0.1:26379")
+    with pytest.raises(TypeError, match="sentinel_username must be a str"):
+        redcount.connect(group.url, sentinel_username=1)  # type: ignore[arg-type]
+    with pytest.raises(redcount.InvalidInputError, match="sentinel_username needs sentinel_password"):
+        redcount.connect(group.url, sentinel_username="u")
+    # A service no sentinel knows: the call fails with what each sentinel said, nothing sent.
+    s = redcount.connect(group.url.rsplit("/", 1)[0] + "/no-such-service", command_timeout=0.5)
+    with pytest.raises(redcount.ConnectionError) as e:
+        s.execute("PING")
+    assert e.value.maybe_applied is False
+    s.close()
+
+
+def test_sentinels_with_a_password(redis_sentinel_factory: Callable[..., SentinelGroup]) -> None:
+    g = redis_sentinel_factory(replicas=1)
+    for s in g.sentinels:
+        assert s.call("ACL", "SETUSER", "default", "resetpass", ">s-secret") == "OK"
+    with pytest.raises(redcount.ConnectionError, match="NOAUTH") as e:
+        redcount.connect(g.url, command_timeout=0.5).execute("PING")
+    assert e.value.maybe_applied is False
+    with redcount.connect(g.url, sentinel_password="s-secret") as s:
+        assert s.execute("INCR", "n") == 1
+    with redcount.connect(g.url + "?sentinel_password=s-secret") as s:
+        assert s.execute("INCR", "n") == 2
+
+
+def test_a_connection_to_a_replica_is_refused_in_the_handshake(
+        redis_sentinel_factory: Callable[..., SentinelGroup]) -> None:
+    """Sentinels that name a replica as the master (stale, or wrong): every connection checks
+    ROLE in its handshake, so nothing is written there and the call fails, not applied."""
+    g = redis_sentinel_factory(replicas=1)
+    [replica] = g.replicas()
+    for s in g.sentinels:
+        assert s.call("SENTINEL", "REMOVE", g.service) == "OK"
+        assert s.call("SENTINEL", "MONITOR", g.service, HOST, str(replica.port), "2") == "OK"
+    store = redcount.connect(g.url, command_timeout=0.5)
+    try:
+        with pytest.raises(redcount.ConnectionError, match="not the master") as e:
+            store.execute("SET", "must-not-land", "1")
+        assert e.value.maybe_applied is False
+        assert state(store)[0] == f"{HOST}:{replica.port}"
+    finally:
+        store.close()
+    with redcount.connect(f"redis://{replica.addr}/0") as plain:  # the same server, as itself
+        assert plain.execute("ROLE")[0] == b"slave"
+
+
+# --- counters, limiter, sharded counter through Sentinel -----------------------------------------
+
+
+def test_counters_limiter_and_sharded_counter(store: redcount.Store) -> None:
+    c = redcount.FixedWindowCounter(store, "s-fw", 60)
+    amounts = {f"user-{i}": i % 5 + 1 for i in range(50)}
+    assert c.incr_many(amounts) == amounts
+    assert c.incr("user-3", 2, request_id="r-1") == amounts["user-3"] + 2
+    assert c.incr("user-3", 2, request_id="r-1") == amounts["user-3"] + 2  # counted once
+    lim = redcount.Limiter(store)
+    assert [lim.hit("3/minute", "client").allowed for _ in range(4)] == [True, True, True, False]
+    sc = redcount.ShardedCounter(store, "s-sharded", shards=8)
+    for i in range(100):
+        assert sc.incr(2, request_id=f"req-{i}") is True
+    for i in range(0, 100, 10):
+        assert sc.incr(2, request_id=f"req-{i}") is False  # a retry counts once
+    assert sc.value() == 200
+
+
+def test_asyncio_and_a_forked_child(store: redcount.Store) -> None:
+    astore = aio.AsyncStore(store)
+    counter = aio.FixedWindowCounter(store, "s-aio", 60)
+
+    async def main() -> None:
+        replies = await astore.execute_many([("INCRBY", f"aio-{i}", i) for i in range(1, 51)])
+        assert replies == list(range(1, 51))
+        assert await asyncio.gather(*(counter.incr(f"k-{i}") for i in range(20))) == [1] * 20
+
+    asyncio.run(main())
+    assert store.execute("INCR", "fork-key") == 1
+    pid = os.fork()
+    if pid == 0:  # the child asks the sentinels itself and has its own watcher
+        os._exit(0 if store.execute("INCR", "fork-key") == 2 else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert store.execute("INCR", "fork-key") == 3  # the parent keeps working
+
+
+def test_the_limits_scheme(group: SentinelGroup) -> None:
+    limits = pytest.importorskip("limits")
+    import redcount.contrib.limits as rcl
+
+    uri = "redcount+" + group.url
+    storage = limits.storage.storage_from_string(uri)
+    assert isinstance(storage, rcl.RedcountStorage)
+    limiter = limits.strategies.FixedWindowRateLimiter(storage)
+    item = limits.parse("2/minute")
+    assert [limiter.hit(item, "sentinel-user") for _ in range(3)] == [True, True, False]
+    assert storage.get(item.key_for("sentinel-user")) == 3  # limits counts the refused hit too
+    assert storage.check()
+    assert isinstance(limits.storage.storage_from_string("async+" + uri), rcl.AsyncRedcountStorage)
+    # limits' own Sentinel storage spells the sentinels' password this way.
+    s = limits.storage.storage_from_string(uri, sentinel_kwargs={"password": "x"})
+    assert isinstance(s, rcl.RedcountStorage)
+
+
+# --- failovers under load ------------------------------------------------------------------------
+
+
+def test_sigkill_of_the_master(redis_sentinel_factory: Callable[..., SentinelGroup]) -> None:
+    g = redis_sentinel_factory(replicas=1)
+    old = g.master()
+    [replica] = g.replicas()
+    store = redcount.connect(g.url, command_timeout=2.0)
+    try:
+        with FailoverHarness(redcount_writer(store), KEYS, rate=RATE) as h, switch_seen_by(store) as seen:
+            h.wait_acked(200)
+            with g.watch() as w:
+                _, t0 = g.kill_master()
+                event = w.wait()
+            h.wait_acked(100, each=True)
+        report = final_report(g, h)
+        print_figures("SIGKILL of the master", event.at - t0, seen, event, report, h, None)
+        assert (event.old_port, event.new_port) == (old.port, replica.port)
+        assert state(store) == (f"{HOST}:{replica.port}", 1)
+        assert report.doubled == 0
+        assert all(k.unaccounted == 0 for k in report.keys)
+        # Nothing sent to the new master is lost.
+        assert not {a.request_id for w in h.writers for a in w.acked if a.first_try > seen.at} & lost_ids(g, h)
+    finally:
+        store.close()
+
+
+def test_sentinel_failover(redis_sentinel_factory: Callable[..., SentinelGroup]) -> None:
+    g = redis_sentinel_factory(replicas=1)
+    store = redcount.connect(g.url, command_timeout=2.0)
+    try:
+        with FailoverHarness(redcount_writer(store), KEYS, rate=RATE) as h, switch_seen_by(store) as seen:
+            h.wait_acked(200)
+            with g.watch() as w:
+                t0 = g.sentinel_failover()
+                event = w.wait()
+            h.wait_acked(200, each=True)
+        report = final_report(g, h)
+        print_figures("SENTINEL FAILOVER", event.at - t0, seen, event, report, h, g.sentinels[0].port)
+        lost = lost_ids(g, h)
+        after = {a.request_id for w in h.writers for a in w.acked if a.first_try > seen.at}
+        before = sum(1 for w in h.writers for a in w.acked if a.acked_at < seen.at and a.request_id in lost)
+        print(f"lost acknowledged before the client saw +switch-master: {before}; "
+              f"written after it: {len(after)}, lost {len(after & lost)}")
+        assert report.doubled == 0
+        assert all(k.unaccounted == 0 for k in report.keys)
+        assert not after & lost  # a write sent after the switch went to the new master and stays
+        assert state(store)[1] == 1
+    finally:
+        store.close()
+
+
+def test_sentinel_failover_with_min_replicas_to_write_and_two_replicas(
+        redis_sentinel_factory: Callable[..., SentinelGroup]) -> None:
+    """``min-replicas-to-write 1`` does not make a ``SENTINEL FAILOVER`` lossless: Sentinel
+    promotes one replica (which stops replicating), and until it has moved the other replica
+    to the new master, the old master still has one replica and still acknowledges writes;
+    they reach only that replica, which then resynchronises in full from the new master and
+    drops them. Writes sent after the client saw the switch are not lost; the rest is
+    measured and printed."""
+    g = redis_sentinel_factory(replicas=2, min_replicas_to_write=1)
+    store = redcount.connect(g.url, command_timeout=2.0)
+    try:
+        with FailoverHarness(redcount_writer(store), KEYS, rate=RATE) as h, switch_seen_by(store) as seen:
+            h.wait_acked(200)
+            with g.watch() as w:
+                t0 = g.sentinel_failover()
+                event = w.wait()
+            h.wait_acked(200, each=True)
+        report = final_report(g, h)
+        print_figures("SENTINEL FAILOVER, min-replicas-to-write 1, two replicas", event.at - t0, seen, event,
+                      report, h, g.sentinels[0].port)
+        lost = lost_ids(g, h)
+        after = {a.request_id for w in h.writers for a in w.acked if a.first_try > seen.at}
+        print(f"written after the client saw +switch-master: {len(after)}, lost {len(after & lost)}")
+        assert report.doubled == 0
+        assert all(k.unaccounted == 0 for k in report.keys)
+        assert not after & lost
+    finally:
+        store.close()
