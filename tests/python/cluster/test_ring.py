@@ -14,7 +14,8 @@ from collections.abc import Iterator, Sequence
 import pytest
 
 import redcount
-from topologies import Node, Ring, key_slot, wait_until
+from helpers import wait_until
+from topologies import POLL, TRANSIENT, Node, Ring, key_slot
 
 SLOTS = 16384
 M64 = (1 << 64) - 1
@@ -272,7 +273,7 @@ def test_a_killed_node_fails_fast_the_others_serve_and_it_recovers(redis_ring: R
                 return store.execute("INCR", dead_keys[0]) == 1  # restarted empty (no persistence)
             except redcount.Unavailable:
                 return False
-        assert wait_until("cache-b serving again", served, 10)
+        assert wait_until(served, 10, what="cache-b serving again", interval=POLL, ignore=TRANSIENT)
         back = time.monotonic() - t_up
         print(f"\nring, a member SIGKILLed (budget 100 ms): breaker open after {calls_to_open} calls "
               f"({t_open * 1000:.0f} ms); then {fast * 1e6:.0f} us per refused call, the other members "
@@ -303,7 +304,7 @@ def test_a_killed_node_goes_to_the_fallback_for_its_keys_only(redis_ring: Ring) 
                 pass  # written just before the server died: may have run, so not rerun
             return store.breaker_state == "open"
 
-        assert wait_until("cache-c's breaker open", opened, 5)
+        assert wait_until(opened, 5, what="cache-c's breaker open", interval=POLL, ignore=TRANSIENT)
         assert store.using_fallback
         # One batch over both: cache-a's requests run on Redis, cache-c's (refused by its
         # breaker, so never sent) on the fallback, which starts empty.
@@ -371,7 +372,7 @@ def test_a_stopped_cluster_master_fails_fast_through_its_own_breaker(redis_clust
             except redcount.Unavailable:
                 return False
 
-        assert wait_until("the master serving again", served, 10)
+        assert wait_until(served, 10, what="the master serving again", interval=POLL, ignore=TRANSIENT)
         print(f"\ncluster, a master SIGSTOPped (budget 200 ms): breaker open after {calls_to_open} calls "
               f"({t_open * 1000:.0f} ms); then {fast * 1e6:.0f} us per refused call; served again "
               f"{(time.monotonic() - t_cont) * 1000:.0f} ms after SIGCONT")

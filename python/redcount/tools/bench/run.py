@@ -67,7 +67,7 @@ def run_bench(args: argparse.Namespace) -> int:
         raise ValueError(f"--batch must be >= 1, got {args.batch}")
     if only not in ONLY:
         raise ValueError(f"--only must be one of {', '.join(ONLY)}, got {only!r}")
-    if only == "cluster" or (args.url is not None and "+cluster://" in str(args.url)):
+    if only == "cluster":
         return _run_cluster(args, seconds)
     fixed, sliding = only in ("all", "fixed"), only in ("all", "sliding")
     engine = only in ("all", "engine")
@@ -80,7 +80,8 @@ def run_bench(args: argparse.Namespace) -> int:
         if only in ("fixed", "engine", "sharded"):
             raise BenchError(
                 f"--only {only} compares against redis-benchmark on one server; on a Redis Cluster "
-                "(redis+cluster://) run --only sliding or --only hot, or point --url at one node (redis://)"
+                "(redis+cluster://) run --only sliding, --only hot or --only cluster (per-node CPU and projected "
+                "scaling), or point --url at one node (redis://)"
             )
         fixed = engine = sharded = False
 
