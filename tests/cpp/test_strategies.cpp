@@ -499,6 +499,16 @@ const std::vector<ParityCase>& parity_cases() {
          }
          return c;
        }},
+      {"sharded_claim", false,
+       [](std::mt19937& rng, std::int64_t, int) {
+         // The older generations' id keys that sharded_incr's case above checks, one slot per
+         // call: ids it applied there answer 1, others are claimed ('n') and answer 0.
+         const std::string tag = "{si:c:" + std::to_string(2 + rng() % 2) + "}";
+         ScriptCall c{&kShardedClaimScript, {}, {"60000"}};
+         const int n = 1 + static_cast<int>(rng() % 3);
+         for (int j = 0; j < n; ++j) c.keys.push_back(tag + ":rid:r" + std::to_string(rng() % 8));
+         return c;
+       }},
       {"sharded_reshard", false,
        [](std::mt19937& rng, std::int64_t, int) {
          // Compare-and-set over a few layout texts: the expected one is right about half the time.
