@@ -1,8 +1,8 @@
 // Redis Cluster support: hash slots, key positions, the cut of a batch into units and
 // children (ASKING placement), redirect parsing, the cluster URL; and, against a real
 // cluster named by REDCOUNT_TEST_CLUSTER_URL (redis+cluster://host:port,...), the split
-// and reassembly, ASK during a slot's migration (also inside MULTI), MOVED after it, and
-// the refusals.
+// and reassembly, ASK during a slot's migration (also inside MULTI), MOVED after it, the
+// refusals, and replies that arrive after their call timed out.
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
@@ -646,6 +646,84 @@ TEST(RealCluster, ThreadsAndSubmittersShareTheRouter) {
   for (int k = 0; k < kKeys; ++k) {
     EXPECT_EQ(store->execute_one(Command{{"GET", p + std::to_string(k)}}).as_integer(), kThreads * kRounds);
     store->execute_one(Command{{"DEL", p + std::to_string(k)}});
+  }
+}
+
+// A reply that arrives after its call timed out is discarded, and the node's connection
+// stays in step, on both paths of the router: the synchronous one (a borrowed connection,
+// handed to the reactor at the timeout) and submit (the node's reactor). CLIENT PAUSE ...
+// WRITE on every master holds the SETs past command_timeout; their replies come when the
+// pause ends.
+TEST(RealCluster, LateRepliesAreDiscardedAndTheStoreKeepsServing) {
+  REQUIRE_CLUSTER();
+  auto o = parse_url(cluster_url());
+  o.command_timeout = std::chrono::milliseconds(300);
+  auto quick = std::make_shared<RedisStore>(o);
+  auto admin = cluster_store();
+  const std::string p = "rc:test:late:" + std::to_string(::getpid()) + ":";
+  const std::vector<std::string> keys{p + "a", p + "b", p + "c", p + "d"};
+  for (const auto& k : keys) quick->execute_one(Command{{"SET", k, "before"}}).check();  // connections open
+  auto pause_all = [&] {
+    for (auto& n : admin->nodes()) n->execute_one(Command{{"CLIENT", "PAUSE", "700", "WRITE"}}).check();
+  };
+  auto expect_maybe_timeout = [](std::exception_ptr e) {
+    ASSERT_TRUE(e);
+    try {
+      std::rethrow_exception(e);
+    } catch (const TimeoutError& t) {
+      EXPECT_TRUE(t.maybe_applied()) << t.what();
+    } catch (const std::exception& x) {
+      ADD_FAILURE() << "expected TimeoutError, got " << x.what();
+    }
+  };
+  auto catch_sync = [](auto&& call) {
+    std::exception_ptr e;
+    try {
+      call();
+    } catch (...) {
+      e = std::current_exception();
+    }
+    return e;
+  };
+  // The synchronous path: one key (one node), then a batch over every node.
+  pause_all();
+  expect_maybe_timeout(catch_sync([&] { quick->execute_one(Command{{"SET", keys[0], "late"}}); }));
+  std::vector<Request> spread;
+  for (const auto& k : keys) spread.push_back(cmd({"SET", k, "late"}));
+  expect_maybe_timeout(catch_sync([&] { quick->execute(spread); }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(900));  // the pause is over: the late replies arrive
+  for (int round = 0; round < 3; ++round) {
+    std::vector<Request> check;
+    for (const auto& k : keys) check.push_back(cmd({"INCR", k + ":n"}));
+    check.push_back(cmd({"GET", keys[0]}));
+    auto r = quick->execute(check);
+    ASSERT_EQ(r.size(), keys.size() + 1);
+    for (std::size_t i = 0; i < keys.size(); ++i) EXPECT_EQ(r[i].as_integer(), round + 1) << r[i].str;
+    EXPECT_EQ(r[keys.size()].as_string(), "late");  // the SETs ran: the pause only held them
+  }
+  // submit: the nodes' reactors time the children out.
+  pause_all();
+  std::promise<std::exception_ptr> timed_out;
+  quick->submit(spread, [&](std::vector<Reply>&&, std::exception_ptr e) { timed_out.set_value(e); });
+  expect_maybe_timeout(timed_out.get_future().get());
+  std::this_thread::sleep_for(std::chrono::milliseconds(900));
+  for (int round = 0; round < 3; ++round) {
+    std::vector<Request> check;
+    for (const auto& k : keys) check.push_back(cmd({"INCR", k + ":m"}));
+    std::promise<std::vector<Reply>> done;
+    quick->submit(check, [&](std::vector<Reply>&& r, std::exception_ptr e) {
+      if (e) return done.set_exception(e);
+      done.set_value(std::move(r));
+    });
+    auto r = done.get_future().get();
+    ASSERT_EQ(r.size(), keys.size());
+    for (std::size_t i = 0; i < keys.size(); ++i) EXPECT_EQ(r[i].as_integer(), round + 1) << r[i].str;
+  }
+  EXPECT_EQ(quick->execute_one(Command{{"PING"}}).str, "PONG");
+  for (const auto& k : keys) {
+    for (const auto& s : {std::string(), std::string(":n"), std::string(":m")}) {
+      admin->execute_one(Command{{"DEL", k + s}});
+    }
   }
 }
 

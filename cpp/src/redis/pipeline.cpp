@@ -144,6 +144,13 @@ std::shared_ptr<Job> take_reply(std::deque<Expect>& inflight, Reply&& reply, std
   inflight.pop_front();
   if (!e.job) return nullptr;
   Job& j = *e.job;
+  // A job completed early (its deadline passed with replies due) belongs to its caller from
+  // then on: its replies went out with the error. A routed job hands the router the vector
+  // itself, which the synchronous caller's wait moves away (on that caller's thread, maybe
+  // at this very moment), so writing a late reply at its index would write past the end of
+  // an empty vector. The reply is dropped without touching the job; taking it off the
+  // connection keeps the connection in step.
+  if (j.abandoned) return nullptr;
   if (e.slot < 0) {
     const Script& s = *j.loads[static_cast<std::size_t>(-(e.slot + 1))];
     if (reply.is_error()) {
@@ -158,7 +165,7 @@ std::shared_ptr<Job> take_reply(std::deque<Expect>& inflight, Reply&& reply, std
     j.replies[static_cast<std::size_t>(e.slot)] = std::move(reply);
     if (j.answered) (*j.answered)[static_cast<std::size_t>(e.slot)] = 1;
   }
-  if (--j.outstanding > 0 || j.abandoned) return nullptr;
+  if (--j.outstanding > 0) return nullptr;
   return std::move(e.job);
 }
 

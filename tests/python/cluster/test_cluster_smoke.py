@@ -3,7 +3,8 @@
 Counters, a limiter and a sharded counter with request ids run across the masters through
 ``redcount.connect("redis+cluster://...")``; a batch over 200 keys is split per node and
 its replies come back in order; a script call whose keys span slots is refused before
-anything is sent; what is about one node goes through ``Store.nodes()``.
+anything is sent; what is about one node goes through ``Store.nodes()``; a reply that
+arrives after its call timed out is discarded and the store keeps serving.
 """
 
 from __future__ import annotations
@@ -130,6 +131,51 @@ def test_asyncio_over_the_cluster(store: redcount.Store) -> None:
         assert (await limiter.hit("2/minute", "aio-client")).allowed
 
     asyncio.run(main())
+
+
+def _pause_writes(store: redcount.Store, ms: int = 700) -> None:
+    """Holds every master's writes for ``ms``: they run, and are answered, when it ends."""
+    for n in store.nodes():
+        n.execute("CLIENT", "PAUSE", str(ms), "WRITE")
+
+
+def test_late_replies_are_discarded_and_the_store_keeps_serving(store: redcount.Store, cluster_url: str) -> None:
+    impatient = redcount.connect(cluster_url, command_timeout=0.3, breaker=False)
+    keys = [f"late-{i}" for i in range(8)]
+    try:
+        impatient.execute_many([("SET", k, "before") for k in keys])  # connections to every node are open
+        _pause_writes(store)
+        with pytest.raises(redcount.TimeoutError) as one:
+            impatient.execute("SET", keys[0], "late")
+        assert one.value.maybe_applied is True
+        with pytest.raises(redcount.TimeoutError) as many:
+            impatient.execute_many([("SET", k, "late") for k in keys])
+        assert many.value.maybe_applied is True
+        time.sleep(0.9)  # the pause is over: the SETs run and their replies arrive, late
+        for n in range(1, 4):  # each reply is the one asked for: the connections are in step
+            assert impatient.execute_many([("INCR", f"{k}:n") for k in keys]) == [n] * len(keys)
+        assert impatient.execute_many([("GET", k) for k in keys]) == [b"late"] * len(keys)
+
+        astore = aio.AsyncStore(impatient)
+
+        async def main() -> None:
+            _pause_writes(store)
+            with pytest.raises(redcount.TimeoutError) as info:
+                await astore.execute_many([("SET", k, "later") for k in keys])
+            assert info.value.maybe_applied is True
+            with pytest.raises(redcount.TimeoutError) as single:
+                await astore.execute("SET", keys[1], "later")
+            assert single.value.maybe_applied is True
+            await asyncio.sleep(0.9)
+            for n in range(1, 4):
+                got = await asyncio.gather(*(astore.execute("INCR", f"{k}:m") for k in keys))
+                assert got == [n] * len(keys)
+            assert await astore.execute_many([("GET", k) for k in keys]) == [b"later"] * len(keys)
+            assert await astore.ping() is True
+
+        asyncio.run(main())
+    finally:
+        impatient.close()
 
 
 def test_tls_cluster_checks_each_node_certificate_against_its_address(

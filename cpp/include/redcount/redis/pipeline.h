@@ -48,7 +48,7 @@ struct Job {
   // failure the replies received so far come with the error, and `answered` says which.
   bool routed = false;
   std::shared_ptr<std::vector<std::uint8_t>> answered;
-  bool abandoned = false;            // completed early (deadline, cancel); replies discarded
+  bool abandoned = false;            // completed early (deadline...): take_reply drops late replies
   bool finished = false;
   int noscript_rounds = 0;
   std::chrono::milliseconds backoff{0};
