@@ -159,9 +159,7 @@ std::shared_ptr<Job> take_reply(std::deque<Expect>& inflight, Reply&& reply, std
       j.load_error = "script '" + std::string(s.name) + "' loaded with SHA1 " + reply.str + ", expected " +
                      std::string(s.sha1);
     }
-  } else if (!j.abandoned) {
-    // An abandoned job (its deadline passed, or cancelled) has completed already: a routed
-    // one handed its replies to the router, so a late reply has nowhere to go.
+  } else {
     j.replies[static_cast<std::size_t>(e.slot)] = std::move(reply);
     if (j.answered) (*j.answered)[static_cast<std::size_t>(e.slot)] = 1;
   }
