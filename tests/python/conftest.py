@@ -17,6 +17,7 @@ here and in ``helpers.py`` (importable from spawned processes too) and ``sql_ser
 from __future__ import annotations
 
 import os
+import signal
 import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -162,3 +163,13 @@ def fault_proxy(redis_server: RedisServer) -> Iterator[FaultProxy]:
         yield proxy
     finally:
         proxy.close()
+
+
+@pytest.fixture
+def stopped() -> Iterator[list[RedisServer]]:
+    """Servers a test SIGSTOPs; continued at the end whatever happens."""
+    servers: list[RedisServer] = []
+    yield servers
+    for s in servers:
+        if s.running:
+            os.kill(s.proc.pid, signal.SIGCONT)  # type: ignore[union-attr]

@@ -48,6 +48,17 @@ def wait_until(predicate: Callable[[], T], timeout: float = 10.0, what: str = "c
         time.sleep(interval)
 
 
+def server_rx_queued(port: int) -> bool:
+    """True when a connection to `port` has bytes the server has not read (it is stopped)."""
+    want = f":{port:04X}"
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            parts = line.split()
+            if parts[1].endswith(want) and int(parts[4].split(":")[1], 16) > 0:
+                return True
+    return False
+
+
 def all_keys(store: redcount.Store, pattern: str = "*") -> list[bytes]:
     return sorted(store.execute("KEYS", pattern))
 

@@ -24,7 +24,7 @@ import pytest
 import redcount
 import redcount.aio
 from conftest import RedisServer
-from helpers import ms, sum_keys, wait_for_fresh_window, wait_until
+from helpers import ms, server_rx_queued, sum_keys, wait_for_fresh_window, wait_until
 
 pytestmark = [pytest.mark.redis_only, pytest.mark.usefixtures("away_from_hour_boundary")]
 
@@ -459,17 +459,6 @@ def test_interpreter_exit_drains_the_queue(redis_factory: Factory, how: str, del
 # ------------------------------------------------------------- close against a stalled server
 
 
-def _server_rx_queued(port: int) -> bool:
-    """True when a connection to `port` has bytes the server has not read (it is stopped)."""
-    want = f":{port:04X}"
-    with open("/proc/net/tcp") as f:
-        for line in f.readlines()[1:]:
-            parts = line.split()
-            if parts[1].endswith(want) and int(parts[4].split(":")[1], 16) > 0:
-                return True
-    return False
-
-
 def _queueing(kind: str, store: redcount.Store) -> tuple[Callable[[int], object], Any]:
     """A counter of `kind` with on_error="queue" and a way to make its i-th write."""
     # No retry falls due during the test: the test decides when one runs (flush), so none
@@ -503,7 +492,7 @@ def test_close_with_a_timeout_returns_while_the_server_is_stalled(redis_factory:
     try:
         # A flush makes the retry thread try now; once reconnected it sends to the stalled
         # server and stays stuck (until then an attempt fails fast and is queued again).
-        wait_until(lambda: counter.flush(0.05) >= 0 and _server_rx_queued(server.port), timeout=20,
+        wait_until(lambda: counter.flush(0.05) >= 0 and server_rx_queued(server.port), timeout=20,
                    what="a retry to reach the stalled server")
         started = time.monotonic()
         if kind.endswith("-aio"):

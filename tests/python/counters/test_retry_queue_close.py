@@ -14,35 +14,13 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
-import pytest
 import redcount
 from conftest import RedisServer
-from helpers import wait_until
+from helpers import server_rx_queued, wait_until
 
 Factory = Callable[..., RedisServer]
-
-
-def server_rx_queued(port: int) -> bool:
-    """True when a connection to `port` has bytes the server has not read (it is stopped)."""
-    want = f":{port:04X}"
-    with open("/proc/net/tcp") as f:
-        for line in f.readlines()[1:]:
-            parts = line.split()
-            if parts[1].endswith(want) and int(parts[4].split(":")[1], 16) > 0:
-                return True
-    return False
-
-
-@pytest.fixture
-def stopped() -> Iterator[list[RedisServer]]:
-    """Servers a test SIGSTOPs; continued at the end whatever happens."""
-    servers: list[RedisServer] = []
-    yield servers
-    for s in servers:
-        if s.proc is not None and s.proc.poll() is None:
-            os.kill(s.proc.pid, signal.SIGCONT)
 
 
 def in_thread(fn: Callable[[], object], limit: float = 10.0) -> list[object]:

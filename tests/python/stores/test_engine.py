@@ -13,12 +13,12 @@ import socket
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 import redcount
 from conftest import RedisServer
-from helpers import wait_until
+from helpers import server_rx_queued, wait_until
 from redcount import _core
 from redcount.errors import StoreClosed
 
@@ -40,27 +40,6 @@ def redcount_clients(admin: redcount.Store) -> int:
     listing = admin.execute("CLIENT", "LIST")
     assert isinstance(listing, bytes)
     return sum(1 for line in listing.decode().splitlines() if " name=redcount " in f" {line} ")
-
-
-def server_rx_queued(port: int) -> bool:
-    """True when a connection to `port` has bytes the server has not read (it is stopped)."""
-    want = f":{port:04X}"
-    with open("/proc/net/tcp") as f:
-        for line in f.readlines()[1:]:
-            parts = line.split()
-            if parts[1].endswith(want) and int(parts[4].split(":")[1], 16) > 0:
-                return True
-    return False
-
-
-@pytest.fixture
-def stopped() -> Iterator[list[RedisServer]]:
-    """Servers a test SIGSTOPs; continued at the end whatever happens."""
-    servers: list[RedisServer] = []
-    yield servers
-    for s in servers:
-        if s.proc is not None and s.proc.poll() is None:
-            os.kill(s.proc.pid, signal.SIGCONT)
 
 
 # --------------------------------------------------------------------------- pipelining

@@ -58,16 +58,6 @@ def p99(values: list[float]) -> float:
     return s[min(len(s) - 1, math.ceil(0.99 * len(s)) - 1)]
 
 
-@pytest.fixture
-def stopped() -> Iterator[list[Any]]:
-    """Servers a test SIGSTOPs; continued at the end whatever happens."""
-    servers: list[Any] = []
-    yield servers
-    for s in servers:
-        if s.running:
-            os.kill(s.proc.pid, signal.SIGCONT)
-
-
 class Load:
     """Threads calling ``limiter.hit`` in a loop, recording (start, end, served) per call."""
 
