@@ -95,12 +95,11 @@ def test_sigkilled_master_is_replaced_by_its_replica(broken_ok: Cluster) -> None
     victim = c.masters()[0]
     replica = c.replicas(of=victim)[0]
     key = c.key_on(victim, "survivor")
-    rc = cluster_client(c)
-    try:
-        rc.set(key, "v")
-        assert victim.call("WAIT", 1, 2000) == 1  # replicated before the crash
-    finally:
-        rc.close()
+    # WAIT counts replicas that acknowledged the last write of *its own connection*, so the
+    # SET and the WAIT share one: on a fresh connection WAIT proves nothing about the key.
+    with victim.conn() as conn:
+        assert conn.call("SET", key, "v") == "OK"
+        assert conn.call("WAIT", 1, 2000) == 1  # replicated before the crash
     t0 = c.kill(victim)
     took = c.wait_for_promotion(replica, since=t0)
     print(f"\nSIGKILL of a master (cluster-node-timeout {c.node_timeout_ms} ms): "
@@ -167,8 +166,9 @@ def test_replication_cut_leaves_writes_on_the_master_only(broken_ok: Cluster) ->
     replica = c.replicas()[0]
     master = c.cut_replication(replica)
     key = c.key_on(master, "during-cut")
-    master.call("SET", key, "1")
-    assert master.call("WAIT", 1, 100) == 0  # no replica acknowledges it
+    with master.conn() as conn:
+        assert conn.call("SET", key, "1") == "OK"
+        assert conn.call("WAIT", 1, 100) == 0  # no replica acknowledges it
     c.cont(replica)
     c.wait_healthy(expect=(3, 3))
     assert wait_for_value(replica, key) == "1"
