@@ -7,12 +7,14 @@ on a private redis-server, ``redis+unix://...`` -> ``redcount+unix://`` on the s
 socket, ``redis+cluster://localhost:7001/`` -> ``redcount+redis+cluster://`` on a private
 3-master Redis Cluster and limits' TLS cluster (``redis+cluster://localhost:8301`` with ssl
 options) -> ``redcount+rediss+cluster://`` on a private 3-master TLS cluster with our test
-certificates (both started by tests/python/topologies.py, as our own suite's cluster fixtures
-are, and only when one of their tests is collected), and their ``async+`` twins;
-``expected_instance`` becomes our class. Tests of other backends (memcached, mongodb,
-sentinel, valkey), limits' cluster variants that need a server setup of their own (a
-password, redis-py's ``startup_nodes``) and limits' own machinery are deselected: they do
-not touch our storages.
+certificates, ``redis+sentinel://localhost:26379[/mymaster]`` -> ``redcount+redis+sentinel://``
+on a private Sentinel trio over a master and a replica (all started by
+tests/python/topologies.py, as our own suite's topology fixtures are, and only when one of
+their tests is collected), and their ``async+`` twins; ``expected_instance`` becomes our
+class. Tests of other backends (memcached, mongodb, valkey), limits' cluster and Sentinel
+variants that need a server setup of their own (a password, redis-py's ``startup_nodes``),
+the test of limits' own Sentinel URL parsing and limits' own machinery are deselected: they
+do not touch our storages.
 """
 
 from __future__ import annotations
@@ -33,12 +35,13 @@ import redis.cluster
 import redcount.contrib.limits as rcl
 from limits.aio.storage import MemoryStorage as AsyncMemoryStorage
 from limits.aio.storage import RedisClusterStorage as AsyncRedisClusterStorage
+from limits.aio.storage import RedisSentinelStorage as AsyncRedisSentinelStorage
 from limits.aio.storage import RedisStorage as AsyncRedisStorage
-from limits.storage import MemoryStorage, RedisClusterStorage, RedisStorage
+from limits.storage import MemoryStorage, RedisClusterStorage, RedisSentinelStorage, RedisStorage
 
 # Our topology fixtures' Cluster (run.py says where tests/python is: this file runs from the sdist).
 sys.path.insert(0, os.environ["REDCOUNT_TESTS_PYTHON"])
-from topologies import MAKE_CERTS, Cluster, TlsFiles  # noqa: E402
+from topologies import MAKE_CERTS, Cluster, SentinelGroup, TlsFiles  # noqa: E402
 
 
 def _free_port() -> int:
@@ -68,6 +71,15 @@ CLUSTER_URIS = {
     "async+redis+cluster://localhost:8301": ("tls", "async+redcount+{url}"),
 }
 CLUSTERS: dict[str, Cluster] = {}  # "plain" and "tls", each started once a collected test needs it
+# limits' Sentinel URIs (the service is "mymaster", in the URL or in limits' own
+# ``service_name`` option); ours name the group's sentinels and its service.
+SENTINEL_URIS = {
+    "redis+sentinel://localhost:26379": "redcount+{url}",
+    "redis+sentinel://localhost:26379/mymaster": "redcount+{url}",
+    "async+redis+sentinel://localhost:26379": "async+redcount+{url}",
+    "async+redis+sentinel://localhost:26379/mymaster": "async+redcount+{url}",
+}
+SENTINELS: list[SentinelGroup] = []  # started once a collected test needs it
 CERTS = DIR / "certs"
 # Another topology's tests join the same way: its limits URIs mapped to ours, the topology
 # started on first use in pytest_collection_modifyitems, and the fixture limits' tests name.
@@ -90,6 +102,8 @@ CLASSES = {
     AsyncRedisStorage: rcl.AsyncRedcountStorage,
     RedisClusterStorage: rcl.RedcountStorage,
     AsyncRedisClusterStorage: rcl.AsyncRedcountStorage,
+    RedisSentinelStorage: rcl.RedcountStorage,
+    AsyncRedisSentinelStorage: rcl.AsyncRedcountStorage,
 }
 
 
@@ -110,17 +124,26 @@ def _cluster(kind: str) -> Cluster:
     return CLUSTERS[kind]
 
 
+def _sentinel() -> SentinelGroup:
+    if not SENTINELS:
+        SENTINELS.append(SentinelGroup(replicas=1, service="mymaster").start())
+    return SENTINELS[0]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     keep, drop = [], []
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         uri = params.get("uri")
-        if (uri not in URIS and uri not in CLUSTER_URIS) or getattr(item, "originalname", "") in RACES:
+        known = uri in URIS or uri in CLUSTER_URIS or (uri in SENTINEL_URIS and "fixture" in params)
+        if not known or getattr(item, "originalname", "") in RACES:
             drop.append(item)
             continue
-        params["args"] = {}  # limits' per-client options (implementation=coredis...)
+        params["args"] = {}  # limits' per-client options (implementation=coredis, service_name...)
         if uri in URIS:
             params["uri"] = URIS[uri]
+        elif uri in SENTINEL_URIS:
+            params["uri"] = SENTINEL_URIS[uri].format(url=_sentinel().url)
         else:
             kind, ours = CLUSTER_URIS[uri]
             params["uri"] = ours.format(url=_cluster(kind).url)
@@ -174,6 +197,8 @@ def redis_uds(_server: redis.Redis) -> redis.Redis:
 def pytest_unconfigure(config: pytest.Config) -> None:
     while CLUSTERS:
         CLUSTERS.popitem()[1].cleanup()
+    while SENTINELS:
+        SENTINELS.pop().cleanup()
     shutil.rmtree(CERTS, ignore_errors=True)
 
 
@@ -196,3 +221,15 @@ def redis_cluster() -> Iterator[redis.cluster.RedisCluster]:
 @pytest.fixture
 def redis_ssl_cluster() -> Iterator[redis.cluster.RedisCluster]:
     yield from _cluster_client("tls")
+
+
+@pytest.fixture
+def redis_sentinel() -> Iterator[redis.Redis]:
+    """The Sentinel group's master, flushed; limits' tests read keys through it, as through
+    redis-py's ``Sentinel.master_for`` with their own fixtures."""
+    master = SENTINELS[0].master()
+    client = redis.Redis("127.0.0.1", master.port)
+    client.flushall()
+    client.script_flush()
+    yield client
+    client.close()
