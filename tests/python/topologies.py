@@ -723,7 +723,7 @@ class SwitchWatcher:
         for s in sentinels:
             if not s.reachable:
                 continue
-            c = Conn(s.port, timeout=None)  # blocking: the listener thread waits for events
+            c = Conn(s.port, s.tls, timeout=None)  # blocking: the listener thread waits for events
             c.send("SUBSCRIBE", "+switch-master")
             c.read()  # the subscription confirmation: from here on, no event is missed
             self._conns.append(c)
@@ -772,19 +772,25 @@ class SentinelGroup:
 
     def __init__(self, replicas: int = 1, *, service: str = "mymaster", min_replicas_to_write: int = 0,
                  down_after_ms: int = 1000, failover_timeout_ms: int = 5000, quorum: int = 2,
-                 n_sentinels: int = 3) -> None:
+                 n_sentinels: int = 3, tls: TlsFiles | None = None) -> None:
         self.service = service
+        self.tls = tls
         extra = ["repl-diskless-sync yes", "repl-diskless-sync-delay 0"]
         if min_replicas_to_write:
             extra += [f"min-replicas-to-write {min_replicas_to_write}", "min-replicas-max-lag 10"]
-        self.data = [Node(extra, name="sentinel-data") for _ in range(1 + replicas)]
+        # TLS only (``port 0``): replication and the sentinels' links to the data nodes too,
+        # each side presenting ``tls.cert`` (serverAuth + clientAuth) as its client certificate.
+        if tls is not None:
+            extra.append("tls-replication yes")
+        self.data = [Node(extra, tls=tls, name="sentinel-data") for _ in range(1 + replicas)]
         self.first_master = self.data[0]
         for r in self.data[1:]:
             r.extra.append(f"replicaof {HOST} {self.first_master.port}")
         ids = [secrets.token_hex(20) for _ in range(n_sentinels)]
-        self.sentinels = [Node(name="sentinel", sentinel=True) for _ in range(n_sentinels)]
+        self.sentinels = [Node(tls=tls, name="sentinel", sentinel=True) for _ in range(n_sentinels)]
         for i, s in enumerate(self.sentinels):
             s.extra = [
+                *(["tls-replication yes"] if tls is not None else []),
                 f"sentinel myid {ids[i]}",
                 f"sentinel monitor {service} {HOST} {self.first_master.port} {quorum}",
                 f"sentinel down-after-milliseconds {service} {down_after_ms}",
@@ -802,7 +808,8 @@ class SentinelGroup:
 
     @property
     def url(self) -> str:
-        return "redis+sentinel://" + ",".join(s.addr for s in self.sentinels) + f"/{self.service}"
+        scheme = "rediss+sentinel" if self.tls else "redis+sentinel"
+        return f"{scheme}://" + ",".join(s.addr for s in self.sentinels) + f"/{self.service}"
 
     def node_by_port(self, port: int) -> Node:
         for n in self.data:

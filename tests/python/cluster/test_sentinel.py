@@ -2,7 +2,8 @@
 the fixtures start: counters, a limiter and a sharded counter with request ids; what a
 SIGKILL of the master and a ``SENTINEL FAILOVER`` cost writers that retry with request ids
 (double counts, lost acknowledged increments, the unavailability window against Sentinel's
-own switch time); ``min-replicas-to-write 1`` with two replicas; the limits scheme.
+own switch time); ``min-replicas-to-write 1`` with two replicas; the limits scheme; a TLS
+group (``rediss+sentinel://``) through a failover.
 
 Run with ``-s`` to see the measured figures (docs/scaling-out.md, "Redis Sentinel", quotes them):
 
@@ -19,10 +20,12 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from failover_harness import FailoverHarness, Report, WriteFn
-from topologies import HOST, SentinelGroup, SwitchMaster
+from helpers import wait_until
+from topologies import HOST, SentinelGroup, SwitchMaster, TlsFiles
 
 import redcount
 import redcount.aio as aio
@@ -344,5 +347,50 @@ def test_sentinel_failover_with_min_replicas_to_write_and_two_replicas(
         assert report.doubled == 0
         assert all(k.unaccounted == 0 for k in report.keys)
         assert not after & lost
+    finally:
+        store.close()
+
+
+# --- TLS -------------------------------------------------------------------------------------------
+
+
+def test_tls_sentinel_group_counter_limiter_and_failover(
+        redis_sentinel_factory: Callable[..., SentinelGroup], topology_certs: Path) -> None:
+    """``rediss+sentinel://``: TLS to the sentinels and to the master (client certificates
+    required on both), a counter and a limiter, and the store follows a ``SENTINEL
+    FAILOVER`` to the new master over TLS."""
+    tls = TlsFiles(topology_certs / "ca.pem", topology_certs / "node.pem", topology_certs / "node.key")
+    g = redis_sentinel_factory(replicas=1, tls=tls)
+    assert g.url.startswith("rediss+sentinel://")
+    url = (f"{g.url}?ssl_ca_certs={topology_certs / 'ca.pem'}"
+           f"&ssl_certfile={topology_certs / 'client.pem'}&ssl_keyfile={topology_certs / 'client.key'}")
+    store = redcount.connect(url, command_timeout=5.0)
+    try:
+        old = g.master()
+        counter = redcount.FixedWindowCounter(store, "tls-sentinel", window=3600)
+        limiter = redcount.Limiter(store, "sliding-window")
+        assert [counter.incr("k", request_id=f"r{i}") for i in range(5)] == [1, 2, 3, 4, 5]
+        assert [bool(limiter.hit("3/minute", "who")) for _ in range(4)] == [True, True, True, False]
+        assert state(store) == (f"{HOST}:{old.port}", 0)
+        with g.watch() as w:
+            g.sentinel_failover()
+            event = w.wait()
+        assert event.old_port == old.port
+        wait_until(lambda: state(store)[1] == 1, 15, what="the store switched masters")
+        new = g.node_by_port(event.new_port)
+        assert state(store)[0] == f"{HOST}:{new.port}"
+        # A write that runs into the old master's demotion is retried with its request id.
+        n = None
+        for _ in range(50):
+            try:
+                n = counter.incr("k", request_id="after-switch")
+                break
+            except redcount.ConnectionError as e:
+                assert e.maybe_applied, e
+        assert n == 6
+        assert counter.incr("k", request_id="after-switch") == 6  # counted once
+        assert counter.get("k") == 6
+        assert not limiter.hit("3/minute", "who")  # the window's hits moved with the data
+        assert new.call("ROLE")[0] == "master"
     finally:
         store.close()
