@@ -1,6 +1,7 @@
 // Maps the C++ error tree onto Python exceptions under redcount.RedcountError.
 #include "common.h"
 #include "redcount/common/errors.h"
+#include "redcount/store/reply.h"
 
 namespace redcount::bind {
 namespace {
@@ -26,22 +27,37 @@ PyObject* make(py::module_& m, const char* name, const char* doc, py::tuple base
   return type;
 }
 
+// The members of redcount.Outcome (a str enum defined in Python, redcount/errors.py, where
+// it is documented), looked up at the first batch that needs them and kept from then on.
+// Without the package (the module imported on its own) they are the plain strings the
+// enum's members are equal to.
+py::object outcome(const char* member, const char* value) {
+  try {
+    return py::module_::import("redcount.errors").attr("Outcome").attr(member);
+  } catch (py::error_already_set&) {
+    return py::str(value);
+  }
+}
+
 // A ConnectionError instance carrying `maybe_applied`: whether the request reached the
 // server before the failure (so it may have run) or certainly did not run.
 // With `outcomes` when the batch failed part-way (a cluster node lost): one entry per
-// request, its reply (a ReplyError instance for an error reply), "maybe" or "not sent".
+// request, its reply (a ReplyError instance for an error reply), Outcome.MAYBE or
+// Outcome.NOT_SENT.
 void set_connection_error(PyObject* type, const ConnectionError& e) {
   PyObject* exc = PyObject_CallFunction(type, "s", e.what());
   if (exc == nullptr) return;  // the conversion's own error stays set
   bool ok = PyObject_SetAttrString(exc, "maybe_applied", e.maybe_applied() ? Py_True : Py_False) == 0;
   if (ok && e.outcomes()) {
     try {
+      static PyObject* maybe = outcome("MAYBE", "maybe").release().ptr();
+      static PyObject* not_sent = outcome("NOT_SENT", "not sent").release().ptr();
       py::list outcomes;
       for (const auto& o : *e.outcomes()) {
         if (o.kind == RequestOutcome::Kind::Maybe) {
-          outcomes.append(py::str("maybe"));
+          outcomes.append(py::handle(maybe));
         } else if (o.kind == RequestOutcome::Kind::NotSent) {
-          outcomes.append(py::str("not sent"));
+          outcomes.append(py::handle(not_sent));
         } else if (o.reply.is_error()) {
           PyObject* reply_error = PyObject_CallFunction(g_reply, "s", o.reply.str.c_str());
           if (reply_error == nullptr) throw py::error_already_set();

@@ -7,7 +7,8 @@
     or may not have run; redcount never resends it), False when it certainly did not run.
     Its ``outcomes`` is None, or, for a batch spread over Redis Cluster nodes of which some
     answered and one was lost, one entry per request: its reply (a ``ReplyError`` instance
-    for an error reply), ``"maybe"`` (written, unanswered) or ``"not sent"``; retry only those.
+    for an error reply), :attr:`Outcome.MAYBE` (written, unanswered) or
+    :attr:`Outcome.NOT_SENT`; retry only those.
         ``TimeoutError`` (also the builtin ``TimeoutError``): a connect, command or pool timeout.
         ``StoreClosed``: the store was closed; not transient, so it is never queued for retry.
         ``Unavailable``: the store could not decide within its ``budget``, or its circuit
@@ -27,6 +28,8 @@ asked to skip TLS certificate verification (``ssl_cert_reqs="none"``).
 
 from __future__ import annotations
 
+import enum
+
 from ._core import (
     AuthenticationError,
     ConnectionError,
@@ -41,6 +44,20 @@ from ._core import (
     Unavailable,
 )
 
+
+class Outcome(str, enum.Enum):
+    """What became of a request that has no reply, in ``ConnectionError.outcomes``.
+
+    ``MAYBE``: it was written, and the connection was lost before its reply: it may or may
+    not have run (retry it only with a request id). ``NOT_SENT``: it was never written, so
+    it did not run; retry it freely. A ``str`` subclass equal to ``"maybe"`` and
+    ``"not sent"``, so code that compares with those strings keeps working."""
+
+    MAYBE = "maybe"
+    NOT_SENT = "not sent"
+
+    def __str__(self) -> str:
+        return str(self.value)
 
 
 class SecurityWarning(UserWarning):
@@ -93,6 +110,7 @@ __all__ = [
     "AuthenticationError",
     "ConnectionError",
     "InvalidInputError",
+    "Outcome",
     "ProtocolError",
     "RateLimitExceeded",
     "RedcountError",

@@ -247,4 +247,8 @@ def test_a_node_lost_after_the_write_fails_only_its_requests(redis_cluster_facto
     answered = [o for o in err.outcomes if o != "maybe"]
     assert lost and answered, err.outcomes
     assert all(o == 1 for o in answered)  # the other masters' requests completed
+    # The unanswered ones are the enum member, a str equal to "maybe".
+    maybe = [o for o in err.outcomes if o == "maybe"]
+    assert all(o is redcount.Outcome.MAYBE and isinstance(o, str) for o in maybe)
+    assert str(redcount.Outcome.MAYBE) == "maybe" and f"{redcount.Outcome.NOT_SENT}" == "not sent"
     store.close()

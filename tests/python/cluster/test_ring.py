@@ -253,6 +253,8 @@ def test_a_killed_node_fails_fast_the_others_serve_and_it_recovers(redis_ring: R
         assert outcomes is not None
         assert outcomes[: len(live_keys)] == [23] * len(live_keys)
         assert outcomes[len(live_keys) :] == ["not sent"] * 3
+        # The enum members, equal to the strings above.
+        assert all(o is redcount.Outcome.NOT_SENT for o in outcomes[len(live_keys) :])
         assert info.value.maybe_applied is False
         # A limiter: keys stored on the dead server are decided by its policy, at once; the
         # others by Redis.
