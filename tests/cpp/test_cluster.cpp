@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "redcount/common/slot.h"
+#include "redcount/common/util.h"
 #include "redcount/common/errors.h"
 #include "redcount/common/options.h"
 #include "redcount/redis/cluster.h"
@@ -272,6 +273,10 @@ class ScriptedNode {
     std::lock_guard<std::mutex> lock(mu_);
     return log_;
   }
+  int script_loads() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return script_loads_;
+  }
   int count(const std::string& name) {
     std::lock_guard<std::mutex> lock(mu_);
     int n = 0;
@@ -326,7 +331,16 @@ class ScriptedNode {
       const std::string info = "redis_version:7.0.0\r\n";
       return "$" + std::to_string(info.size()) + "\r\n" + info + "\r\n";
     }
-    if (name == "SCRIPT") return error("ERR no scripts here");
+    if (name == "SCRIPT") {
+      // One script is known, "return 1" (the handshake's loads of the others are refused,
+      // which it tolerates): a test can flush it and watch the reload.
+      if (cmd.size() == 3 && ascii_lower(cmd[1]) == "load" && cmd[2] == "return 1") {
+        std::lock_guard<std::mutex> lock(mu_);
+        ++script_loads_;
+        return "$40\r\ne0e1f9fabfc9d4800c877a703b823ac0578ff8db\r\n";
+      }
+      return error("ERR no scripts here");
+    }
     if (name == "CLUSTER") {
       const std::string host = "127.0.0.1";
       return "*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n$" + std::to_string(host.size()) + "\r\n" + host + "\r\n:" +
@@ -354,6 +368,7 @@ class ScriptedNode {
   std::vector<int> conns_;
   std::vector<std::thread> threads_;
   std::vector<std::string> log_;
+  int script_loads_ = 0;
 };
 
 std::shared_ptr<RedisStore> store_for(const ScriptedNode& node, int timeout_ms = 2000) {
@@ -414,6 +429,35 @@ TEST(ScriptedCluster, AskingIsWrittenBeforeEachRedirectedRequestOnly) {
   const auto log = node.log();
   EXPECT_EQ(std::vector<std::string>(log.begin() + 4, log.end()),
             (std::vector<std::string>{"MULTI", "INCR", "EXEC", "ASKING", "MULTI", "INCR", "EXEC"}));
+}
+
+TEST(ScriptedCluster, ScriptReloadAfterAskKeepsTheAsking) {
+  // The importing node has no script (flushed): the first EVALSHA after ASKING meets
+  // NOSCRIPT. Like Redis, it answers a command without ASKING for the migrating slot with
+  // MOVED back to the source, so the rerun must carry ASKING again.
+  static const Script s{"one", "return 1", "e0e1f9fabfc9d4800c877a703b823ac0578ff8db", nullptr};
+  int port = 0;
+  std::atomic<bool> loaded{false};
+  ScriptedNode node([&](const std::vector<std::string>& cmd, ScriptedNode::Conn& c) -> std::string {
+    const std::string slot = std::to_string(key_slot("moving"));
+    if (cmd[0] != "EVALSHA") return ScriptedNode::integer(0);
+    if (!c.asking) {
+      // The first send: the source says ASK. Later (no ASKING on a rerun): MOVED.
+      if (!loaded.load()) return ScriptedNode::error("ASK " + slot + " 127.0.0.1:" + std::to_string(port));
+      return ScriptedNode::error("MOVED " + slot + " 127.0.0.1:" + std::to_string(port));
+    }
+    if (!loaded.exchange(true)) return ScriptedNode::error("NOSCRIPT No matching script. Please use EVAL.");
+    return ScriptedNode::integer(1);
+  });
+  port = node.port();
+  auto store = store_for(node);
+  const int loads_before = node.script_loads();
+  const Reply r = store->execute_one(ScriptCall{&s, {"moving"}, {}});
+  ASSERT_FALSE(r.is_error()) << r.str;
+  EXPECT_EQ(r.as_integer(), 1);
+  EXPECT_EQ(node.script_loads(), loads_before + 1);  // SCRIPT LOAD written before the rerun
+  EXPECT_EQ(node.log(), (std::vector<std::string>{"EVALSHA", "ASKING", "EVALSHA", "ASKING", "EVALSHA"}));
+  EXPECT_EQ(store->cluster_stats().moved, 0u);
 }
 
 TEST(ScriptedCluster, TryAgainBacksOffUntilServedOrTheDeadline) {

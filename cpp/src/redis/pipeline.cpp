@@ -224,6 +224,21 @@ Next after_round(Job& job, TimePoint now, std::chrono::milliseconds backoff_min,
     const Script* s = std::get<ScriptCall>(job.requests[i]).script;
     if (std::find(loads.begin(), loads.end(), s) == loads.end()) loads.push_back(s);
   }
+  if (job.routed) {
+    // A request redirected by ASK went out right after an ASKING, which lets only the next
+    // command into the importing node. Its rerun (after NOSCRIPT, LOADING...) takes the
+    // ASKING along, or that node answers MOVED back to the slot's old owner. The SCRIPT
+    // LOADs of the round are written before both, so they do not consume it.
+    std::vector<std::uint32_t> with;
+    with.reserve(retry.size() + 1);
+    for (std::uint32_t i : retry) {
+      if (i > 0 && is_command(job.requests[i - 1], "asking") && (with.empty() || with.back() != i - 1)) {
+        with.push_back(i - 1);
+      }
+      with.push_back(i);
+    }
+    retry = std::move(with);
+  }
   if (all_noscript) {
     // The script cache was flushed (SCRIPT FLUSH, a restart, a promoted replica): load and
     // rerun at once, contiguously. Twice in a row means something keeps flushing it.

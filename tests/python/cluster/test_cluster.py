@@ -98,6 +98,45 @@ def test_a_cross_slot_script_call_is_refused_before_sending(store: redcount.Stor
 # ---------------------------------------------------------------- counters
 
 
+def test_a_script_reloaded_after_ask_keeps_its_asking(store: redcount.Store, redis_cluster: Cluster) -> None:
+    """A script call redirected by ASK to a node whose script cache was flushed meets
+    NOSCRIPT there; the reload and the rerun carry ASKING again (ASKING admits one command),
+    so the rerun runs on the importing node instead of being sent back with MOVED. A GCRA
+    hit of one limit is a one-key script call (a multi-key one to keys the target does not
+    have yet is answered TRYAGAIN there until the slot has moved, whatever its ASKING)."""
+    limiter = redcount.Limiter(store, "gcra")
+    who = "ask-noscript"
+    tat_key = f"redcount:lim:gcra:10:10:{{{who}}}:60000"  # the limiter's key for "10/minute"
+    slot = key_slot(tat_key)
+    source = redis_cluster.node_for_slot(slot)
+    target = next(m for m in redis_cluster.masters() if m.port != source.port)
+    # A connection to every master, each with every script loaded by its handshake.
+    for m in redis_cluster.masters():
+        assert store.execute("INCR", redis_cluster.key_on(m, "warm")) == 1
+    target.call("CLUSTER", "SETSLOT", slot, "IMPORTING", redis_cluster.node_id(source))
+    source.call("CLUSTER", "SETSLOT", slot, "MIGRATING", redis_cluster.node_id(target))
+    try:
+        assert target.call("SCRIPT", "FLUSH") == "OK"
+        before = store.cluster_stats()
+        # Not on the source: ASK to the target, NOSCRIPT there, SCRIPT LOAD + ASKING + rerun.
+        d = limiter.hit("10/minute", who)
+        assert d.allowed and d.remaining == 9
+        after = store.cluster_stats()
+        assert after["ask"] > before["ask"]
+        assert after["moved"] == before["moved"]  # never sent back to the source
+        with target.conn() as c:  # it ran on the target (and the key name above is right)
+            assert c.call("ASKING") == "OK" and c.call("EXISTS", tat_key) == 1
+        assert source.call("CLUSTER", "COUNTKEYSINSLOT", slot) == 0
+        # Again, the script cache flushed a second time: the same path.
+        assert target.call("SCRIPT", "FLUSH") == "OK"
+        assert limiter.hit("10/minute", who).remaining == 8
+        assert store.cluster_stats()["moved"] == before["moved"]
+    finally:
+        for n in (target, source):
+            n.call("CLUSTER", "SETSLOT", slot, "STABLE")
+        target.call("FLUSHALL")  # the key left on the target, in a slot it does not own
+
+
 def test_fixed_window_counter(store: redcount.Store) -> None:
     c = redcount.FixedWindowCounter(store, "fw", 60)
     amounts = {f"user-{i}": i % 7 + 1 for i in range(200)}
