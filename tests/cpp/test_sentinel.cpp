@@ -32,7 +32,7 @@
 #include "redcount/common/options.h"
 #include "redcount/redis/sentinel.h"
 #include "redcount/redis/redis_store.h"
-#include "redcount/redis/sentinel_url.h"
+#include "redcount/common/sentinel_url.h"
 #include "test_support.h"
 
 using namespace redcount;

@@ -6,7 +6,7 @@
 #include "redcount/common/util.h"
 // The Sentinel URL grammar lives with the resolver that consumes it; parse_url only hands
 // those URLs over and copies the result into StoreOptions.
-#include "redcount/redis/sentinel_url.h"
+#include "redcount/common/sentinel_url.h"
 
 namespace redcount {
 namespace {
@@ -256,8 +256,8 @@ void set_sentinel_option(StoreOptions& o, std::string_view name, std::string_vie
 
 StoreOptions parse_url(std::string_view url) {
   StoreOptions o;
-  if (redis::is_sentinel_url(url)) {
-    redis::SentinelUrl u = redis::parse_sentinel_url(url);
+  if (is_sentinel_url(url)) {
+    SentinelUrl u = parse_sentinel_url(url);
     o = std::move(u.master);
     o.sentinel = true;
     for (auto& a : u.sentinels) o.sentinels.push_back({std::move(a.host), a.port});

@@ -113,9 +113,15 @@ std::optional<int> parse_port(std::string_view s) {
 
 }  // namespace
 
-std::string Address::to_string() const {
-  if (host.find(':') != std::string::npos) return "[" + host + "]:" + std::to_string(port);
-  return host + ":" + std::to_string(port);
+SentinelOptions sentinel_options(const SentinelUrl& u, std::shared_ptr<TlsContext> tls) {
+  SentinelOptions o;
+  o.sentinels = u.sentinels;
+  o.service = u.service;
+  o.link.username = u.sentinel_username;
+  o.link.password = u.sentinel_password;
+  o.link.tls = std::move(tls);
+  o.link.ssl_server_name = u.master.ssl_server_name;
+  return o;
 }
 
 // --- ControlLink ---------------------------------------------------------------------------

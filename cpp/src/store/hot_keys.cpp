@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "redcount/common/errors.h"
-#include "redcount/redis/command_keys.h"
+#include "redcount/store/key_positions.h"
 
 namespace redcount {
 namespace {
@@ -282,7 +282,7 @@ void HotKeysStore::observe(const std::vector<Request>& batch) {
     // which arguments of a command are keys. A script sent as EVAL/EVALSHA counts its first
     // key only, like a script call above.
     keys.clear();
-    if (redis::keys_of(r, keys) != redis::KeyRole::Keyed) continue;
+    if (keys_of(r, keys) != KeyRole::Keyed) continue;
     const bool script = is(args[0], "EVAL") || is(args[0], "EVALSHA") || is(args[0], "EVAL_RO") ||
                         is(args[0], "EVALSHA_RO") || is(args[0], "FCALL") || is(args[0], "FCALL_RO");
     for (std::string_view k : keys) {

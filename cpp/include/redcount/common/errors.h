@@ -16,8 +16,6 @@
 #include <string_view>
 #include <vector>
 
-#include "redcount/store/reply.h"
-
 namespace redcount {
 
 class Error : public std::runtime_error {
@@ -31,14 +29,9 @@ class InvalidArgument : public Error {
   using Error::Error;
 };
 
-// What became of one request of a batch that failed part-way (a batch spread over the
-// nodes of a Redis Cluster, one of which was lost): its reply (which may be an error
-// reply), Maybe (written, unanswered: it may or may not have run) or NotSent.
-struct RequestOutcome {
-  enum class Kind { Reply, Maybe, NotSent };
-  Kind kind = Kind::NotSent;
-  Reply reply;
-};
+// What became of one request of a batch that failed part-way: store/reply.h (it holds a
+// Reply, a store-layer type; this layer only carries them).
+struct RequestOutcome;
 
 // The network path to the server failed: refused, reset, unresolvable host, EOF.
 // `maybe_applied()` is true when the request had been sent before the failure, so it may

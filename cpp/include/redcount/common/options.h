@@ -12,7 +12,7 @@
 //   redis+cluster://[[user]:password@]host1:port1,host2:port2[/0]   (Redis Cluster)
 //   rediss+cluster://...[?query]                                     (Redis Cluster over TLS)
 //   redis+sentinel://[[user]:password@]s1[:port][,s2[:port]...]/service[/db][?query]
-//   rediss+sentinel://...   (Redis Sentinel; the grammar is redis/sentinel_url.h's)
+//   rediss+sentinel://...   (Redis Sentinel; the grammar is common/sentinel_url.h's)
 // A cluster URL lists seed nodes (any of them; the rest are learned from CLUSTER SLOTS);
 // its database can only be 0, the one database a cluster has.
 // The rediss:// query takes redis-py's names, percent-encoded values, '&'-separated:

@@ -22,21 +22,14 @@
 #include <string_view>
 #include <vector>
 
+#include "redcount/store/key_positions.h"
 #include "redcount/store/store.h"
 
 namespace redcount::redis {
 
-enum class KeyRole {
-  Keyed,       // has keys (`keys` holds them)
-  Free,        // keyless, runs anywhere: PING, ECHO, EVAL with no keys
-  JoinBefore,  // keyless, about the write before it: WAIT, WAITAOF, EXEC, DISCARD
-  JoinAfter,   // keyless, belongs with what follows: TIME, MULTI
-  NodeOnly,    // about one node (KEYS, SCAN, INFO...): refused on a cluster
-  Unknown,     // not in the table: refused on a cluster
-};
-
-// The request's role, with its keys appended to `keys` (views into the request).
-KeyRole keys_of(const Request& request, std::vector<std::string_view>& keys);
+// KeyRole and keys_of: store/key_positions.h.
+using redcount::KeyRole;
+using redcount::keys_of;
 
 inline constexpr std::int32_t kAnySlot = -1;
 

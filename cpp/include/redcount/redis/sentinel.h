@@ -35,6 +35,7 @@
 #include <thread>
 #include <vector>
 
+#include "redcount/common/sentinel_url.h"
 #include "redcount/redis/pipeline.h"
 #include "redcount/redis/resp.h"
 #include "redcount/redis/transport.h"
@@ -43,15 +44,8 @@
 
 namespace redcount::redis {
 
-// host:port of a TCP endpoint (a sentinel or a data node).
-struct Address {
-  std::string host;
-  int port = 0;
-
-  // "host:port", or "[v6]:port" for an IPv6 literal.
-  std::string to_string() const;
-  friend bool operator==(const Address&, const Address&) = default;
-};
+// host:port of a TCP endpoint (a sentinel or a data node): common/sentinel_url.h.
+using redcount::Address;
 
 // How to reach one control endpoint (a sentinel, or a data node for a ROLE probe).
 struct LinkOptions {
@@ -143,6 +137,11 @@ struct SentinelOptions {
   // timeouts are short on purpose: a dead sentinel costs this much before the next one.
   LinkOptions link;
 };
+
+// The resolver's options for a parsed URL (common/sentinel_url.h): its sentinels and
+// service, the sentinel credentials, and `tls` (make_tls_context(u.master), or null for
+// plain) for the link.
+SentinelOptions sentinel_options(const SentinelUrl& u, std::shared_ptr<TlsContext> tls);
 
 // Asks the sentinels where the master of one service is. Thread-safe: the order of the
 // sentinels is kept under a mutex that is never held across network I/O, so resolve()

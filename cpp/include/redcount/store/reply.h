@@ -65,4 +65,14 @@ struct Reply {
   std::optional<std::string> as_string() const;
 };
 
+// What became of one request of a batch that failed part-way (a batch spread over the
+// nodes of a Redis Cluster, one of which was lost), as ConnectionError::outcomes() holds
+// it: its reply (which may be an error reply), Maybe (written, unanswered: it may or may
+// not have run) or NotSent.
+struct RequestOutcome {
+  enum class Kind { Reply, Maybe, NotSent };
+  Kind kind = Kind::NotSent;
+  Reply reply;
+};
+
 }  // namespace redcount

@@ -1,11 +1,17 @@
-#include "redcount/redis/sentinel_url.h"
+#include "redcount/common/sentinel_url.h"
 
 #include <cctype>
 
 #include "redcount/common/errors.h"
 #include "redcount/common/util.h"
 
-namespace redcount::redis {
+namespace redcount {
+
+std::string Address::to_string() const {
+  if (host.find(':') != std::string::npos) return "[" + host + "]:" + std::to_string(port);
+  return host + ":" + std::to_string(port);
+}
+
 namespace {
 
 constexpr std::string_view kForm =
@@ -260,15 +266,4 @@ SentinelUrl parse_sentinel_url(std::string_view url) {
   return u;
 }
 
-SentinelOptions sentinel_options(const SentinelUrl& u, std::shared_ptr<TlsContext> tls) {
-  SentinelOptions o;
-  o.sentinels = u.sentinels;
-  o.service = u.service;
-  o.link.username = u.sentinel_username;
-  o.link.password = u.sentinel_password;
-  o.link.tls = std::move(tls);
-  o.link.ssl_server_name = u.master.ssl_server_name;
-  return o;
-}
-
-}  // namespace redcount::redis
+}  // namespace redcount

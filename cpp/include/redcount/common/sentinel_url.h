@@ -25,9 +25,18 @@
 #include <vector>
 
 #include "redcount/common/options.h"
-#include "redcount/redis/sentinel.h"
 
-namespace redcount::redis {
+namespace redcount {
+
+// host:port of a TCP endpoint (a sentinel or a data node).
+struct Address {
+  std::string host;
+  int port = 0;
+
+  // "host:port", or "[v6]:port" for an IPv6 literal.
+  std::string to_string() const;
+  friend bool operator==(const Address&, const Address&) = default;
+};
 
 inline constexpr int kDefaultSentinelPort = 26379;
 
@@ -51,8 +60,4 @@ SentinelUrl parse_sentinel_url(std::string_view url);
 // this way). Throws InvalidArgument for another name or a value with a NUL byte.
 void set_sentinel_option(SentinelUrl& u, std::string_view name, std::string_view value);
 
-// The resolver's options for this URL: its sentinels and service, the sentinel
-// credentials, and `tls` (make_tls_context(u.master), or null for plain) for the link.
-SentinelOptions sentinel_options(const SentinelUrl& u, std::shared_ptr<TlsContext> tls);
-
-}  // namespace redcount::redis
+}  // namespace redcount
