@@ -372,6 +372,10 @@ def test_tls_sentinel_group_counter_limiter_and_failover(
         assert [counter.incr("k", request_id=f"r{i}") for i in range(5)] == [1, 2, 3, 4, 5]
         assert [bool(limiter.hit("3/minute", "who")) for _ in range(4)] == [True, True, True, False]
         assert state(store) == (f"{HOST}:{old.port}", 0)
+        # The replica has every write above (SENTINEL FAILOVER does not wait for that).
+        [replica] = g.replicas()
+        wait_until(lambda: int(replica.info("replication")["slave_repl_offset"])
+                   >= int(old.info("replication")["master_repl_offset"]), 10, what="the replica in sync")
         with g.watch() as w:
             g.sentinel_failover()
             event = w.wait()
@@ -387,7 +391,7 @@ def test_tls_sentinel_group_counter_limiter_and_failover(
                 break
             except redcount.ConnectionError as e:
                 assert e.maybe_applied, e
-        assert n == 6
+        assert n == 6, n
         assert counter.incr("k", request_id="after-switch") == 6  # counted once
         assert counter.get("k") == 6
         assert not limiter.hit("3/minute", "who")  # the window's hits moved with the data
