@@ -129,6 +129,21 @@ void MasterFollower::move_to(const Address& at) {
     switches_.fetch_add(1);
   }
   switched_cv_.notify_all();
+  // Asynchronous calls that waited for this: sent now, each once.
+  std::vector<Parked> waiting;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    waiting.swap(parked_);
+  }
+  for (auto& p : waiting) {
+    GenPtr next = (p.call->cancelled && p.call->cancelled->load(std::memory_order_relaxed)) ? nullptr
+                                                                                             : newer_than(p.seen);
+    if (next) {
+      send(next, p.call);
+    } else {
+      p.call->done({}, p.error);
+    }
+  }
   // Nothing inside the old engine: close it now (otherwise the last call out does).
   if (old && old->calls.load() == 0) old->engine->close();
 }
@@ -245,18 +260,102 @@ void MasterFollower::submit(std::vector<Request> batch, BatchDone done, CancelFl
     return done({}, std::current_exception());
   }
   maybe_recheck_role(g);
+  auto call = std::make_shared<AsyncCall>(AsyncCall{std::move(batch), std::move(done), std::move(cancelled), call_deadline()});
+  send(g, call);
+}
+
+void MasterFollower::send(const GenPtr& g, const CallPtr& call) {
+  std::vector<Request> batch = call->batch;  // the call keeps its own for a later resend
   g->engine->submit(
       std::move(batch),
-      [this, g, done = std::move(done)](std::vector<Reply>&& replies, std::exception_ptr error) {
+      [this, g, call](std::vector<Reply>&& replies, std::exception_ptr error) {
         release(g);
         if (error) {
           observe_error(error);
         } else {
           observe(replies);
         }
-        done(std::move(replies), error);
+        if (follow(g, call, replies, error)) return;
+        call->done(std::move(replies), error);
       },
-      std::move(cancelled));
+      call->cancelled);
+}
+
+bool MasterFollower::follow(const GenPtr& g, const CallPtr& call, const std::vector<Reply>& replies,
+                            std::exception_ptr error) {
+  if (call->cancelled && call->cancelled->load(std::memory_order_relaxed)) return false;
+  if (error) {
+    // Only a call of which nothing ran: the same rule as execute().
+    try {
+      std::rethrow_exception(error);
+    } catch (const StoreClosed&) {
+      return false;
+    } catch (const ConnectionError& e) {
+      if (e.maybe_applied()) return false;
+    } catch (...) {
+      return false;
+    }
+    if (GenPtr next = newer_than(g->number)) {
+      send(next, call);
+      return true;
+    }
+    if (SteadyClock::now() >= call->deadline) return false;
+    park(Parked{call, g->number, error});
+    return true;
+  }
+  // Every request refused as "not a writable master": nothing ran; a master known by now
+  // gets it once (a call is not parked for this: the engine already used its deadline).
+  if (!replies.empty() && std::all_of(replies.begin(), replies.end(), stale_master_reply)) {
+    if (GenPtr next = newer_than(g->number)) {
+      send(next, call);
+      return true;
+    }
+  }
+  return false;
+}
+
+void MasterFollower::park(Parked p) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const bool newer = current_ && current_->number > p.seen;
+    if (!closed_ && !newer) {
+      parked_.push_back(std::move(p));
+      if (!expirer_.joinable()) expirer_ = std::thread([this] { expire_parked(); });
+      parked_cv_.notify_all();
+      return;
+    }
+  }
+  // The master changed (or the store closed) since the call's answer: no wait.
+  if (GenPtr next = newer_than(p.seen)) return send(next, p.call);
+  p.call->done({}, p.error);
+}
+
+void MasterFollower::expire_parked() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    if (closed_ && parked_.empty()) return;
+    TimePoint next = kNever;
+    for (const auto& p : parked_) next = std::min(next, p.call->deadline);
+    if (next == kNever) {
+      parked_cv_.wait(lock);
+    } else {
+      parked_cv_.wait_until(lock, next);
+    }
+    const TimePoint now = SteadyClock::now();
+    std::vector<Parked> due;
+    for (auto it = parked_.begin(); it != parked_.end();) {
+      if (closed_ || it->call->deadline <= now) {
+        due.push_back(std::move(*it));
+        it = parked_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (due.empty()) continue;
+    lock.unlock();
+    for (auto& p : due) p.call->done({}, p.error);  // no master came in time: nothing ran
+    lock.lock();
+  }
 }
 
 void MasterFollower::close() {
@@ -269,6 +368,15 @@ void MasterFollower::close() {
     if (current_) all.push_back(current_);
   }
   switched_cv_.notify_all();
+  parked_cv_.notify_all();  // the expirer hands the parked calls their errors and ends
+  if (expirer_.joinable()) {
+    // A caller's completion may close the store from the expirer's own thread.
+    if (expirer_.get_id() == std::this_thread::get_id()) {
+      expirer_.detach();
+    } else {
+      expirer_.join();
+    }
+  }
   if (watcher_) watcher_->stop();
   for (auto& g : all) g->engine->close();
 }

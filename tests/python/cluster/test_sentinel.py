@@ -351,6 +351,91 @@ def test_sentinel_failover_with_min_replicas_to_write_and_two_replicas(
         store.close()
 
 
+@pytest.mark.parametrize("fault", ["sentinel-failover", "sigkill"])
+def test_asyncio_calls_follow_a_sentinel_failover(redis_sentinel_factory: Callable[..., SentinelGroup],
+                                                  fault: str) -> None:
+    """asyncio writers with request ids through a ``SENTINEL FAILOVER`` and a SIGKILL of the
+    master: a call of which nothing ran (the old master refuses it, its connection is
+    refused, or the ROLE check refuses a demoted master) waits for the new master and is
+    sent there, as a synchronous one is, so no caller sees an error for a call that was
+    never sent; a call that was written and lost its reply (``maybe_applied=True``) is
+    retried by the writer with its request id, and nothing counts twice. (After the SIGKILL
+    every call made before the switch meets a refused connection: that is the case that
+    failed when asyncio calls were not resent.)"""
+    g = redis_sentinel_factory(replicas=1)
+    # Longer than Sentinel takes to switch (about 1 s here): a call that waits for the new
+    # master is still within its deadline when it comes.
+    store = redcount.connect(g.url, command_timeout=5.0)
+    astore = aio.AsyncStore(store)
+    tasks_n = 8
+    acked: list[tuple[str, float]] = []
+    unsent_errors: list[str] = []  # ConnectionError(maybe_applied=False): what must not happen
+    maybe_retries = 0
+    other_errors: list[str] = []
+    stop = asyncio.Event()
+
+    async def writer(n: int) -> None:
+        nonlocal maybe_retries
+        key = KEYS[n % len(KEYS)]
+        i = 0
+        while not stop.is_set():
+            rid = f"a{n}-{i}"
+            i += 1
+            while True:
+                try:
+                    await astore.execute("EVAL", INCR_ONCE, 3, key, f"{key}:rid:{rid}", f"{key}:applied", 1, rid,
+                                         120_000)
+                    acked.append((rid, time.monotonic()))
+                    break
+                except redcount.ConnectionError as e:
+                    if not e.maybe_applied:
+                        unsent_errors.append(f"{rid}: {e}")
+                        break
+                    maybe_retries += 1  # it may have run: the same request id again
+                except redcount.ReplyError as e:
+                    other_errors.append(f"{rid}: {e}")
+                    break
+            await asyncio.sleep(tasks_n / RATE)
+
+    async def acked_at_least(n: int) -> None:
+        while len(acked) < n:
+            await asyncio.sleep(0.01)
+
+    async def main() -> tuple[float, SwitchMaster]:
+        tasks = [asyncio.create_task(writer(n)) for n in range(tasks_n)]
+        await asyncio.wait_for(acked_at_least(200), 30)
+        with g.watch() as w:
+            t0 = g.sentinel_failover() if fault == "sentinel-failover" else g.kill_master()[1]
+            event = await asyncio.to_thread(w.wait)
+        await asyncio.wait_for(acked_at_least(len(acked) + 200), 30)
+        stop.set()
+        await asyncio.gather(*tasks)
+        return t0, event
+
+    try:
+        with switch_seen_by(store) as seen:
+            t0, event = asyncio.run(main())
+        master = g.master()
+        applied = Counter(str(x) for k in KEYS for x in master.call("LRANGE", f"{k}:applied", 0, -1))
+        doubled = sum(1 for c in applied.values() if c > 1)
+        total = sum(int(master.call("GET", k) or 0) for k in KEYS)
+        ids = {rid for rid, _ in acked}
+        lost = ids - set(applied)
+        after = {rid for rid, at in acked if at > seen.at}
+        print(f"\nasyncio, {fault}: +switch-master {(event.at - t0) * 1000:.0f} ms after the fault; "
+              f"{len(acked)} acknowledged, {maybe_retries} retried after maybe_applied=True, "
+              f"{len(unsent_errors)} errors for unsent calls, {doubled} double counts, "
+              f"{len(lost)} acknowledged lost (asynchronous replication), "
+              f"{len(after & lost)} of them acknowledged after the client switched")
+        assert unsent_errors == []
+        assert other_errors == []
+        assert doubled == 0
+        assert total == sum(applied.values())  # the count is exactly the applied ids
+        assert state(store)[1] == 1
+    finally:
+        store.close()
+
+
 # --- TLS -------------------------------------------------------------------------------------------
 
 

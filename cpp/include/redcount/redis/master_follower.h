@@ -28,9 +28,10 @@
 // master refuses connections, or answers ROLE as a replica) waits for the master to change,
 // up to the command timeout, and is then sent to the new master; past that, the caller gets
 // the error. So does one whose every reply says READONLY, NOREPLICAS or MASTERDOWN (the
-// engine retried it until the deadline) when a new master is known by then. That is for
-// synchronous calls; an asynchronous call is not resent: it fails, asks for the
-// re-resolution, and the caller's retry goes to the master known by then.
+// engine retried it until the deadline) when a new master is known by then. Synchronous
+// and asynchronous calls alike: an asynchronous call keeps a copy of its batch for this
+// (a Sentinel store only), and one that waits for the new master is parked here, not on a
+// thread; the switch sends it, or a timer thread fails it with its error at its deadline.
 //
 // Thread-safe.
 #pragma once
@@ -39,6 +40,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <thread>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -89,7 +91,31 @@ class MasterFollower {
   };
   using GenPtr = std::shared_ptr<Generation>;
 
+  // An asynchronous call while it may still be sent elsewhere: its batch (a copy: sent
+  // again only when nothing of it ran), its caller, its deadline.
+  struct AsyncCall {
+    std::vector<Request> batch;
+    BatchDone done;
+    CancelFlag cancelled;
+    TimePoint deadline;
+  };
+  using CallPtr = std::shared_ptr<AsyncCall>;
+  // A call waiting for a master newer than generation `seen`; `error` is what its caller
+  // gets if none comes before the deadline.
+  struct Parked {
+    CallPtr call;
+    std::uint64_t seen = 0;
+    std::exception_ptr error;
+  };
+
   GenPtr acquire();
+  // Submits `call` to `g` (whose `calls` the caller has counted).
+  void send(const GenPtr& g, const CallPtr& call);
+  // After `g` answered `call`: true when the call was handed to a newer master (now, or
+  // parked until one is known); false when the caller gets this outcome.
+  bool follow(const GenPtr& g, const CallPtr& call, const std::vector<Reply>& replies, std::exception_ptr error);
+  void park(Parked p);
+  void expire_parked();  // the timer thread
   void release(const GenPtr& g);
   GenPtr make_generation(const Address& at, std::uint64_t number);
   void move_to(const Address& at);  // the watcher's thread
@@ -111,6 +137,9 @@ class MasterFollower {
   std::condition_variable switched_cv_;
   GenPtr current_;
   std::vector<GenPtr> retired_;  // closed, kept until close() (a stale pointer stays valid)
+  std::vector<Parked> parked_;   // asynchronous calls waiting for a new master
+  std::condition_variable parked_cv_;
+  std::thread expirer_;          // started with the first parked call
   bool closed_ = false;
   std::mutex resolve_mu_;  // one first resolution at a time
   std::atomic<std::uint64_t> switches_{0};
