@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 #include <type_traits>
 
@@ -70,6 +71,7 @@ struct ShardedCounter::Core {
   };
   mutable std::mutex layout_mu;
   std::map<std::string, KnownLayout, std::less<>> layouts;
+  std::set<std::string, std::less<>> refreshing;  // names whose read_behind() is in flight
 
   // The read cache.
   std::mutex cache_mu;
@@ -166,6 +168,72 @@ struct ShardedCounter::Core {
       if (std::find(out.begin(), out.end(), w.name) == out.end()) out.push_back(w.name);
     }
     return out;
+  }
+
+  // Takes out of the stale `names` those a write may go on with while their layout is
+  // re-read in the background (read_behind): read before, less than kLayoutFallbackMs ago,
+  // and with the layout key in another store shard than the current generation's first
+  // shard (a Redis Cluster or ring: the layout key's node may be down while the shards'
+  // are not). A stale writer is one the layout protocol already allows for: its writes go
+  // to a generation every read still sums, and a request id's claim by a newer writer
+  // makes sharded_incr.lua answer -1, which re-reads the layout before the write goes on.
+  std::vector<std::string> take_read_behind(std::vector<std::string>& names) const {
+    const auto now = SteadyClock::now();
+    std::vector<std::string> behind;
+    std::lock_guard<std::mutex> lock(layout_mu);
+    for (auto it = names.begin(); it != names.end();) {
+      auto known_it = layouts.find(*it);
+      const bool usable = known_it != layouts.end() && known_it->second.read_at != SteadyClock::time_point{} &&
+                          now - known_it->second.read_at < std::chrono::milliseconds(kLayoutFallbackMs) &&
+                          store->shard_of(sharded_layout_key(options.prefix, *it)) !=
+                              store->shard_of(sharded_value_key(options.prefix, *it,
+                                                                known_it->second.layout.current().first));
+      if (usable) {
+        behind.push_back(std::move(*it));
+        it = names.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    return behind;
+  }
+
+  // Re-reads `names`' layouts without anybody waiting for the reply: at most one read per
+  // name in flight; a failed read leaves the copy as it was (still stale: the next write
+  // sends another).
+  static void read_behind(const std::shared_ptr<Core>& core, std::vector<std::string> names) {
+    {
+      std::lock_guard<std::mutex> lock(core->layout_mu);
+      names.erase(std::remove_if(names.begin(), names.end(),
+                                 [&](const std::string& n) { return !core->refreshing.insert(n).second; }),
+                  names.end());
+    }
+    if (names.empty()) return;
+    const auto sent = SteadyClock::now();
+    std::vector<Request> batch = core->layout_gets(names);
+    std::weak_ptr<Core> weak = core;
+    auto done = [weak, names, sent](std::vector<Reply>&& replies, std::exception_ptr error) {
+      const auto c = weak.lock();
+      if (!c) return;
+      if (!error && replies.size() == names.size()) {
+        for (std::size_t i = 0; i < names.size(); ++i) {
+          if (replies[i].is_error()) continue;
+          try {
+            c->learn(names[i], sharded_detail::layout_text(replies[i]), sent);
+          } catch (const Error&) {
+            // A layout key that does not parse: the next blocking read reports it.
+          }
+        }
+      }
+      std::lock_guard<std::mutex> lock(c->layout_mu);
+      for (const auto& n : names) c->refreshing.erase(n);
+    };
+    try {
+      core->store->submit(std::move(batch), std::move(done));
+    } catch (const Error&) {
+      std::lock_guard<std::mutex> lock(core->layout_mu);
+      for (const auto& n : names) core->refreshing.erase(n);
+    }
   }
 
   std::vector<Request> layout_gets(const std::vector<std::string>& names) const {

@@ -84,7 +84,8 @@ std::vector<Reply> split_replies(std::vector<Reply>& replies, const ScriptBatch&
 constexpr int kMaxClaimRounds = 4;
 
 // The rounds of one set of writes, for IncrOp and RetryOp:
-//   1. the layouts read first when stale (older than kLayoutRefreshMs, or never read);
+//   1. the layouts read first when stale (older than kLayoutRefreshMs, or never read),
+//      except those read in the background instead (Core::take_read_behind);
 //   2. the claim step (sharded_claim.lua), only when some write with a request id has an
 //      older generation's shard in another store shard than its own (Redis Cluster or a
 //      ring, for idempotency_ttl + kLayoutGraceMs after a reshard): one call per slot, all
@@ -138,6 +139,10 @@ class WriteRounds {
       }
     } else {
       names_ = core_->stale_names(routed_);
+      if (!names_.empty()) {
+        std::vector<std::string> behind = core_->take_read_behind(names_);
+        if (!behind.empty()) Core::read_behind(core_, std::move(behind));
+      }
     }
     if (!names_.empty()) {
       phase_ = Phase::Layout;

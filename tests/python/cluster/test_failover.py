@@ -452,8 +452,11 @@ def test_durable_quota_loses_nothing_it_called_durable(cluster: Cluster) -> None
 
 def test_sigkill_of_the_master_holding_a_counters_layout(cluster: Cluster) -> None:
     """A sharded counter reads its layout key (another slot) again when its copy is older
-    than a second: a counter whose shard is on a healthy master but whose layout key is on
-    the killed one waits for that failover too. Measured, not asserted."""
+    than a second; on a cluster it writes on with the copy in hand while that read is out,
+    so a counter whose shard is on a healthy master but whose layout key is on the killed
+    one does not wait for that master's failover: its longest gap is the cluster-wide
+    CLUSTERDOWN (about a second here), not the promotion. Measured and printed; asserted
+    only against the server's own promotion time."""
     c = cluster
     masters = c.masters()
     victim, other = masters[0], masters[1]
@@ -476,6 +479,7 @@ def test_sigkill_of_the_master_holding_a_counters_layout(cluster: Cluster) -> No
     print_figures("SIGKILL of the master holding a counter's layout key (its shard elsewhere)", report, (),
                   f"promoted {ms(promoted)}; the counter's longest gap {ms(k.max_gap)}")
     assert report.doubled == 0 and report.lost == 0 and k.unaccounted == 0
+    assert k.max_gap < promoted  # it did not wait for the layout key's master to come back
 
 
 @pytest.mark.soak

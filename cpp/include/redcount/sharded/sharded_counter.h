@@ -23,8 +23,9 @@
 // (still summed by every read, no longer written by up-to-date writers) and M new shards
 // with the next free indices take the writes. The generations live in the layout key
 // "{<prefix>:<name>}:layout" (absent = one generation of `shards`), which writers re-read at
-// most kLayoutRefreshMs after their last look and readers read with every value, following
-// up when it changed. For idempotency_ttl (+ kLayoutGraceMs) after a reshard, a write with a
+// most kLayoutRefreshMs after their last look (on Redis Cluster or a ring, without waiting
+// for that read while their copy is younger than kLayoutFallbackMs) and readers read with
+// every value, following up when it changed. For idempotency_ttl (+ kLayoutGraceMs) after a reshard, a write with a
 // request id also checks and records the id in the shard each younger-than-that older
 // generation routes it to, so a retry counts once whichever generation its writer believed
 // current: in the same script call when that shard is in the write's store shard (always on
@@ -65,6 +66,12 @@ inline constexpr std::int64_t kMaxIdempotencyTtlMs = 366LL * 86'400'000;
 
 // How long a writer trusts the layout it read before it reads it again (before its next write).
 inline constexpr std::int64_t kLayoutRefreshMs = 1000;
+// On a store that puts the layout key on another node than the counter's shards (Redis
+// Cluster, a ring), a writer whose layout is stale but younger than this writes with it
+// and re-reads it in the background, so a failover of the layout key's node does not stop
+// writes to healthy nodes. Older than this (far below kLayoutGraceMs, which the older
+// generations' request-id checks cover), it waits for the read as everywhere else.
+inline constexpr std::int64_t kLayoutFallbackMs = 30'000;
 // Added to idempotency_ttl for how long after a reshard writes also check the older
 // generations' request ids: covers a writer's layout refresh and a write's time in flight.
 inline constexpr std::int64_t kLayoutGraceMs = 60'000;
