@@ -228,3 +228,53 @@ def test_eight_sigkills_of_the_flusher_lose_nothing_with_the_default_guard(
     assert set(seen) == ids and max(seen.values()) == 1
     assert " trimmed 0;" in summary, summary
     store.close()
+
+
+# ---------------------------------------------------------------- memory:// answers as Redis does
+
+
+def _info(reply: object) -> object:
+    """An XINFO reply without the fields that describe Redis's internal nodes."""
+    if isinstance(reply, list) and reply and isinstance(reply[0], list):
+        return [_info(r) for r in reply]
+    if isinstance(reply, list):
+        pairs = dict(zip(reply[::2], reply[1::2]))
+        pairs.pop(b"radix-tree-keys", None)
+        pairs.pop(b"radix-tree-nodes", None)
+        return pairs
+    return reply
+
+
+@pytest.mark.redis_only
+def test_the_memory_store_answers_the_flusher_s_stream_commands_as_redis(redis_store: redcount.Store) -> None:
+    memory = redcount.connect()
+    script: list[object] = [
+        ("XGROUP", "CREATE", "s", "g", "0", "MKSTREAM", "ENTRIESREAD", "0"),
+        ("XGROUP", "CREATE", "s", "late", "$"),
+        *[("XADD", "s", "MAXLEN", "5", f"{i}-1", "delta", "1") for i in range(1, 9)],
+        ("XINFO", "STREAM", "s"),
+        ("XINFO", "GROUPS", "s"),
+        [("MULTI",), ("XINFO", "GROUPS", "s"), ("XREADGROUP", "GROUP", "g", "c", "COUNT", "2", "STREAMS", "s", ">"),
+         ("EXEC",)],
+        ("XINFO", "GROUPS", "s"),
+        ("XGROUP", "SETID", "s", "g", "5-1", "ENTRIESREAD", "5"),
+        ("XINFO", "GROUPS", "s"),
+        ("XPENDING", "s", "g"),
+        ("XTRIM", "s", "MINID", "5-1"),
+        ("XTRIM", "s", "MINID", "=", "6-1"),
+        ("XTRIM", "s", "MAXLEN", "2"),
+        ("XINFO", "STREAM", "s"),
+        ("XDEL", "s", "8-1"),
+        ("XINFO", "STREAM", "s"),
+        ("XINFO", "GROUPS", "s"),
+        [("MULTI",), ("SET", "k", "1"), ("DISCARD",), ("GET", "k")],
+        ("XGROUP", "SETID", "s", "g", "$"),
+        ("XINFO", "GROUPS", "s"),
+    ]
+    try:
+        for step in script:
+            batch = step if isinstance(step, list) else [step]
+            got = [[_info(r) for r in st.execute_many(batch)] for st in (memory, redis_store)]  # type: ignore[arg-type]
+            assert got[0] == got[1], step
+    finally:
+        memory.close()
