@@ -333,21 +333,28 @@ class Flusher:
         first_id = StreamId.parse(as_text(first[0]))
         if first_id <= last_delivered:
             return None  # the log still holds entries up to the group's position: no gap
-        added = int(stream["entries-added"])
-        length = int(stream["length"])
         read = mine.get("entries-read")
         if read is None and last_delivered == StreamId(0, 0):
             read = 0  # a group that never read (created without ENTRIESREAD by an earlier build)
         deleted = StreamId.parse(as_text(stream.get("max-deleted-entry-id") or "0-0"))
-        if read is None or deleted >= first_id:
+        why = None
+        if "entries-added" not in stream:
+            why = "the server has no entries-added counter (Redis before 7.0)"
+        elif read is None:
+            why = "the group's read position is unknown"
+        elif deleted >= first_id:
+            why = "an entry was XDELed"
+        if why is not None:
             if key not in self._untracked:
                 self._untracked.add(key)
                 log.warning(
                     "%s: cannot count entries trimmed before the flusher read them (%s); reconcile shows any drift",
                     key,
-                    "an entry was XDELed" if read is not None else "the group's read position is unknown",
+                    why,
                 )
             return None
+        added = int(stream["entries-added"])
+        length = int(stream["length"])
         lost = added - length - int(read)
         if lost <= 0:
             return None
@@ -391,8 +398,13 @@ class Flusher:
         if self.retain > 0:
             keep = StreamId(max(0, int((time.time() - self.retain) * 1000)), 0)
             points = [None if p is None else min(p, keep) for p in points]
+        # LIMIT: Redis's default for '~' (10,000 entries a call) could fall behind a batch above
+        # that; twice the batch keeps up and still bounds one call's work.
+        limit = max(10_000, 2 * self.batch)
         cmds: list[tuple[str | bytes | int | float, ...]] = [
-            ("XTRIM", key, "MINID", "~", str(p)) for key, p in zip(keys, points) if p is not None and p > StreamId(0, 1)
+            ("XTRIM", key, "MINID", "~", str(p), "LIMIT", limit)
+            for key, p in zip(keys, points)
+            if p is not None and p > StreamId(0, 1)
         ]
         if cmds:
             self.store.execute_many(cmds)
