@@ -353,6 +353,7 @@ class Flusher:
                     why,
                 )
             return None
+        assert read is not None
         added = int(stream["entries-added"])
         length = int(stream["length"])
         lost = added - length - int(read)
