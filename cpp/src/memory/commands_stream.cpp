@@ -450,10 +450,12 @@ std::optional<Reply> MemoryStore::run_stream_group_command(Ops& ops, const std::
       return Reply::of_status("OK");
     }
     if (sub == "SETID") {
-      if (n != 5 && n != 7) return Reply::of_error("ERR wrong number of arguments for 'xgroup|setid' command");
+      if ((n != 5 && n != 7) || (n == 7 && upper(args[5]) != "ENTRIESREAD")) {
+        return Reply::of_error("ERR unknown subcommand or wrong number of arguments for '" + args[1] +
+                               "'. Try XGROUP HELP.");
+      }
       std::int64_t entries_read = -1;
       if (n == 7) {
-        if (upper(args[5]) != "ENTRIESREAD") return Reply::of_error(kSyntax);
         auto v = parse_int64(args[6]);
         if (!v) return Reply::of_error(kNotInteger);
         if (*v < 0 && *v != -1) return Reply::of_error("ERR value for ENTRIESREAD must be positive or -1");
@@ -471,7 +473,9 @@ std::optional<Reply> MemoryStore::run_stream_group_command(Ops& ops, const std::
                                "automatically.");
       }
       auto g = st->groups.find(args[3]);
-      if (g == st->groups.end()) return nogroup(args[2], args[3]);
+      if (g == st->groups.end()) {
+        return Reply::of_error("NOGROUP No such consumer group '" + args[3] + "' for key name '" + args[2] + "'");
+      }
       g->second.last_delivered = id ? *id : st->last;
       g->second.entries_read = entries_read;
       return Reply::of_status("OK");
