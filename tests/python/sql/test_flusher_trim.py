@@ -94,6 +94,17 @@ def test_the_flusher_trims_only_entries_every_group_acknowledged(store: redcount
         assert set(seen) == set(written) and max(seen.values()) == 1
 
 
+def test_retain_keeps_applied_entries_for_windowed_reads(store: redcount.Store, tmp_path: Path) -> None:
+    sql = f"sqlite:///{tmp_path / 'retain.db'}"
+    c = redcount.ShardedCounter(store, "kept", shards=2)
+    write(c, range(50))
+    with redcount.Flusher(store, sql, [c], retain=3600) as f:
+        assert f.drain() == 50
+    assert sum(store.execute("XLEN", c.key_of(i, "log")) for i in range(2)) == 50
+    with pytest.raises(redcount.InvalidInputError, match="retain"):
+        redcount.Flusher(store, sql, [c], retain=-1)
+
+
 def test_the_guard_counts_what_it_trims_before_the_flusher_applied_it(store: redcount.Store, tmp_path: Path) -> None:
     prometheus_client = pytest.importorskip("prometheus_client")
     sql = f"sqlite:///{tmp_path / 'guard.db'}"
