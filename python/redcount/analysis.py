@@ -157,7 +157,9 @@ def log_writes(counter: ShardedCounter, *, since_ms: int | None = None) -> list[
     With ``since_ms`` (epoch milliseconds), only entries logged at or after it (an entry's id
     is the server time of its write), so two calls give the writes per shard of an interval.
     The logs are trimmed to about ``log_maxlen`` entries per shard: a shard that wrote more
-    than that shows at most about ``log_maxlen``, so size ``log_maxlen`` for the interval.
+    than that shows at most about ``log_maxlen``, so size ``log_maxlen`` for the interval; a
+    running :class:`~redcount.Flusher` also trims the entries it applied, unless its
+    ``retain`` covers the interval.
     One round trip.
     """
     if not isinstance(counter, ShardedCounter):

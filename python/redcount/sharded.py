@@ -66,7 +66,8 @@ class ShardedCounter:
 
     A write is one atomic script: it records ``request_id`` (kept ``idempotency_ttl``
     seconds), and only if the id is new adds ``amount`` to one shard and appends the delta to
-    that shard's delta log (a Redis stream trimmed to about ``log_maxlen`` entries). A write
+    that shard's delta log (a Redis stream, which a :class:`~redcount.Flusher` trims once its
+entries are in SQL, and ``log_maxlen`` guards). A write
     with a request id goes to a shard chosen by a stable hash of the id, so a retry meets the
     id it recorded; a write without one goes to a random shard. Reads sum all shards in one
     round trip; :meth:`read` serves hot readers from a cache.
@@ -88,7 +89,14 @@ class ShardedCounter:
             fails transiently, or ambiguously (sent, no reply), goes to a bounded retry
             queue and is applied exactly once; ``incr`` then returns True. Writes without an
             id always raise (retrying them could count twice).
-        log_maxlen: entries kept per shard's delta log (approximately, ``MAXLEN ~``).
+        log_maxlen: the delta logs' memory guard: entries kept per shard's log (approximately,
+            ``MAXLEN ~``; default 1,000,000). A flusher trims each log to the entries it has
+            not applied yet, so the guard only bites when no flusher runs for a long time
+            (about ``log_maxlen`` / the shard's write rate); entries it trims before a
+            flusher applied them are lost to the SQL snapshots, and the flusher counts them
+            (``FlusherStats.trimmed``, the ``redcount_flusher_trimmed_entries_total``
+            metric) and reconcile reports the drift. At about 100 bytes an entry, the
+            default costs up to about 100 MB per shard in Redis while no flusher runs.
 
     Thread-safe; share one instance (its read cache is per instance).
     """
@@ -105,7 +113,7 @@ class ShardedCounter:
         idempotency_ttl: float = 86400,
         route: Literal["request-id", "random"] = "request-id",
         prefix: str = "redcount",
-        log_maxlen: int = 1000,
+        log_maxlen: int = 1_000_000,
         on_error: Literal["raise", "queue"] = "raise",
         queue_capacity: int = QUEUE_CAPACITY,
         retry_backoff: float = RETRY_BACKOFF,
@@ -210,8 +218,10 @@ class ShardedCounter:
 
         The rates come from the shards' delta logs (entries newer than now - ``window``), read
         after the layout in one round trip for all shards. A log keeps about ``log_maxlen``
-        entries, so a shard that wrote more than that within ``window`` is under-counted: keep
-        ``window`` below ``log_maxlen`` / the hottest shard's rate. Frozen generations are left
+        entries, and a running :class:`~redcount.Flusher` trims the entries it applied unless
+        it keeps them (its ``retain`` seconds), so a shard that wrote more than that within
+        ``window`` is under-counted: keep ``window`` below ``log_maxlen`` / the hottest shard's
+        rate, and below a flusher's ``retain``. Frozen generations are left
         out: they take no new writes, and counting them would report skew that resharding
         already removed."""
         window_ms, min_id = skew_window(window, self.store)

@@ -29,7 +29,9 @@ What is counted, and where:
   over its shards' observed write counts (shards never observed count as 0, up to the highest
   shard seen).
 - *lag*: of the open :class:`~redcount.Flusher` objects in this process (each ``lag`` reads
-  Redis and SQL: a few round trips per metrics() call); *drift*: the last
+  Redis and SQL: a few round trips per metrics() call); *trimmed*: delta-log entries this
+  process's flushers found trimmed from a log before any flusher of their group applied
+  them (lost to the snapshots; ``FlusherStats.trimmed`` summed); *drift*: the last
   :func:`redcount.reconcile` of each counter run in this process.
 
 A forked child starts from zero (its counts are its own). Thread-safe.
@@ -129,12 +131,15 @@ class MetricsSnapshot:
     watermark_lag_entries: int | None = None
     #: ``{counter: relative drift}`` of the last reconciliation of each counter run here.
     drift: dict[str, float] = field(default_factory=dict)
+    #: Delta-log entries trimmed before they were flushed, found by this process's flushers.
+    trimmed_entries: int = 0
 
 
 _lock = threading.Lock()
 _hot_keys: list[weakref.ref[HotKeys]] = []
 _flushers: weakref.WeakSet[LagSource] = weakref.WeakSet()
 _reports: dict[str, DriftReport] = {}
+_trimmed = 0
 _previous: tuple[float, tuple[int, ...]] | None = None
 
 
@@ -157,6 +162,19 @@ def untrack_flusher(flusher: LagSource) -> None:
         _flushers.discard(flusher)
 
 
+def note_trimmed(entries: int) -> None:
+    """Count ``entries`` delta-log entries lost to the snapshots: trimmed from their log
+    before the flusher's group applied them (the flusher calls this when it finds some)."""
+    global _trimmed
+    with _lock:
+        _trimmed += entries
+
+
+def _trimmed_total() -> int:
+    with _lock:
+        return _trimmed
+
+
 def note_reconcile(report: DriftReport) -> None:
     """Keep ``report`` as its counter's last reconciliation (reconcile() calls this)."""
     with _lock:
@@ -169,11 +187,12 @@ def note_reconcile(report: DriftReport) -> None:
 def reset() -> None:
     """Zero the counts, forget the previous snapshot and the recorded reconciliations (tests;
     a fresh start). Open flushers and hot-key tables stay watched."""
-    global _previous
+    global _previous, _trimmed
     with _lock:
         _core._reset_metrics()
         _reports.clear()
         _previous = None
+        _trimmed = 0
 
 
 def _counts() -> tuple[int, ...]:
@@ -290,6 +309,7 @@ def snapshot(top: int = TOP_N) -> MetricsSnapshot:
         snapshot_lag_seconds=lag_s,
         watermark_lag_entries=lag_entries,
         drift=_drift(),
+        trimmed_entries=_trimmed_total(),
     )
 
 
@@ -309,6 +329,8 @@ class RedcountCollector:
     - ``redcount_shard_skew_max_over_mean{counter}``, ``redcount_shard_skew_cv{counter}``,
       ``redcount_shard_skew_gini{counter}``
     - ``redcount_snapshot_lag_seconds``, ``redcount_watermark_lag_entries`` (with a Flusher)
+    - ``redcount_flusher_trimmed_entries_total``: delta-log entries the flushers found trimmed
+      before they were applied (lost to the snapshots; alert on any increase)
     - ``redcount_reconcile_drift_ratio{counter}`` (after a reconcile in this process)
 
     Rates are Prometheus's business (``rate(redcount_counter_writes_total[5m])``): a scrape
@@ -379,6 +401,11 @@ class RedcountCollector:
         if lag_s is not None and lag_entries is not None:
             yield gauge("snapshot_lag_seconds", "Age of the oldest delta not in SQL", value=lag_s)
             yield gauge("watermark_lag_entries", "Delta-log entries after the watermarks", value=lag_entries)
+        yield counter(
+            "flusher_trimmed_entries",
+            "Delta-log entries trimmed before a flusher applied them (lost to the snapshots)",
+            value=_trimmed_total(),
+        )
         drift = _drift()
         if drift:
             g = gauge("reconcile_drift_ratio", "Last reconciliation's relative drift", labels=["counter"])

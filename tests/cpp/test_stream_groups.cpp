@@ -120,6 +120,38 @@ const std::vector<Step>& script() {
       {{"XRANGE", "sg", "-", "+"}, "[[\"3-0\",[\"f\",\"d\"]],[\"5-0\",[\"f\",\"g\"]]]"},
       {{"XDEL", "sg", "3"}, ":1"},
       {{"XLEN", "sg"}, ":1"},
+      // The read counters the flusher relies on (Redis 7: entries-read, lag; XGROUP ... ENTRIESREAD)
+      // and XTRIM: across entries trimmed before the group read them, Redis adds one per entry
+      // delivered, so the lag shows the gap until SETID ... ENTRIESREAD puts the count right.
+      {{"XGROUP", "CREATE", "tr", "g", "0", "MKSTREAM", "ENTRIESREAD", "0"}, "+OK"},
+      {{"XADD", "tr", "MAXLEN", "2", "1-0", "f", "a"}, "\"1-0\""},
+      {{"XADD", "tr", "MAXLEN", "2", "2-0", "f", "b"}, "\"2-0\""},
+      {{"XADD", "tr", "MAXLEN", "2", "3-0", "f", "c"}, "\"3-0\""},
+      {{"XINFO", "GROUPS", "tr"},
+       "[[\"name\",\"g\",\"consumers\",:0,\"pending\",:0,\"last-delivered-id\",\"0-0\",\"entries-read\",:0,"
+       "\"lag\",:3]]"},
+      {{"XREADGROUP", "GROUP", "g", "c", "STREAMS", "tr", ">"},
+       "[[\"tr\",[[\"2-0\",[\"f\",\"b\"]],[\"3-0\",[\"f\",\"c\"]]]]]"},
+      {{"XINFO", "GROUPS", "tr"},
+       "[[\"name\",\"g\",\"consumers\",:1,\"pending\",:2,\"last-delivered-id\",\"3-0\",\"entries-read\",:2,"
+       "\"lag\",:1]]"},
+      {{"XGROUP", "SETID", "tr", "g", "3-0", "ENTRIESREAD", "3"}, "+OK"},
+      {{"XINFO", "GROUPS", "tr"},
+       "[[\"name\",\"g\",\"consumers\",:1,\"pending\",:2,\"last-delivered-id\",\"3-0\",\"entries-read\",:3,"
+       "\"lag\",:0]]"},
+      {{"XGROUP", "SETID", "tr", "g", "3-0", "ENTRIESREAD", "-2"}, "-ERR value for ENTRIESREAD must be positive or -1"},
+      {{"XGROUP", "SETID", "tr", "g", "3-0", "FOO", "1"},
+       "-ERR unknown subcommand or wrong number of arguments for 'SETID'. Try XGROUP HELP."},
+      {{"XGROUP", "SETID", "tr", "nog", "$"}, "-NOGROUP No such consumer group 'nog' for key name 'tr'"},
+      {{"XGROUP", "CREATE", "tr", "late", "$"}, "+OK"},
+      {{"XTRIM", "tr", "MINID", "3-0"}, ":1"},
+      {{"XTRIM", "tr", "MINID", "bad"}, "-ERR Invalid stream ID specified as stream command argument"},
+      {{"XTRIM", "tr", "LEN", "0"}, "-ERR syntax error"},
+      {{"XTRIM", "tr", "MAXLEN", "0", "LIMIT", "5"}, "-ERR syntax error, LIMIT cannot be used without the special ~ option"},
+      {{"XTRIM", "missing", "MAXLEN", "0"}, ":0"},
+      {{"XTRIM", "tr", "MAXLEN", "=", "0"}, ":1"},
+      {{"XLEN", "tr"}, ":0"},
+      {{"XINFO", "GROUPS", "missing"}, "-ERR no such key"},
       {{"SET", "str", "x"}, "+OK"},
       {{"XGROUP", "CREATE", "str", "g", "$"}, "-WRONGTYPE Operation against a key holding the wrong kind of value"},
       {{"XREADGROUP", "GROUP", "g", "c", "STREAMS", "str", ">"},

@@ -58,6 +58,32 @@ std::optional<Id> parse_stream_id(const std::string& s, std::uint64_t missing_se
   return Id{*ms, *seq};
 }
 
+// Redis 7's read-counter arithmetic (t_stream.c), on the memory store's streams: whether XDEL
+// left a tombstone at or after `start`, and the logical position ("entries read") of `id`
+// when it can be known from the stream alone (-1 when not).
+template <class Stream, class Id>
+bool range_has_tombstones(const Stream& st, Id start) {
+  if (st.items.empty() || st.max_deleted == Id{}) return false;
+  if (st.items.front().id > st.max_deleted) return false;
+  return start <= st.max_deleted;
+}
+
+template <class Stream, class Id>
+std::int64_t estimate_entries_read(const Stream& st, Id id) {
+  const auto added = static_cast<std::int64_t>(st.added);
+  if (added == 0) return 0;
+  if (st.items.empty() && id <= st.last) return added;
+  if (id == st.last) return added;
+  if (id > st.last) return -1;
+  const Id first = st.items.front().id;
+  if (st.max_deleted == Id{} || st.max_deleted < first) {
+    const auto length = static_cast<std::int64_t>(st.items.size());
+    if (id < first) return added - length;
+    if (id == first) return added - length + 1;
+  }
+  return -1;
+}
+
 }  // namespace
 
 std::optional<Reply> MemoryStore::run_stream_command(Ops& ops, const std::string& cmd,
@@ -158,6 +184,7 @@ std::optional<Reply> MemoryStore::run_stream_command(Ops& ops, const std::string
         if (it != st->items.end() && it->id == id) {
           st->items.erase(it);
           ++deleted;
+          if (id > st->max_deleted) st->max_deleted = id;
         }
       }
     }
@@ -221,6 +248,107 @@ std::optional<Reply> MemoryStore::run_stream_command(Ops& ops, const std::string
       }
     }
     return Reply::of_array(std::move(out));
+  }
+  if (cmd == "XTRIM") {
+    // XTRIM key MAXLEN|MINID [=|~] threshold [LIMIT count]; '~' trims exactly here (Redis
+    // keeps at least as much). Pending entries of consumer groups stay pending, as on Redis.
+    if (n < 4) return wrong_args(cmd);
+    const std::string strategy = upper(args[2]);
+    if (strategy != "MAXLEN" && strategy != "MINID") return Reply::of_error(kSyntax);
+    std::size_t i = 3;
+    bool approx = false;
+    if (args[i] == "~" || args[i] == "=") {
+      approx = args[i] == "~";
+      ++i;
+    }
+    if (i >= n) return Reply::of_error(kSyntax);
+    std::int64_t maxlen = 0;
+    StreamId minid{};
+    if (strategy == "MAXLEN") {
+      auto len = parse_int64(args[i]);
+      if (!len) return Reply::of_error(kNotInteger);
+      if (*len < 0) return Reply::of_error("ERR The MAXLEN argument must be >= 0.");
+      maxlen = *len;
+    } else {
+      auto id = parse_stream_id<StreamId>(args[i], 0);
+      if (!id) return Reply::of_error(kBadStreamId);
+      minid = *id;
+    }
+    ++i;
+    if (i < n) {
+      if (upper(args[i]) != "LIMIT" || i + 2 != n) return Reply::of_error(kSyntax);
+      auto limit = parse_int64(args[i + 1]);
+      if (!limit) return Reply::of_error(kNotInteger);
+      if (*limit < 0) return Reply::of_error("ERR The LIMIT argument must be >= 0.");
+      if (!approx) return Reply::of_error("ERR syntax error, LIMIT cannot be used without the special ~ option");
+    }
+    Stream* st = ops.find_as<Stream>(args[1]);
+    std::int64_t removed = 0;
+    if (st != nullptr) {
+      if (strategy == "MAXLEN") {
+        while (st->items.size() > static_cast<std::size_t>(maxlen)) {
+          st->items.pop_front();
+          ++removed;
+        }
+      } else {
+        while (!st->items.empty() && st->items.front().id < minid) {
+          st->items.pop_front();
+          ++removed;
+        }
+      }
+    }
+    return Reply::of_integer(removed);
+  }
+  if (cmd == "XINFO") {
+    // The summary forms Redis 7.0 answers (field names and order as there); FULL is not kept.
+    if (n < 2) return wrong_args(cmd);
+    const std::string sub = upper(args[1]);
+    if ((sub != "STREAM" && sub != "GROUPS") || n != 3) {
+      return Reply::of_error("ERR unknown subcommand or wrong number of arguments for '" + args[1] +
+                             "'; the memory:// store supports XINFO STREAM <key> and XINFO GROUPS <key>");
+    }
+    const Stream* st = ops.find_as<Stream>(args[2]);
+    if (!st) return Reply::of_error("ERR no such key");
+    auto id_text = [](StreamId id) { return Reply::of_string(Ops::stream_id_text(id)); };
+    if (sub == "STREAM") {
+      const StreamId first = st->items.empty() ? StreamId{} : st->items.front().id;
+      std::vector<Reply> out;
+      auto field = [&](const char* name, Reply v) {
+        out.push_back(Reply::of_string(name));
+        out.push_back(std::move(v));
+      };
+      field("length", Reply::of_integer(static_cast<std::int64_t>(st->items.size())));
+      field("radix-tree-keys", Reply::of_integer(st->items.empty() ? 0 : 1));
+      field("radix-tree-nodes", Reply::of_integer(st->items.empty() ? 1 : 2));
+      field("last-generated-id", id_text(st->last));
+      field("max-deleted-entry-id", id_text(st->max_deleted));
+      field("entries-added", Reply::of_integer(static_cast<std::int64_t>(st->added)));
+      field("recorded-first-entry-id", id_text(first));
+      field("groups", Reply::of_integer(static_cast<std::int64_t>(st->groups.size())));
+      field("first-entry", st->items.empty() ? Reply::nil() : entry_reply(st->items.front()));
+      field("last-entry", st->items.empty() ? Reply::nil() : entry_reply(st->items.back()));
+      return Reply::of_array(std::move(out));
+    }
+    std::vector<Reply> groups;
+    for (const auto& [name, g] : st->groups) {
+      Reply lag = Reply::nil();
+      if (st->added == 0) {
+        lag = Reply::of_integer(0);
+      } else if (g.entries_read >= 0 && !range_has_tombstones(*st, g.last_delivered)) {
+        lag = Reply::of_integer(static_cast<std::int64_t>(st->added) - g.entries_read);
+      } else if (const std::int64_t read = estimate_entries_read(*st, g.last_delivered); read >= 0) {
+        lag = Reply::of_integer(static_cast<std::int64_t>(st->added) - read);
+      }
+      groups.push_back(Reply::of_array({
+          Reply::of_string("name"), Reply::of_string(name),
+          Reply::of_string("consumers"), Reply::of_integer(static_cast<std::int64_t>(g.consumers.size())),
+          Reply::of_string("pending"), Reply::of_integer(static_cast<std::int64_t>(g.pel.size())),
+          Reply::of_string("last-delivered-id"), id_text(g.last_delivered),
+          Reply::of_string("entries-read"), g.entries_read >= 0 ? Reply::of_integer(g.entries_read) : Reply::nil(),
+          Reply::of_string("lag"), std::move(lag),
+      }));
+    }
+    return Reply::of_array(std::move(groups));
   }
   if (cmd == "XGROUP" || cmd == "XREADGROUP" || cmd == "XACK" || cmd == "XPENDING" || cmd == "XAUTOCLAIM") {
     return run_stream_group_command(ops, cmd, args);
@@ -287,12 +415,16 @@ std::optional<Reply> MemoryStore::run_stream_group_command(Ops& ops, const std::
     if (sub == "CREATE") {
       if (n < 5) return Reply::of_error("ERR wrong number of arguments for 'xgroup|create' command");
       bool mkstream = false;
+      std::int64_t entries_read = -1;
       for (std::size_t i = 5; i < n; ++i) {
         const std::string opt = upper(args[i]);
         if (opt == "MKSTREAM") {
           mkstream = true;
         } else if (opt == "ENTRIESREAD" && i + 1 < n) {
-          if (!parse_int64(args[++i])) return Reply::of_error(kNotInteger);
+          auto v = parse_int64(args[++i]);
+          if (!v) return Reply::of_error(kNotInteger);
+          if (*v < 0 && *v != -1) return Reply::of_error("ERR value for ENTRIESREAD must be positive or -1");
+          entries_read = *v;
         } else {
           return Reply::of_error(kSyntax);
         }
@@ -312,7 +444,40 @@ std::optional<Reply> MemoryStore::run_stream_group_command(Ops& ops, const std::
         st = &ops.find_or_create<Stream>(args[2]);
       }
       if (st->groups.count(args[3])) return Reply::of_error("BUSYGROUP Consumer Group name already exists");
-      st->groups[args[3]].last_delivered = start ? *start : st->last;
+      StreamGroup& g = st->groups[args[3]];
+      g.last_delivered = start ? *start : st->last;
+      g.entries_read = entries_read;
+      return Reply::of_status("OK");
+    }
+    if (sub == "SETID") {
+      if ((n != 5 && n != 7) || (n == 7 && upper(args[5]) != "ENTRIESREAD")) {
+        return Reply::of_error("ERR unknown subcommand or wrong number of arguments for '" + args[1] +
+                               "'. Try XGROUP HELP.");
+      }
+      std::int64_t entries_read = -1;
+      if (n == 7) {
+        auto v = parse_int64(args[6]);
+        if (!v) return Reply::of_error(kNotInteger);
+        if (*v < 0 && *v != -1) return Reply::of_error("ERR value for ENTRIESREAD must be positive or -1");
+        entries_read = *v;
+      }
+      std::optional<StreamId> id;
+      if (args[4] != "$") {
+        id = parse_stream_id<StreamId>(args[4], 0);
+        if (!id) return Reply::of_error(kBadStreamId);
+      }
+      Stream* st = ops.find_as<Stream>(args[2]);
+      if (!st) {
+        return Reply::of_error("ERR The XGROUP subcommand requires the key to exist. Note that for CREATE "
+                               "you may want to use the MKSTREAM option to create an empty stream "
+                               "automatically.");
+      }
+      auto g = st->groups.find(args[3]);
+      if (g == st->groups.end()) {
+        return Reply::of_error("NOGROUP No such consumer group '" + args[3] + "' for key name '" + args[2] + "'");
+      }
+      g->second.last_delivered = id ? *id : st->last;
+      g->second.entries_read = entries_read;
       return Reply::of_status("OK");
     }
     if (sub == "DESTROY") {
@@ -399,6 +564,13 @@ std::optional<Reply> MemoryStore::run_stream_group_command(Ops& ops, const std::
       for (; it != st.items.end(); ++it) {
         if (count > 0 && static_cast<std::int64_t>(entries.size()) >= count) break;
         entries.push_back(entry_reply(*it));
+        // The group's read counter, as Redis keeps it: one more per entry while it is known
+        // and no XDEL tombstone lies ahead, else estimated from the stream's counters.
+        if (g.entries_read >= 0 && !range_has_tombstones(st, it->id)) {
+          ++g.entries_read;
+        } else if (st.added > 0) {
+          g.entries_read = estimate_entries_read(st, it->id);
+        }
         g.last_delivered = it->id;
         if (!noack) g.pel[it->id] = Stream::Pending{consumer, now, 1};
       }

@@ -494,6 +494,7 @@ class MemoryStore::Ops final : public Keyspace {
                             std::int64_t maxlen) {
     st.items.push_back(Stream::Item{id, std::move(fields)});
     st.last = id;
+    ++st.added;
     if (maxlen >= 0) {
       while (st.items.size() > static_cast<std::size_t>(maxlen)) st.items.pop_front();
     }

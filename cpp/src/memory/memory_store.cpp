@@ -17,6 +17,8 @@
 #include "redcount/common/util.h"
 #include "memory/keyspace.h"
 
+#include "memory/command_support.h"
+
 namespace redcount {
 
 // Every live memory store, for the fork handlers.
@@ -167,16 +169,33 @@ Reply MemoryStore::run_request(Ops& ops, const Request& req) {
   return call.script->native(ops, call.keys, call.args);
 }
 
+namespace {
+
+// MULTI, EXEC or DISCARD (any case): the words of a transaction inside one batch.
+enum class TxWord { None, Multi, Exec, Discard };
+
+TxWord tx_word(const Request& req) {
+  const auto* cmd = std::get_if<Command>(&req);
+  if (cmd == nullptr || cmd->args.empty()) return TxWord::None;
+  const std::string& a = cmd->args[0];
+  if (a.size() != 4 && a.size() != 5 && a.size() != 7) return TxWord::None;
+  const std::string w = memory_commands::upper(a);
+  if (w == "MULTI") return TxWord::Multi;
+  if (w == "EXEC") return TxWord::Exec;
+  if (w == "DISCARD") return TxWord::Discard;
+  return TxWord::None;
+}
+
+}  // namespace
+
 std::vector<Reply> MemoryStore::execute(const std::vector<Request>& batch) {
   if (restart_sweeper_.load(std::memory_order_relaxed)) restart_sweeper_after_fork();
   std::vector<Reply> out;
   out.reserve(batch.size());
   std::lock_guard<std::mutex> lock(mu_);
   if (closed_) throw StoreClosed("the memory:// store is closed; open a new one with redcount.connect()");
-  for (const Request& req : batch) {
+  auto run = [&](const Request& req) {
     Ops ops(*this, clock_->now_ms());
-    // One push_back site: this loop is on every call of every counter, and its code
-    // should stay small (see the commit on instruction-cache misses).
     Reply r;
     try {
       r = run_request(ops, req);
@@ -190,7 +209,42 @@ std::vector<Reply> MemoryStore::execute(const std::vector<Request>& batch) {
                  std::string(call->script->name) + ", the memory store's native twin).";
       }
     }
-    out.push_back(std::move(r));
+    return r;
+  };
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    const Request& req = batch[i];
+    if (const TxWord word = tx_word(req); word != TxWord::None) [[unlikely]] {
+      // MULTI ... EXEC: the batch already runs under the lock, so the transaction is atomic;
+      // as on Redis, the commands answer QUEUED and run at EXEC (not at all after DISCARD).
+      if (word != TxWord::Multi) {
+        out.push_back(Reply::of_error(word == TxWord::Exec ? "ERR EXEC without MULTI" : "ERR DISCARD without MULTI"));
+        continue;
+      }
+      out.push_back(Reply::of_status("OK"));
+      std::vector<std::size_t> queued;
+      for (++i; i < batch.size(); ++i) {
+        const TxWord w = tx_word(batch[i]);
+        if (w == TxWord::Multi) {
+          out.push_back(Reply::of_error("ERR MULTI calls can not be nested"));
+        } else if (w == TxWord::Discard) {
+          out.push_back(Reply::of_status("OK"));
+          break;
+        } else if (w == TxWord::Exec) {
+          std::vector<Reply> replies;
+          replies.reserve(queued.size());
+          for (std::size_t q : queued) replies.push_back(run(batch[q]));
+          out.push_back(Reply::of_array(std::move(replies)));
+          break;
+        } else {
+          queued.push_back(i);
+          out.push_back(Reply::of_status("QUEUED"));
+        }
+      }
+      continue;
+    }
+    // One push_back site: this loop is on every call of every counter, and its code
+    // should stay small (see the commit on instruction-cache misses).
+    out.push_back(run(req));
   }
   return out;
 }

@@ -22,6 +22,34 @@ entries stay pending (read again, or claimed by another flusher after ``claim_af
 after the commit and before XACK redelivers entries that the check skips. The watermark and audit
 rows are read under a lock on the counter's total row (``SELECT ... FOR UPDATE``; on SQLite the
 database write lock), so flushers sharing the work never both apply one entry.
+
+Why the logs never drop an entry the flusher still needs. The writers' ``MAXLEN ~ log_maxlen``
+is only a memory guard (default 1,000,000 entries per shard, far above a flusher's working
+set); the flusher trims each log it committed from itself, after the XACK, with
+``XTRIM <log> MINID ~ <id>`` where ``<id>`` is, over every consumer group of the log, the oldest
+entry still pending (delivered, not acknowledged: its consumer may have crashed and the entry
+waits for XAUTOCLAIM) or else the one after the group's last-delivered id (entries after it
+are undelivered). So only entries every group has acknowledged are trimmed. The group's
+state is read first (XINFO GROUPS, then XPENDING): an entry acknowledged by then stays so, and
+one delivered afterwards lies after the last-delivered id read first, so the trim point can
+only be too low (trimming less), never too high.
+
+How a guard trim is counted, exactly. If the flusher stops for long enough, the guard does
+trim entries the group has not read. Each log's stream counts every entry ever added
+(``entries-added``, Redis 7), and the group keeps ``entries-read``, the position in that count
+of its last-delivered entry; the flusher creates its groups with ``ENTRIESREAD 0``. Every
+read of new entries is one transaction (MULTI ... EXEC; a memory:// batch is atomic) of
+XINFO STREAM, XINFO GROUPS and the XREADGROUP: when the stream's first entry lies after the
+group's last-delivered id, the entries between them were trimmed unread, and there are exactly
+``entries-added - length - entries-read`` of them (the log's entries are contiguous in that
+count, since redcount never XDELs them: a log with an XDEL tombstone is not counted, and
+said so). The flusher that makes the read counts them (``FlusherStats.trimmed``, the
+``redcount_flusher_trimmed_entries_total`` metric, one warning) and then sets the group's
+``entries-read`` to the position of the last entry it read (XGROUP SETID ... ENTRIESREAD), which
+Redis 7.0 does not do by itself across a trimmed gap, so the next gap is measured from an exact
+count again. Pending entries trimmed before they were applied (XAUTOCLAIM reports them
+deleted, a history read returns them without fields) are counted the same way. Reconcile sees
+the lost increments as drift (Redis has them, SQL never will).
 """
 
 from __future__ import annotations
@@ -42,7 +70,7 @@ from typing import Any, TextIO, Union
 from .._core import Store
 from ..errors import InvalidInputError, RedcountError, ReplyError
 from ..sharded import ShardedCounter, layout_text
-from ..telemetry import track_flusher, untrack_flusher
+from ..telemetry import note_trimmed, track_flusher, untrack_flusher
 from ._shared import MAX_NAME, as_text, check_name, first_line
 from .snapshots import SnapshotStore, StreamId
 
@@ -70,7 +98,7 @@ class FlusherStats:
     skipped: int = 0  # redelivered entries already applied (at or below the watermark, in the audit log)
     malformed: int = 0  # entries that are not a delta: skipped, acknowledged, logged
     claimed: int = 0  # entries claimed from crashed consumers
-    trimmed: int = 0  # pending entries the stream had trimmed before they were applied (lost)
+    trimmed: int = 0  # entries trimmed from a log before they were applied (lost to the snapshot)
     batches: int = 0
     malformed_ids: list[str] = field(default_factory=list)  # the first 100 of them
 
@@ -106,6 +134,9 @@ class Flusher:
             claims it (XAUTOCLAIM); a consumer that crashed leaves its entries pending.
         progress: True for a progress bar (tqdm, when installed) or plain lines, on
             ``progress_stream`` (stderr); False (default) for none.
+        retain: seconds of applied entries to keep in the logs for windowed reads of them
+            (``ShardedCounter.skew``, :func:`redcount.analysis.log_writes`); default 0: each
+            log is trimmed to its unapplied entries after every commit.
 
     Not thread-safe: one thread runs a Flusher (several flushers may run at once, in threads or
     processes, with the same group).
@@ -125,11 +156,14 @@ class Flusher:
         shards: int = 16,
         progress: bool = False,
         progress_stream: TextIO | None = None,
+        retain: float = 0.0,
     ) -> None:
         if batch < 1 or batch > 100_000:
             raise InvalidInputError(f"batch must be 1..100000 entries, got {batch}")
         if claim_after < 0:
             raise InvalidInputError(f"claim_after must be >= 0 seconds, got {claim_after}")
+        if not 0 <= retain <= 366 * 86400:
+            raise InvalidInputError(f"retain must be 0..31622400 seconds, got {retain}")
         if not group:
             raise InvalidInputError("group must not be empty")
         self.store = store
@@ -139,7 +173,9 @@ class Flusher:
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.batch = batch
         self.claim_after = claim_after
+        self.retain = retain
         self.stats = FlusherStats()
+        self._untracked: set[str] = set()  # logs whose trimmed entries cannot be counted (warned once)
         self._shards: dict[str, _Shard] = {}
         self._counters: dict[str, tuple[str, int]] = {}
         self._objects: dict[str, ShardedCounter] = {}
@@ -198,10 +234,20 @@ class Flusher:
         for key in keys:
             try:
                 # From the stream's start: entries logged before the first flusher ran count too.
-                self.store.execute("XGROUP", "CREATE", key, self.group, "0", "MKSTREAM")
+                # ENTRIESREAD 0: the group's read position is known from the start, so entries
+                # trimmed before it read them are counted (see the module's doc).
+                self.store.execute("XGROUP", "CREATE", key, self.group, "0", "MKSTREAM", "ENTRIESREAD", "0")
             except ReplyError as e:
-                if not str(e).startswith("BUSYGROUP"):
+                if str(e).startswith("BUSYGROUP"):
+                    continue
+                if "syntax" not in str(e).lower():
                     raise
+                # A server before Redis 7.0 (no ENTRIESREAD): trimmed entries are not counted there.
+                try:
+                    self.store.execute("XGROUP", "CREATE", key, self.group, "0", "MKSTREAM")
+                except ReplyError as e2:
+                    if not str(e2).startswith("BUSYGROUP"):
+                        raise
 
     def _read(self) -> list[tuple[_Shard, str, Any]]:
         """Every shard's log read by its own XREADGROUP: our pending history first (entries
@@ -211,30 +257,158 @@ class Flusher:
             if out:
                 return out
             self._history = False
-        return self._read_ids(">")
+        return self._read_new()
+
+    def _xreadgroup(self, key: str, ids: str) -> tuple[str | bytes | int | float, ...]:
+        return ("XREADGROUP", "GROUP", self.group, self.consumer, "COUNT", self.batch, "STREAMS", key, ids)
 
     def _read_ids(self, ids: str) -> list[tuple[_Shard, str, Any]]:
         # One XREADGROUP per stream, all in one execute_many (one round trip per node): the
         # streams of different shards hash to different slots, so one XREADGROUP naming them
         # all would be refused by a cluster. COUNT applies per stream either way.
-        replies = self.store.execute_many([
-            ("XREADGROUP", "GROUP", self.group, self.consumer, "COUNT", self.batch, "STREAMS", key, ids)
-            for key in self._keys
-        ]) if self._keys else []
+        replies = self.store.execute_many([self._xreadgroup(key, ids) for key in self._keys]) if self._keys else []
         out: list[tuple[_Shard, str, Any]] = []
         for reply in replies:
-            if not isinstance(reply, list):
-                continue
-            for stream in reply:
-                assert isinstance(stream, list)
-                shard = self._shards[as_text(stream[0])]
-                entries = stream[1]
-                if not isinstance(entries, list):
-                    continue
-                for entry in entries:
-                    assert isinstance(entry, list)
-                    out.append((shard, as_text(entry[0]), entry[1]))
+            self._entries_of(reply, out)
         return out
+
+    def _entries_of(self, reply: Any, out: list[tuple[_Shard, str, Any]]) -> list[Any]:
+        """The entries of one XREADGROUP reply, appended to ``out``; returns them."""
+        got: list[Any] = []
+        if not isinstance(reply, list):
+            return got
+        for stream in reply:
+            assert isinstance(stream, list)
+            shard = self._shards[as_text(stream[0])]
+            entries = stream[1]
+            if not isinstance(entries, list):
+                continue
+            for entry in entries:
+                assert isinstance(entry, list)
+                out.append((shard, as_text(entry[0]), entry[1]))
+                got.append(entry)
+        return got
+
+    def _read_new(self) -> list[tuple[_Shard, str, Any]]:
+        """New entries of every log, each read in one transaction with the stream's and the
+        groups' counters, so that entries trimmed before this group read them are counted
+        exactly (see the module's doc)."""
+        if not self._keys:
+            return []
+        cmds: list[tuple[str | bytes | int | float, ...]] = []
+        for key in self._keys:
+            cmds += [("MULTI",), ("XINFO", "STREAM", key), ("XINFO", "GROUPS", key), self._xreadgroup(key, ">"), ("EXEC",)]
+        try:
+            replies = self.store.execute_many(cmds)
+        except ReplyError:
+            # A log that vanished (FLUSHALL, a deleted key) fails its transaction: read as
+            # before the transactions, without counting, and let the next round see.
+            return self._read_ids(">")
+        out: list[tuple[_Shard, str, Any]] = []
+        fixes: list[tuple[str | bytes | int | float, ...]] = []
+        for i, key in enumerate(self._keys):
+            result = replies[5 * i + 4]
+            if not isinstance(result, list) or len(result) != 3:
+                continue
+            info, groups, read = result
+            got = self._entries_of(read, out)
+            if got:
+                fix = self._count_unread_trim(key, info, groups, got)
+                if fix is not None:
+                    fixes.append(fix)
+        if fixes:
+            self.store.execute_many(fixes)
+        return out
+
+    def _count_unread_trim(self, key: str, info: Any, groups: Any, got: list[Any]) -> tuple[Any, ...] | None:
+        """Count the entries trimmed between the group's last-delivered id and the stream's
+        first entry before this read crossed them; return the XGROUP SETID that puts the
+        group's read counter back on the exact position of the last entry read (or None)."""
+        stream = _fields(info)
+        mine = next((g for g in (_fields(x) for x in groups or []) if as_text(g.get("name")) == self.group), None)
+        first = stream.get("first-entry")
+        if mine is None or not isinstance(first, list) or not first:
+            return None
+        last_delivered = StreamId.parse(as_text(mine["last-delivered-id"]))
+        first_id = StreamId.parse(as_text(first[0]))
+        if first_id <= last_delivered:
+            return None  # the log still holds entries up to the group's position: no gap
+        read = mine.get("entries-read")
+        if read is None and last_delivered == StreamId(0, 0):
+            read = 0  # a group that never read (created without ENTRIESREAD by an earlier build)
+        deleted = StreamId.parse(as_text(stream.get("max-deleted-entry-id") or "0-0"))
+        why = None
+        if "entries-added" not in stream:
+            why = "the server has no entries-added counter (Redis before 7.0)"
+        elif read is None:
+            why = "the group's read position is unknown"
+        elif deleted >= first_id:
+            why = "an entry was XDELed"
+        if why is not None:
+            if key not in self._untracked:
+                self._untracked.add(key)
+                log.warning(
+                    "%s: cannot count entries trimmed before the flusher read them (%s); reconcile shows any drift",
+                    key,
+                    why,
+                )
+            return None
+        assert read is not None
+        added = int(stream["entries-added"])
+        length = int(stream["length"])
+        lost = added - length - int(read)
+        if lost <= 0:
+            return None
+        self.stats.trimmed += lost
+        note_trimmed(lost)
+        log.warning(
+            "%d entries of %s were trimmed from the log (MAXLEN guard, log_maxlen) before they were flushed: "
+            "lost to the snapshot; reconcile reports the drift",
+            lost,
+            key,
+        )
+        return ("XGROUP", "SETID", key, self.group, as_text(got[-1][0]), "ENTRIESREAD", added - length + len(got))
+
+    def _trim(self, keys: list[str]) -> None:
+        """Trim each of ``keys`` up to the oldest entry some consumer group of it still needs
+        (see the module's doc): entries every group acknowledged go, nothing else."""
+        if not keys:
+            return
+        infos = self.store.execute_many([("XINFO", "GROUPS", key) for key in keys])
+        pending: list[tuple[int, StreamId, tuple[str | bytes | int | float, ...]]] = []
+        points: list[StreamId | None] = []
+        for i, (key, reply) in enumerate(zip(keys, infos)):
+            if not isinstance(reply, list) or not reply:
+                points.append(None)
+                continue
+            point: StreamId | None = None
+            for g in (_fields(x) for x in reply):
+                after = _next_id(StreamId.parse(as_text(g["last-delivered-id"])))
+                point = after if point is None else min(point, after)
+                if int(g["pending"]) > 0:
+                    pending.append((i, after, ("XPENDING", key, g["name"])))
+            points.append(point)
+        if pending:
+            for (i, after, _), summary in zip(pending, self.store.execute_many([p[2] for p in pending])):
+                if isinstance(summary, list) and summary and summary[1] is not None:
+                    oldest = StreamId.parse(as_text(summary[1]))
+                    point = points[i]
+                    points[i] = oldest if point is None else min(point, oldest)
+                elif not isinstance(summary, list):
+                    points[i] = None  # unreadable: trim nothing this round
+        if self.retain > 0:
+            keep = StreamId(max(0, int((time.time() - self.retain) * 1000)), 0)
+            points = [None if p is None else min(p, keep) for p in points]
+        # LIMIT: Redis's default for '~' (10,000 entries a call) could fall behind a batch above
+        # that; twice the batch keeps up and still bounds one call's work.
+        limit = max(10_000, 2 * self.batch)
+        cmds: list[tuple[str | bytes | int | float, ...]] = [
+            ("XTRIM", key, "MINID", "~", str(p), "LIMIT", limit)
+            for key, p in zip(keys, points)
+            if p is not None and p > StreamId(0, 1)
+        ]
+        if cmds:
+            self.store.execute_many(cmds)
 
     def _claim(self) -> list[tuple[_Shard, str, Any]]:
         """Entries pending with other consumers for ``claim_after`` seconds or more."""
@@ -256,9 +430,10 @@ class Flusher:
                     out.append((shard, as_text(entry[0]), entry[1]))
                 deleted = reply[2] if len(reply) > 2 else []
                 if isinstance(deleted, list) and deleted:
-                    # Trimmed from the stream (MAXLEN) before anyone applied them: lost to the
-                    # snapshot; reconciliation finds the drift.
+                    # Trimmed from the stream (the MAXLEN guard) before anyone applied them:
+                    # lost to the snapshot; reconciliation finds the drift.
                     self.stats.trimmed += len(deleted)
+                    note_trimmed(len(deleted))
                     log.warning("%d pending entries of %s were trimmed before they were flushed", len(deleted), key)
                 if nxt == "0-0" or len(out) >= self.batch * 10:
                     break
@@ -277,8 +452,10 @@ class Flusher:
 
     def _parse(self, shard: _Shard, sid_text: str, fields: Any) -> _Delta | None:
         if fields is None:
-            # A pending entry the stream no longer has (trimmed by MAXLEN before it was applied).
+            # A pending entry the stream no longer has (trimmed by the MAXLEN guard before it
+            # was applied).
             self.stats.trimmed += 1
+            note_trimmed(1)
             log.warning("pending entry %s of %s was trimmed before it was flushed", sid_text, shard.key)
             return None
         # The layout sharded_incr.lua writes (`delta <n> request_id <id>`), checked field by
@@ -514,6 +691,7 @@ class Flusher:
         for shard, sid, _ in entries:
             acks.setdefault(shard.key, []).append(sid)
         self._ack(acks)
+        self._trim(list(acks))
         self.stats.batches += 1
         self._report(len(entries))
         return len(entries)
@@ -622,6 +800,18 @@ class Flusher:
 
     def __repr__(self) -> str:
         return f"Flusher(counters={sorted(self._counters)!r}, sql={self.snapshots.url!r}, group={self.group!r})"
+
+
+def _fields(reply: Any) -> dict[str, Any]:
+    """An XINFO reply (a flat name/value list) as a dict."""
+    if not isinstance(reply, list):
+        return {}
+    return {as_text(reply[i]): reply[i + 1] for i in range(0, len(reply) - 1, 2)}
+
+
+def _next_id(sid: StreamId) -> StreamId:
+    """The smallest stream id after ``sid`` (XTRIM MINID has no exclusive form)."""
+    return StreamId(sid.ms, sid.seq + 1) if sid.seq < 2**64 - 1 else StreamId(sid.ms + 1, 0)
 
 
 def counters_from_names(names: Sequence[str]) -> list[str]:

@@ -105,6 +105,8 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--consumer", default=None, help="this flusher's consumer name (default host-pid-random)")
     f.add_argument("--batch", type=int, default=1000, help="entries per stream and round (default 1000)")
     f.add_argument("--claim-after", type=float, default=30.0, help="claim entries pending this long elsewhere (s)")
+    f.add_argument("--retain", type=float, default=0.0,
+                   help="keep applied entries in the logs this long (s) for windowed reads (default 0)")
     f.add_argument("--once", action="store_true", help="drain what is logged now, then exit")
     f.add_argument("--quiet", action="store_true", help="no progress output")
 
@@ -339,6 +341,7 @@ def _flush(args: argparse.Namespace, store: Store, flusher_class: type[Flusher])
         batch=args.batch,
         claim_after=args.claim_after,
         progress=not args.quiet,
+        retain=args.retain,
     ) as flusher:
         if not args.quiet:
             print(f"flush: started as {flusher.consumer}", file=sys.stderr, flush=True)

@@ -9,14 +9,18 @@
 //            WITHSCORES), ZRANGEBYSCORE (WITHSCORES, LIMIT), ZREMRANGEBYSCORE
 //   hashes   HSET, HGET, HMGET, HGETALL, HDEL, HLEN, HEXISTS, HINCRBY
 //   streams  XADD (NOMKSTREAM, MAXLEN [=|~] n [LIMIT c]; ids *, ms, ms-seq, ms-*), XLEN,
-//            XRANGE, XREVRANGE (COUNT; '-', '+', '(' exclusive ends). MAXLEN ~ trims
-//            exactly to n here: Redis keeps at least n (it trims whole nodes only).
-//            Consumer groups: XGROUP CREATE (id or $, MKSTREAM, ENTRIESREAD accepted and
-//            ignored) / DESTROY, XREADGROUP (COUNT, NOACK, '>' or a history id; BLOCK is
+//            XRANGE, XREVRANGE (COUNT; '-', '+', '(' exclusive ends), XDEL, XTRIM (MAXLEN or
+//            MINID, [=|~], LIMIT), XINFO STREAM (summary form) and XINFO GROUPS (with
+//            entries-read and lag as Redis 7 computes them). MAXLEN ~ and MINID ~ trim
+//            exactly here: Redis keeps at least as much (it trims whole nodes only).
+//            Consumer groups: XGROUP CREATE (id or $, MKSTREAM, ENTRIESREAD) / SETID (id or
+//            $, ENTRIESREAD) / DESTROY, XREADGROUP (COUNT, NOACK, '>' or a history id; BLOCK is
 //            accepted and never waits: an empty read answers nil at once, as a BLOCK that
 //            timed out does), XACK, XPENDING (summary and extended forms), XAUTOCLAIM
 //            (COUNT, JUSTID), with Redis 7's reply shapes.
-//   server   PING, TIME, WAIT (always 0: there are no replicas)
+//   server   PING, TIME, WAIT (always 0: there are no replicas); MULTI ... EXEC within
+//            one batch (a batch runs under the store's lock, so it is atomic anyway:
+//            commands answer QUEUED and EXEC answers their replies; DISCARD drops them)
 // A command on a key of the wrong type fails with Redis's WRONGTYPE error, and a sorted
 // set or hash that loses its last member is deleted with its TTL. Scripts run through
 // their native twins (see `Keyspace`, and `Script::typed` for calls that carry typed
@@ -139,11 +143,17 @@ class MemoryStore final : public Store {
     };
     struct Group {
       StreamId last_delivered;
+      // Redis 7's logical read counter: how many entries the stream had added up to and
+      // including last_delivered; -1 when unknown (a group created without ENTRIESREAD
+      // before its first read).
+      std::int64_t entries_read = -1;
       std::map<StreamId, Pending> pel;
       std::map<std::string, std::int64_t> consumers;  // name -> last seen (ms)
     };
     std::deque<Item> items;
     StreamId last;
+    std::uint64_t added = 0;  // entries ever added (XINFO STREAM entries-added)
+    StreamId max_deleted;     // the largest id XDEL removed (trimming does not count)
     std::map<std::string, Group> groups;
   };
   struct Entry {

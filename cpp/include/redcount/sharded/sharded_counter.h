@@ -105,7 +105,9 @@ struct ShardedOptions {
   // shard. Random: every write to a random shard; request ids are then refused (a retry
   // could land on another shard, which has not seen the id).
   Route route = Route::RequestId;
-  std::int64_t log_maxlen = 1000;               // entries kept per shard's delta log (~); >= 1
+  // The delta log's memory guard (XADD MAXLEN ~): entries kept per shard when no flusher trims
+  // it (a flusher trims its applied entries itself); far above a flusher's working set. >= 1
+  std::int64_t log_maxlen = 1'000'000;
   // Queue: a write with a request id that fails transiently (or ambiguously: sent, no
   // reply) goes to a bounded retry queue and is applied exactly once later; a write
   // without one raises as with Raise, since retrying it could count it twice.
