@@ -42,6 +42,8 @@ settings=(-Cbuild-dir="${BUILD_DIR:-$work/{wheel_tag\}}")
 CCACHE=${CCACHE-$(command -v ccache || true)}
 if [ -n "$CCACHE" ]; then
   settings+=(-Ccmake.define.CMAKE_CXX_COMPILER_LAUNCHER="$CCACHE")
+  # Paths relative to the checkout, so another clone of the same sources hits the cache.
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
 fi
 # shellcheck disable=SC2206  # word-split on purpose: several settings
 settings+=(${BUILD_SETTINGS:-})

@@ -60,15 +60,12 @@ class Dist:
 @pytest.fixture(scope="session")
 def dist(tmp_path_factory: pytest.TempPathFactory) -> Dist:
     """packaging/build.sh's repaired wheel and sdist, built once per session into a temporary
-    folder (its build directory and ccache keep a rebuild short)."""
+    folder. Its build directory (build/packaging/) is its own, not the test command's
+    `pip install .` one (an isolated build and this one would rebuild each other's objects);
+    it and ccache, when installed, keep a rebuild short."""
     out = tmp_path_factory.mktemp("dist")
     env = {**os.environ, "DIST": str(out), "PYTHON": sys.executable}
     env.pop("PYTHONPATH", None)
-    tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
-    if list(ROOT.glob(f"build/{tag}-{tag}-linux_*/CMakeCache.txt")):
-        # tests/run_all.sh has just built the core there (`pip install .`, warnings as errors):
-        # the same build directory and flags, without the test hooks, recompile the bindings only.
-        env.update(BUILD_DIR="build/{wheel_tag}", CCACHE="", BUILD_SETTINGS="-Ccmake.define.REDCOUNT_WERROR=ON")
     started = time.monotonic()
     done = subprocess.run(["bash", str(BUILD_SH)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600)
     assert done.returncode == 0, f"packaging/build.sh failed:\n{done.stdout[-6000:]}\n{done.stderr[-6000:]}"
