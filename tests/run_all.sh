@@ -12,7 +12,8 @@
 # 4. mypy --strict on the package and stubtest of the _core stub against the binary.
 # 5. The documentation site: mkdocs build --strict (broken links, anchors, API pages).
 # 6. pytest against real redis-server processes the fixtures start (the documentation's
-#    examples included), and the notebooks.
+#    examples included), and the notebooks; once, packaging/build.sh's wheel in a bubblewrap
+#    sandbox without the system's hiredis and OpenSSL.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,7 +24,7 @@ $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
   g++ make cmake ninja-build pkg-config libhiredis-dev libssl-dev openssl redis-server redis-tools \
   libgtest-dev libbenchmark-dev python3-venv python3-dev wrk \
-  postgresql mariadb-server curl >/dev/null
+  postgresql mariadb-server curl bubblewrap >/dev/null
 
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then "$PY" -m venv .venv; fi

@@ -24,9 +24,6 @@ behind :data:`metrics` in :mod:`redcount.telemetry`.
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
-from importlib.metadata import version as _distribution_version
-
 from ._core import RateLimit
 from .counters import FixedWindowCounter, RetryStats
 from .errors import (
@@ -56,12 +53,9 @@ from .sql import Flusher, FlusherStats, Lag, Report, RestoreReport, SnapshotStor
 from .store import ManualClock, ResilientStore, Store, connect
 from .telemetry import MetricsSnapshot, RedcountCollector, metrics
 
-# The version is pyproject.toml's, read from the installed distribution's metadata, so there
-# is one place to change it.
-try:
-    __version__: str = _distribution_version("redcount")
-except _PackageNotFoundError:  # a source tree on sys.path, never installed
-    __version__ = "0+unknown"
+# One place: _version.py, which pyproject.toml and CMake read too. Not read back from the
+# installed metadata: importing importlib.metadata costs more than the rest of the package.
+from ._version import __version__
 
 __all__ = [
     "AuthenticationError",

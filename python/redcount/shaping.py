@@ -36,7 +36,6 @@ after a crash. Nothing is ever admitted twice and no limit is ever exceeded.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import math
@@ -45,10 +44,13 @@ import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from ._core import Decision, InvalidInputError, LimitSet
 from .errors import WaitTimeout
+
+if TYPE_CHECKING:
+    import asyncio
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -269,6 +271,9 @@ async def wait_async(
 ) -> Decision:
     """The body of :meth:`redcount.aio.Limiter.wait`; ``hit`` is the limiter's public
     ``hit`` coroutine function (so whatever it does, a failure policy included, applies)."""
+    import asyncio  # here, not at the top: a running loop has imported it already, and
+    # `import redcount` stays without asyncio's cost for programs that never use it
+
     qname0, amount = check_wait_args(limit, key, cost, strategy, max_wait)
     loop = asyncio.get_running_loop()
     qname = (loop, *qname0)

@@ -5,16 +5,19 @@ from __future__ import annotations
 import logging
 import math
 import os
-import ssl
+import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import Union
+from typing import TYPE_CHECKING, Union
 
 from . import _core
 from ._core import ManualClock, ResilientStore, Store
 from .hot_keys import HotKeys
 from .telemetry import attach_hot_keys
+
+if TYPE_CHECKING:
+    import ssl
 
 __all__ = ["ManualClock", "ResilientStore", "Store", "connect"]
 
@@ -33,8 +36,17 @@ def _store_repr(store: Store) -> str:
 
 setattr(Store, "__repr__", _store_repr)  # noqa: B010 - a method of the extension's class
 
-# redis-py passes ssl_cert_reqs as ssl.VerifyMode too; we accept both spellings.
-_CERT_REQS = {ssl.CERT_REQUIRED: "required", ssl.CERT_OPTIONAL: "optional", ssl.CERT_NONE: "none"}
+
+def _verify_mode_name(value: object) -> str | None:
+    """``"required"``, ``"optional"`` or ``"none"`` for an ``ssl.VerifyMode`` (redis-py passes
+    ssl_cert_reqs as one too; we accept both spellings), else None. TLS is the core's own, on
+    the OpenSSL the extension links: Python's ``ssl`` module is never imported here (a caller
+    holding a VerifyMode has imported it), so redcount works where ``import ssl`` cannot."""
+    ssl_module = sys.modules.get("ssl")
+    if ssl_module is None or not isinstance(value, ssl_module.VerifyMode):
+        return None
+    names = {ssl_module.CERT_REQUIRED: "required", ssl_module.CERT_OPTIONAL: "optional", ssl_module.CERT_NONE: "none"}
+    return names[value]
 
 
 def _tls_path(name: str, value: _PathArg) -> str | None:
@@ -177,13 +189,11 @@ def connect(
         max_connections = max(connections, 1)
     if not isinstance(max_connections, int) or isinstance(max_connections, bool):
         raise TypeError(f"max_connections must be an int or None, got {type(max_connections).__name__}")
-    cert_reqs: str | None
-    if isinstance(ssl_cert_reqs, ssl.VerifyMode):
-        cert_reqs = _CERT_REQS[ssl_cert_reqs]
-    elif ssl_cert_reqs is None or isinstance(ssl_cert_reqs, str):
+    cert_reqs = _verify_mode_name(ssl_cert_reqs)
+    if cert_reqs is None and ssl_cert_reqs is not None:
+        if not isinstance(ssl_cert_reqs, str):
+            raise TypeError(f"ssl_cert_reqs must be a str or ssl.VerifyMode, got {type(ssl_cert_reqs).__name__}")
         cert_reqs = ssl_cert_reqs
-    else:
-        raise TypeError(f"ssl_cert_reqs must be a str or ssl.VerifyMode, got {type(ssl_cert_reqs).__name__}")
     if ssl_check_hostname is not None and not isinstance(ssl_check_hostname, bool):
         raise TypeError(f"ssl_check_hostname must be a bool, got {type(ssl_check_hostname).__name__}")
     if ssl_server_name is not None and not isinstance(ssl_server_name, str):

@@ -1,5 +1,6 @@
 """``redcount --version``: the installed distribution's version, the same as
-``redcount.__version__`` (one source: pyproject.toml, through the package metadata)."""
+``redcount.__version__`` (one source: python/redcount/_version.py, which pyproject.toml reads
+for the distribution's metadata)."""
 
 from __future__ import annotations
 
