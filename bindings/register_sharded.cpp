@@ -376,7 +376,8 @@ void register_sharded(py::module_& m) {
       .def_readonly("soft_exceeded", &QuotaResult::soft_exceeded, "The value is below the soft threshold.")
       .def_readonly("replicas", &QuotaResult::replicas, "Replicas that acknowledged the write; -1 when not asked.")
       .def_readonly("durable_ok", &QuotaResult::durable_ok,
-                    "False when fewer than `durable` replicas acknowledged a write.")
+                    "False when fewer than `durable` replicas acknowledged a write within durable_timeout "
+                    "(the write is applied on the master all the same).")
       .def("__bool__", [](const QuotaResult& r) { return r.applied; })
       .def("__repr__", [](const QuotaResult& r) {
         return std::string("QuotaResult(applied=") + (r.applied ? "True" : "False") +

@@ -353,11 +353,13 @@ class Quota:
     ``soft``: a threshold that is reported (``result.soft_exceeded`` when the value is below
     it) and never refuses. ``durable=N``: every write is followed by ``WAIT N
     durable_timeout``, and ``result.replicas`` / ``result.durable_ok`` say whether N replicas
-    acknowledged it. That narrows, and does not close, the window in which a failover loses a
-    write (Redis replication stays asynchronous: WAIT reports, it does not roll back), and it
-    holds the connection it runs on until the replicas answer or the timeout passes. On
-    ``memory://`` there are no replicas: ``replicas`` is 0 and ``durable_ok`` False for
-    every write.
+    acknowledged it within ``durable_timeout``; fewer is a result (``durable_ok=False``, the
+    write applied on the master), not an exception. That narrows, and does not close, the
+    window in which a failover loses a write (Redis replication stays asynchronous: WAIT
+    reports, it does not roll back). The write and its WAIT go on connections kept for them,
+    never on the ones the store's other callers share, and the call's deadline is
+    ``command_timeout + durable_timeout``. On ``memory://`` there are no replicas:
+    ``replicas`` is 0, and ``durable_ok`` False for every call that changed the value.
 
     Thread-safe.
     """

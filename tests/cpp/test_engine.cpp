@@ -1,13 +1,15 @@
 // The I/O engine under RedisStore, against a real redis-server (REDCOUNT_TEST_REDIS_URL;
 // skipped otherwise): synchronous calls and submit() callbacks from many threads with exact
 // totals, callbacks that submit again from the engine's thread, a cancelled batch that is
-// never written, refused connection-state commands, close() from many threads, and requests
-// larger than the socket buffer on the synchronous fast path.
+// never written, refused connection-state commands, close() from many threads, requests
+// larger than the socket buffer on the synchronous fast path, and a blocking WAIT kept off
+// the shared connection.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <memory>
@@ -18,7 +20,10 @@
 
 #include "redcount/common/errors.h"
 #include "redcount/common/options.h"
+#include "redcount/redis/pipeline.h"
 #include "redcount/redis/resolver.h"
+#include "redcount/sharded/quota.h"
+#include "redcount/store/scripts.h"
 #include "redcount/redis/transport.h"
 #include "redcount/redis/redis_store.h"
 #include "test_support.h"
@@ -68,6 +73,109 @@ struct Latch {
     return cv.wait_for(lock, s, [this] { return left == 0; });
   }
 };
+
+std::int64_t blocked_clients(Store& store) {
+  const std::string info = *rctest::run(store, {"INFO", "clients"}).as_string();
+  const auto at = info.find("blocked_clients:");
+  return at == std::string::npos ? -1 : std::stoll(info.substr(at + 16));
+}
+
+TEST_F(EngineTest, ADurableWaitNeverHoldsTheSharedConnection) {
+  // One shared connection and no thread connections: before, the WAIT sat on it and every
+  // other call waited behind it, past its command timeout.
+  StoreOptions o = options_;
+  o.command_timeout = std::chrono::milliseconds(400);
+  o.connections = 1;
+  o.max_connections = 1;
+  auto store = std::make_shared<RedisStore>(o);
+  QuotaOptions q;
+  q.prefix = prefix_.substr(0, prefix_.size() - 1);  // keys under prefix_, deleted by TearDown
+  q.name = "durable";
+  q.durable = 1;  // the test server has no replica: every WAIT runs its whole timeout
+  q.durable_timeout = std::chrono::milliseconds(1000);  // above command_timeout
+  Quota quota(store, q);
+  ASSERT_EQ(rctest::run(*store, {"PING"}).str, "PONG");
+
+  std::atomic<bool> finished{false};
+  QuotaResult result;
+  std::exception_ptr error;
+  std::chrono::steady_clock::duration took{};
+  std::thread durable([&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      result = quota.give(5, "g-1");
+    } catch (...) {
+      error = std::current_exception();
+    }
+    took = std::chrono::steady_clock::now() - t0;
+    finished = true;
+  });
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (blocked_clients(*admin_) < 1 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_GE(blocked_clients(*admin_), 1) << "the durable call's WAIT never blocked";
+  // Synchronous calls and submitted batches on the same store, answered while it blocks.
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_NO_THROW(rctest::run(*store, {"INCRBY", prefix_ + "other", "1"}));
+  }
+  Latch latch(10);
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 10; ++i) {
+    store->submit({Command{{"INCRBY", prefix_ + "other", "1"}}}, [&](std::vector<Reply>&& r, std::exception_ptr e) {
+      if (!e && r.size() == 1 && !r[0].is_error()) ++ok;
+      latch.count_down();
+    });
+  }
+  EXPECT_TRUE(latch.wait_for(std::chrono::seconds(5)));
+  EXPECT_EQ(ok.load(), 10);
+  EXPECT_FALSE(finished.load()) << "the WAIT ended before the other calls did: nothing was shown";
+  durable.join();
+  ASSERT_FALSE(error) << "too few replicas is a result, not an error";
+  EXPECT_TRUE(result.applied);
+  EXPECT_EQ(result.value, 5);
+  EXPECT_EQ(result.replicas, 0);
+  EXPECT_FALSE(result.durable_ok);
+  EXPECT_GE(took, std::chrono::milliseconds(950));
+  EXPECT_EQ(get(prefix_ + "other"), 20);
+  EXPECT_EQ(quota.value(), 5);
+  store->close();
+}
+
+TEST(PipelineRounds, AWaitAfterAResentWriteGoesAgainAfterIt) {
+  // WAIT counts the replicas that have its connection's last write: when the write before
+  // it is sent again (NOSCRIPT, or a "did not run" rejection), its first answer is stale.
+  auto batch = [] {
+    std::vector<Request> b;
+    b.emplace_back(ScriptCall{&kQuotaScript, {"q"}, {"give", "1", "0", "10", "1000"}});
+    Command wait{{"WAIT", "1", "100"}};
+    wait.blocks_for = std::chrono::milliseconds(100);
+    b.emplace_back(std::move(wait));
+    return b;
+  };
+  const auto now = redis::SteadyClock::now();
+  auto job = redis::make_job(batch(), nullptr, nullptr, now + std::chrono::seconds(5));
+  job->replies[0] = Reply::of_error("NOSCRIPT No matching script.");
+  job->replies[1] = Reply::of_integer(1);
+  EXPECT_EQ(redis::after_round(*job, now, std::chrono::milliseconds(5), std::chrono::milliseconds(200)),
+            redis::Next::Again);
+  EXPECT_EQ(job->todo, (std::vector<std::uint32_t>{0, 1}));
+  ASSERT_EQ(job->loads.size(), 1u);
+
+  job = redis::make_job(batch(), nullptr, nullptr, now + std::chrono::seconds(5));
+  job->replies[0] = Reply::of_error("READONLY You can't write against a read only replica.");
+  job->replies[1] = Reply::of_integer(0);
+  EXPECT_EQ(redis::after_round(*job, now, std::chrono::milliseconds(5), std::chrono::milliseconds(200)),
+            redis::Next::Later);
+  EXPECT_EQ(job->todo, (std::vector<std::uint32_t>{0, 1}));
+
+  // A write that ran: the WAIT's answer stands.
+  job = redis::make_job(batch(), nullptr, nullptr, now + std::chrono::seconds(5));
+  job->replies[0] = Reply::of_array({Reply::of_integer(1), Reply::of_integer(1), Reply::of_integer(0)});
+  job->replies[1] = Reply::of_integer(0);
+  EXPECT_EQ(redis::after_round(*job, now, std::chrono::milliseconds(5), std::chrono::milliseconds(200)),
+            redis::Next::Complete);
+}
 
 TEST_F(EngineTest, SyncAndSubmitFromManyThreadsExactTotals) {
   for (int connections : {1, 2}) {

@@ -557,7 +557,10 @@ void Cluster::submit(std::vector<Request> batch, BatchDone done, CancelFlag canc
     return;
   }
   if (batch.empty()) return done({}, nullptr);
-  b->deadline = options_.command_timeout.count() > 0 ? SteadyClock::now() + options_.command_timeout : kNever;
+  // A blocking command (Quota's WAIT) may hold its node's reply that much longer.
+  b->deadline = options_.command_timeout.count() > 0
+                    ? SteadyClock::now() + options_.command_timeout + blocking_time(batch)
+                    : kNever;
   b->replies.resize(batch.size());
   b->have.assign(batch.size(), 0);
   b->state.assign(b->units.size(), Batch::State::Pending);
@@ -573,8 +576,9 @@ void Cluster::submit(std::vector<Request> batch, BatchDone done, CancelFlag canc
 std::vector<Reply> Cluster::execute(const std::vector<Request>& batch) {
   if (batch.empty()) return {};
   std::vector<Unit> units = route_units(batch);
-  const TimePoint deadline =
-      options_.command_timeout.count() > 0 ? SteadyClock::now() + options_.command_timeout : kNever;
+  const TimePoint deadline = options_.command_timeout.count() > 0
+                                 ? SteadyClock::now() + options_.command_timeout + blocking_time(batch)
+                                 : kNever;
   std::shared_ptr<Node> one;
   {
     std::unique_lock<std::mutex> lock(mu_);

@@ -61,11 +61,12 @@ namespace {
 constexpr int kMaxThreadConnections = 256;
 }  // namespace
 
-Engine::Engine(const StoreOptions& options)
+Engine::Engine(const StoreOptions& options, bool for_blocking)
     : options_(options),
       where_(server_name(options)),
       watchdog_(watchdog_for(options)),
-      mux_(static_cast<std::size_t>(std::max(options.connections, 1))) {
+      mux_(static_cast<std::size_t>(std::max(options.connections, 1))),
+      for_blocking_(for_blocking) {
   if (options_.connections < 1 || options_.connections > 4) {
     throw InvalidArgument("connections must be 1 to 4 (sockets multiplexed per server), got " +
                           std::to_string(options_.connections));
@@ -101,10 +102,52 @@ bool Engine::closed() const {
 }
 
 int Engine::open_connections() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::shared_ptr<Engine> blocking;
   int n = 0;
-  for (const auto& s : slots_) n += s.ready ? 1 : 0;
-  return n;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& s : slots_) n += s.ready ? 1 : 0;
+    blocking = blocking_;
+  }
+  return n + (blocking ? blocking->open_connections() : 0);
+}
+
+void Engine::stop_retries() noexcept {
+  no_retries_.store(true, std::memory_order_relaxed);
+  std::shared_ptr<Engine> blocking;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    blocking = blocking_;
+  }
+  if (blocking) blocking->stop_retries();
+}
+
+std::shared_ptr<Engine> Engine::blocking_engine() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_) {
+    throw StoreClosed("the store for " + where_ + " is closed; open a new one with redcount.connect() (nothing was sent)");
+  }
+  if (!blocking_) {
+    // Same server, handshake, TLS and credentials. Each WAIT holds a socket for up to its
+    // timeout, so this engine multiplexes over as many sockets as an engine may (4), and
+    // synchronous callers that find them busy open thread connections as usual.
+    StoreOptions o = options_;
+    o.connections = 4;
+    o.max_connections = std::max(options_.max_connections, o.connections);
+    blocking_ = std::make_shared<Engine>(o, true);
+    if (no_retries_.load(std::memory_order_relaxed)) blocking_->no_retries_.store(true, std::memory_order_relaxed);
+  }
+  return blocking_;
+}
+
+TimePoint Engine::deadline_for(std::chrono::milliseconds block) {
+  if (block.count() > 0) {
+    std::int64_t seen = block_slack_ms_.load(std::memory_order_relaxed);
+    while (seen < block.count() && !block_slack_ms_.compare_exchange_weak(seen, block.count())) {
+    }
+  }
+  if (options_.command_timeout.count() == 0) return kNever;
+  return SteadyClock::now() + options_.command_timeout + block;
 }
 
 void Engine::start_locked() {
@@ -165,8 +208,12 @@ void Engine::submit(std::vector<Request> batch, BatchDone done, CancelFlag cance
   std::shared_ptr<Job> job;
   try {
     if (cancelled && cancelled->load()) throw Cancelled("cancelled before it was sent");
-    const TimePoint deadline =
-        options_.command_timeout.count() > 0 ? SteadyClock::now() + options_.command_timeout : kNever;
+    const std::chrono::milliseconds block = blocking_time(batch);
+    if (block.count() > 0 && !for_blocking_) {
+      std::shared_ptr<Engine> blocking = blocking_engine();
+      return blocking->submit(std::move(batch), std::move(done), std::move(cancelled));
+    }
+    const TimePoint deadline = deadline_for(block);
     job = make_job(std::move(batch), std::move(done), std::move(cancelled), deadline);
   } catch (...) {
     if (done) done({}, std::current_exception());
@@ -184,6 +231,14 @@ void Engine::submit_routed(std::vector<Request> batch, BatchDone done, CancelFla
   std::shared_ptr<Job> job;
   try {
     if (cancelled && cancelled->load()) throw Cancelled("cancelled before it was sent");
+    // The router has added the batch's blocking time to `deadline`.
+    const std::chrono::milliseconds block = blocking_time(batch);
+    if (block.count() > 0 && !for_blocking_) {
+      std::shared_ptr<Engine> blocking = blocking_engine();
+      return blocking->submit_routed(std::move(batch), std::move(done), std::move(cancelled), deadline,
+                                     std::move(answered));
+    }
+    deadline_for(block);
     job = make_job(std::move(batch), std::move(done), std::move(cancelled), deadline);
   } catch (...) {
     if (done) done({}, std::current_exception());
@@ -305,12 +360,15 @@ void Engine::give_back(int i, bool to_reactor) {
 }
 
 std::vector<Reply> Engine::execute(const std::vector<Request>& batch) {
-  const TimePoint deadline =
-      options_.command_timeout.count() > 0 ? SteadyClock::now() + options_.command_timeout : kNever;
-  return execute_job(batch, deadline, false);
+  const std::chrono::milliseconds block = blocking_time(batch);
+  if (block.count() > 0 && !for_blocking_) return blocking_engine()->execute(batch);
+  return execute_job(batch, deadline_for(block), false);
 }
 
 std::vector<Reply> Engine::execute_routed(const std::vector<Request>& batch, TimePoint deadline) {
+  const std::chrono::milliseconds block = blocking_time(batch);
+  if (block.count() > 0 && !for_blocking_) return blocking_engine()->execute_routed(batch, deadline);
+  deadline_for(block);
   return execute_job(batch, deadline, true);
 }
 
@@ -420,6 +478,7 @@ bool Engine::run_borrowed(int i, const std::shared_ptr<Job>& job) {
 void Engine::close() {
   bool already = false;
   std::vector<std::shared_ptr<Job>> jobs;
+  std::shared_ptr<Engine> blocking;
   {
     std::unique_lock<std::mutex> lock(mu_);
     if (closed_) {
@@ -429,6 +488,7 @@ void Engine::close() {
       if (t_reactor != this) space_cv_.wait(lock, [this] { return close_done_; });
     } else {
       closed_ = true;
+      blocking = blocking_;
       for (auto& j : queue_) jobs.push_back(std::move(j));
       queue_.clear();
       queued_requests_ = 0;
@@ -439,6 +499,7 @@ void Engine::close() {
     }
   }
   if (already) return;
+  if (blocking) blocking->close();
   for (auto& j : jobs) {
     j->fail(std::make_exception_ptr(StoreClosed("the store for " + where_ + " was closed (nothing was sent)")));
     j->deliver();
@@ -658,7 +719,7 @@ bool Engine::step(bool tick) {
     } else {
       set_interest(static_cast<int>(i), c.wanted() | EPOLLRDHUP);
       arm(s.min_deadline);
-      if (c.ready() && watchdog_.count() > 0) arm(c.last_progress() + watchdog_);
+      if (c.ready() && watchdog_.count() > 0) arm(c.last_progress() + watchdog_limit());
       if (!c.ready()) arm(c.setup_deadline());
     }
   }
@@ -854,9 +915,10 @@ void Engine::expire(TimePoint now, const std::vector<char>& ours, std::vector<st
       }
       s.min_deadline = next;
     }
-    if (watchdog_.count() > 0 && !c.inflight().empty() && now - c.last_progress() >= watchdog_) {
+    if (watchdog_.count() > 0 && !c.inflight().empty() && now - c.last_progress() >= watchdog_limit()) {
       connection_lost(static_cast<int>(i),
-                      "no reply for " + ms_text(watchdog_) + " with requests pending; closed by the watchdog", requeue);
+                      "no reply for " + ms_text(watchdog_limit()) + " with requests pending; closed by the watchdog",
+                      requeue);
     }
   }
   // Retries whose backoff is over go first in line; past their deadline they complete

@@ -24,6 +24,11 @@ bool is_command(const Request& request, std::string_view name) {
 
 bool is_multi(const Request& request) { return is_command(request, "multi"); }
 
+bool is_blocking(const Request& request) {
+  const auto* cmd = std::get_if<Command>(&request);
+  return cmd != nullptr && cmd->blocks_for.count() > 0;
+}
+
 }  // namespace
 
 void Job::deliver() noexcept {
@@ -218,6 +223,16 @@ Next after_round(Job& job, TimePoint now, std::chrono::milliseconds backoff_min,
     job.succeed();
     return Next::Complete;
   }
+  // A blocking command after a request sent again goes again too, after it: a WAIT counts
+  // the replicas that have its connection's last write, and its first answer came before
+  // that write.
+  const std::uint32_t first_retry = *std::min_element(retry.begin(), retry.end());
+  for (std::uint32_t i : round) {
+    if (i > first_retry && is_blocking(job.requests[i]) && std::find(retry.begin(), retry.end(), i) == retry.end()) {
+      retry.push_back(i);
+    }
+  }
+  std::sort(retry.begin(), retry.end());
   std::vector<const Script*> loads;
   for (std::uint32_t i : retry) {
     if (!is_noscript(job.replies[i], job.requests[i])) continue;

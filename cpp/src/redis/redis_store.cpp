@@ -115,7 +115,7 @@ void check_batch(const std::vector<Request>& batch) {
     const auto* cmd = std::get_if<Command>(&r);
     if (cmd == nullptr) continue;
     if (cmd->args.empty()) throw InvalidArgument("empty command");
-    if (cheap_name(cmd->args[0]) || cmd->may_block) continue;
+    if (cheap_name(cmd->args[0]) || cmd->blocks_for.count() > 0) continue;
     const bool multi = is_multi(cmd->args[0]), exec = is_exec(cmd->args[0]);
     const std::string name = multi || exec ? std::string() : ascii_lower(cmd->args[0]);
     if (multi || name == "multi") {

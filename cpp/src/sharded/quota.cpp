@@ -41,6 +41,15 @@ Quota::Quota(std::shared_ptr<Store> store, QuotaOptions options) : store_(std::m
 
 std::string Quota::storage_key() const { return key_; }
 
+// WAIT after a write: marked blocking, so the store sends the write and this WAIT on a
+// connection of their own (WAIT counts the replicas that have the last write of the
+// connection it runs on) and gives the call durable_timeout on top of command_timeout.
+Command Quota::wait_command() const {
+  Command wait{{"WAIT", std::to_string(options_.durable), std::to_string(options_.durable_timeout.count())}};
+  wait.blocks_for = options_.durable_timeout;
+  return wait;
+}
+
 namespace {
 
 // Reads the reply of the write (script or SET) and of the WAIT after it, if any.
@@ -89,7 +98,7 @@ std::shared_ptr<Op<QuotaResult>> Quota::make_change(const char* op, std::int64_t
   std::vector<Request> batch;
   batch.emplace_back(std::move(call));
   if (options_.durable > 0) {
-    batch.emplace_back(Command{{"WAIT", std::to_string(options_.durable), std::to_string(options_.durable_timeout.count())}, true});
+    batch.push_back(wait_command());
   }
   return make_batch_op<QuotaResult>(std::move(batch), QuotaFinish{0, false, options_.soft, options_.durable});
 }
@@ -111,7 +120,7 @@ std::shared_ptr<Op<QuotaResult>> Quota::make_set(std::int64_t value) {
   std::vector<Request> batch;
   batch.emplace_back(Command{{"SET", key_, std::to_string(value)}});
   if (options_.durable > 0) {
-    batch.emplace_back(Command{{"WAIT", std::to_string(options_.durable), std::to_string(options_.durable_timeout.count())}, true});
+    batch.push_back(wait_command());
   }
   return make_batch_op<QuotaResult>(std::move(batch), QuotaFinish{value, true, options_.soft, options_.durable});
 }

@@ -444,7 +444,7 @@ def test_durable_quota_loses_nothing_it_called_durable(cluster: Cluster) -> None
                   f"promoted {ms(promoted)}; {n_durable} of {len(qw.acked)} acknowledged durable_ok=True, "
                   f"{lost_durable} of those lost, {len(lost_ids) - lost_durable} lost among durable_ok=False; "
                   f"once promoted (no replica) the counter on that master ran at {len(after) / span:.0f} writes/s "
-                  f"of {RATE:.0f} while the quota's WAITs held the node's connection")
+                  f"of {RATE:.0f} while the quota's WAITs waited for a replica (on connections of their own)")
     assert report.doubled == 0 and all(k.unaccounted == 0 for k in report.keys)
     assert lost_durable == 0
     assert n_durable > 0

@@ -52,6 +52,15 @@
 // - close(): queued requests fail with StoreClosed (not transient, nothing sent); requests in
 //   flight fail with StoreClosed, maybe_applied = true.
 //
+// Blocking commands (Command::blocks_for, Quota's WAIT) never go on these connections: a
+// server holds a blocked client's later replies, so every caller multiplexed behind a WAIT
+// would wait for it. A batch holding one goes, whole, to a second engine on the same server
+// (same handshake, TLS and authentication), created at the first such batch and used for
+// nothing else: the write before a WAIT is on the same connection, which is what WAIT
+// counts. Its deadline is command_timeout plus the batch's blocking time, and its watchdog
+// allows for that time. Blocking batches share that engine's sockets among themselves (up
+// to 4 multiplexed, and thread connections for synchronous callers up to max_connections).
+//
 // Thread-safe. `done` callbacks run on the reactor thread (or on the submitting thread when
 // the outcome is known at once); they must be quick and must not call execute() (submit()
 // is fine). Not fork-safe by itself: RedisStore abandons an engine inherited through fork().
@@ -81,7 +90,8 @@ class Engine : public std::enable_shared_from_this<Engine> {
   static constexpr std::size_t kMaxInFlight = 1u << 14;  // replies awaited per connection
 
   // Validates the options (connections 1..4, timeouts >= 0); starts nothing yet.
-  explicit Engine(const StoreOptions& options);
+  // `for_blocking`: the engine of another engine's blocking batches (see above).
+  explicit Engine(const StoreOptions& options, bool for_blocking = false);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -98,7 +108,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // From now on a "did not run" reply (READONLY, NOREPLICAS...) completes its request with
   // that reply instead of being retried here: for a server that is no longer the one to
   // use (a Sentinel master that was replaced), where the caller resends elsewhere. Any thread.
-  void stop_retries() noexcept { no_retries_.store(true, std::memory_order_relaxed); }
+  void stop_retries() noexcept;
   // Idempotent; from any thread, also from a done callback.
   void close();
   bool closed() const;
@@ -137,6 +147,15 @@ class Engine : public std::enable_shared_from_this<Engine> {
   enum class FailureKind { Connection, Timeout, Auth, Reply };
 
   std::vector<Reply> execute_job(const std::vector<Request>& batch, TimePoint deadline, bool routed);
+  // The engine for batches with a blocking command, created at the first (StoreClosed
+  // once this one is closed).
+  std::shared_ptr<Engine> blocking_engine();
+  // This engine's deadline for a batch that blocks the server for `block` at most.
+  TimePoint deadline_for(std::chrono::milliseconds block);
+  // The watchdog's limit: no reply for this long with requests pending closes a connection.
+  std::chrono::milliseconds watchdog_limit() const noexcept {
+    return watchdog_ + std::chrono::milliseconds(block_slack_ms_.load(std::memory_order_relaxed));
+  }
   void start_locked();
   void wake();
   void enqueue(std::shared_ptr<Job> job, bool may_wait);
@@ -164,7 +183,11 @@ class Engine : public std::enable_shared_from_this<Engine> {
   const std::string where_;
   const std::chrono::milliseconds watchdog_;
   const std::size_t mux_;
+  const bool for_blocking_;
   std::shared_ptr<TlsContext> tls_;
+  // The longest blocking time of a batch sent here so far (for_blocking_ only): the
+  // watchdog gives a connection that much longer to answer.
+  std::atomic<std::int64_t> block_slack_ms_{0};
 
   std::atomic<int> sync_callers_{0};  // threads in execute()
   std::atomic<bool> no_retries_{false};  // stop_retries()
@@ -175,6 +198,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::vector<Slot> slots_;
   std::deque<std::shared_ptr<Job>> queue_;
   std::size_t queued_requests_ = 0;
+  std::shared_ptr<Engine> blocking_;  // blocking_engine(), once asked for
   std::vector<std::shared_ptr<Job>> handoff_;  // from borrowers: retry later
   bool started_ = false;
   bool closed_ = false;

@@ -10,11 +10,15 @@
 //   if (r.applied) { /* the 25 units are ours; a retry with "order-77" will not take more */ }
 //
 // take/give are one Lua script (quota.lua, with a native twin on the memory store). With
-// `durable` = N > 0, each write is followed in the same pipeline by WAIT N timeout, and the
-// result says how many replicas acknowledged it. That narrows, and does not close, the
-// window in which a failover loses a write: Redis replication stays asynchronous, WAIT
-// only reports. It also holds the connection it runs on until the replicas answer or the
-// timeout passes, delaying other calls multiplexed on that connection.
+// `durable` = N > 0, each write is followed in the same batch by WAIT N timeout, and the
+// result says how many replicas acknowledged it (`replicas`, `durable_ok`); fewer than N
+// within the timeout is a result (durable_ok = false), not an error. That narrows, and does
+// not close, the window in which a failover loses a write: Redis replication stays
+// asynchronous, WAIT only reports. The Redis store sends the write and its WAIT together
+// on a connection kept for blocking commands (Command::blocks_for), never on the shared
+// connections other callers use, and the call's deadline is command_timeout +
+// durable_timeout. On the memory store there are no replicas: WAIT answers 0 at once, so
+// every write that changed something reports replicas = 0, durable_ok = false.
 //
 // Thread-safe.
 #pragma once
@@ -43,7 +47,7 @@ struct QuotaOptions {
   std::optional<std::int64_t> soft;                // report (never refuse) a value below this
   std::int64_t idempotency_ttl_ms = 86'400'000;
   std::int64_t durable = 0;                        // replicas to WAIT for after a write; 0 = none
-  std::chrono::milliseconds durable_timeout{500};  // WAIT's timeout; > 0
+  std::chrono::milliseconds durable_timeout{500};  // WAIT's timeout; > 0, added to the call's deadline
 };
 
 struct QuotaResult {
@@ -81,6 +85,7 @@ class Quota {
 
  private:
   std::shared_ptr<Op<QuotaResult>> make_change(const char* op, std::int64_t n, std::string_view request_id);
+  Command wait_command() const;
 
   std::shared_ptr<Store> store_;
   QuotaOptions options_;

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -66,9 +67,13 @@ struct Script {
 struct Command {
   std::vector<std::string> args;
   // Set only by redcount's own operations for a blocking command with a bounded timeout
-  // (Quota's WAIT): the Redis store then sends it on the shared connection, which waits that
-  // long at most, instead of refusing it as it refuses blocking commands from users.
-  bool may_block = false;
+  // (Quota's WAIT): how long the server may hold the reply at most; 0 = not blocking.
+  // The Redis store sends a batch holding one on a connection kept for blocking commands
+  // (never one of the shared, multiplexed connections, whose other callers would wait
+  // behind it), with the whole batch there so that a WAIT follows its own write, and gives
+  // the batch this much time on top of command_timeout. Users' blocking commands stay
+  // refused.
+  std::chrono::milliseconds blocks_for{0};
 };
 
 struct ScriptCall {
@@ -92,6 +97,15 @@ struct ScriptCall {
 const std::vector<const Script*>& all_scripts();
 
 using Request = std::variant<Command, ScriptCall>;
+
+// How long the blocking commands of a batch (Command::blocks_for) may hold its replies.
+inline std::chrono::milliseconds blocking_time(const std::vector<Request>& batch) noexcept {
+  std::chrono::milliseconds total{0};
+  for (const auto& r : batch) {
+    if (const auto* cmd = std::get_if<Command>(&r)) total += cmd->blocks_for;
+  }
+  return total;
+}
 
 // Operations a native script may perform on the memory store's keyspace, with the
 // semantics of the Redis command of the same name. Only valid inside a script call.
