@@ -198,7 +198,9 @@ def test_a_dead_replica_with_many_durable_callers(redis_factory: Factory) -> Non
     """Durable calls share the blocking connections among themselves: eight threads at once,
     each answered with durable_ok=False, none with an error, every write applied once."""
     master, replica = _master_with_replica(redis_factory)
-    store = redcount.connect(master.url, command_timeout=COMMAND_TIMEOUT, max_connections=16)
+    # A generous command_timeout: a caller queued behind others' WAITs spends its deadline
+    # there, and on 2 loaded cores eight threads can take a second to be scheduled.
+    store = redcount.connect(master.url, command_timeout=5.0, max_connections=16)
     try:
         q = redcount.Quota(store, "many", durable=1, durable_timeout=0.3)
         q.set(1000)
