@@ -10,6 +10,25 @@
 namespace redcount::redis {
 namespace {
 
+char lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+
+// A command name in lowercase (ASCII; std::tolower's answer in the "C" locale, without a
+// call per character: this runs for every request of a routed batch).
+std::string lowered(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = lower(c);
+  return out;
+}
+
+// `s` equals the lowercase `word`, ignoring ASCII case.
+bool named(std::string_view s, std::string_view word) {
+  if (s.size() != word.size()) return false;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (lower(s[i]) != word[i]) return false;
+  }
+  return true;
+}
+
 // Key positions in argv (argv[0] is the name): keys at first, first + step, ... up to
 // last (negative: counted from the end, -1 = the last argument).
 struct Spec {
@@ -132,9 +151,24 @@ KeyRole keys_of(const Request& request, std::vector<std::string_view>& keys) {
   const auto& args = std::get<Command>(request).args;
   if (args.empty()) throw InvalidArgument("empty command");
   const auto& t = table();
-  auto it = t.find(ascii_lower(args[0]));
-  if (it == t.end()) return KeyRole::Unknown;
-  const Spec& spec = it->second;
+  // What counters and limiters send in every call, found without hashing a lowered copy.
+  static const std::pair<std::string_view, const Spec*> common[] = {
+      {"incrby", &t.at("incrby")}, {"pexpireat", &t.at("pexpireat")}, {"evalsha", &t.at("evalsha")},
+      {"get", &t.at("get")},       {"multi", &t.at("multi")},         {"exec", &t.at("exec")},
+  };
+  const Spec* found = nullptr;
+  for (const auto& [name, s] : common) {
+    if (named(args[0], name)) {
+      found = s;
+      break;
+    }
+  }
+  if (found == nullptr) {
+    auto it = t.find(lowered(args[0]));
+    if (it == t.end()) return KeyRole::Unknown;
+    found = &it->second;
+  }
+  const Spec& spec = *found;
   if (spec.role != KeyRole::Keyed) return spec.role;
   const std::size_t before = keys.size();
   switch (spec.special) {
@@ -183,11 +217,22 @@ std::vector<Unit> route_units(const std::vector<Request>& batch) {
     bool transaction;
   };
   std::vector<Item> items;
+  items.reserve(batch.size());
   std::vector<std::string_view> keys;
   std::vector<std::string_view> block_keys;
   std::int32_t block_slot = kAnySlot;
   std::int64_t block_begin = -1;
   const auto n = static_cast<std::uint32_t>(batch.size());
+  // Neighbouring requests often name the same key (INCRBY k, PEXPIREAT k): its slot once.
+  std::string_view last_key;
+  std::int32_t last_slot = kAnySlot;
+  auto slot_of = [&](std::string_view k) {
+    if (last_slot == kAnySlot || k != last_key) {
+      last_key = k;
+      last_slot = static_cast<std::int32_t>(key_slot(k));
+    }
+    return last_slot;
+  };
   for (std::uint32_t i = 0; i < n; ++i) {
     keys.clear();
     const KeyRole role = keys_of(batch[i], keys);
@@ -205,9 +250,9 @@ std::vector<Unit> route_units(const std::vector<Request>& batch) {
     }
     std::int32_t slot = kAnySlot;
     if (role == KeyRole::Keyed) {
-      slot = static_cast<std::int32_t>(key_slot(keys[0]));
-      for (auto k : keys) {
-        if (static_cast<std::int32_t>(key_slot(k)) != slot) {
+      slot = slot_of(keys[0]);
+      for (std::size_t k = 1; k < keys.size(); ++k) {
+        if (static_cast<std::int32_t>(key_slot(keys[k])) != slot) {
           std::string what(std::holds_alternative<ScriptCall>(batch[i]) ? "a call to " : "the command ");
           what.append(describe(batch[i]));
           cross_slot(what, keys);
@@ -215,8 +260,8 @@ std::vector<Unit> route_units(const std::vector<Request>& batch) {
       }
     }
     const auto* cmd = std::get_if<Command>(&batch[i]);
-    const std::string name = cmd ? ascii_lower(cmd->args[0]) : std::string();
-    if (name == "multi") {
+    const std::string_view name = cmd ? std::string_view(cmd->args[0]) : std::string_view();
+    if (named(name, "multi")) {
       if (block_begin >= 0) throw InvalidArgument("MULTI inside MULTI: a transaction cannot be nested");
       block_begin = i;
       block_slot = kAnySlot;
@@ -232,7 +277,7 @@ std::vector<Unit> route_units(const std::vector<Request>& batch) {
           cross_slot("a transaction (MULTI ... EXEC)", block_keys);
         }
       }
-      if (name == "exec" || name == "discard") {
+      if (named(name, "exec") || named(name, "discard")) {
         const auto b = static_cast<std::uint32_t>(block_begin);
         items.push_back(Item{b, i + 1, b, block_slot == kAnySlot ? KeyRole::Free : KeyRole::Keyed, block_slot, true});
         block_begin = -1;
@@ -246,6 +291,7 @@ std::vector<Unit> route_units(const std::vector<Request>& batch) {
   }
 
   std::vector<Unit> units;
+  units.reserve(items.size());
   std::int64_t pending = -1;  // start of keyless requests waiting for the next keyed item
   for (const Item& it : items) {
     const bool keyed = it.role == KeyRole::Keyed;
