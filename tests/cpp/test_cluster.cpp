@@ -105,6 +105,17 @@ TEST(CommandKeys, KeylessCommandsAttachToNeighbours) {
   EXPECT_TRUE(units[2].transaction);
   EXPECT_EQ(units[2].slot, static_cast<std::int32_t>(key_slot("b")));
 
+  // Names in any case; the slot of a key repeated by the next request is the same slot.
+  auto mixed = route_units({cmd({"multi"}), cmd({"IncrBy", "k", "1"}), cmd({"pexpireat", "k", "9", "LT"}),
+                            cmd({"Exec"}), cmd({"get", "other"}), cmd({"EvalSha", "x", "1", "k"})});
+  ASSERT_EQ(mixed.size(), 3u);
+  EXPECT_TRUE(mixed[0].transaction);
+  EXPECT_EQ(mixed[0].end, 4u);
+  EXPECT_EQ(mixed[0].slot, static_cast<std::int32_t>(key_slot("k")));
+  EXPECT_EQ(mixed[1].slot, static_cast<std::int32_t>(key_slot("other")));
+  EXPECT_EQ(mixed[2].slot, static_cast<std::int32_t>(key_slot("k")));
+  EXPECT_THROW(route_units({cmd({"Multi"}), cmd({"INCR", "a"}), cmd({"INCR", "b"}), cmd({"exec"})}), InvalidArgument);
+
   auto keyless = route_units({cmd({"PING"}), cmd({"TIME"})});
   ASSERT_EQ(keyless.size(), 1u);
   EXPECT_EQ(keyless[0].slot, kAnySlot);
