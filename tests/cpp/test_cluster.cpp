@@ -106,6 +106,17 @@ TEST(CommandKeys, KeylessCommandsAttachToNeighbours) {
   EXPECT_TRUE(units[2].transaction);
   EXPECT_EQ(units[2].slot, static_cast<std::int32_t>(key_slot("b")));
 
+  // Names in any case; the slot of a key repeated by the next request is the same slot.
+  auto mixed = route_units({cmd({"multi"}), cmd({"IncrBy", "k", "1"}), cmd({"pexpireat", "k", "9", "LT"}),
+                            cmd({"Exec"}), cmd({"get", "other"}), cmd({"EvalSha", "x", "1", "k"})});
+  ASSERT_EQ(mixed.size(), 3u);
+  EXPECT_TRUE(mixed[0].transaction);
+  EXPECT_EQ(mixed[0].end, 4u);
+  EXPECT_EQ(mixed[0].slot, static_cast<std::int32_t>(key_slot("k")));
+  EXPECT_EQ(mixed[1].slot, static_cast<std::int32_t>(key_slot("other")));
+  EXPECT_EQ(mixed[2].slot, static_cast<std::int32_t>(key_slot("k")));
+  EXPECT_THROW(route_units({cmd({"Multi"}), cmd({"INCR", "a"}), cmd({"INCR", "b"}), cmd({"exec"})}), InvalidArgument);
+
   auto keyless = route_units({cmd({"PING"}), cmd({"TIME"})});
   ASSERT_EQ(keyless.size(), 1u);
   EXPECT_EQ(keyless[0].slot, kAnySlot);
@@ -182,6 +193,9 @@ TEST(Redirects, Parse) {
   EXPECT_EQ(ranges[0].master.host, "10.0.0.1");  // the master, never the replica
   EXPECT_EQ(ranges[1].master.host, "10.0.0.9");  // "" = the node asked
   EXPECT_EQ(ranges[1].last, 16383u);
+  ASSERT_EQ(ranges[0].replicas.size(), 1u);  // kept aside: asked for the table when the master fails
+  EXPECT_EQ(ranges[0].replicas[0].text(), "10.0.0.4:7003");
+  EXPECT_TRUE(ranges[1].replicas.empty());
   EXPECT_THROW(parse_cluster_slots(Reply::of_integer(1), "x"), ProtocolError);
 }
 
@@ -266,6 +280,13 @@ class ScriptedNode {
     for (int c : conns_) ::close(c);
   }
   int port() const { return port_; }
+  // CLUSTER SLOTS from now on: every slot on the node at `master_port`, with replicas at
+  // `replica_ports` (by default: this node owns every slot, without replicas).
+  void set_slots(int master_port, std::vector<int> replica_ports = {}) {
+    std::lock_guard<std::mutex> lock(mu_);
+    slots_master_ = master_port;
+    slots_replicas_ = std::move(replica_ports);
+  }
   std::string url() const { return "redis+cluster://127.0.0.1:" + std::to_string(port_); }
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
   // Commands received after the handshakes, each prefixed by its connection's number.
@@ -343,8 +364,20 @@ class ScriptedNode {
     }
     if (name == "CLUSTER") {
       const std::string host = "127.0.0.1";
-      return "*1\r\n*3\r\n:0\r\n:16383\r\n*3\r\n$" + std::to_string(host.size()) + "\r\n" + host + "\r\n:" +
-             std::to_string(port_) + "\r\n$2\r\nid\r\n";
+      int master = port_;
+      std::vector<int> replicas;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (slots_master_ != 0) master = slots_master_;
+        replicas = slots_replicas_;
+      }
+      auto node = [&](int port) {
+        return "*3\r\n$" + std::to_string(host.size()) + "\r\n" + host + "\r\n:" + std::to_string(port) +
+               "\r\n$2\r\nid\r\n";
+      };
+      std::string r = "*1\r\n*" + std::to_string(3 + replicas.size()) + "\r\n:0\r\n:16383\r\n" + node(master);
+      for (int p : replicas) r += node(p);
+      return r;
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -369,6 +402,8 @@ class ScriptedNode {
   std::vector<std::thread> threads_;
   std::vector<std::string> log_;
   int script_loads_ = 0;
+  int slots_master_ = 0;
+  std::vector<int> slots_replicas_;
 };
 
 std::shared_ptr<RedisStore> store_for(const ScriptedNode& node, int timeout_ms = 2000) {
@@ -479,6 +514,60 @@ TEST(ScriptedCluster, TryAgainBacksOffUntilServedOrTheDeadline) {
   ASSERT_TRUE(r.is_error());
   EXPECT_EQ(r.str.rfind("TRYAGAIN", 0), 0u);
   EXPECT_GE(node.count("GET"), 3);
+}
+
+TEST(ScriptedCluster, ABatchWaitingOutClusterDownIsSentOnceToTheNewOwner) {
+  // The owner answers CLUSTERDOWN (a failover under way) a few times, then its table names
+  // another node. The waiting call goes there (woken by the refresh that changed the
+  // table, or at the end of its backoff, whichever comes first), and only once.
+  ScriptedNode next([](const std::vector<std::string>& cmd, ScriptedNode::Conn&) {
+    return ScriptedNode::integer(cmd[0] == "INCR" ? 42 : 0);
+  });
+  std::atomic<int> refusals{0};
+  int next_port = next.port();
+  ScriptedNode* self = nullptr;
+  ScriptedNode old([&](const std::vector<std::string>& cmd, ScriptedNode::Conn&) {
+    if (cmd[0] != "INCR") return ScriptedNode::integer(0);
+    if (++refusals == 6) self->set_slots(next_port);  // backoffs of 5..160 ms so far
+    return ScriptedNode::error("CLUSTERDOWN The cluster is down");
+  });
+  self = &old;
+  auto store = store_for(old, 5000);
+  const Reply r = store->execute_one(Command{{"INCR", "k"}});
+  EXPECT_EQ(r.as_integer(), 42) << r.str;
+  EXPECT_EQ(next.count("INCR"), 1);  // one send to the new owner, whatever woke the call
+  EXPECT_GE(refusals.load(), 6);
+  EXPECT_EQ(store->execute_one(Command{{"INCR", "k"}}).as_integer(), 42);
+  EXPECT_EQ(next.count("INCR"), 2);
+}
+
+TEST(ScriptedCluster, AFailedMastersReplicaIsAskedForTheTable) {
+  // The master dies; its replica (listed by CLUSTER SLOTS) is promoted. Nothing else is
+  // left to ask: the router finds the new table on the replica and sends the call there.
+  auto replica = std::make_unique<ScriptedNode>([](const std::vector<std::string>& cmd, ScriptedNode::Conn&) {
+    return ScriptedNode::integer(cmd[0] == "INCR" ? 7 : 0);
+  });
+  auto master = std::make_unique<ScriptedNode>([](const std::vector<std::string>& cmd, ScriptedNode::Conn&) {
+    return ScriptedNode::integer(cmd[0] == "INCR" ? 1 : 0);
+  });
+  master->set_slots(master->port(), {replica->port()});
+  replica->set_slots(master->port(), {replica->port()});
+  auto store = store_for(*master, 5000);
+  EXPECT_EQ(store->execute_one(Command{{"INCR", "k"}}).as_integer(), 1);
+  replica->set_slots(replica->port());  // promoted
+  master.reset();                       // SIGKILL: connections reset, the port refuses
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  Reply r;
+  for (int attempt = 0; attempt < 2; ++attempt) {  // a write on the dying connection may be "maybe applied"
+    try {
+      r = store->execute_one(Command{{"INCR", "k"}});
+      break;
+    } catch (const ConnectionError& e) {
+      ASSERT_TRUE(e.maybe_applied()) << e.what();  // one never sent is resent by the router
+    }
+  }
+  EXPECT_EQ(r.as_integer(), 7) << r.str;
+  EXPECT_GE(replica->count("INCR"), 1);
 }
 
 // ----------------------------------------------------------------------------- real cluster

@@ -68,8 +68,17 @@ std::vector<SlotRange> parse_cluster_slots(const Reply& reply, const std::string
     std::string host = m.elements[0].str;  // String; empty or "?" = the node asked
     if (host.empty() || host == "?") host = asked;
     if (m.elements[1].type != Reply::Type::Integer) throw ProtocolError("CLUSTER SLOTS: port is not an integer");
-    out.push_back(SlotRange{static_cast<std::uint32_t>(first), static_cast<std::uint32_t>(last),
-                            NodeAddress{std::move(host), static_cast<int>(m.elements[1].integer)}});
+    SlotRange range{static_cast<std::uint32_t>(first), static_cast<std::uint32_t>(last),
+                    NodeAddress{std::move(host), static_cast<int>(m.elements[1].integer)}, {}};
+    for (std::size_t k = 3; k < e.elements.size(); ++k) {
+      const Reply& r = e.elements[k];
+      // A replica without a usable endpoint ("" or "?": unknown) is left out.
+      if (r.type != Reply::Type::Array || r.elements.size() < 2 || r.elements[1].type != Reply::Type::Integer) continue;
+      const std::string& rh = r.elements[0].str;
+      if (rh.empty() || rh == "?" || r.elements[1].integer < 1 || r.elements[1].integer > 65535) continue;
+      range.replicas.push_back(NodeAddress{rh, static_cast<int>(r.elements[1].integer)});
+    }
+    out.push_back(std::move(range));
   }
   return out;
 }
@@ -139,6 +148,8 @@ struct Cluster::Batch {
   std::vector<int> moved;        // per unit
   int children = 0;
   bool delay = false;            // a unit waits for a backoff before it is sent again
+  bool topology = false;         // ... for a reason a new table may end (node failure, CLUSTERDOWN, unserved)
+  std::uint64_t parked = 0;      // the ticket of the backoff it waits for (0: none)
   std::chrono::milliseconds backoff{0};
   std::exception_ptr fatal;      // ends the batch as it is (closed, cancelled, auth...)
   std::string not_sent;          // why units could not be sent (the last reason)
@@ -364,19 +375,69 @@ void Cluster::probe(const std::shared_ptr<Node>& node) {
 // ----------------------------------------------------------------------------- table
 
 void Cluster::install(const std::vector<SlotRange>& ranges) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   if (closed_) return;
   std::vector<std::shared_ptr<Node>> masters;
   std::vector<std::int32_t> slots(kClusterSlots, -1);
+  std::unordered_map<std::string, std::vector<NodeAddress>> replicas;
   for (const auto& r : ranges) {
     auto n = node_locked(r.master);
     auto it = std::find(masters.begin(), masters.end(), n);
     const auto idx = static_cast<std::int32_t>(it - masters.begin());
     if (it == masters.end()) masters.push_back(n);
     for (std::uint32_t s = r.first; s <= r.last; ++s) slots[s] = idx;
+    auto& known = replicas[r.master.text()];
+    for (const auto& a : r.replicas) {
+      if (std::find(known.begin(), known.end(), a) == known.end()) known.push_back(a);
+    }
+  }
+  replicas_ = std::move(replicas);
+  for (auto it = failed_.begin(); it != failed_.end();) {  // a failed node that left the table is no concern
+    it = replicas_.count(it->first) != 0 ? std::next(it) : failed_.erase(it);
+  }
+  bool changed = masters.size() != masters_.size();
+  for (std::size_t s = 0; s < kClusterSlots && !changed; ++s) {
+    const Node* was = slots_[s] < 0 ? nullptr : masters_[static_cast<std::size_t>(slots_[s])].get();
+    const Node* is = slots[s] < 0 ? nullptr : masters[static_cast<std::size_t>(slots[s])].get();
+    changed = was != is;
   }
   masters_ = std::move(masters);
   slots_ = std::move(slots);
+  if (!changed || parked_.empty()) return;
+  std::vector<std::weak_ptr<Batch>> parked;
+  parked.reserve(parked_.size());
+  for (const auto& [key, p] : parked_) parked.push_back(p.batch);
+  lock.unlock();
+  // On the timer thread, not on the node's I/O thread that delivered CLUSTER SLOTS.
+  schedule(SteadyClock::now(), [self = shared_from_this(), parked = std::move(parked)]() mutable {
+    self->wake_parked(std::move(parked));
+  });
+}
+
+bool Cluster::unpark(const std::shared_ptr<Batch>& batch, std::uint64_t ticket) {
+  std::lock_guard<std::mutex> block(batch->mu);
+  if (ticket == 0 || batch->parked != ticket) return false;  // woken earlier, or waiting for a later backoff
+  batch->parked = 0;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = parked_.find(batch.get()); it != parked_.end()) {
+    if (it->second.topology) --topology_parked_;
+    parked_.erase(it);
+  }
+  return true;
+}
+
+void Cluster::wake_parked(std::vector<std::weak_ptr<Batch>> parked) {
+  for (const auto& w : parked) {
+    auto batch = w.lock();
+    if (!batch) continue;
+    std::uint64_t ticket = 0;
+    {
+      std::lock_guard<std::mutex> block(batch->mu);
+      ticket = batch->parked;
+      if (ticket != 0) batch->backoff = std::chrono::milliseconds(0);  // a new table: retries start short again
+    }
+    if (unpark(batch, ticket)) dispatch(batch);
+  }
 }
 
 void Cluster::patch(std::uint32_t slot, const NodeAddress& to) {
@@ -404,7 +465,9 @@ void Cluster::request_refresh() {
     if (last_refresh_ != TimePoint{} && now < gap_end) {
       if (refresh_scheduled_) return;
       refresh_scheduled_ = true;
-      at = gap_end + jittered(kRefreshGap / 2);
+      // A little jitter (5-10 ms): clients that met the same failure do not ask in step,
+      // and a waiting batch learns of a promotion at most about one gap after it.
+      at = gap_end + jittered(kRefreshGap / 10);
     } else {
       refreshing_ = true;
       last_refresh_ = now;
@@ -444,6 +507,19 @@ void Cluster::start_refresh() {
       if (n->engine->open_connections() > 0) alive.push_back(n);
     }
     if (!alive.empty()) candidates.swap(alive);
+    // Calls wait for a failed master's slots: ask its replicas, one of which will be
+    // promoted and knows it first (unless asking one failed last time).
+    if (topology_parked_ > 0 && !failed_.empty()) {
+      std::vector<std::shared_ptr<Node>> replicas;
+      for (const auto& [key, address] : failed_) {
+        auto it = replicas_.find(key);
+        if (it == replicas_.end()) continue;
+        for (const auto& a : it->second) {
+          if (a.text() != refresh_failed_at_) replicas.push_back(node_locked(a));
+        }
+      }
+      if (!replicas.empty()) candidates.swap(replicas);
+    }
     node = candidates[std::uniform_int_distribution<std::size_t>(0, candidates.size() - 1)(rng())];
   }
   if (start_periodic) {
@@ -457,7 +533,8 @@ void Cluster::start_refresh() {
   auto self = shared_from_this();
   node->engine->submit_routed(
       std::move(batch),
-      [self, host = node->address.host](std::vector<Reply>&& replies, std::exception_ptr error) {
+      [self, host = node->address.host, at = node->address.text()](std::vector<Reply>&& replies,
+                                                                   std::exception_ptr error) {
         bool ok = false;
         std::string why;
         try {
@@ -470,9 +547,10 @@ void Cluster::start_refresh() {
         } catch (const std::exception& e) {
           why = e.what();  // not a cluster, loading, unreachable: another node is asked next time
         }
-        if (!ok) {
+        {
           std::lock_guard<std::mutex> lock(self->mu_);
-          self->last_refresh_error_ = why;
+          if (!ok) self->last_refresh_error_ = why;
+          self->refresh_failed_at_ = ok ? std::string() : at;
         }
         self->refresh_done(ok);
       },
@@ -487,7 +565,9 @@ void Cluster::refresh_done(bool ok) {
     ++refresh_generation_;
     // A failed refresh is not retried on its own (a cluster that is gone would be asked
     // forever); the callers still waiting ask again on their next retry.
-    again = refresh_wanted_;
+    // Batches waiting for a failed node's slots to move (or CLUSTERDOWN to end): ask again
+    // after the gap until the table changes or they give up.
+    again = refresh_wanted_ || topology_parked_ > 0;
     refresh_wanted_ = false;
     if (ok) ++refresh_successes_;
     refresh_cv_.notify_all();
@@ -713,6 +793,7 @@ void Cluster::dispatch(const std::shared_ptr<Batch>& batch) {
     if (!closed) {
       if (!unserved.empty()) {
         batch->delay = true;
+        batch->topology = true;
         batch->not_sent = "no node of the cluster serves hash slot " +
                           std::to_string(batch->units[unserved.front()].slot) +
                           (masters_.empty() ? " (the slot table is not known yet: no seed node answered CLUSTER SLOTS" +
@@ -786,6 +867,7 @@ void Cluster::absorb(const std::shared_ptr<Batch>& batch, const Child& child, co
   std::vector<std::pair<std::uint32_t, NodeAddress>> patches;
   std::shared_ptr<Breaker> breaker = breaker_of(node);
   std::string failure;  // a connection-level failure of the node, for its breaker
+  bool node_failed = false;  // its connection was refused or lost
   {
     std::lock_guard<std::mutex> lock(batch->mu);
     Batch& b = *batch;
@@ -811,6 +893,7 @@ void Cluster::absorb(const std::shared_ptr<Batch>& batch, const Child& child, co
         if (!maybe) b.not_sent = e.what(), b.not_sent_error = error;
         if (maybe && b.maybe.empty()) b.maybe = e.what(), b.maybe_error = error;
         refresh = true;  // a node refusing or dropping connections: failing over, maybe
+        node_failed = true;
       } catch (...) {
         if (!b.fatal) b.fatal = error;  // authentication, a script that cannot load...
         breaker = nullptr;  // not about the node being reachable
@@ -837,6 +920,7 @@ void Cluster::absorb(const std::shared_ptr<Batch>& batch, const Child& child, co
         } else {
           b.state[u] = Batch::State::Pending;  // never written: it cannot have run
           b.delay = true;
+          b.topology = b.topology || refresh;
           b.ask[u].reset();
         }
         continue;
@@ -871,6 +955,7 @@ void Cluster::absorb(const std::shared_ptr<Batch>& batch, const Child& child, co
         b.ask[u].reset();
         b.state[u] = Batch::State::Pending;
         b.delay = true;
+        b.topology = b.topology || down;
         refresh = refresh || down;
       } else {
         b.state[u] = Batch::State::Done;
@@ -883,6 +968,14 @@ void Cluster::absorb(const std::shared_ptr<Batch>& batch, const Child& child, co
       breaker->on_success();
     } else if (!failure.empty()) {
       breaker->on_failure(failure);
+    }
+  }
+  if (node_failed || !error) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (node_failed) {
+      failed_.insert_or_assign(node.text(), node);
+    } else if (!failed_.empty()) {
+      failed_.erase(node.text());
     }
   }
   for (const auto& [slot, to] : patches) patch(slot, to);
@@ -899,9 +992,12 @@ ClusterStats Cluster::stats() const noexcept {
 void Cluster::finish_round(const std::shared_ptr<Batch>& batch) {
   TimePoint at{};
   bool now_again = false;
+  std::uint64_t ticket = 0;
   {
     std::lock_guard<std::mutex> lock(batch->mu);
     Batch& b = *batch;
+    const bool topology = b.topology;
+    b.topology = false;
     const bool pending =
         !b.fatal && std::any_of(b.state.begin(), b.state.end(), [](auto s) { return s == Batch::State::Pending; });
     if (pending) {
@@ -924,11 +1020,21 @@ void Cluster::finish_round(const std::shared_ptr<Batch>& batch) {
         b.delay = false;
         now_again = !(at > now);
       }
+      if (at != TimePoint{} && !now_again) {
+        // Parked until `at`, or until a refresh changes the table (wake_parked).
+        std::lock_guard<std::mutex> table(mu_);
+        ticket = ++park_tickets_;
+        b.parked = ticket;
+        parked_[batch.get()] = Parked{batch, topology};
+        if (topology) ++topology_parked_;
+      }
     }
   }
   if (at == TimePoint{}) return complete(batch);
   if (now_again) return dispatch(batch);
-  schedule(at, [self = shared_from_this(), batch] { self->dispatch(batch); });
+  schedule(at, [self = shared_from_this(), batch, ticket] {
+    if (self->unpark(batch, ticket)) self->dispatch(batch);
+  });
 }
 
 void Cluster::complete(const std::shared_ptr<Batch>& batch) {

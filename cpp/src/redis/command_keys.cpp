@@ -45,11 +45,22 @@ std::vector<Unit> route_units(const std::vector<Request>& batch) {
     bool transaction;
   };
   std::vector<Item> items;
+  items.reserve(batch.size());
   std::vector<std::string_view> keys;
   std::vector<std::string_view> block_keys;
   std::int32_t block_slot = kAnySlot;
   std::int64_t block_begin = -1;
   const auto n = static_cast<std::uint32_t>(batch.size());
+  // Neighbouring requests often name the same key (INCRBY k, PEXPIREAT k): its slot once.
+  std::string_view last_key;
+  std::int32_t last_slot = kAnySlot;
+  auto slot_of = [&](std::string_view k) {
+    if (last_slot == kAnySlot || k != last_key) {
+      last_key = k;
+      last_slot = static_cast<std::int32_t>(key_slot(k));
+    }
+    return last_slot;
+  };
   for (std::uint32_t i = 0; i < n; ++i) {
     keys.clear();
     const KeyRole role = keys_of(batch[i], keys);
@@ -67,9 +78,9 @@ std::vector<Unit> route_units(const std::vector<Request>& batch) {
     }
     std::int32_t slot = kAnySlot;
     if (role == KeyRole::Keyed) {
-      slot = static_cast<std::int32_t>(key_slot(keys[0]));
-      for (auto k : keys) {
-        if (static_cast<std::int32_t>(key_slot(k)) != slot) {
+      slot = slot_of(keys[0]);
+      for (std::size_t k = 1; k < keys.size(); ++k) {
+        if (static_cast<std::int32_t>(key_slot(keys[k])) != slot) {
           std::string what(std::holds_alternative<ScriptCall>(batch[i]) ? "a call to " : "the command ");
           what.append(describe(batch[i]));
           cross_slot(what, keys);
@@ -77,8 +88,8 @@ std::vector<Unit> route_units(const std::vector<Request>& batch) {
       }
     }
     const auto* cmd = std::get_if<Command>(&batch[i]);
-    const std::string name = cmd ? ascii_lower(cmd->args[0]) : std::string();
-    if (name == "multi") {
+    const std::string_view name = cmd ? std::string_view(cmd->args[0]) : std::string_view();
+    if (ascii_iequals(name, "multi")) {
       if (block_begin >= 0) throw InvalidArgument("MULTI inside MULTI: a transaction cannot be nested");
       block_begin = i;
       block_slot = kAnySlot;
@@ -94,7 +105,7 @@ std::vector<Unit> route_units(const std::vector<Request>& batch) {
           cross_slot("a transaction (MULTI ... EXEC)", block_keys);
         }
       }
-      if (name == "exec" || name == "discard") {
+      if (ascii_iequals(name, "exec") || ascii_iequals(name, "discard")) {
         const auto b = static_cast<std::uint32_t>(block_begin);
         items.push_back(Item{b, i + 1, b, block_slot == kAnySlot ? KeyRole::Free : KeyRole::Keyed, block_slot, true});
         block_begin = -1;
@@ -108,6 +119,7 @@ std::vector<Unit> route_units(const std::vector<Request>& batch) {
   }
 
   std::vector<Unit> units;
+  units.reserve(items.size());
   std::int64_t pending = -1;  // start of keyless requests waiting for the next keyed item
   for (const Item& it : items) {
     const bool keyed = it.role == KeyRole::Keyed;

@@ -106,9 +106,24 @@ KeyRole keys_of(const Request& request, std::vector<std::string_view>& keys) {
   const auto& args = std::get<Command>(request).args;
   if (args.empty()) throw InvalidArgument("empty command");
   const auto& t = table();
-  auto it = t.find(ascii_lower(args[0]));
-  if (it == t.end()) return KeyRole::Unknown;
-  const Spec& spec = it->second;
+  // What counters and limiters send in every call, found without hashing a lowered copy.
+  static const std::pair<std::string_view, const Spec*> common[] = {
+      {"incrby", &t.at("incrby")}, {"pexpireat", &t.at("pexpireat")}, {"evalsha", &t.at("evalsha")},
+      {"get", &t.at("get")},       {"multi", &t.at("multi")},         {"exec", &t.at("exec")},
+  };
+  const Spec* found = nullptr;
+  for (const auto& [name, candidate] : common) {
+    if (ascii_iequals(args[0], name)) {
+      found = candidate;
+      break;
+    }
+  }
+  if (found == nullptr) {
+    auto it = t.find(ascii_lower(args[0]));
+    if (it == t.end()) return KeyRole::Unknown;
+    found = &it->second;
+  }
+  const Spec& spec = *found;
   if (spec.role != KeyRole::Keyed) return spec.role;
   const std::size_t before = keys.size();
   switch (spec.special) {

@@ -49,10 +49,23 @@ inline std::string printable(std::string_view s, std::size_t max = 80) {
   return out;
 }
 
+// ASCII case folding without the locale lookup of std::tolower: command names are folded
+// for every request of a routed batch.
+inline char ascii_lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+
 inline std::string ascii_lower(std::string_view s) {
   std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (char& c : out) c = ascii_lower(c);
   return out;
+}
+
+// `s` equals `lowercase_word` ignoring ASCII case (no copy).
+inline bool ascii_iequals(std::string_view s, std::string_view lowercase_word) {
+  if (s.size() != lowercase_word.size()) return false;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (ascii_lower(s[i]) != lowercase_word[i]) return false;
+  }
+  return true;
 }
 
 // A delay drawn uniformly from [backoff / 2, backoff]: spreads retries and reconnects of

@@ -25,6 +25,13 @@
 //   the caller gets the rejection itself.
 // - A node's connection refused or lost before its child was written: refresh, then the
 //   unsent units go to the slot's owner after a backoff, within the deadline.
+// - While a batch waits for a backoff because of a node failure, CLUSTERDOWN or a slot
+//   nobody serves, the table is refreshed again every 100 ms (jittered); a refresh that
+//   changes the table sends every waiting batch again at once (a promoted replica is
+//   written as soon as the table names it, not at the end of a backoff of up to 200 ms).
+//   Those refreshes ask a replica of the failed master (CLUSTER SLOTS lists them): it
+//   knows of its own promotion first (the other masters learn of it from the bus, tens of
+//   ms later), and the connection that asked is ready for the writes once it is promoted.
 // - A node's connection lost after its child was written: nothing written is resent; the
 //   other nodes' children complete; the batch fails with ConnectionError(maybe_applied =
 //   true) carrying one RequestOutcome per request (reply, Maybe or NotSent).
@@ -87,9 +94,10 @@ struct SlotRange {
   std::uint32_t first = 0;
   std::uint32_t last = 0;
   NodeAddress master;
+  std::vector<NodeAddress> replicas;  // never written to; asked for the table when the master fails
 };
 
-// The masters of a CLUSTER SLOTS reply. An empty host in it means "the node you asked"
+// The masters (and their replicas) of a CLUSTER SLOTS reply. An empty host in it means "the node you asked"
 // (`asked`). Throws ProtocolError on a reply of another shape.
 std::vector<SlotRange> parse_cluster_slots(const Reply& reply, const std::string& asked);
 
@@ -171,6 +179,10 @@ class Cluster : public std::enable_shared_from_this<Cluster> {
   void absorb(const std::shared_ptr<Batch>& batch, const Child& child, const NodeAddress& node,
               std::vector<Reply>&& replies, const std::vector<std::uint8_t>* answered, std::exception_ptr error);
   void finish_round(const std::shared_ptr<Batch>& batch);
+  // Ends the backoff the batch waits for when it is still `ticket`'s (true: dispatch it).
+  bool unpark(const std::shared_ptr<Batch>& batch, std::uint64_t ticket);
+  // Sends every batch waiting for a backoff again now (the table changed).
+  void wake_parked(std::vector<std::weak_ptr<Batch>> parked);
   void complete(const std::shared_ptr<Batch>& batch);
   void install(const std::vector<SlotRange>& ranges);
   void patch(std::uint32_t slot, const NodeAddress& to);
@@ -196,6 +208,20 @@ class Cluster : public std::enable_shared_from_this<Cluster> {
   std::condition_variable refresh_cv_;
   std::atomic<std::uint64_t> refreshes_{0};
   std::atomic<std::uint64_t> moved_{0}, ask_{0}, tryagain_{0}, clusterdown_{0};
+  // Batches waiting for a backoff (woken when the table changes), and how many of them wait
+  // for the topology to change (the table is refreshed every gap while any does).
+  struct Parked {
+    std::weak_ptr<Batch> batch;
+    bool topology = false;
+  };
+  std::unordered_map<const Batch*, Parked> parked_;
+  std::size_t topology_parked_ = 0;
+  std::uint64_t park_tickets_ = 0;
+  // Masters whose connection failed (until they serve again or leave the table), the
+  // replicas of each master (from CLUSTER SLOTS), and the node whose refresh failed last.
+  std::unordered_map<std::string, NodeAddress> failed_;
+  std::unordered_map<std::string, std::vector<NodeAddress>> replicas_;
+  std::string refresh_failed_at_;
   bool closed_ = false;
 
   bool periodic_started_ = false;
