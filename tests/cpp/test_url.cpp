@@ -224,6 +224,9 @@ TEST(ParseUrl, CredentialsAreNeverEchoed) {
       "redis//admin:Sup3rS3cret@cache:6379",
       "admin:Sup3rS3cret@cache:6379",
       "admin:Sup3rS3cret@cache://6379",
+      // Credentials before a "://" with another '@' after it (found by the URL fuzzer).
+      "admin:Sup3rS3cret@redis://x@cache",
+      "redis:admin:Sup3rS3cret@cache://u@h:0",
   };
   for (const auto& url : bad) {
     const std::string msg = url_error(url);

@@ -13,12 +13,16 @@ namespace {
 
 // The URL as it may be shown in an error: credentials and query values masked.
 std::string shown_url(std::string_view url) {
-  // Credentials run from after "://" (or the start, when the scheme is mistyped) to the last '@'.
+  // Credentials run from after "://" to the last '@', or from the start when the scheme is
+  // mistyped: no "://" before that '@', or a '@' before the "://" (credentials typed
+  // before the scheme, "user:pw@redis://host@x", must not be shown either).
   std::string shown(url);
   auto scheme_end = shown.find("://");
   auto at = shown.rfind('@');
   if (at != std::string::npos) {
-    const std::size_t from = scheme_end != std::string::npos && at > scheme_end ? scheme_end + 3 : 0;
+    const bool clean_scheme = scheme_end != std::string::npos && at > scheme_end &&
+                              shown.find('@') > scheme_end;
+    const std::size_t from = clean_scheme ? scheme_end + 3 : 0;
     shown = shown.substr(0, from) + "***@" + shown.substr(at + 1);
   }
   // Query values may hold a password (unix:///s?password=...) or a private path: keep the names.
