@@ -73,9 +73,11 @@ TEST(ScriptTable, TwinsRefuseDeadlinesAndAmountsThatOverflow) {
   const std::string most = "-9223372036854775808";
   std::vector<redcount::Request> batch;
   batch.emplace_back(redcount::ScriptCall{&redcount::kShardedClaimScript, {"rctest:{s}:id"}, {huge}});
+  batch.emplace_back(redcount::ScriptCall{&redcount::kShardedIncrScript,
+                                          {"rctest:{s}:v", "rctest:{s}:log", "rctest:{s}:id2"},
+                                          {"1", huge, "10", "2", "5", "rid"}});
   batch.emplace_back(redcount::ScriptCall{
-      &redcount::kShardedIncrScript, {"rctest:{s}:v", "rctest:{s}:log", "rctest:{s}:id2"}, {"1", huge, "10", "2", "5", "rid"}});
-  batch.emplace_back(redcount::ScriptCall{&redcount::kQuotaScript, {"rctest:{q}", "rctest:{q}:id"}, {"give", "1", "0", "10", huge}});
+      &redcount::kQuotaScript, {"rctest:{q}", "rctest:{q}:id"}, {"give", "1", "0", "10", huge}});
   batch.emplace_back(redcount::ScriptCall{&redcount::kQuotaScript, {"rctest:{q}"}, {"take", most, "0", "10", "1000"}});
   const std::vector<redcount::Reply> replies = store->execute(batch);
   ASSERT_EQ(replies.size(), batch.size());

@@ -13,8 +13,16 @@ from collections import defaultdict
 
 import redcount
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
-from model_support import MODEL_SETTINGS, Backend, model_backend, unique  # noqa: F401  (model_backend: fixture)
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+from model_support import MODEL_SETTINGS, Backend, unique
+from model_support import model_backend  # noqa: F401  (a fixture)
 
 KEYS = st.sampled_from(["a", "b", "ü", "{tag}c"])
 REQUEST_IDS = st.none() | st.sampled_from(["r1", "r2", "r3"])
@@ -54,7 +62,10 @@ def fixed_window_machine(backend: Backend) -> type[RuleBasedStateMachine]:
                 assert got == self.counts[key, self.window()]
 
         @precondition(lambda self: backend.movable)
-        @rule(ms=st.sampled_from([1, 999, 1000, window_s * 1000 - 1, window_s * 1000]) | st.integers(0, 3 * window_s * 1000))
+        @rule(
+            ms=st.sampled_from([1, 999, 1000, window_s * 1000 - 1, window_s * 1000])
+            | st.integers(0, 3 * window_s * 1000)
+        )
         def advance(self, ms: int) -> None:
             backend.advance_ms(ms)
 
@@ -119,7 +130,10 @@ def sliding_window_machine(backend: Backend) -> type[RuleBasedStateMachine]:
             self.items.pop(key, None)
 
         @precondition(lambda self: backend.movable)
-        @rule(ms=st.sampled_from([1, window_ms - 1, window_ms, window_ms + 1]) | st.integers(0, 2 * window_ms))
+        @rule(
+            ms=st.sampled_from([1, window_ms - 1, window_ms, window_ms + 1])
+            | st.integers(0, 2 * window_ms)
+        )
         def advance(self, ms: int) -> None:
             backend.advance_ms(ms)
 

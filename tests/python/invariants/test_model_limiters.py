@@ -15,8 +15,15 @@ from collections import defaultdict
 import pytest
 import redcount
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, run_state_machine_as_test
-from model_support import MODEL_SETTINGS, Backend, model_backend, unique  # noqa: F401  (model_backend: fixture)
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+from model_support import MODEL_SETTINGS, Backend, unique
+from model_support import model_backend  # noqa: F401  (a fixture)
 
 KEYS = st.sampled_from(["ip:1", "ip:2", "user:ü"])
 AMOUNTS = st.integers(1, 5)
@@ -34,7 +41,8 @@ def fixed_window_machine(backend: Backend, two_limits: bool) -> type[RuleBasedSt
             self.limits = [(first, window_s)] + ([(first + second, 2 * window_s)] if two_limits else [])
             text = f"{first}/{unit}"
             if two_limits:
-                text += f";{first + second}/{2 * window_s} seconds" if backend.movable else f";{first + second}/2 days"
+                second_unit = f"{2 * window_s} seconds" if backend.movable else "2 days"
+                text += f";{first + second}/{second_unit}"
             self.text = text
             self.counts: dict[tuple[str, int, int], int] = defaultdict(int)  # (key, limit, window) -> used
 
@@ -57,7 +65,8 @@ def fixed_window_machine(backend: Backend, two_limits: bool) -> type[RuleBasedSt
                     self.counts[key, i, backend.now_ms() // (w * 1000)] += cost
             if not backend.turned_over(window_s):
                 assert decision.allowed == allowed
-                assert decision.remaining == min(amount - self.used(key, i) for i, (amount, _) in enumerate(self.limits))
+                left = [amount - self.used(key, i) for i, (amount, _) in enumerate(self.limits)]
+                assert decision.remaining == min(left)
 
         @rule(key=KEYS)
         def test(self, key: str) -> None:
@@ -78,7 +87,10 @@ def fixed_window_machine(backend: Backend, two_limits: bool) -> type[RuleBasedSt
                 del self.counts[k]
 
         @precondition(lambda self: backend.movable)
-        @rule(ms=st.sampled_from([1, window_s * 1000 - 1, window_s * 1000]) | st.integers(0, 3 * window_s * 1000))
+        @rule(
+            ms=st.sampled_from([1, window_s * 1000 - 1, window_s * 1000])
+            | st.integers(0, 3 * window_s * 1000)
+        )
         def advance(self, ms: int) -> None:
             backend.advance_ms(ms)
 

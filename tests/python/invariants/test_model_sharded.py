@@ -11,8 +11,16 @@ from __future__ import annotations
 
 import redcount
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
-from model_support import MODEL_SETTINGS, Backend, model_backend, unique  # noqa: F401  (model_backend: fixture)
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+from model_support import MODEL_SETTINGS, Backend, unique
+from model_support import model_backend  # noqa: F401  (a fixture)
 
 AMOUNTS = st.integers(-5, 5).filter(bool)
 REQUEST_IDS = st.none() | st.sampled_from(["r1", "r2", "r3", "r4", "é"])
@@ -26,7 +34,8 @@ def sharded_machine(backend: Backend) -> type[RuleBasedStateMachine]:
             base = unique("sc")
             self.names = [base, base + "-2"]
             self.counters = [
-                redcount.ShardedCounter(backend.store, n, shards=shards, idempotency_ttl=TTL_S) for n in self.names
+                redcount.ShardedCounter(backend.store, n, shards=shards, idempotency_ttl=TTL_S)
+                for n in self.names
             ]
             self.totals = [0, 0]
             self.seen: list[set[str]] = [set(), set()]
