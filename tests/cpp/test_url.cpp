@@ -236,4 +236,15 @@ TEST(ParseUrl, CredentialsAreNeverEchoed) {
   }
 }
 
+// Found by the URL fuzzer: a percent-decoded TLS value that is not UTF-8 was quoted raw, so
+// the message was not valid UTF-8 either. Such bytes are shown as \xNN.
+TEST(ParseUrl, RejectedTlsValuesAreQuotedPrintably) {
+  for (const std::string url : {"rediss://cache?ssl_server_name=%ec/", "rediss://cache?ssl_cert_reqs=%ff",
+                                "rediss://cache?ssl_check_hostname=%c3"}) {
+    const std::string msg = url_error(url);
+    EXPECT_TRUE(contains(msg, "\\x")) << msg;
+    for (std::size_t i = 0; i < msg.size(); ++i) EXPECT_LT(static_cast<unsigned char>(msg[i]), 0x80) << msg;
+  }
+}
+
 }  // namespace
