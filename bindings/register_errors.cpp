@@ -1,4 +1,6 @@
 // Maps the C++ error tree onto Python exceptions under redcount.RedcountError.
+#include <cstring>
+
 #include "common.h"
 #include "redcount/common/errors.h"
 #include "redcount/store/reply.h"
@@ -18,6 +20,29 @@ PyObject* g_script = nullptr;
 PyObject* g_queue_full = nullptr;
 PyObject* g_store_closed = nullptr;
 PyObject* g_unavailable = nullptr;
+
+// An error's text as a Python str. Error replies quote what the server was sent (an
+// unknown command, a bad argument given as bytes), which need not be UTF-8: bytes that
+// are not become \xNN instead of a UnicodeDecodeError in place of the error.
+PyObject* message_of(const char* what) {
+  return PyUnicode_DecodeUTF8(what, static_cast<Py_ssize_t>(std::strlen(what)), "backslashreplace");
+}
+
+void set_error(PyObject* type, const char* what) {
+  PyObject* text = message_of(what);
+  if (text == nullptr) return;  // the decoder's own error stays set
+  PyErr_SetObject(type, text);
+  Py_DECREF(text);
+}
+
+// An instance of `type` with `what` as its message; nullptr with an error set on failure.
+PyObject* instance(PyObject* type, const char* what) {
+  PyObject* text = message_of(what);
+  if (text == nullptr) return nullptr;
+  PyObject* exc = PyObject_CallOneArg(type, text);
+  Py_DECREF(text);
+  return exc;
+}
 
 PyObject* make(py::module_& m, const char* name, const char* doc, py::tuple bases) {
   std::string qualified = std::string("redcount.") + name;
@@ -45,7 +70,7 @@ py::object outcome(const char* member, const char* value) {
 // request, its reply (a ReplyError instance for an error reply), Outcome.MAYBE or
 // Outcome.NOT_SENT.
 void set_connection_error(PyObject* type, const ConnectionError& e) {
-  PyObject* exc = PyObject_CallFunction(type, "s", e.what());
+  PyObject* exc = instance(type, e.what());
   if (exc == nullptr) return;  // the conversion's own error stays set
   bool ok = PyObject_SetAttrString(exc, "maybe_applied", e.maybe_applied() ? Py_True : Py_False) == 0;
   if (ok && e.outcomes()) {
@@ -59,7 +84,7 @@ void set_connection_error(PyObject* type, const ConnectionError& e) {
         } else if (o.kind == RequestOutcome::Kind::NotSent) {
           outcomes.append(py::handle(not_sent));
         } else if (o.reply.is_error()) {
-          PyObject* reply_error = PyObject_CallFunction(g_reply, "s", o.reply.str.c_str());
+          PyObject* reply_error = instance(g_reply, o.reply.str.c_str());
           if (reply_error == nullptr) throw py::error_already_set();
           outcomes.append(py::reinterpret_steal<py::object>(reply_error));
         } else {
@@ -126,7 +151,7 @@ void set_python_error(const std::exception_ptr& error) {
   try {
     std::rethrow_exception(error);
   } catch (const InvalidArgument& e) {
-    PyErr_SetString(g_invalid, e.what());
+    set_error(g_invalid, e.what());
   } catch (const StoreClosed& e) {
     set_connection_error(g_store_closed, e);
   } catch (const Unavailable& e) {
@@ -136,17 +161,17 @@ void set_python_error(const std::exception_ptr& error) {
   } catch (const ConnectionError& e) {
     set_connection_error(g_connection, e);
   } catch (const ProtocolError& e) {
-    PyErr_SetString(g_protocol, e.what());
+    set_error(g_protocol, e.what());
   } catch (const AuthenticationError& e) {
-    PyErr_SetString(g_auth, e.what());
+    set_error(g_auth, e.what());
   } catch (const ScriptError& e) {
-    PyErr_SetString(g_script, e.what());
+    set_error(g_script, e.what());
   } catch (const ReplyError& e) {
-    PyErr_SetString(g_reply, e.what());
+    set_error(g_reply, e.what());
   } catch (const RetryQueueFull& e) {
-    PyErr_SetString(g_queue_full, e.what());
+    set_error(g_queue_full, e.what());
   } catch (const Error& e) {
-    PyErr_SetString(g_base, e.what());
+    set_error(g_base, e.what());
   }
 }
 

@@ -4,11 +4,12 @@
 #   bash tests/run_all.sh
 #
 # 1. Debian packages: compiler, hiredis, OpenSSL (libssl-dev and the CLI the TLS tests use),
-#    redis-server, GoogleTest, Google Benchmark.
+#    redis-server, GoogleTest, Google Benchmark, clang (libFuzzer).
 # 2. A virtualenv (.venv) with redcount built from this checkout (warnings are errors, and
 #    with the test-only submodule redcount._core._testing) and the Python test dependencies.
 # 3. The C++ core's GoogleTest suite under AddressSanitizer + UBSan (and a smoke run of
-#    the micro-benchmarks in the same build), then its threaded tests under ThreadSanitizer.
+#    the micro-benchmarks in the same build), then its threaded tests under ThreadSanitizer,
+#    then each libFuzzer target (tests/fuzz) for a bounded time under ASan + UBSan.
 # 4. mypy --strict on the package and stubtest of the _core stub against the binary.
 # 5. The documentation site: mkdocs build --strict (broken links, anchors, API pages).
 # 6. pytest against real redis-server processes the fixtures start (the documentation's
@@ -24,7 +25,7 @@ $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
   g++ make cmake ninja-build pkg-config libhiredis-dev libssl-dev openssl redis-server redis-tools \
   libgtest-dev libbenchmark-dev python3-venv python3-dev wrk \
-  postgresql mariadb-server curl bubblewrap >/dev/null
+  postgresql mariadb-server curl bubblewrap clang >/dev/null
 
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then "$PY" -m venv .venv; fi
@@ -103,6 +104,26 @@ TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/cp
   build/test-tsan/redcount_tests --gtest_filter="$tsan_filter"
 stop_servers; trap - EXIT
 build/test-asan/redcount_micro_bench --benchmark_min_time=0.001 >/dev/null
+
+echo "== C++ core: libFuzzer targets under AddressSanitizer + UBSan"
+# Each target starts from its seed corpus (tests/fuzz/corpus/<target>, read only) plus what
+# earlier runs found (build/fuzz/corpus/<target>) and runs REDCOUNT_FUZZ_SECONDS (30 s). A
+# crash, sanitizer report, leak or input slower than 25 s fails here and leaves the input
+# in build/fuzz/artifacts/<target>/ (replay: build/fuzz/tests/fuzz/<target> <file>).
+CXX=clang++ cmake -S . -B build/fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
+  -DREDCOUNT_BUILD_PYTHON=OFF -DREDCOUNT_FUZZ=ON -DREDCOUNT_WERROR=ON >/dev/null
+cmake --build build/fuzz
+for target in fuzz_url fuzz_limit_string fuzz_resp fuzz_memory_store; do
+  mkdir -p "build/fuzz/corpus/$target" "build/fuzz/artifacts/$target"
+  if ! build/fuzz/tests/fuzz/$target -max_total_time="${REDCOUNT_FUZZ_SECONDS:-30}" -timeout=25 -print_final_stats=1 \
+      -artifact_prefix="build/fuzz/artifacts/$target/" "build/fuzz/corpus/$target" "tests/fuzz/corpus/$target" \
+      >"build/fuzz/$target.log" 2>&1; then
+    tail -n 60 "build/fuzz/$target.log"
+    echo "$target found a failing input: $(ls -t "build/fuzz/artifacts/$target"/* | head -n 1)" >&2
+    exit 1
+  fi
+  grep -E '^stat::number_of_executed_units' "build/fuzz/$target.log" | sed "s/^/$target: /" || true
+done
 
 echo "== typing: mypy --strict and stubtest"
 .venv/bin/python -m mypy --strict python/redcount

@@ -180,6 +180,12 @@ TEST(Redirects, Parse) {
   EXPECT_EQ(a->to.host, "::1");
   EXPECT_FALSE(parse_redirect(Reply::of_error("ERR nope")));
   EXPECT_FALSE(parse_redirect(Reply::of_error("MOVED x y")));
+  // A bare word (found by the RESP fuzzer: it threw std::out_of_range), or a slot without
+  // an address, is no redirect.
+  EXPECT_FALSE(parse_redirect(Reply::of_error("MOVED")));
+  EXPECT_FALSE(parse_redirect(Reply::of_error("ASK")));
+  EXPECT_FALSE(parse_redirect(Reply::of_error("MOVED ")));
+  EXPECT_FALSE(parse_redirect(Reply::of_error("ASK 12")));
 
   auto node = [](std::string host, std::int64_t port) {
     return Reply::of_array({Reply::of_string(std::move(host)), Reply::of_integer(port), Reply::of_string("id")});

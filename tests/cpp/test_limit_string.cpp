@@ -7,6 +7,7 @@
 
 #include "redcount/common/errors.h"
 #include "redcount/common/limit_string.h"
+#include "redcount/common/util.h"
 #include "test_support.h"
 
 using namespace redcount;
@@ -202,6 +203,32 @@ TEST(ParseLimits, ControlBytesAreEscapedInMessages) {
   EXPECT_TRUE(contains(msg, "\\x00")) << msg;
   EXPECT_TRUE(contains(msg, "unknown time unit")) << msg;
   EXPECT_EQ(std::string(msg.c_str()), msg);  // no NUL inside: what() keeps the whole text
+}
+
+// Found by the limit-string fuzzer: a message cut at 80 bytes in the middle of a UTF-8
+// character was not valid UTF-8, so Python raised UnicodeDecodeError instead of the error.
+TEST(ParseLimits, MessagesAreValidUtf8) {
+  auto valid_utf8 = [](const std::string& s) {
+    for (std::size_t i = 0; i < s.size();) {
+      if (static_cast<unsigned char>(s[i]) < 0x80) {
+        ++i;
+        continue;
+      }
+      const std::size_t n = utf8_char_length(s, i);
+      if (n == 0) return false;
+      i += n;
+    }
+    return true;
+  };
+  std::string accents;
+  for (int i = 0; i < 60; ++i) accents += "\xc3\xa9";  // é
+  for (const std::string& text : {std::string(79, 'x') + "\xc3\xa9/minute", "1/" + accents, accents,
+                                   std::string("5/s\xcf\x63;5/\xff\xfe minute")}) {
+    const std::string message = parse_error(text);
+    EXPECT_TRUE(valid_utf8(message)) << message;
+  }
+  // Bytes that are not UTF-8 are shown escaped; whole characters are kept.
+  EXPECT_TRUE(contains(parse_error("1/\xff\xc3\xa9"), "'\\xff\xc3\xa9'"));
 }
 
 TEST(ParseLimits, ErrorsAreInvalidArgumentAndRedcountErrors) {

@@ -63,6 +63,28 @@ TEST(ScriptTable, TheMemoryStoreRunsEveryRowsTwin) {
   }
 }
 
+// Found by the memory-store fuzzer: a request-id lifetime near 2^63 overflowed now + ttl in
+// the twins (undefined behaviour; UBSan aborts), and quota amounts outside +-(2^53 - 1)
+// could overflow value - amount. Each is an error reply now, as on Redis, where the
+// script's SET ... PXAT fails for such a deadline.
+TEST(ScriptTable, TwinsRefuseDeadlinesAndAmountsThatOverflow) {
+  auto store = std::make_shared<redcount::MemoryStore>();
+  const std::string huge = "9223372036854775553";
+  const std::string most = "-9223372036854775808";
+  std::vector<redcount::Request> batch;
+  batch.emplace_back(redcount::ScriptCall{&redcount::kShardedClaimScript, {"rctest:{s}:id"}, {huge}});
+  batch.emplace_back(redcount::ScriptCall{&redcount::kShardedIncrScript,
+                                          {"rctest:{s}:v", "rctest:{s}:log", "rctest:{s}:id2"},
+                                          {"1", huge, "10", "2", "5", "rid"}});
+  batch.emplace_back(redcount::ScriptCall{
+      &redcount::kQuotaScript, {"rctest:{q}", "rctest:{q}:id"}, {"give", "1", "0", "10", huge}});
+  batch.emplace_back(redcount::ScriptCall{&redcount::kQuotaScript, {"rctest:{q}"}, {"take", most, "0", "10", "1000"}});
+  const std::vector<redcount::Reply> replies = store->execute(batch);
+  ASSERT_EQ(replies.size(), batch.size());
+  for (const auto& r : replies) EXPECT_TRUE(r.is_error()) << r.str;
+  EXPECT_EQ(store->execute_one(redcount::Command{{"GET", "rctest:{q}"}}).type, redcount::Reply::Type::Nil);
+}
+
 TEST(ScriptTable, RedisAgreesWithEverySha1) {
   const char* url = std::getenv("REDCOUNT_TEST_REDIS_URL");
   if (url == nullptr || *url == '\0') GTEST_SKIP() << "REDCOUNT_TEST_REDIS_URL is not set";

@@ -224,12 +224,26 @@ TEST(ParseUrl, CredentialsAreNeverEchoed) {
       "redis//admin:Sup3rS3cret@cache:6379",
       "admin:Sup3rS3cret@cache:6379",
       "admin:Sup3rS3cret@cache://6379",
+      // Credentials before a "://" with another '@' after it (found by the URL fuzzer).
+      "admin:Sup3rS3cret@redis://x@cache",
+      "redis:admin:Sup3rS3cret@cache://u@h:0",
   };
   for (const auto& url : bad) {
     const std::string msg = url_error(url);
     EXPECT_FALSE(contains(msg, "Sup3r")) << url << " -> " << msg;
     EXPECT_FALSE(contains(msg, "S3cret")) << url << " -> " << msg;
     EXPECT_FALSE(contains(msg, "admin")) << url << " -> " << msg;
+  }
+}
+
+// Found by the URL fuzzer: a percent-decoded TLS value that is not UTF-8 was quoted raw, so
+// the message was not valid UTF-8 either. Such bytes are shown as \xNN.
+TEST(ParseUrl, RejectedTlsValuesAreQuotedPrintably) {
+  for (const std::string url : {"rediss://cache?ssl_server_name=%ec/", "rediss://cache?ssl_cert_reqs=%ff",
+                                "rediss://cache?ssl_check_hostname=%c3"}) {
+    const std::string msg = url_error(url);
+    EXPECT_TRUE(contains(msg, "\\x")) << msg;
+    for (std::size_t i = 0; i < msg.size(); ++i) EXPECT_LT(static_cast<unsigned char>(msg[i]), 0x80) << msg;
   }
 }
 

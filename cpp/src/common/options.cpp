@@ -13,12 +13,16 @@ namespace {
 
 // The URL as it may be shown in an error: credentials and query values masked.
 std::string shown_url(std::string_view url) {
-  // Credentials run from after "://" (or the start, when the scheme is mistyped) to the last '@'.
+  // Credentials run from after "://" to the last '@', or from the start when the scheme is
+  // mistyped: no "://" before that '@', or a '@' before the "://" (credentials typed
+  // before the scheme, "user:pw@redis://host@x", must not be shown either).
   std::string shown(url);
   auto scheme_end = shown.find("://");
   auto at = shown.rfind('@');
   if (at != std::string::npos) {
-    const std::size_t from = scheme_end != std::string::npos && at > scheme_end ? scheme_end + 3 : 0;
+    const bool clean_scheme = scheme_end != std::string::npos && at > scheme_end &&
+                              shown.find('@') > scheme_end;
+    const std::size_t from = clean_scheme ? scheme_end + 3 : 0;
     shown = shown.substr(0, from) + "***@" + shown.substr(at + 1);
   }
   // Query values may hold a password (unix:///s?password=...) or a private path: keep the names.
@@ -205,7 +209,7 @@ void set_tls_option(StoreOptions& o, std::string_view name, std::string_view val
     } else if (v == "none" || v == "cert_none") {
       o.ssl_cert_reqs = StoreOptions::CertReqs::None;
     } else {
-      throw InvalidArgument("ssl_cert_reqs must be required, optional or none, got '" + std::string(value) + "'");
+      throw InvalidArgument("ssl_cert_reqs must be required, optional or none, got '" + printable(value) + "'");
     }
     return;
   }
@@ -216,7 +220,7 @@ void set_tls_option(StoreOptions& o, std::string_view name, std::string_view val
     } else if (v == "false" || v == "0") {
       o.ssl_check_hostname = false;
     } else {
-      throw InvalidArgument("ssl_check_hostname must be true, false, 1 or 0, got '" + std::string(value) + "'");
+      throw InvalidArgument("ssl_check_hostname must be true, false, 1 or 0, got '" + printable(value) + "'");
     }
     return;
   }
@@ -232,7 +236,7 @@ void set_tls_option(StoreOptions& o, std::string_view name, std::string_view val
   } else {
     for (char c : value) {
       if (c == '/' || c == ' ' || static_cast<unsigned char>(c) < 0x20) {
-        throw InvalidArgument("ssl_server_name must be a host name, got '" + std::string(value) + "'");
+        throw InvalidArgument("ssl_server_name must be a host name, got '" + printable(value) + "'");
       }
     }
     o.ssl_server_name = std::string(value);

@@ -88,11 +88,12 @@ std::optional<Redirect> parse_redirect(const Reply& reply) {
   const std::string_view t = reply.str;
   Redirect r;
   std::string_view rest;
+  // A bare "MOVED" or "ASK" (a script's error_reply, a proxy) has no slot: not a redirect.
   if (word_is(t, "MOVED")) {
-    rest = t.substr(6);
+    rest = t.substr(std::min<std::size_t>(t.size(), 6));
   } else if (word_is(t, "ASK")) {
     r.ask = true;
-    rest = t.substr(4);
+    rest = t.substr(std::min<std::size_t>(t.size(), 4));
   } else {
     return std::nullopt;
   }

@@ -52,6 +52,35 @@ struct ReplyDeleter {
   void operator()(void* r) const noexcept { freeReplyObject(r); }
 };
 
+// hiredis allocates an array's element pointers as soon as it reads the header, so a reply
+// announcing two billion elements (a broken server or proxy, garbage on the socket) costs
+// 16 GB before a single element arrives. No reply redcount can use comes near this: 2^27
+// elements already hold gigabytes once built.
+constexpr int kMaxReplyElements = 1 << 27;
+// hiredis's own reply constructors, kept for everything but the size check.
+const redisReplyObjectFunctions* g_hiredis_functions = nullptr;
+// The element count refused by the last create_array on this thread (0: none): the reader
+// only says "Out of memory" when a constructor returns null.
+thread_local long long t_refused_elements = 0;
+
+void* create_array(const redisReadTask* task, int elements) {
+  if (elements > kMaxReplyElements) {
+    t_refused_elements = elements;
+    return nullptr;
+  }
+  return g_hiredis_functions->createArray(task, elements);
+}
+
+redisReplyObjectFunctions* checked_functions(redisReplyObjectFunctions* hiredis_defaults) {
+  static redisReplyObjectFunctions functions = [&] {
+    g_hiredis_functions = hiredis_defaults;
+    redisReplyObjectFunctions f = *hiredis_defaults;
+    f.createArray = &create_array;
+    return f;
+  }();
+  return &functions;
+}
+
 }  // namespace
 
 // hiredis's own formatter is several times slower per argument, and batches have
@@ -94,6 +123,7 @@ void Parser::Deleter::operator()(redisReader* r) const noexcept { redisReaderFre
 
 Parser::Parser() : reader_(redisReaderCreate()) {
   if (!reader_) throw std::bad_alloc();
+  reader_->fn = checked_functions(reader_->fn);
 }
 
 Parser::~Parser() = default;
@@ -106,7 +136,12 @@ void Parser::feed(const char* data, std::size_t len) {
 
 std::optional<Reply> Parser::next() {
   void* raw = nullptr;
+  t_refused_elements = 0;
   if (redisReaderGetReply(reader_.get(), &raw) != REDIS_OK) {
+    if (t_refused_elements != 0) {
+      throw ProtocolError("invalid reply from the server: an array of " + std::to_string(t_refused_elements) +
+                          " elements (at most " + std::to_string(kMaxReplyElements) + " are accepted)");
+    }
     throw ProtocolError(std::string("invalid reply from the server: ") + reader_->errstr);
   }
   if (raw == nullptr) return std::nullopt;

@@ -61,6 +61,13 @@ inline std::int64_t sat_mul(std::int64_t a, std::int64_t b) {
   return (a < 0) == (b < 0) ? std::numeric_limits<std::int64_t>::max() : std::numeric_limits<std::int64_t>::min();
 }
 
+// now + ttl as a PXAT deadline, or nullopt when that does not fit in int64: there the
+// script's SET ... PXAT fails on Redis too (the deadline is no longer an integer).
+inline std::optional<std::int64_t> deadline_after(std::int64_t now, std::int64_t ttl) noexcept {
+  if (ttl > 0 && now > std::numeric_limits<std::int64_t>::max() - ttl) return std::nullopt;
+  return now + ttl;
+}
+
 // A numeric script argument within [lo, hi], or nullopt. Native scripts only accept the
 // ranges the strategies ever send, so malformed calls get an error reply, never UB.
 inline std::optional<std::int64_t> arg_in(const std::string& arg, std::int64_t lo, std::int64_t hi) {

@@ -541,3 +541,23 @@ def test_nul_in_counter_name_keeps_the_reason(memory_store: redcount.Store) -> N
     message = str(err.value)
     assert "\\x00" in message
     assert "hash tag" in message
+
+
+def test_error_messages_with_bytes_that_are_not_utf8(store: redcount.Store) -> None:
+    # An error reply quotes what it was sent; bytes that are not UTF-8 arrive as \xNN
+    # instead of a UnicodeDecodeError in place of the ReplyError.
+    with pytest.raises(redcount.ReplyError) as err:
+        store.execute(b"\xff\xfe")
+    assert "\\xff\\xfe" in str(err.value)
+    with pytest.raises(redcount.ReplyError) as err:
+        store.execute("NOSUCH", b"\xff")
+    assert "\\xff" in str(err.value)
+
+
+def test_limit_string_messages_cut_between_characters(memory_store: redcount.Store) -> None:
+    # The quoted string is cut at 80 bytes; a cut inside "é" made a message Python could
+    # not decode (UnicodeDecodeError instead of InvalidInputError).
+    limiter = redcount.Limiter(memory_store)
+    for text in ["x" * 79 + "é/minute", "1/" + "é" * 60]:
+        with pytest.raises(redcount.InvalidInputError, match="invalid rate limit"):
+            limiter.hit(text, "k")

@@ -28,24 +28,66 @@ inline std::optional<std::int64_t> parse_int64(std::string_view s) noexcept {
 inline std::string to_string(std::int64_t v) { return std::to_string(v); }
 
 // Caller-supplied text made safe to quote in an error message: control bytes (a NUL would
-// cut the message short where it is handed on as a C string) become \xNN, and text past
-// `max` bytes is cut with "...(N bytes)", so a huge argument never makes a huge message.
+// cut the message short where it is handed on as a C string) and bytes that are not part of
+// a valid UTF-8 character become \xNN, and text past `max` bytes is cut with "...(N bytes)"
+// at a character boundary, so a huge argument never makes a huge message and the message
+// is always valid UTF-8 (Python decodes it strictly).
+inline std::size_t utf8_char_length(std::string_view s, std::size_t i) noexcept {
+  const auto c = static_cast<unsigned char>(s[i]);
+  std::size_t n = 0;
+  std::uint32_t cp = 0;
+  if (c >= 0xc2 && c <= 0xdf) {
+    n = 2;
+    cp = c & 0x1f;
+  } else if (c >= 0xe0 && c <= 0xef) {
+    n = 3;
+    cp = c & 0x0f;
+  } else if (c >= 0xf0 && c <= 0xf4) {
+    n = 4;
+    cp = c & 0x07;
+  } else {
+    return 0;
+  }
+  if (i + n > s.size()) return 0;
+  for (std::size_t k = 1; k < n; ++k) {
+    const auto cc = static_cast<unsigned char>(s[i + k]);
+    if ((cc & 0xc0) != 0x80) return 0;
+    cp = (cp << 6) | (cc & 0x3f);
+  }
+  // Overlong forms, UTF-16 surrogates and code points past U+10FFFF are not UTF-8.
+  if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) || (cp >= 0xd800 && cp <= 0xdfff)) {
+    return 0;
+  }
+  return n;
+}
+
 inline std::string printable(std::string_view s, std::size_t max = 80) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
   const std::size_t shown = std::min(s.size(), max);
   out.reserve(shown + 16);
-  for (std::size_t i = 0; i < shown; ++i) {
+  std::size_t i = 0;
+  while (i < shown) {
     const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c == 0x7f) {
+    if (c >= 0x80) {
+      const std::size_t n = utf8_char_length(s, i);
+      if (n > 0 && i + n <= shown) {
+        out.append(s.substr(i, n));
+        i += n;
+        continue;
+      }
+      if (n > 0) break;  // a whole character that does not fit: cut before it
+    }
+    if (c < 0x20 || c >= 0x7f) {
       out += "\\x";
       out += kHex[c >> 4];
       out += kHex[c & 15];
     } else {
       out += static_cast<char>(c);
     }
+    ++i;
   }
-  if (s.size() > max) out += "...(" + std::to_string(s.size()) + " bytes)";
+  if (i < s.size()) out += "...(" + std::to_string(s.size()) + " bytes)";
   return out;
 }
 

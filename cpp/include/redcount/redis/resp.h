@@ -43,7 +43,8 @@ class Parser {
   Parser& operator=(const Parser&) = delete;
 
   void feed(const char* data, std::size_t len);
-  // The next complete reply, or nullopt when more bytes are needed. Throws ProtocolError.
+  // The next complete reply, or nullopt when more bytes are needed. Throws ProtocolError,
+  // also for an array announcing more than 2^27 elements (refused before any allocation).
   std::optional<Reply> next();
 
  private:

@@ -26,6 +26,7 @@ Reply native_sharded_incr(Keyspace& ks, const std::vector<std::string>& keys, co
   auto ttl = parse_int64(args[1]);
   auto maxlen = parse_int64(args[2]);
   if (!n || !ttl || !maxlen || *n < 0 || *ttl < 1 || *maxlen < 0 || args.size() < 4) return bad();
+  if (!detail::deadline_after(ks.now_ms(), *ttl)) return bad();
   const auto count = static_cast<std::size_t>(*n);
   const bool wide = args[3] == "4";
   if (!wide && args[3] != "2") return bad();
@@ -116,8 +117,9 @@ Reply native_sharded_incr(Keyspace& ks, const std::vector<std::string>& keys, co
 Reply native_sharded_claim(Keyspace& ks, const std::vector<std::string>& keys, const std::vector<std::string>& args) {
   if (args.size() != 1) return Reply::of_error("ERR sharded_claim: malformed arguments");
   auto ttl = parse_int64(args[0]);
-  if (!ttl || *ttl < 1) return Reply::of_error("ERR sharded_claim: malformed arguments");
-  const std::int64_t until = ks.now_ms() + *ttl;
+  const auto deadline = ttl && *ttl >= 1 ? detail::deadline_after(ks.now_ms(), *ttl) : std::nullopt;
+  if (!deadline) return Reply::of_error("ERR sharded_claim: malformed arguments");
+  const std::int64_t until = *deadline;
   std::vector<Reply> out;
   out.reserve(keys.size());
   for (const auto& key : keys) {
@@ -158,6 +160,17 @@ Reply native_quota(Keyspace& ks, const std::vector<std::string>& keys, const std
   auto floor = parse_int64(args[2]);
   auto ceiling = parse_int64(args[3]);
   if (!n || !floor || !ceiling || (args[0] != "take" && args[0] != "give")) return bad();
+  // What the client sends is within +-(2^53 - 1); anything else could overflow below.
+  for (auto v : {*n, *floor, *ceiling}) {
+    if (v > kMaxQuota || v < -kMaxQuota) return bad();
+  }
+  // The id's deadline is checked before anything is written.
+  std::optional<std::int64_t> rid_deadline;
+  if (keys.size() == 2) {
+    auto ttl = parse_int64(args[4]);
+    rid_deadline = ttl && *ttl >= 1 ? detail::deadline_after(ks.now_ms(), *ttl) : std::nullopt;
+    if (!rid_deadline) return bad();
+  }
   const std::string& key = keys[0];
   std::int64_t cur = 0;
   if (auto raw = ks.get(key)) {
@@ -170,16 +183,14 @@ Reply native_quota(Keyspace& ks, const std::vector<std::string>& keys, const std
   };
   const std::string* rid = keys.size() == 2 ? &keys[1] : nullptr;
   if (rid && ks.exists(*rid)) return reply(1, cur, 1);
-  // Amounts and bounds are within +-(2^53 - 1) (validated by the client), so no overflow.
+  // Amounts and bounds are within +-(2^53 - 1) (checked above), so no overflow.
   const bool take = args[0] == "take";
   const std::int64_t after = take ? cur - *n : cur + *n;
   if (take ? after < *floor : after > *ceiling) return reply(0, cur, 0);
   ks.incrby(key, take ? -*n : *n);
   if (rid) {
-    auto ttl = parse_int64(args[4]);
-    if (!ttl || *ttl < 1) return bad();
     ks.del(*rid);
-    ks.set_nx_pxat(*rid, "1", ks.now_ms() + *ttl);
+    ks.set_nx_pxat(*rid, "1", *rid_deadline);
   }
   return reply(1, after, 0);
 }
