@@ -209,7 +209,7 @@ void set_tls_option(StoreOptions& o, std::string_view name, std::string_view val
     } else if (v == "none" || v == "cert_none") {
       o.ssl_cert_reqs = StoreOptions::CertReqs::None;
     } else {
-      throw InvalidArgument("ssl_cert_reqs must be required, optional or none, got '" + printable(value) + "'");
+      throw InvalidArgument("ssl_cert_reqs must be required, optional or none (the value given is not shown: a URL's query values may be secrets)");
     }
     return;
   }
@@ -220,7 +220,7 @@ void set_tls_option(StoreOptions& o, std::string_view name, std::string_view val
     } else if (v == "false" || v == "0") {
       o.ssl_check_hostname = false;
     } else {
-      throw InvalidArgument("ssl_check_hostname must be true, false, 1 or 0, got '" + printable(value) + "'");
+      throw InvalidArgument("ssl_check_hostname must be true, false, 1 or 0 (the value given is not shown: a URL's query values may be secrets)");
     }
     return;
   }
@@ -236,7 +236,7 @@ void set_tls_option(StoreOptions& o, std::string_view name, std::string_view val
   } else {
     for (char c : value) {
       if (c == '/' || c == ' ' || static_cast<unsigned char>(c) < 0x20) {
-        throw InvalidArgument("ssl_server_name must be a host name, got '" + printable(value) + "'");
+        throw InvalidArgument("ssl_server_name must be a host name, without '/', spaces or control characters (the value given is not shown: a URL's query values may be secrets)");
       }
     }
     o.ssl_server_name = std::string(value);
