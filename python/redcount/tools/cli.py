@@ -7,6 +7,7 @@ import argparse
 import math
 import os
 import sys
+import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -326,10 +327,24 @@ def _run_flush(args: argparse.Namespace) -> int:
 
 def _flush(args: argparse.Namespace, store: Store, flusher_class: type[Flusher]) -> int:
     import signal
-    import threading
 
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # SIGTERM ends the loop after the batch in flight. The handler is put back afterwards, so
+    # that a caller running this in-process (and processes it forks later, which inherit
+    # handlers) keeps its own: a leftover handler that only sets an Event makes SIGTERM, and
+    # so multiprocessing's Pool.terminate(), do nothing.
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        return _flush_until(args, store, flusher_class, stop)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _flush_until(args: argparse.Namespace, store: Store, flusher_class: type[Flusher],
+                 stop: threading.Event) -> int:
     with flusher_class(
         store,
         args.sql,

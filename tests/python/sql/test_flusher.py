@@ -373,8 +373,12 @@ def test_the_command_line_flushes_and_restores(
     c = counter(store)
     total = write(c, range(50))
     args = ["--url", redis_server.url, "--sql", sql, "--counter", "likes", "--shards", str(SHARDS)]
+    handler = signal.getsignal(signal.SIGTERM)
     assert main(["flush", *args, "--once"]) == 0
     assert "applied 50" in capsys.readouterr().err
+    # Run in-process, the command leaves the caller's SIGTERM handler as it found it (a leftover
+    # handler that only stops the flush loop would make SIGTERM, and Pool.terminate(), a no-op).
+    assert signal.getsignal(signal.SIGTERM) is handler
     store.execute("FLUSHALL")
     assert main(["restore", "--url", redis_server.url, "--sql", sql, "--counter", "likes"]) == 0
     out = capsys.readouterr().out
