@@ -94,16 +94,6 @@ bool is_tls_option(std::string_view name) {
   return false;
 }
 
-// A parameter name worth echoing: a short identifier. Anything else may be the tail of a
-// password with an unescaped '?' in it, so it is not shown.
-bool showable_name(std::string_view name) {
-  if (name.empty() || name.size() > 40) return false;
-  for (char c : name) {
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
-  }
-  return true;
-}
-
 // Applies the "?k=v&k=v" query of a redis://, rediss:// or unix:// URL.
 void apply_query(std::string_view url, std::string_view query, StoreOptions& o) {
   const bool unix_socket = o.kind == StoreOptions::Kind::Unix;
@@ -117,7 +107,7 @@ void apply_query(std::string_view url, std::string_view query, StoreOptions& o) 
     const std::string_view name = pair.substr(0, eq);
     // Built by appending: GCC 12 at -O3 reports a false -Wrestrict for "'" + std::string(...).
     std::string shown = "(name not shown)";
-    if (showable_name(name)) {
+    if (showable_query_name(name)) {
       shown.assign(1, '\'');
       shown.append(name);
       shown.push_back('\'');

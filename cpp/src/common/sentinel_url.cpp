@@ -117,14 +117,6 @@ Address parse_sentinel(std::string_view url, std::string_view item, std::size_t 
   return a;
 }
 
-bool showable_name(std::string_view name) {
-  if (name.empty() || name.size() > 40) return false;
-  for (char c : name) {
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
-  }
-  return true;
-}
-
 void apply_query(std::string_view url, std::string_view query, SentinelUrl& u) {
   std::vector<std::string> seen;
   while (!query.empty()) {
@@ -135,13 +127,13 @@ void apply_query(std::string_view url, std::string_view query, SentinelUrl& u) {
     const auto eq = pair.find('=');
     const std::string_view name = pair.substr(0, eq);
     std::string shown = "(name not shown)";
-    if (showable_name(name)) {
+    if (showable_query_name(name)) {
       shown.assign(1, '\'');
       shown.append(name);
       shown.push_back('\'');
     }
     const bool sentinel_option = name == "sentinel_username" || name == "sentinel_password";
-    if (!sentinel_option && !(name.starts_with("ssl_") && showable_name(name))) {
+    if (!sentinel_option && !(name.starts_with("ssl_") && showable_query_name(name))) {
       if (name == "db") bad(url, "the database goes in the path (.../service/N), not in the query");
       bad(url, std::string("unknown query parameter ") + shown +
                    " (accepted: sentinel_username, sentinel_password, and the ssl_* options of rediss+sentinel://)");

@@ -356,19 +356,7 @@ void Cluster::probe(const std::shared_ptr<Node>& node) {
   node->engine->submit_routed(
       std::move(ping),
       [b = node->breaker](std::vector<Reply>&& replies, std::exception_ptr error) {
-        std::string why;
-        if (error) {
-          try {
-            std::rethrow_exception(error);
-          } catch (const std::exception& e) {
-            why = e.what();
-          } catch (...) {
-            why = "unknown error";
-          }
-        } else if (replies.empty() || replies.front().is_error()) {
-          why = replies.empty() ? "no reply" : replies.front().str;  // LOADING: up, not serving yet
-        }
-        b->probe_done(why.empty(), why);
+        b->probe_done(replies, std::move(error));
       },
       nullptr, SteadyClock::now() + timeout, nullptr);
 }

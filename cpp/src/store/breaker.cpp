@@ -92,6 +92,22 @@ void Breaker::on_failure(const std::string& why) {
                             : "calls fail fast with Unavailable until it is back"));
 }
 
+void Breaker::probe_done(const std::vector<Reply>& replies, std::exception_ptr error) {
+  std::string why;
+  if (error) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      why = e.what();
+    } catch (...) {
+      why = "unknown error";
+    }
+  } else if (replies.empty() || replies.front().is_error()) {
+    why = replies.empty() ? "no reply" : replies.front().str;
+  }
+  probe_done(why.empty(), why);
+}
+
 void Breaker::probe_done(bool ok, const std::string& why) {
   std::lock_guard<std::mutex> lock(mu_);
   if (state_ != BreakerState::HalfOpen) return;

@@ -99,20 +99,7 @@ ResilientStore::Route ResilientStore::route() {
       std::vector<Request> ping;
       ping.emplace_back(Command{{"PING"}});
       primary_->submit(std::move(ping), [b = breaker_](std::vector<Reply>&& replies, std::exception_ptr error) {
-        std::string why;
-        if (error) {
-          try {
-            std::rethrow_exception(error);
-          } catch (const std::exception& e) {
-            why = e.what();
-          } catch (...) {
-            why = "unknown error";
-          }
-        } else if (replies.empty() || replies.front().is_error()) {
-          // LOADING and the like: up, but not serving yet.
-          why = replies.empty() ? "no reply" : replies.front().str;
-        }
-        b->probe_done(why.empty(), why);
+        b->probe_done(replies, std::move(error));
       });
       break;
     }

@@ -91,6 +91,16 @@ inline std::string printable(std::string_view s, std::size_t max = 80) {
   return out;
 }
 
+// A URL query parameter name worth echoing in an error: a short identifier. Anything else
+// may be the tail of a password with an unescaped '?' in it, so it is not shown.
+inline bool showable_query_name(std::string_view name) {
+  if (name.empty() || name.size() > 40) return false;
+  for (char c : name) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
+  }
+  return true;
+}
+
 // ASCII case folding without the locale lookup of std::tolower: command names are folded
 // for every request of a routed batch.
 inline char ascii_lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }

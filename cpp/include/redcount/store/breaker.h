@@ -18,11 +18,14 @@
 #pragma once
 
 #include <atomic>
+#include <exception>
 #include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include "redcount/store/reply.h"
 
 namespace redcount {
 
@@ -71,6 +74,9 @@ class Breaker {
   void on_success();
   void on_failure(const std::string& why);
   void probe_done(bool ok, const std::string& why);
+  // The same, from the probe PING's completion: ok on a PONG; an error reply (LOADING and
+  // the like: up, but not serving yet) or a failed call keeps the breaker open.
+  void probe_done(const std::vector<Reply>& replies, std::exception_ptr error);
 
   std::string refusal_text();
   std::string unavailable_text(const std::string& why) const;
