@@ -1,0 +1,32 @@
+"""Configures Django for the tests in this folder only (settings from
+``redcount_django_settings``), unless the run already configured it. Importing this
+conftest is what configures Django, so test folders that do not collect it (every other
+one) run without Django; the Redis fixtures come from tests/python/conftest.py."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+
+import django
+import pytest
+from django.conf import settings
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+if not settings.configured:
+    import redcount_django_settings as _test_settings
+
+    settings.configure(**{k: getattr(_test_settings, k) for k in dir(_test_settings) if k.isupper()})
+    django.setup()
+
+import redcount.django  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _fresh_state() -> Iterator[None]:
+    """Each test builds its own limiter from the settings it sets."""
+    redcount.django.reset_state()
+    yield
+    redcount.django.reset_state()
