@@ -9,7 +9,7 @@ from django.apps import AppConfig
 __all__ = ["RedcountConfig"]
 
 
-class RedcountConfig(AppConfig):
+class RedcountConfig(AppConfig):  # type: ignore[misc]
     """Validates ``settings.REDCOUNT`` in ``ready()``; a bad value raises
     :class:`~redcount.django.ConfigurationError` naming the setting."""
 

@@ -106,7 +106,7 @@ DEFAULTS: dict[str, Any] = {
 """
 
 
-class ConfigurationError(ImproperlyConfigured, InvalidInputError):
+class ConfigurationError(ImproperlyConfigured, InvalidInputError):  # type: ignore[misc]
     """A bad ``REDCOUNT`` setting or decorator argument, raised at start-up or at import.
     Both Django's ``ImproperlyConfigured`` and :class:`redcount.InvalidInputError`."""
 
@@ -337,14 +337,14 @@ def get_state() -> State:
         with _state_lock:
             state = _state
             if state is None:
-                state = _set(build_state())
+                state = build_state()
+                _set(state)
     return state
 
 
-def _set(state: State | None) -> State | None:
+def _set(state: State | None) -> None:
     global _state
     _state = state
-    return state
 
 
 def reset_state() -> None:

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import django
 import pytest
@@ -21,6 +22,7 @@ if not settings.configured:
     settings.configure(**{k: getattr(_test_settings, k) for k in dir(_test_settings) if k.isupper()})
     django.setup()
 
+import redcount  # noqa: E402
 import redcount.django  # noqa: E402
 
 
@@ -30,3 +32,34 @@ def _fresh_state() -> Iterator[None]:
     redcount.django.reset_state()
     yield
     redcount.django.reset_state()
+
+
+@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis_only)])
+def store_url(request: pytest.FixtureRequest) -> str:
+    """The same test on the embedded store and on the session's redis-server (flushed)."""
+    if request.param == "memory":
+        return "memory://"
+    server = request.getfixturevalue("redis_server")
+    s = redcount.connect(server.url)
+    s.execute("FLUSHALL")
+    s.close()
+    return str(server.url)
+
+
+@pytest.fixture
+def redis_url(redis_server: Any) -> str:
+    """The session's redis-server, flushed."""
+    s = redcount.connect(redis_server.url)
+    s.execute("FLUSHALL")
+    s.close()
+    return str(redis_server.url)
+
+
+@pytest.fixture
+def configure(settings: Any) -> Callable[..., None]:
+    """``configure(URL=..., DEFAULT_LIMITS=...)``: sets ``settings.REDCOUNT`` for this test."""
+
+    def set_(**values: Any) -> None:
+        settings.REDCOUNT = values
+
+    return set_

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.contrib.auth.models import AnonymousUser, User
 from django.utils.asyncio import async_unsafe
 from django.utils.functional import SimpleLazyObject
@@ -19,12 +20,17 @@ def _user_from(request: Any) -> Any:
 
 
 class FakeAuthMiddleware:
-    """``request.user`` from the ``X-Test-User`` header (a user id), as
+    """Sync and async capable, so under ASGI the whole chain stays async. ``request.user`` from the ``X-Test-User`` header (a user id), as
     AuthenticationMiddleware would load it from the session: lazily, and refusing to run on
     an event loop (like a database query), with ``request.auser()`` for async code."""
 
+    sync_capable = True
+    async_capable = True
+
     def __init__(self, get_response: Any) -> None:
         self.get_response = get_response
+        if iscoroutinefunction(get_response):
+            markcoroutinefunction(self)
 
     def __call__(self, request: Any) -> Any:
         load = async_unsafe(lambda: _user_from(request))

@@ -106,7 +106,7 @@ def key_value(key: Any, group: str, request: Any, view: View) -> str:
     if key == "ip":
         return view.client
     if key == "user":
-        return str(view.user.pk)
+        return str(getattr(view.user, "pk", None))
     if key == "user_or_ip":
         u = view.user
         return str(u.pk) if u is not None and u.is_authenticated else view.client
