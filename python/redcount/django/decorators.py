@@ -24,6 +24,8 @@ headers too. Decorators stack; every limit holds.
 from __future__ import annotations
 
 import functools
+import inspect
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar, Union
 
@@ -43,11 +45,24 @@ LimitArg = Union[str, Callable[..., str]]
 CostArg = Union[int, Callable[..., int]]
 
 
+_claimed: dict[str, int] = {}  # limits declared per view, so that each counts apart
+_lock = threading.Lock()
+
+
 def _view_name(view: Any) -> tuple[str, str]:
     """The policy name (the function's name, or ``Class.method``) and the per-view scope."""
-    qual = str(getattr(view, "__qualname__", getattr(view, "__name__", "view")))
+    bound = getattr(view.func, "__self__", None) if isinstance(view, functools.partial) else None
+    if bound is not None:
+        # method_decorator hands over the method bound to the view instance: name it after
+        # the instance's class, not the class defining the method (View.dispatch for all).
+        cls = type(bound)
+        qual = f"{cls.__qualname__}.{getattr(view, '__name__', 'dispatch')}"
+        module = cls.__module__
+    else:
+        qual = str(getattr(view, "__qualname__", getattr(view, "__name__", "view")))
+        module = str(getattr(view, "__module__", "?"))
     short = qual.split(".<locals>.")[-1]
-    return short, f"{getattr(view, '__module__', '?')}.{qual}"
+    return short, f"{module}.{qual}"
 
 
 def _predicate(fn: Callable[..., bool] | None, where: str) -> tuple[Callable[..., bool] | None, int]:
@@ -56,8 +71,6 @@ def _predicate(fn: Callable[..., bool] | None, where: str) -> tuple[Callable[...
     if not callable(fn):
         raise ConfigurationError(f"deduct_when on {where} must be callable(response) or callable(request, response)")
     try:
-        import inspect
-
         params = [
             p for p in inspect.signature(fn).parameters.values()
             if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
@@ -118,12 +131,19 @@ def limit(
     if scope is not None and (not isinstance(scope, str) or not scope):
         raise ConfigurationError(f"scope on {base_where} must be a non-empty str, got {scope!r}")
     deduct, deduct_arity = _predicate(deduct_when, base_where)
-    specs: dict[str, LimitSpec] = {}  # per view (method_decorator decorates per call)
+    specs: dict[str, LimitSpec] = {}  # per view (method_decorator decorates on every call)
 
     def spec_for(view: Any) -> LimitSpec:
         short, qual = _view_name(view)
         found = specs.get(qual)
         if found is None:
+            with _lock:
+                # A second limit on the same view (stacked, or the function decorated twice)
+                # counts apart from the first, as every limit declared holds on its own.
+                n = _claimed.get(qual, 0)
+                _claimed[qual] = n + 1
+            if n:
+                short, qual = f"{short}-{n + 1}", f"{qual}#{n}"
             try:
                 found = LimitSpec.build(
                     limit, name=name or scope or short, scope=f"shared:{scope}" if scope else qual, key=keyfn,
