@@ -250,7 +250,9 @@ def build_state() -> State:
         if isinstance(ipv6, str) and ipv6.strip().isdigit():
             ipv6 = int(ipv6)
         metrics = _object(cfg["METRICS"], "METRICS")
-        key: KeyFunc | None = as_key(cfg["KEY"], f'{SETTING}["KEY"]') if cfg["KEY"] is not None else None
+        key: KeyFunc | None = (
+            web("KEY", lambda: as_key(cfg["KEY"], "the default key")) if cfg["KEY"] is not None else None
+        )
         parts: dict[str, Any] = {
             "HEADERS": lambda: Settings.build(
                 key=None, headers=cfg["HEADERS"], trusted_proxies=None, ipv6_prefix=128, fail="open",
