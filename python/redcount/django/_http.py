@@ -51,10 +51,11 @@ class View:
 
     @property
     def endpoint(self) -> str:
+        # The URL pattern once the URL is resolved (inside a view): one key per route, not
+        # per URL; the path before (the middleware runs before resolution).
         match = getattr(self.native, "resolver_match", None)
-        if match is not None:
-            return str(match._func_path)
-        return str(self.native.path_info)
+        route = getattr(match, "route", None) if match is not None else None
+        return f"/{route}" if route else str(self.native.path_info)
 
     @property
     def client(self) -> str:

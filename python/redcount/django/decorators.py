@@ -33,7 +33,7 @@ from asgiref.sync import iscoroutinefunction
 
 from ..errors import InvalidInputError
 from ..web.engine import Verdict, decide, decide_async
-from ..web.spec import Check, KeyFunc, LimitSpec, _arity
+from ..web.spec import Check, KeyFunc, LimitSpec
 from ._http import View, apply_headers, attach, load_user, refuse
 from .conf import ConfigurationError, State, get_state
 from .keys import as_key

@@ -3,6 +3,9 @@ wait() from the limiter; headers; exact counts under concurrency; the failure po
 
 from __future__ import annotations
 
+# First: configures Django before anything imports it.
+from redcount_django_fixtures import *  # noqa: F403  (the fixtures)
+
 import threading
 from typing import Any
 

@@ -3,6 +3,9 @@ answer, trusted proxies, the failure policy with a dead or frozen Redis, sync an
 
 from __future__ import annotations
 
+# First: configures Django before anything imports it.
+from redcount_django_fixtures import *  # noqa: F403  (the fixtures)
+
 import asyncio
 import json
 import os

@@ -4,6 +4,9 @@ request.limited, block, is_ratelimited/get_usage, Ratelimited (403) in compat mo
 
 from __future__ import annotations
 
+# First: configures Django before anything imports it.
+from redcount_django_fixtures import *  # noqa: F403  (the fixtures)
+
 import json
 from typing import Any
 

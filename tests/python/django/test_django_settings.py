@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+# First: configures Django before anything imports it.
+from redcount_django_fixtures import *  # noqa: F403  (the fixtures)
+
 from typing import Any
 
 import pytest
