@@ -210,3 +210,15 @@ async def test_async_middleware_never_blocks_the_loop_on_a_frozen_redis(
     assert r.status_code == 200 and "RateLimit" not in r
     # the loop kept running while the request waited on the frozen store for its budget
     assert waited >= 0.2 and ticks >= 5
+
+
+def test_metrics(client: Any, configure: Any) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from redcount.web.metrics import PrometheusMetrics
+
+    reg = CollectorRegistry()
+    configure(DEFAULT_LIMITS="1/minute", METRICS=PrometheusMetrics(reg))
+    assert statuses(client, "/plain/", 2) == [200, 429]
+    assert reg.get_sample_value("redcount_decisions_total", {"limit": "default", "result": "allowed"}) == 1
+    assert reg.get_sample_value("redcount_decisions_total", {"limit": "default", "result": "denied"}) == 1
