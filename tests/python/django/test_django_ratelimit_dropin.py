@@ -221,3 +221,17 @@ def test_store_down_follows_redcount_fail(client: Any, configure: Any, redis_fac
     assert client.get("/rl_ip/").status_code == 503
     req = RequestFactory().get("/")
     assert get_usage(req, group="g", key="ip", rate="5/m") == {"count": 0, "limit": 0, "should_limit": True, "time_left": -1}
+
+
+def ratelimited_view(request: Any, exception: Exception) -> HttpResponse:
+    return HttpResponse(f"limited by {type(exception).__name__}", status=403)
+
+
+def test_ratelimit_middleware_answers_with_ratelimit_view(client: Any, configure: Any, settings: Any) -> None:
+    configure(RATELIMIT_COMPAT_403=True)
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, "redcount.django.ratelimit.middleware.RatelimitMiddleware"]
+    settings.RATELIMIT_VIEW = "test_django_ratelimit_dropin.ratelimited_view"
+    client.get("/rl_ip/")
+    client.get("/rl_ip/")
+    r = client.get("/rl_ip/")
+    assert r.status_code == 403 and r.content == b"limited by Ratelimited"
