@@ -235,3 +235,13 @@ def test_ratelimit_middleware_answers_with_ratelimit_view(client: Any, configure
     client.get("/rl_ip/")
     r = client.get("/rl_ip/")
     assert r.status_code == 403 and r.content == b"limited by Ratelimited"
+
+
+def test_a_rate_of_zero_limits_every_request(configure: Any) -> None:
+    rf = RequestFactory()
+    usage = get_usage(rf.get("/"), group="banned", key="ip", rate="0/m", increment=True)
+    assert usage is not None and usage["should_limit"] and usage["limit"] == 0
+    view = ratelimit(key="ip", rate=lambda group, request: "0/s")(lambda request: HttpResponse("x"))
+    assert view(rf.get("/")).status_code == 429
+    noblock = ratelimit(key="ip", rate="0/h", block=False)(lambda request: HttpResponse(str(request.limited)))
+    assert noblock(rf.get("/")).content == b"True"
