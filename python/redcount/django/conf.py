@@ -241,6 +241,8 @@ def build_state() -> State:
     if not isinstance(prefix, str) or not prefix:
         raise ConfigurationError(f'{SETTING}["PREFIX"] must be a non-empty str, got {prefix!r}')
     fallback = cfg["FALLBACK"] or None
+    if fallback is not None and not isinstance(fallback, str):
+        raise ConfigurationError(f'{SETTING}["FALLBACK"] must be a store URL such as "memory://", got {fallback!r}')
     breaker = _bool(cfg["BREAKER"], "BREAKER")
     store = web("URL", lambda: _store.connect(url, budget=budget, breaker=breaker, fallback=fallback))
     try:

@@ -63,6 +63,7 @@ def test_settings_are_read(configure: Any, redis_url: str) -> None:
         ({"ENABLED": "perhaps"}, 'REDCOUNT["ENABLED"]'),
         ({"SHADOW": 2}, 'REDCOUNT["SHADOW"]'),
         ({"BREAKER": "x"}, 'REDCOUNT["BREAKER"]'),
+        ({"FALLBACK": 5}, 'REDCOUNT["FALLBACK"]'),
         ({"VIEW": "no.such.view"}, 'REDCOUNT["VIEW"]'),
         ({"VIEW": 5}, 'REDCOUNT["VIEW"]'),
         ({"METRICS": object()}, 'REDCOUNT["METRICS"]'),
