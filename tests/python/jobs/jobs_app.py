@@ -19,12 +19,8 @@ from celery.signals import task_prerun, worker_ready
 import redcount
 import redcount.celery
 
-BASE = os.environ.get("JOBS_REDIS", "redis://127.0.0.1:6379")
-DATA_URL = f"{BASE}/2"
-
-app = Celery("jobs_app", broker=f"{BASE}/0", backend=f"{BASE}/1")
+app = Celery("jobs_app")
 app.conf.update(
-    redcount_url=DATA_URL,
     redcount_prefix="jobs:lim",
     task_serializer="json",
     result_serializer="json",
@@ -33,7 +29,18 @@ app.conf.update(
     worker_hijack_root_logger=False,
 )
 
+DATA_URL = ""
 _store: redcount.Store | None = None
+
+
+def configure(base: str) -> None:
+    """Point the app at the redis-server ``base`` (``redis://127.0.0.1:PORT``)."""
+    global DATA_URL, _store
+    DATA_URL = f"{base}/2"
+    app.conf.update(broker_url=f"{base}/0", result_backend=f"{base}/1", redcount_url=DATA_URL)
+    if _store is not None:
+        _store.close()
+        _store = None
 
 
 def store() -> redcount.Store:
@@ -41,6 +48,10 @@ def store() -> redcount.Store:
     if _store is None:
         _store = redcount.connect(DATA_URL)
     return _store
+
+
+if "JOBS_REDIS" in os.environ:  # the worker
+    configure(os.environ["JOBS_REDIS"])
 
 
 def record(name: str, **fields: Any) -> None:
@@ -59,10 +70,22 @@ def _attempt(task_id: str, task: Any, args: Any, kwargs: Any, **_: Any) -> None:
         record("attempts", id=task_id, args=list(args), kwargs=kwargs, retries=task.request.retries)
 
 
-@app.task(base=redcount.celery.LimitedTask, limit="20/second")
-def burst(n: int) -> int:
-    """The 300-task burst: records its start."""
-    record("starts", n=n, t=time.time(), pid=os.getpid())
+class TimedTask(redcount.celery.LimitedTask):
+    """Notes when the limiter's decision was asked for and answered (the admission's time,
+    read by the limiter inside that interval)."""
+
+    def _hit(self, key: str | bytes) -> tuple[bool, float, int]:
+        before = time.time()
+        got = super()._hit(key)
+        self.request.decided = (before, time.time())
+        return got
+
+
+@app.task(bind=True, base=TimedTask, limit="20/second")
+def burst(self: Any, n: int) -> int:
+    """The 300-task burst: records its start and when it was admitted."""
+    before, after = self.request.decided
+    record("starts", n=n, t=time.time(), before=before, after=after, pid=os.getpid())
     return n
 
 
