@@ -88,12 +88,13 @@ class MaxWaitExceeded(WaitTimeout):
         super().__init__(message, key, limit, waited=waited, retry_after=retry_after, max_wait=max_wait)
 
 
-# One store per URL and one limiter per (URL, strategy, prefix) in each process. The store is
+# One store per URL and one limiter per (store, strategy, prefix) in each process. The store is
 # fork-safe (a prefork child opens its own connection on its first call), so a cache filled in
 # the parent stays valid in the children.
 _lock = threading.Lock()
 _stores: dict[str, Store] = {}
-_limiters: dict[tuple[str, str, str], Limiter] = {}
+# keyed by id(store); the value holds the store, so the id cannot be reused while cached
+_limiters: dict[tuple[int, str, str], tuple[Store, Limiter]] = {}
 
 
 def _new_lock_after_fork() -> None:
@@ -105,19 +106,25 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_new_lock_after_fork)
 
 
-def _shared_limiter(url: str, strategy: str, prefix: str) -> Limiter:
-    key = (url, strategy, prefix)
+def _store_for(url: str) -> Store:
+    got = _stores.get(url)
+    if got is None:
+        with _lock:
+            got = _stores.get(url)
+            if got is None:
+                got = _stores[url] = connect(url)
+    return got
+
+
+def _shared_limiter(store: Store, strategy: str, prefix: str) -> Limiter:
+    key = (id(store), strategy, prefix)
     got = _limiters.get(key)
-    if got is not None:
-        return got
-    with _lock:
-        got = _limiters.get(key)
-        if got is None:
-            store = _stores.get(url)
-            if store is None:
-                store = _stores[url] = connect(url)
-            got = _limiters[key] = Limiter(store, strategy, prefix=prefix)  # type: ignore[arg-type]
-        return got
+    if got is None:
+        with _lock:
+            got = _limiters.get(key)
+            if got is None:
+                got = _limiters[key] = (store, Limiter(store, strategy, prefix=prefix))  # type: ignore[arg-type]
+    return got[1]
 
 
 def _jittered(delay: float) -> float:
@@ -155,7 +162,7 @@ def _check_options(cls: type[LimitedTask]) -> None:
         if not callable(key):
             raise TypeError(f"{where}: limit_key must be a callable (args, kwargs) -> str, got {key!r}")
         # A function stored on the class would become a method; the key function is not one.
-        cls.limit_key = staticmethod(key)  # type: ignore[assignment]
+        cls.limit_key = staticmethod(key)
 
 
 class LimitedTask(celery.Task):  # type: ignore[misc]  # celery.Task is untyped
@@ -185,8 +192,11 @@ class LimitedTask(celery.Task):  # type: ignore[misc]  # celery.Task is untyped
       :class:`~redcount.ConnectionError`): ``"deny"`` (default: sent again in 1 s, within
       ``max_wait``), ``"allow"`` (run unlimited) or ``"raise"`` (the task fails).
 
-    App settings: ``redcount_url`` (required; the store every worker shares, such as
-    ``"redis://cache:6379/0"``) and ``redcount_prefix`` (default ``"redcount:celery"``).
+    App settings: ``redcount_url`` (required: the store every worker shares, such as
+    ``"redis://cache:6379/0"``; each process connects once) or ``redcount_store`` (a
+    :class:`~redcount.Store` you opened, e.g. with TLS options or a ``budget``; it wins), and
+    ``redcount_prefix`` (default ``"redcount:celery"``; the in-flight leases live under
+    ``<prefix>:running``).
 
     A refused start is re-sent with ``countdown=retry_after`` (plus up to 10 % + 10 ms of
     jitter), the same id, arguments and options and the same ``retries`` count, so it does
@@ -210,28 +220,34 @@ class LimitedTask(celery.Task):  # type: ignore[misc]  # celery.Task is untyped
 
     # -- the store -------------------------------------------------------------------------
 
-    def _settings(self) -> tuple[str, str]:
+    def _settings(self) -> tuple[Store, str]:
         conf = self.app.conf
+        prefix = str(conf.get("redcount_prefix") or "redcount:celery")
+        store = conf.get("redcount_store")
+        if store is not None:
+            if not isinstance(store, Store):
+                raise TypeError(f"app.conf.redcount_store must be a redcount.Store, got {type(store).__name__}")
+            return store, prefix
         url = conf.get("redcount_url")
         if not url:
             raise InvalidInputError(
                 f"task {self.name}: app.conf.redcount_url is not set; set it to the store every worker "
                 "shares, e.g. 'redis://cache:6379/0' (memory:// would limit each worker process on its own)"
             )
-        return str(url), str(conf.get("redcount_prefix") or "redcount:celery")
+        return _store_for(str(url)), prefix
 
     @property
     def limiter(self) -> Limiter:
         """The limiter deciding this task's starts (shared by the tasks of this process on
         the same store, strategy and prefix)."""
-        url, prefix = self._settings()
-        return _shared_limiter(url, self.strategy, prefix)
+        store, prefix = self._settings()
+        return _shared_limiter(store, self.strategy, prefix)
 
     @property
     def slots(self) -> Limiter:
         """The ``"concurrency"`` limiter holding this task's in-flight leases."""
-        url, prefix = self._settings()
-        return _shared_limiter(url, "concurrency", prefix + ":running")
+        store, prefix = self._settings()
+        return _shared_limiter(store, "concurrency", prefix + ":running")
 
     def key_for(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | bytes:
         """The key the limits count for a call with these arguments."""
