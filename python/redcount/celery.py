@@ -49,6 +49,8 @@ DEFAULT_MAX_WAIT = 3600.0
 #: The message header holding the epoch time of a task's first refusal.
 FIRST_REFUSED_HEADER = "redcount_first_refused"
 
+_UNAVAILABLE = "the store could not decide (on_unavailable='deny')"
+
 KeyFunction = Callable[[tuple[Any, ...], dict[str, Any]], Union[str, bytes]]
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -289,26 +291,27 @@ class LimitedTask(celery.Task):  # type: ignore[misc]  # celery.Task is untyped
             if lease is not None:
                 self._release(lease)
 
-    def _acquire(self, key: str | bytes) -> tuple[Lease | None, bool]:
-        """(lease, admitted) for the in-flight cap; (None, True) with no cap."""
+    def _acquire(self, key: str | bytes) -> tuple[Lease | None, bool, str]:
+        """(lease, admitted, why not) for the in-flight cap; (None, True, "") with no cap."""
         if self.concurrency is None:
-            return None, True
+            return None, True, ""
         try:
             lease = self.slots.acquire(self.concurrency, key, lease_timeout=self._lease_timeout())
         except StoreConnectionError as e:
             d = unavailable_decision(self.on_unavailable, e)
-            return None, d.allowed
-        return lease, lease is not None
+            return None, d.allowed, _UNAVAILABLE
+        return lease, lease is not None, f"all {self.concurrency} in-flight slots in use"
 
-    def _hit(self, key: str | bytes) -> tuple[bool, float, int]:
-        """(allowed, retry_after, amount) for the rate limit; (True, 0, 0) with none."""
+    def _hit(self, key: str | bytes) -> tuple[bool, float, int, str]:
+        """(allowed, retry_after, amount, why not) for the rate limit; (True, 0, 0, "") with none."""
         if self.limit is None:
-            return True, 0.0, 0
+            return True, 0.0, 0, ""
         try:
             d = self.limiter.hit(self.limit, key)
         except StoreConnectionError as e:
             d = unavailable_decision(self.on_unavailable, e)
-        return d.allowed, d.retry_after, d.limit
+        why = _UNAVAILABLE if d.unavailable else f"limit {self._limit_text()} reached"
+        return d.allowed, d.retry_after, d.limit, why
 
     def _release(self, lease: Lease) -> None:
         if lease.released:
@@ -321,15 +324,14 @@ class LimitedTask(celery.Task):  # type: ignore[misc]  # celery.Task is untyped
     def _admit_or_defer(
         self, request: Any, key: str | bytes, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Lease | None:
-        lease, admitted = self._acquire(key)
+        lease, admitted, why = self._acquire(key)
         if not admitted:
-            n = self.concurrency
-            self._defer(request, key, args, kwargs, self.concurrency_retry, n or 0, f"all {n} in-flight slots in use")
-        allowed, retry_after, amount = self._hit(key)
+            self._defer(request, key, args, kwargs, self.concurrency_retry, self.concurrency or 0, why)
+        allowed, retry_after, amount, why = self._hit(key)
         if not allowed:
             if lease is not None:
                 self._release(lease)
-            self._defer(request, key, args, kwargs, retry_after, amount, f"limit {self._limit_text()} reached")
+            self._defer(request, key, args, kwargs, retry_after, amount, why)
         return lease
 
     def _limit_text(self) -> str:
@@ -373,24 +375,23 @@ class LimitedTask(celery.Task):  # type: ignore[misc]  # celery.Task is untyped
         """apply() / task_always_eager: no worker to hand the task back to, so wait here."""
         started = time.monotonic()
         deadline = None if self.max_wait is None else started + self.max_wait
-        lease, admitted = self._acquire(key)
+        lease, admitted, why = self._acquire(key)
         while not admitted:
             delay = _jittered(self.concurrency_retry)
             if deadline is not None and time.monotonic() + delay > deadline:
                 raise MaxWaitExceeded(
-                    f"task {self.name} not run: all {self.concurrency} in-flight slots of {key!r} stayed in use "
-                    f"for max_wait={self.max_wait} s",
+                    f"task {self.name} not run: {why} on {key!r} for max_wait={self.max_wait} s",
                     key,
                     self.concurrency or 0,
                     waited=time.monotonic() - started,
                     max_wait=float(self.max_wait or 0),
                 )
             time.sleep(delay)
-            lease, admitted = self._acquire(key)
+            lease, admitted, why = self._acquire(key)
         if self.limit is None:
             return lease
         while True:
-            allowed, retry_after, amount = self._hit(key)
+            allowed, retry_after, amount, why = self._hit(key)
             if allowed:
                 return lease
             delay = _jittered(retry_after)
@@ -398,7 +399,7 @@ class LimitedTask(celery.Task):  # type: ignore[misc]  # celery.Task is untyped
                 if lease is not None:
                     self._release(lease)
                 raise MaxWaitExceeded(
-                    f"task {self.name} not run: limit {self._limit_text()} on {key!r} would not admit it within "
+                    f"task {self.name} not run: {why} on {key!r}; it would not be admitted within "
                     f"max_wait={self.max_wait} s",
                     key,
                     amount,
@@ -420,38 +421,20 @@ def _first_refused(request: Any) -> float | None:
 
 
 def limited(
-    limit: str | LimitSet | None = None,
-    *,
-    app: Any = None,
-    limit_key: KeyFunction | None = None,
-    strategy: Strategy = "sliding-window",
-    max_wait: float | None = DEFAULT_MAX_WAIT,
-    concurrency: int | None = None,
-    lease_timeout: float | None = None,
-    concurrency_retry: float = 1.0,
-    on_unavailable: OnUnavailable = "deny",
-    base: type[LimitedTask] | None = None,
-    **task_options: Any,
+    limit: str | LimitSet | None = None, *, app: Any = None, base: type[LimitedTask] | None = None, **options: Any
 ) -> Callable[[Callable[..., Any]], Any]:
     """The decorator form: ``@limited("100/minute", app=app)`` is
     ``@app.task(base=LimitedTask, limit="100/minute")`` (``app=None``: Celery's
-    ``shared_task``). The other keywords are :class:`LimitedTask`'s options, then any Celery
-    task option (``name``, ``bind``, ``max_retries``, ...). ``base``: a subclass of
-    :class:`LimitedTask` to use."""
+    ``shared_task``). ``options``: :class:`LimitedTask`'s (``limit_key``, ``strategy``,
+    ``max_wait``, ``concurrency``, ``lease_timeout``, ``concurrency_retry``,
+    ``on_unavailable``) and any Celery task option (``name``, ``bind``, ``max_retries``, ...).
+    ``base``: a subclass of :class:`LimitedTask` to use; the options given here override its
+    attributes, the others keep its values."""
     if base is not None and not (isinstance(base, type) and issubclass(base, LimitedTask)):
         raise TypeError(f"base must be a subclass of redcount.celery.LimitedTask, got {base!r}")
-    options: dict[str, Any] = dict(
-        task_options,
-        base=base or LimitedTask,
-        limit=limit,
-        limit_key=limit_key,
-        strategy=strategy,
-        max_wait=max_wait,
-        concurrency=concurrency,
-        lease_timeout=lease_timeout,
-        concurrency_retry=concurrency_retry,
-        on_unavailable=on_unavailable,
-    )
+    options["base"] = base or LimitedTask
+    if limit is not None:
+        options["limit"] = limit
     make = celery.shared_task if app is None else app.task
 
     def decorate(fn: Callable[..., Any]) -> Any:

@@ -13,6 +13,7 @@ import redcount
 import redcount.celery
 from celery import Celery
 from redcount.celery import LimitedTask, MaxWaitExceeded, limited
+from redcount.tools.servers import free_port
 
 
 def nothing() -> None:
@@ -94,7 +95,7 @@ def test_apply_gives_up_after_max_wait(app: Any) -> None:
     job = app.task(base=LimitedTask, limit="1/minute", max_wait=0.2, name="eager.max_wait", shared=False)(ran)
     assert job.apply().get() == "ran"
     started = time.monotonic()
-    with pytest.raises(MaxWaitExceeded, match=r"limit '1/minute' on 'eager.max_wait' would not admit it within max_wait=0.2 s") as e:
+    with pytest.raises(MaxWaitExceeded, match=r"limit '1/minute' reached on 'eager.max_wait'; it would not be admitted within max_wait=0.2 s") as e:
         job.apply().get()
     assert time.monotonic() - started < 0.2  # it knows at once that 60 s is past max_wait
     assert isinstance(e.value, redcount.WaitTimeout) and isinstance(e.value, redcount.RedcountError)
@@ -128,7 +129,7 @@ def test_in_flight_cap_in_eager_mode_is_released(app: Any) -> None:
     assert job.slots.in_flight("capped") == 0
     held = job.slots.acquire(1, "capped")
     assert held is not None
-    with pytest.raises(MaxWaitExceeded, match="in-flight slots of 'capped' stayed in use"):
+    with pytest.raises(MaxWaitExceeded, match="all 1 in-flight slots in use on 'capped' for max_wait=0 s"):
         job.apply((False,)).get()
     job.slots.release(held)
 
@@ -152,3 +153,25 @@ def test_subclass_options(app: Any) -> None:
     assert job.apply(("a@example.com",)).get() == "a@example.com"
     assert job.key_for(("b@example.org",), {}) == "domain:example.org"
     assert job.limiter.strategy == "gcra"
+
+
+@pytest.mark.parametrize("limits", [{"limit": "5/second"}, {"concurrency": 2}])
+def test_on_unavailable(limits: dict[str, Any]) -> None:
+    """A store that cannot be reached: "deny" keeps refusing (until max_wait), "allow" runs
+    the task unlimited, "raise" fails it with the store's error."""
+    dead = redcount.connect(f"redis://127.0.0.1:{free_port()}/0", connect_timeout=0.2)
+    a = Celery("dead", broker="memory://", backend="cache+memory://", set_as_current=False)
+    a.conf.update(redcount_store=dead, task_eager_propagates=True)
+    a.finalize()
+    try:
+        deny = limited(app=a, max_wait=0.3, name="deny", shared=False, **limits)(ran)
+        allow = limited(app=a, on_unavailable="allow", name="allow", shared=False, **limits)(ran)
+        fail = limited(app=a, on_unavailable="raise", name="raise", shared=False, **limits)(ran)
+        with pytest.raises(MaxWaitExceeded, match=r"the store could not decide \(on_unavailable='deny'\)"):
+            deny.apply().get()
+        assert allow.apply().get() == "ran"
+        with pytest.raises(redcount.ConnectionError):
+            fail.apply().get()
+    finally:
+        a.close()
+        dead.close()
