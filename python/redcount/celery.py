@@ -96,7 +96,7 @@ class MaxWaitExceeded(WaitTimeout):
 _lock = threading.Lock()
 _stores: dict[str, Store] = {}
 # keyed by id(store); the value holds the store, so the id cannot be reused while cached
-_limiters: dict[tuple[int, str, str], tuple[Store, Limiter]] = {}
+_limiters: dict[tuple[int, str, str, str], tuple[Store, Limiter]] = {}
 
 
 def _new_lock_after_fork() -> None:
@@ -118,14 +118,15 @@ def _store_for(url: str) -> Store:
     return got
 
 
-def _shared_limiter(store: Store, strategy: str, prefix: str) -> Limiter:
-    key = (id(store), strategy, prefix)
+def _shared_limiter(store: Store, strategy: str, prefix: str, clock: str) -> Limiter:
+    key = (id(store), strategy, prefix, clock)
     got = _limiters.get(key)
     if got is None:
         with _lock:
             got = _limiters.get(key)
             if got is None:
-                got = _limiters[key] = (store, Limiter(store, strategy, prefix=prefix))  # type: ignore[arg-type]
+                limiter = Limiter(store, strategy, prefix=prefix, clock=clock)  # type: ignore[arg-type]
+                got = _limiters[key] = (store, limiter)
     return got[1]
 
 
@@ -198,7 +199,8 @@ class LimitedTask(celery.Task):  # type: ignore[misc]  # celery.Task is untyped
     ``"redis://cache:6379/0"``; each process connects once) or ``redcount_store`` (a
     :class:`~redcount.Store` you opened, e.g. with TLS options or a ``budget``; it wins), and
     ``redcount_prefix`` (default ``"redcount:celery"``; the in-flight leases live under
-    ``<prefix>:running``).
+    ``<prefix>:running``) and ``redcount_clock`` (the limiters' ``clock``: ``"client"``, the
+    default, or ``"server"`` for workers on hosts whose clocks may disagree).
 
     A refused start is re-sent with ``countdown=retry_after`` (plus up to 10 % + 10 ms of
     jitter), the same id, arguments and options and the same ``retries`` count, so it does
@@ -222,34 +224,35 @@ class LimitedTask(celery.Task):  # type: ignore[misc]  # celery.Task is untyped
 
     # -- the store -------------------------------------------------------------------------
 
-    def _settings(self) -> tuple[Store, str]:
+    def _settings(self) -> tuple[Store, str, str]:
         conf = self.app.conf
         prefix = str(conf.get("redcount_prefix") or "redcount:celery")
+        clock = str(conf.get("redcount_clock") or "client")
         store = conf.get("redcount_store")
         if store is not None:
             if not isinstance(store, Store):
                 raise TypeError(f"app.conf.redcount_store must be a redcount.Store, got {type(store).__name__}")
-            return store, prefix
+            return store, prefix, clock
         url = conf.get("redcount_url")
         if not url:
             raise InvalidInputError(
                 f"task {self.name}: app.conf.redcount_url is not set; set it to the store every worker "
                 "shares, e.g. 'redis://cache:6379/0' (memory:// would limit each worker process on its own)"
             )
-        return _store_for(str(url)), prefix
+        return _store_for(str(url)), prefix, clock
 
     @property
     def limiter(self) -> Limiter:
         """The limiter deciding this task's starts (shared by the tasks of this process on
         the same store, strategy and prefix)."""
-        store, prefix = self._settings()
-        return _shared_limiter(store, self.strategy, prefix)
+        store, prefix, clock = self._settings()
+        return _shared_limiter(store, self.strategy, prefix, clock)
 
     @property
     def slots(self) -> Limiter:
         """The ``"concurrency"`` limiter holding this task's in-flight leases."""
-        store, prefix = self._settings()
-        return _shared_limiter(store, "concurrency", prefix + ":running")
+        store, prefix, clock = self._settings()
+        return _shared_limiter(store, "concurrency", prefix + ":running", clock)
 
     def key_for(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | bytes:
         """The key the limits count for a call with these arguments."""

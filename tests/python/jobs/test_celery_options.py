@@ -153,6 +153,17 @@ def test_subclass_options(app: Any) -> None:
     assert job.apply(("a@example.com",)).get() == "a@example.com"
     assert job.key_for(("b@example.org",), {}) == "domain:example.org"
     assert job.limiter.strategy == "gcra"
+    assert job.limiter.clock == "client"
+    # the decorator keeps the base's own attributes where it is given no option
+    other = limited(app=app, base=Emails, max_wait=5, name="emails2", shared=False)(echo)
+    assert other.limit == "2/second;100/hour" and other.max_wait == 5 and other.strategy == "gcra"
+
+
+def test_server_clock_setting(app: Any) -> None:
+    app.conf.redcount_clock = "server"
+    job = limited("3/second", app=app, name="server.clock", shared=False)(ran)
+    assert job.apply().get() == "ran"
+    assert job.limiter.clock == "server"
 
 
 @pytest.mark.parametrize("limits", [{"limit": "5/second"}, {"concurrency": 2}])
