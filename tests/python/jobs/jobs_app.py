@@ -8,13 +8,16 @@ that the test process can check starts, arguments, ids and worker pids.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import signal
+import sys
 import time
 from typing import Any
 
 from celery import Celery
-from celery.signals import task_prerun, worker_ready
+from celery.signals import task_prerun, worker_process_init, worker_ready
 
 import redcount
 import redcount.celery
@@ -56,6 +59,14 @@ if "JOBS_REDIS" in os.environ:  # the worker
 
 def record(name: str, **fields: Any) -> None:
     store().execute("RPUSH", f"jobs:{name}", json.dumps(fields))
+
+
+@worker_process_init.connect
+def _die_with_the_worker(**_: Any) -> None:
+    # A pool process must not outlive its worker, even one SIGKILLed with the test run
+    # (Linux: prctl(PR_SET_PDEATHSIG, SIGKILL); the worker itself dies with the test process).
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)
 
 
 @worker_ready.connect
