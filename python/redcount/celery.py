@@ -40,12 +40,14 @@ from .errors import InvalidInputError, RedcountError, WaitTimeout
 from .limiter import Limiter, OnUnavailable, Strategy, check_on_unavailable, strategies, unavailable_decision
 from .store import Store, connect
 
-__all__ = ["DEFAULT_MAX_WAIT", "FIRST_REFUSED_HEADER", "Deferred", "LimitedTask", "MaxWaitExceeded", "limited"]
+__all__ = ["DEFAULT_MAX_WAIT", "FIRST_REFUSED_HEADER", "LEASE_MARGIN", "Deferred", "LimitedTask", "MaxWaitExceeded", "limited"]
 
 log = logging.getLogger(__name__)
 
 #: Seconds of refusals after which a task fails with :class:`MaxWaitExceeded`.
 DEFAULT_MAX_WAIT = 3600.0
+#: Seconds a default lease outlives the task's hard time limit.
+LEASE_MARGIN = 5.0
 #: The message header holding the epoch time of a task's first refusal.
 FIRST_REFUSED_HEADER = "redcount_first_refused"
 
@@ -187,8 +189,8 @@ class LimitedTask(celery.Task):  # type: ignore[misc]  # celery.Task is untyped
     - ``concurrency``: at most N of the key running at once, on expiring leases of the
       ``"concurrency"`` strategy: taken before the start, released when the task returns or
       raises, and freed by expiry (``lease_timeout``) when a worker dies holding one.
-    - ``lease_timeout``: seconds; default the task's hard ``time_limit`` (so a running task
-      never outlives its lease), else the app's ``task_time_limit``, else 300.
+    - ``lease_timeout``: seconds; default the task's hard ``time_limit`` (else the app's
+      ``task_time_limit``) plus 5 s, so that a running task never outlives its lease; else 300.
     - ``concurrency_retry``: the countdown (jittered) of a task that found every slot taken
       (default 1 s: leases free at unknown times).
     - ``on_unavailable``: when the store cannot decide (a
@@ -268,7 +270,9 @@ class LimitedTask(celery.Task):  # type: ignore[misc]  # celery.Task is untyped
         if self.lease_timeout is not None:
             return float(self.lease_timeout)
         hard = self.time_limit or self.app.conf.get("task_time_limit")
-        return float(hard) if hard else 300.0
+        # The lease is taken just before the run starts, and a pool process past its hard
+        # time limit is killed a little after it: a margin, so the lease outlives the run.
+        return float(hard) + LEASE_MARGIN if hard else 300.0
 
     # -- running ---------------------------------------------------------------------------
 

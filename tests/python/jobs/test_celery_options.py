@@ -186,3 +186,14 @@ def test_on_unavailable(limits: dict[str, Any]) -> None:
     finally:
         a.close()
         dead.close()
+
+
+def test_default_lease_timeout_follows_the_time_limit(app: Any) -> None:
+    plain = limited(app=app, concurrency=1, name="lease.plain", shared=False)(ran)
+    timed = limited(app=app, concurrency=1, time_limit=30, name="lease.timed", shared=False)(ran)
+    given = limited(app=app, concurrency=1, time_limit=30, lease_timeout=7, name="lease.given", shared=False)(ran)
+    assert plain._lease_timeout() == 300.0
+    assert timed._lease_timeout() == 30 + redcount.celery.LEASE_MARGIN
+    assert given._lease_timeout() == 7
+    app.conf.task_time_limit = 60
+    assert plain._lease_timeout() == 60 + redcount.celery.LEASE_MARGIN

@@ -32,7 +32,9 @@ pytestmark = pytest.mark.redis_only
 
 @pytest.fixture(scope="module")
 def jobs_redis() -> Iterator[RedisServer]:
-    server = new_server().start()
+    server = new_server()
+    server.die_with_owner = True  # like the worker: gone with the test process, however it ends
+    server.start()
     try:
         yield server
     finally:
