@@ -13,7 +13,8 @@ import sys
 import pytest
 
 EXTRAS = {"pandas", "numpy", "matplotlib", "sqlalchemy", "psycopg", "pymysql", "flask", "werkzeug", "fastapi",
-          "starlette", "uvicorn", "prometheus_client", "tqdm", "limits", "redis", "django", "rest_framework"}
+          "starlette", "uvicorn", "prometheus_client", "tqdm", "limits", "redis", "django", "rest_framework",
+          "celery", "kombu", "billiard"}
 
 LOADED = """
 import json, sys
@@ -28,7 +29,7 @@ def loaded_by(module: str) -> set[str]:
     return set(json.loads(out))
 
 
-@pytest.mark.parametrize("module", ["redcount", "redcount.aio", "redcount.tools.cli"])
+@pytest.mark.parametrize("module", ["redcount", "redcount.aio", "redcount.tools.cli", "redcount.jobs"])
 def test_import_loads_no_optional_extra(module: str) -> None:
     loaded = loaded_by(module)
     assert loaded & EXTRAS == set(), sorted(loaded & EXTRAS)
@@ -37,7 +38,8 @@ def test_import_loads_no_optional_extra(module: str) -> None:
 
 @pytest.mark.parametrize(("module", "its_framework"), [("redcount.flask", {"flask", "werkzeug"}),
                                                         ("redcount.fastapi", {"starlette", "fastapi"}),
-                                                        ("redcount.django", {"django"})])
+                                                        ("redcount.django", {"django"}),
+                                                        ("redcount.celery", {"celery", "kombu", "billiard"})])
 def test_a_framework_module_loads_its_framework_only(module: str, its_framework: set[str]) -> None:
     loaded = loaded_by(module)
     assert loaded & (EXTRAS - its_framework) == set(), sorted(loaded & EXTRAS)
