@@ -1,0 +1,165 @@
+"""End to end: the Django project of ``e2e_project/`` under gunicorn (WSGI, 2 threaded
+workers) and uvicorn (ASGI, 2 workers) against a real redis-server, hit by concurrent clients.
+
+Across both workers exactly the limit is admitted, whether the middleware or the decorator
+decides, on sync views (gunicorn) and async views (uvicorn: the middleware awaits
+``redcount.aio``); refusals carry the IETF headers and Retry-After; a spoofed
+X-Forwarded-For changes nothing unless the peer is a trusted proxy; a killed Redis under
+``FAIL="open"`` lets requests through, none slower than the budget plus 50 ms.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import RedisServer
+from django_e2e import KINDS, WORKERS, burst, start, statuses
+from helpers import AppServer
+
+pytestmark = [pytest.mark.redis_only, pytest.mark.slow]
+
+LIMIT = 25
+REQUESTS = 100
+CLIENTS = 24
+VIEWS = {"gunicorn": ("/mw/sync", "/deco/sync"), "uvicorn": ("/mw/async", "/deco/async")}
+POLICY_NAME = {"/mw/": "/mw/", "/deco/": "deco"}
+
+
+@pytest.fixture(scope="module")
+def servers(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, AppServer]]:
+    """The project under both servers, limits counted by the exact sliding log (a burst
+    admits exactly the limit wherever the window boundaries fall)."""
+    logs = tmp_path_factory.mktemp("django-e2e")
+    started = {kind: start(kind, logs, redis_server.url, STRATEGY="sliding-window", LIMIT=f"{LIMIT}/minute")
+               for kind in KINDS}
+    try:
+        for srv in started.values():
+            srv.wait_ready(WORKERS)
+        yield started
+    finally:
+        for srv in started.values():
+            srv.stop()
+
+
+@pytest.fixture
+def fresh(redis_server: RedisServer) -> None:
+    """Every limit of the test starts from zero."""
+    redis_server.command("FLUSHALL")
+
+
+def policy_name(view: str) -> str:
+    return POLICY_NAME[view[: view.index("/", 1) + 1]]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("which", [0, 1], ids=["middleware", "decorator"])
+def test_exactly_the_limit_is_admitted_across_workers_with_headers(
+    servers: dict[str, AppServer], fresh: None, kind: str, which: int
+) -> None:
+    server = servers[kind]
+    view = VIEWS[kind][which]
+    responses = burst(server.url + view, REQUESTS, CLIENTS)
+    admitted = [r for r in responses if r.status_code == 200]
+    refused = [r for r in responses if r.status_code == 429]
+    assert len(admitted) == LIMIT, statuses(responses)
+    assert len(refused) == REQUESTS - LIMIT, statuses(responses)
+    assert len({r.text for r in admitted}) == WORKERS, "one worker served every admitted request"
+    # Every admitted response saw a different count: as if one process had decided them all.
+    assert sorted(int(r.headers["X-RateLimit-Remaining"]) for r in admitted) == list(range(LIMIT))
+    name = policy_name(view)
+    for r in admitted:
+        assert r.headers["RateLimit-Policy"] == f'"{name}";q={LIMIT};w=60'
+        assert r.headers["RateLimit"].startswith(f'"{name}";r=')
+        assert "retry-after" not in r.headers
+    for r in refused:
+        assert r.headers["content-type"].startswith("application/problem+json")
+        assert r.json()["status"] == 429
+        assert r.headers["RateLimit-Policy"] == f'"{name}";q={LIMIT};w=60'
+        assert r.headers["RateLimit"].startswith(f'"{name}";r=0;t=')
+        t = int(r.headers["RateLimit"].rsplit("t=", 1)[1])
+        retry = int(r.headers["Retry-After"])
+        assert 1 <= retry <= 60 and retry >= t
+        assert r.headers["X-RateLimit-Remaining"] == "0" and r.headers["X-RateLimit-Limit"] == str(LIMIT)
+        for header in ("ratelimit", "ratelimit-policy", "retry-after"):
+            assert len(r.headers.get_list(header)) == 1
+
+
+def spoofed(i: int) -> dict[str, str]:
+    """A new made-up client address on every request, as a limiter-dodging client sends."""
+    return {"X-Forwarded-For": f"203.0.{i // 250}.{i % 250 + 1}"}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_spoofed_forwarded_for_is_ignored_from_an_untrusted_peer(
+    servers: dict[str, AppServer], fresh: None, kind: str
+) -> None:
+    responses = burst(servers[kind].url + VIEWS[kind][0], REQUESTS, CLIENTS, headers=spoofed)
+    assert statuses(responses) == {200: LIMIT, 429: REQUESTS - LIMIT}
+
+
+@pytest.fixture(scope="module")
+def trusting(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, AppServer]]:
+    """The project behind a trusted proxy: the loopback peer (the test) is the proxy."""
+    logs = tmp_path_factory.mktemp("django-e2e-trusted")
+    started = {kind: start(kind, logs, redis_server.url, STRATEGY="sliding-window", LIMIT=f"{LIMIT}/minute",
+                           TRUSTED_PROXIES="127.0.0.1/32") for kind in KINDS}
+    try:
+        for srv in started.values():
+            srv.wait_ready(WORKERS)
+        yield started
+    finally:
+        for srv in started.values():
+            srv.stop()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_forwarded_for_counts_from_a_trusted_proxy(trusting: dict[str, AppServer], fresh: None, kind: str) -> None:
+    url = trusting[kind].url + VIEWS[kind][0]
+    # Each forwarded client is its own client: none of them reaches the limit.
+    assert statuses(burst(url, REQUESTS, CLIENTS, headers=spoofed)) == {200: REQUESTS}
+    # One forwarded client, however many connections, is one client.
+    one = burst(url, LIMIT + 10, CLIENTS, headers=lambda i: {"X-Forwarded-For": "198.51.100.7"})
+    assert statuses(one) == {200: LIMIT, 429: 10}
+
+
+BUDGET = 0.1
+BOUND = BUDGET + 0.05
+
+
+@pytest.mark.parametrize("how", ["killed", "frozen"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_redis_down_fail_open_within_the_budget(
+    redis_factory: Callable[..., RedisServer], tmp_path: Path, kind: str, how: str
+) -> None:
+    redis = redis_factory()
+    server = start(kind, tmp_path, redis.url, LIMIT=f"{LIMIT}/minute", FAIL="open", BUDGET=str(BUDGET))
+    assert redis.proc is not None
+    try:
+        server.wait_ready(WORKERS)
+        view = server.url + VIEWS[kind][0]
+        with httpx.Client(timeout=10, headers={"Connection": "close"}) as c:
+            for _ in range(2 * WORKERS):  # each worker has connected and decided once
+                assert c.get(view).status_code == 200
+            if how == "killed":
+                os.kill(redis.proc.pid, signal.SIGKILL)
+                redis.proc.wait()
+            else:
+                os.kill(redis.proc.pid, signal.SIGSTOP)
+            took = []
+            for _ in range(20):  # one after another: each time is the request's own
+                t0 = time.perf_counter()
+                r = c.get(view)
+                took.append(time.perf_counter() - t0)
+                assert r.status_code == 200, r.text
+        assert max(took) < BOUND, [round(t * 1000, 1) for t in took]
+    finally:
+        if how == "frozen" and redis.proc is not None and redis.proc.poll() is None:
+            os.kill(redis.proc.pid, signal.SIGCONT)
+        server.stop()
+
