@@ -312,16 +312,19 @@ def decide(
     shadow_all: bool = False,
     budget: float | None = None,
     after: Verdict | None = None,
+    charge: bool = True,
 ) -> Verdict:
     """Decide ``checks`` in order with a sync limiter (blocks the calling thread).
 
     ``budget``: seconds all the checks may take together (see the module's docstring); a
     check not started before it is spent is decided by the policy without the store.
     ``after``: the verdict of this request's earlier checks, whose deadline this continues.
+    ``charge``: False decides with :meth:`~redcount.Limiter.test` (nothing is charged), for
+    limits that charge by outcome once the response is known.
     """
     verdict = _start(checks, shadow_all, budget, after)
     deadline = verdict.deadline
-    hit = limiter.hit
+    hit = limiter.hit if charge else limiter.test
     for c in checks:
         started = time.perf_counter() if metrics is not None else 0.0
         error: BaseException | None = None
@@ -360,14 +363,15 @@ async def decide_async(
     shadow_all: bool = False,
     budget: float | None = None,
     after: Verdict | None = None,
+    charge: bool = True,
 ) -> Verdict:
     """Decide ``checks`` in order with an async limiter: the event loop never waits on the
-    store (see :mod:`redcount.aio`). ``budget`` and ``after`` as in :func:`decide`; here a
-    call still waiting when the budget runs out is cancelled (its reply, if one comes, is
-    discarded) and decided by the policy."""
+    store (see :mod:`redcount.aio`). ``budget``, ``after`` and ``charge`` as in
+    :func:`decide`; here a call still waiting when the budget runs out is cancelled (its
+    reply, if one comes, is discarded) and decided by the policy."""
     verdict = _start(checks, shadow_all, budget, after)
     deadline = verdict.deadline
-    hit = limiter.hit
+    hit = limiter.hit if charge else limiter.test
     for c in checks:
         started = time.perf_counter() if metrics is not None else 0.0
         error: BaseException | None = None

@@ -1,0 +1,364 @@
+"""The ``REDCOUNT`` setting: read, validated and turned into the objects every request uses.
+
+::
+
+    # settings.py
+    REDCOUNT = {
+        "URL": "redis://cache:6379/0",           # default "memory://" (this process only)
+        "DEFAULT_LIMITS": ["1000/hour"],         # every request, counted once across the site
+        "PATHS": {"/api/login": "5/minute",      # exact path
+                  "/api/": "100/minute",         # a prefix (ends with "/"): the longest match wins
+                  "/health/": None},             # None: no limit at all there, defaults included
+        "FAIL": "open",                          # or "closed" (503 while the store is down)
+        "BUDGET": 0.1,                           # seconds all of a request's checks may take
+    }
+
+Every name is checked when the app starts (:class:`~redcount.django.apps.RedcountConfig`'s
+``ready()``, or the first construction of the middleware when the app is not installed), and
+a bad value raises :class:`ConfigurationError`, which names the setting
+(``REDCOUNT["FAIL"]: ...``). It is both Django's ``ImproperlyConfigured`` and redcount's
+:class:`~redcount.InvalidInputError`, so either ``except`` catches it. Unknown names are
+refused too, so a typo does not silently do nothing.
+
+The settings mean what the Flask and FastAPI integrations' settings mean, with the same
+defaults (see :class:`redcount.flask.RateLimiter`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.utils.module_loading import import_string
+
+from .. import aio
+from .. import store as _store
+from ..errors import InvalidInputError
+from ..limiter import Limiter
+from ..web.engine import DEFAULT_BUDGET, check_budget, check_store
+from ..web.settings import Settings
+from ..web.spec import KeyFunc, LimitSpec
+from .keys import as_key
+
+__all__ = ["DEFAULTS", "ConfigurationError", "State", "get_state", "reset_state"]
+
+SETTING = "REDCOUNT"
+
+DEFAULTS: dict[str, Any] = {
+    "URL": None,
+    "STRATEGY": "fixed-window",
+    "PREFIX": "redcount:web",
+    "DEFAULT_LIMITS": None,
+    "PATHS": None,
+    "KEY": None,
+    "HEADERS": None,
+    "TRUSTED_PROXIES": None,
+    "IPV6_PREFIX": 128,
+    "FAIL": "open",
+    "BUDGET": DEFAULT_BUDGET,
+    "BREAKER": True,
+    "FALLBACK": None,
+    "ENABLED": True,
+    "SHADOW": False,
+    "CHECK_ON_START": False,
+    "METRICS": None,
+    "VIEW": None,
+    "RATELIMIT_COMPAT_403": False,
+}
+"""Every name ``REDCOUNT`` may hold, with its default (the same as the Flask integration's):
+
+- ``URL``: the store, as for :func:`redcount.connect` (default ``"memory://"``: counts kept in
+  this process only, so each worker process counts apart).
+- ``STRATEGY``: the limiter's strategy (default ``"fixed-window"``); ``PREFIX``: its key
+  prefix (default ``"redcount:web"``).
+- ``DEFAULT_LIMITS``: a limit string or a list of them, applied by the middleware to every
+  request, counted once across the site per client.
+- ``PATHS``: ``{path: limit}``; a path ending with ``/`` is a prefix, others match exactly, and
+  the longest match applies (counted per entry and client). A limit of None exempts those
+  paths from every middleware limit, ``DEFAULT_LIMITS`` included.
+- ``KEY``: the default key: ``"ip"`` (default: the client address, see
+  ``TRUSTED_PROXIES``), ``"user"``, ``"user_or_ip"``, ``"header:<name>"``, a callable of the
+  request returning a str, or its dotted path.
+- ``HEADERS``: ``"ietf"``, ``"legacy"``, ``"retry-after"``, ``"all"`` or ``"none"``, as a
+  comma-separated string or a list (default ``"ietf,retry-after"``).
+- ``TRUSTED_PROXIES``: None (default: trust no forwarding header), a proxy count, or CIDRs;
+  ``IPV6_PREFIX``: group IPv6 clients by this prefix length (default 128).
+- ``FAIL``: ``"open"`` (default: let requests through while the store is down) or
+  ``"closed"`` (answer 503).
+- ``BUDGET``: seconds all of a request's checks may take together (default 0.1; 0 or None:
+  none); also the ``budget`` of the store built from ``URL``. ``BREAKER`` (default True)
+  and ``FALLBACK`` (default None) are that store's ``breaker`` and ``fallback``.
+- ``ENABLED``: False turns every limit off (middleware, decorators, throttles).
+- ``SHADOW``: count and report, never refuse. ``CHECK_ON_START``: ping the store at start-up.
+- ``METRICS``: a :class:`redcount.web.metrics.PrometheusMetrics` (or its dotted path).
+- ``VIEW``: a view (or its dotted path) answering refused requests: called as
+  ``view(request, exception)`` with a :class:`~redcount.django.RateLimitExceeded`; the
+  rate-limit headers are added to what it returns. Default: a 429
+  ``application/problem+json`` response.
+- ``RATELIMIT_COMPAT_403``: the :mod:`redcount.django.ratelimit` drop-in raises
+  :class:`~redcount.django.ratelimit.Ratelimited` (403, as django-ratelimit does) instead of
+  answering 429.
+"""
+
+
+class ConfigurationError(ImproperlyConfigured, InvalidInputError):  # type: ignore[misc]
+    """A bad ``REDCOUNT`` setting or decorator argument, raised at start-up or at import.
+    Both Django's ``ImproperlyConfigured`` and :class:`redcount.InvalidInputError`."""
+
+
+def _bool(value: Any, name: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    raise ConfigurationError(f'{SETTING}["{name}"] must be True or False, got {value!r}')
+
+
+def _limits(value: Any, name: str) -> list[str]:
+    """A limit string or a list of them."""
+    if value is None or value == "" or value == []:
+        return []
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or not all(isinstance(v, str) and v for v in items):
+        raise ConfigurationError(f'{SETTING}["{name}"] must be a limit string like "100/minute" or a list of them, got {value!r}')
+    return list(items)
+
+
+def _spec(limit: str, *, name: str, scope: str, setting: str) -> LimitSpec:
+    try:
+        return LimitSpec.build(limit, name=name, scope=scope, where=f'{SETTING}["{setting}"]')
+    except InvalidInputError as e:
+        raise ConfigurationError(str(e)) from None
+
+
+def _object(value: Any, name: str) -> Any:
+    if isinstance(value, str):
+        try:
+            return import_string(value)
+        except ImportError as e:
+            raise ConfigurationError(f'{SETTING}["{name}"]: cannot import {value!r}: {e}') from None
+    return value
+
+
+_PATH_CACHE = 10_000
+
+
+@dataclass
+class State:
+    """What the ``REDCOUNT`` setting settled: the limiters (sync, and its asyncio twin on the
+    same core), the shared web settings and the middleware's limits. Built once per process
+    (and again when a test changes the setting); read-only afterwards, so thread-safe."""
+
+    limiter: Limiter
+    alimiter: aio.Limiter
+    settings: Settings
+    default: list[LimitSpec]
+    paths: list[tuple[str, list[LimitSpec] | None]]
+    enabled: bool
+    budget: float | None
+    view: Callable[..., Any] | None
+    compat_403: bool
+    prefix: str
+    _by_path: dict[str, list[LimitSpec]] = field(default_factory=dict)
+    _strategies: dict[str, Limiter] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def specs_for(self, path: str) -> list[LimitSpec]:
+        """The middleware's limits for a request to ``path``: ``DEFAULT_LIMITS`` and the
+        longest ``PATHS`` entry that matches (nothing when that entry is None)."""
+        found = self._by_path.get(path)
+        if found is not None:
+            return found
+        specs: list[LimitSpec] = list(self.default)
+        for pattern, limits in self.paths:  # longest first
+            if path == pattern or (pattern.endswith("/") and path.startswith(pattern)):
+                specs = [] if limits is None else specs + limits
+                break
+        if len(self._by_path) >= _PATH_CACHE:
+            self._by_path.clear()
+        self._by_path[path] = specs
+        return specs
+
+    def limiter_for(self, strategy: str) -> Limiter:
+        """A limiter on the same store with another strategy (the DRF throttles use the
+        sliding log, as DRF's own throttles do), under its own key prefix."""
+        if strategy == self.limiter.strategy:
+            return self.limiter
+        found = self._strategies.get(strategy)
+        if found is None:
+            with self._lock:
+                found = self._strategies.get(strategy)
+                if found is None:
+                    found = Limiter(self.limiter.store, strategy, prefix=f"{self.prefix}:{strategy}")  # type: ignore[arg-type]
+                    self._strategies[strategy] = found
+        return found
+
+
+def read_settings() -> dict[str, Any]:
+    """``settings.REDCOUNT`` over :data:`DEFAULTS`, unknown names refused."""
+    raw = getattr(django_settings, SETTING, None)
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise ConfigurationError(f"{SETTING} must be a dict, got {type(raw).__name__}")
+    unknown = sorted(str(k) for k in raw if k not in DEFAULTS)
+    if unknown:
+        raise ConfigurationError(f'{SETTING}["{unknown[0]}"] is not a redcount setting; known: {", ".join(DEFAULTS)}')
+    return {**DEFAULTS, **raw}
+
+
+def build_state() -> State:
+    """Validate ``settings.REDCOUNT`` and build the :class:`State`; raises
+    :class:`ConfigurationError` naming the first bad setting."""
+    cfg = read_settings()
+
+    def web(name: str, fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except InvalidInputError as e:
+            if isinstance(e, ConfigurationError):
+                raise
+            raise ConfigurationError(f'{SETTING}["{name}"]: {e}') from None
+
+    budget_raw = cfg["BUDGET"]
+    if isinstance(budget_raw, str):
+        try:
+            budget_raw = float(budget_raw)
+        except ValueError:
+            raise ConfigurationError(f'{SETTING}["BUDGET"] must be a number of seconds, got {budget_raw!r}') from None
+    budget = web("BUDGET", lambda: check_budget(budget_raw, "the budget"))
+    url = cfg["URL"] or "memory://"
+    if not isinstance(url, (str, list, tuple)):
+        raise ConfigurationError(f'{SETTING}["URL"] must be a store URL like "redis://host:6379/0", got {url!r}')
+    strategy = cfg["STRATEGY"]
+    prefix = cfg["PREFIX"]
+    if not isinstance(prefix, str) or not prefix:
+        raise ConfigurationError(f'{SETTING}["PREFIX"] must be a non-empty str, got {prefix!r}')
+    fallback = cfg["FALLBACK"] or None
+    breaker = _bool(cfg["BREAKER"], "BREAKER")
+    store = web("URL", lambda: _store.connect(url, budget=budget, breaker=breaker, fallback=fallback))
+    try:
+        limiter = web("STRATEGY", lambda: Limiter(store, strategy, prefix=prefix))
+        if _bool(cfg["CHECK_ON_START"], "CHECK_ON_START"):
+            check_store(store)
+        ipv6 = cfg["IPV6_PREFIX"]
+        if isinstance(ipv6, str) and ipv6.strip().isdigit():
+            ipv6 = int(ipv6)
+        metrics = _object(cfg["METRICS"], "METRICS")
+        key: KeyFunc | None = (
+            web("KEY", lambda: as_key(cfg["KEY"], "the default key")) if cfg["KEY"] is not None else None
+        )
+        parts: dict[str, Any] = {
+            "HEADERS": lambda: Settings.build(
+                key=None, headers=cfg["HEADERS"], trusted_proxies=None, ipv6_prefix=128, fail="open",
+                shadow=False, metrics=None, where=SETTING,
+            ),
+            "TRUSTED_PROXIES": lambda: Settings.build(
+                key=None, headers=None, trusted_proxies=cfg["TRUSTED_PROXIES"], ipv6_prefix=128, fail="open",
+                shadow=False, metrics=None, where=SETTING,
+            ),
+            "IPV6_PREFIX": lambda: Settings.build(
+                key=None, headers=None, trusted_proxies=None, ipv6_prefix=ipv6, fail="open",
+                shadow=False, metrics=None, where=SETTING,
+            ),
+            "FAIL": lambda: Settings.build(
+                key=None, headers=None, trusted_proxies=None, ipv6_prefix=128, fail=cfg["FAIL"],
+                shadow=False, metrics=None, where=SETTING,
+            ),
+            "METRICS": lambda: Settings.build(
+                key=None, headers=None, trusted_proxies=None, ipv6_prefix=128, fail="open",
+                shadow=False, metrics=metrics, where=SETTING,
+            ),
+        }
+        for name, check in parts.items():  # each alone first, so the error names its setting
+            web(name, check)
+        shadow = _bool(cfg["SHADOW"], "SHADOW")
+        settings = Settings.build(
+            key=key, headers=cfg["HEADERS"], trusted_proxies=cfg["TRUSTED_PROXIES"], ipv6_prefix=ipv6,
+            fail=cfg["FAIL"], shadow=shadow, metrics=metrics, where=SETTING, budget=budget,
+        )
+        if metrics is not None and hasattr(metrics, "watch_store"):
+            metrics.watch_store(store)
+        default_limits = _limits(cfg["DEFAULT_LIMITS"], "DEFAULT_LIMITS")
+        default = [
+            _spec(text, name="default" if i == 0 else f"default-{i + 1}", scope="default" if i == 0 else f"default-{i + 1}",
+                  setting="DEFAULT_LIMITS")
+            for i, text in enumerate(default_limits)
+        ]
+        paths: list[tuple[str, list[LimitSpec] | None]] = []
+        raw_paths = cfg["PATHS"] or {}
+        if not isinstance(raw_paths, Mapping):
+            raise ConfigurationError(f'{SETTING}["PATHS"] must be a dict of path -> limit, got {type(raw_paths).__name__}')
+        for pattern, value in raw_paths.items():
+            if not isinstance(pattern, str) or not pattern.startswith("/"):
+                raise ConfigurationError(f'{SETTING}["PATHS"] keys must be paths starting with "/", got {pattern!r}')
+            if value is None:
+                paths.append((pattern, None))
+                continue
+            texts = _limits(value, f"PATHS']['{pattern}")
+            paths.append((pattern, [
+                _spec(text, name=pattern if len(texts) == 1 else f"{pattern}-{i + 1}", scope=f"path:{pattern}#{i}",
+                      setting="PATHS")
+                for i, text in enumerate(texts)
+            ]))
+        paths.sort(key=lambda item: len(item[0]), reverse=True)
+        view = _object(cfg["VIEW"], "VIEW")
+        if view is not None and not callable(view):
+            raise ConfigurationError(f'{SETTING}["VIEW"] must be a view callable(request, exception) or its dotted path, got {view!r}')
+        return State(
+            limiter=limiter,
+            alimiter=aio.Limiter.from_sync(limiter),
+            settings=settings,
+            default=default,
+            paths=paths,
+            enabled=_bool(cfg["ENABLED"], "ENABLED"),
+            # The embedded store answers inline: no deadline to watch.
+            budget=None if store.is_memory else settings.budget,
+            view=view,
+            compat_403=_bool(cfg["RATELIMIT_COMPAT_403"], "RATELIMIT_COMPAT_403"),
+            prefix=prefix,
+        )
+    except BaseException:
+        store.close()
+        raise
+
+
+_state: State | None = None
+_state_lock = threading.Lock()
+
+
+def get_state() -> State:
+    """The process's :class:`State`, built from the settings on first use."""
+    state = _state
+    if state is None:
+        with _state_lock:
+            state = _state
+            if state is None:
+                state = build_state()
+                _set(state)
+    return state
+
+
+def _set(state: State | None) -> None:
+    global _state
+    _state = state
+
+
+def reset_state() -> None:
+    """Forget the built state: the next request reads ``settings.REDCOUNT`` again (done
+    automatically when a test changes the setting with ``override_settings``)."""
+    with _state_lock:
+        _set(None)
+
+
+def _on_setting_changed(*, setting: str, **_: Any) -> None:
+    if setting in (SETTING, "RATELIMIT_ENABLE"):
+        reset_state()
+
+
+setting_changed.connect(_on_setting_changed, dispatch_uid="redcount.django.conf")

@@ -1,0 +1,83 @@
+"""``RateLimitMiddleware``: the site's default and per-path limits, and the rate-limit
+headers on every response.
+
+::
+
+    MIDDLEWARE = [
+        ...,
+        "django.contrib.auth.middleware.AuthenticationMiddleware",   # before it, for key="user"
+        "redcount.django.RateLimitMiddleware",
+        ...,
+    ]
+
+Sync and async capable: under WSGI it decides with :class:`redcount.Limiter` on the worker
+thread (the GIL is released while it waits on Redis); under ASGI Django calls its async
+form, which awaits :mod:`redcount.aio`, so the event loop never waits on the store.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+
+from ..web.engine import decide, decide_async
+from ..web.spec import resolve_all
+from ._http import View, apply_headers, attach, load_user, refuse, verdict
+from .conf import get_state
+
+__all__ = ["RateLimitMiddleware"]
+
+
+class RateLimitMiddleware:
+    """Applies ``REDCOUNT["DEFAULT_LIMITS"]`` and ``REDCOUNT["PATHS"]`` to every request
+    before it reaches a view, refusing with 429 (or ``REDCOUNT["VIEW"]``'s answer; 503 when
+    the store is down and ``FAIL`` is ``"closed"``), and sets the rate-limit headers of
+    everything decided for the request (its own limits, the decorators' and the DRF
+    throttles') on the response. Validates the settings when constructed (start-up).
+    Holds no per-request state, so one instance serves concurrent requests."""
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: Any) -> None:
+        self.get_response = get_response
+        get_state()  # validate the settings now, at start-up
+        self._async = iscoroutinefunction(get_response)
+        if self._async:
+            markcoroutinefunction(self)
+
+    def __call__(self, request: Any) -> Any:
+        if self._async:
+            return self.__acall__(request)
+        state = get_state()
+        if state.enabled:
+            specs = state.specs_for(request.path_info)
+            if specs:
+                s = state.settings
+                checks = resolve_all(specs, View(request, state), s.key)
+                decided = decide(state.limiter, checks, s.policy, s.metrics, shadow_all=s.shadow, budget=state.budget)
+                merged = attach(request, decided)
+                if not decided.allowed:
+                    return refuse(request, merged, state)
+        response = self.get_response(request)
+        return apply_headers(response, verdict(request), state)
+
+    async def __acall__(self, request: Any) -> Any:
+        """The async form, used under ASGI: the same as ``__call__``, awaiting :mod:`redcount.aio`."""
+        state = get_state()
+        if state.enabled:
+            specs = state.specs_for(request.path_info)
+            if specs:
+                s = state.settings
+                user = await load_user(request, specs, state)
+                checks = resolve_all(specs, View(request, state, user), s.key)
+                decided = await decide_async(
+                    state.alimiter, checks, s.policy, s.metrics, shadow_all=s.shadow, budget=state.budget
+                )
+                merged = attach(request, decided)
+                if not decided.allowed:
+                    answer = refuse(request, merged, state)
+                    return (await answer) if hasattr(answer, "__await__") else answer
+        response = await self.get_response(request)
+        return apply_headers(response, verdict(request), state)
