@@ -53,6 +53,12 @@ def start(kind: str, log_dir: Path, redis_url: str, cache_url: str | None = None
     return AppServer(argv, env, HERE, port, log=log)
 
 
+def ready(servers: Sequence[AppServer]) -> None:
+    """Wait until every worker of every server answers (the servers boot side by side)."""
+    for srv in servers:
+        srv.wait_ready(WORKERS)
+
+
 def burst(url: str, n: int, clients: int, headers: Callable[[int], dict[str, str]] | None = None) -> list[httpx.Response]:
     """``n`` GETs of ``url`` from ``clients`` threads, a connection per request (so the server
     spreads them over its workers)."""

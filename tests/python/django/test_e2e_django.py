@@ -14,12 +14,11 @@ import os
 import signal
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import httpx
 import pytest
-from conftest import RedisServer
-from django_e2e import KINDS, WORKERS, burst, start, statuses
+from redcount.tools.servers import RedisServer
+from django_e2e import KINDS, WORKERS, burst, ready, start, statuses
 from helpers import AppServer
 
 pytestmark = [pytest.mark.redis_only, pytest.mark.slow]
@@ -32,15 +31,18 @@ POLICY_NAME = {"/mw/": "/mw/", "/deco/": "deco"}
 
 
 @pytest.fixture(scope="module")
-def servers(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, AppServer]]:
-    """The project under both servers, limits counted by the exact sliding log (a burst
-    admits exactly the limit wherever the window boundaries fall)."""
+def servers(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[tuple[str, bool], AppServer]]:
+    """The project under both servers, ``(kind, trusted)``: trusted, the loopback peer (the
+    test) is a trusted proxy. Limits are counted by the exact sliding log (a burst admits
+    exactly the limit wherever the window boundaries fall)."""
     logs = tmp_path_factory.mktemp("django-e2e")
-    started = {kind: start(kind, logs, redis_server.url, STRATEGY="sliding-window", LIMIT=f"{LIMIT}/minute")
-               for kind in KINDS}
+    started = {
+        (kind, trusted): start(kind, logs, redis_server.url, STRATEGY="sliding-window", LIMIT=f"{LIMIT}/minute",
+                               TRUSTED_PROXIES="127.0.0.1/32" if trusted else "")
+        for kind in KINDS for trusted in (False, True)
+    }
     try:
-        for srv in started.values():
-            srv.wait_ready(WORKERS)
+        ready(list(started.values()))
         yield started
     finally:
         for srv in started.values():
@@ -60,16 +62,16 @@ def policy_name(view: str) -> str:
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("which", [0, 1], ids=["middleware", "decorator"])
 def test_exactly_the_limit_is_admitted_across_workers_with_headers(
-    servers: dict[str, AppServer], fresh: None, kind: str, which: int
+    servers: dict[tuple[str, bool], AppServer], fresh: None, kind: str, which: int
 ) -> None:
-    server = servers[kind]
+    server = servers[kind, False]
     view = VIEWS[kind][which]
     responses = burst(server.url + view, REQUESTS, CLIENTS)
     admitted = [r for r in responses if r.status_code == 200]
     refused = [r for r in responses if r.status_code == 429]
     assert len(admitted) == LIMIT, statuses(responses)
     assert len(refused) == REQUESTS - LIMIT, statuses(responses)
-    assert len({r.text for r in admitted}) == WORKERS, "one worker served every admitted request"
+    assert len({r.headers["X-Worker"] for r in responses}) == WORKERS, "one worker served every request"
     # Every admitted response saw a different count: as if one process had decided them all.
     assert sorted(int(r.headers["X-RateLimit-Remaining"]) for r in admitted) == list(range(LIMIT))
     name = policy_name(view)
@@ -97,30 +99,17 @@ def spoofed(i: int) -> dict[str, str]:
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_spoofed_forwarded_for_is_ignored_from_an_untrusted_peer(
-    servers: dict[str, AppServer], fresh: None, kind: str
+    servers: dict[tuple[str, bool], AppServer], fresh: None, kind: str
 ) -> None:
-    responses = burst(servers[kind].url + VIEWS[kind][0], REQUESTS, CLIENTS, headers=spoofed)
+    responses = burst(servers[kind, False].url + VIEWS[kind][0], REQUESTS, CLIENTS, headers=spoofed)
     assert statuses(responses) == {200: LIMIT, 429: REQUESTS - LIMIT}
 
 
-@pytest.fixture(scope="module")
-def trusting(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, AppServer]]:
-    """The project behind a trusted proxy: the loopback peer (the test) is the proxy."""
-    logs = tmp_path_factory.mktemp("django-e2e-trusted")
-    started = {kind: start(kind, logs, redis_server.url, STRATEGY="sliding-window", LIMIT=f"{LIMIT}/minute",
-                           TRUSTED_PROXIES="127.0.0.1/32") for kind in KINDS}
-    try:
-        for srv in started.values():
-            srv.wait_ready(WORKERS)
-        yield started
-    finally:
-        for srv in started.values():
-            srv.stop()
-
-
 @pytest.mark.parametrize("kind", KINDS)
-def test_forwarded_for_counts_from_a_trusted_proxy(trusting: dict[str, AppServer], fresh: None, kind: str) -> None:
-    url = trusting[kind].url + VIEWS[kind][0]
+def test_forwarded_for_counts_from_a_trusted_proxy(
+    servers: dict[tuple[str, bool], AppServer], fresh: None, kind: str
+) -> None:
+    url = servers[kind, True].url + VIEWS[kind][0]
     # Each forwarded client is its own client: none of them reaches the limit.
     assert statuses(burst(url, REQUESTS, CLIENTS, headers=spoofed)) == {200: REQUESTS}
     # One forwarded client, however many connections, is one client.
@@ -132,34 +121,57 @@ BUDGET = 0.1
 BOUND = BUDGET + 0.05
 
 
-@pytest.mark.parametrize("how", ["killed", "frozen"])
+HOWS = ("killed", "frozen")
+
+
+@pytest.fixture(scope="module")
+def failing(redis_session_factory: Callable[..., RedisServer], tmp_path_factory: pytest.TempPathFactory,
+            ) -> Iterator[dict[tuple[str, str], tuple[AppServer, RedisServer]]]:
+    """``(kind, how)``: the project with ``FAIL="open"`` and a 100 ms budget on a Redis of its
+    own, which the test kills or freezes (SIGSTOP: connections stay open, nothing answers)."""
+    logs = tmp_path_factory.mktemp("django-e2e-down")
+    started: dict[tuple[str, str], tuple[AppServer, RedisServer]] = {}
+    try:
+        for kind in KINDS:
+            for how in HOWS:
+                redis = redis_session_factory()
+                started[kind, how] = (start(kind, logs, redis.url, LIMIT=f"{LIMIT}/minute", FAIL="open",
+                                            BUDGET=str(BUDGET)), redis)
+        ready([srv for srv, _ in started.values()])
+        yield started
+    finally:
+        for srv, redis in started.values():
+            if redis.proc is not None and redis.proc.poll() is None:
+                os.kill(redis.proc.pid, signal.SIGCONT)
+            srv.stop()
+
+
+@pytest.mark.parametrize("how", HOWS)
 @pytest.mark.parametrize("kind", KINDS)
 def test_redis_down_fail_open_within_the_budget(
-    redis_factory: Callable[..., RedisServer], tmp_path: Path, kind: str, how: str
+    failing: dict[tuple[str, str], tuple[AppServer, RedisServer]], kind: str, how: str
 ) -> None:
-    redis = redis_factory()
-    server = start(kind, tmp_path, redis.url, LIMIT=f"{LIMIT}/minute", FAIL="open", BUDGET=str(BUDGET))
+    server, redis = failing[kind, how]
     assert redis.proc is not None
-    try:
-        server.wait_ready(WORKERS)
-        view = server.url + VIEWS[kind][0]
-        with httpx.Client(timeout=10, headers={"Connection": "close"}) as c:
-            for _ in range(2 * WORKERS):  # each worker has connected and decided once
-                assert c.get(view).status_code == 200
-            if how == "killed":
-                os.kill(redis.proc.pid, signal.SIGKILL)
-                redis.proc.wait()
-            else:
-                os.kill(redis.proc.pid, signal.SIGSTOP)
-            took = []
-            for _ in range(20):  # one after another: each time is the request's own
-                t0 = time.perf_counter()
-                r = c.get(view)
-                took.append(time.perf_counter() - t0)
-                assert r.status_code == 200, r.text
-        assert max(took) < BOUND, [round(t * 1000, 1) for t in took]
-    finally:
-        if how == "frozen" and redis.proc is not None and redis.proc.poll() is None:
-            os.kill(redis.proc.pid, signal.SIGCONT)
-        server.stop()
-
+    view = server.url + VIEWS[kind][0]
+    with httpx.Client(timeout=10, headers={"Connection": "close"}) as c:
+        workers = set()
+        for _ in range(50):  # until each worker has connected to Redis and decided
+            r = c.get(view)
+            assert r.status_code == 200 and "RateLimit" in r.headers, r.headers
+            workers.add(r.headers["X-Worker"])
+            if len(workers) == WORKERS:
+                break
+        assert len(workers) == WORKERS
+        if how == "killed":
+            os.kill(redis.proc.pid, signal.SIGKILL)
+            redis.proc.wait()
+        else:
+            os.kill(redis.proc.pid, signal.SIGSTOP)
+        took = []
+        for _ in range(20):  # one after another: each time is the request's own
+            t0 = time.perf_counter()
+            r = c.get(view)
+            took.append(time.perf_counter() - t0)
+            assert r.status_code == 200, r.text
+    assert max(took) < BOUND, [round(t * 1000, 1) for t in took]

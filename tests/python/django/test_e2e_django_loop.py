@@ -31,7 +31,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from conftest import RedisServer
+from redcount.tools.servers import RedisServer
 from django_e2e import WORKERS, p99, start
 from fault_proxy import FaultProxy
 from helpers import AppServer

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from conftest import RedisServer
+from redcount.tools.servers import RedisServer
 from django_e2e import WORKERS, burst, start, statuses
 from helpers import AppServer
 

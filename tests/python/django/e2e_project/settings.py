@@ -23,7 +23,7 @@ LOGGING_CONFIG = None
 LIMIT = os.environ.get("E2E_LIMIT", "25/minute")
 _trusted = os.environ.get("E2E_TRUSTED_PROXIES", "")
 
-MIDDLEWARE = ["redcount.django.RateLimitMiddleware"]
+MIDDLEWARE = ["e2e_project.middleware.WorkerHeader", "redcount.django.RateLimitMiddleware"]
 
 REDCOUNT = {
     "URL": os.environ.get("E2E_REDIS_URL", "memory://"),
