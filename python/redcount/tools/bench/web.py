@@ -251,9 +251,9 @@ _APPS: dict[str, str] = {
         from django.http import HttpResponse
         setup_django(REDCOUNT={"URL": URL, "PREFIX": "bench:web:redcount", "HEADERS": "none",
                                "BUDGET": 0})  # every request decided by the store, never let through
-        from redcount.django import ratelimit
+        from redcount.django import limit
 
-        @ratelimit(LIMIT)
+        @limit(LIMIT)
         def index(request):
             return HttpResponse("ok")
     """,
