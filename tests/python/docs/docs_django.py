@@ -31,6 +31,13 @@ AUTH = "django.contrib.auth.middleware.AuthenticationMiddleware"
 SETTINGS = ("REDCOUNT", "MIDDLEWARE", "REST_FRAMEWORK", "CACHES", "RATELIMIT_ENABLE", "RATELIMIT_EXCEPTION_CLASS")
 
 
+_APIVIEW = {
+    "renderer_classes": "DEFAULT_RENDERER_CLASSES", "parser_classes": "DEFAULT_PARSER_CLASSES",
+    "authentication_classes": "DEFAULT_AUTHENTICATION_CLASSES", "throttle_classes": "DEFAULT_THROTTLE_CLASSES",
+    "permission_classes": "DEFAULT_PERMISSION_CLASSES",
+}
+
+
 def configure() -> None:
     if not settings.configured:
         settings.configure(
@@ -83,7 +90,11 @@ def site(namespace: dict[str, Any]) -> Iterator[Any]:
     overrides = {name: namespace[name] for name in SETTINGS if name in namespace}
     overrides["MIDDLEWARE"] = [f"{__name__}.HeaderUser" if m == AUTH else m for m in overrides.get("MIDDLEWARE", [])]
     overrides["ROOT_URLCONF"] = urls.__name__
-    # DRF reads DEFAULT_THROTTLE_RATES into a class attribute when it is imported.
+    from rest_framework.views import APIView
+
+    # DRF copies some settings into class attributes when it is imported: an app's settings
+    # are there before, an example's only now.
+    saved = {name: getattr(APIView, name) for name in _APIVIEW}
     rates = throttling.SimpleRateThrottle.THROTTLE_RATES
     try:
         with override_settings(**overrides):
@@ -91,8 +102,12 @@ def site(namespace: dict[str, Any]) -> Iterator[Any]:
             from rest_framework.settings import api_settings
 
             throttling.SimpleRateThrottle.THROTTLE_RATES = api_settings.DEFAULT_THROTTLE_RATES
+            for name, setting in _APIVIEW.items():
+                setattr(APIView, name, getattr(api_settings, setting))
             yield Client()
     finally:
         throttling.SimpleRateThrottle.THROTTLE_RATES = rates
+        for name, value in saved.items():
+            setattr(APIView, name, value)
         clear_url_caches()
         del sys.modules[urls.__name__]
