@@ -7,6 +7,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from asgiref.sync import async_to_sync
 from django.http import HttpResponse
 
 from ..web import problem
@@ -16,7 +17,7 @@ from ..web.spec import LimitSpec
 from .conf import State
 from .keys import needs_user
 
-__all__ = ["RateLimitExceeded", "View", "apply_headers", "attach", "load_user", "refuse", "verdict"]
+__all__ = ["RateLimitExceeded", "View", "apply_headers", "attach", "load_user", "refuse", "refuse_sync", "verdict"]
 
 _ATTR = "_redcount_verdict"
 _UNSET: Any = object()
@@ -51,10 +52,11 @@ class View:
 
     @property
     def endpoint(self) -> str:
+        # The URL pattern once the URL is resolved (inside a view): one key per route, not
+        # per URL; the path before (the middleware runs before resolution).
         match = getattr(self.native, "resolver_match", None)
-        if match is not None:
-            return str(match._func_path)
-        return str(self.native.path_info)
+        route = getattr(match, "route", None) if match is not None else None
+        return f"/{route}" if route else str(self.native.path_info)
 
     @property
     def client(self) -> str:
@@ -120,10 +122,22 @@ def _problem_response(body: dict[str, Any], status: int) -> HttpResponse:
     return HttpResponse(json.dumps(body), status=status, content_type=problem.CONTENT_TYPE)
 
 
+def refuse_sync(request: Any, decided: Verdict, state: State) -> Any:
+    """:func:`refuse` for sync code: an async ``VIEW`` is run to completion here."""
+    answer = refuse(request, decided, state)
+    if hasattr(answer, "__await__"):
+        async def wait() -> Any:
+            return await answer
+
+        return async_to_sync(wait)()
+    return answer
+
+
 def refuse(request: Any, decided: Verdict, state: State) -> Any:
     """The answer to a refused request: 503 when the store is down and ``FAIL`` is closed;
     else ``REDCOUNT["VIEW"]``'s response or a 429 problem+json, with the rate-limit headers.
-    May return an awaitable when ``VIEW`` is an async view (the async paths await it)."""
+    May return an awaitable when ``VIEW`` is an async view (the async paths await it; sync
+    code calls :func:`refuse_sync`)."""
     if decided.unavailable:
         response = _problem_response(problem.store_unavailable(), 503)
         response["Retry-After"] = "1"

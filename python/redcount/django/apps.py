@@ -19,6 +19,8 @@ class RedcountConfig(AppConfig):  # type: ignore[misc]
     default = True
 
     def ready(self) -> None:
+        """Build the state from ``settings.REDCOUNT`` now, so that a bad setting stops the
+        start (a process forked later builds its own)."""
         from .conf import get_state
 
         get_state()

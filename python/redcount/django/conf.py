@@ -26,6 +26,7 @@ defaults (see :class:`redcount.flask.RateLimiter`).
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -240,6 +241,8 @@ def build_state() -> State:
     if not isinstance(prefix, str) or not prefix:
         raise ConfigurationError(f'{SETTING}["PREFIX"] must be a non-empty str, got {prefix!r}')
     fallback = cfg["FALLBACK"] or None
+    if fallback is not None and not isinstance(fallback, str):
+        raise ConfigurationError(f'{SETTING}["FALLBACK"] must be a store URL such as "memory://", got {fallback!r}')
     breaker = _bool(cfg["BREAKER"], "BREAKER")
     store = web("URL", lambda: _store.connect(url, budget=budget, breaker=breaker, fallback=fallback))
     try:
@@ -362,3 +365,21 @@ def _on_setting_changed(*, setting: str, **_: Any) -> None:
 
 
 setting_changed.connect(_on_setting_changed, dispatch_uid="redcount.django.conf")
+
+# A process forked after the state was built (gunicorn --preload, a multiprocessing worker)
+# builds its own on first use: the parent's store and its connections stay the parent's. The
+# inherited state is kept referenced, never collected in the child, so that nothing of it
+# runs there (its sockets are the parent's).
+_inherited: list[State] = []
+
+
+def _after_fork_in_child() -> None:
+    global _state_lock
+    if _state is not None:
+        _inherited.append(_state)
+    _state_lock = threading.Lock()  # another thread may have held it at the fork
+    _set(None)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -33,8 +33,8 @@ from asgiref.sync import iscoroutinefunction
 
 from ..errors import InvalidInputError
 from ..web.engine import Verdict, decide, decide_async
-from ..web.spec import Check, KeyFunc, LimitSpec, _arity
-from ._http import View, apply_headers, attach, load_user, refuse
+from ..web.spec import Check, KeyFunc, LimitSpec
+from ._http import View, apply_headers, attach, load_user, refuse, refuse_sync
 from .conf import ConfigurationError, State, get_state
 from .keys import as_key
 
@@ -215,7 +215,7 @@ def limit(
             )
             merged = attach(request, decided)
             if not decided.allowed:
-                return refuse(request, merged, state)
+                return refuse_sync(request, merged, state)
             response = view(request, *args, **kwargs)
             if charged(decided, request, response):
                 settle(state, merged, check, decide(

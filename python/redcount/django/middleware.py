@@ -23,7 +23,7 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 
 from ..web.engine import decide, decide_async
 from ..web.spec import resolve_all
-from ._http import View, apply_headers, attach, load_user, refuse, verdict
+from ._http import View, apply_headers, attach, load_user, refuse, refuse_sync, verdict
 from .conf import get_state
 
 __all__ = ["RateLimitMiddleware"]
@@ -59,7 +59,7 @@ class RateLimitMiddleware:
                 decided = decide(state.limiter, checks, s.policy, s.metrics, shadow_all=s.shadow, budget=state.budget)
                 merged = attach(request, decided)
                 if not decided.allowed:
-                    return refuse(request, merged, state)
+                    return refuse_sync(request, merged, state)
         response = self.get_response(request)
         return apply_headers(response, verdict(request), state)
 

@@ -184,6 +184,16 @@ class UnscopedAPI(APIView):
         return Response({"ok": True})
 
 
+class DecoratedAPI(APIView):
+    @method_decorator(limit("2/minute", key="user"))
+    def get(self, request: Any) -> Response:
+        return Response({"ok": True})
+
+    @method_decorator(ratelimit(key="ip", rate="1/m", method="POST"))
+    def post(self, request: Any) -> Response:
+        return Response({"posted": True})
+
+
 class BothAPI(APIView):
     throttle_classes = [rdrf.AnonRateThrottle, rdrf.UserRateThrottle]
 
@@ -209,6 +219,7 @@ urlpatterns = [path(f"{name}/", view) for name, view in _views.items()] + [
     path("api/scoped2/", ScopedAPI2.as_view()),
     path("api/unscoped/", UnscopedAPI.as_view()),
     path("api/both/", BothAPI.as_view()),
+    path("api/decorated/", DecoratedAPI.as_view()),
     path("health/", ok),
     path("health/deep/", ok),
 ]

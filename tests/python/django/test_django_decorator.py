@@ -3,6 +3,9 @@ methods, scope, exemption, charge by outcome, dynamic limits, stacking and heade
 
 from __future__ import annotations
 
+# First: configures Django before anything imports it.
+from redcount_django_fixtures import *  # noqa: F403  (the fixtures)
+
 import json
 from typing import Any
 

@@ -3,6 +3,9 @@ wait() from the limiter; headers; exact counts under concurrency; the failure po
 
 from __future__ import annotations
 
+# First: configures Django before anything imports it.
+from redcount_django_fixtures import *  # noqa: F403  (the fixtures)
+
 import threading
 from typing import Any
 
@@ -157,3 +160,13 @@ def test_strategy_attribute(configure: Any, strategy: str) -> None:
     Throttle.strategy = strategy
     view = APIView()
     assert [Throttle().allow_request(drf_request(REMOTE_ADDR="192.0.2.60"), view) for _ in range(3)] == [True, True, False]
+
+
+def test_view_decorators_on_an_api_view(client: Any, configure: Any) -> None:
+    configure()
+    assert codes(client, "/api/decorated/", 3, HTTP_X_TEST_USER="1") == [200, 200, 429]
+    r = client.get("/api/decorated/", HTTP_X_TEST_USER="2")
+    assert r.status_code == 200 and r["RateLimit"].startswith('"DecoratedAPI.get";r=1;')
+    assert client.post("/api/decorated/").status_code == 200
+    refused = client.post("/api/decorated/")
+    assert refused.status_code == 429 and "Retry-After" in refused

@@ -3,6 +3,9 @@ answer, trusted proxies, the failure policy with a dead or frozen Redis, sync an
 
 from __future__ import annotations
 
+# First: configures Django before anything imports it.
+from redcount_django_fixtures import *  # noqa: F403  (the fixtures)
+
 import asyncio
 import json
 import os
@@ -207,3 +210,38 @@ async def test_async_middleware_never_blocks_the_loop_on_a_frozen_redis(
     assert r.status_code == 200 and "RateLimit" not in r
     # the loop kept running while the request waited on the frozen store for its budget
     assert waited >= 0.2 and ticks >= 5
+
+
+def test_metrics(client: Any, configure: Any) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from redcount.web.metrics import PrometheusMetrics
+
+    reg = CollectorRegistry()
+    configure(DEFAULT_LIMITS="1/minute", METRICS=PrometheusMetrics(reg))
+    assert statuses(client, "/plain/", 2) == [200, 429]
+    assert reg.get_sample_value("redcount_decisions_total", {"limit": "default", "result": "allowed"}) == 1
+    assert reg.get_sample_value("redcount_decisions_total", {"limit": "default", "result": "denied"}) == 1
+
+
+async def atoo_many(request: Any, exception: redcount.django.RateLimitExceeded) -> HttpResponse:
+    return HttpResponse("async slow down", status=429)
+
+
+def test_an_async_refusal_view_under_wsgi(client: Any, configure: Any) -> None:
+    configure(DEFAULT_LIMITS="1/minute", VIEW=atoo_many)
+    client.get("/plain/")
+    r = client.get("/plain/")
+    assert r.status_code == 429 and r.content == b"async slow down" and "Retry-After" in r
+
+
+@pytest.mark.asyncio
+async def test_refusal_views_under_asgi(async_client: Any, configure: Any) -> None:
+    configure(DEFAULT_LIMITS="1/minute", VIEW=atoo_many)
+    await async_client.get("/aplain/")
+    r = await async_client.get("/aplain/")
+    assert r.status_code == 429 and r.content == b"async slow down" and "RateLimit" in r
+    configure(DEFAULT_LIMITS="1/minute", VIEW=too_many)
+    await async_client.get("/aplain/")
+    r = await async_client.get("/aplain/")
+    assert r.status_code == 429 and r.content.startswith(b"slow down")

@@ -4,6 +4,9 @@ request.limited, block, is_ratelimited/get_usage, Ratelimited (403) in compat mo
 
 from __future__ import annotations
 
+# First: configures Django before anything imports it.
+from redcount_django_fixtures import *  # noqa: F403  (the fixtures)
+
 import json
 from typing import Any
 
@@ -218,3 +221,27 @@ def test_store_down_follows_redcount_fail(client: Any, configure: Any, redis_fac
     assert client.get("/rl_ip/").status_code == 503
     req = RequestFactory().get("/")
     assert get_usage(req, group="g", key="ip", rate="5/m") == {"count": 0, "limit": 0, "should_limit": True, "time_left": -1}
+
+
+def ratelimited_view(request: Any, exception: Exception) -> HttpResponse:
+    return HttpResponse(f"limited by {type(exception).__name__}", status=403)
+
+
+def test_ratelimit_middleware_answers_with_ratelimit_view(client: Any, configure: Any, settings: Any) -> None:
+    configure(RATELIMIT_COMPAT_403=True)
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, "redcount.django.ratelimit.middleware.RatelimitMiddleware"]
+    settings.RATELIMIT_VIEW = "test_django_ratelimit_dropin.ratelimited_view"
+    client.get("/rl_ip/")
+    client.get("/rl_ip/")
+    r = client.get("/rl_ip/")
+    assert r.status_code == 403 and r.content == b"limited by Ratelimited"
+
+
+def test_a_rate_of_zero_limits_every_request(configure: Any) -> None:
+    rf = RequestFactory()
+    usage = get_usage(rf.get("/"), group="banned", key="ip", rate="0/m", increment=True)
+    assert usage is not None and usage["should_limit"] and usage["limit"] == 0
+    view = ratelimit(key="ip", rate=lambda group, request: "0/s")(lambda request: HttpResponse("x"))
+    assert view(rf.get("/")).status_code == 429
+    noblock = ratelimit(key="ip", rate="0/h", block=False)(lambda request: HttpResponse(str(request.limited)))
+    assert noblock(rf.get("/")).content == b"True"

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+# First: configures Django before anything imports it.
+from redcount_django_fixtures import *  # noqa: F403  (the fixtures)
+
 from typing import Any
 
 import pytest
@@ -60,6 +63,7 @@ def test_settings_are_read(configure: Any, redis_url: str) -> None:
         ({"ENABLED": "perhaps"}, 'REDCOUNT["ENABLED"]'),
         ({"SHADOW": 2}, 'REDCOUNT["SHADOW"]'),
         ({"BREAKER": "x"}, 'REDCOUNT["BREAKER"]'),
+        ({"FALLBACK": 5}, 'REDCOUNT["FALLBACK"]'),
         ({"VIEW": "no.such.view"}, 'REDCOUNT["VIEW"]'),
         ({"VIEW": 5}, 'REDCOUNT["VIEW"]'),
         ({"METRICS": object()}, 'REDCOUNT["METRICS"]'),
@@ -117,3 +121,26 @@ def test_middleware_is_sync_and_async_capable() -> None:
 
     assert iscoroutinefunction(RateLimitMiddleware(handler))
     assert not iscoroutinefunction(RateLimitMiddleware(lambda request: None))
+
+
+@pytest.mark.filterwarnings(r"ignore:.*use of fork\(\) may lead to deadlocks:DeprecationWarning")
+def test_a_forked_child_builds_its_own_state(configure: Any, redis_url: str) -> None:
+    import os
+
+    configure(URL=redis_url, DEFAULT_LIMITS="1/minute")
+    parent = get_state()
+    assert parent.limiter.hit("5/minute", "before-fork").allowed
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: a new state, on its own connection, that works
+        try:
+            state = get_state()
+            ok = state is not parent and state.limiter.hit("5/minute", "child").allowed
+            os.write(w, b"1" if ok else b"0")
+        finally:
+            os._exit(0)
+    os.close(w)
+    got = os.read(r, 1)
+    os.waitpid(pid, 0)
+    assert got == b"1"
+    assert get_state() is parent and parent.limiter.hit("5/minute", "after-fork").allowed

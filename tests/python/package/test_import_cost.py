@@ -13,7 +13,7 @@ import sys
 import pytest
 
 EXTRAS = {"pandas", "numpy", "matplotlib", "sqlalchemy", "psycopg", "pymysql", "flask", "werkzeug", "fastapi",
-          "starlette", "uvicorn", "prometheus_client", "tqdm", "limits", "redis"}
+          "starlette", "uvicorn", "prometheus_client", "tqdm", "limits", "redis", "django", "rest_framework"}
 
 LOADED = """
 import json, sys
@@ -36,7 +36,8 @@ def test_import_loads_no_optional_extra(module: str) -> None:
 
 
 @pytest.mark.parametrize(("module", "its_framework"), [("redcount.flask", {"flask", "werkzeug"}),
-                                                        ("redcount.fastapi", {"starlette", "fastapi"})])
+                                                        ("redcount.fastapi", {"starlette", "fastapi"}),
+                                                        ("redcount.django", {"django"})])
 def test_a_framework_module_loads_its_framework_only(module: str, its_framework: set[str]) -> None:
     loaded = loaded_by(module)
     assert loaded & (EXTRAS - its_framework) == set(), sorted(loaded & EXTRAS)

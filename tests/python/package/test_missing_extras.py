@@ -33,6 +33,8 @@ else:
         ("redcount.flask", {"werkzeug"}, "flask"),
         ("redcount.fastapi", {"starlette", "fastapi"}, "fastapi"),
         ("redcount.contrib.limits", {"limits"}, "limits"),
+        ("redcount.django", {"django"}, "django"),
+        ("redcount.django.drf", {"rest_framework"}, "django-drf"),
     ],
 )
 def test_a_missing_extra_says_what_to_pip_install(module: str, blocked: set[str], extra: str) -> None:

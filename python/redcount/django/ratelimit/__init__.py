@@ -10,7 +10,7 @@
         if request.limited: ...
 
 The module paths mirror django-ratelimit's (``redcount.django.ratelimit.decorators``,
-``.core``, ``.exceptions``), so ``django_ratelimit`` can be replaced by
+``.core``, ``.exceptions``, ``.middleware``), so ``django_ratelimit`` can be replaced by
 ``redcount.django.ratelimit`` in every import. The arguments and ``request.limited`` mean
 what they mean there; what differs:
 

@@ -140,13 +140,20 @@ def _spec(group: str, count: int, seconds: int) -> LimitSpec:
 
 
 class _Plan:
-    """One call's group, limit and storage key, or ``skip`` when nothing is limited."""
+    """One call's check, or None when nothing is limited; ``zero`` for a rate of 0 (every
+    request is over it: django-ratelimit's way of shutting a client out)."""
 
-    __slots__ = ("check", "skip")
+    __slots__ = ("check", "zero")
 
-    def __init__(self, check: Check | None) -> None:
+    def __init__(self, check: Check | None, zero: int = 0) -> None:
         self.check = check
-        self.skip = check is None
+        self.zero = zero
+
+
+def _zero(plan: _Plan, request: Any, increment: bool) -> tuple[dict[str, Any], Verdict]:
+    refused = Verdict([], allowed=False)
+    attach(request, refused)
+    return {"count": 1 if increment else 0, "limit": 0, "should_limit": True, "time_left": plan.zero}, refused
 
 
 def _plan(request: Any, group: Any, fn: Any, key: Any, rate: Any, method: Any, state: State, user: Any) -> _Plan:
@@ -168,6 +175,8 @@ def _plan(request: Any, group: Any, fn: Any, key: Any, rate: Any, method: Any, s
     if seconds <= 0:
         raise ImproperlyConfigured("Ratelimit period must be greater than 0")
     check_key(key)
+    if count == 0:
+        return _Plan(None, seconds)
     view = View(request, state, user) if user is not None else View(request, state)
     value = key_value(key, group, request, view)
     spec = _spec(group, count, seconds)
@@ -201,6 +210,8 @@ def usage_and_verdict(
     decided)."""
     state = get_state()
     plan = _plan(request, group, fn, key, rate, method, state, user)
+    if plan.zero:
+        return _zero(plan, request, increment)
     if plan.check is None:
         return None, None
     s = state.settings
@@ -221,6 +232,8 @@ async def ausage_and_verdict(
     if key in ("user", "user_or_ip") and hasattr(request, "auser"):
         user = await request.auser()
     plan = _plan(request, group, fn, key, rate, method, state, user)
+    if plan.zero:
+        return _zero(plan, request, increment)
     if plan.check is None:
         return None, None
     s = state.settings

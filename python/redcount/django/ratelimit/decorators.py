@@ -11,7 +11,7 @@ from django.conf import settings
 from django.utils.module_loading import import_string
 
 from ...web.engine import Verdict
-from .._http import apply_headers, refuse, verdict
+from .._http import apply_headers, refuse, refuse_sync, verdict
 from ..conf import get_state
 from .core import ALL, UNSAFE, ausage_and_verdict, check_key, usage_and_verdict
 from .exceptions import Ratelimited
@@ -21,12 +21,12 @@ __all__ = ["ratelimit"]
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _blocked(request: Any, decided: Verdict | None) -> Any:
+def _blocked(request: Any, decided: Verdict | None, *, sync: bool) -> Any:
     state = get_state()
     if state.compat_403 or decided is None:
         cls = getattr(settings, "RATELIMIT_EXCEPTION_CLASS", Ratelimited)
         raise (import_string(cls) if isinstance(cls, str) else cls)()
-    return refuse(request, verdict(request) or decided, state)
+    return (refuse_sync if sync else refuse)(request, verdict(request) or decided, state)
 
 
 def ratelimit(group: Any = None, key: Any = None, rate: Any = None, method: Any = ALL, block: bool = True) -> Callable[[F], F]:
@@ -56,7 +56,7 @@ def ratelimit(group: Any = None, key: Any = None, rate: Any = None, method: Any 
                 limited = bool(usage is not None and usage["should_limit"])
                 request.limited = limited or old_limited
                 if limited and block:
-                    answer = _blocked(request, decided)
+                    answer = _blocked(request, decided, sync=False)
                     return (await answer) if hasattr(answer, "__await__") else answer
                 response = await fn(request, *args, **kw)
                 return apply_headers(response, verdict(request), get_state()) if decided is not None else response
@@ -70,7 +70,7 @@ def ratelimit(group: Any = None, key: Any = None, rate: Any = None, method: Any 
             limited = bool(usage is not None and usage["should_limit"])
             request.limited = limited or old_limited
             if limited and block:
-                return _blocked(request, decided)
+                return _blocked(request, decided, sync=True)
             response = fn(request, *args, **kw)
             return apply_headers(response, verdict(request), get_state()) if decided is not None else response
 

@@ -1,20 +1,18 @@
 """Configures Django for the tests in this folder only (settings from
-``redcount_django_settings``), unless the run already configured it. Importing this
-conftest is what configures Django, so test folders that do not collect it (every other
-one) run without Django; the Redis fixtures come from tests/python/conftest.py."""
+``redcount_django_settings``), unless the run already configured it, and holds their
+fixtures: each test module star-imports this one. It is not a conftest.py, because the
+other folders' tests import ``conftest`` by name and must keep getting tests/python's; a
+run that does not collect this folder does not configure Django at all. The Redis fixtures
+come from tests/python/conftest.py."""
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import django
 import pytest
 from django.conf import settings
-
-sys.path.insert(0, os.path.dirname(__file__))
 
 if not settings.configured:
     import redcount_django_settings as _test_settings
@@ -26,8 +24,11 @@ import redcount  # noqa: E402
 import redcount.django  # noqa: E402
 
 
+__all__ = ["configure", "fresh_state", "redis_url", "store_url"]
+
+
 @pytest.fixture(autouse=True)
-def _fresh_state() -> Iterator[None]:
+def fresh_state() -> Iterator[None]:
     """Each test builds its own limiter from the settings it sets."""
     redcount.django.reset_state()
     yield

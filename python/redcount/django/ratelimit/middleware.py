@@ -1,0 +1,32 @@
+"""django-ratelimit's ``RatelimitMiddleware``: answers :class:`Ratelimited` with the view
+named by ``settings.RATELIMIT_VIEW`` (only raised with ``REDCOUNT["RATELIMIT_COMPAT_403"]``;
+the default 429 answer needs no middleware)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.utils.module_loading import import_string
+
+from .exceptions import Ratelimited
+
+__all__ = ["RatelimitMiddleware"]
+
+
+class RatelimitMiddleware:
+    """``MIDDLEWARE = [..., "redcount.django.ratelimit.middleware.RatelimitMiddleware"]``:
+    a :class:`Ratelimited` raised by a view becomes ``RATELIMIT_VIEW(request, exception)``."""
+
+    def __init__(self, get_response: Any) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: Any) -> Any:
+        return self.get_response(request)
+
+    def process_exception(self, request: Any, exception: BaseException) -> Any:
+        """``RATELIMIT_VIEW``'s answer to a :class:`Ratelimited`; None for anything else."""
+        if not isinstance(exception, Ratelimited):
+            return None
+        view = import_string(settings.RATELIMIT_VIEW)
+        return view(request, exception)
