@@ -119,5 +119,6 @@ def test_async_middleware_never_blocks_the_loop(uvicorn: AppServer, proxy: Fault
         print(f"\nloop {what}: waited p99 {w * 1000:.2f} ms (median {m * 1000:.2f}); lag p99 less run-queue wait "
               f"{nr * 1000:.2f} ms, raw {r * 1000:.2f} ms; {count} samples at {rate} req/s")
     assert waited < LAG_BOUND
-    # The probe sees a 20 ms block: most samples under the control wait for one.
-    assert c_waited > 3 * LAG_BOUND and c_median > LAG_BOUND
+    # The probe sees a 20 ms block. (Not the median: wrk's connections may all land on one
+    # worker, and the other's idle loop then adds samples of no lag.)
+    assert c_waited > 3 * LAG_BOUND
