@@ -1,12 +1,17 @@
 """Django REST framework under gunicorn (2 threaded workers) against a real Redis: DRF's own
-``AnonRateThrottle`` on Django's cache (django-redis) over-admits a concurrent burst, because
-it reads the request history, decides, and writes it back in separate cache calls, so
-concurrent requests overwrite each other's entries; redcount's twin decides each request in
-one atomic step and admits exactly the limit, burst after burst."""
+``AnonRateThrottle`` and ``UserRateThrottle`` on Django's cache (django-redis) over-admit a
+concurrent burst, because they read the request history, decide, and write it back in
+separate cache calls, so concurrent requests overwrite each other's entries; redcount's twins
+decide each request in one atomic step and admit exactly the limit, burst after burst.
+
+How often DRF's own over-admits is printed (run with ``-s``): on the 2-core development
+machine, every burst of every run so far, by a wide margin (it admitted all 100 requests).
+The test asks only that it over-admitted in at least one of its bursts, so a run in which the
+race happens not to be hit in one burst does not fail."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from redcount.tools.servers import RedisServer
@@ -18,7 +23,7 @@ pytestmark = [pytest.mark.redis_only, pytest.mark.slow]
 LIMIT = 25
 REQUESTS = 100
 CLIENTS = 24
-BURSTS = 5
+BURSTS = 4
 
 
 @pytest.fixture(scope="module")
@@ -31,25 +36,32 @@ def gunicorn(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
         srv.stop()
 
 
+def who(kind: str, burst_no: int) -> Callable[[int], dict[str, str]]:
+    """The headers of one burst's requests: one client, a fresh one for every burst (DRF keys
+    anonymous requests by X-Forwarded-For when present, users by their id)."""
+    if kind == "anon":
+        return lambda _: {"X-Forwarded-For": f"192.0.2.{burst_no + 1}"}
+    return lambda _: {"X-User": str(burst_no + 1)}
+
+
+@pytest.mark.parametrize("kind", ["anon", "user"])
 def test_drf_builtin_throttle_over_admits_and_the_twin_admits_exactly_the_limit(
-    gunicorn: AppServer, redis_server: RedisServer
+    gunicorn: AppServer, redis_server: RedisServer, kind: str
 ) -> None:
     builtin: list[int] = []
     for i in range(BURSTS):
         redis_server.command("FLUSHALL")  # both throttles start from an empty history
-        # DRF's own: the same client (DRF keys anonymous requests by X-Forwarded-For when
-        # present, so each burst gets a fresh key).
-        got = statuses(burst(gunicorn.url + "/drf/builtin", REQUESTS, CLIENTS,
-                             headers=lambda _: {"X-Forwarded-For": f"192.0.2.{i + 1}"}))
+        got = statuses(burst(gunicorn.url + f"/drf/{kind}/builtin", REQUESTS, CLIENTS, headers=who(kind, i)))
         assert set(got) <= {200, 429}, got
         builtin.append(got.get(200, 0))
-        ours = burst(gunicorn.url + "/drf/redcount", REQUESTS, CLIENTS)
+        ours = burst(gunicorn.url + f"/drf/{kind}/redcount", REQUESTS, CLIENTS, headers=who(kind, i))
         assert statuses(ours) == {200: LIMIT, 429: REQUESTS - LIMIT}, i
         for r in ours:
             if r.status_code == 429:
                 assert 1 <= int(r.headers["Retry-After"]) <= 60
-    print(f"DRF's AnonRateThrottle admitted {builtin} of {REQUESTS} (limit {LIMIT}) in {BURSTS} bursts")
+    print(f"\nDRF's {kind} throttle admitted {builtin} of {REQUESTS} (limit {LIMIT}) in {BURSTS} bursts; "
+          f"over the limit in {sum(n > LIMIT for n in builtin)} of them")
     assert all(n >= LIMIT for n in builtin), builtin  # it never under-admits
-    # Not a property of every burst (a race), but of five bursts of 24 concurrent clients
-    # over 16 server threads: measured to over-admit in every burst.
+    # A race, so not a property of every burst; of several bursts of 24 concurrent clients
+    # over 16 server threads, yes.
     assert max(builtin) > LIMIT, builtin

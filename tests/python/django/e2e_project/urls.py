@@ -13,6 +13,8 @@ urlpatterns = [
     path("deco/async", views.deco_async),
     path("lag", views.lag),
     path("blocking", views.blocking),
-    path("drf/builtin", views.DrfBuiltin.as_view()),
-    path("drf/redcount", views.DrfRedcount.as_view()),
+    path("drf/anon/builtin", views.DrfAnonBuiltin.as_view()),
+    path("drf/anon/redcount", views.DrfAnonRedcount.as_view()),
+    path("drf/user/builtin", views.DrfUserBuiltin.as_view()),
+    path("drf/user/redcount", views.DrfUserRedcount.as_view()),
 ]

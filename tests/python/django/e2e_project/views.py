@@ -10,6 +10,7 @@ import redcount
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from rest_framework import throttling
+from rest_framework.authentication import BaseAuthentication
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -65,19 +66,38 @@ async def blocking(request: HttpRequest) -> HttpResponse:
     return HttpResponse(str(os.getpid()))
 
 
-class DrfBuiltin(APIView):
+class HeaderUser(BaseAuthentication):  # type: ignore[misc]
+    """The user whose id is in the ``X-User`` header (no database in this project)."""
+
+    def authenticate(self, request: Request) -> tuple[object, None] | None:
+        from django.contrib.auth.models import User
+
+        uid = request.headers.get("X-User")
+        return (User(pk=int(uid), username=f"user{uid}"), None) if uid else None
+
+
+class _Pid(APIView):
+    authentication_classes = [HeaderUser]
+
+    def get(self, request: Request) -> Response:
+        return Response({"pid": os.getpid()})
+
+
+class DrfAnonBuiltin(_Pid):
     """DRF's own AnonRateThrottle, counting in Django's cache (django-redis)."""
 
     throttle_classes = [throttling.AnonRateThrottle]
 
-    def get(self, request: Request) -> Response:
-        return Response({"pid": os.getpid()})
 
-
-class DrfRedcount(APIView):
+class DrfAnonRedcount(_Pid):
     """redcount's twin of AnonRateThrottle, reading the same DEFAULT_THROTTLE_RATES."""
 
     throttle_classes = [redcount.django.drf.AnonRateThrottle]
 
-    def get(self, request: Request) -> Response:
-        return Response({"pid": os.getpid()})
+
+class DrfUserBuiltin(_Pid):
+    throttle_classes = [throttling.UserRateThrottle]
+
+
+class DrfUserRedcount(_Pid):
+    throttle_classes = [redcount.django.drf.UserRateThrottle]
