@@ -11,6 +11,8 @@ urlpatterns = [
     path("unlimited", views.unlimited),
     path("deco/sync", views.deco_sync),
     path("deco/async", views.deco_async),
+    path("dropin/sync", views.dropin_sync),
+    path("dropin/async", views.dropin_async),
     path("lag", views.lag),
     path("blocking", views.blocking),
     path("drf/anon/builtin", views.DrfAnonBuiltin.as_view()),

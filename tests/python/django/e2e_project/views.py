@@ -1,5 +1,5 @@
-"""Views of the end-to-end project: sync and async views under redcount's middleware and
-decorator, DRF views under DRF's own throttle and under redcount's twin, the lag probe's
+"""Views of the end-to-end project: sync and async views under redcount's middleware,
+decorator and django-ratelimit drop-in, DRF views under DRF's own throttle and under redcount's twin, the lag probe's
 read-out and its control."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from rest_framework.views import APIView
 
 import redcount.django
 import redcount.django.drf
+from redcount.django.ratelimit import ratelimit
 
 from . import lagprobe
 
@@ -45,6 +46,16 @@ def deco_sync(request: HttpRequest) -> HttpResponse:
 
 @redcount.django.limit(settings.LIMIT, name="deco")
 async def deco_async(request: HttpRequest) -> HttpResponse:
+    return HttpResponse(str(os.getpid()))
+
+
+@ratelimit(key="ip", rate=settings.LIMIT.replace("/minute", "/m"))
+def dropin_sync(request: HttpRequest) -> HttpResponse:
+    return HttpResponse(str(os.getpid()))
+
+
+@ratelimit(key="ip", rate=settings.LIMIT.replace("/minute", "/m"))
+async def dropin_async(request: HttpRequest) -> HttpResponse:
     return HttpResponse(str(os.getpid()))
 
 
