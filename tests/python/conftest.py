@@ -12,6 +12,8 @@ basename is unique across folders): ``stores/``, ``counters/``, ``limiters/``,
 both stores: parity, TTLs, foreign writes, chaos), ``web/``, ``aio/``, ``integrations/``,
 ``tools/`` and ``package/`` (the package's shape). Helpers shared by several folders live
 here and in ``helpers.py`` (importable from spawned processes too) and ``sql_servers.py``.
+``django/`` configures Django only when its modules are collected (they import
+``redcount_django_fixtures``), so the other folders run without it.
 """
 
 from __future__ import annotations

@@ -245,3 +245,13 @@ async def test_refusal_views_under_asgi(async_client: Any, configure: Any) -> No
     await async_client.get("/aplain/")
     r = await async_client.get("/aplain/")
     assert r.status_code == 429 and r.content.startswith(b"slow down")
+
+
+def test_fallback_store_keeps_limiting_while_redis_is_down(client: Any, configure: Any, redis_factory: Any) -> None:
+    server = redis_factory()
+    configure(URL=server.url, DEFAULT_LIMITS="2/minute", BUDGET=0.05, FALLBACK="memory://")
+    assert client.get("/plain/").status_code == 200
+    server.kill()
+    # the embedded fallback decides (counting from zero) instead of letting everything through
+    got = statuses(client, "/plain/", 4)
+    assert got.count(429) >= 1 and got[0] == 200
