@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import statistics
 import sys
-import time
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -81,7 +80,3 @@ def statuses(responses: Sequence[httpx.Response]) -> dict[int, int]:
 def p99(values: Sequence[float]) -> float:
     return statistics.quantiles(values, n=100)[98] if len(values) >= 2 else (values[0] if values else 0.0)
 
-
-def monotonic() -> float:
-    """time.monotonic() of this machine, which the servers' probes share (CLOCK_MONOTONIC)."""
-    return time.monotonic()
