@@ -7,6 +7,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 import redcount
@@ -25,6 +26,39 @@ def terminate(proc: subprocess.Popen[bytes], timeout: float = 20.0) -> bool:
         proc.kill()
         proc.wait()
         return False
+
+
+class AppServer:
+    """A web server process group on a free loopback port; stopped (and reaped) on exit."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], cwd: Path, port: int, log: Path | None = None) -> None:
+        self.port = port
+        self.log = log or cwd / "server.log"
+        self._log_file = self.log.open("wb")
+        self.proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=self._log_file, stderr=subprocess.STDOUT)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def wait_ready(self, workers: int) -> None:
+        """Poll /health until every worker has answered (each reports its pid)."""
+        import httpx  # only the web tests need it; helpers is imported by spawned workers too
+
+        seen: set[str] = set()
+        deadline = time.monotonic() + 60
+        with httpx.Client(timeout=2) as c:
+            while len(seen) < workers:
+                assert self.proc.poll() is None, self.log.read_text()
+                assert time.monotonic() < deadline, f"workers seen: {seen}\n{self.log.read_text()}"
+                try:
+                    seen.add(c.get(self.url + "/health", headers={"Connection": "close"}).text)
+                except httpx.TransportError:
+                    time.sleep(0.05)
+
+    def stop(self) -> None:
+        terminate(self.proc)
+        self._log_file.close()
 
 
 def wait_until(predicate: Callable[[], T], timeout: float = 10.0, what: str = "condition",

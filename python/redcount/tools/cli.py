@@ -89,7 +89,7 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument(
         "--only", choices=["all", "fixed", "sliding", "engine", "sharded", "hot", "cluster"], default="all", help="which measurements"
     )
-    b.add_argument("--framework", choices=["all", "flask", "fastapi"], default="all", help="bench web: which apps")
+    b.add_argument("--framework", choices=["all", "flask", "fastapi", "django"], default="all", help="bench web: which apps")
     b.add_argument("--workers", type=int, default=2, help="bench web: server worker processes (default 2)")
     b.add_argument("--connections", type=int, default=32, help="bench web: wrk connections (default 32)")
     b.add_argument("--threads", type=int, default=2, help="bench web: wrk threads (default 2)")

@@ -31,17 +31,17 @@ def test_bench_web_reports_every_contender(tmp_path: Path) -> None:
     assert set(rows) == {
         "flask-none", "flask-floor", "flask-redcount", "flask-limiter-redis", "flask-limiter-redcount",
         "fastapi-none", "fastapi-floor", "fastapi-floor-blocking", "fastapi-redcount", "slowapi-redis",
-        "slowapi-redcount", "fastapi-limiter",
+        "slowapi-redcount", "fastapi-limiter", "django-none", "django-floor", "django-redcount", "django-ratelimit-redis",
     }
     for name in ("flask-none", "flask-floor", "flask-redcount", "fastapi-none", "fastapi-floor", "fastapi-floor-blocking",
-                 "fastapi-redcount"):
+                 "fastapi-redcount", "django-none", "django-floor", "django-redcount"):
         assert rows[name]["skipped"] is None and rows[name]["rps"] > 0, rows[name]
         assert rows[name]["non_2xx"] == 0, rows[name]  # the limit is never reached
     for r in rows.values():
         assert (r["skipped"] is None) == (r["rps"] > 0), r
         assert r["name"] in done.stdout
-    assert set(data["summary"]) == {"flask", "fastapi"}
-    for fw in ("flask", "fastapi"):
+    assert set(data["summary"]) == {"flask", "fastapi", "django"}
+    for fw in ("flask", "fastapi", "django"):
         summary = data["summary"][fw]
         base = rows[f"{fw}-none"]["rps"]
         floor = max(r["rps"] for name, r in rows.items() if name.startswith(f"{fw}-floor"))  # the lowest overhead

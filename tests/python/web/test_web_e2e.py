@@ -6,10 +6,8 @@ request gets a 429 with correct headers."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import textwrap
-import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -19,7 +17,7 @@ import httpx
 import pytest
 import redcount
 from conftest import RedisServer, free_port
-from helpers import terminate, wait_for_fresh_window
+from helpers import AppServer, wait_for_fresh_window
 
 pytestmark = [pytest.mark.redis_only, pytest.mark.slow]
 
@@ -73,37 +71,6 @@ FASTAPI_APP = """
     async def limited():
         return str(os.getpid())
 """
-
-
-class AppServer:
-    """A web server process group on a free loopback port; stopped (and reaped) on exit."""
-
-    def __init__(self, argv: list[str], env: dict[str, str], cwd: Path, port: int) -> None:
-        self.port = port
-        self.log = cwd / "server.log"
-        self._log_file = self.log.open("wb")
-        self.proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=self._log_file, stderr=subprocess.STDOUT)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def wait_ready(self, workers: int) -> None:
-        """Poll /health until every worker has answered (each reports its pid)."""
-        seen: set[str] = set()
-        deadline = time.monotonic() + 60
-        with httpx.Client(timeout=2) as c:
-            while len(seen) < workers:
-                assert self.proc.poll() is None, self.log.read_text()
-                assert time.monotonic() < deadline, f"workers seen: {seen}\n{self.log.read_text()}"
-                try:
-                    seen.add(c.get(self.url + "/health", headers={"Connection": "close"}).text)
-                except httpx.TransportError:
-                    time.sleep(0.05)
-
-    def stop(self) -> None:
-        terminate(self.proc)
-        self._log_file.close()
 
 
 def start(kind: str, tmp_path: Path, redis: RedisServer, strategy: str) -> AppServer:

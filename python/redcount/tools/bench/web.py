@@ -1,4 +1,4 @@
-"""``redcount bench web``: requests per second of minimal Flask and FastAPI apps under a real
+"""``redcount bench web``: requests per second of minimal Flask, FastAPI and Django apps under a real
 load generator, without a limiter, with redcount and with the peers, in one run.
 
 ::
@@ -8,7 +8,7 @@ load generator, without a limiter, with redcount and with the peers, in one run.
 Each contender is a minimal app with one route under a limit that is never reached
 (``1000000/minute``, one key: every request is decided and allowed), without rate-limit
 headers (the peers' default, and the same work for everyone), served by gunicorn
-(Flask) or uvicorn (FastAPI) with ``--workers`` processes on a free loopback port, against
+(Flask, Django) or uvicorn (FastAPI) with ``--workers`` processes on a free loopback port, against
 one private redis-server, and loaded by ``wrk`` (Debian: ``apt-get install wrk``) with
 ``--connections`` connections for ``--seconds``. Contenders:
 
@@ -17,8 +17,10 @@ one private redis-server, and loaded by ``wrk`` (Debian: ``apt-get install wrk``
   ``redcount.contrib.limits`` is installed.
 - FastAPI: no limiter; redcount (``redcount.fastapi`` dependency, on ``redcount.aio``);
   slowapi on its Redis storage and on redcount's scheme; fastapi-limiter.
+- Django: no limiter; redcount (``redcount.django``'s decorator); django-ratelimit counting in
+  Django's cache on django-redis (its documented set-up), which refuses with a 403 when reached.
 - Floors, which are not limiters: the route sends one bare ``INCR`` to the same Redis through
-  redcount's store and waits for its reply, and decides nothing (Flask; FastAPI awaited, and
+  redcount's store and waits for its reply, and decides nothing (Flask and Django; FastAPI awaited, and
   FastAPI blocking the loop for it as slowapi does, the cheapest round trip there is). A
   limiter that is exact across workers asks Redis at least once per request, so its overhead
   cannot go below the lowest floor of its framework on the same machine; the report prints
@@ -226,7 +228,63 @@ _APPS: dict[str, str] = {
         async def index():
             return "ok"
     """,
+    # Django: one module is the whole project (settings, URLconf, WSGI app). No middleware
+    # other than the limiter's, no database: the same minimal app for every contender.
+    "django-none": """
+        from django.http import HttpResponse
+        setup_django()
+
+        def index(request):
+            return HttpResponse("ok")
+    """,
+    "django-floor": """
+        import redcount
+        from django.http import HttpResponse
+        setup_django()
+        store = redcount.connect(URL)
+
+        def index(request):
+            store.execute("INCR", "bench:web:floor")
+            return HttpResponse("ok")
+    """,
+    "django-redcount": """
+        from django.http import HttpResponse
+        setup_django(REDCOUNT={"URL": URL, "PREFIX": "bench:web:redcount", "HEADERS": "none",
+                               "BUDGET": 0})  # every request decided by the store, never let through
+        from redcount.django import limit
+
+        @limit(LIMIT)
+        def index(request):
+            return HttpResponse("ok")
+    """,
+    "django-ratelimit-redis": """
+        from django.http import HttpResponse
+        setup_django(CACHES={"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": URL,
+                                         "KEY_PREFIX": "bench-drl"}})
+        from django_ratelimit.decorators import ratelimit
+
+        @ratelimit(key="ip", rate=LIMIT.split("/")[0] + "/m", block=True)  # its spelling of LIMIT
+        def index(request):
+            return HttpResponse("ok")
+    """,
 }
+
+# The project around a Django contender's view: settings, then ``urlpatterns`` and ``app``.
+_DJANGO_HEAD = """
+    import django
+    from django.conf import settings
+
+    def setup_django(**extra):
+        settings.configure(DEBUG=False, SECRET_KEY="bench", ALLOWED_HOSTS=["*"], ROOT_URLCONF=__name__,
+                           MIDDLEWARE=[], INSTALLED_APPS=[], DATABASES={}, USE_TZ=True, **extra)
+        django.setup()
+"""
+_DJANGO_TAIL = """
+    from django.core.wsgi import get_wsgi_application
+    from django.urls import path
+    urlpatterns = [path("", index)]
+    app = get_wsgi_application()
+"""
 
 # What each contender imports, and the package to install when it is missing.
 _NEEDS: dict[str, list[tuple[str, str]]] = {
@@ -242,13 +300,27 @@ _NEEDS: dict[str, list[tuple[str, str]]] = {
     "slowapi-redis": [("slowapi", "slowapi"), ("redis", "redis")],
     "slowapi-redcount": [("slowapi", "slowapi"), ("redcount.contrib.limits", "redcount with redcount.contrib.limits")],
     "fastapi-limiter": [("fastapi_limiter", "fastapi-limiter"), ("redis", "redis")],
+    "django-none": [("django", "django")],
+    "django-floor": [("django", "django")],
+    "django-redcount": [("django", "django")],
+    "django-ratelimit-redis": [("django_ratelimit", "django-ratelimit"), ("django_redis", "django-redis")],
 }
 
-_FRAMEWORK = {name: ("flask" if name.startswith("flask") else "fastapi") for name in _APPS}
+_FRAMEWORK = {name: next((fw for fw in ("flask", "django") if name.startswith(fw)), "fastapi") for name in _APPS}
+_FRAMEWORKS = ("flask", "fastapi", "django")
+_WSGI = ("flask", "django")  # served by gunicorn; the others by uvicorn
 _PEERS = {
     "flask": ["flask-limiter-redis", "flask-limiter-redcount"],
     "fastapi": ["slowapi-redis", "slowapi-redcount", "fastapi-limiter"],
+    "django": ["django-ratelimit-redis"],
 }
+
+
+def _source(name: str) -> str:
+    """The module of one contender's app."""
+    if _FRAMEWORK[name] == "django":
+        return textwrap.dedent(_COMMON) + textwrap.dedent(_DJANGO_HEAD) + textwrap.dedent(_APPS[name]) + textwrap.dedent(_DJANGO_TAIL)
+    return textwrap.dedent(_COMMON) + textwrap.dedent(_APPS[name])
 
 
 @dataclass
@@ -299,10 +371,10 @@ def _serve(name: str, workdir: str, redis_url: str, workers: int) -> Iterator[st
     """Start the contender's app under gunicorn or uvicorn; yield its URL."""
     module = "bench_app_" + name.replace("-", "_")  # never the name of an imported package
     with open(os.path.join(workdir, f"{module}.py"), "w", encoding="utf-8") as f:
-        f.write(textwrap.dedent(_COMMON) + textwrap.dedent(_APPS[name]))
+        f.write(_source(name))
     port = free_port()
     env = dict(os.environ, BENCH_REDIS_URL=redis_url, BENCH_LIMIT=LIMIT, PYTHONDONTWRITEBYTECODE="1")
-    if _FRAMEWORK[name] == "flask":
+    if _FRAMEWORK[name] in _WSGI:
         argv = [sys.executable, "-m", "gunicorn", "--workers", str(workers), "--bind", f"127.0.0.1:{port}",
                 "--chdir", workdir, "--log-level", "warning", f"{module}:app"]
     else:
@@ -381,7 +453,7 @@ def run_bench_web(args: argparse.Namespace) -> int:
 def _report(results: dict[str, WebResult]) -> dict[str, dict[str, float | str | None]]:
     """Per framework: redcount's overhead, the best peer's, and their ratio (target <= 0.5)."""
     out: dict[str, dict[str, float | str | None]] = {}
-    for fw in ("flask", "fastapi"):
+    for fw in _FRAMEWORKS:
         base = results.get(f"{fw}-none")
         ours = results.get(f"{fw}-redcount")
         if base is None or ours is None or not base.rounds or not ours.rounds:
@@ -531,7 +603,7 @@ def cpu_per_request(names: list[str], n: int, repeat: int, concurrency: int) -> 
         runners: dict[str, Callable[[int], None]] = {}
         for name in names:
             app = _load_app(name, redis_url)
-            runners[name] = _wsgi_runner(app) if _FRAMEWORK[name] == "flask" else _asgi_runner(app, concurrency)
+            runners[name] = _wsgi_runner(app) if _FRAMEWORK[name] in _WSGI else _asgi_runner(app, concurrency)
             runners[name](max(100, n // 10))  # warm-up: caches, connections, scripts loaded
         for _ in range(repeat):
             for name in names:
@@ -551,6 +623,10 @@ def _cpu_main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default="", help="comma-separated contenders (default: all that are installed)")
     a = p.parse_args(argv)
     names = [n for n in (a.only.split(",") if a.only else _CPU_CONTENDERS) if n]
+    unknown = [n for n in names if n not in _CPU_CONTENDERS]
+    if unknown:
+        # Django's settings are configured once per process, so its apps cannot take turns here.
+        p.error(f"not measurable in process: {', '.join(unknown)} (choose among {', '.join(_CPU_CONTENDERS)})")
     names = [n for n in names if _missing(n) is None]
     best = cpu_per_request(names, a.requests, a.repeat, a.concurrency)
     for fw in ("flask", "fastapi"):
