@@ -245,3 +245,17 @@ def test_a_rate_of_zero_limits_every_request(configure: Any) -> None:
     assert view(rf.get("/")).status_code == 429
     noblock = ratelimit(key="ip", rate="0/h", block=False)(lambda request: HttpResponse(str(request.limited)))
     assert noblock(rf.get("/")).content == b"True"
+
+
+@pytest.mark.asyncio
+async def test_ratelimit_middleware_serves_async_views_without_a_thread_hop(
+    async_client: Any, configure: Any, settings: Any
+) -> None:
+    from redcount.django.ratelimit.middleware import RatelimitMiddleware
+
+    assert RatelimitMiddleware.sync_capable and RatelimitMiddleware.async_capable
+    configure(RATELIMIT_COMPAT_403=True)
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, "redcount.django.ratelimit.middleware.RatelimitMiddleware"]
+    settings.RATELIMIT_VIEW = "test_django_ratelimit_dropin.ratelimited_view"
+    got = [await async_client.get("/rl_async/") for _ in range(3)]
+    assert [r.status_code for r in got] == [200, 200, 403] and got[2].content == b"limited by Ratelimited"

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.utils.deprecation import MiddlewareMixin
 from django.utils.module_loading import import_string
 
 from .exceptions import Ratelimited
@@ -14,15 +15,12 @@ from .exceptions import Ratelimited
 __all__ = ["RatelimitMiddleware"]
 
 
-class RatelimitMiddleware:
+class RatelimitMiddleware(MiddlewareMixin):  # type: ignore[misc]
     """``MIDDLEWARE = [..., "redcount.django.ratelimit.middleware.RatelimitMiddleware"]``:
-    a :class:`Ratelimited` raised by a view becomes ``RATELIMIT_VIEW(request, exception)``."""
+    a :class:`Ratelimited` raised by a view becomes ``RATELIMIT_VIEW(request, exception)``.
 
-    def __init__(self, get_response: Any) -> None:
-        self.get_response = get_response
-
-    def __call__(self, request: Any) -> Any:
-        return self.get_response(request)
+    Sync and async capable (Django's ``MiddlewareMixin``), so under ASGI it adds no thread
+    hop to requests it does not touch."""
 
     def process_exception(self, request: Any, exception: BaseException) -> Any:
         """``RATELIMIT_VIEW``'s answer to a :class:`Ratelimited`; None for anything else."""
