@@ -72,14 +72,12 @@ def make_calendar(zone: object, anchor_day: object = 1) -> _core.Calendar:
     return _core.Calendar(zone, at, offsets, anchor_day)
 
 
-def calendar_unit(window: object) -> str:
-    """The calendar unit of a counter's ``window``: ``"day"``, ``"week"``, ``"month"`` or ``"year"``."""
+def calendar_unit(window: object, what: str = "window") -> str:
+    """The calendar unit named by ``window``: ``"day"``, ``"week"``, ``"month"`` or ``"year"``."""
     if isinstance(window, str) and window.strip().lower() in CALENDAR_UNITS:
         return window.strip().lower()
-    raise InvalidInputError(
-        f"with calendar=, window must be 'day', 'week', 'month' or 'year', got {window!r} "
-        "(drop calendar= for clock-aligned windows of a number of seconds)"
-    )
+    hint = " (drop calendar= for clock-aligned windows of a number of seconds)" if what == "window" else ""
+    raise InvalidInputError(f"with a calendar, {what} must be 'day', 'week', 'month' or 'year', got {window!r}{hint}")
 
 
 def calendar_arg(calendar: object, anchor_day: object) -> _core.Calendar | None:

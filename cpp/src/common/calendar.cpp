@@ -1,6 +1,8 @@
 #include "redcount/common/calendar.h"
 
 #include <algorithm>
+#include <tuple>
+#include <utility>
 
 #include "redcount/common/errors.h"
 
@@ -111,16 +113,14 @@ std::int64_t Calendar::utc_of_local(std::int64_t local_ms) const noexcept {
   return it == at_.end() ? c1 : *it;
 }
 
-Period Calendar::period(CalendarUnit unit, std::int64_t now_ms) const noexcept {
-  const std::int64_t day = floor_div(now_ms + offset_at(now_ms), kDayMs);
-  std::int64_t first = day, next = day + 1;
+// The local days [first, next) of the period of `unit` that holds local day `day`.
+std::pair<std::int64_t, std::int64_t> Calendar::days_of(CalendarUnit unit, std::int64_t day) const noexcept {
   switch (unit) {
     case CalendarUnit::Day:
-      break;
+      return {day, day + 1};
     case CalendarUnit::Week: {
-      first = day - (day + 3 - floor_div(day + 3, 7) * 7);  // Monday; 1970-01-01 was a Thursday
-      next = first + 7;
-      break;
+      const std::int64_t monday = day - (day + 3 - floor_div(day + 3, 7) * 7);  // 1970-01-01 was a Thursday
+      return {monday, monday + 7};
     }
     case CalendarUnit::Month: {
       const CivilDate c = civil_from_days(day);
@@ -129,21 +129,29 @@ Period Calendar::period(CalendarUnit unit, std::int64_t now_ms) const noexcept {
       if (c.day < anchored_day(y, m, anchor_day_)) {  // still in the period that began last month
         if (--m == 0) m = 12, --y;
       }
-      first = days_from_civil(y, m, anchored_day(y, m, anchor_day_));
+      const std::int64_t first = days_from_civil(y, m, anchored_day(y, m, anchor_day_));
       if (++m == 13) m = 1, ++y;
-      next = days_from_civil(y, m, anchored_day(y, m, anchor_day_));
-      break;
+      return {first, days_from_civil(y, m, anchored_day(y, m, anchor_day_))};
     }
     case CalendarUnit::Year: {
       const CivilDate c = civil_from_days(day);
-      first = days_from_civil(c.year, 1, 1);
-      next = days_from_civil(c.year + 1, 1, 1);
-      break;
+      return {days_from_civil(c.year, 1, 1), days_from_civil(c.year + 1, 1, 1)};
     }
   }
+  return {day, day + 1};
+}
+
+Period Calendar::period(CalendarUnit unit, std::int64_t now_ms) const noexcept {
+  const std::int64_t day = floor_div(now_ms + offset_at(now_ms), kDayMs);
+  auto [first, next] = days_of(unit, day);
   Period p{utc_of_local(first * kDayMs), utc_of_local(next * kDayMs)};
-  // Only a fold across midnight (the wall clock set back past 00:00) can leave `now`
-  // outside its day's bounds; widen them rather than return a period without it.
+  if (p.end_ms <= now_ms) {
+    // A fold across midnight (the wall clock set back past 00:00): the next period began at
+    // the first midnight, and the repeated hour before midnight belongs to it.
+    std::tie(first, next) = days_of(unit, next);
+    p = Period{utc_of_local(first * kDayMs), utc_of_local(next * kDayMs)};
+  }
+  // Defensive only (offset changes less than a day apart): never a period without `now`.
   p.start_ms = std::min(p.start_ms, now_ms);
   p.end_ms = std::max(p.end_ms, now_ms + 1);
   return p;

@@ -15,6 +15,7 @@
 // - A period starts at local midnight of its first day. When that midnight does not exist
 //   (a DST gap at 00:00) it starts at the first instant after the gap; when it exists twice
 //   (a fold), at the first of the two. A day is therefore 23 or 25 hours long on DST days.
+//   Periods tile time: the end of one is the start of the next.
 // - Months with anchor day A start on day A of each month; in a month shorter than A days
 //   they start on its last day (A = 31: Jan 31, Feb 28/29, Mar 31, Apr 30, ...). A = 1 is
 //   the calendar month. Weeks and years ignore the anchor; years start on January 1.
@@ -25,6 +26,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace redcount {
@@ -61,6 +63,8 @@ class Calendar {
   std::int64_t utc_of_local(std::int64_t local_ms) const noexcept;
 
  private:
+  std::pair<std::int64_t, std::int64_t> days_of(CalendarUnit unit, std::int64_t day) const noexcept;
+
   std::string zone_;
   std::vector<std::int64_t> at_;
   std::vector<std::int64_t> offsets_;
