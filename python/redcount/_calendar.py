@@ -21,7 +21,12 @@ __all__ = ["CALENDAR_UNITS", "calendar_arg", "calendar_unit", "make_calendar"]
 
 #: The units a calendar window may have, with the nominal length (seconds) the
 #: counter's ``window`` property reports for them.
-CALENDAR_UNITS: dict[str, float] = {"day": 86400.0, "week": 7 * 86400.0, "month": 30 * 86400.0, "year": 365 * 86400.0}
+CALENDAR_UNITS: dict[str, float] = {
+    "day": 86400.0,
+    "week": 7 * 86400.0,
+    "month": 30 * 86400.0,
+    "year": 365 * 86400.0,
+}
 
 _TABLE_END = int(datetime(2100, 1, 1, tzinfo=timezone.utc).timestamp())
 _DAY = 86400
@@ -39,7 +44,9 @@ def _table(zone: str) -> tuple[list[int], list[int]]:
     try:
         tz = ZoneInfo(zone)
     except (ZoneInfoNotFoundError, ValueError) as e:
-        raise InvalidInputError(f"unknown time zone {zone!r} (use an IANA name such as 'Europe/Berlin')") from e
+        raise InvalidInputError(
+            f"unknown time zone {zone!r} (use an IANA name such as 'Europe/Berlin')"
+        ) from e
     # A probe a day apart finds each change (zones change their offset at most a few times
     # a year); bisection then finds its second.
     at: list[int] = []
@@ -65,7 +72,9 @@ def _table(zone: str) -> tuple[list[int], list[int]]:
 def make_calendar(zone: object, anchor_day: object = 1) -> _core.Calendar:
     """The core's calendar of ``zone`` with months starting on ``anchor_day`` (1..31)."""
     if not isinstance(zone, str) or not zone:
-        raise InvalidInputError(f"calendar must be an IANA time-zone name such as 'Europe/Berlin', got {zone!r}")
+        raise InvalidInputError(
+            f"calendar must be an IANA time-zone name such as 'Europe/Berlin', got {zone!r}"
+        )
     if isinstance(anchor_day, bool) or not isinstance(anchor_day, int) or not 1 <= anchor_day <= 31:
         raise InvalidInputError(f"anchor_day must be a day of the month between 1 and 31, got {anchor_day!r}")
     at, offsets = _table(zone)
@@ -77,7 +86,9 @@ def calendar_unit(window: object, what: str = "window") -> str:
     if isinstance(window, str) and window.strip().lower() in CALENDAR_UNITS:
         return window.strip().lower()
     hint = " (drop calendar= for clock-aligned windows of a number of seconds)" if what == "window" else ""
-    raise InvalidInputError(f"with a calendar, {what} must be 'day', 'week', 'month' or 'year', got {window!r}{hint}")
+    raise InvalidInputError(
+        f"with a calendar, {what} must be 'day', 'week', 'month' or 'year', got {window!r}{hint}"
+    )
 
 
 def calendar_arg(calendar: object, anchor_day: object) -> _core.Calendar | None:

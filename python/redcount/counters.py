@@ -81,13 +81,14 @@ class FixedWindowCounter:
     ) -> None:
         cal = calendar_arg(calendar, anchor_day)
         unit = ""
+        seconds = window
         if cal is not None:
             unit = calendar_unit(window)
-            window = CALENDAR_UNITS[unit]
+            seconds = CALENDAR_UNITS[unit]
         core = _core.FixedWindowCounter(
             store,
             name,
-            window,
+            seconds,  # type: ignore[arg-type]  # a str without a calendar: the core raises
             prefix,
             grace,
             stagger,

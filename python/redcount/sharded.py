@@ -395,7 +395,8 @@ class Quota:
         if reset is None:
             if calendar is not None or reset_to != 0:
                 raise InvalidInputError(
-                    "calendar= and reset_to= need reset= ('day', 'week', 'month' or 'year'): when the quota resets"
+                    "calendar= and reset_to= need reset= ('day', 'week', 'month' or 'year'): "
+                    "when the quota resets"
                 )
             cal = calendar_arg(None, anchor_day)
             unit = ""
@@ -403,7 +404,8 @@ class Quota:
             cal = calendar_arg("UTC" if calendar is None else calendar, anchor_day)
             unit = calendar_unit(reset, "reset")
         core = _core.Quota(
-            store, name, floor, ceiling, soft, idempotency_ttl, durable, durable_timeout, prefix, cal, unit, reset_to, grace
+            store, name, floor, ceiling, soft, idempotency_ttl, durable, durable_timeout, prefix,
+            cal, unit, reset_to, grace,
         )
         self._core = core
         bind_fast_paths(self, Quota, core, _FAST_QUOTA)

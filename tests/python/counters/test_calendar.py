@@ -34,7 +34,7 @@ DST = {
 
 def local(zone: str, *args: int) -> float:
     """Seconds since the epoch of a wall-clock time (the first one, in a fold)."""
-    return datetime(*args, tzinfo=ZoneInfo(zone)).timestamp()  # type: ignore[misc]
+    return datetime(*args, tzinfo=ZoneInfo(zone)).timestamp()  # type: ignore[arg-type,misc]
 
 
 def next_day(y: int, m: int, d: int) -> tuple[int, int, int]:
