@@ -6,8 +6,13 @@
 #include <memory>
 
 #include "redcount/common/calendar.h"
+#include "redcount/common/clock.h"
 #include "redcount/common/errors.h"
 #include "redcount/common/window.h"
+#include "redcount/counters/fixed_window.h"
+#include "redcount/limiters/limiter.h"
+#include "redcount/sharded/quota.h"
+#include "test_support.h"
 
 using namespace redcount;
 
@@ -160,7 +165,8 @@ TEST(Calendar, HalfHourOffsetsAndNoTransitions) {
   EXPECT_EQ(p.start_ms % kD, 0);
   EXPECT_EQ(p.end_ms - p.start_ms, kD);
   const Calendar kolkata("Asia/Kolkata", {}, {5 * kH + kH / 2});
-  EXPECT_EQ(kolkata.period(CalendarUnit::Day, p.start_ms).start_ms, p.start_ms - 5 * kH - kH / 2 + kD);
+  // UTC midnight is 05:30 in Kolkata: its day began five and a half hours before.
+  EXPECT_EQ(kolkata.period(CalendarUnit::Day, p.start_ms).start_ms, p.start_ms - 5 * kH - kH / 2);
 }
 
 TEST(Calendar, RejectsBadTablesAndAnchors) {
@@ -192,6 +198,59 @@ TEST(CalendarWindow, ClockWindowsAreUnchanged) {
   const WindowPos pos = locate(spec, "k", 1'700'000'000'123);
   EXPECT_EQ(pos.span_ms, 60'000);
   EXPECT_EQ(pos.index, 1'700'000'000'123 / 60'000);
+}
+
+// The same on a memory store whose clock the test moves: the limiter, the counter and a
+// quota with a monthly reset, across Berlin's spring change.
+TEST(CalendarStores, LimiterCounterAndQuotaFollowThePeriods) {
+  auto clock = std::make_shared<ManualClock>(at(2026, 3, 28, 23, kH));
+  auto store = rctest::memory_store(clock);
+  auto cal = std::make_shared<const Calendar>(berlin(29));
+
+  LimiterOptions lo;
+  lo.calendar = cal;
+  auto limiter = make_limiter(store, "fixed-window", lo);
+  const auto limits = parse_limits("2/day;3/month");
+  EXPECT_TRUE(limiter->hit(limits, "u", 1).allowed);
+  EXPECT_TRUE(limiter->hit(limits, "u", 1).allowed);
+  EXPECT_FALSE(limiter->hit(limits, "u", 1).allowed);
+  clock->set(at(2026, 3, 29, 0, kH));  // the 23-hour day; the month period (from the 29th) is new too
+  const Decision d = limiter->hit(limits, "u", 1);
+  EXPECT_TRUE(d.allowed);
+  EXPECT_EQ(d.remaining, 1);
+  EXPECT_EQ(d.reset_after_ms, 23 * kH);
+  EXPECT_THROW(limiter->hit(parse_limits("5/hour"), "u", 1), InvalidArgument);
+  LimiterOptions bad = lo;
+  EXPECT_THROW(make_limiter(store, "gcra", bad), InvalidArgument);
+
+  FixedWindowOptions fo;
+  fo.name = "cal";
+  fo.window_ms = 7 * kD;
+  fo.calendar = cal;
+  fo.calendar_unit = CalendarUnit::Week;
+  FixedWindowCounter counter(store, fo);
+  EXPECT_EQ(counter.incr("k", 2), 2);
+  const WindowPos w = counter.window("k");
+  EXPECT_EQ(w.start_ms, at(2026, 3, 23, 0, kH));
+  EXPECT_EQ(counter.pttl("k"), at(2026, 3, 30, 0, 2 * kH) + fo.grace_ms - clock->now_ms());
+  clock->set(at(2026, 3, 30, 0, 2 * kH));
+  EXPECT_EQ(counter.get("k"), 0);
+
+  QuotaOptions qo;
+  qo.name = "credits";
+  qo.calendar = cal;
+  qo.period = CalendarUnit::Month;
+  qo.reset_to = 10;
+  Quota quota(store, qo);
+  EXPECT_EQ(quota.value(), 10);
+  EXPECT_EQ(quota.take(4, "r1").value, 6);
+  EXPECT_TRUE(quota.take(4, "r1").duplicate);
+  clock->set(at(2026, 4, 29, 0, 2 * kH));
+  EXPECT_EQ(quota.value(), 10);
+  EXPECT_EQ(quota.set(3).value, 3);
+  EXPECT_EQ(quota.value(), 3);
+  qo.reset_to = -1;
+  EXPECT_THROW(Quota(store, qo), InvalidArgument);
 }
 
 }  // namespace

@@ -180,7 +180,7 @@ Reply native_quota(Keyspace& ks, const std::vector<std::string>& keys, const std
   }
   const std::string& key = keys[0];
   std::int64_t cur = start.value_or(0);
-  const bool exists = ks.exists(key);
+  const bool exists = !start || ks.exists(key);  // only a reset quota needs to know
   if (auto raw = ks.get(key)) {
     auto parsed = parse_int64(*raw);
     if (!parsed || *parsed > kMaxQuota || *parsed < -kMaxQuota) return Reply::of_error("ERR quota value is not an integer: " + key);
