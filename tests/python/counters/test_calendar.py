@@ -365,3 +365,27 @@ def test_async_twins(travel: TimeTravel) -> None:
         assert await q.value() == 2
 
     asyncio.run(main())
+
+
+def test_web_layer_takes_a_calendar_limiter() -> None:
+    flask = pytest.importorskip("flask")
+    import redcount.flask
+
+    zone = "America/New_York"
+    clock = redcount.ManualClock(local(zone, 2026, 11, 1, 0, 30))  # the 25-hour day
+    with redcount.connect(clock=clock) as store:
+        app = flask.Flask(__name__)
+        rl = redcount.flask.RateLimiter(app, limiter=redcount.Limiter(store, calendar=zone, prefix="redcount:web"))
+
+        @app.get("/export")
+        @rl.limit("1/day")
+        def export() -> str:
+            return "ok"
+
+        client = app.test_client()
+        assert client.get("/export").status_code == 200
+        refused = client.get("/export")
+        assert refused.status_code == 429
+        assert int(refused.headers["Retry-After"]) == int(local(zone, 2026, 11, 2) - clock.now())  # 24.5 h
+        clock.set(local(zone, 2026, 11, 2))
+        assert client.get("/export").status_code == 200
