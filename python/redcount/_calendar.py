@@ -45,7 +45,8 @@ def _table(zone: str) -> tuple[list[int], list[int]]:
         tz = ZoneInfo(zone)
     except (ZoneInfoNotFoundError, ValueError) as e:
         raise InvalidInputError(
-            f"unknown time zone {zone!r} (use an IANA name such as 'Europe/Berlin')"
+            f"unknown time zone {zone!r} (use an IANA name such as 'Europe/Berlin'; where the "
+            "system has no time-zone database, pip install tzdata)"
         ) from e
     # A probe a day apart finds each change (zones change their offset at most a few times
     # a year); bisection then finds its second.
