@@ -363,6 +363,8 @@ def test_async_twins(travel: TimeTravel) -> None:
         assert not (await lim.hit("1/month", "u")).allowed
         assert await c.get("k") == 0
         assert await q.value() == 2
+        start, end = q.current_period() or (0.0, 0.0)
+        assert start == local(zone, *next_day(y, m, d)) and end - start == 7 * DAY
 
     asyncio.run(main())
 
