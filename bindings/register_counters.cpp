@@ -1,11 +1,14 @@
-// Counters: redcount._core.FixedWindowCounter and RetryStats.
+// Counters: redcount._core.FixedWindowCounter, RetryStats and Calendar (the time-zone
+// periods that calendar windows use; redcount.calendar builds them from zoneinfo).
 #include <pybind11/stl.h>
 
 #include <optional>
 
 #include "aio.h"
 #include "common.h"
+#include "redcount/common/calendar.h"
 #include "redcount/common/errors.h"
+#include "redcount/common/window.h"
 #include "redcount/counters/fixed_window.h"
 #include "redcount/counters/sliding_window.h"
 #include "redcount/store/time_source.h"
@@ -19,7 +22,8 @@ std::unique_ptr<FixedWindowCounter> make_counter(std::shared_ptr<Store> store, p
                                                  py::handle prefix, py::handle grace, bool stagger,
                                                  const std::string& mode, const std::string& on_error,
                                                  std::int64_t queue_capacity, py::handle retry_backoff,
-                                                 py::handle retry_backoff_max) {
+                                                 py::handle retry_backoff_max, std::shared_ptr<Calendar> calendar,
+                                                 const std::string& calendar_unit) {
   FixedWindowOptions o;
   o.name = text_arg(name, "name");
   o.prefix = text_arg(prefix, "prefix");
@@ -43,6 +47,10 @@ std::unique_ptr<FixedWindowCounter> make_counter(std::shared_ptr<Store> store, p
   o.queue_capacity = queue_capacity;  // checked by the core, with the backoffs
   o.retry_backoff_min = std::chrono::milliseconds(seconds_arg(retry_backoff, "retry_backoff", false));
   o.retry_backoff_max = std::chrono::milliseconds(seconds_arg(retry_backoff_max, "retry_backoff_max", false));
+  if (calendar) {
+    o.calendar_unit = require_calendar_unit(calendar_unit, 1, *calendar);
+    o.calendar = std::move(calendar);
+  }
   return std::make_unique<FixedWindowCounter>(std::move(store), std::move(o));
 }
 
@@ -66,10 +74,32 @@ void register_counters(py::module_& m) {
                ", pending=" + std::to_string(s.pending) + ")";
       });
 
+  py::class_<Calendar, std::shared_ptr<Calendar>>(
+      m, "Calendar", "A time zone's calendar periods (C++); use redcount.calendar.calendar().")
+      .def(py::init([](const std::string& zone, std::vector<std::int64_t> at_ms, std::vector<std::int64_t> offsets_ms,
+                       int anchor_day) {
+             return std::make_shared<Calendar>(zone, std::move(at_ms), std::move(offsets_ms), anchor_day);
+           }),
+           py::arg("zone"), py::arg("at_ms"), py::arg("offsets_ms"), py::arg("anchor_day") = 1,
+           "`at_ms`: ascending instants (epoch ms) at which the UTC offset changes; `offsets_ms`: one more "
+           "offset than instants, [0] before the first change, [i + 1] from at_ms[i].")
+      .def_property_readonly("zone", &Calendar::zone)
+      .def_property_readonly("anchor_day", &Calendar::anchor_day)
+      .def(
+          "period",
+          [](const Calendar& c, const std::string& unit, std::int64_t now_ms) {
+            const Period p = c.period(require_calendar_unit(unit, 1, c), now_ms);
+            return std::make_pair(p.start_ms, p.end_ms);
+          },
+          py::arg("unit"), py::arg("now_ms"),
+          "(start_ms, end_ms) of the day, week, month or year that contains `now_ms` (epoch ms).")
+      .def("offset_at", &Calendar::offset_at, py::arg("utc_ms"), "The UTC offset (ms) in force at an instant.");
+
   py::class_<FixedWindowCounter>(m, "FixedWindowCounter", "The C++ fixed-window counter; use redcount.FixedWindowCounter.")
       .def(py::init(&make_counter), py::arg("store"), py::arg("name"), py::arg("window"), py::arg("prefix"),
            py::arg("grace"), py::arg("stagger"), py::arg("mode"), py::arg("on_error"), py::arg("queue_capacity"),
-           py::arg("retry_backoff"), py::arg("retry_backoff_max"))
+           py::arg("retry_backoff"), py::arg("retry_backoff_max"), py::arg("calendar") = nullptr,
+           py::arg("calendar_unit") = "")
       .def(
           "incr",
           [](FixedWindowCounter& c, py::handle key, py::handle amount, py::handle request_id) {

@@ -145,8 +145,9 @@ void register_limiter(py::module_& m) {
 
   py::class_<LimiterHandle>(m, "LimiterCore", "A strategy's C++ implementation; use redcount.Limiter.")
       .def(py::init([](std::shared_ptr<Store> store, const std::string& strategy, py::handle prefix,
-                       const std::string& clock, py::handle sub_buckets) {
+                       const std::string& clock, py::handle sub_buckets, std::shared_ptr<Calendar> calendar) {
              LimiterOptions o;
+             o.calendar = std::move(calendar);
              o.prefix = text_arg(prefix, "prefix");
              o.clock = parse_clock_mode(clock);
              o.sub_buckets = int_arg(sub_buckets, "sub_buckets");
@@ -156,7 +157,8 @@ void register_limiter(py::module_& m) {
              h->strategy = make_limiter(std::move(store), strategy, std::move(o));
              return h;
            }),
-           py::arg("store"), py::arg("strategy"), py::arg("prefix"), py::arg("clock"), py::arg("sub_buckets"))
+           py::arg("store"), py::arg("strategy"), py::arg("prefix"), py::arg("clock"), py::arg("sub_buckets"),
+           py::arg("calendar") = nullptr)
       .def_property_readonly("clock",
                              [](const LimiterHandle& h) { return std::string(clock_mode_name(h.strategy->clock())); },
                              "The time source in force: 'client', 'server' or 'server-offset'.")

@@ -8,6 +8,7 @@
 #include "common.h"
 #include "redcount/sharded/buffered.h"
 #include "redcount/common/errors.h"
+#include "redcount/common/window.h"
 #include "redcount/sharded/quota.h"
 #include "redcount/sharded/sharded_counter.h"
 
@@ -55,8 +56,15 @@ std::int64_t staleness_arg(py::handle s) { return seconds_arg(s, "max_staleness"
 
 std::unique_ptr<Quota> make_quota(std::shared_ptr<Store> store, py::handle name, py::handle floor, py::handle ceiling,
                                   py::handle soft, py::handle idempotency_ttl, std::int64_t durable,
-                                  py::handle durable_timeout, py::handle prefix) {
+                                  py::handle durable_timeout, py::handle prefix, std::shared_ptr<Calendar> calendar,
+                                  const std::string& reset, py::handle reset_to, py::handle grace) {
   QuotaOptions o;
+  if (calendar) {
+    o.period = require_calendar_unit(reset, 1, *calendar);
+    o.calendar = std::move(calendar);
+    o.reset_to = int_arg(reset_to, "reset_to");
+    o.grace_ms = seconds_arg(grace, "grace", true);
+  }
   o.name = text_arg(name, "name");
   o.prefix = text_arg(prefix, "prefix");
   o.floor = int_arg(floor, "floor");
@@ -389,7 +397,8 @@ void register_sharded(py::module_& m) {
   py::class_<Quota>(m, "Quota", "The C++ quota; use redcount.Quota.")
       .def(py::init(&make_quota), py::arg("store"), py::arg("name"), py::arg("floor"), py::arg("ceiling"),
            py::arg("soft"), py::arg("idempotency_ttl"), py::arg("durable"), py::arg("durable_timeout"),
-           py::arg("prefix"))
+           py::arg("prefix"), py::arg("calendar") = nullptr, py::arg("reset") = "", py::arg("reset_to") = 0,
+           py::arg("grace") = 1.0)
       .def(
           "take",
           [](Quota& q, py::handle n, py::handle request_id) {
@@ -425,7 +434,16 @@ void register_sharded(py::module_& m) {
             return q.value();
           },
           "The current value.")
-      .def("storage_key", &Quota::storage_key)
+      .def("storage_key", &Quota::storage_key, "The key of the current period (the one key, without a reset).")
+      .def(
+          "current_period",
+          [](const Quota& q) -> std::optional<std::pair<double, double>> {
+            if (!q.options().calendar) return std::nullopt;
+            const Period p = q.period();
+            return std::make_pair(static_cast<double>(p.start_ms) / 1000.0, static_cast<double>(p.end_ms) / 1000.0);
+          },
+          "(start, end) of the current period in seconds since the epoch; None without a reset.")
+      .def_property_readonly("reset_to", [](const Quota& q) { return q.options().reset_to; })
       .def_property_readonly("name", [](const Quota& q) { return q.options().name; })
       .def_property_readonly("prefix", [](const Quota& q) { return q.options().prefix; })
       .def_property_readonly("floor", [](const Quota& q) { return q.options().floor; })

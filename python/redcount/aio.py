@@ -705,6 +705,10 @@ class Quota:
     def storage_key(self) -> str:
         return self.sync.storage_key()
 
+    def current_period(self) -> tuple[float, float] | None:
+        """``(start, end)`` of the current period; None without a ``reset``."""
+        return self.sync.current_period()
+
     @property
     def name(self) -> str:
         return self.sync.name

@@ -10,6 +10,7 @@ from typing import Literal
 from . import _core
 from ._core import RetryStats, Store
 from ._retry import CLOSE_TIMEOUT, QUEUE_CAPACITY, RETRY_BACKOFF, RETRY_BACKOFF_MAX
+from ._calendar import CALENDAR_UNITS, calendar_arg, calendar_unit
 from ._wrap import bind_fast_paths
 
 __all__ = ["FixedWindowCounter", "RetryStats"]
@@ -32,7 +33,8 @@ class FixedWindowCounter:
     Args:
         store: from :func:`redcount.connect`.
         name: the counter's name, part of every key (no ``{`` or ``}``).
-        window: window length in seconds (>= 0.001).
+        window: window length in seconds (>= 0.001); with ``calendar``, the period instead:
+            ``"day"``, ``"week"``, ``"month"`` or ``"year"``.
         mode: ``"script"`` (one atomic Lua script, the default) or ``"commands"`` (a
             pipelined command sequence for servers and proxies that forbid scripting).
         grace: seconds a window's key outlives the window (default 1.0).
@@ -44,6 +46,11 @@ class FixedWindowCounter:
         queue_capacity: the retry queue's bound, in increments.
         retry_backoff, retry_backoff_max: the retry thread's first delay and its cap, in
             seconds; delays double per failed attempt, with jitter.
+
+    ``calendar``: an IANA time zone; windows are then that zone's calendar periods (days
+    from local midnight, ISO weeks from Monday, months from ``anchor_day`` (1..31, clamped
+    to the last day of shorter months), years from January 1), each key expiring at its
+    period's end plus ``grace``. See docs/fixed-windows.md.
 
     :class:`redcount.aio.FixedWindowCounter` is the asyncio twin; it can share this
     counter's core (``redcount.aio.FixedWindowCounter.from_sync(counter)``).
@@ -59,7 +66,7 @@ class FixedWindowCounter:
         self,
         store: Store,
         name: str,
-        window: float,
+        window: float | str,
         *,
         mode: Literal["script", "commands"] = "script",
         grace: float = 1.0,
@@ -69,11 +76,19 @@ class FixedWindowCounter:
         queue_capacity: int = QUEUE_CAPACITY,
         retry_backoff: float = RETRY_BACKOFF,
         retry_backoff_max: float = RETRY_BACKOFF_MAX,
+        calendar: str | None = None,
+        anchor_day: int = 1,
     ) -> None:
+        cal = calendar_arg(calendar, anchor_day)
+        unit = ""
+        seconds = window
+        if cal is not None:
+            unit = calendar_unit(window)
+            seconds = CALENDAR_UNITS[unit]
         core = _core.FixedWindowCounter(
             store,
             name,
-            window,
+            seconds,  # type: ignore[arg-type]  # a str without a calendar: the core raises
             prefix,
             grace,
             stagger,
@@ -82,8 +97,12 @@ class FixedWindowCounter:
             queue_capacity,
             retry_backoff,
             retry_backoff_max,
+            cal,
+            unit,
         )
         self._core = core
+        self.calendar = calendar
+        self.anchor_day = anchor_day
         bind_fast_paths(self, FixedWindowCounter, core, _FAST)
         self.exit_timeout = CLOSE_TIMEOUT
         if on_error == "queue":

@@ -8,6 +8,7 @@ from typing import Literal
 
 from . import _core
 from ._core import Decision, Lease, LimitSet, LimitStats, Store
+from ._calendar import calendar_arg
 from ._wrap import bind_fast_paths
 from .errors import ConnectionError as StoreConnectionError
 from .errors import InvalidInputError, RateLimitExceeded, StoreClosed
@@ -120,6 +121,14 @@ class Limiter:
     (``retry_after`` 1 s), both with ``unavailable=True`` and ``limit == remaining == 0``. The
     other methods always raise.
 
+    ``calendar``: an IANA time zone (``"Europe/Berlin"``, ``"UTC"``): the fixed-window
+    strategy's windows are then calendar periods in that zone, so ``"10000/month"`` resets at
+    local midnight on the first of the month (or on ``anchor_day``, 1..31: a billing period;
+    in months shorter than ``anchor_day`` days it starts on their last day), ``"100/day"`` at
+    local midnight (days of 23 or 25 hours on DST changes), ``"/week"`` on Mondays and
+    ``"/year"`` on January 1. Each limit must be one day, week, month or year. See
+    docs/fixed-windows.md.
+
     :class:`redcount.aio.Limiter` is the asyncio twin; it can share this limiter's core
     (``redcount.aio.Limiter.from_sync(limiter)``).
 
@@ -137,9 +146,12 @@ class Limiter:
         clock: Clock = "client",
         sub_buckets: int = 1,
         on_unavailable: OnUnavailable = "raise",
+        calendar: str | None = None,
+        anchor_day: int = 1,
     ) -> None:
         self.on_unavailable: OnUnavailable = check_on_unavailable(on_unavailable)
-        core = _core.LimiterCore(store, strategy, prefix, clock, sub_buckets)
+        cal = calendar_arg(calendar, anchor_day)
+        core = _core.LimiterCore(store, strategy, prefix, clock, sub_buckets, cal)
         self._core = core
         bind_fast_paths(self, Limiter, core, _FAST)
         if on_unavailable != "raise":
@@ -152,6 +164,8 @@ class Limiter:
         self.strategy = strategy
         self.prefix = prefix
         self.sub_buckets = sub_buckets
+        self.calendar = calendar
+        self.anchor_day = anchor_day
 
     # The methods below document the calls; on an instance, bind_fast_paths has replaced
     # them by the core's own bound methods (same arguments, results and errors).

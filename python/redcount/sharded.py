@@ -24,6 +24,7 @@ from typing import Literal, Union
 from . import _core
 from ._core import BufferedStats, QuotaResult, Reading, RetryStats, ShardGeneration, ShardLayout, Store
 from ._retry import CLOSE_TIMEOUT, QUEUE_CAPACITY, RETRY_BACKOFF, RETRY_BACKOFF_MAX
+from ._calendar import calendar_arg, calendar_unit
 from ._wrap import bind_fast_paths
 from .errors import InvalidInputError
 from .skew import Skew, skew_of
@@ -361,6 +362,13 @@ class Quota:
     ``command_timeout + durable_timeout``. On ``memory://`` there are no replicas:
     ``replicas`` is 0, and ``durable_ok`` False for every call that changed the value.
 
+    ``reset``: a scheduled reset. With ``reset="month"`` (or ``"day"``, ``"week"``,
+    ``"year"``), every calendar period of ``calendar`` (an IANA time zone, default
+    ``"UTC"``; months start on ``anchor_day``, 1..31, clamped to the last day of shorter
+    months) has a key of its own: the value starts at ``reset_to`` when the period begins,
+    and the key expires at the period's end plus ``grace`` seconds. ``request_id`` repeats
+    are recognised within a period. See docs/fixed-windows.md.
+
     Thread-safe.
     """
 
@@ -378,8 +386,27 @@ class Quota:
         durable: int = 0,
         durable_timeout: float = 0.5,
         prefix: str = "redcount",
+        reset: Literal["day", "week", "month", "year"] | None = None,
+        reset_to: int = 0,
+        calendar: str | None = None,
+        anchor_day: int = 1,
+        grace: float = 1.0,
     ) -> None:
-        core = _core.Quota(store, name, floor, ceiling, soft, idempotency_ttl, durable, durable_timeout, prefix)
+        if reset is None:
+            if calendar is not None or reset_to != 0:
+                raise InvalidInputError(
+                    "calendar= and reset_to= need reset= ('day', 'week', 'month' or 'year'): "
+                    "when the quota resets"
+                )
+            cal = calendar_arg(None, anchor_day)
+            unit = ""
+        else:
+            cal = calendar_arg("UTC" if calendar is None else calendar, anchor_day)
+            unit = calendar_unit(reset, "reset")
+        core = _core.Quota(
+            store, name, floor, ceiling, soft, idempotency_ttl, durable, durable_timeout, prefix,
+            cal, unit, reset_to, grace,
+        )
         self._core = core
         bind_fast_paths(self, Quota, core, _FAST_QUOTA)
 
@@ -396,12 +423,22 @@ class Quota:
         return self._core.set(value)
 
     def value(self) -> int:
-        """The current value (0 before the first write)."""
+        """The current value (0 before the first write; with a ``reset``, ``reset_to`` before the
+        period's first write)."""
         return self._core.value()
 
     def storage_key(self) -> str:
-        """The key ``<prefix>:quota:{<name>}``."""
+        """The key ``<prefix>:quota:{<name>}`` (with a ``reset``, followed by the current period's
+        length and start in ms: ``...:<length>:<start>``)."""
         return self._core.storage_key()
+
+    def current_period(self) -> tuple[float, float] | None:
+        """``(start, end)`` of the current period in seconds since the epoch; None without a ``reset``."""
+        return self._core.current_period()
+
+    @property
+    def reset_to(self) -> int:
+        return self._core.reset_to
 
     @property
     def name(self) -> str:

@@ -22,11 +22,12 @@ struct Unit {
   std::array<std::string_view, 4> aliases;
 };
 
-constexpr std::array<Unit, 6> kUnits{{
+constexpr std::array<Unit, 7> kUnits{{
     {"second", 1000, {"second", "seconds", "sec", "s"}},
     {"minute", 60'000, {"minute", "minutes", "min", "m"}},
     {"hour", 3'600'000, {"hour", "hours", "hr", "h"}},
     {"day", 86'400'000, {"day", "days", "d", "d"}},
+    {"week", 7LL * 86'400'000, {"week", "weeks", "wk", "w"}},
     {"month", 30LL * 86'400'000, {"month", "months", "month", "month"}},
     {"year", 365LL * 86'400'000, {"year", "years", "yr", "y"}},
 }};
@@ -115,7 +116,7 @@ RateLimit parse_one(std::string_view whole, std::string_view part) {
     }
   }
   bad(whole, part, "unknown time unit '" + printable(unit_text) +
-                       "' (use second, minute, hour, day, month or year)");
+                       "' (use second, minute, hour, day, week, month or year)");
 }
 
 }  // namespace

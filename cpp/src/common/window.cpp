@@ -41,6 +41,22 @@ void validate(const WindowSpec& spec) {
   if (spec.window_ms > kMaxCounterSpanMs) throw InvalidArgument("window is too long");
   if (spec.grace_ms < 0) throw InvalidArgument("grace must be >= 0 seconds, got " + std::to_string(spec.grace_ms) + " ms");
   if (spec.grace_ms > kMaxCounterSpanMs) throw InvalidArgument("grace is too long");
+  if (spec.calendar && spec.stagger) {
+    throw InvalidArgument("stagger cannot be combined with calendar: calendar windows start at local midnight");
+  }
+}
+
+CalendarUnit require_calendar_unit(std::string_view unit, std::int64_t multiple, const Calendar& calendar) {
+  const auto u = calendar_unit(unit);
+  if (!u) {
+    throw InvalidArgument("calendar='" + calendar.zone() + "' windows are days, weeks, months or years, got '" +
+                          std::string(unit) + "' (drop calendar= for clock-aligned windows)");
+  }
+  if (multiple != 1) {
+    throw InvalidArgument("calendar='" + calendar.zone() + "' windows are one " + std::string(unit) + ", not " +
+                          std::to_string(multiple) + " " + std::string(unit) + "s");
+  }
+  return *u;
 }
 
 std::uint64_t fnv1a64(std::string_view data) noexcept {
@@ -58,6 +74,16 @@ std::int64_t stagger_offset(std::string_view key, std::int64_t window_ms) noexce
 }
 
 WindowPos locate(const WindowSpec& spec, std::string_view key, std::int64_t now_ms) noexcept {
+  if (spec.calendar) {
+    const Period p = spec.calendar->period(spec.calendar_unit, now_ms);
+    WindowPos pos;
+    pos.index = p.start_ms;
+    pos.start_ms = p.start_ms;
+    pos.end_ms = p.end_ms;
+    pos.expire_at_ms = p.end_ms + spec.grace_ms;
+    pos.span_ms = p.end_ms - p.start_ms;
+    return pos;
+  }
   const std::int64_t w = spec.window_ms > 0 ? spec.window_ms : 1;
   const std::int64_t offset = spec.stagger ? stagger_offset(key, w) : 0;
   const std::int64_t t = now_ms - offset;
@@ -69,6 +95,7 @@ WindowPos locate(const WindowSpec& spec, std::string_view key, std::int64_t now_
   pos.start_ms = index * w + offset;
   pos.end_ms = pos.start_ms + w;
   pos.expire_at_ms = pos.end_ms + spec.grace_ms;
+  pos.span_ms = w;
   return pos;
 }
 

@@ -221,7 +221,7 @@ WindowedIncrement FixedWindowCounter::Core::resolve(std::string_view key, std::i
   const WindowPos pos = locate(spec, key, now);
   WindowedIncrement inc;
   inc.user_key = std::string(key);
-  inc.storage_key = window_key(options.prefix, options.name, key, spec.window_ms, pos.index);
+  inc.storage_key = window_key(options.prefix, options.name, key, pos.span_ms, pos.index);
   if (!request_id.empty()) inc.request_id_key = request_id_key(inc.storage_key, request_id);
   inc.amount = amount;
   inc.expire_at_ms = pos.expire_at_ms;
@@ -236,7 +236,7 @@ FixedWindowCounter::FixedWindowCounter(std::shared_ptr<Store> store, FixedWindow
   FixedWindowOptions& o = core_->options;
   validate_name(o.prefix, "prefix");
   validate_name(o.name, "name");
-  core_->spec = WindowSpec{o.window_ms, o.grace_ms, o.stagger};
+  core_->spec = WindowSpec{o.window_ms, o.grace_ms, o.stagger, o.calendar, o.calendar_unit};
   validate(core_->spec);
   if (o.max_script_batch < 1) o.max_script_batch = 1;
   // The queue's attempts see the Core weakly: the queue belongs to the Core.
@@ -262,7 +262,7 @@ WindowPos FixedWindowCounter::window(std::string_view key) const {
 std::string FixedWindowCounter::storage_key(std::string_view key) const {
   validate_key(key);
   const WindowPos pos = window(key);
-  return window_key(core_->options.prefix, core_->options.name, key, core_->spec.window_ms, pos.index);
+  return window_key(core_->options.prefix, core_->options.name, key, pos.span_ms, pos.index);
 }
 
 std::shared_ptr<Op<std::int64_t>> FixedWindowCounter::make_incr(std::string_view key, std::int64_t amount,
@@ -289,7 +289,7 @@ std::shared_ptr<Op<std::vector<std::int64_t>>> FixedWindowCounter::make_get_many
   for (const auto& key : keys) {
     validate_key(key);
     const WindowPos pos = locate(core_->spec, key, now);
-    batch.emplace_back(Command{{"GET", window_key(o.prefix, o.name, key, core_->spec.window_ms, pos.index)}});
+    batch.emplace_back(Command{{"GET", window_key(o.prefix, o.name, key, pos.span_ms, pos.index)}});
   }
   const std::size_t n = batch.size();
   return with_meter(make_batch_op<std::vector<std::int64_t>>(std::move(batch), [](std::vector<Reply>&& replies) {

@@ -1,5 +1,7 @@
 // The fixed-window limiter: one counter per limit and window, named after the window
 // (client-side time), incremented by fixed_window_hit.lua only while every limit allows.
+// With a calendar, the windows are its periods (calendar.h) and a key carries the
+// period's length and start instead of the window length and index.
 #include "redcount/limiters/limiter.h"
 
 #include <algorithm>
@@ -28,6 +30,7 @@ struct Place {
 // key is named after it).
 struct FixedWindowWork {
   std::shared_ptr<const std::string> prefix;
+  std::shared_ptr<const Calendar> calendar;  // null: clock-aligned windows
   // Owned copies (the make_ factories), or the caller's arguments (a synchronous call
   // that runs the operation on its own stack frame).
   std::vector<RateLimit> own_limits;
@@ -45,9 +48,15 @@ struct FixedWindowWork {
     places.clear();
     places.reserve(lims().size());
     for (const auto& l : lims()) {
-      WindowPos pos = locate(WindowSpec{l.window_ms, kLimiterGraceMs, false}, key(), now);
-      places.push_back(Place{pos, fixed_window_limiter_key(*prefix, l.amount, key(), l.window_ms, pos.index)});
+      WindowPos pos = calendar ? calendar_pos(l) : locate(WindowSpec{l.window_ms, kLimiterGraceMs, false}, key(), now);
+      places.push_back(Place{pos, fixed_window_limiter_key(*prefix, l.amount, key(), pos.span_ms, pos.index)});
     }
+  }
+
+  // A calendar period: the limit's unit was checked when the operation was made.
+  WindowPos calendar_pos(const RateLimit& l) const {
+    const Period p = calendar->period(calendar_unit(l.unit).value_or(CalendarUnit::Day), now);
+    return WindowPos{p.start_ms, p.start_ms, p.end_ms, p.end_ms + kLimiterGraceMs, p.end_ms - p.start_ms};
   }
 
   std::vector<Request> gets() const {
@@ -191,7 +200,10 @@ struct FixedWindowReset : FixedWindowWork {
 class FixedWindowLimiter final : public LimiterStrategy {
  public:
   FixedWindowLimiter(std::shared_ptr<Store> store, const LimiterOptions& o)
-      : LimiterStrategy(store), time_(store, o.clock), prefix_(std::make_shared<const std::string>(o.prefix)) {}
+      : LimiterStrategy(store),
+        time_(store, o.clock),
+        prefix_(std::make_shared<const std::string>(o.prefix)),
+        calendar_(o.calendar) {}
 
   std::string_view name() const noexcept override { return "fixed-window"; }
   // The window's key is named after the time, so the client must know it: server time
@@ -215,6 +227,7 @@ class FixedWindowLimiter final : public LimiterStrategy {
     check_cost(limits, key, cost);
     FixedWindowHit spec;
     spec.prefix = prefix_;
+    spec.calendar = calendar_;
     spec.borrowed_limits = &limits;
     spec.borrowed_key = key;
     spec.cost = cost;
@@ -234,6 +247,7 @@ class FixedWindowLimiter final : public LimiterStrategy {
   std::shared_ptr<Op<std::vector<LimitStats>>> make_stats(const std::vector<RateLimit>& limits,
                                                           std::string_view key) override {
     detail::require_limits(limits);
+    check_calendar(limits);
     validate_key(key);
     FixedWindowStats spec;
     fill(spec, limits, key);
@@ -242,6 +256,7 @@ class FixedWindowLimiter final : public LimiterStrategy {
 
   std::shared_ptr<Op<std::monostate>> make_reset(const std::vector<RateLimit>& limits, std::string_view key) override {
     detail::require_limits(limits);
+    check_calendar(limits);
     validate_key(key);
     FixedWindowReset spec;
     fill(spec, limits, key);
@@ -252,18 +267,27 @@ class FixedWindowLimiter final : public LimiterStrategy {
   void check_cost(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) const {
     detail::require_limits(limits);
     detail::require_no_burst(limits, name());
+    check_calendar(limits);
     validate_cost(limits, cost);
     validate_key(key);
   }
 
+  // With a calendar, every limit must be one calendar period ("10000/month").
+  void check_calendar(const std::vector<RateLimit>& limits) const {
+    if (!calendar_) return;
+    for (const auto& l : limits) require_calendar_unit(l.unit, l.multiple, *calendar_);
+  }
+
   void fill(FixedWindowWork& w, const std::vector<RateLimit>& limits, std::string_view key) const {
     w.prefix = prefix_;
+    w.calendar = calendar_;
     w.own_limits = limits;
     w.own_key = std::string(key);
   }
 
   TimeSource time_;
   std::shared_ptr<const std::string> prefix_;
+  std::shared_ptr<const Calendar> calendar_;
 };
 
 }  // namespace

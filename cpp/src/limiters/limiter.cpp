@@ -51,6 +51,9 @@ std::unique_ptr<LimiterStrategy> make_limiter(std::shared_ptr<Store> store, std:
   if (options.sub_buckets != 1 && strategy != "sliding-window-approx") {
     throw InvalidArgument("sub_buckets applies only to strategy='sliding-window-approx'");
   }
+  if (options.calendar && strategy != "fixed-window") {
+    throw InvalidArgument("calendar applies only to strategy='fixed-window' (calendar windows are fixed windows)");
+  }
   if (strategy == "fixed-window") return detail::make_fixed_window(std::move(store), options);
   if (strategy == "sliding-window") return detail::make_sliding_log(std::move(store), options);
   if (strategy == "sliding-window-approx") return detail::make_sliding_approx(std::move(store), options);

@@ -1,5 +1,6 @@
 #include "redcount/sharded/quota.h"
 
+#include "redcount/common/bounds.h"
 #include "redcount/common/errors.h"
 #include "redcount/common/keys.h"
 #include "redcount/common/util.h"
@@ -33,13 +34,26 @@ Quota::Quota(std::shared_ptr<Store> store, QuotaOptions options) : store_(std::m
   if (o.durable < 0 || o.durable > 1000) {
     throw InvalidArgument("durable must be between 0 and 1000 replicas, got " + std::to_string(o.durable));
   }
+  if (o.reset_to < o.floor || o.reset_to > o.ceiling.value_or(kMaxQuota)) {
+    throw InvalidArgument("reset_to must be between the floor (" + std::to_string(o.floor) + ") and the ceiling, got " +
+                          std::to_string(o.reset_to));
+  }
+  if (o.grace_ms < 0 || o.grace_ms > kMaxCounterSpanMs) throw InvalidArgument("grace must be >= 0 seconds");
   if (o.durable > 0 && o.durable_timeout.count() < 1) {
     throw InvalidArgument("durable_timeout must be >= 0.001 seconds (WAIT with 0 would wait forever)");
   }
   key_ = quota_key(o.prefix, o.name);
 }
 
-std::string Quota::storage_key() const { return key_; }
+Quota::Place Quota::place() const {
+  if (!options_.calendar) return Place{key_, Period{}};
+  const Period p = options_.calendar->period(options_.period, store_->now_ms());
+  // One key per period: its length and start name it, as for calendar windows.
+  return Place{key_ + ":" + std::to_string(p.end_ms - p.start_ms) + ":" + std::to_string(p.start_ms), p};
+}
+
+std::string Quota::storage_key() const { return place().key; }
+Period Quota::period() const { return place().period; }
 
 // WAIT after a write: marked blocking, so the store sends the write and this WAIT on a
 // connection of their own (WAIT counts the replicas that have the last write of the
@@ -88,13 +102,16 @@ struct QuotaFinish {
 
 std::shared_ptr<Op<QuotaResult>> Quota::make_change(const char* op, std::int64_t n, std::string_view request_id) {
   check_amount(n, "n");
-  ScriptCall call{&kQuotaScript, {key_}, {op, std::to_string(n), std::to_string(options_.floor),
-                                         std::to_string(options_.ceiling.value_or(kMaxQuota)),
-                                         std::to_string(options_.idempotency_ttl_ms)}};
-  if (!request_id.empty()) {
-    validate_request_id(request_id);
-    call.keys.push_back(request_id_key(key_, request_id));
+  if (!request_id.empty()) validate_request_id(request_id);
+  const Place at = place();
+  ScriptCall call{&kQuotaScript, {at.key}, {op, std::to_string(n), std::to_string(options_.floor),
+                                           std::to_string(options_.ceiling.value_or(kMaxQuota)),
+                                           std::to_string(options_.idempotency_ttl_ms)}};
+  if (options_.calendar) {
+    call.args.push_back(std::to_string(options_.reset_to));
+    call.args.push_back(std::to_string(at.period.end_ms + options_.grace_ms));
   }
+  if (!request_id.empty()) call.keys.push_back(request_id_key(at.key, request_id));
   std::vector<Request> batch;
   batch.emplace_back(std::move(call));
   if (options_.durable > 0) {
@@ -117,8 +134,14 @@ std::shared_ptr<Op<QuotaResult>> Quota::make_set(std::int64_t value) {
     throw InvalidArgument("value must be between the floor (" + std::to_string(options_.floor) + ") and the ceiling (" +
                           std::to_string(ceiling) + "), got " + std::to_string(value));
   }
+  const Place at = place();
+  Command set{{"SET", at.key, std::to_string(value)}};
+  if (options_.calendar) {
+    set.args.push_back("PXAT");
+    set.args.push_back(std::to_string(at.period.end_ms + options_.grace_ms));
+  }
   std::vector<Request> batch;
-  batch.emplace_back(Command{{"SET", key_, std::to_string(value)}});
+  batch.emplace_back(std::move(set));
   if (options_.durable > 0) {
     batch.push_back(wait_command());
   }
@@ -127,11 +150,12 @@ std::shared_ptr<Op<QuotaResult>> Quota::make_set(std::int64_t value) {
 
 std::shared_ptr<Op<std::int64_t>> Quota::make_value() {
   std::vector<Request> batch;
-  batch.emplace_back(Command{{"GET", key_}});
-  return make_batch_op<std::int64_t>(std::move(batch), [](std::vector<Reply>&& r) {
+  batch.emplace_back(Command{{"GET", place().key}});
+  const std::int64_t start = options_.calendar ? options_.reset_to : 0;
+  return make_batch_op<std::int64_t>(std::move(batch), [start](std::vector<Reply>&& r) {
     if (r.size() != 1) throw ProtocolError("GET: expected one reply");
     r[0].check();
-    return r[0].is_nil() ? std::int64_t{0} : r[0].as_integer();
+    return r[0].is_nil() ? start : r[0].as_integer();
   });
 }
 

@@ -4,8 +4,10 @@
 //   std::vector<RateLimit> limits = parse_limits("5/second;100/hour");
 //   // limits[1].amount == 100, limits[1].window_ms == 3'600'000
 //
-// Units: second, minute, hour, day, month (30 days), year (365 days), each also plural
-// and as s/sec, m/min, h/hr, d. Separators between limits: ';' or ','. A bad string
+// Units: second, minute, hour, day, week (7 days), month (30 days), year (365 days), each
+// also plural and as s/sec, m/min, h/hr, d, wk/w. (A limiter with a calendar makes day,
+// week, month and year calendar periods instead: see calendar.h.) Separators between
+// limits: ';' or ','. A bad string
 // throws InvalidArgument naming the part that is wrong.
 #pragma once
 

@@ -7,12 +7,19 @@
 // With `stagger`, each key's windows are shifted by a deterministic offset in
 // [0, window) derived from the key (FNV-1a), so hourly counters of many keys do not
 // all reset in the same millisecond.
+//
+// With a `calendar`, windows are that calendar's periods of `calendar_unit` instead
+// (days, weeks, months, years in a time zone; see calendar.h): `index` is then the
+// period's start in epoch ms and `span_ms` its length, so the pair names one period of
+// one calendar (a key built from them is unique per period).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
+#include "redcount/common/calendar.h"
 #include "redcount/common/keys.h"
 
 namespace redcount {
@@ -24,6 +31,9 @@ struct WindowSpec {
   std::int64_t window_ms = 0;
   std::int64_t grace_ms = 0;
   bool stagger = false;
+  // Calendar windows (window_ms is then only the unit's nominal length; stagger must be off).
+  std::shared_ptr<const Calendar> calendar{};
+  CalendarUnit calendar_unit = CalendarUnit::Day;
 };
 
 struct WindowPos {
@@ -31,10 +41,16 @@ struct WindowPos {
   std::int64_t start_ms = 0;  // inclusive
   std::int64_t end_ms = 0;    // exclusive
   std::int64_t expire_at_ms = 0;  // end_ms + grace_ms: the key's PEXPIREAT deadline
+  std::int64_t span_ms = 0;   // the window length that storage keys carry (window_ms, or the period's)
 };
 
-// Throws InvalidArgument unless window_ms > 0, grace_ms >= 0 and both fit the clock.
+// Throws InvalidArgument unless window_ms > 0, grace_ms >= 0 and both fit the clock, and
+// a calendar comes without stagger.
 void validate(const WindowSpec& spec);
+// The calendar unit of a window given as a limit-string unit and multiple ("1 month"):
+// InvalidArgument, naming the calendar, for a unit that is no calendar period or a
+// multiple other than 1.
+CalendarUnit require_calendar_unit(std::string_view unit, std::int64_t multiple, const Calendar& calendar);
 // Converts seconds to whole milliseconds; rejects NaN, infinities, <= 0 and < 1 ms.
 std::int64_t window_seconds_to_ms(double seconds, const char* what = "window");
 

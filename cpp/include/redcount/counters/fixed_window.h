@@ -52,6 +52,10 @@ struct FixedWindowOptions {
   std::chrono::milliseconds retry_backoff_min{50};        // first retry delay
   std::chrono::milliseconds retry_backoff_max{5000};      // cap of the exponential backoff
   std::size_t max_script_batch = 128;                     // items per script call in incr_many
+  // Calendar periods (days, weeks, months, years in a time zone) instead of clock-aligned
+  // windows of window_ms; window_ms stays the unit's nominal length. See calendar.h.
+  std::shared_ptr<const Calendar> calendar{};
+  CalendarUnit calendar_unit = CalendarUnit::Day;
 };
 
 // One increment as it travels: already resolved to its window, so a late retry lands

@@ -28,6 +28,7 @@
 #include <variant>
 #include <vector>
 
+#include "redcount/common/calendar.h"
 #include "redcount/common/limit_string.h"
 #include "redcount/store/operation.h"
 #include "redcount/store/store.h"
@@ -70,6 +71,9 @@ struct LimiterOptions {
   // sliding-window-approx: the window is split into this many sub-buckets (1 = the
   // classic two-bucket estimate). 1..60, and it must divide the window in milliseconds.
   std::int64_t sub_buckets = 1;
+  // fixed-window only: windows are this calendar's periods (a limit's unit must then be
+  // day, week, month or year, with no multiple). See calendar.h.
+  std::shared_ptr<const Calendar> calendar{};
 };
 
 class LimiterStrategy {

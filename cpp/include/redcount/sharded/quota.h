@@ -30,6 +30,7 @@
 #include <string>
 #include <string_view>
 
+#include "redcount/common/calendar.h"
 #include "redcount/store/operation.h"
 #include "redcount/common/bounds.h"
 #include "redcount/store/store.h"
@@ -48,6 +49,13 @@ struct QuotaOptions {
   std::int64_t idempotency_ttl_ms = 86'400'000;
   std::int64_t durable = 0;                        // replicas to WAIT for after a write; 0 = none
   std::chrono::milliseconds durable_timeout{500};  // WAIT's timeout; > 0, added to the call's deadline
+  // A scheduled reset: with a calendar, each period of `period` (a day, week, month or
+  // year in its zone, see calendar.h) has a key of its own that starts at `reset_to` and
+  // expires at the period's end plus `grace_ms`. Without one, the quota never resets.
+  std::shared_ptr<const Calendar> calendar{};
+  CalendarUnit period = CalendarUnit::Month;
+  std::int64_t reset_to = 0;
+  std::int64_t grace_ms = 1000;
 };
 
 struct QuotaResult {
@@ -79,13 +87,22 @@ class Quota {
   std::shared_ptr<Op<QuotaResult>> make_set(std::int64_t value);
   std::shared_ptr<Op<std::int64_t>> make_value();
 
+  // The key of the current period (the one key, without a calendar).
   std::string storage_key() const;
+  // The current period [start, end) in epoch ms ({0, 0} without a calendar).
+  Period period() const;
   const QuotaOptions& options() const noexcept { return options_; }
   const std::shared_ptr<Store>& store() const noexcept { return store_; }
 
  private:
   std::shared_ptr<Op<QuotaResult>> make_change(const char* op, std::int64_t n, std::string_view request_id);
   Command wait_command() const;
+  // The key and period in force at the store's now.
+  struct Place {
+    std::string key;
+    Period period;
+  };
+  Place place() const;
 
   std::shared_ptr<Store> store_;
   QuotaOptions options_;

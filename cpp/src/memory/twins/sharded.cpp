@@ -155,7 +155,14 @@ Reply native_sharded_reshard(Keyspace& ks, const std::vector<std::string>& keys,
 // The memory store's twin of quota.lua; keep the two in step.
 Reply native_quota(Keyspace& ks, const std::vector<std::string>& keys, const std::vector<std::string>& args) {
   auto bad = [] { return Reply::of_error("ERR quota: malformed arguments"); };
-  if (keys.empty() || keys.size() > 2 || args.size() != 5) return bad();
+  if (keys.empty() || keys.size() > 2 || (args.size() != 5 && args.size() != 7)) return bad();
+  // A quota reset by a calendar: the value its period starts at, and the key's deadline.
+  std::optional<std::int64_t> start, expire_at;
+  if (args.size() == 7) {
+    start = parse_int64(args[5]);
+    expire_at = parse_int64(args[6]);
+    if (!start || !expire_at || *start > kMaxQuota || *start < -kMaxQuota) return bad();
+  }
   auto n = parse_int64(args[1]);
   auto floor = parse_int64(args[2]);
   auto ceiling = parse_int64(args[3]);
@@ -172,7 +179,8 @@ Reply native_quota(Keyspace& ks, const std::vector<std::string>& keys, const std
     if (!rid_deadline) return bad();
   }
   const std::string& key = keys[0];
-  std::int64_t cur = 0;
+  std::int64_t cur = start.value_or(0);
+  const bool exists = !start || ks.exists(key);  // only a reset quota needs to know
   if (auto raw = ks.get(key)) {
     auto parsed = parse_int64(*raw);
     if (!parsed || *parsed > kMaxQuota || *parsed < -kMaxQuota) return Reply::of_error("ERR quota value is not an integer: " + key);
@@ -187,7 +195,12 @@ Reply native_quota(Keyspace& ks, const std::vector<std::string>& keys, const std
   const bool take = args[0] == "take";
   const std::int64_t after = take ? cur - *n : cur + *n;
   if (take ? after < *floor : after > *ceiling) return reply(0, cur, 0);
-  ks.incrby(key, take ? -*n : *n);
+  if (!exists && start) {
+    ks.set_nx_pxat(key, std::to_string(after), *expire_at);
+  } else {
+    ks.incrby(key, take ? -*n : *n);
+    if (expire_at) ks.pexpireat(key, *expire_at);
+  }
   if (rid) {
     ks.del(*rid);
     ks.set_nx_pxat(*rid, "1", *rid_deadline);
