@@ -75,7 +75,7 @@ TEST_F(LimiterTest, AllowsUpToTheLimitThenDenies) {
 TEST_F(LimiterTest, StorageKeyLayoutAndTtl) {
   clock_->set(kT0 + 10'000);
   hit("5/minute", "user:42");
-  const std::string key = rctest::cat("rl:fw:5:{user:42}:60000:", kT0 / 60'000);
+  const std::string key = rctest::cat("rl:fw:{user:42}:60000:", kT0 / 60'000);
   EXPECT_EQ(rctest::keys(*store_), std::vector<std::string>{key});
   EXPECT_EQ(cmd({"PTTL", key}).integer, 60'000 - 10'000 + kLimiterGrace);
   clock_->set(kT0 + 20'000);

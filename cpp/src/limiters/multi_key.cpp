@@ -248,8 +248,8 @@ std::shared_ptr<Op<Decision>> make_multi_decision(std::shared_ptr<Store> store, 
     for (const RateLimit& l : it.limits) {
       if (!seen.emplace(it.key, l.window_ms).second) {
         throw InvalidArgument("'" + l.text() + "' for key '" + it.key +
-                              "': that key already has a limit with this window; a key keeps one state per "
-                              "window whatever the amount, so give one limit per window (the stricter one)");
+                              "': that key already has a limit with the same window; a key keeps one state "
+                              "per window whatever the amount, so give one limit per window (the stricter one)");
       }
       entries.push_back(Entry{l, i, it.key, {}});
     }

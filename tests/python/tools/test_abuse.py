@@ -42,7 +42,7 @@ def sim(redis_server: RedisServer) -> Iterator[tuple[redcount.Store, SimClock]]:
 def test_exact_log_holds_at_most_limit_members_at_every_step(sim: tuple[redcount.Store, SimClock]) -> None:
     store, clock = sim
     lim = redcount.Limiter(store, "sliding-window", prefix="step")
-    zkey = "step:sw:10:{client}:60000"
+    zkey = "step:sw:{client}:60000"
     start = clock.next_window(WINDOW * 1000)
     admitted = 0
     for i in range(200):  # 20× the limit over one window
