@@ -134,11 +134,19 @@ void register_limiter(py::module_& m) {
       .def_property_readonly(
           "refused_by",
           [](const Decision& d) -> py::object {
-            if (d.refused_key.empty()) return py::none();
-            return py::make_tuple(d.refused_limit, d.refused_key);
+            if (d.allowed || d.binding_key.empty()) return py::none();
+            return py::make_tuple(d.binding_limit, d.binding_key);
           },
           "hit_all()/test_all(), when refused: (limit, key) of the refusing limit (the one that frees up "
           "last when several refuse), e.g. ('100/minute', 'user:42'); None otherwise.")
+      .def_property_readonly(
+          "bound_by",
+          [](const Decision& d) -> py::object {
+            if (d.binding_key.empty()) return py::none();
+            return py::make_tuple(d.binding_limit, d.binding_key);
+          },
+          "hit_all()/test_all(): (limit, key) of the binding limit: the refusing one when refused, else "
+          "the one with the fewest hits left. None from hit() and test().")
       .def("__bool__", [](const Decision& d) { return d.allowed; })
       .def("__repr__", [](const Decision& d) {
         return std::string("Decision(allowed=") + (d.allowed ? "True" : "False") + ", limit=" + std::to_string(d.limit) +

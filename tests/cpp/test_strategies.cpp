@@ -134,13 +134,13 @@ TEST_P(StrategyTest, HitAllIsAllOrNothingAcrossKeys) {
   for (int i = 0; i < 3; ++i) {
     const Decision d = lim->hit_all(items, 1);
     EXPECT_TRUE(d.allowed) << i;
-    EXPECT_TRUE(d.refused_key.empty());
+    EXPECT_FALSE(d.binding_key.empty());
   }
   EXPECT_EQ(rctest::keys(*store_).size(), 3u);
   const Decision no = lim->hit_all(items, 1);
   EXPECT_FALSE(no.allowed);
-  EXPECT_EQ(no.refused_key, "user:42");
-  EXPECT_EQ(no.refused_limit, "3/minute");
+  EXPECT_EQ(no.binding_key, "user:42");
+  EXPECT_EQ(no.binding_limit, "3/minute");
   EXPECT_EQ(no.limit, 3);
   EXPECT_GT(no.retry_after_ms, 1000);  // the minute's wait, not the second's
   EXPECT_FALSE(lim->test_all(items, 1).allowed);

@@ -139,10 +139,8 @@ class MultiDecision final : public Op<Decision> {
     }
     std::size_t binding = 0;
     decision_ = combine(outcomes, allowed, &binding);
-    if (!allowed) {
-      decision_.refused_limit = entries_[binding].limit.text();
-      decision_.refused_key = entries_[binding].key;
-    }
+    decision_.binding_limit = entries_[binding].limit.text();
+    decision_.binding_key = entries_[binding].key;
     std::vector<Request> give_back;
     if (hit_ && !allowed) {
       for (const Group& g : groups_) {

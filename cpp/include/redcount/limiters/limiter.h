@@ -45,10 +45,11 @@ struct Decision {
   std::int64_t retry_after_ms = 0;  // 0 when allowed; else until this hit would be allowed
   // Decided without the store (it was unavailable) by the caller's on_unavailable policy.
   bool unavailable = false;
-  // hit_all/test_all, when refused: the refusing limit (one limit's text, e.g. "100/minute")
-  // and its key; when several refuse, the one that frees up last. Empty otherwise.
-  std::string refused_limit;
-  std::string refused_key;
+  // hit_all/test_all: the binding limit (one limit's text, e.g. "100/minute") and its key:
+  // when refused, the refusing one (the one that frees up last when several refuse), else
+  // the one with the fewest hits left. Empty from the single-key methods.
+  std::string binding_limit;
+  std::string binding_key;
 };
 
 // One part of a decision across several keys (hit_all): limits that must all hold for key.
