@@ -86,6 +86,38 @@ _APPS: dict[str, str] = {
         def index():
             return "ok"
     """,
+    # A route under three limits of three keys (the client's address application-wide, an
+    # organisation, the route per address), decided in one round trip; "-seq" decides them
+    # one by one, one round trip each, as the web layer did before (BATCH_CHECKS = False).
+    "flask-redcount-3": """
+        import redcount, redcount.flask
+        from flask import Flask
+        app = Flask(__name__)
+        app.config.update(REDCOUNT_URL=URL, REDCOUNT_PREFIX="bench:web:redcount3", REDCOUNT_HEADERS="none",
+                          REDCOUNT_BUDGET=0, REDCOUNT_APPLICATION=LIMIT)
+        rl = redcount.flask.RateLimiter(app)
+
+        @app.get("/")
+        @rl.limit(LIMIT, key=lambda: "acme", name="org")
+        @rl.limit(LIMIT, name="ip")
+        def index():
+            return "ok"
+    """,
+    "flask-redcount-3-seq": """
+        import redcount, redcount.flask, redcount.web.engine
+        from flask import Flask
+        redcount.web.engine.BATCH_CHECKS = False
+        app = Flask(__name__)
+        app.config.update(REDCOUNT_URL=URL, REDCOUNT_PREFIX="bench:web:redcount3s", REDCOUNT_HEADERS="none",
+                          REDCOUNT_BUDGET=0, REDCOUNT_APPLICATION=LIMIT)
+        rl = redcount.flask.RateLimiter(app)
+
+        @app.get("/")
+        @rl.limit(LIMIT, key=lambda: "acme", name="org")
+        @rl.limit(LIMIT, name="ip")
+        def index():
+            return "ok"
+    """,
     "flask-limiter-redis": """
         from flask import Flask
         from flask_limiter import Limiter
@@ -168,6 +200,37 @@ _APPS: dict[str, str] = {
         async def index():
             return "ok"
     """,
+    "fastapi-redcount-3": """
+        import redcount, redcount.aio
+        from fastapi import Depends, FastAPI
+        from fastapi.responses import PlainTextResponse
+        from redcount.fastapi import RateLimiter
+        rl = RateLimiter(redcount.aio.Limiter(redcount.connect(URL), prefix="bench:web:redcount3"), headers="none",
+                         budget=None)
+        three = rl.all_of(rl.spec(LIMIT, scope="app"), rl.spec(LIMIT, key=lambda r: "acme", scope="org"),
+                          rl.spec(LIMIT, name="ip"))
+        app = FastAPI()
+
+        @app.get("/", response_class=PlainTextResponse, dependencies=[Depends(three)])
+        async def index():
+            return "ok"
+    """,
+    "fastapi-redcount-3-seq": """
+        import redcount, redcount.aio, redcount.web.engine
+        from fastapi import Depends, FastAPI
+        from fastapi.responses import PlainTextResponse
+        from redcount.fastapi import RateLimiter
+        redcount.web.engine.BATCH_CHECKS = False
+        rl = RateLimiter(redcount.aio.Limiter(redcount.connect(URL), prefix="bench:web:redcount3s"), headers="none",
+                         budget=None)
+        three = rl.all_of(rl.spec(LIMIT, scope="app"), rl.spec(LIMIT, key=lambda r: "acme", scope="org"),
+                          rl.spec(LIMIT, name="ip"))
+        app = FastAPI()
+
+        @app.get("/", response_class=PlainTextResponse, dependencies=[Depends(three)])
+        async def index():
+            return "ok"
+    """,
     "slowapi-redis": """
         from fastapi import FastAPI, Request
         from fastapi.responses import PlainTextResponse
@@ -232,6 +295,8 @@ _APPS: dict[str, str] = {
 _NEEDS: dict[str, list[tuple[str, str]]] = {
     "flask-none": [("flask", "flask")],
     "flask-redcount": [("flask", "flask")],
+    "flask-redcount-3": [("flask", "flask")],
+    "flask-redcount-3-seq": [("flask", "flask")],
     "flask-limiter-redis": [("flask_limiter", "flask-limiter"), ("redis", "redis")],
     "flask-limiter-redcount": [("flask_limiter", "flask-limiter"), ("redcount.contrib.limits", "redcount with redcount.contrib.limits")],
     "flask-floor": [("flask", "flask")],
@@ -239,6 +304,8 @@ _NEEDS: dict[str, list[tuple[str, str]]] = {
     "fastapi-floor": [("fastapi", "fastapi")],
     "fastapi-floor-blocking": [("fastapi", "fastapi")],
     "fastapi-redcount": [("fastapi", "fastapi")],
+    "fastapi-redcount-3": [("fastapi", "fastapi")],
+    "fastapi-redcount-3-seq": [("fastapi", "fastapi")],
     "slowapi-redis": [("slowapi", "slowapi"), ("redis", "redis")],
     "slowapi-redcount": [("slowapi", "slowapi"), ("redcount.contrib.limits", "redcount with redcount.contrib.limits")],
     "fastapi-limiter": [("fastapi_limiter", "fastapi-limiter"), ("redis", "redis")],
@@ -435,9 +502,10 @@ def _print(results: dict[str, WebResult], report: dict[str, dict[str, float | st
 # per request (every thread of the process: the store's I/O thread included), the best of
 # ``--repeat`` runs, contenders taking turns.
 
-_CPU_CONTENDERS = ["flask-none", "flask-floor", "flask-redcount", "flask-limiter-redis", "flask-limiter-redcount",
+_CPU_CONTENDERS = ["flask-none", "flask-floor", "flask-redcount", "flask-redcount-3", "flask-redcount-3-seq",
+                   "flask-limiter-redis", "flask-limiter-redcount",
                    "fastapi-none", "fastapi-floor", "fastapi-floor-blocking",
-                   "fastapi-redcount", "slowapi-redis", "slowapi-redcount"]
+                   "fastapi-redcount", "fastapi-redcount-3", "fastapi-redcount-3-seq", "slowapi-redis", "slowapi-redcount"]
 
 
 def _load_app(name: str, redis_url: str) -> object:
