@@ -36,7 +36,7 @@ class LimiterTest : public ::testing::Test {
   // The storage key of `limit` for `key` in the window containing now.
   std::string key_of(const RateLimit& limit, const std::string& key) const {
     const std::int64_t index = locate(WindowSpec{limit.window_ms, 0, false}, key, clock_->now_ms()).index;
-    return window_key("rl", rctest::cat("fw:", limit.amount), key, limit.window_ms, index);
+    return window_key("rl", "fw", key, limit.window_ms, index);
   }
   std::string count_at(const std::string& storage_key) {
     return cmd({"GET", storage_key}).as_string().value_or("<absent>");
