@@ -30,6 +30,7 @@ struct Entry {
 
 struct Group {
   std::vector<std::size_t> entries;  // indices into MultiDecision::entries_
+  std::vector<RateLimit> limits;     // theirs, in that order
   std::size_t first = 0, count = 0;  // its replies in the batch
   std::shared_ptr<const ScriptArgs> sent;
   std::vector<Outcome> outcomes;
@@ -98,13 +99,15 @@ class MultiDecision final : public Op<Decision> {
     }
     std::vector<Request> batch;
     for (Group& g : groups_) {
-      std::vector<RateLimit> limits;
       std::vector<std::string> keys;
+      g.limits.clear();
+      g.limits.reserve(g.entries.size());
+      keys.reserve(g.entries.size());
       for (std::size_t i : g.entries) {
-        limits.push_back(entries_[i].limit);
+        g.limits.push_back(entries_[i].limit);
         keys.push_back(entries_[i].storage_key);
       }
-      auto requests = rules_->group(limits, std::move(keys), cost_, hit_, now, now_ms_, g.sent);
+      auto requests = rules_->group(g.limits, std::move(keys), cost_, hit_, now, now_ms_, g.sent);
       g.first = batch.size();
       g.count = requests.size();
       for (auto& r : requests) batch.push_back(std::move(r));
@@ -118,11 +121,9 @@ class MultiDecision final : public Op<Decision> {
     if (replies.size() != expected) throw ProtocolError("hit_all: unexpected number of replies");
     bool allowed = true;
     for (Group& g : groups_) {
-      std::vector<RateLimit> limits;
-      for (std::size_t i : g.entries) limits.push_back(entries_[i].limit);
       std::vector<Reply> own(std::make_move_iterator(replies.begin() + static_cast<std::ptrdiff_t>(g.first)),
                              std::make_move_iterator(replies.begin() + static_cast<std::ptrdiff_t>(g.first + g.count)));
-      g.allowed = rules_->read(limits, cost_, hit_, own, g.sent.get(), now_ms_, g.outcomes, g.v);
+      g.allowed = rules_->read(g.limits, cost_, hit_, own, g.sent.get(), now_ms_, g.outcomes, g.v);
       // A group that allowed (and maybe charged) refuses nothing, whatever its state now.
       if (g.allowed) {
         for (Outcome& o : g.outcomes) {

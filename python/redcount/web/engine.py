@@ -306,10 +306,13 @@ def _together(limiter: Limiter | aio.Limiter, strategy: str, checks: Sequence[Ch
     if len(checks) < 2 or not BATCH_CHECKS or verdict.shadow_all or verdict.store_failed or strategy == "concurrency":
         return False
     cost = checks[0].cost
-    seen: set[tuple[str, float]] = set()
     for c in checks:
         if c.spec.shadow or c.cost != cost:
             return False
+    if len({c.key for c in checks}) == len(checks):
+        return True  # (two limits of one check with one window are refused either way)
+    seen: set[tuple[str, float]] = set()
+    for c in checks:
         for lim in c.limits.limits:
             k = (c.key, lim.window)
             if k in seen:
@@ -323,8 +326,11 @@ def _binding_check(checks: Sequence[Check], d: Decision) -> int:
     bound = d.bound_by
     if bound is not None:
         text, key = bound
-        for i, c in enumerate(checks):
-            if c.key == key and any(str(lim) == text for lim in c.limits.limits):
+        found = [i for i, c in enumerate(checks) if c.key == key]
+        if len(found) == 1:
+            return found[0]
+        for i in found:
+            if any(str(lim) == text for lim in checks[i].limits.limits):
                 return i
     return 0
 
