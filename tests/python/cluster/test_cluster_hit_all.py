@@ -5,6 +5,7 @@ another caller gives back a moment later."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
 
@@ -73,8 +74,6 @@ def test_async_cross_slot(store: redcount.Store) -> None:
     async def main() -> list[bool]:
         lim = aio.Limiter(store)
         return [bool(await lim.hit_all([("5/day", a), ("2/day", b)])) for _ in range(4)]
-
-    import asyncio
 
     assert asyncio.run(main()) == [True, True, False, False]
     assert redcount.Limiter(store).stats("5/day", a)[0].count == 2

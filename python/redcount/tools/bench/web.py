@@ -87,8 +87,10 @@ _APPS: dict[str, str] = {
             return "ok"
     """,
     # A route under three limits of three keys (the client's address application-wide, an
-    # organisation, the route per address), decided in one round trip; "-seq" decides them
-    # one by one, one round trip each, as the web layer did before (BATCH_CHECKS = False).
+    # organisation, the route per address), decided in one round trip; "-seq" has them decided
+    # one by one, one round trip each, as the web layer did before: one limit costs 2, and
+    # checks of different costs are not decided together (a per-app switch, unlike
+    # redcount.web.engine.BATCH_CHECKS, so that in-process runs can hold both apps).
     "flask-redcount-3": """
         import redcount, redcount.flask
         from flask import Flask
@@ -104,9 +106,8 @@ _APPS: dict[str, str] = {
             return "ok"
     """,
     "flask-redcount-3-seq": """
-        import redcount, redcount.flask, redcount.web.engine
+        import redcount, redcount.flask
         from flask import Flask
-        redcount.web.engine.BATCH_CHECKS = False
         app = Flask(__name__)
         app.config.update(REDCOUNT_URL=URL, REDCOUNT_PREFIX="bench:web:redcount3s", REDCOUNT_HEADERS="none",
                           REDCOUNT_BUDGET=0, REDCOUNT_APPLICATION=LIMIT)
@@ -114,7 +115,7 @@ _APPS: dict[str, str] = {
 
         @app.get("/")
         @rl.limit(LIMIT, key=lambda: "acme", name="org")
-        @rl.limit(LIMIT, name="ip")
+        @rl.limit(LIMIT, name="ip", cost=2)
         def index():
             return "ok"
     """,
@@ -216,15 +217,14 @@ _APPS: dict[str, str] = {
             return "ok"
     """,
     "fastapi-redcount-3-seq": """
-        import redcount, redcount.aio, redcount.web.engine
+        import redcount, redcount.aio
         from fastapi import Depends, FastAPI
         from fastapi.responses import PlainTextResponse
         from redcount.fastapi import RateLimiter
-        redcount.web.engine.BATCH_CHECKS = False
         rl = RateLimiter(redcount.aio.Limiter(redcount.connect(URL), prefix="bench:web:redcount3s"), headers="none",
                          budget=None)
         three = rl.all_of(rl.spec(LIMIT, scope="app"), rl.spec(LIMIT, key=lambda r: "acme", scope="org"),
-                          rl.spec(LIMIT, name="ip"))
+                          rl.spec(LIMIT, name="ip", cost=2))
         app = FastAPI()
 
         @app.get("/", response_class=PlainTextResponse, dependencies=[Depends(three)])
