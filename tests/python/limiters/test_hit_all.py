@@ -163,3 +163,13 @@ def test_keys_no_longer_name_the_amount(store: redcount.Store) -> None:
     lim = redcount.Limiter(store, "sliding-window")
     lim.hit("5/minute", "user:1")
     assert all_keys(store, "redcount:lim:*") == [b"redcount:lim:sw:{user:1}:60000"]
+
+
+@pytest.mark.parametrize("clock", ["server", "server-offset"])
+@pytest.mark.parametrize("strategy", RATE)
+@pytest.mark.usefixtures("away_from_hour_boundary")
+def test_server_clocks(store: redcount.Store, strategy: Strategy, clock: str) -> None:
+    lim = redcount.Limiter(store, strategy, clock=clock)  # type: ignore[arg-type]
+    items = [("100/day", "a"), ("2/day", "b")]
+    assert [bool(lim.hit_all(items)) for _ in range(3)] == [True, True, False]
+    assert lim.stats("100/day", "a")[0].count == 2
