@@ -60,6 +60,29 @@ struct LimiterHandle {
   }
   py::object last_text;
   std::shared_ptr<const LimitSet> last_set;
+
+  // hit_all's items: an iterable of (limit, key) pairs.
+  std::vector<KeyedLimits> items(py::handle items) {
+    if (PyUnicode_Check(items.ptr()) || PyBytes_Check(items.ptr()) || !py::isinstance<py::iterable>(items)) {
+      throw py::type_error("items must be a list of (limit, key) pairs, got " +
+                           std::string(py::str(py::type::handle_of(items).attr("__name__"))));
+    }
+    std::vector<KeyedLimits> out;
+    for (py::handle item : items) {
+      if (!PyTuple_Check(item.ptr()) && !PyList_Check(item.ptr())) {
+        throw py::type_error("each item must be a (limit, key) pair, got " +
+                             std::string(py::str(py::type::handle_of(item).attr("__name__"))));
+      }
+      py::sequence pair = py::reinterpret_borrow<py::sequence>(item);
+      if (pair.size() != 2) {
+        throw InvalidArgument("each item must be a (limit, key) pair, got " + std::to_string(pair.size()) +
+                              " elements");
+      }
+      out.push_back(KeyedLimits{limits(pair[0])->limits, text_arg(pair[1], "key")});
+    }
+    return out;
+  }
+  static std::string tag_of(py::handle tag) { return tag.is_none() ? std::string() : text_arg(tag, "tag"); }
 };
 
 }  // namespace
@@ -108,6 +131,22 @@ void register_limiter(py::module_& m) {
           },
           py::arg("allowed"), py::arg("retry_after") = 0.0,
           "A decision made without the store (Limiter(on_unavailable='allow'|'deny')).")
+      .def_property_readonly(
+          "refused_by",
+          [](const Decision& d) -> py::object {
+            if (d.allowed || d.binding_key.empty()) return py::none();
+            return py::make_tuple(d.binding_limit, d.binding_key);
+          },
+          "hit_all()/test_all(), when refused: (limit, key) of the refusing limit (the one that frees up "
+          "last when several refuse), e.g. ('100/minute', 'user:42'); None otherwise.")
+      .def_property_readonly(
+          "bound_by",
+          [](const Decision& d) -> py::object {
+            if (d.binding_key.empty()) return py::none();
+            return py::make_tuple(d.binding_limit, d.binding_key);
+          },
+          "hit_all()/test_all(): (limit, key) of the binding limit: the refusing one when refused, else "
+          "the one with the fewest hits left. None from hit() and test().")
       .def("__bool__", [](const Decision& d) { return d.allowed; })
       .def("__repr__", [](const Decision& d) {
         return std::string("Decision(allowed=") + (d.allowed ? "True" : "False") + ", limit=" + std::to_string(d.limit) +
@@ -204,6 +243,31 @@ void register_limiter(py::module_& m) {
           },
           py::arg("limit"), py::arg("key"), "Forget `key`'s state under these limits.")
       .def(
+          "hit_all",
+          [](LimiterHandle& h, py::handle items, py::handle cost, py::handle tag) {
+            auto all = h.items(items);
+            const std::int64_t c = int_arg(cost, "cost");
+            const std::string t = LimiterHandle::tag_of(tag);
+            auto op = h.strategy->make_hit_all(all, c, t);  // validates before the GIL goes
+            NetworkWait wait(h.memory);
+            return run(*h.store, *op);
+          },
+          py::arg("items"), py::arg("cost") = 1, py::kw_only(), py::arg("tag") = py::none(),
+          "One decision across several (limit, key) pairs: charges `cost` against all of them if every "
+          "limit allows it, else against none.")
+      .def(
+          "test_all",
+          [](LimiterHandle& h, py::handle items, py::handle cost, py::handle tag) {
+            auto all = h.items(items);
+            const std::int64_t c = int_arg(cost, "cost");
+            const std::string t = LimiterHandle::tag_of(tag);
+            auto op = h.strategy->make_test_all(all, c, t);
+            NetworkWait wait(h.memory);
+            return run(*h.store, *op);
+          },
+          py::arg("items"), py::arg("cost") = 1, py::kw_only(), py::arg("tag") = py::none(),
+          "What hit_all() would decide now, without charging anything.")
+      .def(
           "acquire",
           [](LimiterHandle& h, py::handle max_in_flight, py::handle key, py::handle lease_timeout) {
             const std::int64_t n = int_arg(max_in_flight, "max_in_flight");
@@ -266,6 +330,20 @@ void register_limiter(py::module_& m) {
             return aio::submit_async(h.store, std::move(op), [](std::monostate&) { return py::none(); });
           },
           py::arg("limit"), py::arg("key"))
+      .def(
+          "hit_all_async",
+          [](LimiterHandle& h, py::handle items, py::handle cost, py::handle tag) {
+            auto op = h.strategy->make_hit_all(h.items(items), int_arg(cost, "cost"), LimiterHandle::tag_of(tag));
+            return aio::submit_async(h.store, std::move(op), [](Decision& d) { return py::cast(d); });
+          },
+          py::arg("items"), py::arg("cost") = 1, py::kw_only(), py::arg("tag") = py::none())
+      .def(
+          "test_all_async",
+          [](LimiterHandle& h, py::handle items, py::handle cost, py::handle tag) {
+            auto op = h.strategy->make_test_all(h.items(items), int_arg(cost, "cost"), LimiterHandle::tag_of(tag));
+            return aio::submit_async(h.store, std::move(op), [](Decision& d) { return py::cast(d); });
+          },
+          py::arg("items"), py::arg("cost") = 1, py::kw_only(), py::arg("tag") = py::none())
       .def(
           "acquire_async",
           [](LimiterHandle& h, py::handle max_in_flight, py::handle key, py::handle lease_timeout) {

@@ -4,6 +4,9 @@
 -- ARGV[1] = now in ms, or '' to read the server's TIME; ARGV[2] = 'hit' or 'test';
 -- ARGV[3] = cost; then per limit i: ARGV[1 + 3i] = amount, ARGV[2 + 3i] = window_ms,
 -- ARGV[3 + 3i] = capacity (tokens). A missing key is a full bucket.
+-- The hash also keeps `cap`, the capacity (in units) its tokens were counted against: when
+-- the limit's capacity changes, the tokens used are kept, so the level moves with the
+-- capacity (clamped to [0, capacity]); the amount is not part of the key.
 -- Reply: {now, allowed, then per limit: tokens (units) after this hit when charged}.
 local now = tonumber(ARGV[1])
 if not now then
@@ -18,20 +21,28 @@ local level, allowed = {}, 1
 for i = 1, n do
   local amount, window, cap = tonumber(ARGV[1 + 3 * i]), tonumber(ARGV[2 + 3 * i]), tonumber(ARGV[3 + 3 * i])
   local full = cap * window
-  local v = redis.pcall('HMGET', KEYS[i], 'tokens', 'ts')
+  local v = redis.pcall('HMGET', KEYS[i], 'tokens', 'ts', 'cap')
   if v.err then
     -- A foreign value of another type is garbage: start afresh (a full bucket).
     redis.call('DEL', KEYS[i])
     v = {}
   end
   local tokens, ts = tonumber(v[1]), tonumber(v[2])
+  local was = tonumber(v[3])
   if not tokens or not ts or tokens < 0 then
     tokens = full
-  elseif now > ts then
-    if now - ts >= math.ceil((full - tokens) / amount) then
-      tokens = full
-    else
-      tokens = tokens + (now - ts) * amount
+  else
+    if was and was ~= full then
+      tokens = tokens + full - was  -- the same tokens used under the new capacity
+      if tokens < 0 then tokens = 0 end
+    end
+    if tokens > full then tokens = full end
+    if now > ts then
+      if now - ts >= math.ceil((full - tokens) / amount) then
+        tokens = full
+      else
+        tokens = tokens + (now - ts) * amount
+      end
     end
   end
   if tokens > full then tokens = full end
@@ -44,7 +55,8 @@ for i = 1, n do
   local full = cap * window
   if allowed == 1 and hit then
     level[i] = level[i] - cost * window
-    redis.call('HSET', KEYS[i], 'tokens', string.format('%d', level[i]), 'ts', string.format('%d', now))
+    redis.call('HSET', KEYS[i], 'tokens', string.format('%d', level[i]), 'ts', string.format('%d', now), 'cap',
+               string.format('%d', full))
     -- an absent key reads as a full bucket: let it go when the bucket would be full
     redis.call('PEXPIRE', KEYS[i], math.max(1, math.ceil((full - level[i]) / amount)))
   elseif hit then

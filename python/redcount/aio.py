@@ -37,7 +37,7 @@ full: see ``pool_timeout`` in :func:`redcount.connect`).
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec
@@ -49,7 +49,7 @@ from ._retry import CLOSE_TIMEOUT
 from .counters import FixedWindowCounter as _SyncFixedWindowCounter
 from .errors import ConnectionError as _StoreConnectionError
 from .errors import InvalidInputError
-from .limiter import OnUnavailable, check_on_unavailable, slots_taken, unavailable_decision
+from .limiter import Item, OnUnavailable, check_on_unavailable, slots_taken, unavailable_decision
 from .limiter import Limiter as _SyncLimiter
 from .pn import PNCounter as _SyncPNCounter
 from .shaping import Throttle
@@ -400,6 +400,8 @@ class Limiter:
         self._acquire = engine_method(core, "acquire", store)
         self._release = engine_method(core, "release", store)
         self._in_flight = engine_method(core, "in_flight", store)
+        self._hit_all = engine_method(core, "hit_all", store)
+        self._test_all = engine_method(core, "test_all", store)
 
     async def hit(self, limit: str | LimitSet, key: str | bytes, cost: int = 1) -> Decision:
         """Charge ``cost`` against ``key`` if every limit allows it; the :class:`~redcount.Decision`
@@ -414,6 +416,23 @@ class Limiter:
         """What :meth:`hit` would decide now, without charging anything."""
         try:
             r = self._test(limit, key, cost)
+            return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
+        except _StoreConnectionError as e:
+            return unavailable_decision(self.on_unavailable, e)
+
+    async def hit_all(self, items: Iterable[Item], cost: int = 1, *, tag: str | None = None) -> Decision:
+        """One decision across several ``(limit, key)`` pairs, all or nothing, in one round
+        trip: see :meth:`redcount.Limiter.hit_all`."""
+        try:
+            r = self._hit_all(items, cost, tag=tag)
+            return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
+        except _StoreConnectionError as e:
+            return unavailable_decision(self.on_unavailable, e)
+
+    async def test_all(self, items: Iterable[Item], cost: int = 1, *, tag: str | None = None) -> Decision:
+        """What :meth:`hit_all` would decide now, without charging anything."""
+        try:
+            r = self._test_all(items, cost, tag=tag)
             return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
         except _StoreConnectionError as e:
             return unavailable_decision(self.on_unavailable, e)

@@ -285,6 +285,19 @@ class RateLimiter:
         return self._dependency(self.spec(limit, key=key, cost=cost, methods=methods, exempt_when=exempt_when,
                                           per_method=per_method, name=name, shadow=shadow))
 
+    def all_of(self, *specs: LimitSpec) -> Callable[[HTTPConnection, Response], Awaitable[None]]:
+        """A dependency deciding several limits (each from :meth:`spec`) together, in one
+        round trip and all-or-nothing (a request refused by one is charged against none)::
+
+            both = rl.all_of(rl.spec("1000/hour", key=org_of, scope="org"), rl.spec("100/minute", key=user_of))
+            @app.get("/search", dependencies=[Depends(both)])
+
+        Several ``Depends(rl.limit(...))`` are decided one after the other instead, one round
+        trip each (FastAPI runs dependencies one by one)."""
+        if not specs or not all(isinstance(s, LimitSpec) for s in specs):
+            raise InvalidInputError("all_of() takes one or more limits made by RateLimiter.spec()")
+        return self._dependency(*specs)
+
     def shared_limit(
         self,
         limit: LimitArg,
@@ -304,12 +317,11 @@ class RateLimiter:
         return self._dependency(self.spec(limit, key=key, cost=cost, methods=methods, exempt_when=exempt_when,
                                           per_method=per_method, shadow=shadow, scope=scope))
 
-    def _dependency(self, spec: LimitSpec) -> Callable[[HTTPConnection, Response], Awaitable[None]]:
+    def _dependency(self, *specs: LimitSpec) -> Callable[[HTTPConnection, Response], Awaitable[None]]:
         # Two parameters that FastAPI fills by their annotation alone (no sub-dependency to
         # solve per request); the response is where FastAPI takes a dependency's headers from.
         # The body is enforce()'s, inlined: every coroutine level is paid again each time the
         # request suspends on the store and resumes.
-        specs = (spec,)
 
         async def rate_limit(connection: HTTPConnection, response: Response) -> None:
             scope = connection.scope
@@ -323,7 +335,7 @@ class RateLimiter:
                 for name, value in headers:
                     raw[name] = value
 
-        rate_limit.__qualname__ = rate_limit.__name__ = f"rate_limit[{spec.where}]"
+        rate_limit.__qualname__ = rate_limit.__name__ = f"rate_limit[{', '.join(s.where for s in specs)}]"
         # FastAPI resolves the annotations by name in the function's globals (this module).
         rate_limit.__annotations__ = {"connection": HTTPConnection, "response": Response, "return": None}
         return rate_limit

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Literal
 
@@ -15,6 +15,9 @@ from .errors import InvalidInputError, RateLimitExceeded, StoreClosed
 from .shaping import Throttle, check_wait_args, queue_name, shaper_of, wait_async, wait_sync
 
 __all__ = ["Decision", "Lease", "LimitSet", "LimitStats", "Limiter", "parse_limits", "strategies"]
+
+#: One part of a decision across several keys: (limit, key), e.g. ("100/minute", "user:42").
+Item = tuple[str | LimitSet, str | bytes]
 
 Strategy = Literal["fixed-window", "sliding-window", "sliding-window-approx", "token-bucket", "gcra", "concurrency"]
 Clock = Literal["client", "server", "server-offset"]
@@ -184,6 +187,38 @@ class Limiter:
         """What :meth:`hit` would decide now, without charging anything."""
         try:
             return self._core.test(limit, key, cost)
+        except StoreConnectionError as e:
+            return unavailable_decision(self.on_unavailable, e)
+
+    def hit_all(self, items: Iterable[Item], cost: int = 1, *, tag: str | None = None) -> Decision:
+        """One decision across several keys: charge ``cost`` against every ``(limit, key)``
+        of ``items`` if all of their limits allow it, else against none::
+
+            d = limiter.hit_all([("1000/hour", "org:acme"), ("100/minute", "user:42")])
+            if not d:
+                limit, key = d.refused_by          # e.g. ("100/minute", "user:42")
+                wait = d.retry_after               # the longest wait of the refusing limits
+
+        One round trip. Keys in one slot (always on a single Redis server and on memory://;
+        on a cluster, keys under one ``tag``) are decided by one script call, atomically. On
+        a cluster, keys in different slots are decided by one script call per slot in one
+        pipelined batch: when any refuses, what the others charged is given back (a second
+        round trip, only then). That never admits past any limit, but a concurrent caller
+        may be refused by units given back a moment later (see docs/limiting.md).
+        ``tag`` puts every key under that hash tag, so that a cluster keeps them in one slot;
+        a key's state under a tag is separate from its untagged state, so use one tag per
+        key consistently. One limit per window per key (the amount is not part of the
+        key). Every strategy but ``"concurrency"``. Bad input raises
+        :class:`~redcount.InvalidInputError` before anything is stored."""
+        try:
+            return self._core.hit_all(items, cost, tag=tag)
+        except StoreConnectionError as e:
+            return unavailable_decision(self.on_unavailable, e)
+
+    def test_all(self, items: Iterable[Item], cost: int = 1, *, tag: str | None = None) -> Decision:
+        """What :meth:`hit_all` would decide now, without charging anything."""
+        try:
+            return self._core.test_all(items, cost, tag=tag)
         except StoreConnectionError as e:
             return unavailable_decision(self.on_unavailable, e)
 

@@ -289,7 +289,7 @@ TEST_F(RedisTest, LimiterAllOrNothingAndTtlRepair) {
   const auto stats = lim->stats(limits, "ip");
   EXPECT_EQ(stats[0].count, 2);
   EXPECT_EQ(stats[1].count, 2);  // the denied hit charged neither limit
-  Reply keys = rctest::run(*redis_, {"KEYS", prefix_ + ":fw:2:*"});
+  Reply keys = rctest::run(*redis_, {"KEYS", prefix_ + ":fw:{ip}:34560000000:*"});
   ASSERT_EQ(keys.elements.size(), 1u);
   const std::string key = keys.elements[0].str;
   rctest::run(*redis_, {"PERSIST", key});

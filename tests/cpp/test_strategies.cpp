@@ -99,6 +99,90 @@ TEST_P(StrategyTest, CostAndInputChecks) {
   EXPECT_TRUE(rctest::keys(*store_).empty());
 }
 
+TEST_P(StrategyTest, ALimitChangeKeepsTheUsage) {
+  // GCRA keeps its arrival time instead, which a new rate reads as another number of hits.
+  if (GetParam() == "gcra") GTEST_SKIP() << "see GcraKeepsItsArrivalTimeAcrossARateChange";
+  auto lim = make(GetParam());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(lim->hit(parse_limits("5/minute"), "k", 1).allowed);
+  // Raised: the 3 used stay used (a bucket's level moves with the capacity).
+  auto stats = lim->stats(parse_limits("10/minute"), "k");
+  EXPECT_EQ(stats[0].count, 3);
+  EXPECT_EQ(stats[0].remaining, 7);
+  for (int i = 0; i < 7; ++i) EXPECT_TRUE(lim->hit(parse_limits("10/minute"), "k", 1).allowed) << i;
+  EXPECT_FALSE(lim->hit(parse_limits("10/minute"), "k", 1).allowed);
+  // Lowered below the usage: refused, and nothing is lost or made up.
+  const Decision d = lim->hit(parse_limits("4/minute"), "k", 1);
+  EXPECT_FALSE(d.allowed);
+  EXPECT_EQ(d.remaining, 0);
+  EXPECT_GT(d.retry_after_ms, 0);
+  EXPECT_EQ(rctest::keys(*store_).size(), 1u);
+}
+
+TEST_P(StrategyTest, OneLimitPerWindowPerKey) {
+  auto lim = make(GetParam());
+  EXPECT_TRUE(contains(rctest::error_of<InvalidArgument>([&] { lim->hit(parse_limits("5/minute;9/60 seconds"), "k", 1); }),
+                       "same window"));
+  EXPECT_TRUE(contains(rctest::error_of<InvalidArgument>([&] {
+                         lim->hit_all({{parse_limits("5/minute"), "k"}, {parse_limits("9/minute"), "k"}}, 1);
+                       }),
+                       "same window"));
+  EXPECT_TRUE(rctest::keys(*store_).empty());
+}
+
+TEST_P(StrategyTest, HitAllIsAllOrNothingAcrossKeys) {
+  auto lim = make(GetParam());
+  const std::vector<KeyedLimits> items = {
+      {parse_limits("100/hour"), "org:acme"}, {parse_limits("3/minute"), "user:42"}, {parse_limits("10/second"), "key:k1"}};
+  for (int i = 0; i < 3; ++i) {
+    const Decision d = lim->hit_all(items, 1);
+    EXPECT_TRUE(d.allowed) << i;
+    EXPECT_FALSE(d.binding_key.empty());
+  }
+  EXPECT_EQ(rctest::keys(*store_).size(), 3u);
+  const Decision no = lim->hit_all(items, 1);
+  EXPECT_FALSE(no.allowed);
+  EXPECT_EQ(no.binding_key, "user:42");
+  EXPECT_EQ(no.binding_limit, "3/minute");
+  EXPECT_EQ(no.limit, 3);
+  EXPECT_GT(no.retry_after_ms, 1000);  // the minute's wait, not the second's
+  EXPECT_FALSE(lim->test_all(items, 1).allowed);
+  // Nothing was charged by the refused call: the organisation's count is still 3.
+  EXPECT_EQ(lim->stats(parse_limits("100/hour"), "org:acme")[0].count, 3);
+  EXPECT_EQ(lim->stats(parse_limits("10/second"), "key:k1")[0].count, 3);
+  // Under a tag, every key is named under it (one slot on a cluster), apart from the untagged state.
+  EXPECT_TRUE(lim->hit_all(items, 1, "acme").allowed);
+  int tagged = 0;
+  for (const auto& k : rctest::keys(*store_)) tagged += contains(k, ":@{acme}:{") ? 1 : 0;
+  EXPECT_EQ(tagged, 3);
+}
+
+TEST_P(StrategyTest, HitAllChecksEverythingBeforeSending) {
+  auto lim = make(GetParam());
+  const auto five = parse_limits("5/minute");
+  rctest::error_of<InvalidArgument>([&] { lim->hit_all({}, 1); });
+  rctest::error_of<InvalidArgument>([&] { lim->hit_all({{five, "a"}, {five, ""}}, 1); });
+  rctest::error_of<InvalidArgument>([&] { lim->hit_all({{five, "a"}, {{}, "b"}}, 1); });
+  rctest::error_of<InvalidArgument>([&] { lim->hit_all({{five, "a"}, {parse_limits("2/minute"), "b"}}, 3); });
+  rctest::error_of<InvalidArgument>([&] { lim->hit_all({{five, "a"}}, 0); });
+  rctest::error_of<InvalidArgument>([&] { lim->hit_all({{five, "a"}}, 1, "a{b"); });
+  rctest::error_of<InvalidArgument>([&] { lim->test_all({{five, "a"}}, 1, "a}b"); });
+  EXPECT_TRUE(rctest::keys(*store_).empty());
+}
+
+TEST(Concurrency, HitAllIsRefusedClearly) {
+  auto lim = make_limiter(rctest::memory_store(std::make_shared<ManualClock>(kT0)), "concurrency", "rl");
+  EXPECT_TRUE(contains(rctest::error_of<InvalidArgument>([&] { lim->hit_all({{parse_limits("5/minute"), "a"}}, 1); }),
+                       "not available"));
+}
+
+TEST(Gcra, KeepsItsArrivalTimeAcrossARateChange) {
+  auto clock = std::make_shared<ManualClock>(kT0);
+  auto lim = make_limiter(rctest::memory_store(clock), "gcra", "rl");
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(lim->hit(parse_limits("5/minute"), "k", 1).allowed);  // 36 s ahead
+  // At 10/minute (6 s apart, burst 10) those 36 s are 6 emissions: 4 left.
+  EXPECT_EQ(lim->stats(parse_limits("10/minute"), "k")[0].remaining, 4);
+}
+
 TEST(SlidingLog, MemoryIsBoundedByTheLimit) {
   auto clock = std::make_shared<ManualClock>(kT0);
   auto store = rctest::memory_store(clock);
@@ -110,7 +194,7 @@ TEST(SlidingLog, MemoryIsBoundedByTheLimit) {
     clock->advance(3);
   }
   EXPECT_EQ(admitted, 20);
-  EXPECT_EQ(rctest::run(*store, {"ZCARD", "rl:sw:20:{hammer}:60000"}).integer, 20);
+  EXPECT_EQ(rctest::run(*store, {"ZCARD", "rl:sw:{hammer}:60000"}).integer, 20);
 }
 
 TEST(SlidingApprox, RetryAfterIsTheFirstAdmittingMillisecond) {
@@ -265,7 +349,7 @@ TEST(TimeSource, FallsBackToTheOffsetWhereScriptsMayNotReadTime) {
   EXPECT_FALSE(lim->hit(limits, "k", 1).allowed);
   EXPECT_EQ(store->refusals, 2);
   // The entries carry the server's time (the inner store's clock), not the skewed client's.
-  Reply r = rctest::run(*inner, {"ZRANGE", "rl:sw:2:{k}:60000", "0", "-1", "WITHSCORES"});
+  Reply r = rctest::run(*inner, {"ZRANGE", "rl:sw:{k}:60000", "0", "-1", "WITHSCORES"});
   ASSERT_EQ(r.elements.size(), 4u);
   EXPECT_EQ(r.elements[1].str, std::to_string(kT0));
 }
@@ -277,7 +361,7 @@ TEST(TimeSource, OtherScriptErrorsDoNotSwitchModes) {
   o.prefix = "rl";
   o.clock = ClockMode::Server;
   auto lim = make_limiter(store, "sliding-window", o);
-  rctest::run(*store, {"SET", "rl:sw:2:{k}:60000", "x"});
+  rctest::run(*store, {"SET", "rl:sw:{k}:60000", "x"});
   EXPECT_TRUE(lim->hit(parse_limits("2/minute"), "k", 1).allowed);  // a foreign value is garbage
   EXPECT_EQ(lim->clock(), ClockMode::Server);
   // A command failing inside a script (an INCRBY that would overflow, on a foreign count)
@@ -445,15 +529,17 @@ const std::vector<ParityCase>& parity_cases() {
        [](std::mt19937& rng, std::int64_t now, int) {
          return ScriptCall{&kTokenBucketScript,
                            {"tb:{a}"},
-                           {std::to_string(now), rng() % 4 == 0 ? "test" : "hit", std::to_string(1 + rng() % 3), "5",
-                            "10000", "8"}};
+                           // the amount and capacity change between calls (the key keeps its
+                           // state across limit changes): 5 or 2 per 10 s, capacity 3, 5 or 8
+                           {std::to_string(now), rng() % 4 == 0 ? "test" : "hit", std::to_string(1 + rng() % 3),
+                            rng() % 2 ? "5" : "2", "10000", std::to_string(3 + (rng() % 3) * (rng() % 3 == 0 ? 5 : 1))}};
        }},
       {"gcra", false,
        [](std::mt19937& rng, std::int64_t now, int) {
          return ScriptCall{&kGcraScript,
                            {"gcra:{a}"},
                            {std::to_string(now * 1000), rng() % 4 == 0 ? "test" : "hit", std::to_string(1 + rng() % 3),
-                            "2000000", "8"}};
+                            rng() % 2 ? "2000000" : "500000", rng() % 2 ? "8" : "3"}};
        }},
       {"concurrency", false,
        [](std::mt19937& rng, std::int64_t now, int) {
@@ -631,7 +717,7 @@ TEST(SlidingLog, UncheckedMembersMeetForeignCommands) {
   auto store = rctest::memory_store(clock);
   auto lim = make_limiter(store, "sliding-window", "rl");
   const auto limits = parse_limits("100/minute");
-  const std::string key = "rl:sw:100:{k}:60000";
+  const std::string key = "rl:sw:{k}:60000";
   for (int i = 0; i < 5; ++i) {
     ASSERT_TRUE(lim->hit(limits, "k", 2).allowed);
     clock->advance(i % 2);  // several hits share a millisecond

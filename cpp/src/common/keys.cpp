@@ -80,27 +80,30 @@ std::string request_id_key(std::string_view window_key, std::string_view request
   return out;
 }
 
-std::string fixed_window_limiter_key(std::string_view prefix, std::int64_t amount, std::string_view key,
-                                     std::int64_t window_ms, std::int64_t index) {
-  const Digits a(amount);
-  std::string kind("fw:");
-  kind.append(a.view());
+std::string fixed_window_limiter_key(std::string_view prefix, std::string_view key, std::int64_t window_ms,
+                                     std::int64_t index, std::string_view tag) {
+  if (tag.empty()) return window_key(prefix, "fw", key, window_ms, index);
+  std::string kind("fw:@{");
+  kind.append(tag).append("}");
   return window_key(prefix, kind, key, window_ms, index);
 }
 
-std::string limiter_key(std::string_view prefix, std::string_view kind, std::int64_t amount, std::string_view extra,
-                        std::string_view key, std::int64_t window_ms) {
-  const Digits a(amount), w(window_ms);
+std::string limiter_key(std::string_view prefix, std::string_view kind, std::string_view key, std::int64_t window_ms,
+                        std::string_view tag) {
+  const Digits w(window_ms);
   // Sized once and filled by copies, as window_key (every hit builds one per limit).
   const bool escape = needs_escape(key);
-  std::string out(prefix.size() + kind.size() + a.n + extra.size() + key.size() + (escape ? 1 : 0) + w.n + 6, '\0');
+  const std::size_t tagged = tag.empty() ? 0 : tag.size() + 4;  // ":@{" tag "}"
+  std::string out(prefix.size() + kind.size() + tagged + key.size() + (escape ? 1 : 0) + w.n + 5, '\0');
   char* p = out.data();
   p = put(p, prefix);
   *p++ = ':';
   p = put(p, kind);
-  *p++ = ':';
-  p = put(p, a.view());
-  p = put(p, extra);
+  if (!tag.empty()) {
+    p = put(p, ":@{");
+    p = put(p, tag);
+    *p++ = '}';
+  }
   *p++ = ':';
   p = put_tagged(p, key, escape);
   *p++ = ':';

@@ -32,17 +32,15 @@ class TokenBucketRules final : public detail::ScriptedRules {
     detail::require_exact(limits, name(), true);
   }
 
-  std::string storage_key(const RateLimit& l, std::string_view key) const override {
-    std::string capacity(1, ':');  // (not ":" + to_string: GCC 12 -O3 warns falsely on that form)
-    capacity += std::to_string(l.capacity());
-    return detail::limiter_key(prefix_, "tb", l.amount, capacity, key, l.window_ms);
+  std::string storage_key(const RateLimit& l, std::string_view key, std::string_view tag) const override {
+    return detail::limiter_key(prefix_, "tb", key, l.window_ms, tag);
   }
 
-  ScriptCall call(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost, bool hit,
+  ScriptCall call(const std::vector<RateLimit>& limits, std::vector<std::string> keys, std::int64_t cost, bool hit,
                   std::optional<std::int64_t> now) const override {
-    ScriptCall call{&kTokenBucketScript, {}, {now ? std::to_string(*now) : "", hit ? "hit" : "test", std::to_string(cost)}};
+    ScriptCall call{&kTokenBucketScript, std::move(keys),
+                    {now ? std::to_string(*now) : "", hit ? "hit" : "test", std::to_string(cost)}};
     for (const auto& l : limits) {
-      call.keys.push_back(storage_key(l, key));
       call.args.push_back(std::to_string(l.amount));
       call.args.push_back(std::to_string(l.window_ms));
       call.args.push_back(std::to_string(l.capacity()));
@@ -72,6 +70,14 @@ class TokenBucketRules final : public detail::ScriptedRules {
     return outcomes;
   }
 
+  // The tokens go back (a level above the capacity reads as a full bucket).
+  void release(const RateLimit& l, const std::string& key, std::int64_t cost, const detail::Ints&, const ScriptArgs*,
+               std::vector<Request>& out) const override {
+    out.emplace_back(Command{{"HINCRBY", key, "tokens", std::to_string(cost * l.window_ms)}});
+    // Should the key have expired after all, the hash HINCRBY made (no "ts": it reads as a
+    // full bucket) must not live forever.
+    out.emplace_back(Command{{"PEXPIRE", key, std::to_string(l.window_ms), "NX"}});
+  }
 };
 
 // ------------------------------------------------------------------------------- GCRA
@@ -99,17 +105,15 @@ class GcraRules final : public detail::ScriptedRules {
     }
   }
 
-  std::string storage_key(const RateLimit& l, std::string_view key) const override {
-    std::string capacity(1, ':');  // (not ":" + to_string: GCC 12 -O3 warns falsely on that form)
-    capacity += std::to_string(l.capacity());
-    return detail::limiter_key(prefix_, "gcra", l.amount, capacity, key, l.window_ms);
+  std::string storage_key(const RateLimit& l, std::string_view key, std::string_view tag) const override {
+    return detail::limiter_key(prefix_, "gcra", key, l.window_ms, tag);
   }
 
-  ScriptCall call(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost, bool hit,
+  ScriptCall call(const std::vector<RateLimit>& limits, std::vector<std::string> keys, std::int64_t cost, bool hit,
                   std::optional<std::int64_t> now) const override {
-    ScriptCall call{&kGcraScript, {}, {now ? std::to_string(*now) : "", hit ? "hit" : "test", std::to_string(cost)}};
+    ScriptCall call{&kGcraScript, std::move(keys),
+                    {now ? std::to_string(*now) : "", hit ? "hit" : "test", std::to_string(cost)}};
     for (const auto& l : limits) {
-      call.keys.push_back(storage_key(l, key));
       call.args.push_back(std::to_string(interval_us(l)));
       call.args.push_back(std::to_string(l.capacity()));
     }
@@ -139,6 +143,15 @@ class GcraRules final : public detail::ScriptedRules {
     return outcomes;
   }
 
+  // The arrival time moves back by what the call moved it forward (its TTL, set for the
+  // later time, only outlives it).
+  void release(const RateLimit& l, const std::string& key, std::int64_t cost, const detail::Ints&, const ScriptArgs*,
+               std::vector<Request>& out) const override {
+    out.emplace_back(Command{{"DECRBY", key, std::to_string(cost * interval_us(l))}});
+    // Should the key have expired after all, the value DECRBY made (a time in the past: it
+    // reads as "now") must not live forever.
+    out.emplace_back(Command{{"PEXPIRE", key, "1000", "NX"}});
+  }
 };
 
 }  // namespace

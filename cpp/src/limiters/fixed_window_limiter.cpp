@@ -49,7 +49,7 @@ struct FixedWindowWork {
     places.reserve(lims().size());
     for (const auto& l : lims()) {
       WindowPos pos = calendar ? calendar_pos(l) : locate(WindowSpec{l.window_ms, kLimiterGraceMs, false}, key(), now);
-      places.push_back(Place{pos, fixed_window_limiter_key(*prefix, l.amount, key(), pos.span_ms, pos.index)});
+      places.push_back(Place{pos, fixed_window_limiter_key(*prefix, key(), pos.span_ms, pos.index)});
     }
   }
 
@@ -197,13 +197,118 @@ struct FixedWindowReset : FixedWindowWork {
   }
 };
 
+// hit_all/test_all: a group is one fixed_window_hit.lua call over its keys (a hit) or their
+// GETs (a test); a charge is given back with DECRBY.
+class FixedWindowMulti final : public detail::MultiRules {
+ public:
+  FixedWindowMulti(std::string prefix, std::shared_ptr<const Calendar> calendar)
+      : prefix_(std::move(prefix)), calendar_(std::move(calendar)) {}
+  std::string_view name() const noexcept override { return "fixed-window"; }
+  void check(const std::vector<RateLimit>& limits, std::int64_t cost) const override {
+    detail::require_no_burst(limits, name());
+    if (calendar_) {
+      for (const auto& l : limits) require_calendar_unit(l.unit, l.multiple, *calendar_);
+    }
+    validate_cost(limits, cost);
+  }
+  bool client_time() const noexcept override { return true; }
+  // The same window, and so the same key, as FixedWindowWork gives a single-key hit.
+  WindowPos where(const RateLimit& l, std::string_view key, std::int64_t now_ms) const {
+    if (calendar_) {
+      const Period p = calendar_->period(calendar_unit(l.unit).value_or(CalendarUnit::Day), now_ms);
+      return WindowPos{p.start_ms, p.start_ms, p.end_ms, p.end_ms + kLimiterGraceMs, p.end_ms - p.start_ms};
+    }
+    return locate(WindowSpec{l.window_ms, kLimiterGraceMs, false}, key, now_ms);
+  }
+  std::string storage_key(const RateLimit& l, std::string_view key, std::string_view tag,
+                          std::int64_t now_ms) const override {
+    const WindowPos pos = where(l, key, now_ms);
+    return fixed_window_limiter_key(prefix_, key, pos.span_ms, pos.index, tag);
+  }
+  std::vector<Request> group(const std::vector<RateLimit>& limits, std::vector<std::string> keys, std::int64_t cost,
+                             bool hit, std::optional<std::int64_t>, std::int64_t now_ms,
+                             std::shared_ptr<const ScriptArgs>& sent) const override {
+    std::vector<Request> out;
+    if (!hit) {
+      for (auto& k : keys) out.emplace_back(Command{{"GET", std::move(k)}});
+      return out;
+    }
+    auto args = std::make_shared<HitArgs>();
+    args->cost = cost;
+    for (const auto& l : limits) args->limits.push_back({l.amount, expire_at(l, now_ms)});
+    sent = args;
+    out.emplace_back(ScriptCall{&kFixedWindowHitScript, std::move(keys), {}, std::move(args)});
+    return out;
+  }
+  bool read(const std::vector<RateLimit>& limits, std::int64_t cost, bool hit, std::vector<Reply>& replies,
+            const ScriptArgs* sent, std::int64_t now_ms, std::vector<detail::Outcome>& out,
+            detail::Ints& v) const override {
+    bool allowed = true;
+    std::size_t at = 0;  // counts start at v[at]
+    v.clear();
+    if (hit) {
+      const Reply& r = replies.front();
+      const auto* args = static_cast<const HitArgs*>(sent);
+      if (r.type == Reply::Type::Status && r.str == kAnsweredInPlace && args && args->answered) {
+        v = args->ints;
+      } else {
+        r.check();
+        if (r.type != Reply::Type::Array) throw ProtocolError("fixed_window_hit returned an unexpected reply");
+        for (const Reply& e : r.elements) v.push_back(e.as_integer());
+      }
+      if (v.size() != limits.size() + 1) throw ProtocolError("fixed_window_hit returned an unexpected reply");
+      allowed = v[0] == 1;
+      at = 1;
+    } else {
+      for (std::int64_t c : FixedWindowWork::read_counts(replies)) v.push_back(c);
+      for (std::size_t i = 0; i < limits.size(); ++i) allowed &= !exceeds(v[i], cost, limits[i].amount);
+    }
+    out.clear();
+    for (std::size_t i = 0; i < limits.size(); ++i) {
+      const RateLimit& l = limits[i];
+      const std::int64_t end = where(l, "", now_ms).end_ms;
+      detail::Outcome o;
+      o.amount = l.amount;
+      const std::int64_t count = v[at + i];
+      o.count = count;
+      o.remaining = remaining_of(l.amount, count);
+      o.reset_after_ms = end - now_ms;
+      o.refuses = !allowed && exceeds(count, cost, l.amount);
+      o.retry_after_ms = o.refuses ? end - now_ms : 0;
+      out.push_back(o);
+    }
+    return allowed;
+  }
+  void release(const RateLimit& l, const std::string& key, std::int64_t cost, const detail::Ints&, const ScriptArgs*,
+               std::int64_t now_ms, std::vector<Request>& out) const override {
+    out.emplace_back(Command{{"DECRBY", key, std::to_string(cost)}});
+    // The window's own deadline, should the key have expired after all.
+    out.emplace_back(Command{{"PEXPIREAT", key, std::to_string(expire_at(l, now_ms)), "NX"}});
+  }
+
+ private:
+  std::int64_t expire_at(const RateLimit& l, std::int64_t now_ms) const { return where(l, "", now_ms).expire_at_ms; }
+  std::string prefix_;
+  std::shared_ptr<const Calendar> calendar_;
+};
+
 class FixedWindowLimiter final : public LimiterStrategy {
  public:
   FixedWindowLimiter(std::shared_ptr<Store> store, const LimiterOptions& o)
       : LimiterStrategy(store),
         time_(store, o.clock),
         prefix_(std::make_shared<const std::string>(o.prefix)),
-        calendar_(o.calendar) {}
+        calendar_(o.calendar),
+        multi_(std::make_shared<FixedWindowMulti>(o.prefix, o.calendar)) {}
+
+  std::shared_ptr<Op<Decision>> make_hit_all(const std::vector<KeyedLimits>& items, std::int64_t cost,
+                                             std::string_view tag) override {
+    return detail::make_multi_decision(store_, time_, multi_, items, cost, tag, true);
+  }
+  std::shared_ptr<Op<Decision>> make_test_all(const std::vector<KeyedLimits>& items, std::int64_t cost,
+                                              std::string_view tag) override {
+    return detail::make_multi_decision(store_, time_, multi_, items, cost, tag, false);
+  }
 
   std::string_view name() const noexcept override { return "fixed-window"; }
   // The window's key is named after the time, so the client must know it: server time
@@ -268,6 +373,7 @@ class FixedWindowLimiter final : public LimiterStrategy {
     detail::require_limits(limits);
     detail::require_no_burst(limits, name());
     check_calendar(limits);
+    detail::require_distinct_windows(limits);
     validate_cost(limits, cost);
     validate_key(key);
   }
@@ -288,6 +394,7 @@ class FixedWindowLimiter final : public LimiterStrategy {
   TimeSource time_;
   std::shared_ptr<const std::string> prefix_;
   std::shared_ptr<const Calendar> calendar_;
+  std::shared_ptr<const detail::MultiRules> multi_;
 };
 
 }  // namespace

@@ -28,6 +28,18 @@ std::shared_ptr<Op<std::optional<Lease>>> LimiterStrategy::make_acquire(std::int
   throw InvalidArgument("acquire() needs Limiter(strategy='concurrency'); this limiter is '" + std::string(name()) + "'");
 }
 
+std::shared_ptr<Op<Decision>> LimiterStrategy::make_hit_all(const std::vector<KeyedLimits>&, std::int64_t,
+                                                            std::string_view) {
+  throw InvalidArgument("hit_all() is not available for strategy='" + std::string(name()) +
+                        "' (it decides leases in flight, not rates)");
+}
+
+std::shared_ptr<Op<Decision>> LimiterStrategy::make_test_all(const std::vector<KeyedLimits>&, std::int64_t,
+                                                             std::string_view) {
+  throw InvalidArgument("test_all() is not available for strategy='" + std::string(name()) +
+                        "' (it decides leases in flight, not rates)");
+}
+
 std::shared_ptr<Op<bool>> LimiterStrategy::make_release(const Lease&) {
   throw InvalidArgument("release() needs Limiter(strategy='concurrency'); this limiter is '" + std::string(name()) + "'");
 }
@@ -75,7 +87,7 @@ std::unique_ptr<LimiterStrategy> make_limiter(std::shared_ptr<Store> store, std:
 namespace detail {
 
 
-Decision combine(const std::vector<Outcome>& outcomes, bool allowed) {
+Decision combine(const std::vector<Outcome>& outcomes, bool allowed, std::size_t* binding_out) {
   Decision d;
   d.allowed = allowed;
   d.remaining = std::numeric_limits<std::int64_t>::max();
@@ -98,11 +110,13 @@ Decision combine(const std::vector<Outcome>& outcomes, bool allowed) {
   }
   d.limit = outcomes[binding].amount;
   d.reset_after_ms = outcomes[binding].reset_after_ms;
+  if (binding_out) *binding_out = binding;
   return d;
 }
 
 void ScriptedLimiter::check(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) const {
   rules_->check(limits);
+  require_distinct_windows(limits);
   validate_key(key);
   validate_cost(limits, cost, rules_->cost_by_capacity());
   if (cost > rules_->max_cost()) detail::require_member_cost(cost, rules_->name());
@@ -192,6 +206,18 @@ Ints integers(const Reply& reply, std::size_t size, std::string_view script) {
 
 void require_limits(const std::vector<RateLimit>& limits) {
   if (limits.empty()) throw InvalidArgument("no rate limit given");
+}
+
+void require_distinct_windows(const std::vector<RateLimit>& limits) {
+  for (std::size_t i = 0; i < limits.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) {
+      if (limits[i].window_ms == limits[j].window_ms) {
+        throw InvalidArgument("'" + limits[j].text() + "' and '" + limits[i].text() +
+                              "' have the same window: a key keeps one state per window whatever the amount, "
+                              "so give one limit per window (the stricter one)");
+      }
+    }
+  }
 }
 
 void require_no_burst(const std::vector<RateLimit>& limits, std::string_view strategy) {

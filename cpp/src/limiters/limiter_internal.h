@@ -48,7 +48,8 @@ struct Outcome {
 // Folds the limits' outcomes into one Decision: remaining is the smallest; the binding
 // limit is the one with the least remaining (ties: the later reset) or, when denied,
 // the refusing one that frees up last.
-Decision combine(const std::vector<Outcome>& outcomes, bool allowed);
+// `binding`, when given, receives the binding limit's index.
+Decision combine(const std::vector<Outcome>& outcomes, bool allowed, std::size_t* binding = nullptr);
 std::vector<LimitStats> to_stats(const std::vector<RateLimit>& limits, const std::vector<Outcome>& outcomes);
 
 // Throws unless every limit's amount is at most kMaxMembers (strategies that store one
@@ -64,6 +65,48 @@ void require_no_burst(const std::vector<RateLimit>& limits, std::string_view str
 // Throws unless amount * window_ms (or capacity * window_ms) stays exact in a Lua double.
 void require_exact(const std::vector<RateLimit>& limits, std::string_view strategy, bool use_capacity);
 void require_limits(const std::vector<RateLimit>& limits);
+// Throws unless no two limits have the same window: the amount is not part of a limiter's
+// key, so two such limits of one key would be one state charged twice.
+void require_distinct_windows(const std::vector<RateLimit>& limits);
+
+class ScriptedRules;
+
+// How a strategy decides the limits of several keys together (hit_all, test_all): the
+// requests of one group of keys that share a slot, how their replies read, and the plain
+// commands that give back what an allowing group charged when another group refused.
+// Immutable; shared by the strategy and its operations.
+class MultiRules {
+ public:
+  virtual ~MultiRules() = default;
+  virtual std::string_view name() const noexcept = 0;
+  // Throws InvalidArgument unless one item's limits and the cost suit this strategy.
+  virtual void check(const std::vector<RateLimit>& limits, std::int64_t cost) const = 0;
+  // True when keys are named after the time (fixed windows): the client's time (with the
+  // server offset in server modes) is then always used.
+  virtual bool client_time() const noexcept { return false; }
+  virtual std::int64_t time_scale() const noexcept { return 1; }
+  virtual std::string storage_key(const RateLimit& limit, std::string_view key, std::string_view tag,
+                                  std::int64_t now_ms) const = 0;
+  // The requests deciding one group at `now` (script unit; nullopt: the script reads TIME);
+  // `sent` receives the typed arguments, if any.
+  virtual std::vector<Request> group(const std::vector<RateLimit>& limits, std::vector<std::string> keys,
+                                     std::int64_t cost, bool hit, std::optional<std::int64_t> now,
+                                     std::int64_t now_ms, std::shared_ptr<const ScriptArgs>& sent) const = 0;
+  // Reads the group's replies into one outcome per limit and the reply's integers; returns
+  // whether the group allowed the cost.
+  virtual bool read(const std::vector<RateLimit>& limits, std::int64_t cost, bool hit, std::vector<Reply>& replies,
+                    const ScriptArgs* sent, std::int64_t now_ms, std::vector<Outcome>& out, Ints& v) const = 0;
+  virtual void release(const RateLimit& limit, const std::string& key, std::int64_t cost, const Ints& v,
+                       const ScriptArgs* sent, std::int64_t now_ms, std::vector<Request>& out) const = 0;
+};
+
+// The hit_all/test_all operation of a strategy described by `rules`.
+std::shared_ptr<Op<Decision>> make_multi_decision(std::shared_ptr<Store> store, const TimeSource& time,
+                                                  std::shared_ptr<const MultiRules> rules,
+                                                  const std::vector<KeyedLimits>& items, std::int64_t cost,
+                                                  std::string_view tag, bool hit);
+// The MultiRules of a ScriptedRules strategy.
+std::shared_ptr<const MultiRules> scripted_multi(std::shared_ptr<const ScriptedRules> rules);
 
 // What a strategy that decides with one script call over one key per limit, in "hit" or
 // "test" mode, needs to know: immutable, shared by the strategy and its operations, so
@@ -81,11 +124,19 @@ class ScriptedRules {
   virtual std::int64_t max_cost() const noexcept { return kMaxExact; }
   // The script's time unit: 1 = ms, 1000 = µs.
   virtual std::int64_t time_scale() const noexcept { return 1; }
-  virtual std::string storage_key(const RateLimit& limit, std::string_view key) const = 0;
-  // The script call at `now` (in the script's unit; nullopt: the script reads TIME).
-  // Typed arguments, when the call has them, are a TimedArgs.
-  virtual ScriptCall call(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost, bool hit,
-                          std::optional<std::int64_t> now) const = 0;
+  // The key of `key`'s state under `limit` (under `tag` when not empty). The amount is not
+  // part of it: the state stays meaningful when the limit changes.
+  virtual std::string storage_key(const RateLimit& limit, std::string_view key, std::string_view tag = {}) const = 0;
+  // The script call at `now` (in the script's unit; nullopt: the script reads TIME) over
+  // `keys`, limits[i]'s storage key at keys[i] (keys of several business keys when they
+  // share a slot). Typed arguments, when the call has them, are a TimedArgs.
+  virtual ScriptCall call(const std::vector<RateLimit>& limits, std::vector<std::string> keys, std::int64_t cost,
+                          bool hit, std::optional<std::int64_t> now) const = 0;
+  // What gives back `cost` charged to limits[i] (at keys[i]) by a call that allowed it, when
+  // another part of a multi-key decision refused (charge-then-release): plain commands,
+  // appended to `out`. `sent` is that call's typed arguments (or null), v its reply.
+  virtual void release(const RateLimit& limit, const std::string& key, std::int64_t cost, const Ints& v,
+                       const ScriptArgs* sent, std::vector<Request>& out) const = 0;
   virtual const Script& script() const noexcept = 0;
   // The script's reply is an array of this many integers: now, allowed, then per limit.
   virtual std::size_t reply_size(const std::vector<RateLimit>& limits) const = 0;
@@ -111,7 +162,10 @@ struct ScriptedSpec {
   std::shared_ptr<const TimedArgs> sent{};  // the typed arguments of the last call, if any
 
   ScriptCall call(std::optional<std::int64_t> now) {
-    ScriptCall c = rules->call(limits, key, cost, hit, now);
+    std::vector<std::string> keys;
+    keys.reserve(limits.size());
+    for (const auto& l : limits) keys.push_back(rules->storage_key(l, key));
+    ScriptCall c = rules->call(limits, std::move(keys), cost, hit, now);
     sent = std::static_pointer_cast<const TimedArgs>(c.typed);
     return c;
   }
@@ -136,7 +190,7 @@ class ScriptedLimiter final : public LimiterStrategy {
  public:
   ScriptedLimiter(const std::shared_ptr<Store>& store, const LimiterOptions& o,
                   std::shared_ptr<const ScriptedRules> rules)
-      : LimiterStrategy(store), time_(store, o.clock), rules_(std::move(rules)) {}
+      : LimiterStrategy(store), time_(store, o.clock), rules_(std::move(rules)), multi_(scripted_multi(rules_)) {}
 
   std::string_view name() const noexcept override { return rules_->name(); }
   ClockMode clock() const noexcept override { return time_.effective(); }
@@ -147,6 +201,14 @@ class ScriptedLimiter final : public LimiterStrategy {
   std::shared_ptr<Op<std::vector<LimitStats>>> make_stats(const std::vector<RateLimit>& limits,
                                                           std::string_view key) override;
   std::shared_ptr<Op<std::monostate>> make_reset(const std::vector<RateLimit>& limits, std::string_view key) override;
+  std::shared_ptr<Op<Decision>> make_hit_all(const std::vector<KeyedLimits>& items, std::int64_t cost,
+                                             std::string_view tag) override {
+    return make_multi_decision(store_, time_, multi_, items, cost, tag, true);
+  }
+  std::shared_ptr<Op<Decision>> make_test_all(const std::vector<KeyedLimits>& items, std::int64_t cost,
+                                              std::string_view tag) override {
+    return make_multi_decision(store_, time_, multi_, items, cost, tag, false);
+  }
   Decision hit(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) override {
     return decide_now(limits, key, cost, true);
   }
@@ -168,6 +230,7 @@ class ScriptedLimiter final : public LimiterStrategy {
 
   TimeSource time_;
   std::shared_ptr<const ScriptedRules> rules_;
+  std::shared_ptr<const MultiRules> multi_;
 };
 
 std::unique_ptr<LimiterStrategy> make_fixed_window(std::shared_ptr<Store> store, const LimiterOptions& o);

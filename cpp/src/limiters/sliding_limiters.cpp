@@ -30,21 +30,19 @@ class SlidingLogRules final : public detail::ScriptedRules {
     detail::require_span(limits, name());
   }
 
-  std::string storage_key(const RateLimit& l, std::string_view key) const override {
-    return detail::limiter_key(prefix_, "sw", l.amount, "", key, l.window_ms);
+  std::string storage_key(const RateLimit& l, std::string_view key, std::string_view tag) const override {
+    return detail::limiter_key(prefix_, "sw", key, l.window_ms, tag);
   }
 
-  ScriptCall call(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost, bool hit,
+  ScriptCall call(const std::vector<RateLimit>& limits, std::vector<std::string> keys, std::int64_t cost, bool hit,
                   std::optional<std::int64_t> now) const override {
     auto args = std::make_shared<LogArgs>();
     args->now = now;
     args->hit = hit;
     args->cost = cost;
     args->id = detail::next_unique_id();
-    ScriptCall c{&kSlidingLogScript, {}, {}};
-    c.keys.reserve(limits.size());
+    ScriptCall c{&kSlidingLogScript, std::move(keys), {}};
     for (const auto& l : limits) {
-      c.keys.push_back(storage_key(l, key));
       args->amount.push_back(l.amount);
       args->window.push_back(l.window_ms);
     }
@@ -53,6 +51,24 @@ class SlidingLogRules final : public detail::ScriptedRules {
   }
 
   std::size_t reply_size(const std::vector<RateLimit>& limits) const override { return 2 + 3 * limits.size(); }
+
+  // The members the call added: "<now>:<id>:<m>" from the Lua script, "<id>:<m>" from the
+  // memory store's twins (the global id from the text twin, the short local one from the
+  // typed twin). ZREM of all three forms removes exactly this call's entries on any store.
+  void release(const RateLimit&, const std::string& key, std::int64_t cost, const detail::Ints& v,
+               const ScriptArgs* sent, std::vector<Request>& out) const override {
+    const auto* args = static_cast<const LogArgs*>(sent);
+    const std::string global = args->id.global(), local = args->id.local();
+    const std::string stamp = std::to_string(v[0]) + ":" + global + ":";
+    Command zrem{{"ZREM", key}};
+    for (std::int64_t m = 1; m <= cost; ++m) {
+      const std::string n = std::to_string(m);
+      zrem.args.push_back(stamp + n);
+      zrem.args.push_back(global + ":" + n);
+      zrem.args.push_back(local + ":" + n);
+    }
+    out.emplace_back(std::move(zrem));
+  }
 
   std::vector<Outcome> outcomes(const std::vector<RateLimit>& limits, std::int64_t,
                                 const detail::Ints& v) const override {
@@ -96,20 +112,18 @@ class SlidingApproxRules final : public detail::ScriptedRules {
     }
   }
 
-  std::string storage_key(const RateLimit& l, std::string_view key) const override {
-    return detail::limiter_key(prefix_, kind_, l.amount, "", key, l.window_ms);
+  std::string storage_key(const RateLimit& l, std::string_view key, std::string_view tag) const override {
+    return detail::limiter_key(prefix_, kind_, key, l.window_ms, tag);
   }
 
-  ScriptCall call(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost, bool hit,
+  ScriptCall call(const std::vector<RateLimit>& limits, std::vector<std::string> keys, std::int64_t cost, bool hit,
                   std::optional<std::int64_t> now) const override {
     auto args = std::make_shared<ApproxArgs>();
     args->now = now;
     args->hit = hit;
     args->cost = cost;
-    ScriptCall c{&kSlidingApproxScript, {}, {}};
-    c.keys.reserve(limits.size());
+    ScriptCall c{&kSlidingApproxScript, std::move(keys), {}};
     for (const auto& l : limits) {
-      c.keys.push_back(storage_key(l, key));
       args->limits.push_back(ApproxArgs::Limit{l.amount, l.window_ms / k_, k_});
     }
     c.typed = std::move(args);
@@ -118,6 +132,16 @@ class SlidingApproxRules final : public detail::ScriptedRules {
 
   std::size_t reply_size(const std::vector<RateLimit>& limits) const override {
     return 2 + static_cast<std::size_t>(k_ + 1) * limits.size();
+  }
+
+  // The call charged sub-bucket floor(now / bucket_ms); the key lives at least a window
+  // after that, so the decrement never meets a missing key.
+  void release(const RateLimit& l, const std::string& key, std::int64_t cost, const detail::Ints& v,
+               const ScriptArgs*, std::vector<Request>& out) const override {
+    const std::int64_t cur = v[0] / (l.window_ms / k_);
+    out.emplace_back(Command{{"HINCRBY", key, std::to_string(cur), std::to_string(-cost)}});
+    // Should the key have expired after all, the hash HINCRBY made must not live forever.
+    out.emplace_back(Command{{"PEXPIRE", key, std::to_string(l.window_ms), "NX"}});
   }
 
   std::vector<Outcome> outcomes(const std::vector<RateLimit>& limits, std::int64_t cost,

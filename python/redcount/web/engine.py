@@ -8,10 +8,14 @@
     verdict = await decide_async(alimiter, checks, policy) # asyncio (FastAPI, Starlette)
     if not verdict.allowed: ...                            # 429, or 503 when closed and down
 
-Checks run in order and stop at the first refusal, so a request refused by one limit is not
-charged against the limits after it (it has been charged against those before it: each
-limit has its own key, so they cannot be decided in one round trip). Within one check, a
-multi-limit string (``"5/second;100/hour"``) is all-or-nothing, as in the core.
+A request's checks are decided together, in one round trip and all-or-nothing
+(:meth:`redcount.Limiter.hit_all`): a request refused by one limit is charged against none
+of them. Checks that cannot go together are decided one by one, in order, stopping at the
+first refusal (a request refused by one is then charged against those before it): shadow
+checks (they count and report, never refuse, so they never join an all-or-nothing
+decision), checks of different costs, two checks of one key with the same window, the
+concurrency strategy, and everything when :data:`BATCH_CHECKS` is False. Within one check,
+a multi-limit string (``"5/second;100/hour"``) is all-or-nothing, as in the core.
 
 A request's checks share one latency budget (:data:`DEFAULT_BUDGET`, 100 ms, unless the
 integration is given another): once it is spent, or once the store has failed for this
@@ -45,6 +49,7 @@ if TYPE_CHECKING:
     from ..limiter import Limiter
 
 __all__ = [
+    "BATCH_CHECKS",
     "DEFAULT_BUDGET",
     "FailurePolicy",
     "MetricsSink",
@@ -63,6 +68,10 @@ FailMode = Literal["open", "closed"]
 
 DEFAULT_BUDGET = 0.1
 """Seconds all the checks of one request may take together, unless configured otherwise."""
+
+BATCH_CHECKS = True
+"""Decide a request's checks together, in one round trip (see the module's docstring).
+False decides them one by one, one round trip each (``redcount bench web`` measures both)."""
 
 # What the failure policy covers: the store could not be reached or answered too late
 # (ConnectionError and its TimeoutError, Unavailable, StoreClosed), or refused us our
@@ -292,6 +301,64 @@ def _settle(
     return False
 
 
+def _together(limiter: Limiter | aio.Limiter, strategy: str, checks: Sequence[Check], verdict: Verdict) -> bool:
+    """Whether ``checks`` can be decided in one all-or-nothing call (see the module's docstring)."""
+    if len(checks) < 2 or not BATCH_CHECKS or verdict.shadow_all or verdict.store_failed or strategy == "concurrency":
+        return False
+    cost = checks[0].cost
+    for c in checks:
+        if c.spec.shadow or c.cost != cost:
+            return False
+    if len({c.key for c in checks}) == len(checks):
+        return True  # (two limits of one check with one window are refused either way)
+    seen: set[tuple[str, float]] = set()
+    for c in checks:
+        for lim in c.limits.limits:
+            k = (c.key, lim.window)
+            if k in seen:
+                return False
+            seen.add(k)
+    return True
+
+
+def _binding_check(checks: Sequence[Check], d: Decision) -> int:
+    """The index of the check the decision of a joint call speaks for (its ``bound_by``)."""
+    bound = d.bound_by
+    if bound is not None:
+        text, key = bound
+        found = [i for i, c in enumerate(checks) if c.key == key]
+        if len(found) == 1:
+            return found[0]
+        for i in found:
+            if any(str(lim) == text for lim in checks[i].limits.limits):
+                return i
+    return 0
+
+
+def _settle_together(
+    verdict: Verdict,
+    checks: Sequence[Check],
+    d: Decision,
+    error: BaseException | None,
+    policy: FailurePolicy,
+    metrics: MetricsSink | None,
+    started: float,
+) -> None:
+    """Add a joint decision of ``checks`` to the verdict: a refusal is the refusing check's
+    (no other check was charged); an allowed request lists every check, the binding one
+    first (the headers speak for it); a decision without the store is settled per check."""
+    if d.unavailable:
+        for c in checks:
+            if not _settle(verdict, c, d, error, policy, metrics, started):
+                return
+        return
+    first = _binding_check(checks, d)
+    if _settle(verdict, checks[first], d, None, policy, metrics, started):
+        for i, c in enumerate(checks):
+            if i != first:
+                _settle(verdict, c, d, None, policy, metrics, started)
+
+
 def _start(checks: Sequence[Check], shadow_all: bool, budget: float | None, after: Verdict | None) -> Verdict:
     """A verdict for ``checks`` that continues ``after`` (the same request's earlier checks:
     its deadline and whether the store already failed carry over)."""
@@ -324,10 +391,20 @@ def decide(
     """
     verdict = _start(checks, shadow_all, budget, after)
     deadline = verdict.deadline
+    if _together(limiter, limiter.strategy, checks, verdict) and (deadline is None or time.monotonic() < deadline):
+        started = time.perf_counter() if metrics is not None else 0.0
+        error: BaseException | None = None
+        all_of = limiter.hit_all if charge else limiter.test_all
+        try:
+            d = all_of([(c.limits, c.key) for c in checks], checks[0].cost)
+        except STORE_FAILURES as e:
+            d, error = policy._without_store(), e
+        _settle_together(verdict, checks, d, error, policy, metrics, started)
+        return verdict
     hit = limiter.hit if charge else limiter.test
     for c in checks:
         started = time.perf_counter() if metrics is not None else 0.0
-        error: BaseException | None = None
+        error = None
         if verdict.store_failed:
             d, error = policy._without_store(), None
         elif deadline is not None and time.monotonic() >= deadline:
@@ -371,10 +448,29 @@ async def decide_async(
     reply, if one comes, is discarded) and decided by the policy."""
     verdict = _start(checks, shadow_all, budget, after)
     deadline = verdict.deadline
+    if _together(limiter, limiter.sync.strategy, checks, verdict):
+        started = time.perf_counter() if metrics is not None else 0.0
+        error: BaseException | None = None
+        all_of = limiter.hit_all if charge else limiter.test_all
+        items = [(c.limits, c.key) for c in checks]
+        try:
+            if deadline is None:
+                d = await all_of(items, checks[0].cost)
+            else:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise _over_budget(budget or 0.0)
+                d = await _within(all_of(items, checks[0].cost), left)
+        except STORE_FAILURES as e:
+            d, error = policy._without_store(), e
+        except asyncio.TimeoutError:  # the budget ran out while the call waited
+            d, error = policy._without_store(), _over_budget(budget or 0.0)
+        _settle_together(verdict, checks, d, error, policy, metrics, started)
+        return verdict
     hit = limiter.hit if charge else limiter.test
     for c in checks:
         started = time.perf_counter() if metrics is not None else 0.0
-        error: BaseException | None = None
+        error = None
         if verdict.store_failed:
             d = policy._without_store()
         else:

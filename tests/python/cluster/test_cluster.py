@@ -106,7 +106,7 @@ def test_a_script_reloaded_after_ask_keeps_its_asking(store: redcount.Store, red
     have yet is answered TRYAGAIN there until the slot has moved, whatever its ASKING)."""
     limiter = redcount.Limiter(store, "gcra")
     who = "ask-noscript"
-    tat_key = f"redcount:lim:gcra:10:10:{{{who}}}:60000"  # the limiter's key for "10/minute"
+    tat_key = f"redcount:lim:gcra:{{{who}}}:60000"  # the limiter's key for "10/minute"
     slot = key_slot(tat_key)
     source = redis_cluster.node_for_slot(slot)
     target = next(m for m in redis_cluster.masters() if m.port != source.port)

@@ -96,22 +96,32 @@ def test_default_per_route_application_and_exempt(store: redcount.Store) -> None
     def y() -> str:
         return "y"
 
+    @app.get("/z")
+    def z() -> str:
+        return "z"
+
     @app.get("/health")
     @rl.exempt
     def health() -> str:
         return "up"
 
     c = app.test_client()
-    # Default limits count per route; the application limit counts every request, refused
-    # ones included (it is decided first, and each limit has its own key).
-    assert statuses(lambda: c.get("/x"), 3) == [200, 200, 429]
+    # Default limits count per route; the application limit counts every admitted request:
+    # a request's limits are decided together, so one refused by a limit is charged against
+    # none of them.
+    assert statuses(lambda: c.get("/x"), 3) == [200, 200, 429]  # application: 2 used
     r = c.get("/y")
     assert r.status_code == 200
     assert r.headers["RateLimit-Policy"] == '"application";q=5;w=60, "default";q=2;w=60'
-    assert ';r=1;' in r.headers["RateLimit"]  # both have 1 left
+    assert r.headers["RateLimit"].startswith('"default";r=1;')  # the application has 2 left
     r = c.get("/y")
+    assert r.status_code == 200 and r.headers["RateLimit"].startswith('"default";r=0;')
+    r = c.get("/y")
+    assert r.status_code == 429 and r.headers["RateLimit"].startswith('"default";r=0;')
+    assert r.get_json()["violated-policies"] == ["default"]
+    r = c.get("/z")  # the refusal above was not charged: the application's 5th request
     assert r.status_code == 200 and r.headers["RateLimit"].startswith('"application";r=0;')
-    r = c.get("/y")
+    r = c.get("/z")
     assert r.status_code == 429 and r.headers["RateLimit"].startswith('"application";r=0;')
     assert r.get_json()["violated-policies"] == ["application"]
     assert statuses(lambda: c.get("/health"), 10) == [200] * 10

@@ -13,9 +13,14 @@
 // Layouts:
 //   counter window        <prefix>:<name>:{<key>}:<window_ms>:<index>
 //   request id            <window key>:rid:<request_id>
-//   fixed-window limiter  <prefix>:fw:<amount>:{<key>}:<window_ms>:<index>
-//   other limiters        <prefix>:<kind>:<amount><extra>:{<key>}:<window_ms>
-//                         (kind sw, swa<k>, tb, gcra; extra ":<capacity>" for the buckets)
+//   fixed-window limiter  <prefix>:fw:{<key>}:<window_ms>:<index>
+//   other limiters        <prefix>:<kind>:{<key>}:<window_ms>   (kind sw, swa<k>, tb, gcra)
+//   ... under a tag       the same with ":@{<tag>}" after the kind, the key's own tag
+//                         following: <prefix>:fw:@{<tag>}:{<key>}:<window_ms>:<index>
+//                         (Redis hashes the first {...}: every key under one tag shares a
+//                         slot, so one script call decides them together)
+//   The limit's amount (and a bucket's capacity) is not part of a limiter's key: a key
+//   keeps its state when its limit changes (see docs/limiting.md).
 //   concurrency           <prefix>:cc:{<key>}
 //   sliding counter       <prefix>:<name>:{<key>}:<window_ms>:log | :log:w | :uniq
 //   sharded counter       {<prefix>:<name>:<shard>}            value (a string)
@@ -41,11 +46,12 @@ std::string hash_tag(std::string_view key);
 std::string window_key(std::string_view prefix, std::string_view name, std::string_view key,
                        std::int64_t window_ms, std::int64_t index);
 std::string request_id_key(std::string_view window_key, std::string_view request_id);
-std::string fixed_window_limiter_key(std::string_view prefix, std::int64_t amount, std::string_view key,
-                                     std::int64_t window_ms, std::int64_t index);
+// `tag`: empty, or a hash tag (no braces: validate_name) that the key is put under.
+std::string fixed_window_limiter_key(std::string_view prefix, std::string_view key, std::int64_t window_ms,
+                                     std::int64_t index, std::string_view tag = {});
 // Built with one allocation: it is on every limiter hit.
-std::string limiter_key(std::string_view prefix, std::string_view kind, std::int64_t amount,
-                        std::string_view extra, std::string_view key, std::int64_t window_ms);
+std::string limiter_key(std::string_view prefix, std::string_view kind, std::string_view key,
+                        std::int64_t window_ms, std::string_view tag = {});
 std::string concurrency_key(std::string_view prefix, std::string_view key);
 // `suffix` is "log", "log:w" or "uniq".
 std::string sliding_counter_key(std::string_view prefix, std::string_view name, std::string_view key,

@@ -46,6 +46,17 @@ struct Decision {
   std::int64_t retry_after_ms = 0;  // 0 when allowed; else until this hit would be allowed
   // Decided without the store (it was unavailable) by the caller's on_unavailable policy.
   bool unavailable = false;
+  // hit_all/test_all: the binding limit (one limit's text, e.g. "100/minute") and its key:
+  // when refused, the refusing one (the one that frees up last when several refuse), else
+  // the one with the fewest hits left. Empty from the single-key methods.
+  std::string binding_limit;
+  std::string binding_key;
+};
+
+// One part of a decision across several keys (hit_all): limits that must all hold for key.
+struct KeyedLimits {
+  std::vector<RateLimit> limits;
+  std::string key;
 };
 
 struct LimitStats {
@@ -93,6 +104,22 @@ class LimiterStrategy {
   std::vector<LimitStats> stats(const std::vector<RateLimit>& limits, std::string_view key) {
     return run(*store_, *make_stats(limits, key));
   }
+  // One decision across several keys: charges `cost` against every limit of every item if
+  // all of them allow it, else against none (the Decision names the refusing limit and
+  // key). Keys in one slot (every key of a single-node store or of memory://, or keys put
+  // under one hash tag with a non-empty `tag`) are decided by one script call, atomically.
+  // On a cluster, keys in different slots are charged by one script call per slot, all in
+  // one pipelined batch; when any refuses, what the others charged is given back in a
+  // second batch: never admits past a limit, but a concurrent call may be refused by units
+  // given back a moment later. `tag` puts every key under it (a key's state under a tag
+  // is separate from its untagged state). Not for strategy='concurrency'.
+  Decision hit_all(const std::vector<KeyedLimits>& items, std::int64_t cost, std::string_view tag = {}) {
+    return run(*store_, *make_hit_all(items, cost, tag));
+  }
+  // Whether hit_all() would allow it now, without charging anything.
+  Decision test_all(const std::vector<KeyedLimits>& items, std::int64_t cost, std::string_view tag = {}) {
+    return run(*store_, *make_test_all(items, cost, tag));
+  }
   // Forgets the key's current state under these limits.
   void reset(const std::vector<RateLimit>& limits, std::string_view key) { run(*store_, *make_reset(limits, key)); }
 
@@ -118,6 +145,10 @@ class LimiterStrategy {
                                                                   std::string_view key) = 0;
   virtual std::shared_ptr<Op<std::monostate>> make_reset(const std::vector<RateLimit>& limits,
                                                          std::string_view key) = 0;
+  virtual std::shared_ptr<Op<Decision>> make_hit_all(const std::vector<KeyedLimits>& items, std::int64_t cost,
+                                                     std::string_view tag);
+  virtual std::shared_ptr<Op<Decision>> make_test_all(const std::vector<KeyedLimits>& items, std::int64_t cost,
+                                                      std::string_view tag);
   virtual std::shared_ptr<Op<std::optional<Lease>>> make_acquire(std::int64_t max_in_flight, std::string_view key,
                                                                  std::int64_t lease_timeout_ms);
   virtual std::shared_ptr<Op<bool>> make_release(const Lease& lease);

@@ -40,15 +40,22 @@ Reply native_token_bucket(Keyspace& ks, const std::vector<std::string>& keys, co
     const std::int64_t t =
         parse_int64(ks.or_reset(keys[i], [&] { return ks.hget(keys[i], "tokens"); }).value_or("")).value_or(-1);
     const auto s = parse_int64(ks.hget(keys[i], "ts").value_or(""));
+    const auto was = parse_int64(ks.hget(keys[i], "cap").value_or(""));
     const std::int64_t stamp = s.value_or(0);
     std::int64_t lv = 0;
     if (t < 0 || !s) {  // absent (or not ours): a full bucket
       lv = full[i];
-    } else if (*now > stamp) {
-      const std::int64_t elapsed = detail::sat_sub(*now, stamp);
-      lv = (elapsed >= ceil_div(detail::sat_sub(full[i], t), amount[i])) ? full[i] : t + elapsed * amount[i];
     } else {
-      lv = t;
+      // The same tokens used under a changed capacity, clamped to [0, full].
+      std::int64_t held = t;
+      if (was && *was != full[i]) held = std::max<std::int64_t>(0, detail::sat_add(t, detail::sat_sub(full[i], *was)));
+      held = std::min(held, full[i]);
+      if (*now > stamp) {
+        const std::int64_t elapsed = detail::sat_sub(*now, stamp);
+        lv = (elapsed >= ceil_div(full[i] - held, amount[i])) ? full[i] : held + elapsed * amount[i];
+      } else {
+        lv = held;
+      }
     }
     level[i] = std::min(lv, full[i]);
     if (level[i] < detail::sat_mul(*cost, window[i])) allowed = false;
@@ -59,6 +66,7 @@ Reply native_token_bucket(Keyspace& ks, const std::vector<std::string>& keys, co
       level[i] -= *cost * window[i];
       ks.hset(keys[i], "tokens", std::to_string(level[i]));
       ks.hset(keys[i], "ts", std::to_string(*now));
+      ks.hset(keys[i], "cap", std::to_string(full[i]));
       ks.pexpireat(keys[i], ks.now_ms() + std::max<std::int64_t>(1, ceil_div(full[i] - level[i], amount[i])));
     } else if (hit) {
       ks.hold_expiry(keys[i], ks.now_ms() + std::max<std::int64_t>(1, ceil_div(full[i] - level[i], amount[i])));

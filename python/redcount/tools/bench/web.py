@@ -88,6 +88,39 @@ _APPS: dict[str, str] = {
         def index():
             return "ok"
     """,
+    # A route under three limits of three keys (the client's address application-wide, an
+    # organisation, the route per address), decided in one round trip; "-seq" has them decided
+    # one by one, one round trip each, as the web layer did before: one limit costs 2, and
+    # checks of different costs are not decided together (a per-app switch, unlike
+    # redcount.web.engine.BATCH_CHECKS, so that in-process runs can hold both apps).
+    "flask-redcount-3": """
+        import redcount, redcount.flask
+        from flask import Flask
+        app = Flask(__name__)
+        app.config.update(REDCOUNT_URL=URL, REDCOUNT_PREFIX="bench:web:redcount3", REDCOUNT_HEADERS="none",
+                          REDCOUNT_BUDGET=0, REDCOUNT_APPLICATION=LIMIT)
+        rl = redcount.flask.RateLimiter(app)
+
+        @app.get("/")
+        @rl.limit(LIMIT, key=lambda: "acme", name="org")
+        @rl.limit(LIMIT, name="ip")
+        def index():
+            return "ok"
+    """,
+    "flask-redcount-3-seq": """
+        import redcount, redcount.flask
+        from flask import Flask
+        app = Flask(__name__)
+        app.config.update(REDCOUNT_URL=URL, REDCOUNT_PREFIX="bench:web:redcount3s", REDCOUNT_HEADERS="none",
+                          REDCOUNT_BUDGET=0, REDCOUNT_APPLICATION=LIMIT)
+        rl = redcount.flask.RateLimiter(app)
+
+        @app.get("/")
+        @rl.limit(LIMIT, key=lambda: "acme", name="org")
+        @rl.limit(LIMIT, name="ip", cost=2)
+        def index():
+            return "ok"
+    """,
     "flask-limiter-redis": """
         from flask import Flask
         from flask_limiter import Limiter
@@ -167,6 +200,36 @@ _APPS: dict[str, str] = {
         app = FastAPI()
 
         @app.get("/", response_class=PlainTextResponse, dependencies=[Depends(rl.limit(LIMIT))])
+        async def index():
+            return "ok"
+    """,
+    "fastapi-redcount-3": """
+        import redcount, redcount.aio
+        from fastapi import Depends, FastAPI
+        from fastapi.responses import PlainTextResponse
+        from redcount.fastapi import RateLimiter
+        rl = RateLimiter(redcount.aio.Limiter(redcount.connect(URL), prefix="bench:web:redcount3"), headers="none",
+                         budget=None)
+        three = rl.all_of(rl.spec(LIMIT, scope="app"), rl.spec(LIMIT, key=lambda r: "acme", scope="org"),
+                          rl.spec(LIMIT, name="ip"))
+        app = FastAPI()
+
+        @app.get("/", response_class=PlainTextResponse, dependencies=[Depends(three)])
+        async def index():
+            return "ok"
+    """,
+    "fastapi-redcount-3-seq": """
+        import redcount, redcount.aio
+        from fastapi import Depends, FastAPI
+        from fastapi.responses import PlainTextResponse
+        from redcount.fastapi import RateLimiter
+        rl = RateLimiter(redcount.aio.Limiter(redcount.connect(URL), prefix="bench:web:redcount3s"), headers="none",
+                         budget=None)
+        three = rl.all_of(rl.spec(LIMIT, scope="app"), rl.spec(LIMIT, key=lambda r: "acme", scope="org"),
+                          rl.spec(LIMIT, name="ip", cost=2))
+        app = FastAPI()
+
+        @app.get("/", response_class=PlainTextResponse, dependencies=[Depends(three)])
         async def index():
             return "ok"
     """,
@@ -290,6 +353,8 @@ _DJANGO_TAIL = """
 _NEEDS: dict[str, list[tuple[str, str]]] = {
     "flask-none": [("flask", "flask")],
     "flask-redcount": [("flask", "flask")],
+    "flask-redcount-3": [("flask", "flask")],
+    "flask-redcount-3-seq": [("flask", "flask")],
     "flask-limiter-redis": [("flask_limiter", "flask-limiter"), ("redis", "redis")],
     "flask-limiter-redcount": [("flask_limiter", "flask-limiter"), ("redcount.contrib.limits", "redcount with redcount.contrib.limits")],
     "flask-floor": [("flask", "flask")],
@@ -297,6 +362,8 @@ _NEEDS: dict[str, list[tuple[str, str]]] = {
     "fastapi-floor": [("fastapi", "fastapi")],
     "fastapi-floor-blocking": [("fastapi", "fastapi")],
     "fastapi-redcount": [("fastapi", "fastapi")],
+    "fastapi-redcount-3": [("fastapi", "fastapi")],
+    "fastapi-redcount-3-seq": [("fastapi", "fastapi")],
     "slowapi-redis": [("slowapi", "slowapi"), ("redis", "redis")],
     "slowapi-redcount": [("slowapi", "slowapi"), ("redcount.contrib.limits", "redcount with redcount.contrib.limits")],
     "fastapi-limiter": [("fastapi_limiter", "fastapi-limiter"), ("redis", "redis")],
@@ -507,9 +574,10 @@ def _print(results: dict[str, WebResult], report: dict[str, dict[str, float | st
 # per request (every thread of the process: the store's I/O thread included), the best of
 # ``--repeat`` runs, contenders taking turns.
 
-_CPU_CONTENDERS = ["flask-none", "flask-floor", "flask-redcount", "flask-limiter-redis", "flask-limiter-redcount",
+_CPU_CONTENDERS = ["flask-none", "flask-floor", "flask-redcount", "flask-redcount-3", "flask-redcount-3-seq",
+                   "flask-limiter-redis", "flask-limiter-redcount",
                    "fastapi-none", "fastapi-floor", "fastapi-floor-blocking",
-                   "fastapi-redcount", "slowapi-redis", "slowapi-redcount"]
+                   "fastapi-redcount", "fastapi-redcount-3", "fastapi-redcount-3-seq", "slowapi-redis", "slowapi-redcount"]
 
 
 def _load_app(name: str, redis_url: str) -> object:
