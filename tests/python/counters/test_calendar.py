@@ -332,6 +332,26 @@ BAD = [
 ]
 
 
+def test_hit_all_uses_the_same_periods_as_hit(travel: TimeTravel) -> None:
+    """A calendar limiter's hit_all charges the very keys its hit does (one period each)."""
+    zone = "Europe/Berlin"
+    lim = redcount.Limiter(travel.store, calendar=zone)
+    y, m, d = travel.dst("eu_spring")
+    travel.at(zone, y, m, d, 12, 0)  # inside the 23-hour day
+    both = lim.hit_all([("3/day", "u"), ("5/month", "org")])
+    assert both.allowed
+    assert lim.hit("3/day", "u").remaining == 1 and lim.hit("5/month", "org").remaining == 3
+    day_key = f"{{u}}:{23 * 3_600_000}:{int(local(zone, y, m, d) * 1000)}"
+    assert sum(k.decode().endswith(day_key) for k in all_keys(travel.store)) == 1
+    assert lim.hit("3/day", "u").remaining == 0
+    refused = lim.hit_all([("3/day", "u"), ("5/month", "org")])  # the day is used up
+    assert not refused.allowed and refused.refused_by is not None and refused.refused_by[1] == "u"
+    assert refused.retry_after == pytest.approx(12 * H)  # to local midnight (DST began at 02:00)
+    assert lim.test("5/month", "org").remaining == 3  # all or nothing: the month was not charged
+    with pytest.raises(redcount.InvalidInputError, match="minute"):
+        lim.hit_all([("3/day", "u"), ("10/minute", "u")])
+
+
 @pytest.mark.parametrize(("make", "message"), BAD)
 def test_bad_input_is_refused_and_stores_nothing(store: redcount.Store, make: object, message: str) -> None:
     with pytest.raises(redcount.InvalidInputError, match=message) as e:
