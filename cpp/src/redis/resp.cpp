@@ -148,12 +148,6 @@ void Parser::feed(const char* data, std::size_t len) {
 
 namespace {
 
-// The line at data[at..] up to its CRLF: its end (the '\r'), or npos when there is none yet.
-std::size_t line_end(std::string_view data, std::size_t at) {
-  const std::size_t cr = data.find("\r\n", at);
-  return cr;
-}
-
 // A RESP integer exactly as a server writes it (no '+', no leading zeros, no "-0"), the
 // form hiredis accepts; anything else goes to hiredis for its own verdict.
 bool plain_int(std::string_view text, long long& v) {
@@ -165,13 +159,13 @@ bool plain_int(std::string_view text, long long& v) {
   return ec == std::errc() && end == text.data() + text.size();
 }
 
-// hiredis's own nesting limit (its task stack); deeper replies go to it for its error.
+// Nesting parsed in place; deeper replies (no command redcount sends gets one) go to hiredis.
 constexpr int kMaxDirectDepth = 7;
 
 bool parse_at(std::string_view data, std::size_t& at, Reply& out, int depth) {
   if (at >= data.size()) return false;
   const char type = data[at];
-  const std::size_t cr = line_end(data, at + 1);
+  const std::size_t cr = data.find("\r\n", at + 1);  // the end of the type's line
   if (cr == std::string_view::npos) return false;
   const std::string_view line = data.substr(at + 1, cr - at - 1);
   std::size_t next = cr + 2;
