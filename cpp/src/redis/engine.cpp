@@ -365,6 +365,12 @@ std::vector<Reply> Engine::execute(const std::vector<Request>& batch) {
   return execute_job(batch, deadline_for(block), false);
 }
 
+std::vector<Reply> Engine::execute(std::vector<Request>&& batch) {
+  const std::chrono::milliseconds block = blocking_time(batch);
+  if (block.count() > 0 && !for_blocking_) return blocking_engine()->execute(std::move(batch));
+  return execute_job(std::move(batch), deadline_for(block), false);
+}
+
 std::vector<Reply> Engine::execute_routed(const std::vector<Request>& batch, TimePoint deadline) {
   const std::chrono::milliseconds block = blocking_time(batch);
   if (block.count() > 0 && !for_blocking_) return blocking_engine()->execute_routed(batch, deadline);
@@ -372,7 +378,7 @@ std::vector<Reply> Engine::execute_routed(const std::vector<Request>& batch, Tim
   return execute_job(batch, deadline, true);
 }
 
-std::vector<Reply> Engine::execute_job(const std::vector<Request>& batch, TimePoint deadline, bool routed) {
+std::vector<Reply> Engine::execute_job(std::vector<Request> batch, TimePoint deadline, bool routed) {
   if (t_reactor == this) {
     throw Error("a blocking call on the store from inside one of its own completion callbacks would deadlock "
                 "its I/O thread; use submit() there");
@@ -384,7 +390,7 @@ std::vector<Reply> Engine::execute_job(const std::vector<Request>& batch, TimePo
     ~Leave() { n.fetch_sub(1, std::memory_order_relaxed); }
   } leave{sync_callers_};
   Waiter w;
-  auto job = make_job(batch, [&w](std::vector<Reply>&& r, std::exception_ptr e) { w.set(std::move(r), e); }, nullptr,
+  auto job = make_job(std::move(batch), [&w](std::vector<Reply>&& r, std::exception_ptr e) { w.set(std::move(r), e); }, nullptr,
                       deadline, false);
   job->routed = routed;
   const int slot = try_borrow();

@@ -319,6 +319,13 @@ std::vector<Reply> RedisStore::execute(const std::vector<Request>& batch) {
   return engine().execute(batch);
 }
 
+std::vector<Reply> RedisStore::execute_owned(std::vector<Request>&& batch) {
+  if (closed_.load(std::memory_order_acquire)) throw_closed();
+  if (routed() || options_.sentinel) return execute(batch);
+  check_batch(batch);
+  return engine().execute(std::move(batch));
+}
+
 void RedisStore::submit(std::vector<Request> batch, BatchDone done, CancelFlag cancelled) {
   try {
     if (closed_.load(std::memory_order_acquire)) throw_closed();

@@ -4,6 +4,7 @@
 #include <hiredis/read.h>
 
 #include <charconv>
+#include <system_error>
 
 #include "redcount/common/errors.h"
 
@@ -129,12 +130,121 @@ Parser::Parser() : reader_(redisReaderCreate()) {
 Parser::~Parser() = default;
 
 void Parser::feed(const char* data, std::size_t len) {
-  if (redisReaderFeed(reader_.get(), data, len) != REDIS_OK) {
-    throw ProtocolError(std::string("cannot buffer a reply: ") + reader_->errstr);
+  if (!direct_) {
+    if (redisReaderFeed(reader_.get(), data, len) != REDIS_OK) {
+      throw ProtocolError(std::string("cannot buffer a reply: ") + reader_->errstr);
+    }
+    return;
   }
+  if (pos_ == pending_.size()) {
+    pending_.clear();
+    pos_ = 0;
+  } else if (pos_ > 4096 && pos_ * 2 > pending_.size()) {
+    pending_.erase(0, pos_);
+    pos_ = 0;
+  }
+  pending_.append(data, len);
+}
+
+namespace {
+
+// A RESP integer exactly as a server writes it (no '+', no leading zeros, no "-0"), the
+// form hiredis accepts; anything else goes to hiredis for its own verdict.
+bool plain_int(std::string_view text, long long& v) {
+  if (text.empty() || text.size() > 20) return false;
+  const bool neg = text[0] == '-';
+  const std::string_view digits = neg ? text.substr(1) : text;
+  if (digits.empty() || (digits[0] == '0' && (digits.size() > 1 || neg))) return false;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  return ec == std::errc() && end == text.data() + text.size();
+}
+
+// Nesting parsed in place; deeper replies (no command redcount sends gets one) go to hiredis.
+constexpr int kMaxDirectDepth = 7;
+
+bool parse_at(std::string_view data, std::size_t& at, Reply& out, int depth) {
+  if (at >= data.size()) return false;
+  const char type = data[at];
+  const std::size_t cr = data.find("\r\n", at + 1);  // the end of the type's line
+  if (cr == std::string_view::npos) return false;
+  const std::string_view line = data.substr(at + 1, cr - at - 1);
+  std::size_t next = cr + 2;
+  switch (type) {
+    case '+':
+    case '-':
+      if (line.find('\r') != std::string_view::npos || line.find('\n') != std::string_view::npos) return false;
+      out.type = type == '+' ? Reply::Type::Status : Reply::Type::Error;
+      out.str.assign(line);
+      break;
+    case ':': {
+      long long v = 0;
+      if (!plain_int(line, v)) return false;
+      out.type = Reply::Type::Integer;
+      out.integer = v;
+      break;
+    }
+    case '$': {
+      long long n = 0;
+      if (!plain_int(line, n) || n < -1 || n > (1LL << 40)) return false;
+      if (n == -1) {
+        out.type = Reply::Type::Nil;
+        break;
+      }
+      const auto len = static_cast<std::size_t>(n);
+      if (data.size() - next < len + 2) return false;
+      if (data[next + len] != '\r' || data[next + len + 1] != '\n') return false;
+      out.type = Reply::Type::String;
+      out.str.assign(data.substr(next, len));
+      next += len + 2;
+      break;
+    }
+    case '*': {
+      long long n = 0;
+      if (!plain_int(line, n) || n < -1 || n > kMaxReplyElements || depth >= kMaxDirectDepth) return false;
+      if (n == -1) {
+        out.type = Reply::Type::Nil;
+        break;
+      }
+      // Every element takes at least 3 bytes ("+\r\n", an empty status): an array that
+      // cannot be complete yet is not built at all.
+      if (static_cast<std::size_t>(n) > (data.size() - next) / 3) return false;
+      out.type = Reply::Type::Array;
+      out.elements.resize(static_cast<std::size_t>(n));
+      for (Reply& e : out.elements) {
+        if (!parse_at(data, next, e, depth + 1)) return false;
+      }
+      break;
+    }
+    default:
+      return false;  // RESP3 types, or garbage: hiredis's verdict
+  }
+  at = next;
+  return true;
+}
+
+}  // namespace
+
+bool Parser::parse_direct(Reply& out) {
+  std::size_t at = pos_;
+  if (!parse_at(pending_, at, out, 0)) return false;
+  pos_ = at;
+  return true;
 }
 
 std::optional<Reply> Parser::next() {
+  if (direct_) {
+    if (pos_ == pending_.size()) return std::nullopt;
+    Reply r;
+    if (parse_direct(r)) return r;
+    // In pieces, or not plain RESP2: hiredis takes the rest, and keeps it until drained.
+    const std::size_t rest = pending_.size() - pos_;
+    if (redisReaderFeed(reader_.get(), pending_.data() + pos_, rest) != REDIS_OK) {
+      throw ProtocolError(std::string("cannot buffer a reply: ") + reader_->errstr);
+    }
+    pending_.clear();
+    pos_ = 0;
+    direct_ = false;
+  }
   void* raw = nullptr;
   t_refused_elements = 0;
   if (redisReaderGetReply(reader_.get(), &raw) != REDIS_OK) {
@@ -144,6 +254,9 @@ std::optional<Reply> Parser::next() {
     }
     throw ProtocolError(std::string("invalid reply from the server: ") + reader_->errstr);
   }
+  // hiredis holds nothing more (its buffer is drained, and no reply is half read): parse
+  // in place again from the next bytes.
+  if (reader_->pos == reader_->len && reader_->ridx == -1) direct_ = true;
   if (raw == nullptr) return std::nullopt;
   std::unique_ptr<void, ReplyDeleter> guard(raw);
   return convert(static_cast<redisReply*>(raw));

@@ -43,7 +43,7 @@ void run_unmetered(Store& store, Operation& op) {
     render_typed(store, batch);
     std::vector<Reply> replies;
     try {
-      replies = store.execute(batch);
+      replies = store.execute_owned(std::move(batch));
     } catch (const Error&) {
       batch = op.fail(std::current_exception());
       continue;

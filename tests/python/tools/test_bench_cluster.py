@@ -1,7 +1,7 @@
 """Smoke test of ``redcount bench --only cluster`` against the shared 3-master cluster.
 
 Checks that the block runs, reads every master, and reports CPU per call and the projection
-for each workload; it asserts nothing about speed."""
+for each workload and for each master loaded alone; it asserts nothing about speed."""
 
 from __future__ import annotations
 
@@ -42,6 +42,7 @@ def test_bench_cluster_block(redis_cluster: Any, tmp_path: Path) -> None:
     for name in WORKLOADS:
         assert name in done.stdout, f"{name!r} missing from:\n{done.stdout}"
     assert "projected" in done.stdout and "server CPU/call" in done.stdout and "client CPU/call" in done.stdout
+    assert "each master alone" in done.stdout and "projected from these per-node figures" in done.stdout
 
     data = json.loads(out_json.read_text())
     assert data["only"] == "cluster"
@@ -53,6 +54,11 @@ def test_bench_cluster_block(redis_cluster: Any, tmp_path: Path) -> None:
         assert w["cluster"]["calls"] > 0 and w["single"]["calls"] > 0
         assert w["cluster"]["busiest"] >= 1.0
         assert w["projected_calls_per_sec"] > 0
+    # Each master measured alone, against the single server on the same keys.
+    assert len(data["per_node"]) == 3
+    for node in data["per_node"]:
+        assert node["calls"] > 0 and node["server_us"] >= 0 and node["single_server_us"] >= 0
+        assert node["command_usec_per_call"] > 0
     # No key of the run is left on any master.
     import redcount
 

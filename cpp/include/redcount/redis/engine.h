@@ -98,6 +98,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
 
   void submit(std::vector<Request> batch, BatchDone done, CancelFlag cancelled);
   std::vector<Reply> execute(const std::vector<Request>& batch);
+  std::vector<Reply> execute(std::vector<Request>&& batch);  // takes the requests over
   // For the cluster router: the batch's deadline is the router's; MOVED, ASK, TRYAGAIN
   // and CLUSTERDOWN come back as replies (Job::routed); on a failure `done` also gets the
   // replies received so far, marked in `answered` (one entry per request).
@@ -146,7 +147,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   };
   enum class FailureKind { Connection, Timeout, Auth, Reply };
 
-  std::vector<Reply> execute_job(const std::vector<Request>& batch, TimePoint deadline, bool routed);
+  std::vector<Reply> execute_job(std::vector<Request> batch, TimePoint deadline, bool routed);
   // The engine for batches with a blocking command, created at the first (StoreClosed
   // once this one is closed).
   std::shared_ptr<Engine> blocking_engine();

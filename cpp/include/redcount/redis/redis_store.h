@@ -59,6 +59,7 @@ class RedisStore final : public Store {
   RedisStore& operator=(const RedisStore&) = delete;
 
   std::vector<Reply> execute(const std::vector<Request>& batch) override;
+  std::vector<Reply> execute_owned(std::vector<Request>&& batch) override;
   void submit(std::vector<Request> batch, BatchDone done, CancelFlag cancelled = nullptr) override;
   std::int64_t now_ms() const override { return options_.clock ? options_.clock->now_ms() : SystemClock().now_ms(); }
   std::string describe() const override;

@@ -1,5 +1,6 @@
-// RESP on the wire: requests formatted straight into a byte buffer, and replies parsed by
-// hiredis's redisReader into redcount::Reply. No socket here: the connection feeds bytes in
+// RESP on the wire: requests formatted straight into a byte buffer, and replies parsed into
+// redcount::Reply: complete RESP2 replies straight from the bytes, anything else (a reply
+// still arriving, malformed bytes, RESP3 types) by hiredis's redisReader. No socket here: the connection feeds bytes in
 // and takes bytes out, so this file is the whole of redcount's protocol knowledge.
 //
 //   std::string out;
@@ -51,7 +52,17 @@ class Parser {
   struct Deleter {
     void operator()(redisReader* r) const noexcept;
   };
+  // Parses one complete reply at pending_[pos_..] into `out`, advancing pos_; false (pos_
+  // untouched) when the reply is incomplete or anything but plain well-formed RESP2.
+  bool parse_direct(Reply& out);
+
   std::unique_ptr<redisReader, Deleter> reader_;
+  // Bytes not yet parsed, while hiredis holds none (direct_): a batch's replies are
+  // mostly complete in one read, and parsing them in place spares hiredis's allocation of
+  // a reply object per element and the copy of every one into a Reply.
+  std::string pending_;
+  std::size_t pos_ = 0;
+  bool direct_ = true;  // false: hiredis holds bytes (a reply in pieces); it parses until drained
 };
 
 }  // namespace redcount::resp

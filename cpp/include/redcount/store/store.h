@@ -202,6 +202,9 @@ class Store {
   // Runs the whole batch: one round trip on Redis, one critical section in memory.
   // Replies are in request order; error replies are returned, not thrown.
   virtual std::vector<Reply> execute(const std::vector<Request>& batch) = 0;
+  // execute() of a batch the caller no longer needs: a store that keeps the requests
+  // while they run (the Redis store's job) takes them over instead of copying them.
+  virtual std::vector<Reply> execute_owned(std::vector<Request>&& batch) { return execute(batch); }
 
   // Runs the batch without blocking the caller on the network: `done` is called on the
   // store's I/O thread, or on the calling thread before submit returns (the memory store,

@@ -192,6 +192,121 @@ def cluster_block(
                 obj.close()  # type: ignore[attr-defined]
 
 
+@dataclass
+class NodeAlone:
+    """``incr`` on one master alone, against the single server on the same keys."""
+
+    address: str
+    node: Side
+    single: Side
+    node_usec: float = 0.0  # INFO commandstats usec, summed over commands
+    single_usec: float = 0.0
+
+
+def _command_usec(node: Store) -> float:
+    total = 0.0
+    for value in info(node, "commandstats").values():
+        fields = dict(part.split("=", 1) for part in value.split(",") if "=" in part)
+        try:
+            total += float(fields["usec"])
+        except (KeyError, ValueError):
+            continue
+    return total
+
+
+def _keys_by_master(store: Store, fixed: FixedWindowCounter, keys: Sequence[str]) -> list[list[str]]:
+    """``keys`` grouped by the master (in ``store.nodes()`` order) owning their counter's slot."""
+    nodes = _nodes(store)
+    ports = [_address(n, i).rsplit(":", 1)[-1] for i, n in enumerate(nodes)]
+    ranges: list[tuple[int, int, str]] = []
+    slots = nodes[0].execute("CLUSTER", "SLOTS")
+    for entry in slots if isinstance(slots, list) else []:
+        if isinstance(entry, list) and len(entry) >= 3 and isinstance(entry[2], list) and len(entry[2]) >= 2:
+            lo, hi, port = entry[0], entry[1], entry[2][1]
+            if isinstance(lo, int) and isinstance(hi, int):
+                ranges.append((lo, hi, str(port)))
+    out: list[list[str]] = [[] for _ in nodes]
+    for key in keys:
+        slot = int(nodes[0].execute("CLUSTER", "KEYSLOT", fixed.storage_key(key)))  # type: ignore[arg-type]
+        port = next((p for lo, hi, p in ranges if lo <= slot <= hi), None)
+        if port in ports:
+            out[ports.index(port)].append(key)
+    return out
+
+
+def per_node_block(
+    cluster: Store, single: Store, prefix: str, keys: Sequence[str], seconds: float, turns: int = 3
+) -> list[NodeAlone]:
+    """``incr`` on each master alone (keys of its slots only), in turns with the single
+    server on the same keys; ``seconds`` per master on each side in all."""
+    nodes = _nodes(cluster)
+    if len(nodes) < 2:
+        return []
+    idle_c, idle_s = idle_rates(cluster), idle_rates(single)
+    fixed_c = FixedWindowCounter(cluster, "node", COUNTER_WINDOW, prefix=prefix)
+    fixed_s = FixedWindowCounter(single, "node", COUNTER_WINDOW, prefix=prefix)
+    groups = _keys_by_master(cluster, fixed_c, keys[: min(len(keys), 3000)])
+    out = [NodeAlone(_address(n, i), Side(), Side()) for i, n in enumerate(nodes)]
+    try:
+        for _turn in range(turns):
+            for i, node in enumerate(nodes):
+                mine = groups[i]
+                if not mine:
+                    continue
+                for side, store, counter, target, idle in (
+                    (out[i].node, cluster, fixed_c, node, idle_c[i]),
+                    (out[i].single, single, fixed_s, _nodes(single)[0], idle_s[0]),
+                ):
+                    def op(j: int, c: FixedWindowCounter = counter, ks: list[str] = mine) -> int:
+                        c.incr(ks[j % len(ks)])
+                        return 1
+
+                    u0 = _command_usec(target)
+                    part = measure(store, op, seconds / turns, [0.0] * len(_nodes(store)))
+                    usec = _command_usec(target) - u0
+                    busy = max(0.0, part.node_cpu.get(_address(target, i if store is cluster else 0), 0.0)
+                               - idle * part.seconds)
+                    side.calls += part.calls
+                    side.seconds += part.seconds
+                    side.client_cpu += part.client_cpu
+                    key = out[i].address
+                    side.node_cpu[key] = side.node_cpu.get(key, 0.0) + busy
+                    if store is cluster:
+                        out[i].node_usec += usec
+                    else:
+                        out[i].single_usec += usec
+        return out
+    finally:
+        fixed_c.close()
+        fixed_s.close()
+
+
+def per_node_lines(alone: Sequence[NodeAlone], busiest: float) -> list[str]:
+    """The per-master report and the projection from it (``busiest``: the busiest master's
+    share measured with every master loaded)."""
+    if not alone:
+        return []
+    lines = ["  fixed-window incr, each master alone (the others idle; same keys on the single server):"]
+    ratios = []
+    for a in alone:
+        if a.node.calls == 0 or a.single.calls == 0:
+            continue
+        r = a.node.server_us / a.single.server_us if a.single.server_us > 0 else 0.0
+        ratios.append(r)
+        cmd_node, cmd_single = a.node_usec / a.node.calls, a.single_usec / a.single.calls
+        lines.append(
+            f"    {a.address}: server CPU/call {a.node.server_us:.2f} us vs one server {a.single.server_us:.2f} us "
+            f"= {r:.2f}x; commandstats {cmd_node:.2f} vs {cmd_single:.2f} us"
+        )
+    if ratios:
+        mean = sum(ratios) / len(ratios)
+        lines.append(
+            f"    mean {mean:.2f}x (target <= {SERVER_CPU_WITHIN:.2f}x); projected from these per-node figures: "
+            f"{1 / (mean * busiest):.2f}x linear (busiest master {busiest:.2f}x the mean)"
+        )
+    return lines
+
+
 def cluster_lines(workloads: Sequence[Workload]) -> list[str]:
     """The block's report, one paragraph per workload."""
     lines = ["Cluster against one server (CPU per call; projected from per-node figures, not measured)"]

@@ -218,7 +218,7 @@ def _run_cluster(args: argparse.Namespace, seconds: float) -> int:
     """``--only cluster``: the cluster at ``--url`` against a private server, in one run."""
     import json
 
-    from .cluster import cluster_block, cluster_json, cluster_lines, delete_run_keys
+    from .cluster import cluster_block, cluster_json, cluster_lines, delete_run_keys, per_node_block, per_node_lines
 
     url = args.url
     if url is None or "+cluster://" not in str(url):
@@ -231,11 +231,19 @@ def _run_cluster(args: argparse.Namespace, seconds: float) -> int:
         try:
             cluster.ping()
             workloads = cluster_block(cluster, single, prefix, keys, seconds)
-            for line in cluster_lines(workloads):
+            alone = per_node_block(cluster, single, prefix, keys, seconds)
+            for line in cluster_lines(workloads) + per_node_lines(alone, workloads[0].cluster.busiest):
                 print(line)
             if args.json:
+                per_node = [
+                    {"address": a.address, "server_us": a.node.server_us, "single_server_us": a.single.server_us,
+                     "calls": a.node.calls, "command_usec_per_call": a.node_usec / a.node.calls if a.node.calls else 0.0,
+                     "single_command_usec_per_call": a.single_usec / a.single.calls if a.single.calls else 0.0}
+                    for a in alone
+                ]
                 with open(args.json, "w", encoding="utf-8") as f:
-                    json.dump({"only": "cluster", "seconds": seconds, "workloads": cluster_json(workloads)}, f, indent=2)
+                    json.dump({"only": "cluster", "seconds": seconds, "workloads": cluster_json(workloads),
+                               "per_node": per_node}, f, indent=2)
         finally:
             try:
                 delete_run_keys(cluster, prefix)
