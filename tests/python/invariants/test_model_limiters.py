@@ -196,7 +196,10 @@ def bucket_machine(backend: Backend, strategy: str) -> type[RuleBasedStateMachin
         @precondition(lambda self: backend.movable)
         @rule(times=st.integers(1, 2))
         def refill(self, times: int) -> None:
-            backend.advance_ms(times * -(-self.capacity // self.amount) * window_s * 1000)
+            # gcra's emission interval is the window / amount rounded up to a whole µs (so
+            # the rate is never exceeded): a full refill takes up to `capacity` µs longer than
+            # the whole windows, hence the extra millisecond.
+            backend.advance_ms(times * -(-self.capacity // self.amount) * window_s * 1000 + 1)
             self.tokens.clear()
 
     return BucketModel
