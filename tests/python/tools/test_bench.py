@@ -104,7 +104,7 @@ def test_bench_reports_every_row_and_ratio(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     for name in ROWS + RATIOS:
         assert name in done.stdout, f"{name!r} missing from:\n{done.stdout}"
-    assert done.stdout.count("PASS") + done.stdout.count("MISS") == 17  # 9 + the engine's 4 + hot keys' 4
+    assert done.stdout.count("PASS") + done.stdout.count("MISS") == 20  # 9 + the engine's 7 + hot keys' 4
     for name in ROWS:  # progress: one line per measurement, on stderr
         assert name in done.stderr
 
@@ -181,20 +181,30 @@ def test_bench_refuses_a_missing_binary(tmp_path: Path) -> None:
 
 
 ENGINE_ROWS = [
+    "redis-benchmark INCR -c1 -P1",
+    "redcount incr x1 threads (Redis)",
+    "redcount incr x1 threads (Redis, max_connections=2)",
     "redis-benchmark INCR -c8 -P1",
     "redcount incr x8 threads (Redis)",
     "redcount incr x8 threads (Redis, max_connections=9)",
+    "redis-benchmark INCR -c32 -P1",
+    "redcount incr x32 threads (Redis)",
+    "redcount incr x32 threads (Redis, max_connections=33)",
     "redcount incr (Redis)",
     "limits async FixedWindow hit x1000 coroutines (RedisStorage)",
     "redcount aio Limiter.hit x1000 coroutines (Redis)",
     "redcount Limiter.hit (Redis)",
 ]
 ENGINE_RATIOS = [
+    "redcount incr x1 threads, one socket / redis-benchmark -c1 -P1",
+    "redcount incr x1 threads, thread connections / redis-benchmark -c1 -P1",
+    "redcount incr x8 threads, one socket / redis-benchmark -c8 -P1",
     "redcount incr x8 threads, thread connections / redis-benchmark -c8 -P1",
+    "redcount incr x32 threads, one socket / redis-benchmark -c32 -P1",
+    "redcount incr x32 threads, thread connections / redis-benchmark -c32 -P1",
     "redcount incr x8 threads, thread connections / x1 thread (Redis)",
     "redcount aio hit / limits async hit, x1000 coroutines (Redis)",
     "redcount aio hit x1000 coroutines / sync Limiter.hit x1 thread (Redis)",
-    "redcount incr x8 threads, one socket / redis-benchmark -c8 -P1",
     "redcount incr x8 threads, one socket / x1 thread (Redis)",
 ]
 
@@ -213,10 +223,13 @@ def test_bench_only_engine(tmp_path: Path) -> None:
     assert all(r["ops_per_sec"] > 0 and r["falsy"] == 0 for r in data["results"])
     ratios = {q["name"]: q for q in data["ratios"]}
     assert [q["name"] for q in data["ratios"]][: len(ENGINE_RATIOS)] == ENGINE_RATIOS
-    assert [ratios[n]["target"] for n in ENGINE_RATIOS] == [1.3, 6.0, 8.0, 4.0, None, None]
+    assert [ratios[n]["target"] for n in ENGINE_RATIOS] == [0.9, None, 0.75, 1.3, 0.75, None, 6.0, 8.0, 4.0, None]
     assert ratios["redcount incr rediss:// / redis:// (one thread)"]["value"] > 0
     assert data["only"] == "engine"
     assert any("no regression" in note for note in data["notes"])
+    # The quiet-machine check: says whether the machine was quiet, and the idle round trip.
+    assert any(note.startswith("machine check before the engine rows: ") and "idle round trip" in note
+               for note in data["notes"])
     # CPU per op of the Redis rows, this process and the server apart; none for TLS (another server).
     by_name = {r["name"]: r for r in data["results"]}
     for name in ENGINE_ROWS:

@@ -35,6 +35,9 @@ RC_TB = "redcount token-bucket hit ({store})"
 RC_GCRA = "redcount gcra hit ({store})"
 # The engine (--only engine): threads, coroutines and TLS sharing one store.
 THREADS = 8
+# Every thread count the engine block measures (default store and thread connections, each
+# beside redis-benchmark with as many clients); THREADS is one of them.
+THREAD_COUNTS = (1, THREADS, 32)
 TASKS = 1000
 RB_C8 = "redis-benchmark INCR -c{threads} -P1"
 RC_INCR_THREADS = "redcount incr x{threads} threads (Redis)"
