@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -208,6 +209,87 @@ TEST_F(EngineTest, SyncAndSubmitFromManyThreadsExactTotals) {
     EXPECT_EQ(errors.load(), 0);
     EXPECT_EQ(get(key), 2 * kThreads * kEach);
     EXPECT_LE(store->open_connections(), o.max_connections);
+    store->close();
+  }
+}
+
+// Many threads calling at once on one multiplexed socket (where a waiting caller may read
+// the replies of the others and hand the connection on) and with thread connections: every
+// call completes, each thread's answered calls take effect in its order with their own
+// replies, and a failure says truthfully whether its request may have run, through
+// deadlines that expire while the server is paused (CLIENT PAUSE, twice).
+TEST_F(EngineTest, ManyThreadsCompleteInOrderThroughDeadlinesAndAPausedServer) {
+  for (int extra : {0, 12}) {
+    StoreOptions o = options_;
+    o.command_timeout = std::chrono::milliseconds(150);
+    o.max_connections = 1 + extra;
+    auto store = std::make_shared<RedisStore>(o);
+    constexpr int kThreads = 12, kAtLeast = 40;
+    std::atomic<bool> over{false};
+    struct Seen {
+      std::vector<std::pair<int, std::int64_t>> answered;  // (seq, list length in the reply)
+      std::vector<int> maybe, not_sent;
+      int calls = 0;
+      std::string unexpected;
+    };
+    std::vector<Seen> seen(kThreads);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        const std::string key = prefix_ + rctest::cat("order", extra, ":", t);
+        for (int seq = 0; seq < kAtLeast || !over.load(); ++seq) {
+          seen[t].calls = seq + 1;
+          try {
+            Reply r = rctest::run(*store, {"RPUSH", key, std::to_string(seq)});
+            seen[t].answered.emplace_back(seq, r.integer);
+          } catch (const ConnectionError& e) {  // TimeoutError too
+            (e.maybe_applied() ? seen[t].maybe : seen[t].not_sent).push_back(seq);
+          } catch (const std::exception& e) {
+            seen[t].unexpected = e.what();
+            return;
+          }
+        }
+      });
+    }
+    auto pauser = std::make_shared<RedisStore>(options_);
+    for (int k = 0; k < 2; ++k) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(40));
+      rctest::run(*pauser, {"CLIENT", "PAUSE", "400"});  // longer than the deadline
+      std::this_thread::sleep_for(std::chrono::milliseconds(450));
+    }
+    over = true;
+    for (auto& th : threads) th.join();
+    pauser->close();
+    int timeouts = 0;
+    for (int t = 0; t < kThreads; ++t) {
+      const Seen& s = seen[t];
+      ASSERT_EQ(s.unexpected, "") << "thread " << t;
+      timeouts += static_cast<int>(s.maybe.size());
+      EXPECT_EQ(static_cast<int>(s.answered.size() + s.maybe.size() + s.not_sent.size()), s.calls);
+      Reply list = rctest::run(*admin_, {"LRANGE", prefix_ + rctest::cat("order", extra, ":", t), "0", "-1"});
+      std::vector<int> applied;
+      for (const auto& e : list.elements) applied.push_back(std::stoi(e.str));
+      std::vector<int> sorted_applied = applied;
+      std::sort(sorted_applied.begin(), sorted_applied.end());
+      EXPECT_EQ(std::adjacent_find(sorted_applied.begin(), sorted_applied.end()), sorted_applied.end())
+          << "thread " << t << ": a request ran twice";
+      std::vector<int> answered_order;
+      for (const auto& [seq, length] : s.answered) {
+        const auto at = std::find(applied.begin(), applied.end(), seq);
+        ASSERT_NE(at, applied.end()) << "thread " << t << ": answered call " << seq << " did not run";
+        EXPECT_EQ(at - applied.begin() + 1, length) << "thread " << t << ": call " << seq << " got another reply";
+      }
+      for (int seq : applied) {
+        if (std::any_of(s.answered.begin(), s.answered.end(), [&](const auto& a) { return a.first == seq; })) {
+          answered_order.push_back(seq);
+        } else {
+          EXPECT_NE(std::find(s.maybe.begin(), s.maybe.end(), seq), s.maybe.end())
+              << "thread " << t << ": call " << seq << " ran but was reported as not sent";
+        }
+      }
+      EXPECT_TRUE(std::is_sorted(answered_order.begin(), answered_order.end())) << "thread " << t;
+    }
+    EXPECT_GT(timeouts, 0) << "no deadline expired while the server was paused: the test did not test it";
     store->close();
   }
 }
