@@ -101,9 +101,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const std::string_view after = url.substr(std::min(url.size(), cred_at + cred.size() + 1));
     if (cred.size() >= 12 && cred.find(' ') == std::string_view::npos &&
         after.find(cred) == std::string_view::npos && message.find(cred) != std::string::npos) {
-      // Still there with the credentials overwritten: the text is the message's own.
+      // Still there with the credentials overwritten: the text is the message's own. The
+      // ':' stay, so the URL keeps its user/password split and takes the same path.
       std::string masked(url);
-      masked.replace(cred_at, cred.size(), std::string(cred.size(), 'Q'));
+      for (std::size_t i = 0; i < cred.size(); ++i) {
+        if (masked[cred_at + i] != ':') masked[cred_at + i] = 'Q';
+      }
       std::string message2;
       try {
         parse_url(masked);
