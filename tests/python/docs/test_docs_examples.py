@@ -170,7 +170,10 @@ def test_example_runs(example: Example, store: str, request: pytest.FixtureReque
         server.command("FLUSHALL")
         redis_url = server.url
     monkeypatch.chdir(tmp_path)  # files an example writes (SQLite databases) go here
-    namespace: dict[str, Any] = {"__name__": "docs_example", "redis_url": redis_url, "store_kind": store}
+    # A module name of its own per example and store: frameworks that register by qualified
+    # name (Celery's tasks are shared by every app made later) must not see one name twice.
+    module = "docs_example_" + re.sub(r"\W", "_", f"{example.name}_{store}")
+    namespace: dict[str, Any] = {"__name__": module, "redis_url": redis_url, "store_kind": store}
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
     out = io.StringIO()

@@ -22,7 +22,6 @@ from redcount.tools.servers import die_with_parent
 from helpers import wait_until
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[2]
 
 
 class CeleryWorker:
@@ -39,7 +38,10 @@ class CeleryWorker:
     def start(self, data: redcount.Store, timeout: float = 60.0) -> CeleryWorker:
         env = dict(os.environ)
         env["JOBS_REDIS"] = self.base
-        env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python"), str(HERE), env.get("PYTHONPATH", "")])
+        # The redcount this test imported (the source tree with a built module, or the installed
+        # package), not whatever sits in the checkout.
+        here_pkg = str(Path(redcount.__file__).resolve().parents[1])
+        env["PYTHONPATH"] = os.pathsep.join([here_pkg, str(HERE), env.get("PYTHONPATH", "")])
         env.pop("PYTHONWARNINGS", None)
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         cmd = [
