@@ -16,6 +16,7 @@ and Django REST framework throttles, all on one ``REDCOUNT`` setting.
 
 - :class:`RateLimitMiddleware`: the site's default and per-path limits, and the rate-limit
   headers on every response; sync and async (under ASGI it awaits :mod:`redcount.aio`).
+- :func:`exempt`: takes a view out of the middleware's limits.
 - :func:`limit`: a limit on one view (function, async or class-based): key, cost, methods,
   scope, exemption, charge by outcome (``deduct_when``).
 - :mod:`redcount.django.ratelimit`: django-ratelimit's API (``ratelimit``,
@@ -39,12 +40,13 @@ from ._http import RateLimitExceeded, verdict
 from .conf import ConfigurationError, get_state, reset_state
 from .decorators import limit
 from .keys import header, ip, user, user_or_ip
-from .middleware import RateLimitMiddleware
+from .middleware import RateLimitMiddleware, exempt
 
 __all__ = [
     "ConfigurationError",
     "RateLimitExceeded",
     "RateLimitMiddleware",
+    "exempt",
     "get_state",
     "header",
     "ip",

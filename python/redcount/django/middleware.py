@@ -17,21 +17,64 @@ form, which awaits :mod:`redcount.aio`, so the event loop never waits on the sto
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from django.urls import Resolver404, resolve
 
 from ..web.engine import decide, decide_async
 from ..web.spec import resolve_all
 from ._http import View, apply_headers, attach, load_user, refuse, refuse_sync, verdict
 from .conf import get_state
 
-__all__ = ["RateLimitMiddleware"]
+__all__ = ["RateLimitMiddleware", "exempt"]
+
+V = TypeVar("V")
+
+# How many views are marked exempt: while none is, the middleware never resolves a URL.
+_exempt_marked = 0
+_MARK = "redcount_exempt"
+
+
+def exempt(view: V) -> V:
+    """Exempts a view from :class:`RateLimitMiddleware`'s limits (``DEFAULT_LIMITS`` and
+    ``PATHS``); the view's own :func:`~redcount.django.limit` decorators and throttles
+    still apply. Decorates a function or async view, or a class-based view's class
+    (Django's ``View`` or DRF's ``APIView``: every URL routed to its ``as_view()``)::
+
+        @redcount.django.exempt
+        def health(request): ...
+
+        @redcount.django.exempt
+        class Status(View): ...
+
+    Once a view is marked, the middleware resolves each request's URL (Django's
+    ``resolve``, which Django does again to call the view) to find out whether its view is
+    exempt; a site with no exempt view pays nothing. ``PATHS`` with ``None`` exempts by path
+    instead, without resolving."""
+    global _exempt_marked
+    if not callable(view):
+        raise TypeError(f"redcount.django.exempt decorates a view (a function or a class), got {view!r}")
+    setattr(view, _MARK, True)
+    _exempt_marked += 1
+    return view
+
+
+def is_exempt(request: Any) -> bool:
+    """Whether ``request``'s URL routes to a view marked with :func:`exempt`."""
+    if not _exempt_marked:
+        return False
+    try:
+        match = resolve(request.path_info, getattr(request, "urlconf", None))
+    except Resolver404:
+        return False
+    func = match.func
+    return bool(getattr(func, _MARK, False) or getattr(getattr(func, "view_class", None), _MARK, False))
 
 
 class RateLimitMiddleware:
     """Applies ``REDCOUNT["DEFAULT_LIMITS"]`` and ``REDCOUNT["PATHS"]`` to every request
-    before it reaches a view, refusing with 429 (or ``REDCOUNT["VIEW"]``'s answer; 503 when
+    before it reaches a view (except views marked with :func:`exempt`), refusing with 429 (or ``REDCOUNT["VIEW"]``'s answer; 503 when
     the store is down and ``FAIL`` is ``"closed"``), and sets the rate-limit headers of
     everything decided for the request (its own limits, the decorators' and the DRF
     throttles') on the response. Validates the settings when constructed (start-up).
@@ -53,7 +96,7 @@ class RateLimitMiddleware:
         state = get_state()
         if state.enabled:
             specs = state.specs_for(request.path_info)
-            if specs:
+            if specs and not is_exempt(request):
                 s = state.settings
                 checks = resolve_all(specs, View(request, state), s.key)
                 decided = decide(state.limiter, checks, s.policy, s.metrics, shadow_all=s.shadow, budget=state.budget)
@@ -68,7 +111,7 @@ class RateLimitMiddleware:
         state = get_state()
         if state.enabled:
             specs = state.specs_for(request.path_info)
-            if specs:
+            if specs and not is_exempt(request):
                 s = state.settings
                 user = await load_user(request, specs, state)
                 checks = resolve_all(specs, View(request, state, user), s.key)

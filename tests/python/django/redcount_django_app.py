@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 import redcount.django.drf as rdrf
-from redcount.django import limit
+from redcount.django import exempt, limit
 from redcount.django.ratelimit import ALL, UNSAFE, ratelimit
 
 
@@ -115,6 +115,39 @@ class AsyncCBV(View):
         return HttpResponse("acbv")
 
 
+# -- views the middleware leaves alone -----------------------------------------------------
+
+
+@exempt
+def exempt_ok(request: Any) -> HttpResponse:
+    return HttpResponse("exempt")
+
+
+@exempt
+async def exempt_aok(request: Any) -> HttpResponse:
+    return HttpResponse("exempt")
+
+
+@exempt
+@limit("2/minute")
+def exempt_limited(request: Any) -> HttpResponse:
+    return HttpResponse("exempt, own limit")
+
+
+@exempt
+class ExemptCBV(View):
+    def get(self, request: Any) -> HttpResponse:
+        return HttpResponse("exempt cbv")
+
+
+@exempt
+class ExemptAPI(APIView):
+    throttle_classes = [rdrf.AnonRateThrottle]
+
+    def get(self, request: Any) -> Response:
+        return Response({"ok": True})
+
+
 # -- redcount.django.ratelimit (django-ratelimit's API) -------------------------------------
 
 rl_ip = ratelimit(key="ip", rate="2/m")(flag("rl_ip"))
@@ -212,6 +245,11 @@ urlpatterns = [path(f"{name}/", view) for name, view in _views.items()] + [
     path("acbv/", AsyncCBV.as_view()),
     path("rlview/", RLView.as_view()),
     path("plain/", ok),
+    path("exempt/", exempt_ok),
+    path("aexempt/", exempt_aok),
+    path("exempt_limited/", exempt_limited),
+    path("exemptcbv/", ExemptCBV.as_view()),
+    path("api/exempt/", ExemptAPI.as_view()),
     path("aplain/", aok),
     path("api/anon/", AnonAPI.as_view()),
     path("api/user/", UserAPI.as_view()),

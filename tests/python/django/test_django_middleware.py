@@ -129,6 +129,35 @@ def test_enabled_false_and_shadow_never_refuse(client: Any, configure: Any) -> N
     assert statuses(client, "/plain/", 3) == [200, 200, 200]
 
 
+def test_exempt_views_skip_the_middleware_limits_only(client: Any, configure: Any) -> None:
+    configure(DEFAULT_LIMITS="2/minute", PATHS={"/api/": "2/minute"})
+    # Function and class-based views marked exempt: no middleware limit, no headers from it.
+    for path in ("/exempt/", "/exemptcbv/"):
+        responses = [client.get(path) for _ in range(4)]
+        assert [r.status_code for r in responses] == [200] * 4
+        assert all("RateLimit" not in r for r in responses)
+    # The exempt requests were not counted: the default limit still has both hits.
+    assert statuses(client, "/plain/", 3) == [200, 200, 429]
+    # A view's own limit still holds on an exempt view, and a DRF throttle on an exempt APIView.
+    assert statuses(client, "/exempt_limited/", 3) == [200, 200, 429]
+    assert statuses(client, "/api/exempt/", 4) == [200, 200, 200, 429]  # the anon throttle: 3/minute
+    # An unknown URL is not exempt: the middleware decides (and refuses) before Django's 404.
+    assert client.get("/no-such-page/").status_code == 429
+
+
+def test_exempt_refuses_what_is_not_a_view() -> None:
+    with pytest.raises(TypeError, match="decorates a view"):
+        redcount.django.exempt("health")  # type: ignore[type-var]
+
+
+@pytest.mark.asyncio
+async def test_async_middleware_skips_exempt_views(async_client: Any, configure: Any) -> None:
+    configure(DEFAULT_LIMITS="1/minute")
+    codes = [(await async_client.get("/aexempt/")).status_code for _ in range(3)]
+    assert codes == [200, 200, 200]
+    assert [(await async_client.get("/aplain/")).status_code for _ in range(2)] == [200, 429]
+
+
 @pytest.mark.asyncio
 async def test_async_middleware_counts_and_refuses(async_client: Any, configure: Any, store_url: str) -> None:
     configure(URL=store_url, DEFAULT_LIMITS="2/minute")
