@@ -102,6 +102,8 @@ class Limiter:
     ``stats(limit, key) -> list[LimitStats]``; ``reset(limit, key)``; and for the
     concurrency strategy ``acquire(max_in_flight, key, *, lease_timeout=60.0) -> Lease | None``,
     ``release(lease) -> bool``, ``in_flight(key)`` and the :meth:`lease` context manager.
+    :meth:`refund`, :meth:`reserve` and :meth:`settle` charge by what a request really cost
+    (docs/refunds.md).
 
     Strategies (``strategy=``):
 
