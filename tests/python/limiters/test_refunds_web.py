@@ -17,6 +17,7 @@ import redcount.fastapi
 import redcount.flask
 from fastapi import Depends, FastAPI, HTTPException, Request
 from flask import Flask
+from helpers import all_keys
 
 pytestmark = pytest.mark.usefixtures("away_from_minute_boundary")
 
@@ -195,3 +196,36 @@ def test_fastapi_deduct_when_needs_the_middleware(store: redcount.Store) -> None
         assert r.status_code == 500 and "RateLimitMiddleware" in r.json()["detail"]
 
     run(app, scenario)
+
+
+def test_flask_concurrent_requests_overshoot_by_at_most_the_ones_in_flight(store: redcount.Store) -> None:
+    """The documented bound: N requests of one key in flight together were all tested
+    against the same count, so up to N - 1 more than the limit run; the count stays at the
+    limit (the charges past it are refused) and the next request is refused."""
+    import threading
+
+    app, rl = flask_app(store)
+    n = 4
+    together = threading.Barrier(n, timeout=30)
+
+    @app.post("/login")
+    @rl.limit("1/minute", deduct_when=failed)
+    def login() -> tuple[str, int]:
+        together.wait()  # every request has passed the test before any is charged
+        return "no", 401
+
+    codes: list[int] = []
+
+    def attempt() -> None:
+        codes.append(app.test_client().post("/login").status_code)
+
+    threads = [threading.Thread(target=attempt) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert codes == [401] * n  # the limit is 1: n - 1 more ran
+    # The count stays at the limit: the charges past it were refused and recorded nothing.
+    windows = [k for k in all_keys(store, "*") if b":fw:" in k]
+    assert len(windows) == 1 and int(store.execute("GET", windows[0])) == 1
+    assert app.test_client().post("/login").status_code == 429
