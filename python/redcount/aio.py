@@ -367,8 +367,8 @@ class SlidingWindowCounter:
 class Limiter:
     """The asyncio twin of :class:`redcount.Limiter`: the same arguments, strategies and
     decisions, with :meth:`hit`, :meth:`test`, :meth:`stats`, :meth:`reset`, :meth:`acquire`,
-    :meth:`release` and :meth:`in_flight` as coroutines, and :meth:`lease` as an async
-    context manager.
+    :meth:`release`, :meth:`in_flight`, :meth:`refund`, :meth:`reserve` and :meth:`settle` as
+    coroutines, and :meth:`lease` as an async context manager.
 
     ``Limiter.from_sync(limiter)`` shares a sync limiter's core (its parsed-limit cache and
     clock); :attr:`sync` is the sync twin either way. Thread-safe.
