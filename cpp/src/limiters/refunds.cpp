@@ -2,7 +2,9 @@
 // reserve, settle): one call of limiter_adjust.lua over the key's state under every limit
 // and, when a request id is given, the id's record, so that the change and the record are
 // written together (atomically on either store; the memory store runs the script's twin).
-// Then one test (cost 1) reads the state after, for the caller's Decision: two round trips.
+// The strategy's own test (cost 1) goes in the same batch, after the script, and reads the
+// state afterwards for the caller's Decision: one round trip (a reservation also sends the
+// test of its estimate, for the wait of a refusal).
 //
 // What a refund gives back, per strategy (never more than was charged):
 //   fixed-window           the current window's count goes down (not below 0)
@@ -116,11 +118,22 @@ class AdjustOp final : public Op<Adjustment> {
     if (!record_.empty()) call.keys.push_back(record_);
     std::vector<Request> out;
     out.emplace_back(std::move(call));
+    // The tests run after the script in the same batch (a store runs a batch in order).
+    after_count_ = append(out, *after_);
+    refused_count_ = refused_ ? append(out, *refused_) : 0;
     return out;
   }
 
+  static std::size_t append(std::vector<Request>& out, Op<Decision>& op) {
+    auto batch = op.prepare();
+    for (auto& r : batch) out.push_back(std::move(r));
+    return batch.size();
+  }
+
   std::vector<Request> adjusted(std::vector<Reply>& replies) {
-    if (replies.size() != 1) throw ProtocolError("limiter_adjust: expected one reply");
+    if (replies.size() != 1 + after_count_ + refused_count_) {
+      throw ProtocolError("limiter_adjust: unexpected number of replies");
+    }
     const Ints v = integers(replies.front(), 4, "limiter_adjust");
     switch (v[1]) {
       case 0: result_.status = Adjustment::Status::Refused; break;
@@ -132,9 +145,14 @@ class AdjustOp final : public Op<Adjustment> {
     result_.units = v[2];
     result_.estimate = v[3];
     // The state after, read by the strategy's own test.
-    then_ = result_.status == Adjustment::Status::Refused && refused_ ? refused_ : after_;
+    const bool refused = result_.status == Adjustment::Status::Refused && refused_;
+    then_ = refused ? refused_ : after_;
+    const std::size_t first = refused ? 1 + after_count_ : 1;
+    const std::size_t count = refused ? refused_count_ : after_count_;
+    std::vector<Reply> own(std::make_move_iterator(replies.begin() + static_cast<std::ptrdiff_t>(first)),
+                           std::make_move_iterator(replies.begin() + static_cast<std::ptrdiff_t>(first + count)));
     step_ = Step::Then;
-    auto next = then_->prepare();
+    auto next = then_->finish(std::move(own));  // (a clock sync or a rerun may follow)
     if (next.empty()) return done(then_->take());
     return next;
   }
@@ -165,6 +183,7 @@ class AdjustOp final : public Op<Adjustment> {
   std::shared_ptr<Op<Decision>> after_, refused_, then_;
   Step step_ = Step::Adjust;
   std::int64_t sent_ms_ = 0;
+  std::size_t after_count_ = 0, refused_count_ = 0;  // the tests' requests in the batch
   Adjustment result_;
 };
 
