@@ -182,6 +182,43 @@ void register_limiter(py::module_& m) {
                ((l.released && l.released->load()) ? "True" : "False") + ")";
       });
 
+  py::class_<Adjustment>(m, "Adjustment",
+                         "What Limiter.refund(), reserve() and settle() did. Truthy when it was applied now.")
+      .def_property_readonly(
+          "status",
+          [](const Adjustment& a) {
+            switch (a.status) {
+              case Adjustment::Status::Applied: return "applied";
+              case Adjustment::Status::Duplicate: return "duplicate";
+              case Adjustment::Status::Refused: return "refused";
+              case Adjustment::Status::Expired: return "expired";
+            }
+            return "applied";
+          },
+          "'applied' (done now), 'duplicate' (already done under this request_id: nothing changed), "
+          "'refused' (reserve(): a limit refused the estimate; nothing charged) or 'expired' (settle(): "
+          "no reservation under that request_id, never made, refused or past its deadline, where it "
+          "settled at the estimate; nothing changed).")
+      .def_property_readonly("applied", [](const Adjustment& a) { return a.status == Adjustment::Status::Applied; })
+      .def_property_readonly("duplicate",
+                             [](const Adjustment& a) { return a.status == Adjustment::Status::Duplicate; })
+      .def_readonly("units", &Adjustment::units,
+                    "refund(): units given back (the fewest over the limits). reserve(): the estimate charged. "
+                    "settle(): estimate - actual (> 0 given back, < 0 charged).")
+      .def_readonly("estimate", &Adjustment::estimate, "reserve()/settle(): the reservation's estimate (0 if none).")
+      .def_readonly("decision", &Adjustment::decision,
+                    "The key's state afterwards (what hit(limit, key, 1) would decide); reserve(): the "
+                    "reservation's own decision.")
+      .def("__bool__", [](const Adjustment& a) { return a.status == Adjustment::Status::Applied; })
+      .def("__repr__", [](const Adjustment& a) {
+        const char* s = a.status == Adjustment::Status::Applied     ? "applied"
+                        : a.status == Adjustment::Status::Duplicate ? "duplicate"
+                        : a.status == Adjustment::Status::Refused   ? "refused"
+                                                                    : "expired";
+        return std::string("Adjustment(status='") + s + "', units=" + std::to_string(a.units) +
+               ", estimate=" + std::to_string(a.estimate) + ")";
+      });
+
   py::class_<LimiterHandle>(m, "LimiterCore", "A strategy's C++ implementation; use redcount.Limiter.")
       .def(py::init([](std::shared_ptr<Store> store, const std::string& strategy, py::handle prefix,
                        const std::string& clock, py::handle sub_buckets, std::shared_ptr<Calendar> calendar) {
@@ -296,6 +333,67 @@ void register_limiter(py::module_& m) {
             return h.strategy->in_flight(k);
           },
           py::arg("key"), "Leases of `key` held now (strategy='concurrency').")
+      .def(
+          "refund",
+          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost, py::handle request_id) {
+            auto op = h.strategy->make_refund(h.limits(limit)->limits, text_arg(key, "key"), int_arg(cost, "cost"),
+                                              request_id_arg(request_id, "request_id must not be empty"));
+            NetworkWait wait(h.memory);
+            return run(*h.store, *op);
+          },
+          py::arg("limit"), py::arg("key"), py::arg("cost") = 1, py::kw_only(), py::arg("request_id") = py::none(),
+          "Give back up to `cost` units charged to `key`; once per request_id.")
+      .def(
+          "reserve",
+          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost, py::handle request_id,
+             py::handle deadline) {
+            auto op = h.strategy->make_reserve(h.limits(limit)->limits, text_arg(key, "key"), int_arg(cost, "cost"),
+                                               request_id_arg(request_id, "request_id must not be empty"),
+                                               seconds_arg(deadline, "deadline", false));
+            NetworkWait wait(h.memory);
+            return run(*h.store, *op);
+          },
+          py::arg("limit"), py::arg("key"), py::arg("cost"), py::kw_only(), py::arg("request_id"),
+          py::arg("deadline"), "Charge the estimate `cost` if allowed and record the reservation until `deadline`.")
+      .def(
+          "settle",
+          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle request_id, py::handle actual) {
+            auto op = h.strategy->make_settle(h.limits(limit)->limits, text_arg(key, "key"),
+                                              request_id_arg(request_id, "request_id must not be empty"),
+                                              int_arg(actual, "actual"));
+            NetworkWait wait(h.memory);
+            return run(*h.store, *op);
+          },
+          py::arg("limit"), py::arg("key"), py::kw_only(), py::arg("request_id"), py::arg("actual"),
+          "Settle the reservation `request_id` at `actual` units, once.")
+      .def(
+          "refund_async",
+          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost, py::handle request_id) {
+            auto op = h.strategy->make_refund(h.limits(limit)->limits, text_arg(key, "key"), int_arg(cost, "cost"),
+                                              request_id_arg(request_id, "request_id must not be empty"));
+            return aio::submit_async(h.store, std::move(op), [](Adjustment& a) { return py::cast(a); });
+          },
+          py::arg("limit"), py::arg("key"), py::arg("cost") = 1, py::kw_only(), py::arg("request_id") = py::none())
+      .def(
+          "reserve_async",
+          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost, py::handle request_id,
+             py::handle deadline) {
+            auto op = h.strategy->make_reserve(h.limits(limit)->limits, text_arg(key, "key"), int_arg(cost, "cost"),
+                                               request_id_arg(request_id, "request_id must not be empty"),
+                                               seconds_arg(deadline, "deadline", false));
+            return aio::submit_async(h.store, std::move(op), [](Adjustment& a) { return py::cast(a); });
+          },
+          py::arg("limit"), py::arg("key"), py::arg("cost"), py::kw_only(), py::arg("request_id"),
+          py::arg("deadline"))
+      .def(
+          "settle_async",
+          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle request_id, py::handle actual) {
+            auto op = h.strategy->make_settle(h.limits(limit)->limits, text_arg(key, "key"),
+                                              request_id_arg(request_id, "request_id must not be empty"),
+                                              int_arg(actual, "actual"));
+            return aio::submit_async(h.store, std::move(op), [](Adjustment& a) { return py::cast(a); });
+          },
+          py::arg("limit"), py::arg("key"), py::kw_only(), py::arg("request_id"), py::arg("actual"))
       // The same calls as operations for redcount.aio: each returns the result when it
       // completed at once (memory://), else a future the store's I/O thread completes.
       .def(

@@ -46,6 +46,7 @@ from .errors import (
 from .limiter import Decision, Lease, Limiter, LimitSet, LimitStats, parse_limits, strategies
 from .hot_keys import HotKey, HotKeys
 from .pn import PNCounter
+from .reservations import Adjustment, Reservation
 from .sharded import BufferedCounter, BufferedStats, Quota, QuotaResult, Reading, ShardedCounter
 from .sharded import ShardGeneration, ShardLayout
 from .sliding import SlidingWindowCounter
@@ -58,6 +59,7 @@ from .telemetry import MetricsSnapshot, RedcountCollector, metrics
 from ._version import __version__
 
 __all__ = [
+    "Adjustment",
     "AuthenticationError",
     "BufferedCounter",
     "BufferedStats",
@@ -87,6 +89,7 @@ __all__ = [
     "RedcountCollector",
     "RedcountError",
     "ReplyError",
+    "Reservation",
     "ResilientStore",
     "RestoreReport",
     "RetryQueueFull",

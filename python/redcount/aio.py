@@ -52,6 +52,7 @@ from .errors import InvalidInputError
 from .limiter import Item, OnUnavailable, check_on_unavailable, slots_taken, unavailable_decision
 from .limiter import Limiter as _SyncLimiter
 from .pn import PNCounter as _SyncPNCounter
+from .reservations import Adjustment, AsyncReservation, new_request_id
 from .shaping import Throttle
 from .shaping import check_wait_args as _check_wait_args
 from .shaping import shaper_of as _shaper_of
@@ -366,8 +367,8 @@ class SlidingWindowCounter:
 class Limiter:
     """The asyncio twin of :class:`redcount.Limiter`: the same arguments, strategies and
     decisions, with :meth:`hit`, :meth:`test`, :meth:`stats`, :meth:`reset`, :meth:`acquire`,
-    :meth:`release` and :meth:`in_flight` as coroutines, and :meth:`lease` as an async
-    context manager.
+    :meth:`release`, :meth:`in_flight`, :meth:`refund`, :meth:`reserve` and :meth:`settle` as
+    coroutines, and :meth:`lease` as an async context manager.
 
     ``Limiter.from_sync(limiter)`` shares a sync limiter's core (its parsed-limit cache and
     clock); :attr:`sync` is the sync twin either way. Thread-safe.
@@ -402,6 +403,38 @@ class Limiter:
         self._in_flight = engine_method(core, "in_flight", store)
         self._hit_all = engine_method(core, "hit_all", store)
         self._test_all = engine_method(core, "test_all", store)
+        self._refund = engine_method(core, "refund", store)
+        self._reserve = engine_method(core, "reserve", store)
+        self._settle = engine_method(core, "settle", store)
+
+    async def refund(
+        self, limit: str | LimitSet, key: str | bytes, cost: int = 1, *, request_id: str | bytes | None = None
+    ) -> Adjustment:
+        """Give back up to ``cost`` units, once per ``request_id``: see :meth:`redcount.Limiter.refund`."""
+        r = self._refund(limit, key, cost, request_id=request_id)
+        return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
+
+    async def reserve(
+        self,
+        limit: str | LimitSet,
+        key: str | bytes,
+        cost: int,
+        *,
+        request_id: str | bytes | None = None,
+        deadline: float = 60.0,
+    ) -> AsyncReservation:
+        """Charge an estimate and record the reservation: see :meth:`redcount.Limiter.reserve`."""
+        rid = new_request_id() if request_id is None else request_id
+        r = self._reserve(limit, key, cost, request_id=rid, deadline=deadline)
+        adjustment = (await r) if r.__class__ is OpFuture else r
+        return AsyncReservation(self, limit, key, rid, adjustment)
+
+    async def settle(
+        self, limit: str | LimitSet, key: str | bytes, *, request_id: str | bytes, actual: int
+    ) -> Adjustment:
+        """Settle a reservation at ``actual``, once: see :meth:`redcount.Limiter.settle`."""
+        r = self._settle(limit, key, request_id=request_id, actual=actual)
+        return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def hit(self, limit: str | LimitSet, key: str | bytes, cost: int = 1) -> Decision:
         """Charge ``cost`` against ``key`` if every limit allows it; the :class:`~redcount.Decision`

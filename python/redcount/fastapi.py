@@ -57,10 +57,11 @@ from .store import connect as _connect
 from .web import problem
 from .web.engine import DEFAULT_BUDGET, FailMode, MetricsSink, Verdict, check_store, decide_async
 from .web.headers import HeaderSets, render
+from .web.outcome import Deduct, deduct_predicate, merge_charged, split_checks
 from .web.settings import Settings, TrustedArg
 from .web.spec import Check, KeyFunc, KeyFunctionError, LimitSpec, Policy, policies_of, resolve_all
 
-__all__ = ["RateLimitExceeded", "RateLimitMiddleware", "RateLimiter", "rate_limit_exceeded_handler"]
+__all__ = ["RateLimitExceeded", "RateLimitMiddleware", "RateLimiter", "SentResponse", "rate_limit_exceeded_handler"]
 
 log = logging.getLogger("redcount.fastapi")
 
@@ -73,6 +74,26 @@ LimitArg = Union[str, Callable[..., str]]
 CostArg = Union[int, Callable[..., int]]
 
 _SCOPE_KEY = "redcount.verdict"
+# The request's checks charged by outcome (deduct_when), in its ASGI scope; the middleware
+# puts the list there, so its presence says the middleware runs.
+_DEDUCT_KEY = "redcount.deduct"
+
+
+class SentResponse:
+    """The response as it starts (what ``deduct_when`` predicates get on FastAPI and
+    Starlette): ``status_code`` and ``headers`` (a case-insensitive
+    ``starlette.datastructures.Headers``), whatever the endpoint returned or raised."""
+
+    __slots__ = ("headers", "status_code")
+
+    def __init__(self, message: Message) -> None:
+        from starlette.datastructures import Headers
+
+        self.status_code: int = int(message["status"])
+        self.headers = Headers(raw=list(message.get("headers", ())))
+
+    def __repr__(self) -> str:
+        return f"SentResponse(status_code={self.status_code})"
 # RFC 6455 1008: the endpoint refuses a message (here: a connection) that violates its policy.
 _WS_POLICY_VIOLATION = 1008
 
@@ -226,6 +247,8 @@ class RateLimiter:
         self._budget = None if limiter.sync.store.is_memory else self.settings.budget
         # Per-route policy names of limits declared without a name, per (spec, endpoint).
         self._route_policies: dict[tuple[int, Any], list[Policy]] = {}
+        # Limits charged by outcome: id(spec) -> its deduct_when (specs live as long as this).
+        self._deduct: dict[int, Deduct] = {}
         if check_on_start is None:
             env = os.environ.get("REDCOUNT_CHECK_ON_START", "").strip().lower()
             if env not in ("", "0", "false", "no", "off", "1", "true", "yes", "on"):
@@ -255,14 +278,20 @@ class RateLimiter:
         name: str | None = None,
         shadow: bool = False,
         scope: str | None = None,
+        deduct_when: Callable[..., bool] | None = None,
     ) -> LimitSpec:
-        """A checked :class:`~redcount.web.LimitSpec` for :meth:`enforce` (Starlette)."""
+        """A checked :class:`~redcount.web.LimitSpec` for :meth:`enforce` (Starlette).
+        ``deduct_when`` as in :meth:`limit`."""
         where = f"limit {limit!r}" if scope is None else f"shared limit {scope!r}"
-        return LimitSpec.build(
+        deduct = deduct_predicate(deduct_when, where)
+        spec = LimitSpec.build(
             limit, name=name if scope is None else (name or scope), scope=f"shared:{scope}" if scope else "route",
             key=key, cost=cost, methods=methods, exempt_when=exempt_when, per_method=per_method,
             per_route=scope is None, shadow=shadow, where=where,
         )
+        if deduct is not None:
+            self._deduct[id(spec)] = deduct
+        return spec
 
     def limit(
         self,
@@ -275,15 +304,25 @@ class RateLimiter:
         per_method: bool = False,
         name: str | None = None,
         shadow: bool = False,
+        deduct_when: Callable[..., bool] | None = None,
     ) -> Callable[[HTTPConnection, Response], Awaitable[None]]:
         """A dependency limiting the route it is attached to, counted per route:
         ``Depends(rl.limit("5/second"))``. ``limit``, ``key``, ``cost`` may be callables of the
         request; ``methods``, ``exempt_when``, ``per_method``, ``shadow`` as in
         :class:`~redcount.web.LimitSpec`; ``name`` is the policy name in the headers
         (default: the route's endpoint function's name, ``search``, suffixed by the window
-        when the limit string holds several: ``search-1s``, ``search-3600s``)."""
+        when the limit string holds several: ``search-1s``, ``search-3600s``).
+
+        ``deduct_when``: charge by outcome, a callable of the response (a
+        :class:`SentResponse`: ``status_code``, ``headers``) or of the request and the
+        response, returning True for a request that counts: ``lambda r: r.status_code >= 400``
+        counts failed logins only. The limit is tested before the endpoint (a request over it
+        is refused) and charged when the response starts, if it matches; that needs
+        :class:`RateLimitMiddleware` on the app. Concurrent requests of one key are all tested
+        against the same count, so up to N - 1 more than the limit may run with N in flight
+        (see docs/refunds.md)."""
         return self._dependency(self.spec(limit, key=key, cost=cost, methods=methods, exempt_when=exempt_when,
-                                          per_method=per_method, name=name, shadow=shadow))
+                                          per_method=per_method, name=name, shadow=shadow, deduct_when=deduct_when))
 
     def all_of(self, *specs: LimitSpec) -> Callable[[HTTPConnection, Response], Awaitable[None]]:
         """A dependency deciding several limits (each from :meth:`spec`) together, in one
@@ -309,13 +348,15 @@ class RateLimiter:
         exempt_when: Callable[..., bool] | None = None,
         per_method: bool = False,
         shadow: bool = False,
+        deduct_when: Callable[..., bool] | None = None,
     ) -> Callable[[HTTPConnection, Response], Awaitable[None]]:
         """A dependency whose count every route using it shares, named ``scope``:
-        ``reports = rl.shared_limit("100/hour", "reports")`` then ``Depends(reports)``."""
+        ``reports = rl.shared_limit("100/hour", "reports")`` then ``Depends(reports)``.
+        ``deduct_when`` as in :meth:`limit`."""
         if not isinstance(scope, str) or not scope:
             raise InvalidInputError(f"shared_limit needs a scope name, got {scope!r}")
         return self._dependency(self.spec(limit, key=key, cost=cost, methods=methods, exempt_when=exempt_when,
-                                          per_method=per_method, shadow=shadow, scope=scope))
+                                          per_method=per_method, shadow=shadow, scope=scope, deduct_when=deduct_when))
 
     def _dependency(self, *specs: LimitSpec) -> Callable[[HTTPConnection, Response], Awaitable[None]]:
         # Two parameters that FastAPI fills by their annotation alone (no sub-dependency to
@@ -327,8 +368,11 @@ class RateLimiter:
             scope = connection.scope
             s = self.settings
             checks = self._checks(scope, specs, connection)
-            verdict = await decide_async(self.limiter, checks, s.policy, s.metrics, shadow_all=s.shadow,
-                                         budget=self._budget, after=scope.get(_SCOPE_KEY))
+            if self._deduct:
+                verdict = await self._decide_by_outcome(scope, checks)
+            else:
+                verdict = await decide_async(self.limiter, checks, s.policy, s.metrics, shadow_all=s.shadow,
+                                             budget=self._budget, after=scope.get(_SCOPE_KEY))
             headers = self._answer(scope, self._merge(scope, verdict))
             if headers:
                 raw = response.headers
@@ -377,9 +421,47 @@ class RateLimiter:
     async def _decide(self, scope: Scope, specs: Sequence[LimitSpec], native: HTTPConnection | None) -> Verdict:
         s = self.settings
         checks = self._checks(scope, specs, native)
+        if self._deduct:
+            return self._merge(scope, await self._decide_by_outcome(scope, checks))
         verdict = await decide_async(self.limiter, checks, s.policy, s.metrics, shadow_all=s.shadow,
                                      budget=self._budget, after=scope.get(_SCOPE_KEY))
         return self._merge(scope, verdict)
+
+    async def _decide_by_outcome(self, scope: Scope, checks: list[Check]) -> Verdict:
+        """Decide ``checks`` when some are charged by outcome: those are tested (nothing
+        charged) and, when the request is allowed, left in the scope for the middleware to
+        charge once the response starts; the others are charged now."""
+        s = self.settings
+        now, later = split_checks(checks, self._deduct)
+        if not later:
+            return await decide_async(self.limiter, now, s.policy, s.metrics, shadow_all=s.shadow,
+                                      budget=self._budget, after=scope.get(_SCOPE_KEY))
+        pending: list[Check] | None = scope.get(_DEDUCT_KEY)
+        if pending is None:
+            raise HTTPException(500, detail="deduct_when needs redcount.fastapi.RateLimitMiddleware on the app "
+                                            "(it charges the limit once the response is known)")
+        verdict = await decide_async(self.limiter, later, s.policy, s.metrics, shadow_all=s.shadow,
+                                     budget=self._budget, after=scope.get(_SCOPE_KEY), charge=False)
+        if verdict.allowed and now:
+            verdict.merge(await decide_async(self.limiter, now, s.policy, s.metrics, shadow_all=s.shadow,
+                                             budget=self._budget, after=verdict))
+        if verdict.allowed:
+            pending.extend(later)
+        return verdict
+
+    async def _charge_by_outcome(self, scope: Scope, pending: list[Check], message: Message) -> None:
+        """Charge the checks whose deduct_when matches the response starting in ``message``."""
+        response = SentResponse(message)
+        request = Request(scope)
+        due = [c for c in pending if self._deduct[id(c.spec)].matches(request, response)]
+        pending.clear()
+        if not due:
+            return
+        s = self.settings
+        charged = await decide_async(self.limiter, due, s.policy, s.metrics, shadow_all=s.shadow, budget=self._budget)
+        verdict: Verdict | None = scope.get(_SCOPE_KEY)
+        if verdict is not None:
+            merge_charged(verdict, charged)
 
     @staticmethod
     def _merge(scope: Scope, verdict: Verdict) -> Verdict:
@@ -443,6 +525,8 @@ class RateLimitMiddleware:
             return
         rl = self.rl
         scope.pop(_SCOPE_KEY, None)
+        if rl._deduct and kind == "http":
+            scope[_DEDUCT_KEY] = []
         if rl.default:
             try:
                 verdict = await rl._decide(scope, rl.default, None)
@@ -462,6 +546,9 @@ class RateLimitMiddleware:
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
+                pending = scope.get(_DEDUCT_KEY)
+                if pending:
+                    await rl._charge_by_outcome(scope, pending, message)
                 verdict = scope.get(_SCOPE_KEY)
                 if verdict is not None:
                     extra = _encode(render(verdict, rl.settings.headers))

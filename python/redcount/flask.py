@@ -53,6 +53,7 @@ from .web import problem
 from .web.engine import DEFAULT_BUDGET, FailMode, MetricsSink, Verdict, check_budget, check_store, decide
 from .web.headers import HeaderSets, render
 from .web.settings import Settings, TrustedArg
+from .web.outcome import Deduct, deduct_predicate, merge_charged, split_checks
 from .web.spec import Check, KeyFunc, KeyFunctionError, LimitSpec, client_prefix, remote_address, resolve_all
 
 __all__ = ["RateLimitExceeded", "RateLimiter", "StoreUnavailableError"]
@@ -65,6 +66,7 @@ CostArg = Union[int, Callable[..., int]]
 
 _UNSET: Any = object()
 _VERDICT = "redcount.verdict"  # the request's verdict, in its WSGI environ
+_DEDUCT = "redcount.deduct"  # the request's checks charged by outcome (deduct_when), in its WSGI environ
 
 
 class RateLimitExceeded(TooManyRequests):
@@ -224,7 +226,20 @@ class _Hooks:
                 checks = resolve_all(specs, view, s.key)
             except (KeyFunctionError, InvalidInputError) as e:
                 raise InternalServerError(description=str(e) if self.app.debug else None) from e
-        verdict = decide(state.limiter, checks, s.policy, s.metrics, shadow_all=s.shadow, budget=state.budget)
+        deducts = self.rl._deduct
+        later: list[Check] = []
+        if deducts:
+            checks, later = split_checks(checks, deducts)
+        if later:
+            # Charged by outcome: tested now (nothing charged), charged in after().
+            verdict = decide(state.limiter, later, s.policy, s.metrics, shadow_all=s.shadow, budget=state.budget,
+                             charge=False)
+            if verdict.allowed and checks:
+                verdict.merge(decide(state.limiter, checks, s.policy, s.metrics, shadow_all=s.shadow,
+                                     budget=state.budget, after=verdict))
+            req.environ[_DEDUCT] = later
+        else:
+            verdict = decide(state.limiter, checks, s.policy, s.metrics, shadow_all=s.shadow, budget=state.budget)
         req.environ[_VERDICT] = verdict
         if verdict.unavailable:
             raise StoreUnavailableError()
@@ -233,10 +248,23 @@ class _Hooks:
 
     def after(self, response: flask.Response) -> flask.Response:
         verdict: Verdict | None = request.environ.get(_VERDICT)
+        later: list[Check] | None = request.environ.get(_DEDUCT)
+        if later and verdict is not None and verdict.allowed:
+            self._charge_by_outcome(verdict, later, response)
         if verdict is not None:
             for name, value in render(verdict, self.state.settings.headers):
                 response.headers[name] = value  # set, not add: never a duplicate field
         return response
+
+    def _charge_by_outcome(self, verdict: Verdict, later: list[Check], response: flask.Response) -> None:
+        req = request._get_current_object()  # type: ignore[attr-defined]
+        deducts = self.rl._deduct
+        due = [c for c in later if deducts[id(c.spec)].matches(req, response)]
+        if due:
+            s = self.state.settings
+            charged = decide(self.state.limiter, due, s.policy, s.metrics, shadow_all=s.shadow,
+                             budget=self.state.budget)
+            merge_charged(verdict, charged)
 
 
 class RateLimiter:
@@ -315,6 +343,8 @@ class RateLimiter:
             "check_on_start": check_on_start,
         }
         self._routes: dict[Callable[..., Any], list[LimitSpec]] = {}
+        # Limits charged by outcome: id(spec) -> its deduct_when (specs live as long as this).
+        self._deduct: dict[int, Deduct] = {}
         self._blueprints: dict[str, list[LimitSpec]] = {}
         self._exempt_views: set[Callable[..., Any]] = set()
         self._exempt_blueprints: set[str] = set()
@@ -407,6 +437,7 @@ class RateLimiter:
         per_method: bool = False,
         name: str | None = None,
         shadow: bool = False,
+        deduct_when: Callable[..., bool] | None = None,
     ) -> Callable[[F], F]:
         """Limit a view function or a blueprint (all its routes, counted per route).
 
@@ -416,7 +447,15 @@ class RateLimiter:
         nothing or of the request) returning True to skip; ``per_method``: separate counts
         per method; ``name``: the policy name in the headers (default: the view's name);
         ``shadow``: count and report, never refuse. Decorators stack: every limit holds.
+
+        ``deduct_when``: charge by outcome, a callable of the response (or of the request
+        and the response) returning True for a request that counts, e.g. ``lambda r:
+        r.status_code >= 400`` to count failed logins only. The limit is tested before the
+        view (a request over it is refused) and charged after it when the response matches.
+        Concurrent requests of one key are all tested against the same count, so up to N - 1
+        more than the limit may run with N in flight (see docs/refunds.md).
         """
+        deduct = deduct_predicate(deduct_when, f"limit {limit!r}" if isinstance(limit, str) else "limit")
 
         def decorate(obj: F) -> F:
             if isinstance(obj, Blueprint):
@@ -426,6 +465,8 @@ class RateLimiter:
                     exempt_when=exempt_when, per_method=per_method, per_route=True, shadow=shadow, where=where,
                 )
                 self._blueprints.setdefault(obj.name, []).append(spec)
+                if deduct is not None:
+                    self._deduct[id(spec)] = deduct
                 self._generation += 1
                 return obj
             if not callable(obj):
@@ -440,6 +481,8 @@ class RateLimiter:
                 exempt_when=exempt_when, per_method=per_method, shadow=shadow, where=where,
             )
             existing.append(spec)
+            if deduct is not None:
+                self._deduct[id(spec)] = deduct
             self._generation += 1
             return obj
 
@@ -456,16 +499,21 @@ class RateLimiter:
         exempt_when: Callable[..., bool] | None = None,
         per_method: bool = False,
         shadow: bool = False,
+        deduct_when: Callable[..., bool] | None = None,
     ) -> Callable[[F], F]:
         """A limit that a group of routes share: one count for all the views it decorates,
         named ``scope`` (also the policy name in the headers). Call it once and apply the
-        result to each view: ``shared = rl.shared_limit("100/hour", "reports")``."""
+        result to each view: ``shared = rl.shared_limit("100/hour", "reports")``.
+        ``deduct_when`` as in :meth:`limit`."""
         if not isinstance(scope, str) or not scope:
             raise InvalidInputError(f"shared_limit needs a scope name, got {scope!r}")
         spec = LimitSpec.build(
             limit, name=scope, scope=f"shared:{scope}", key=key, cost=cost, methods=methods,
             exempt_when=exempt_when, per_method=per_method, shadow=shadow, where=f"shared limit {scope!r}",
         )
+        deduct = deduct_predicate(deduct_when, f"shared limit {scope!r}")
+        if deduct is not None:
+            self._deduct[id(spec)] = deduct
 
         def decorate(obj: F) -> F:
             if isinstance(obj, Blueprint):

@@ -12,9 +12,20 @@ from ._calendar import calendar_arg
 from ._wrap import bind_fast_paths
 from .errors import ConnectionError as StoreConnectionError
 from .errors import InvalidInputError, RateLimitExceeded, StoreClosed
+from .reservations import Adjustment, Reservation, new_request_id
 from .shaping import Throttle, check_wait_args, queue_name, shaper_of, wait_async, wait_sync
 
-__all__ = ["Decision", "Lease", "LimitSet", "LimitStats", "Limiter", "parse_limits", "strategies"]
+__all__ = [
+    "Adjustment",
+    "Decision",
+    "Lease",
+    "LimitSet",
+    "LimitStats",
+    "Limiter",
+    "Reservation",
+    "parse_limits",
+    "strategies",
+]
 
 #: One part of a decision across several keys: (limit, key), e.g. ("100/minute", "user:42").
 Item = tuple[str | LimitSet, str | bytes]
@@ -91,6 +102,8 @@ class Limiter:
     ``stats(limit, key) -> list[LimitStats]``; ``reset(limit, key)``; and for the
     concurrency strategy ``acquire(max_in_flight, key, *, lease_timeout=60.0) -> Lease | None``,
     ``release(lease) -> bool``, ``in_flight(key)`` and the :meth:`lease` context manager.
+    :meth:`refund`, :meth:`reserve` and :meth:`settle` charge by what a request really cost
+    (docs/refunds.md).
 
     Strategies (``strategy=``):
 
@@ -244,6 +257,50 @@ class Limiter:
     def in_flight(self, key: str | bytes) -> int:
         """Leases of ``key`` held now (``strategy="concurrency"``)."""
         return self._core.in_flight(key)
+
+    def refund(
+        self, limit: str | LimitSet, key: str | bytes, cost: int = 1, *, request_id: str | bytes | None = None
+    ) -> Adjustment:
+        """Give back up to ``cost`` units charged to ``key`` under every limit (e.g. a request
+        that turned out not to count). Returns an :class:`~redcount.Adjustment`: ``status``
+        ``"applied"`` with ``units`` given back (fewer when less was charged), and
+        ``decision``, the key's state afterwards.
+
+        With ``request_id`` it is done once: a refund under an id already applied changes
+        nothing and says ``"duplicate"`` (retries are safe); the id's marker is written with
+        the refund, atomically, and kept at least as long as the longest window. What each
+        strategy gives back: see docs/refunds.md. Not for ``strategy="concurrency"``
+        (:meth:`release` gives a lease back)."""
+        return self._core.refund(limit, key, cost, request_id=request_id)
+
+    def reserve(
+        self,
+        limit: str | LimitSet,
+        key: str | bytes,
+        cost: int,
+        *,
+        request_id: str | bytes | None = None,
+        deadline: float = 60.0,
+    ) -> Reservation:
+        """Charge the estimate ``cost`` if every limit allows it (as :meth:`hit` would) and
+        record the reservation under ``request_id`` (a fresh one when None) for ``deadline``
+        seconds, in the same script. Returns a :class:`~redcount.Reservation`, truthy when
+        charged; its ``settle(actual)`` (or :meth:`settle` from any process) charges or gives
+        back the difference, once. A reservation not settled by its deadline settles at the
+        estimate: nothing more happens, and a later settle reports ``"expired"``. A second
+        reserve under the same id charges nothing (``duplicate``). A refused reservation
+        charges and records nothing."""
+        rid = new_request_id() if request_id is None else request_id
+        adjustment = self._core.reserve(limit, key, cost, request_id=rid, deadline=deadline)
+        return Reservation(self, limit, key, rid, adjustment)
+
+    def settle(self, limit: str | LimitSet, key: str | bytes, *, request_id: str | bytes, actual: int) -> Adjustment:
+        """Settle the reservation ``request_id`` at ``actual`` units (>= 0): gives back
+        ``estimate - actual``, or charges ``actual - estimate`` whatever the limits say (the
+        units were used). Once: ``status`` is ``"applied"`` the first time, ``"duplicate"``
+        after; ``"expired"`` when there is no such reservation (past its deadline, where it
+        settled at the estimate, refused, or never made): nothing changes then."""
+        return self._core.settle(limit, key, request_id=request_id, actual=actual)
 
     @property
     def clock(self) -> str:

@@ -608,6 +608,28 @@ const std::vector<ParityCase>& parity_cases() {
          if (rng() % 2 == 0) c.keys.push_back("q:{a}:rid:" + std::to_string(rng() % 6));
          return c;
        }},
+      {"limiter_adjust", false,
+       [](std::mt19937& rng, std::int64_t now, int i) {
+         // Refunds, reservations and settlements of every strategy's state, with and
+         // without a record, over two limits each.
+         const char* kinds[] = {"fw", "sw", "swa", "tb", "gcra"};
+         const char* ops[] = {"refund", "reserve", "settle"};
+         const std::string kind = kinds[rng() % 5], op = ops[rng() % 3];
+         const std::string d = std::to_string(deadline);
+         ScriptCall c{&kLimiterAdjustScript,
+                      {"adj:{a}:" + kind + ":1", "adj:{a}:" + kind + ":2"},
+                      {std::to_string(kind == "gcra" ? now * 1000 : now), kind, op, std::to_string(rng() % 5), "60000",
+                       "id" + std::to_string(i)}};
+         std::vector<std::string> limits;
+         if (kind == "fw") limits = {"6", d, "0", "0", "9", d, "0", "0"};
+         if (kind == "sw") limits = {"6", "10000", "0", "0", "9", "60000", "0", "0"};
+         if (kind == "swa") limits = {"6", "2500", "4", "0", "9", "60000", "1", "0"};
+         if (kind == "tb") limits = {"6", "10000", "8", "0", "9", "60000", "9", "0"};
+         if (kind == "gcra") limits = {"2000000", "5", "0", "0", "500000", "8", "0", "0"};
+         c.args.insert(c.args.end(), limits.begin(), limits.end());
+         if (op != "refund" || rng() % 2 == 0) c.keys.push_back("adj:{a}:rid:" + kind + std::to_string(rng() % 4));
+         return c;
+       }},
       {"pn_merge", false,
        [](std::mt19937& rng, std::int64_t, int) {
          // Totals near 2^63 as well (compared as text there), a repeated region now and then,

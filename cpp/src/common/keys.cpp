@@ -111,6 +111,16 @@ std::string limiter_key(std::string_view prefix, std::string_view kind, std::str
   return out;
 }
 
+std::string limiter_record_key(std::string_view prefix, std::string_view kind, std::string_view key,
+                               std::string_view what, std::string_view request_id) {
+  std::string out;
+  out.reserve(prefix.size() + kind.size() + key.size() + what.size() + request_id.size() + 8);
+  out.append(prefix).append(":").append(kind).append(":");
+  append_tagged(out, key);
+  out.append(":").append(what).append(":").append(request_id);
+  return out;
+}
+
 std::string concurrency_key(std::string_view prefix, std::string_view key) {
   std::string out;
   out.reserve(prefix.size() + key.size() + 6);

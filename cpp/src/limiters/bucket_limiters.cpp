@@ -35,6 +35,10 @@ class TokenBucketRules final : public detail::ScriptedRules {
   std::string storage_key(const RateLimit& l, std::string_view key, std::string_view tag) const override {
     return detail::limiter_key(prefix_, "tb", key, l.window_ms, tag);
   }
+  std::string_view adjust_kind() const noexcept override { return "tb"; }
+  std::array<std::int64_t, 4> adjust_args(const RateLimit& l) const override {
+    return {l.amount, l.window_ms, l.capacity(), 0};
+  }
 
   ScriptCall call(const std::vector<RateLimit>& limits, std::vector<std::string> keys, std::int64_t cost, bool hit,
                   std::optional<std::int64_t> now) const override {
@@ -107,6 +111,10 @@ class GcraRules final : public detail::ScriptedRules {
 
   std::string storage_key(const RateLimit& l, std::string_view key, std::string_view tag) const override {
     return detail::limiter_key(prefix_, "gcra", key, l.window_ms, tag);
+  }
+  std::string_view adjust_kind() const noexcept override { return "gcra"; }
+  std::array<std::int64_t, 4> adjust_args(const RateLimit& l) const override {
+    return {interval_us(l), l.capacity(), 0, 0};
   }
 
   ScriptCall call(const std::vector<RateLimit>& limits, std::vector<std::string> keys, std::int64_t cost, bool hit,

@@ -285,6 +285,13 @@ class FixedWindowMulti final : public detail::MultiRules {
     // The window's own deadline, should the key have expired after all.
     out.emplace_back(Command{{"PEXPIREAT", key, std::to_string(expire_at(l, now_ms)), "NX"}});
   }
+  std::string_view adjust_kind() const noexcept override { return "fw"; }
+  std::array<std::int64_t, 4> adjust_args(const RateLimit& l, std::int64_t now_ms) const override {
+    return {l.amount, expire_at(l, now_ms), 0, 0};
+  }
+  std::string record_key(std::string_view key, std::string_view what, std::string_view request_id) const override {
+    return limiter_record_key(prefix_, "fw", key, what, request_id);
+  }
 
  private:
   std::int64_t expire_at(const RateLimit& l, std::int64_t now_ms) const { return where(l, "", now_ms).expire_at_ms; }
@@ -308,6 +315,23 @@ class FixedWindowLimiter final : public LimiterStrategy {
   std::shared_ptr<Op<Decision>> make_test_all(const std::vector<KeyedLimits>& items, std::int64_t cost,
                                               std::string_view tag) override {
     return detail::make_multi_decision(store_, time_, multi_, items, cost, tag, false);
+  }
+
+  // refunds.cpp's operations over this strategy's keys (the window at the time they run).
+  std::shared_ptr<Op<Adjustment>> make_refund(const std::vector<RateLimit>& limits, std::string_view key,
+                                              std::int64_t cost, std::string_view request_id) override {
+    return detail::make_refund_op(store_, time_, multi_, limits, key, cost, request_id, make_test(limits, key, 1));
+  }
+  std::shared_ptr<Op<Adjustment>> make_reserve(const std::vector<RateLimit>& limits, std::string_view key,
+                                               std::int64_t estimate, std::string_view request_id,
+                                               std::int64_t deadline_ms) override {
+    check_cost(limits, key, estimate);
+    return detail::make_reserve_op(store_, time_, multi_, limits, key, estimate, request_id, deadline_ms,
+                                   make_test(limits, key, 1), make_test(limits, key, estimate));
+  }
+  std::shared_ptr<Op<Adjustment>> make_settle(const std::vector<RateLimit>& limits, std::string_view key,
+                                              std::string_view request_id, std::int64_t actual) override {
+    return detail::make_settle_op(store_, time_, multi_, limits, key, request_id, actual, make_test(limits, key, 1));
   }
 
   std::string_view name() const noexcept override { return "fixed-window"; }

@@ -98,7 +98,35 @@ class MultiRules {
                     const ScriptArgs* sent, std::int64_t now_ms, std::vector<Outcome>& out, Ints& v) const = 0;
   virtual void release(const RateLimit& limit, const std::string& key, std::int64_t cost, const Ints& v,
                        const ScriptArgs* sent, std::int64_t now_ms, std::vector<Request>& out) const = 0;
+  // Refunds and reservations (limiter_adjust.lua, refunds.cpp): the strategy's name in
+  // that script ("fw", "sw", "swa", "tb", "gcra"; empty: not supported), one limit's four
+  // numbers there at `now_ms`, and the key of a request id's record.
+  virtual std::string_view adjust_kind() const noexcept { return {}; }
+  virtual std::array<std::int64_t, 4> adjust_args(const RateLimit&, std::int64_t /*now_ms*/) const { return {}; }
+  virtual std::string record_key(std::string_view /*key*/, std::string_view /*what*/,
+                                 std::string_view /*request_id*/) const {
+    return {};
+  }
 };
+
+// refund(), reserve() and settle() of a strategy described by `rules` (refunds.cpp);
+// `after` is test(limits, key, 1), `refused` test(limits, key, cost) (reserve only).
+std::shared_ptr<Op<Adjustment>> make_refund_op(std::shared_ptr<Store> store, const TimeSource& time,
+                                               std::shared_ptr<const MultiRules> rules,
+                                               const std::vector<RateLimit>& limits, std::string_view key,
+                                               std::int64_t cost, std::string_view request_id,
+                                               std::shared_ptr<Op<Decision>> after);
+std::shared_ptr<Op<Adjustment>> make_reserve_op(std::shared_ptr<Store> store, const TimeSource& time,
+                                                std::shared_ptr<const MultiRules> rules,
+                                                const std::vector<RateLimit>& limits, std::string_view key,
+                                                std::int64_t estimate, std::string_view request_id,
+                                                std::int64_t deadline_ms, std::shared_ptr<Op<Decision>> after,
+                                                std::shared_ptr<Op<Decision>> refused);
+std::shared_ptr<Op<Adjustment>> make_settle_op(std::shared_ptr<Store> store, const TimeSource& time,
+                                               std::shared_ptr<const MultiRules> rules,
+                                               const std::vector<RateLimit>& limits, std::string_view key,
+                                               std::string_view request_id, std::int64_t actual,
+                                               std::shared_ptr<Op<Decision>> after);
 
 // The hit_all/test_all operation of a strategy described by `rules`.
 std::shared_ptr<Op<Decision>> make_multi_decision(std::shared_ptr<Store> store, const TimeSource& time,
@@ -138,6 +166,13 @@ class ScriptedRules {
   virtual void release(const RateLimit& limit, const std::string& key, std::int64_t cost, const Ints& v,
                        const ScriptArgs* sent, std::vector<Request>& out) const = 0;
   virtual const Script& script() const noexcept = 0;
+  // Refunds and reservations (see MultiRules): the strategy's name in limiter_adjust.lua
+  // and one limit's four numbers there.
+  virtual std::string_view adjust_kind() const noexcept { return {}; }
+  virtual std::array<std::int64_t, 4> adjust_args(const RateLimit&) const { return {}; }
+  std::string record_key(std::string_view key, std::string_view what, std::string_view request_id) const {
+    return limiter_record_key(prefix_, adjust_kind(), key, what, request_id);
+  }
   // The script's reply is an array of this many integers: now, allowed, then per limit.
   virtual std::size_t reply_size(const std::vector<RateLimit>& limits) const = 0;
   virtual std::vector<Outcome> outcomes(const std::vector<RateLimit>& limits, std::int64_t cost,
@@ -215,6 +250,14 @@ class ScriptedLimiter final : public LimiterStrategy {
   Decision test(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) override {
     return decide_now(limits, key, cost, false);
   }
+  // refunds.cpp
+  std::shared_ptr<Op<Adjustment>> make_refund(const std::vector<RateLimit>& limits, std::string_view key,
+                                              std::int64_t cost, std::string_view request_id) override;
+  std::shared_ptr<Op<Adjustment>> make_reserve(const std::vector<RateLimit>& limits, std::string_view key,
+                                               std::int64_t estimate, std::string_view request_id,
+                                               std::int64_t deadline_ms) override;
+  std::shared_ptr<Op<Adjustment>> make_settle(const std::vector<RateLimit>& limits, std::string_view key,
+                                              std::string_view request_id, std::int64_t actual) override;
 
  private:
   void check(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) const;

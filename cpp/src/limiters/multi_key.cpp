@@ -218,6 +218,13 @@ class ScriptedMulti final : public MultiRules {
                const ScriptArgs* sent, std::int64_t, std::vector<Request>& out) const override {
     rules_->release(limit, key, cost, v, sent, out);
   }
+  std::string_view adjust_kind() const noexcept override { return rules_->adjust_kind(); }
+  std::array<std::int64_t, 4> adjust_args(const RateLimit& l, std::int64_t) const override {
+    return rules_->adjust_args(l);
+  }
+  std::string record_key(std::string_view key, std::string_view what, std::string_view request_id) const override {
+    return rules_->record_key(key, what, request_id);
+  }
 
  private:
   std::shared_ptr<const ScriptedRules> rules_;

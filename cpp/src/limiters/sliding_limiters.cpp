@@ -33,6 +33,8 @@ class SlidingLogRules final : public detail::ScriptedRules {
   std::string storage_key(const RateLimit& l, std::string_view key, std::string_view tag) const override {
     return detail::limiter_key(prefix_, "sw", key, l.window_ms, tag);
   }
+  std::string_view adjust_kind() const noexcept override { return "sw"; }
+  std::array<std::int64_t, 4> adjust_args(const RateLimit& l) const override { return {l.amount, l.window_ms, 0, 0}; }
 
   ScriptCall call(const std::vector<RateLimit>& limits, std::vector<std::string> keys, std::int64_t cost, bool hit,
                   std::optional<std::int64_t> now) const override {
@@ -114,6 +116,10 @@ class SlidingApproxRules final : public detail::ScriptedRules {
 
   std::string storage_key(const RateLimit& l, std::string_view key, std::string_view tag) const override {
     return detail::limiter_key(prefix_, kind_, key, l.window_ms, tag);
+  }
+  std::string_view adjust_kind() const noexcept override { return "swa"; }
+  std::array<std::int64_t, 4> adjust_args(const RateLimit& l) const override {
+    return {l.amount, l.window_ms / k_, k_, 0};
   }
 
   ScriptCall call(const std::vector<RateLimit>& limits, std::vector<std::string> keys, std::int64_t cost, bool hit,

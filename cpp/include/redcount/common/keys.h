@@ -21,6 +21,8 @@
 //                         slot, so one script call decides them together)
 //   The limit's amount (and a bucket's capacity) is not part of a limiter's key: a key
 //   keeps its state when its limit changes (see docs/limiting.md).
+//   limiter request id    <prefix>:<kind>:{<key>}:refund:<request_id>    (a refund's marker)
+//                         <prefix>:<kind>:{<key>}:reserve:<request_id>   (a reservation)
 //   concurrency           <prefix>:cc:{<key>}
 //   sliding counter       <prefix>:<name>:{<key>}:<window_ms>:log | :log:w | :uniq
 //   sharded counter       {<prefix>:<name>:<shard>}            value (a string)
@@ -53,6 +55,10 @@ std::string fixed_window_limiter_key(std::string_view prefix, std::string_view k
 std::string limiter_key(std::string_view prefix, std::string_view kind, std::string_view key,
                         std::int64_t window_ms, std::string_view tag = {});
 std::string concurrency_key(std::string_view prefix, std::string_view key);
+// A request id's record for a limiter key: `what` is "refund" (a refund's marker) or
+// "reserve" (a reservation).
+std::string limiter_record_key(std::string_view prefix, std::string_view kind, std::string_view key,
+                               std::string_view what, std::string_view request_id);
 // `suffix` is "log", "log:w" or "uniq".
 std::string sliding_counter_key(std::string_view prefix, std::string_view name, std::string_view key,
                                 std::int64_t window_ms, std::string_view suffix);

@@ -76,6 +76,27 @@ struct Lease {
   std::shared_ptr<std::atomic<bool>> released = std::make_shared<std::atomic<bool>>(false);
 };
 
+// What refund(), reserve() and settle() did.
+struct Adjustment {
+  enum class Status {
+    Applied,    // done now
+    Duplicate,  // the request id's refund, reservation or settlement was already done: nothing changed
+    Refused,    // reserve(): a limit refused the estimate; nothing was charged
+    Expired,    // settle(): no reservation under that id (never made, refused, or past its
+                // deadline, where it settled at the estimate); nothing changed
+  };
+  Status status = Status::Applied;
+  // refund(): units given back (the fewest over the limits; less than the cost when less
+  // was charged). reserve(): the estimate charged. settle(): estimate - actual, given back
+  // when > 0, charged when < 0.
+  std::int64_t units = 0;
+  // reserve() and settle(): the reservation's estimate (0 when none was found).
+  std::int64_t estimate = 0;
+  // The key's state afterwards, as test(limits, key, 1) decides it; reserve(): the
+  // reservation's own decision (allowed unless refused; retry_after for the estimate).
+  Decision decision;
+};
+
 struct LimiterOptions {
   std::string prefix = "redcount:lim";
   ClockMode clock = ClockMode::Client;
@@ -133,6 +154,39 @@ class LimiterStrategy {
   bool release(const Lease& lease) { return run(*store_, *make_release(lease)); }
   // Leases of `key` in flight now (concurrency strategy only).
   std::int64_t in_flight(std::string_view key) { return run(*store_, *make_in_flight(key)); }
+
+  // Refunds and reservations (every rate strategy; concurrency throws InvalidArgument).
+  // refund() gives back up to `cost` units charged to `key` under every limit (see
+  // refunds.cpp for what each strategy gives back). With a request id it is done once:
+  // a refund under an id already applied changes nothing (Status::Duplicate); the id's
+  // marker is written with the refund, atomically, and lives at least as long as the
+  // longest window.
+  Adjustment refund(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost,
+                    std::string_view request_id = {}) {
+    return run(*store_, *make_refund(limits, key, cost, request_id));
+  }
+  // Charges `estimate` if every limit allows it, as hit() would, and records the
+  // reservation under `request_id` for `deadline_ms` in the same script. A second reserve
+  // under the id changes nothing (Duplicate). Refused: nothing charged, nothing recorded.
+  Adjustment reserve(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t estimate,
+                     std::string_view request_id, std::int64_t deadline_ms) {
+    return run(*store_, *make_reserve(limits, key, estimate, request_id, deadline_ms));
+  }
+  // Settles the reservation `request_id` at `actual`: gives back estimate - actual, or
+  // charges actual - estimate whatever the limits say (the units were used). Once: a
+  // second settle is a Duplicate; after the deadline the reservation is gone (it settled
+  // at the estimate) and settle changes nothing (Expired).
+  Adjustment settle(const std::vector<RateLimit>& limits, std::string_view key, std::string_view request_id,
+                    std::int64_t actual) {
+    return run(*store_, *make_settle(limits, key, request_id, actual));
+  }
+  virtual std::shared_ptr<Op<Adjustment>> make_refund(const std::vector<RateLimit>& limits, std::string_view key,
+                                                      std::int64_t cost, std::string_view request_id);
+  virtual std::shared_ptr<Op<Adjustment>> make_reserve(const std::vector<RateLimit>& limits, std::string_view key,
+                                                       std::int64_t estimate, std::string_view request_id,
+                                                       std::int64_t deadline_ms);
+  virtual std::shared_ptr<Op<Adjustment>> make_settle(const std::vector<RateLimit>& limits, std::string_view key,
+                                                      std::string_view request_id, std::int64_t actual);
 
   // The same as operations (operation.h): validated here, nothing sent until run. Each
   // owns copies of the limits and the key. make_release marks the lease released at once,

@@ -39,6 +39,9 @@ const Script kPnMergeScript{"pn_merge", lua::pn_merge_source, lua::pn_merge_sha1
 const Script kTimeProbeScript{"time_probe", lua::time_probe_source, lua::time_probe_sha1,
                               &twins::native_time_probe};
 
+const Script kLimiterAdjustScript{"limiter_adjust", lua::limiter_adjust_source, lua::limiter_adjust_sha1,
+                                  &twins::native_limiter_adjust};
+
 const std::vector<const Script*>& all_scripts() {
   static const std::vector<const Script*> scripts{
       &kFixedWindowIncrScript,
@@ -55,6 +58,7 @@ const std::vector<const Script*>& all_scripts() {
       &kQuotaScript,
       &kPnMergeScript,
       &kTimeProbeScript,
+      &kLimiterAdjustScript,
   };
   return scripts;
 }

@@ -26,6 +26,7 @@ Reply typed_sliding_approx(Keyspace& ks, const std::vector<std::string>& keys, c
 Reply native_sliding_counter(Keyspace& ks, const std::vector<std::string>& keys, const std::vector<std::string>& args);
 Reply native_sliding_log(Keyspace& ks, const std::vector<std::string>& keys, const std::vector<std::string>& args);
 Reply typed_sliding_log(Keyspace& ks, const std::vector<std::string>& keys, const ScriptArgs& args);
+Reply native_limiter_adjust(Keyspace& ks, const std::vector<std::string>& keys, const std::vector<std::string>& args);
 Reply native_time_probe(Keyspace& ks, const std::vector<std::string>& keys, const std::vector<std::string>& args);
 Reply native_token_bucket(Keyspace& ks, const std::vector<std::string>& keys, const std::vector<std::string>& args);
 
