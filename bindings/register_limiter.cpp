@@ -131,6 +131,20 @@ void register_limiter(py::module_& m) {
           },
           py::arg("allowed"), py::arg("retry_after") = 0.0,
           "A decision made without the store (Limiter(on_unavailable='allow'|'deny')).")
+      .def_static(
+          "_local",
+          [](bool allowed, std::int64_t limit, std::int64_t remaining, double reset_after, double retry_after) {
+            Decision d;
+            d.allowed = allowed;
+            d.limit = limit;
+            d.remaining = remaining;
+            d.reset_after_ms = static_cast<std::int64_t>(reset_after * 1000.0);
+            d.retry_after_ms = allowed ? 0 : static_cast<std::int64_t>(retry_after * 1000.0);
+            return d;
+          },
+          py::arg("allowed"), py::arg("limit"), py::arg("remaining"), py::arg("reset_after"), py::arg("retry_after"),
+          "A decision made in this process from what the store said before (allow and deny lists, the "
+          "refusal cache, penalties): the fields as given, unavailable=False.")
       .def_property_readonly(
           "refused_by",
           [](const Decision& d) -> py::object {

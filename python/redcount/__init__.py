@@ -45,6 +45,7 @@ from .errors import (
 )
 from .limiter import Decision, Lease, Limiter, LimitSet, LimitStats, parse_limits, strategies
 from .hot_keys import HotKey, HotKeys
+from .policies import Penalty
 from .pn import PNCounter
 from .sharded import BufferedCounter, BufferedStats, Quota, QuotaResult, Reading, ShardedCounter
 from .sharded import ShardGeneration, ShardLayout
@@ -78,6 +79,7 @@ __all__ = [
     "MetricsSnapshot",
     "Outcome",
     "PNCounter",
+    "Penalty",
     "ProtocolError",
     "Quota",
     "QuotaResult",

@@ -52,6 +52,7 @@ from .errors import InvalidInputError
 from .limiter import Item, OnUnavailable, check_on_unavailable, slots_taken, unavailable_decision
 from .limiter import Limiter as _SyncLimiter
 from .pn import PNCounter as _SyncPNCounter
+from .policies import SCREENED, guarded_async, unblock_async
 from .shaping import Throttle
 from .shaping import check_wait_args as _check_wait_args
 from .shaping import shaper_of as _shaper_of
@@ -402,6 +403,9 @@ class Limiter:
         self._in_flight = engine_method(core, "in_flight", store)
         self._hit_all = engine_method(core, "hit_all", store)
         self._test_all = engine_method(core, "test_all", store)
+        guard = getattr(sync, "_guard", None)
+        if guard is not None:  # lists, a refusal cache, a penalty: shared with the sync twin
+            vars(self).update(guarded_async(guard, store, {n: getattr(self, n) for n in SCREENED}))
 
     async def hit(self, limit: str | LimitSet, key: str | bytes, cost: int = 1) -> Decision:
         """Charge ``cost`` against ``key`` if every limit allows it; the :class:`~redcount.Decision`
@@ -462,6 +466,11 @@ class Limiter:
         """Leases of ``key`` held now."""
         r = self._in_flight(key)
         return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
+
+    async def unblock(self, key: str | bytes) -> int:
+        """See :meth:`redcount.Limiter.unblock`."""
+        sync = self.sync
+        return await unblock_async(sync.store, sync.prefix, sync._guard, key)
 
     @asynccontextmanager
     async def lease(self, max_in_flight: int, key: str | bytes, *, lease_timeout: float = 60.0) -> AsyncIterator[Lease]:

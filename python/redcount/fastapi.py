@@ -53,6 +53,7 @@ except ImportError as exc:
 from . import aio
 from .errors import InvalidInputError
 from .limiter import Limiter
+from .policies import Entry
 from .store import connect as _connect
 from .web import problem
 from .web.engine import DEFAULT_BUDGET, FailMode, MetricsSink, Verdict, check_store, decide_async
@@ -191,6 +192,11 @@ class RateLimiter:
       ``REDCOUNT_CHECK_ON_START`` environment variable, off when unset).
     - ``shadow``: count and report, never refuse. ``metrics``: a
       :class:`redcount.web.metrics.PrometheusMetrics`.
+    - ``allow``, ``deny``: keys, addresses and CIDRs decided before any round trip, matched
+      against each check's identity (the client address by default): an allowed check is
+      not counted, a denied one refuses (``Retry-After`` one day). ``refusal_cache``: how
+      many refused keys are answered locally until their ``Retry-After`` (0: off). See
+      docs/penalties.md.
 
     Bad input raises :class:`~redcount.InvalidInputError` here or in :meth:`limit`, at
     start-up. Read-only after construction; safe from any number of event loops and threads.
@@ -210,6 +216,9 @@ class RateLimiter:
         metrics: MetricsSink | None = None,
         budget: float | None = DEFAULT_BUDGET,
         check_on_start: bool | None = None,
+        allow: Iterable[Entry] | None = None,
+        deny: Iterable[Entry] | None = None,
+        refusal_cache: int = 0,
     ) -> None:
         if limiter is None:
             limiter = aio.Limiter(_connect("memory://"), prefix="redcount:web")
@@ -221,6 +230,7 @@ class RateLimiter:
         self.settings = Settings.build(
             key=key, headers=headers, trusted_proxies=trusted_proxies, ipv6_prefix=ipv6_prefix, fail=fail,
             shadow=shadow, metrics=metrics, where="redcount.fastapi.RateLimiter", budget=budget,
+            allow=allow, deny=deny, refusal_cache=refusal_cache,
         )
         # The embedded store answers inline: nothing to time out, so no timer per call.
         self._budget = None if limiter.sync.store.is_memory else self.settings.budget
@@ -328,7 +338,7 @@ class RateLimiter:
             s = self.settings
             checks = self._checks(scope, specs, connection)
             verdict = await decide_async(self.limiter, checks, s.policy, s.metrics, shadow_all=s.shadow,
-                                         budget=self._budget, after=scope.get(_SCOPE_KEY))
+                                         budget=self._budget, after=scope.get(_SCOPE_KEY), screen=s.screen)
             headers = self._answer(scope, self._merge(scope, verdict))
             if headers:
                 raw = response.headers
@@ -378,7 +388,7 @@ class RateLimiter:
         s = self.settings
         checks = self._checks(scope, specs, native)
         verdict = await decide_async(self.limiter, checks, s.policy, s.metrics, shadow_all=s.shadow,
-                                     budget=self._budget, after=scope.get(_SCOPE_KEY))
+                                     budget=self._budget, after=scope.get(_SCOPE_KEY), screen=s.screen)
         return self._merge(scope, verdict)
 
     @staticmethod
