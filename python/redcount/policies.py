@@ -430,6 +430,11 @@ def _glob(text: str) -> str:
     return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
+def concurrency_key(prefix: str, key: str | bytes) -> str:
+    """The concurrency strategy's key of ``key`` (it has no window after the key)."""
+    return f"{prefix}:cc:{tagged(key)}"
+
+
 def unblock_pattern(prefix: str, key: str | bytes) -> str:
     """Every storage key of ``key`` under ``prefix``: each limit's state and the penalty's."""
     return f"{_glob(prefix)}:*:{_glob(tagged(key))}:*"
@@ -640,7 +645,7 @@ def unblock_sync(store: Any, prefix: str, guard: Guard | None, key: str | bytes)
     if guard is not None and guard.screen is not None:
         guard.screen.drop(key)
     found = find_keys_sync(store, unblock_pattern(prefix, key))
-    n = store.execute("DEL", *found) if found else 0
+    n = store.execute("DEL", *found, concurrency_key(prefix, key))
     return n if isinstance(n, int) else 0
 
 
@@ -667,7 +672,7 @@ async def unblock_async(store: Any, prefix: str, guard: Guard | None, key: str |
                 break
     except ReplyError:
         found = list(await execute("KEYS", pattern))
-    n = await execute("DEL", *found) if found else 0
+    n = await execute("DEL", *found, concurrency_key(prefix, key))
     return n if isinstance(n, int) else 0
 
 

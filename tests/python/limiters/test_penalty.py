@@ -75,6 +75,13 @@ def test_unblock_clears_every_limit_and_penalty_state(store: redcount.Store) -> 
     assert redcount.Limiter(store, prefix="p").unblock("user:2") >= 1  # without a penalty too
 
 
+def test_unblock_frees_concurrency_slots(store: redcount.Store) -> None:
+    lim = redcount.Limiter(store, "concurrency", prefix="c")
+    assert lim.acquire(1, "job:1") is not None and lim.acquire(1, "job:1") is None
+    assert lim.unblock("job:1") == 1
+    assert lim.in_flight("job:1") == 0 and lim.acquire(1, "job:1") is not None
+
+
 def test_unblock_matches_keys_literally(store: redcount.Store) -> None:
     lim = redcount.Limiter(store, penalty=PEN)
     assert lim.hit("1/hour", "a*") and lim.hit("1/hour", "ab") and lim.hit("1/hour", "}x")
