@@ -11,6 +11,7 @@
 #include "redcount/common/errors.h"
 #include "redcount/limiters/limiter.h"
 #include "redcount/common/limit_string.h"
+#include "redcount/store/scripts.h"
 #include "redcount/store/time_source.h"
 
 namespace redcount::bind {
@@ -384,6 +385,33 @@ void register_limiter(py::module_& m) {
           py::arg("key"));
 
   m.def("limiter_strategies", &limiter_strategies, "Names accepted by Limiter(strategy=...).");
+
+  // The penalty script (cpp/lua/penalty.lua; the memory store runs its twin): counts one
+  // refusal of a key and starts its block, atomically, in one round trip.
+  m.def(
+      "_penalty",
+      [](std::shared_ptr<Store> store, std::vector<std::string> keys, std::vector<std::string> args) {
+        std::vector<Request> batch;
+        batch.emplace_back(ScriptCall{&kPenaltyScript, std::move(keys), std::move(args)});
+        std::vector<Reply> replies;
+        {
+          NetworkWait wait;  // a round trip to Redis
+          replies = store->execute(batch);
+        }
+        return to_python(replies.front());
+      },
+      py::arg("store"), py::arg("keys"), py::arg("args"),
+      "Run penalty.lua: KEYS block, count, last; ARGV after, within_ms, block_ms, factor, max_ms. "
+      "Returns [ms, started].");
+  m.def(
+      "_penalty_async",
+      [](std::shared_ptr<Store> store, std::vector<std::string> keys, std::vector<std::string> args) {
+        std::vector<Request> batch;
+        batch.emplace_back(ScriptCall{&kPenaltyScript, std::move(keys), std::move(args)});
+        return aio::submit_async(std::move(store), std::make_shared<CommandsOp>(std::move(batch)),
+                                 [](std::vector<Reply>& replies) { return to_python(replies.front()); });
+      },
+      py::arg("store"), py::arg("keys"), py::arg("args"), "_penalty() for asyncio: the reply, or a future of it.");
 }
 
 }  // namespace redcount::bind

@@ -264,6 +264,9 @@ class Lease:
     @property
     def released(self) -> bool: ...
 
+def _penalty(store: Store, keys: list[str], args: list[str]) -> Value: ...
+def _penalty_async(store: Store, keys: list[str], args: list[str]) -> Any: ...
+
 class LimiterCore:
     def __init__(
         self,

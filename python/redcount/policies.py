@@ -33,8 +33,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Union
 
+from . import _core
 from ._core import Decision, LimitSet
-from .errors import InvalidInputError
+from .errors import InvalidInputError, ProtocolError
 
 __all__ = [
     "DENIED_RETRY_AFTER",
@@ -381,44 +382,37 @@ class Penalties:
     refusals counted since the first of them, expiring ``within`` after it) and ``:l`` (the
     last block's length, expiring ``within`` after that block's end).
 
-    The operations are plain commands (so every store runs them): the block check is one
-    PTTL; a refusal is counted with INCR, which gives exactly one caller the count that
-    starts a block (no two processes start one); that caller writes the block. Sans-I/O:
-    each step returns commands or reads replies; the limiter's sync and async paths run
-    them. Immutable, so thread-safe."""
+    Two steps, each one round trip: the block check before a decision (a PTTL), and, after a
+    refusal, the penalty script (cpp/lua/penalty.lua, with its native twin on memory://),
+    which counts the refusal and starts a block atomically. Sans-I/O: each step gives its
+    request and reads its reply; the limiter's sync and async paths run them. Immutable, so
+    thread-safe."""
 
     def __init__(self, penalty: Penalty, prefix: str) -> None:
         self.penalty = penalty
         self.prefix = prefix
         self.within_ms = int(penalty.within * 1000)
-        self.block_ms = int(penalty.block * 1000)
-        self.max_ms = int(penalty.max_block * 1000)
+        self.args = [
+            str(penalty.after),
+            str(self.within_ms),
+            str(int(penalty.block * 1000)),
+            repr(float(penalty.factor)),
+            str(int(penalty.max_block * 1000)),
+        ]
 
-    def keys(self, key: str | bytes) -> tuple[str, str, str]:
+    def keys(self, key: str | bytes) -> list[str]:
         base = f"{self.prefix}:pen:{tagged(key)}:"
-        return base + "b", base + "n", base + "l"
+        return [base + "b", base + "n", base + "l"]
 
     def gate(self, key: str | bytes) -> tuple[str | int, ...]:
         return ("PTTL", self.keys(key)[0])
 
-    def count(self, key: str | bytes) -> list[tuple[str | int, ...]]:
-        _, n, last = self.keys(key)
-        return [("SET", n, 0, "PX", self.within_ms, "NX"), ("INCR", n), ("GET", last)]
-
-    def start(self, key: str | bytes, replies: list[Any]) -> tuple[int, list[tuple[str | int, ...]]] | None:
-        """After :meth:`count`'s replies: the block this refusal starts (its length in ms and
-        the commands writing it), or None."""
-        counted, last = replies[1], replies[2]
-        if not isinstance(counted, int) or counted != self.penalty.after:
-            return None
-        length = self.block_ms
-        if last is not None:
-            try:
-                length = min(int(int(last) * self.penalty.factor), self.max_ms)
-            except ValueError:
-                pass
-        b, n, lk = self.keys(key)
-        return length, [("SET", b, length, "PX", length), ("SET", lk, length, "PX", length + self.within_ms), ("DEL", n)]
+    @staticmethod
+    def blocked_for(reply: Any) -> int:
+        """The penalty script's reply: the block in force or just started (ms), else 0."""
+        if isinstance(reply, list) and reply and isinstance(reply[0], int):
+            return reply[0]
+        raise ProtocolError(f"the penalty script returned an unexpected reply: {reply!r}")
 
 
 def blocked_decision(limit: str | LimitSet, ms: int) -> Decision:
@@ -481,10 +475,9 @@ def guarded_sync(guard: Guard, store: Any, methods: dict[str, Callable[..., Any]
             if d.allowed or d.unavailable:
                 return d
             if pen is not None and charge:
-                started = pen.start(key, execute_many(pen.count(key)))
-                if started is not None:
-                    execute_many(started[1])
-                    d = blocked_decision(limit, started[0])
+                ms = pen.blocked_for(_core._penalty(store, pen.keys(key), pen.args))
+                if ms > 0:
+                    d = blocked_decision(limit, ms)
                     if screen is not None and screen.cache is not None:
                         screen.cache.put(limit, key, 0, d)
                     return d
@@ -509,11 +502,9 @@ def guarded_sync(guard: Guard, store: Any, methods: dict[str, Callable[..., Any]
             if d.allowed or d.unavailable:
                 return d
             if pen is not None and charge and d.refused_by is not None:
-                key = d.refused_by[1]
-                started = pen.start(key, execute_many(pen.count(key)))
-                if started is not None:
-                    execute_many(started[1])
-                    return blocked_decision(rest[0][0], started[0])
+                ms = pen.blocked_for(_core._penalty(store, pen.keys(d.refused_by[1]), pen.args))
+                if ms > 0:
+                    return blocked_decision(rest[0][0], ms)
             if screen is not None and guard.cache_refusals:
                 screen.after_all(rest, cost, d)
             return d
@@ -538,7 +529,6 @@ def guarded_sync(guard: Guard, store: Any, methods: dict[str, Callable[..., Any]
 
 def guarded_async(guard: Guard, store: Any, methods: dict[str, Callable[..., Any]]) -> dict[str, Callable[..., Any]]:
     """The coroutine twins of :func:`guarded_sync` (``methods`` are coroutine functions)."""
-    from . import _core
     from ._aio_runtime import OpFuture
 
     screen, pen = guard.screen, guard.penalties
@@ -549,6 +539,11 @@ def guarded_async(guard: Guard, store: Any, methods: dict[str, Callable[..., Any
 
     async def execute_many(commands: list[tuple[Any, ...]]) -> Any:
         r = _core.execute_many_async(store, commands)
+        return (await r) if r.__class__ is OpFuture else r
+
+    async def penalty(keys: list[str]) -> Any:
+        assert pen is not None
+        r = _core._penalty_async(store, keys, pen.args)
         return (await r) if r.__class__ is OpFuture else r
 
     def one(call: Callable[..., Any], charge: bool) -> Callable[..., Any]:
@@ -568,10 +563,9 @@ def guarded_async(guard: Guard, store: Any, methods: dict[str, Callable[..., Any
             if got.allowed or got.unavailable:
                 return got
             if pen is not None and charge:
-                started = pen.start(key, await execute_many(pen.count(key)))
-                if started is not None:
-                    await execute_many(started[1])
-                    d = blocked_decision(limit, started[0])
+                ms = pen.blocked_for(await penalty(pen.keys(key)))
+                if ms > 0:
+                    d = blocked_decision(limit, ms)
                     if screen is not None and screen.cache is not None:
                         screen.cache.put(limit, key, 0, d)
                     return d
@@ -596,11 +590,9 @@ def guarded_async(guard: Guard, store: Any, methods: dict[str, Callable[..., Any
             if got.allowed or got.unavailable:
                 return got
             if pen is not None and charge and got.refused_by is not None:
-                key = got.refused_by[1]
-                started = pen.start(key, await execute_many(pen.count(key)))
-                if started is not None:
-                    await execute_many(started[1])
-                    return blocked_decision(rest[0][0], started[0])
+                ms = pen.blocked_for(await penalty(pen.keys(got.refused_by[1])))
+                if ms > 0:
+                    return blocked_decision(rest[0][0], ms)
             if screen is not None and guard.cache_refusals:
                 screen.after_all(rest, cost, got)
             return got
@@ -651,7 +643,6 @@ def unblock_sync(store: Any, prefix: str, guard: Guard | None, key: str | bytes)
 
 async def unblock_async(store: Any, prefix: str, guard: Guard | None, key: str | bytes) -> int:
     """The coroutine twin of :func:`unblock_sync`."""
-    from . import _core
     from ._aio_runtime import OpFuture
     from .errors import ReplyError
 

@@ -142,3 +142,27 @@ def test_async_twin(store: redcount.Store) -> None:
         assert await lim.hit("1/hour", "k")
 
     asyncio.run(main())
+
+
+def test_the_script_and_its_twin_agree(store: redcount.Store) -> None:
+    """penalty.lua on Redis and its native twin on memory://, from the same inputs."""
+    from redcount import _core
+
+    keys = ["t:pen:{k}:b", "t:pen:{k}:n", "t:pen:{k}:l"]
+    args = ["2", "60000", "1000", "2.0", "3000"]
+    assert _core._penalty(store, keys, args) == [0, 0]
+    assert _core._penalty(store, keys, args) == [1000, 1]  # the 2nd refusal starts a block
+    left, started = _core._penalty(store, keys, args)  # a refusal during the block: not counted
+    assert 0 < left <= 1000 and started == 0
+    assert store.execute("GET", keys[1]) is None and store.execute("GET", keys[2]) == b"1000"
+    assert 1000 < store.execute("PTTL", keys[2]) <= 61000
+    store.execute("DEL", keys[0])  # as if the block had ended
+    assert _core._penalty(store, keys, args) == [0, 0]
+    assert _core._penalty(store, keys, args) == [2000, 1]  # soon after the last: twice as long
+    store.execute("DEL", keys[0])
+    store.execute("SET", keys[2], "2500")
+    _core._penalty(store, keys, args)
+    assert _core._penalty(store, keys, args) == [3000, 1]  # capped
+    for bad in (["2", "60000", "1000", "0.5", "3000"], ["x", "1", "1", "1", "1"], ["2", "60000", "1000", "2.0"]):
+        with pytest.raises(redcount.ReplyError, match="malformed"):
+            _core._penalty(store, ["t:pen:{j}:b", "t:pen:{j}:n", "t:pen:{j}:l"], bad)

@@ -22,5 +22,6 @@ extern const Script kShardedReshardScript;
 extern const Script kQuotaScript;
 extern const Script kPnMergeScript;
 extern const Script kTimeProbeScript;
+extern const Script kPenaltyScript;
 
 }  // namespace redcount
