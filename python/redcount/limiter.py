@@ -12,7 +12,7 @@ from ._calendar import calendar_arg
 from ._wrap import bind_fast_paths
 from .errors import ConnectionError as StoreConnectionError
 from .errors import InvalidInputError, RateLimitExceeded, StoreClosed
-from .policies import SCREENED, Entry, Guard, Penalties, Penalty, Screen, guarded_sync, unblock_sync
+from .policies import SCREENED, Entry, Guard, Penalties, Penalty, Screen, guarded_async, guarded_sync, unblock_sync
 from .shaping import Throttle, check_wait_args, queue_name, shaper_of, wait_async, wait_sync
 
 __all__ = ["Decision", "Lease", "LimitSet", "LimitStats", "Limiter", "parse_limits", "strategies"]
@@ -368,7 +368,10 @@ class Limiter:
                     except StoreConnectionError as e:
                         return unavailable_decision(policy, e)
 
-                hits.append(hit_async)
+                if self._guard is None:
+                    hits.append(hit_async)
+                else:  # lists, a refusal cache, a penalty: as on the sync path
+                    hits.append(guarded_async(self._guard, self.store, {"hit": hit_async})["hit"])
             return wait_async(shaper_of(self), hits[0], self.strategy, limit, key, cost, max_wait)
 
         return Throttle(lambda: self.wait(limit, key, cost, max_wait=max_wait), wait_on_loop)

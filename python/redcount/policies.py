@@ -528,7 +528,8 @@ def guarded_sync(guard: Guard, store: Any, methods: dict[str, Callable[..., Any]
 
 
 def guarded_async(guard: Guard, store: Any, methods: dict[str, Callable[..., Any]]) -> dict[str, Callable[..., Any]]:
-    """The coroutine twins of :func:`guarded_sync` (``methods`` are coroutine functions)."""
+    """The coroutine twins of :func:`guarded_sync` (``methods`` are coroutine functions;
+    any of the five, each guarded as its sync twin)."""
     from ._aio_runtime import OpFuture
 
     screen, pen = guard.screen, guard.penalties
@@ -599,20 +600,22 @@ def guarded_async(guard: Guard, store: Any, methods: dict[str, Callable[..., Any
 
         return guarded
 
-    reset = methods["reset"]
+    def reset_of(reset: Callable[..., Any]) -> Callable[..., Any]:
+        async def guarded_reset(limit: str | LimitSet, key: str | bytes) -> None:
+            if screen is not None:
+                screen.drop(key)
+            await reset(limit, key)
 
-    async def guarded_reset(limit: str | LimitSet, key: str | bytes) -> None:
-        if screen is not None:
-            screen.drop(key)
-        await reset(limit, key)
+        return guarded_reset
 
-    return {
-        "hit": one(methods["hit"], True),
-        "test": one(methods["test"], False),
-        "hit_all": many(methods["hit_all"], True),
-        "test_all": many(methods["test_all"], False),
-        "reset": guarded_reset,
+    makers: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
+        "hit": lambda m: one(m, True),
+        "test": lambda m: one(m, False),
+        "hit_all": lambda m: many(m, True),
+        "test_all": lambda m: many(m, False),
+        "reset": reset_of,
     }
+    return {name: makers[name](m) for name, m in methods.items()}
 
 
 def find_keys_sync(store: Any, pattern: str) -> list[Any]:

@@ -116,3 +116,26 @@ def test_async_twin(store: redcount.Store) -> None:
         assert await shared.hit("1/minute", "10.0.0.2")
 
     asyncio.run(main())
+
+
+def test_throttle_and_wait_go_through_the_lists(memory_store: redcount.Store) -> None:
+    lim = redcount.Limiter(memory_store, allow=["github"], deny=["banned"])
+
+    @lim.throttle("1/hour", key="github", max_wait=0)
+    async def allowed() -> str:
+        return "ok"
+
+    @lim.throttle("1/hour", key="banned", max_wait=0)
+    async def denied() -> str:
+        return "never"
+
+    async def main() -> None:
+        for _ in range(3):
+            assert await allowed() == "ok"  # allow-listed: never waits, never charged
+        with pytest.raises(redcount.WaitTimeout):
+            await denied()
+
+    asyncio.run(main())
+    assert lim.wait("1/hour", "github", max_wait=0)
+    with pytest.raises(redcount.WaitTimeout):
+        lim.wait("1/hour", "banned", max_wait=0)
