@@ -109,3 +109,30 @@ def test_fastapi_lists_and_cache(store: redcount.Store) -> None:
     assert rl.settings.screen.cache.hits == 2  # type: ignore[union-attr]
     with pytest.raises(redcount.InvalidInputError, match="allow"):
         redcount.fastapi.RateLimiter(redcount.aio.Limiter(store), allow=["10.0.0.0/33"])
+
+
+def test_a_penalty_through_the_integrations(store: redcount.Store) -> None:
+    """A limiter built with a penalty blocks a client in Flask and FastAPI alike."""
+    limiter = redcount.Limiter(store, penalty=redcount.Penalty(after=2, within=60, block=600))
+    app = Flask(__name__)
+    rl = redcount.flask.RateLimiter(app, limiter=limiter, headers="all")
+
+    @app.get("/")
+    @rl.limit("1/minute")
+    def index() -> str:
+        return "ok"
+
+    codes = [get(app, "192.0.2.9") for _ in range(4)]
+    assert [r.status_code for r in codes] == [200, 429, 429, 429]
+    assert codes[2].headers["Retry-After"] == "600"  # the 2nd refusal started the block
+    assert 590 <= int(codes[3].headers["Retry-After"]) <= 600
+
+    frl = redcount.fastapi.RateLimiter(redcount.aio.Limiter.from_sync(limiter), headers="all")
+    fapp = FastAPI()
+
+    @fapp.get("/", dependencies=[Depends(frl.limit("1/minute", key=lambda r: "fastapi-client"))])
+    async def findex() -> str:
+        return "ok"
+
+    rs = run(fapp, "192.0.2.10", 4)
+    assert [r.status_code for r in rs] == [200, 429, 429, 429] and rs[2].headers["Retry-After"] == "600"
