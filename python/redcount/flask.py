@@ -49,7 +49,7 @@ except ImportError as exc:
 from . import store as _store
 from .errors import InvalidInputError
 from .limiter import Limiter
-from .policies import Entry, config_list, config_size
+from .policies import Entry, config_list, config_penalty, config_size
 from .web import problem
 from .web.engine import DEFAULT_BUDGET, FailMode, MetricsSink, Verdict, check_budget, check_store, decide
 from .web.headers import HeaderSets, render
@@ -281,7 +281,9 @@ class RateLimiter:
       matched against each check's identity (the client address by default); an allowed
       check is not counted, a denied one refuses (``Retry-After`` one day).
       ``refusal_cache`` (``REDCOUNT_REFUSAL_CACHE``, default 0: off): how many refused keys
-      are answered locally until their ``Retry-After``. See docs/penalties.md.
+      are answered locally until their ``Retry-After``. ``REDCOUNT_PENALTY``: a
+      :class:`redcount.Penalty` (or a dict of its arguments) for the limiter built from
+      ``REDCOUNT_URL``. See docs/penalties.md.
     - ``metrics``: a :class:`redcount.web.metrics.PrometheusMetrics`.
     - ``enabled`` (``REDCOUNT_ENABLED``): False turns every check off (tests).
 
@@ -361,7 +363,12 @@ class RateLimiter:
                 fallback=cfg.get("REDCOUNT_FALLBACK") or None,
             )
             limiter = Limiter(
-                store, cfg.get("REDCOUNT_STRATEGY", "fixed-window"), prefix=cfg.get("REDCOUNT_PREFIX", "redcount:web")
+                store, cfg.get("REDCOUNT_STRATEGY", "fixed-window"), prefix=cfg.get("REDCOUNT_PREFIX", "redcount:web"),
+                penalty=config_penalty(cfg.get("REDCOUNT_PENALTY"), "REDCOUNT_PENALTY"),
+            )
+        elif cfg.get("REDCOUNT_PENALTY") is not None:
+            raise InvalidInputError(
+                "REDCOUNT_PENALTY applies to the limiter built from REDCOUNT_URL; build yours with penalty= instead"
             )
         elif not isinstance(limiter, Limiter):
             raise InvalidInputError(f"limiter must be a redcount.Limiter, got {type(limiter).__name__}")

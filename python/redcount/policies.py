@@ -48,6 +48,7 @@ __all__ = [
     "RefusalCache",
     "Screen",
     "config_list",
+    "config_penalty",
     "config_size",
 ]
 
@@ -689,3 +690,17 @@ def config_size(value: object, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InvalidInputError(f"{where} must be a number of entries >= 0 (0: off), got {value!r}")
     return value
+
+
+def config_penalty(value: object, where: str) -> Penalty | None:
+    """A penalty from configuration: a :class:`Penalty`, a dict of its arguments, or None."""
+    if value is None or isinstance(value, Penalty):
+        return value
+    if isinstance(value, dict):
+        try:
+            return Penalty(**value)
+        except TypeError as e:
+            raise InvalidInputError(f"{where}: {e} (Penalty takes after, within, block, factor, max_block)") from None
+        except InvalidInputError as e:
+            raise InvalidInputError(f"{where}: {e}") from None
+    raise InvalidInputError(f"{where} must be a redcount.Penalty or a dict of its arguments, got {value!r}")

@@ -41,7 +41,7 @@ from .. import aio
 from .. import store as _store
 from ..errors import InvalidInputError
 from ..limiter import Limiter
-from ..policies import AccessLists, config_list, config_size
+from ..policies import AccessLists, config_list, config_penalty, config_size
 from ..web.engine import DEFAULT_BUDGET, check_budget, check_store
 from ..web.settings import Settings
 from ..web.spec import KeyFunc, LimitSpec
@@ -74,6 +74,7 @@ DEFAULTS: dict[str, Any] = {
     "ALLOW": None,
     "DENY": None,
     "REFUSAL_CACHE": 0,
+    "PENALTY": None,
 }
 """Every name ``REDCOUNT`` may hold, with its default (the same as the Flask integration's):
 
@@ -112,7 +113,8 @@ DEFAULTS: dict[str, Any] = {
   decided before any round trip, matched against each check's identity (the client address
   by default): an allowed check is not counted, a denied one refuses (``Retry-After`` one
   day). ``REFUSAL_CACHE`` (default 0: off): how many refused keys are answered locally until
-  their ``Retry-After``. See docs/penalties.md.
+  their ``Retry-After``. ``PENALTY``: a :class:`redcount.Penalty` (or a dict of its
+  arguments) for the limiter. See docs/penalties.md.
 """
 
 
@@ -255,7 +257,8 @@ def build_state() -> State:
     breaker = _bool(cfg["BREAKER"], "BREAKER")
     store = web("URL", lambda: _store.connect(url, budget=budget, breaker=breaker, fallback=fallback))
     try:
-        limiter = web("STRATEGY", lambda: Limiter(store, strategy, prefix=prefix))
+        penalty = web("PENALTY", lambda: config_penalty(cfg["PENALTY"], "the penalty"))
+        limiter = web("STRATEGY", lambda: Limiter(store, strategy, prefix=prefix, penalty=penalty))
         if _bool(cfg["CHECK_ON_START"], "CHECK_ON_START"):
             check_store(store)
         ipv6 = cfg["IPV6_PREFIX"]

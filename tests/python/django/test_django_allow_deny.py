@@ -47,3 +47,15 @@ async def test_async_middleware_lists_and_cache(async_client: Any, configure: An
     assert [(await async_client.get("/aplain/")).status_code for _ in range(3)] == [200, 200, 200]
     configure(DEFAULT_LIMITS="1/minute", REFUSAL_CACHE=5)
     assert [(await async_client.get("/aplain/")).status_code for _ in range(3)] == [200, 429, 429]
+
+
+def test_penalty_from_settings(client: Any, configure: Any, store_url: str) -> None:
+    configure(URL=store_url, DEFAULT_LIMITS="1/minute", PENALTY={"after": 2, "within": 60, "block": 900})
+    codes = [client.get("/plain/", REMOTE_ADDR="192.0.2.5") for _ in range(4)]
+    assert [r.status_code for r in codes] == [200, 429, 429, 429]
+    assert codes[2]["Retry-After"] == "900"
+    from redcount.django.conf import build_state
+
+    configure(PENALTY={"after": 2, "blocks": 1})
+    with pytest.raises(redcount.django.ConfigurationError, match="PENALTY"):
+        build_state()

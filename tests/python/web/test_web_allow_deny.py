@@ -136,3 +136,26 @@ def test_a_penalty_through_the_integrations(store: redcount.Store) -> None:
 
     rs = run(fapp, "192.0.2.10", 4)
     assert [r.status_code for r in rs] == [200, 429, 429, 429] and rs[2].headers["Retry-After"] == "600"
+
+
+def test_flask_penalty_setting(store: redcount.Store) -> None:
+    app = Flask(__name__)
+    app.config.update(REDCOUNT_PENALTY={"after": 1, "within": 60, "block": 300}, REDCOUNT_HEADERS="all")
+    rl = redcount.flask.RateLimiter(app)
+
+    @app.get("/")
+    @rl.limit("1/minute")
+    def index() -> str:
+        return "ok"
+
+    assert get(app, "192.0.2.3").status_code == 200
+    assert get(app, "192.0.2.3").headers["Retry-After"] == "300"
+    assert app.extensions["redcount"].limiter.penalty == redcount.Penalty(after=1, within=60, block=300)
+    bad = Flask(__name__)
+    bad.config.update(REDCOUNT_PENALTY={"after": 0})
+    with pytest.raises(redcount.InvalidInputError, match="REDCOUNT_PENALTY"):
+        redcount.flask.RateLimiter(bad)
+    mixed = Flask(__name__)
+    mixed.config.update(REDCOUNT_PENALTY=redcount.Penalty())
+    with pytest.raises(redcount.InvalidInputError, match="penalty="):
+        redcount.flask.RateLimiter(mixed, limiter=redcount.Limiter(store))
