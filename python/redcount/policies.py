@@ -1,5 +1,6 @@
-"""Decisions made in this process before any round trip: allow and deny lists, and a cache
-of refusals the store made.
+"""What runs in front of a limiter's decisions: allow and deny lists and a cache of refusals
+the store made (decided in this process, before any round trip), and escalating penalties
+(state in the store).
 
 ::
 
@@ -20,8 +21,10 @@ It only ever repeats a refusal the store made; it never admits. It is bounded (o
 entries go first) and thread-safe.
 
 :class:`Screen` puts the two together for :class:`redcount.Limiter`, its asyncio twin and
-the web integrations; a limiter without lists or a cache never builds one, so its calls
-still go straight to C++.
+the web integrations. :class:`Penalty` blocks a key refused too often (:class:`Penalties`
+keeps its state in the store). :class:`Guard` runs the screen and the penalty in front of a
+limiter's calls; a limiter without any of them never builds one, so its calls still go
+straight to C++. See docs/penalties.md.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from typing import Any, Union
 
 from . import _core
 from ._core import Decision, LimitSet
+from .errors import ConnectionError as StoreConnectionError
 from .errors import InvalidInputError, ProtocolError
 
 __all__ = [
@@ -292,10 +296,6 @@ class Screen:
             return cache.get(limit, key, cost)
         return None
 
-    def after(self, limit: str | LimitSet, key: str | bytes, cost: int, d: Decision) -> None:
-        if self.cache is not None and not d.allowed:
-            self.cache.put(limit, key, cost, d)
-
     def before_all(self, items: list[Item], cost: int) -> tuple[Decision | None, list[Item]]:
         """For ``hit_all``: a local decision, or the items still to ask the store about
         (allow-listed keys left out)."""
@@ -466,7 +466,10 @@ def guarded_sync(guard: Guard, store: Any, methods: dict[str, Callable[..., Any]
                 if d is not None:
                     return d
             if pen is not None:
-                ms = execute(*pen.gate(key))
+                try:
+                    ms = execute(*pen.gate(key))
+                except StoreConnectionError:
+                    ms = 0  # the decision itself meets the failure, under on_unavailable
                 if isinstance(ms, int) and ms > 0:
                     d = blocked_decision(limit, ms)
                     if screen is not None and screen.cache is not None:
@@ -476,7 +479,10 @@ def guarded_sync(guard: Guard, store: Any, methods: dict[str, Callable[..., Any]
             if d.allowed or d.unavailable:
                 return d
             if pen is not None and charge:
-                ms = pen.blocked_for(_core._penalty(store, pen.keys(key), pen.args))
+                try:
+                    ms = pen.blocked_for(_core._penalty(store, pen.keys(key), pen.args))
+                except StoreConnectionError:
+                    ms = 0  # the refusal stands, uncounted
                 if ms > 0:
                     d = blocked_decision(limit, ms)
                     if screen is not None and screen.cache is not None:
@@ -495,7 +501,10 @@ def guarded_sync(guard: Guard, store: Any, methods: dict[str, Callable[..., Any]
                 if d is not None:
                     return d
             if pen is not None and rest:
-                waits = execute_many([pen.gate(k) for _, k in rest])
+                try:
+                    waits = execute_many([pen.gate(k) for _, k in rest])
+                except StoreConnectionError:
+                    waits = []
                 longest = max((w for w in waits if isinstance(w, int)), default=0)
                 if longest > 0:
                     return blocked_decision(rest[0][0], longest)
@@ -503,7 +512,10 @@ def guarded_sync(guard: Guard, store: Any, methods: dict[str, Callable[..., Any]
             if d.allowed or d.unavailable:
                 return d
             if pen is not None and charge and d.refused_by is not None:
-                ms = pen.blocked_for(_core._penalty(store, pen.keys(d.refused_by[1]), pen.args))
+                try:
+                    ms = pen.blocked_for(_core._penalty(store, pen.keys(d.refused_by[1]), pen.args))
+                except StoreConnectionError:
+                    ms = 0
                 if ms > 0:
                     return blocked_decision(rest[0][0], ms)
             if screen is not None and guard.cache_refusals:
@@ -555,7 +567,10 @@ def guarded_async(guard: Guard, store: Any, methods: dict[str, Callable[..., Any
                 if d is not None:
                     return d
             if pen is not None:
-                ms = await execute(*pen.gate(key))
+                try:
+                    ms = await execute(*pen.gate(key))
+                except StoreConnectionError:
+                    ms = 0
                 if isinstance(ms, int) and ms > 0:
                     d = blocked_decision(limit, ms)
                     if screen is not None and screen.cache is not None:
@@ -565,7 +580,10 @@ def guarded_async(guard: Guard, store: Any, methods: dict[str, Callable[..., Any
             if got.allowed or got.unavailable:
                 return got
             if pen is not None and charge:
-                ms = pen.blocked_for(await penalty(pen.keys(key)))
+                try:
+                    ms = pen.blocked_for(await penalty(pen.keys(key)))
+                except StoreConnectionError:
+                    ms = 0
                 if ms > 0:
                     d = blocked_decision(limit, ms)
                     if screen is not None and screen.cache is not None:
@@ -584,7 +602,10 @@ def guarded_async(guard: Guard, store: Any, methods: dict[str, Callable[..., Any
                 if d is not None:
                     return d
             if pen is not None and rest:
-                waits = await execute_many([pen.gate(k) for _, k in rest])
+                try:
+                    waits = await execute_many([pen.gate(k) for _, k in rest])
+                except StoreConnectionError:
+                    waits = []
                 longest = max((w for w in waits if isinstance(w, int)), default=0)
                 if longest > 0:
                     return blocked_decision(rest[0][0], longest)
@@ -592,7 +613,10 @@ def guarded_async(guard: Guard, store: Any, methods: dict[str, Callable[..., Any
             if got.allowed or got.unavailable:
                 return got
             if pen is not None and charge and got.refused_by is not None:
-                ms = pen.blocked_for(await penalty(pen.keys(got.refused_by[1])))
+                try:
+                    ms = pen.blocked_for(await penalty(pen.keys(got.refused_by[1])))
+                except StoreConnectionError:
+                    ms = 0
                 if ms > 0:
                     return blocked_decision(rest[0][0], ms)
             if screen is not None and guard.cache_refusals:

@@ -4,6 +4,8 @@ memory:// with a manual clock, and on a real Redis server, sync and async."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import redcount
@@ -166,3 +168,28 @@ def test_the_script_and_its_twin_agree(store: redcount.Store) -> None:
     for bad in (["2", "60000", "1000", "0.5", "3000"], ["x", "1", "1", "1", "1"], ["2", "60000", "1000", "2.0"]):
         with pytest.raises(redcount.ReplyError, match="malformed"):
             _core._penalty(store, ["t:pen:{j}:b", "t:pen:{j}:n", "t:pen:{j}:l"], bad)
+
+
+@pytest.mark.redis_only
+def test_a_store_failure_is_decided_by_on_unavailable(redis_factory: Callable[..., Any]) -> None:
+    server = redis_factory()
+    store = redcount.connect(server.url, command_timeout=0.5, breaker=False)
+    try:
+        allow = redcount.Limiter(store, penalty=PEN, on_unavailable="allow")
+        deny = redcount.Limiter(store, penalty=PEN, on_unavailable="deny")
+        strict = redcount.Limiter(store, penalty=PEN)
+        assert allow.hit("1/hour", "k")
+        server.stop()
+        d = allow.hit("1/hour", "k")
+        assert d and d.unavailable
+        assert not deny.hit("1/hour", "k") and deny.hit("1/hour", "k").unavailable
+        with pytest.raises(redcount.ConnectionError):
+            strict.hit("1/hour", "k")
+
+        async def main() -> None:
+            a = aio.Limiter.from_sync(allow)
+            assert (await a.hit("1/hour", "k")).unavailable
+
+        asyncio.run(main())
+    finally:
+        store.close()
