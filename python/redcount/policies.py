@@ -135,6 +135,8 @@ class AccessLists:
                     continue  # the same network denied already: deny wins
         # Most specific first, deny before allow at one length.
         self.networks.sort(key=lambda na: (-na[0].prefixlen, na[1]))
+        # What keys matched by CIDR (the lists never change; the same clients come back).
+        self._seen: dict[str, bool | None] = {}
 
     def __bool__(self) -> bool:
         return bool(self.keys or self.networks)
@@ -146,13 +148,20 @@ class AccessLists:
         found = self.keys.get(key)
         if found is not None or not self.networks:
             return found
+        seen = self._seen
+        if key in seen:
+            return seen[key]
         net = _address_of(key)
-        if net is None:
-            return None
-        for n, allowed in self.networks:
-            if n.version == net.version and net.subnet_of(n):  # type: ignore[arg-type]
-                return allowed
-        return None
+        found = None
+        if net is not None:
+            for n, allowed in self.networks:
+                if n.version == net.version and net.subnet_of(n):  # type: ignore[arg-type]
+                    found = allowed
+                    break
+        if len(seen) >= 4096:
+            seen.clear()  # bounded; a racing thread at worst computes a key again
+        seen[key] = found
+        return found
 
     def __repr__(self) -> str:
         return f"AccessLists(keys={len(self.keys)}, networks={len(self.networks)})"
@@ -178,9 +187,19 @@ def limit_text(limit: str | LimitSet) -> str:
     return limit.text if isinstance(limit, LimitSet) else limit
 
 
+_SMALLEST: dict[str, int] = {}
+
+
 def smallest(limit: str | LimitSet) -> int:
     """The amount a decision made without the store reports: the tightest limit's."""
-    return min(lim.burst or lim.amount for lim in limit_set(limit).limits)
+    text = limit_text(limit)
+    n = _SMALLEST.get(text)
+    if n is None:
+        n = min(lim.burst or lim.amount for lim in limit_set(limit).limits)
+        if len(_SMALLEST) >= 1024:
+            _SMALLEST.clear()
+        _SMALLEST[text] = n
+    return n
 
 
 def allowed_decision(limit: str | LimitSet) -> Decision:
