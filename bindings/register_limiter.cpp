@@ -11,6 +11,7 @@
 #include "redcount/common/errors.h"
 #include "redcount/limiters/limiter.h"
 #include "redcount/common/limit_string.h"
+#include "redcount/store/scripts.h"
 #include "redcount/store/time_source.h"
 
 namespace redcount::bind {
@@ -131,6 +132,20 @@ void register_limiter(py::module_& m) {
           },
           py::arg("allowed"), py::arg("retry_after") = 0.0,
           "A decision made without the store (Limiter(on_unavailable='allow'|'deny')).")
+      .def_static(
+          "_local",
+          [](bool allowed, std::int64_t limit, std::int64_t remaining, double reset_after, double retry_after) {
+            Decision d;
+            d.allowed = allowed;
+            d.limit = limit;
+            d.remaining = remaining;
+            d.reset_after_ms = static_cast<std::int64_t>(reset_after * 1000.0);
+            d.retry_after_ms = allowed ? 0 : static_cast<std::int64_t>(retry_after * 1000.0);
+            return d;
+          },
+          py::arg("allowed"), py::arg("limit"), py::arg("remaining"), py::arg("reset_after"), py::arg("retry_after"),
+          "A decision made in this process from what the store said before (allow and deny lists, the "
+          "refusal cache, penalties): the fields as given, unavailable=False.")
       .def_property_readonly(
           "refused_by",
           [](const Decision& d) -> py::object {
@@ -468,6 +483,33 @@ void register_limiter(py::module_& m) {
           py::arg("key"));
 
   m.def("limiter_strategies", &limiter_strategies, "Names accepted by Limiter(strategy=...).");
+
+  // The penalty script (cpp/lua/penalty.lua; the memory store runs its twin): counts one
+  // refusal of a key and starts its block, atomically, in one round trip.
+  m.def(
+      "_penalty",
+      [](std::shared_ptr<Store> store, std::vector<std::string> keys, std::vector<std::string> args) {
+        std::vector<Request> batch;
+        batch.emplace_back(ScriptCall{&kPenaltyScript, std::move(keys), std::move(args)});
+        std::vector<Reply> replies;
+        {
+          NetworkWait wait;  // a round trip to Redis
+          replies = store->execute(batch);
+        }
+        return to_python(replies.front());
+      },
+      py::arg("store"), py::arg("keys"), py::arg("args"),
+      "Run penalty.lua: KEYS block, count, last; ARGV after, within_ms, block_ms, factor, max_ms. "
+      "Returns [ms, started].");
+  m.def(
+      "_penalty_async",
+      [](std::shared_ptr<Store> store, std::vector<std::string> keys, std::vector<std::string> args) {
+        std::vector<Request> batch;
+        batch.emplace_back(ScriptCall{&kPenaltyScript, std::move(keys), std::move(args)});
+        return aio::submit_async(std::move(store), std::make_shared<CommandsOp>(std::move(batch)),
+                                 [](std::vector<Reply>& replies) { return to_python(replies.front()); });
+      },
+      py::arg("store"), py::arg("keys"), py::arg("args"), "_penalty() for asyncio: the reply, or a future of it.");
 }
 
 }  // namespace redcount::bind

@@ -45,6 +45,7 @@ from .errors import (
 )
 from .limiter import Decision, Lease, Limiter, LimitSet, LimitStats, parse_limits, strategies
 from .hot_keys import HotKey, HotKeys
+from .policies import Penalty
 from .pn import PNCounter
 from .reservations import Adjustment, Reservation
 from .sharded import BufferedCounter, BufferedStats, Quota, QuotaResult, Reading, ShardedCounter
@@ -80,6 +81,7 @@ __all__ = [
     "MetricsSnapshot",
     "Outcome",
     "PNCounter",
+    "Penalty",
     "ProtocolError",
     "Quota",
     "QuotaResult",

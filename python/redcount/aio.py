@@ -52,6 +52,7 @@ from .errors import InvalidInputError
 from .limiter import Item, OnUnavailable, check_on_unavailable, slots_taken, unavailable_decision
 from .limiter import Limiter as _SyncLimiter
 from .pn import PNCounter as _SyncPNCounter
+from .policies import SCREENED, guarded_async, unblock_async
 from .reservations import Adjustment, AsyncReservation, new_request_id
 from .shaping import Throttle
 from .shaping import check_wait_args as _check_wait_args
@@ -406,11 +407,15 @@ class Limiter:
         self._refund = engine_method(core, "refund", store)
         self._reserve = engine_method(core, "reserve", store)
         self._settle = engine_method(core, "settle", store)
+        guard = getattr(sync, "_guard", None)
+        if guard is not None:  # lists, a refusal cache, a penalty: shared with the sync twin
+            vars(self).update(guarded_async(guard, store, {n: getattr(self, n) for n in SCREENED}))
 
     async def refund(
         self, limit: str | LimitSet, key: str | bytes, cost: int = 1, *, request_id: str | bytes | None = None
     ) -> Adjustment:
         """Give back up to ``cost`` units, once per ``request_id``: see :meth:`redcount.Limiter.refund`."""
+        self.sync._forget(key)
         r = self._refund(limit, key, cost, request_id=request_id)
         return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
@@ -433,6 +438,7 @@ class Limiter:
         self, limit: str | LimitSet, key: str | bytes, *, request_id: str | bytes, actual: int
     ) -> Adjustment:
         """Settle a reservation at ``actual``, once: see :meth:`redcount.Limiter.settle`."""
+        self.sync._forget(key)
         r = self._settle(limit, key, request_id=request_id, actual=actual)
         return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
@@ -495,6 +501,11 @@ class Limiter:
         """Leases of ``key`` held now."""
         r = self._in_flight(key)
         return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
+
+    async def unblock(self, key: str | bytes) -> int:
+        """See :meth:`redcount.Limiter.unblock`."""
+        sync = self.sync
+        return await unblock_async(sync.store, sync.prefix, sync._guard, key)
 
     @asynccontextmanager
     async def lease(self, max_in_flight: int, key: str | bytes, *, lease_timeout: float = 60.0) -> AsyncIterator[Lease]:

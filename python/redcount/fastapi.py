@@ -53,6 +53,7 @@ except ImportError as exc:
 from . import aio
 from .errors import InvalidInputError
 from .limiter import Limiter
+from .policies import Entry
 from .store import connect as _connect
 from .web import problem
 from .web.engine import DEFAULT_BUDGET, FailMode, MetricsSink, Verdict, check_store, decide_async
@@ -212,6 +213,11 @@ class RateLimiter:
       ``REDCOUNT_CHECK_ON_START`` environment variable, off when unset).
     - ``shadow``: count and report, never refuse. ``metrics``: a
       :class:`redcount.web.metrics.PrometheusMetrics`.
+    - ``allow``, ``deny``: keys, addresses and CIDRs decided before any round trip, matched
+      against each check's identity (the client address by default): an allowed check is
+      not counted, a denied one refuses (``Retry-After`` one day). ``refusal_cache``: how
+      many refused keys are answered locally until their ``Retry-After`` (0: off). See
+      docs/penalties.md.
 
     Bad input raises :class:`~redcount.InvalidInputError` here or in :meth:`limit`, at
     start-up. Read-only after construction; safe from any number of event loops and threads.
@@ -231,6 +237,9 @@ class RateLimiter:
         metrics: MetricsSink | None = None,
         budget: float | None = DEFAULT_BUDGET,
         check_on_start: bool | None = None,
+        allow: Iterable[Entry] | None = None,
+        deny: Iterable[Entry] | None = None,
+        refusal_cache: int = 0,
     ) -> None:
         if limiter is None:
             limiter = aio.Limiter(_connect("memory://"), prefix="redcount:web")
@@ -242,6 +251,7 @@ class RateLimiter:
         self.settings = Settings.build(
             key=key, headers=headers, trusted_proxies=trusted_proxies, ipv6_prefix=ipv6_prefix, fail=fail,
             shadow=shadow, metrics=metrics, where="redcount.fastapi.RateLimiter", budget=budget,
+            allow=allow, deny=deny, refusal_cache=refusal_cache,
         )
         # The embedded store answers inline: nothing to time out, so no timer per call.
         self._budget = None if limiter.sync.store.is_memory else self.settings.budget
@@ -372,7 +382,7 @@ class RateLimiter:
                 verdict = await self._decide_by_outcome(scope, checks)
             else:
                 verdict = await decide_async(self.limiter, checks, s.policy, s.metrics, shadow_all=s.shadow,
-                                             budget=self._budget, after=scope.get(_SCOPE_KEY))
+                                             budget=self._budget, after=scope.get(_SCOPE_KEY), screen=s.screen)
             headers = self._answer(scope, self._merge(scope, verdict))
             if headers:
                 raw = response.headers
@@ -424,7 +434,7 @@ class RateLimiter:
         if self._deduct:
             return self._merge(scope, await self._decide_by_outcome(scope, checks))
         verdict = await decide_async(self.limiter, checks, s.policy, s.metrics, shadow_all=s.shadow,
-                                     budget=self._budget, after=scope.get(_SCOPE_KEY))
+                                     budget=self._budget, after=scope.get(_SCOPE_KEY), screen=s.screen)
         return self._merge(scope, verdict)
 
     async def _decide_by_outcome(self, scope: Scope, checks: list[Check]) -> Verdict:
@@ -435,16 +445,17 @@ class RateLimiter:
         now, later = split_checks(checks, self._deduct)
         if not later:
             return await decide_async(self.limiter, now, s.policy, s.metrics, shadow_all=s.shadow,
-                                      budget=self._budget, after=scope.get(_SCOPE_KEY))
+                                      budget=self._budget, after=scope.get(_SCOPE_KEY), screen=s.screen)
         pending: list[Check] | None = scope.get(_DEDUCT_KEY)
         if pending is None:
             raise HTTPException(500, detail="deduct_when needs redcount.fastapi.RateLimitMiddleware on the app "
                                             "(it charges the limit once the response is known)")
         verdict = await decide_async(self.limiter, later, s.policy, s.metrics, shadow_all=s.shadow,
-                                     budget=self._budget, after=scope.get(_SCOPE_KEY), charge=False)
+                                     budget=self._budget, after=scope.get(_SCOPE_KEY), charge=False,
+                                     screen=s.screen)
         if verdict.allowed and now:
             verdict.merge(await decide_async(self.limiter, now, s.policy, s.metrics, shadow_all=s.shadow,
-                                             budget=self._budget, after=verdict))
+                                             budget=self._budget, after=verdict, screen=s.screen))
         if verdict.allowed:
             pending.extend(later)
         return verdict
@@ -458,7 +469,8 @@ class RateLimiter:
         if not due:
             return
         s = self.settings
-        charged = await decide_async(self.limiter, due, s.policy, s.metrics, shadow_all=s.shadow, budget=self._budget)
+        charged = await decide_async(self.limiter, due, s.policy, s.metrics, shadow_all=s.shadow, budget=self._budget,
+                                     screen=s.screen)
         verdict: Verdict | None = scope.get(_SCOPE_KEY)
         if verdict is not None:
             merge_charged(verdict, charged)

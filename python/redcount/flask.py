@@ -49,6 +49,7 @@ except ImportError as exc:
 from . import store as _store
 from .errors import InvalidInputError
 from .limiter import Limiter
+from .policies import Entry, config_list, config_penalty, config_size
 from .web import problem
 from .web.engine import DEFAULT_BUDGET, FailMode, MetricsSink, Verdict, check_budget, check_store, decide
 from .web.headers import HeaderSets, render
@@ -233,13 +234,15 @@ class _Hooks:
         if later:
             # Charged by outcome: tested now (nothing charged), charged in after().
             verdict = decide(state.limiter, later, s.policy, s.metrics, shadow_all=s.shadow, budget=state.budget,
-                             charge=False)
+                             charge=False, screen=s.screen)
             if verdict.allowed and checks:
                 verdict.merge(decide(state.limiter, checks, s.policy, s.metrics, shadow_all=s.shadow,
-                                     budget=state.budget, after=verdict))
+                                     budget=state.budget, after=verdict, screen=s.screen))
             req.environ[_DEDUCT] = later
         else:
-            verdict = decide(state.limiter, checks, s.policy, s.metrics, shadow_all=s.shadow, budget=state.budget)
+            verdict = decide(
+                state.limiter, checks, s.policy, s.metrics, shadow_all=s.shadow, budget=state.budget, screen=s.screen
+            )
         req.environ[_VERDICT] = verdict
         if verdict.unavailable:
             raise StoreUnavailableError()
@@ -263,7 +266,7 @@ class _Hooks:
         if due:
             s = self.state.settings
             charged = decide(self.state.limiter, due, s.policy, s.metrics, shadow_all=s.shadow,
-                             budget=self.state.budget)
+                             budget=self.state.budget, screen=s.screen)
             merge_charged(verdict, charged)
 
 
@@ -301,6 +304,14 @@ class RateLimiter:
       refused password (:class:`~redcount.AuthenticationError`); each switch between the
       store failing and working is logged once (ERROR, then WARNING), not per request.
     - ``shadow`` (``REDCOUNT_SHADOW``): count and report, never refuse.
+    - ``allow``, ``deny`` (``REDCOUNT_ALLOW``, ``REDCOUNT_DENY``: a list, or one string of
+      comma-separated entries): keys, addresses and CIDRs decided before any round trip,
+      matched against each check's identity (the client address by default); an allowed
+      check is not counted, a denied one refuses (``Retry-After`` one day).
+      ``refusal_cache`` (``REDCOUNT_REFUSAL_CACHE``, default 0: off): how many refused keys
+      are answered locally until their ``Retry-After``. ``REDCOUNT_PENALTY``: a
+      :class:`redcount.Penalty` (or a dict of its arguments) for the limiter built from
+      ``REDCOUNT_URL``. See docs/penalties.md.
     - ``metrics``: a :class:`redcount.web.metrics.PrometheusMetrics`.
     - ``enabled`` (``REDCOUNT_ENABLED``): False turns every check off (tests).
 
@@ -326,8 +337,14 @@ class RateLimiter:
         enabled: bool = _UNSET,
         budget: float | None = _UNSET,
         check_on_start: bool = _UNSET,
+        allow: Iterable[Entry] | None = None,
+        deny: Iterable[Entry] | None = None,
+        refusal_cache: int = _UNSET,
     ) -> None:
         self._args: dict[str, Any] = {
+            "allow": allow,
+            "deny": deny,
+            "refusal_cache": refusal_cache,
             "limiter": limiter,
             "default": default,
             "application": application,
@@ -376,7 +393,12 @@ class RateLimiter:
                 fallback=cfg.get("REDCOUNT_FALLBACK") or None,
             )
             limiter = Limiter(
-                store, cfg.get("REDCOUNT_STRATEGY", "fixed-window"), prefix=cfg.get("REDCOUNT_PREFIX", "redcount:web")
+                store, cfg.get("REDCOUNT_STRATEGY", "fixed-window"), prefix=cfg.get("REDCOUNT_PREFIX", "redcount:web"),
+                penalty=config_penalty(cfg.get("REDCOUNT_PENALTY"), "REDCOUNT_PENALTY"),
+            )
+        elif cfg.get("REDCOUNT_PENALTY") is not None:
+            raise InvalidInputError(
+                "REDCOUNT_PENALTY applies to the limiter built from REDCOUNT_URL; build yours with penalty= instead"
             )
         elif not isinstance(limiter, Limiter):
             raise InvalidInputError(f"limiter must be a redcount.Limiter, got {type(limiter).__name__}")
@@ -402,6 +424,9 @@ class RateLimiter:
             metrics=a["metrics"],
             where="redcount.flask.RateLimiter",
             budget=budget,
+            allow=config_list(pick("allow", "REDCOUNT_ALLOW", None), "REDCOUNT_ALLOW (allow=)"),
+            deny=config_list(pick("deny", "REDCOUNT_DENY", None), "REDCOUNT_DENY (deny=)"),
+            refusal_cache=config_size(pick("refusal_cache", "REDCOUNT_REFUSAL_CACHE", 0), "REDCOUNT_REFUSAL_CACHE"),
         )
         if settings.metrics is not None and hasattr(settings.metrics, "watch_store"):
             settings.metrics.watch_store(limiter.store)

@@ -12,6 +12,7 @@ from ._calendar import calendar_arg
 from ._wrap import bind_fast_paths
 from .errors import ConnectionError as StoreConnectionError
 from .errors import InvalidInputError, RateLimitExceeded, StoreClosed
+from .policies import SCREENED, Entry, Guard, Penalties, Penalty, Screen, guarded_async, guarded_sync, unblock_sync
 from .reservations import Adjustment, Reservation, new_request_id
 from .shaping import Throttle, check_wait_args, queue_name, shaper_of, wait_async, wait_sync
 
@@ -145,6 +146,16 @@ class Limiter:
     ``"/year"`` on January 1. Each limit must be one day, week, month or year. See
     docs/fixed-windows.md.
 
+    ``allow`` and ``deny``: keys, IP addresses and CIDRs (IPv4 and IPv6) decided without the
+    store: an allow-listed key is admitted (``remaining == limit``, nothing charged), a
+    deny-listed key refused (``retry_after`` one day, :data:`redcount.policies.DENIED_RETRY_AFTER`).
+    A key that is an address (or ``"ip:<address>"``) matches the CIDRs; the most specific
+    entry wins, deny on a tie. ``refusal_cache``: up to that many keys whose refusal by the
+    store is repeated locally until its ``retry_after`` (0, the default: off); see
+    docs/penalties.md. ``penalty``: a :class:`~redcount.Penalty` (escalating blocks of keys
+    refused too often; one more round trip per call, the block check). Without any of
+    these, calls go straight to the core.
+
     :class:`redcount.aio.Limiter` is the asyncio twin; it can share this limiter's core
     (``redcount.aio.Limiter.from_sync(limiter)``).
 
@@ -164,8 +175,17 @@ class Limiter:
         on_unavailable: OnUnavailable = "raise",
         calendar: str | None = None,
         anchor_day: int = 1,
+        allow: Iterable[Entry] | None = None,
+        deny: Iterable[Entry] | None = None,
+        refusal_cache: int = 0,
+        penalty: Penalty | None = None,
     ) -> None:
         self.on_unavailable: OnUnavailable = check_on_unavailable(on_unavailable)
+        if penalty is not None and not isinstance(penalty, Penalty):
+            raise InvalidInputError(f"penalty must be a redcount.Penalty, got {penalty!r}")
+        self._screen = Screen.build(allow, deny, refusal_cache, store.now)
+        pen = Penalties(penalty, prefix) if penalty is not None else None
+        self._guard = Guard(self._screen, pen) if self._screen is not None or pen is not None else None
         cal = calendar_arg(calendar, anchor_day)
         core = _core.LimiterCore(store, strategy, prefix, clock, sub_buckets, cal)
         self._core = core
@@ -176,6 +196,11 @@ class Limiter:
             for name in ("hit", "test"):
                 if name in d:
                     d[name] = _guard_sync(d[name], on_unavailable)
+        if self._guard is not None:
+            # Only then: without lists, a cache or a penalty the calls stay the core's own.
+            d = vars(self)
+            d.update(guarded_sync(self._guard, store, {n: getattr(self, n) for n in SCREENED}))
+        self.penalty = penalty
         self.store = store
         self.strategy = strategy
         self.prefix = prefix
@@ -243,6 +268,13 @@ class Limiter:
         """Forget ``key``'s state under these limits."""
         self._core.reset(limit, key)
 
+    def unblock(self, key: str | bytes) -> int:
+        """Clear every limit and penalty state of ``key`` under this limiter's prefix at once
+        (one DEL of every such key; found with SCAN, or KEYS on ``memory://``), and its
+        entry in the refusal cache; returns how many storage keys were deleted. For an admin
+        action, not a request path: the scan walks the keyspace. Not on a cluster."""
+        return unblock_sync(self.store, self.prefix, self._guard, key)
+
     def acquire(self, max_in_flight: int, key: str | bytes, *, lease_timeout: float = 60.0) -> Lease | None:
         """Take one of ``key``'s ``max_in_flight`` slots, or return None when all are taken
         (``strategy="concurrency"``). The lease frees itself after ``lease_timeout`` seconds if
@@ -271,6 +303,7 @@ class Limiter:
         the refund, atomically, and kept at least as long as the longest window. What each
         strategy gives back: see docs/refunds.md. Not for ``strategy="concurrency"``
         (:meth:`release` gives a lease back)."""
+        self._forget(key)
         return self._core.refund(limit, key, cost, request_id=request_id)
 
     def reserve(
@@ -300,7 +333,13 @@ class Limiter:
         units were used). Once: ``status`` is ``"applied"`` the first time, ``"duplicate"``
         after; ``"expired"`` when there is no such reservation (past its deadline, where it
         settled at the estimate, refused, or never made): nothing changes then."""
+        self._forget(key)
         return self._core.settle(limit, key, request_id=request_id, actual=actual)
+
+    def _forget(self, key: str | bytes) -> None:
+        """Drops ``key`` from the refusal cache (if any): units given back may admit it."""
+        if self._screen is not None:
+            self._screen.drop(key)
 
     @property
     def clock(self) -> str:
@@ -393,7 +432,10 @@ class Limiter:
                     except StoreConnectionError as e:
                         return unavailable_decision(policy, e)
 
-                hits.append(hit_async)
+                if self._guard is None:
+                    hits.append(hit_async)
+                else:  # lists, a refusal cache, a penalty: as on the sync path
+                    hits.append(guarded_async(self._guard, self.store, {"hit": hit_async})["hit"])
             return wait_async(shaper_of(self), hits[0], self.strategy, limit, key, cost, max_wait)
 
         return Throttle(lambda: self.wait(limit, key, cost, max_wait=max_wait), wait_on_loop)

@@ -630,6 +630,19 @@ const std::vector<ParityCase>& parity_cases() {
          if (op != "refund" || rng() % 2 == 0) c.keys.push_back("adj:{a}:rid:" + kind + std::to_string(rng() % 4));
          return c;
        }},
+      {"penalty", false,
+       [](std::mt19937& rng, std::int64_t, int) {
+         // Counting, starting and escalating blocks, and now and then malformed arguments,
+         // which must change nothing on either store. Only the shape is compared: the block
+         // in force is reported as its PTTL, which follows each store's own clock.
+         const char* factors[] = {"2", "1.5", "1", "0.5"};
+         ScriptCall c{&kPenaltyScript,
+                      {"pen:{a}:b", "pen:{a}:n", "pen:{a}:l"},
+                      {std::to_string(1 + rng() % 3), "60000", rng() % 2 ? "1000" : "5000", factors[rng() % 4], "8000"}};
+         if (rng() % 16 == 0) c.args.pop_back();
+         return c;
+       },
+       true},
       {"pn_merge", false,
        [](std::mt19937& rng, std::int64_t, int) {
          // Totals near 2^63 as well (compared as text there), a repeated region now and then,

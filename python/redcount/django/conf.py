@@ -41,6 +41,7 @@ from .. import aio
 from .. import store as _store
 from ..errors import InvalidInputError
 from ..limiter import Limiter
+from ..policies import AccessLists, config_list, config_penalty, config_size
 from ..web.engine import DEFAULT_BUDGET, check_budget, check_store
 from ..web.settings import Settings
 from ..web.spec import KeyFunc, LimitSpec
@@ -70,6 +71,10 @@ DEFAULTS: dict[str, Any] = {
     "METRICS": None,
     "VIEW": None,
     "RATELIMIT_COMPAT_403": False,
+    "ALLOW": None,
+    "DENY": None,
+    "REFUSAL_CACHE": 0,
+    "PENALTY": None,
 }
 """Every name ``REDCOUNT`` may hold, with its default (the same as the Flask integration's):
 
@@ -104,6 +109,12 @@ DEFAULTS: dict[str, Any] = {
 - ``RATELIMIT_COMPAT_403``: the :mod:`redcount.django.ratelimit` drop-in raises
   :class:`~redcount.django.ratelimit.Ratelimited` (403, as django-ratelimit does) instead of
   answering 429.
+- ``ALLOW``, ``DENY``: keys, addresses and CIDRs (a list, or one comma-separated string)
+  decided before any round trip, matched against each check's identity (the client address
+  by default): an allowed check is not counted, a denied one refuses (``Retry-After`` one
+  day). ``REFUSAL_CACHE`` (default 0: off): how many refused keys are answered locally until
+  their ``Retry-After``. ``PENALTY``: a :class:`redcount.Penalty` (or a dict of its
+  arguments) for the limiter. See docs/penalties.md.
 """
 
 
@@ -246,7 +257,8 @@ def build_state() -> State:
     breaker = _bool(cfg["BREAKER"], "BREAKER")
     store = web("URL", lambda: _store.connect(url, budget=budget, breaker=breaker, fallback=fallback))
     try:
-        limiter = web("STRATEGY", lambda: Limiter(store, strategy, prefix=prefix))
+        penalty = web("PENALTY", lambda: config_penalty(cfg["PENALTY"], "the penalty"))
+        limiter = web("STRATEGY", lambda: Limiter(store, strategy, prefix=prefix, penalty=penalty))
         if _bool(cfg["CHECK_ON_START"], "CHECK_ON_START"):
             check_store(store)
         ipv6 = cfg["IPV6_PREFIX"]
@@ -277,6 +289,9 @@ def build_state() -> State:
                 key=None, headers=None, trusted_proxies=None, ipv6_prefix=128, fail="open",
                 shadow=False, metrics=metrics, where=SETTING,
             ),
+            "ALLOW": lambda: AccessLists(allow=config_list(cfg["ALLOW"], "the allow list")),
+            "DENY": lambda: AccessLists(deny=config_list(cfg["DENY"], "the deny list")),
+            "REFUSAL_CACHE": lambda: config_size(cfg["REFUSAL_CACHE"], "the refusal cache size"),
         }
         for name, check in parts.items():  # each alone first, so the error names its setting
             web(name, check)
@@ -284,6 +299,8 @@ def build_state() -> State:
         settings = Settings.build(
             key=key, headers=cfg["HEADERS"], trusted_proxies=cfg["TRUSTED_PROXIES"], ipv6_prefix=ipv6,
             fail=cfg["FAIL"], shadow=shadow, metrics=metrics, where=SETTING, budget=budget,
+            allow=config_list(cfg["ALLOW"], "ALLOW"), deny=config_list(cfg["DENY"], "DENY"),
+            refusal_cache=config_size(cfg["REFUSAL_CACHE"], "REFUSAL_CACHE"),
         )
         if metrics is not None and hasattr(metrics, "watch_store"):
             metrics.watch_store(store)

@@ -186,7 +186,7 @@ def limit(
                     return await view(request, *args, **kwargs)
                 decided = await decide_async(
                     state.alimiter, [check], s.policy, s.metrics, shadow_all=s.shadow, budget=state.budget,
-                    after=getattr(request, "_redcount_verdict", None), charge=where_charge,
+                    after=getattr(request, "_redcount_verdict", None), charge=where_charge, screen=s.screen,
                 )
                 merged = attach(request, decided)
                 if not decided.allowed:
@@ -195,7 +195,8 @@ def limit(
                 response = await view(request, *args, **kwargs)
                 if charged(decided, request, response):
                     settle(state, merged, check, await decide_async(
-                        state.alimiter, [check], s.policy, s.metrics, shadow_all=s.shadow, budget=state.budget))
+                        state.alimiter, [check], s.policy, s.metrics, shadow_all=s.shadow, budget=state.budget,
+                        screen=s.screen))
                 return apply_headers(response, merged, state)
 
             return async_wrapper  # type: ignore[return-value]
@@ -211,7 +212,7 @@ def limit(
                 return view(request, *args, **kwargs)
             decided = decide(
                 state.limiter, [check], s.policy, s.metrics, shadow_all=s.shadow, budget=state.budget,
-                after=getattr(request, "_redcount_verdict", None), charge=where_charge,
+                after=getattr(request, "_redcount_verdict", None), charge=where_charge, screen=s.screen,
             )
             merged = attach(request, decided)
             if not decided.allowed:
@@ -219,7 +220,8 @@ def limit(
             response = view(request, *args, **kwargs)
             if charged(decided, request, response):
                 settle(state, merged, check, decide(
-                    state.limiter, [check], s.policy, s.metrics, shadow_all=s.shadow, budget=state.budget))
+                    state.limiter, [check], s.policy, s.metrics, shadow_all=s.shadow, budget=state.budget,
+                    screen=s.screen))
             return apply_headers(response, merged, state)
 
         return wrapper  # type: ignore[return-value]

@@ -89,7 +89,8 @@ class SimpleRateThrottle(_drf.SimpleRateThrottle):  # type: ignore[misc]
         s = state.settings
         django_request = getattr(request, "_request", request)
         verdict = decide(state.limiter_for(self.strategy), [check], s.policy, s.metrics, shadow_all=s.shadow,
-                         budget=state.budget, after=getattr(django_request, "_redcount_verdict", None))
+                         budget=state.budget, after=getattr(django_request, "_redcount_verdict", None),
+                         screen=s.screen)
         attach(django_request, verdict)
         if verdict.unavailable:
             raise StoreUnavailable()

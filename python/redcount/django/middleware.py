@@ -99,7 +99,9 @@ class RateLimitMiddleware:
             if specs and not is_exempt(request):
                 s = state.settings
                 checks = resolve_all(specs, View(request, state), s.key)
-                decided = decide(state.limiter, checks, s.policy, s.metrics, shadow_all=s.shadow, budget=state.budget)
+                decided = decide(
+                    state.limiter, checks, s.policy, s.metrics, shadow_all=s.shadow, budget=state.budget, screen=s.screen
+                )
                 merged = attach(request, decided)
                 if not decided.allowed:
                     return refuse_sync(request, merged, state)
@@ -116,7 +118,8 @@ class RateLimitMiddleware:
                 user = await load_user(request, specs, state)
                 checks = resolve_all(specs, View(request, state, user), s.key)
                 decided = await decide_async(
-                    state.alimiter, checks, s.policy, s.metrics, shadow_all=s.shadow, budget=state.budget
+                    state.alimiter, checks, s.policy, s.metrics, shadow_all=s.shadow, budget=state.budget,
+                    screen=s.screen,
                 )
                 merged = attach(request, decided)
                 if not decided.allowed:

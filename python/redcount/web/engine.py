@@ -41,6 +41,7 @@ from .._core import Decision
 from ..errors import AuthenticationError, InvalidInputError, Unavailable
 from ..errors import ConnectionError as StoreConnectionError
 from ..limiter import UNAVAILABLE_RETRY_AFTER, OnUnavailable
+from ..policies import Screen, denied_decision
 from .spec import Check, Policy
 
 if TYPE_CHECKING:
@@ -370,6 +371,43 @@ def _start(checks: Sequence[Check], shadow_all: bool, budget: float | None, afte
     return verdict
 
 
+def _screen(
+    screen: Screen, checks: Sequence[Check], verdict: Verdict, policy: FailurePolicy, metrics: MetricsSink | None
+) -> Sequence[Check] | None:
+    """The checks still to ask the store about: allow-listed ones are left out (not
+    counted); a deny-listed check, or one the refusal cache holds, refuses the request
+    (None) before any round trip. The lists match a check's identity (its key's last part:
+    the client address by default, or what the key function returned)."""
+    access, cache = screen.access, screen.cache
+    rest: list[Check] = []
+    for c in checks:
+        if c.spec.shadow:
+            rest.append(c)
+            continue
+        d = None
+        if access is not None:
+            listed = access.lookup(c.key.rpartition("|")[2])
+            if listed:
+                continue
+            if listed is False:
+                d = denied_decision(c.limits)
+        if d is None and cache is not None:
+            d = cache.get(c.limits, c.key, c.cost)
+        if d is not None:
+            _settle(verdict, c, d, None, policy, metrics, time.perf_counter() if metrics is not None else 0.0)
+            return None
+        rest.append(c)
+    return rest
+
+
+def _remember(screen: Screen, verdict: Verdict) -> None:
+    """Put the store's refusal of this request in the refusal cache."""
+    if screen.cache is not None and not verdict.allowed:
+        o = verdict.refusal
+        if o is not None and not o.decision.unavailable:
+            screen.cache.put(o.check.limits, o.check.key, o.check.cost, o.decision)
+
+
 def decide(
     limiter: Limiter,
     checks: Sequence[Check],
@@ -380,6 +418,7 @@ def decide(
     budget: float | None = None,
     after: Verdict | None = None,
     charge: bool = True,
+    screen: Screen | None = None,
 ) -> Verdict:
     """Decide ``checks`` in order with a sync limiter (blocks the calling thread).
 
@@ -388,8 +427,17 @@ def decide(
     ``after``: the verdict of this request's earlier checks, whose deadline this continues.
     ``charge``: False decides with :meth:`~redcount.Limiter.test` (nothing is charged), for
     limits that charge by outcome once the response is known.
+    ``screen``: allow and deny lists and a refusal cache, applied before any round trip.
     """
     verdict = _start(checks, shadow_all, budget, after)
+    if screen is not None and not shadow_all:
+        screened = _screen(screen, checks, verdict, policy, metrics)
+        if screened is None:
+            return verdict
+        verdict = decide(limiter, screened, policy, metrics, budget=budget, after=after, charge=charge)
+        verdict.planned = list(checks)
+        _remember(screen, verdict)
+        return verdict
     deadline = verdict.deadline
     if _together(limiter, limiter.strategy, checks, verdict) and (deadline is None or time.monotonic() < deadline):
         started = time.perf_counter() if metrics is not None else 0.0
@@ -441,12 +489,21 @@ async def decide_async(
     budget: float | None = None,
     after: Verdict | None = None,
     charge: bool = True,
+    screen: Screen | None = None,
 ) -> Verdict:
     """Decide ``checks`` in order with an async limiter: the event loop never waits on the
     store (see :mod:`redcount.aio`). ``budget``, ``after`` and ``charge`` as in
     :func:`decide`; here a call still waiting when the budget runs out is cancelled (its
     reply, if one comes, is discarded) and decided by the policy."""
     verdict = _start(checks, shadow_all, budget, after)
+    if screen is not None and not shadow_all:
+        screened = _screen(screen, checks, verdict, policy, metrics)
+        if screened is None:
+            return verdict
+        verdict = await decide_async(limiter, screened, policy, metrics, budget=budget, after=after, charge=charge)
+        verdict.planned = list(checks)
+        _remember(screen, verdict)
+        return verdict
     deadline = verdict.deadline
     if _together(limiter, limiter.sync.strategy, checks, verdict):
         started = time.perf_counter() if metrics is not None else 0.0

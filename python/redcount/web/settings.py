@@ -8,11 +8,13 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Union
 
 from ..errors import InvalidInputError
+from ..policies import Entry, Screen
 from .engine import DEFAULT_BUDGET, FailMode, FailurePolicy, MetricsSink, check_budget
 from .headers import HeaderSets
 from .identity import ClientIdentity, TrustedProxies
@@ -36,6 +38,8 @@ class Settings:
     shadow: bool
     metrics: MetricsSink | None
     budget: float | None = DEFAULT_BUDGET
+    # Allow and deny lists and a refusal cache, applied before any round trip (None: none).
+    screen: Screen | None = None
 
     @classmethod
     def build(
@@ -50,8 +54,15 @@ class Settings:
         metrics: MetricsSink | None,
         where: str,
         budget: float | None = DEFAULT_BUDGET,
+        allow: Iterable[Entry] | None = None,
+        deny: Iterable[Entry] | None = None,
+        refusal_cache: int | None = 0,
     ) -> Settings:
-        """Validate everything, raising :class:`~redcount.InvalidInputError` on bad input."""
+        """Validate everything, raising :class:`~redcount.InvalidInputError` on bad input.
+
+        ``allow``/``deny``: keys, IP addresses and CIDRs matched against each check's
+        identity (the client address by default); ``refusal_cache``: how many refused keys
+        to answer locally until their ``retry_after`` (0: off). See docs/penalties.md."""
         if not isinstance(shadow, bool):
             raise InvalidInputError(f"shadow must be True or False, got {shadow!r}")
         if metrics is not None and not (hasattr(metrics, "decision") and hasattr(metrics, "store_error")):
@@ -64,4 +75,5 @@ class Settings:
             shadow=shadow,
             metrics=metrics,
             budget=check_budget(budget, "budget"),
+            screen=Screen.build(allow, deny, refusal_cache, time.time),
         )

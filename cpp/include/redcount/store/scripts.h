@@ -23,5 +23,6 @@ extern const Script kQuotaScript;
 extern const Script kPnMergeScript;
 extern const Script kTimeProbeScript;
 extern const Script kLimiterAdjustScript;
+extern const Script kPenaltyScript;
 
 }  // namespace redcount

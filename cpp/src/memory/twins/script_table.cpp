@@ -36,6 +36,7 @@ const Script kQuotaScript{"quota", lua::quota_source, lua::quota_sha1,
                           &twins::native_quota};
 const Script kPnMergeScript{"pn_merge", lua::pn_merge_source, lua::pn_merge_sha1,
                             &twins::native_pn_merge};
+const Script kPenaltyScript{"penalty", lua::penalty_source, lua::penalty_sha1, &twins::native_penalty};
 const Script kTimeProbeScript{"time_probe", lua::time_probe_source, lua::time_probe_sha1,
                               &twins::native_time_probe};
 
@@ -59,6 +60,7 @@ const std::vector<const Script*>& all_scripts() {
       &kPnMergeScript,
       &kTimeProbeScript,
       &kLimiterAdjustScript,
+      &kPenaltyScript,
   };
   return scripts;
 }

@@ -19,6 +19,9 @@ one private redis-server, and loaded by ``wrk`` (Debian: ``apt-get install wrk``
   slowapi on its Redis storage and on redcount's scheme; fastapi-limiter.
 - Django: no limiter; redcount (``redcount.django``'s decorator); django-ratelimit counting in
   Django's cache on django-redis (its documented set-up), which refuses with a 403 when reached.
+- A refused client's flood (Flask and FastAPI): every request but the first is refused by
+  ``"1/hour"`` on one key, with and without the refusal cache (``-refused-cache``: refusals
+  answered in the process until the store's ``retry_after``, no round trip).
 - Floors, which are not limiters: the route sends one bare ``INCR`` to the same Redis through
   redcount's store and waits for its reply, and decides nothing (Flask and Django; FastAPI awaited, and
   FastAPI blocking the loop for it as slowapi does, the cheapest round trip there is). A
@@ -47,6 +50,7 @@ import sys
 import tempfile
 import textwrap
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -63,6 +67,7 @@ _COMMON = """
     import os
     URL = os.environ["BENCH_REDIS_URL"]
     LIMIT = os.environ["BENCH_LIMIT"]
+    FLOOD = "1/hour"
 """
 
 # One minimal app per contender: the route answers a short text body.
@@ -118,6 +123,35 @@ _APPS: dict[str, str] = {
         @app.get("/")
         @rl.limit(LIMIT, key=lambda: "acme", name="org")
         @rl.limit(LIMIT, name="ip", cost=2)
+        def index():
+            return "ok"
+    """,
+    # A refused client flooding the app: one key over "1/hour", so every request but the
+    # first is refused (429). "-cache" answers the refusals from the refusal cache until the
+    # store's retry_after, without a round trip.
+    "flask-redcount-refused": """
+        import redcount, redcount.flask
+        from flask import Flask
+        app = Flask(__name__)
+        app.config.update(REDCOUNT_URL=URL, REDCOUNT_PREFIX="bench:web:flood", REDCOUNT_HEADERS="none",
+                          REDCOUNT_BUDGET=0)
+        rl = redcount.flask.RateLimiter(app)
+
+        @app.get("/")
+        @rl.limit(FLOOD, key=lambda: "flood")
+        def index():
+            return "ok"
+    """,
+    "flask-redcount-refused-cache": """
+        import redcount, redcount.flask
+        from flask import Flask
+        app = Flask(__name__)
+        app.config.update(REDCOUNT_URL=URL, REDCOUNT_PREFIX="bench:web:floodc", REDCOUNT_HEADERS="none",
+                          REDCOUNT_BUDGET=0, REDCOUNT_REFUSAL_CACHE=1000)
+        rl = redcount.flask.RateLimiter(app)
+
+        @app.get("/")
+        @rl.limit(FLOOD, key=lambda: "flood")
         def index():
             return "ok"
     """,
@@ -230,6 +264,32 @@ _APPS: dict[str, str] = {
         app = FastAPI()
 
         @app.get("/", response_class=PlainTextResponse, dependencies=[Depends(three)])
+        async def index():
+            return "ok"
+    """,
+    "fastapi-redcount-refused": """
+        import redcount, redcount.aio
+        from fastapi import Depends, FastAPI
+        from fastapi.responses import PlainTextResponse
+        from redcount.fastapi import RateLimiter
+        rl = RateLimiter(redcount.aio.Limiter(redcount.connect(URL), prefix="bench:web:flood"), headers="none",
+                         budget=None)
+        app = FastAPI()
+
+        @app.get("/", response_class=PlainTextResponse, dependencies=[Depends(rl.limit(FLOOD, key=lambda r: "flood"))])
+        async def index():
+            return "ok"
+    """,
+    "fastapi-redcount-refused-cache": """
+        import redcount, redcount.aio
+        from fastapi import Depends, FastAPI
+        from fastapi.responses import PlainTextResponse
+        from redcount.fastapi import RateLimiter
+        rl = RateLimiter(redcount.aio.Limiter(redcount.connect(URL), prefix="bench:web:floodc"), headers="none",
+                         budget=None, refusal_cache=1000)
+        app = FastAPI()
+
+        @app.get("/", response_class=PlainTextResponse, dependencies=[Depends(rl.limit(FLOOD, key=lambda r: "flood"))])
         async def index():
             return "ok"
     """,
@@ -355,6 +415,8 @@ _NEEDS: dict[str, list[tuple[str, str]]] = {
     "flask-redcount": [("flask", "flask")],
     "flask-redcount-3": [("flask", "flask")],
     "flask-redcount-3-seq": [("flask", "flask")],
+    "flask-redcount-refused": [("flask", "flask")],
+    "flask-redcount-refused-cache": [("flask", "flask")],
     "flask-limiter-redis": [("flask_limiter", "flask-limiter"), ("redis", "redis")],
     "flask-limiter-redcount": [("flask_limiter", "flask-limiter"), ("redcount.contrib.limits", "redcount with redcount.contrib.limits")],
     "flask-floor": [("flask", "flask")],
@@ -364,6 +426,8 @@ _NEEDS: dict[str, list[tuple[str, str]]] = {
     "fastapi-redcount": [("fastapi", "fastapi")],
     "fastapi-redcount-3": [("fastapi", "fastapi")],
     "fastapi-redcount-3-seq": [("fastapi", "fastapi")],
+    "fastapi-redcount-refused": [("fastapi", "fastapi")],
+    "fastapi-redcount-refused-cache": [("fastapi", "fastapi")],
     "slowapi-redis": [("slowapi", "slowapi"), ("redis", "redis")],
     "slowapi-redcount": [("slowapi", "slowapi"), ("redcount.contrib.limits", "redcount with redcount.contrib.limits")],
     "fastapi-limiter": [("fastapi_limiter", "fastapi-limiter"), ("redis", "redis")],
@@ -372,6 +436,9 @@ _NEEDS: dict[str, list[tuple[str, str]]] = {
     "django-redcount": [("django", "django")],
     "django-ratelimit-redis": [("django_ratelimit", "django-ratelimit"), ("django_redis", "django-redis")],
 }
+
+# Contenders whose every request but the first is refused: a 429 is their expected answer.
+_REFUSED = frozenset(n for n in _APPS if "-refused" in n)
 
 _FRAMEWORK = {name: next((fw for fw in ("flask", "django") if name.startswith(fw)), "fastapi") for name in _APPS}
 _FRAMEWORKS = ("flask", "fastapi", "django")
@@ -416,7 +483,7 @@ def _missing(name: str) -> str | None:
     return None
 
 
-def _wait_ready(proc: subprocess.Popen[bytes], url: str, log: str) -> None:
+def _wait_ready(proc: subprocess.Popen[bytes], url: str, log: str, refused: bool = False) -> None:
     deadline = time.monotonic() + 60
     while True:
         if proc.poll() is not None:
@@ -426,6 +493,9 @@ def _wait_ready(proc: subprocess.Popen[bytes], url: str, log: str) -> None:
             with urllib.request.urlopen(url, timeout=2) as r:
                 if r.status == 200:
                     return
+        except urllib.error.HTTPError as e:
+            if refused and e.code == 429:
+                return
         except OSError:
             pass
         if time.monotonic() > deadline:
@@ -454,7 +524,7 @@ def _serve(name: str, workdir: str, redis_url: str, workers: int) -> Iterator[st
                                 preexec_fn=die_with_parent())
     try:
         url = f"http://127.0.0.1:{port}/"
-        _wait_ready(proc, url, log)
+        _wait_ready(proc, url, log, name in _REFUSED)
         yield url
     finally:
         stop_process(proc)
@@ -550,6 +620,8 @@ def _print(results: dict[str, WebResult], report: dict[str, dict[str, float | st
             continue
         ov = _overhead(base.rps, r.rps) if base and base.rounds and r is not base else None
         note = f"{r.non_2xx} non-2xx responses" if r.non_2xx else ""
+        if r.name in _REFUSED:
+            note = "a refused client's flood (429s expected)" + (f", {note}" if note else "")
         print(f"{r.name:26s} {r.rps:10.0f} {'' if ov is None else f'{ov:9.1%}'}  {note}")
     for fw, s in report.items():
         if s["ratio"] is None:
@@ -575,9 +647,11 @@ def _print(results: dict[str, WebResult], report: dict[str, dict[str, float | st
 # ``--repeat`` runs, contenders taking turns.
 
 _CPU_CONTENDERS = ["flask-none", "flask-floor", "flask-redcount", "flask-redcount-3", "flask-redcount-3-seq",
+                   "flask-redcount-refused", "flask-redcount-refused-cache",
                    "flask-limiter-redis", "flask-limiter-redcount",
                    "fastapi-none", "fastapi-floor", "fastapi-floor-blocking",
-                   "fastapi-redcount", "fastapi-redcount-3", "fastapi-redcount-3-seq", "slowapi-redis", "slowapi-redcount"]
+                   "fastapi-redcount", "fastapi-redcount-3", "fastapi-redcount-3-seq",
+                   "fastapi-redcount-refused", "fastapi-redcount-refused-cache", "slowapi-redis", "slowapi-redcount"]
 
 
 def _load_app(name: str, redis_url: str) -> object:
@@ -588,7 +662,7 @@ def _load_app(name: str, redis_url: str) -> object:
     return namespace["app"]
 
 
-def _wsgi_runner(app: object) -> Callable[[int], None]:
+def _wsgi_runner(app: object, ok: tuple[str, ...] = ("200",)) -> Callable[[int], None]:
     environ_base = {
         "REQUEST_METHOD": "GET", "SCRIPT_NAME": "", "PATH_INFO": "/", "QUERY_STRING": "", "SERVER_NAME": "127.0.0.1",
         "SERVER_PORT": "8000", "SERVER_PROTOCOL": "HTTP/1.1", "REMOTE_ADDR": "127.0.0.1", "REMOTE_PORT": "40000",
@@ -611,7 +685,7 @@ def _wsgi_runner(app: object) -> Callable[[int], None]:
             close = getattr(body, "close", None)
             if close is not None:
                 close()
-        bad = [s for s in statuses if not s.startswith("200")]
+        bad = [s for s in statuses if not s.startswith(ok)]
         statuses.clear()
         if bad:
             raise BenchError(f"the app answered {bad[0]}")
@@ -619,7 +693,7 @@ def _wsgi_runner(app: object) -> Callable[[int], None]:
     return run
 
 
-def _asgi_runner(app: object, concurrency: int) -> Callable[[int], None]:
+def _asgi_runner(app: object, concurrency: int, ok: tuple[int, ...] = (200,)) -> Callable[[int], None]:
     import asyncio
 
     try:
@@ -642,7 +716,7 @@ def _asgi_runner(app: object, concurrency: int) -> Callable[[int], None]:
             return {"type": "http.request", "body": b"", "more_body": False}
 
         async def send(message: dict[str, object]) -> None:
-            if message["type"] == "http.response.start" and message["status"] != 200:
+            if message["type"] == "http.response.start" and message["status"] not in ok:
                 bad.append(int(message["status"]))  # type: ignore[call-overload]
 
         await app(scope, receive, send)  # type: ignore[operator]
@@ -671,7 +745,12 @@ def cpu_per_request(names: list[str], n: int, repeat: int, concurrency: int) -> 
         runners: dict[str, Callable[[int], None]] = {}
         for name in names:
             app = _load_app(name, redis_url)
-            runners[name] = _wsgi_runner(app) if _FRAMEWORK[name] in _WSGI else _asgi_runner(app, concurrency)
+            refused = name in _REFUSED
+            runners[name] = (
+                _wsgi_runner(app, ("200", "429") if refused else ("200",))
+                if _FRAMEWORK[name] in _WSGI
+                else _asgi_runner(app, concurrency, (200, 429) if refused else (200,))
+            )
             runners[name](max(100, n // 10))  # warm-up: caches, connections, scripts loaded
         for _ in range(repeat):
             for name in names:
