@@ -484,6 +484,17 @@ const std::vector<ParityCase>& parity_cases() {
          }
          return c;
        }},
+      {"fixed_window_incr", false,
+       [](std::mt19937& rng, std::int64_t, int) {
+         // The short form: one amount for every item.
+         ScriptCall c{&kFixedWindowIncrScript, {"fwi:{a}:1", "fwi:{a}:2", "fwi:{a}:3"},
+                      {"3", std::to_string(deadline), std::to_string(1 + rng() % 3)}};
+         if (rng() % 2 == 0) {
+           c.keys.push_back("fwi:{a}:2:rid:" + std::to_string(rng() % 4));
+           c.args.push_back("2");
+         }
+         return c;
+       }},
       {"fixed_window_incr", true, [](std::mt19937& rng, std::int64_t, int) { return typed_incr_call(rng); }},
       {"fixed_window_hit", false,
        [](std::mt19937& rng, std::int64_t, int) {

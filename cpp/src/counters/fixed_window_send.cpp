@@ -95,8 +95,13 @@ ScriptCall SendOp::script_call(const std::size_t* idx, std::size_t n, std::int64
   std::size_t ids = 0;
   for (std::size_t g = 0; g < n; ++g) ids += items_[idx[g]].request_id_key.empty() ? 0 : 1;
   call.keys.reserve(n + ids);
+  // Without a retry queue nothing reads an item's storage key once its call is made (replies
+  // go back by position, errors name the caller's key), so the call takes it: one copy and
+  // one allocation less per key of a batch. A queue keeps them, to park what failed.
+  const bool take = !core_.queueing();
   for (std::size_t g = 0; g < n; ++g) {
-    call.keys.push_back(items_[idx[g]].storage_key);
+    WindowedIncrement& w = items_[idx[g]];
+    call.keys.push_back(take ? std::move(w.storage_key) : w.storage_key);
     args->amounts.push_back(items_[idx[g]].amount);
     members_.push_back(idx[g]);
   }

@@ -181,10 +181,16 @@ struct IncrArgs final : ScriptArgs {
 
   std::vector<std::string> render() const override {
     std::vector<std::string> out;
-    out.reserve(2 + amounts.size() + rid_items.size());
+    out.reserve(3 + amounts.size() + rid_items.size());
     out.push_back(std::to_string(amounts.size()));
     out.push_back(std::to_string(deadline));
-    for (std::int64_t a : amounts) out.push_back(std::to_string(a));
+    // Items that all add the same send that amount once (the script's short form).
+    const bool same = std::all_of(amounts.begin(), amounts.end(), [&](std::int64_t a) { return a == amounts[0]; });
+    if (same && !amounts.empty()) {
+      out.push_back(std::to_string(amounts[0]));
+    } else {
+      for (std::int64_t a : amounts) out.push_back(std::to_string(a));
+    }
     for (std::int64_t j : rid_items) out.push_back(std::to_string(j));
     return out;
   }

@@ -57,18 +57,22 @@ Reply native_fixed_window_incr(Keyspace& ks, const std::vector<std::string>& key
   auto deadline = parse_int64(args[1]);
   if (!n || !deadline || *n < 0 || static_cast<std::size_t>(*n) > keys.size()) return bad();
   const std::size_t count = static_cast<std::size_t>(*n);
-  if (args.size() != 2 + count + (keys.size() - count)) return bad();
+  const std::size_t ids = keys.size() - count;
+  // One amount per item, or ARGV[3] for every item (the same for count 1), as the script.
+  const bool each = args.size() == 2 + count + ids;
+  if (count == 0 ? !each : (!each && args.size() != 3 + ids)) return bad();
+  const std::size_t first_id = each ? 2 + count : 3;
   RidKeys rid;
   rid.assign(count, nullptr);
-  for (std::size_t j = 0; j < keys.size() - count; ++j) {
-    auto item = parse_int64(args[2 + count + j]);
+  for (std::size_t j = 0; j < ids; ++j) {
+    auto item = parse_int64(args[first_id + j]);
     if (!item || *item < 1 || static_cast<std::size_t>(*item) > count) return bad();
     rid[static_cast<std::size_t>(*item) - 1] = &keys[count + j];
   }
   std::vector<Reply> out;
   out.reserve(count);
   for (std::size_t i = 0; i < count; ++i) {
-    auto amount = parse_int64(args[2 + i]);
+    auto amount = parse_int64(args[each ? 2 + i : 2]);
     if (!amount) return bad();
     out.push_back(incr_item(ks, keys[i], *amount, rid[i], *deadline));
   }
