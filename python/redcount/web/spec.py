@@ -191,12 +191,14 @@ def _parse(text: str, where: str) -> LimitSet:
         raise InvalidInputError(f"bad limit on {where}: {e}") from None
 
 
-_logged: set[int] = set()
+# The functions whose error was logged, by id; each is kept alive here, so that its id is
+# never reused by a later function whose first error would then go unlogged.
+_logged: dict[int, object] = {}
 
 
 def _once(fn: object, message: str) -> None:
     if id(fn) not in _logged:
-        _logged.add(id(fn))
+        _logged[id(fn)] = fn
         log.error("%s", message)
 
 

@@ -658,14 +658,14 @@ def test_limiter_single_limit(store: redcount.Store) -> None:
     lim = redcount.Limiter(store)
     assert lim.strategy == "fixed-window" and lim.prefix == "redcount:lim"
     limit = "3/hour"
+    before = store.now()  # each decision's reset_after counts from a later moment
     decisions = [lim.hit(limit, "ip") for _ in range(3)]
     assert [d.allowed for d in decisions] == [True, True, True]
     assert [d.remaining for d in decisions] == [2, 1, 0]
     assert all(d.limit == 3 and d.retry_after == 0 for d in decisions)
-    now = store.now()
-    end = (now // 3600 + 1) * 3600
+    end = (before // 3600 + 1) * 3600
     for d in decisions:
-        assert 0 < d.reset_after <= end - now + 0.01
+        assert 0 < d.reset_after <= end - before + 0.01
     denied = lim.hit(limit, "ip")
     assert not denied and denied.allowed is False
     assert denied.remaining == 0 and denied.limit == 3
