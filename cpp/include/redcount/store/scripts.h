@@ -22,5 +22,7 @@ extern const Script kShardedReshardScript;
 extern const Script kQuotaScript;
 extern const Script kPnMergeScript;
 extern const Script kTimeProbeScript;
+extern const Script kLeaseTakeScript;
+extern const Script kLeaseGiveBackScript;
 
 }  // namespace redcount
