@@ -223,6 +223,9 @@ void LeaseTable::forget_after_fork() {
   // the old map and its mutexes rather than destroying what may be locked.
   new (&mu_) std::mutex();
   new (&map_) std::unordered_map<std::string, std::shared_ptr<Entry>>();
+  new (&last_) std::shared_ptr<Entry>();
+  new (&last_key_) std::string();
+  new (&last_limits_) std::vector<LimitShape>();
   next_due_ms_.store(std::numeric_limits<std::int64_t>::max(), std::memory_order_relaxed);
 }
 
@@ -241,14 +244,38 @@ void LeaseTable::check(std::int64_t units) const {
 
 std::shared_ptr<LeaseTable::Entry> LeaseTable::entry(const std::vector<RateLimit>& limits, std::string_view key,
                                                      bool create) {
+  {
+    // The hot key asked again (the common case): no id to build, nothing to hash.
+    std::lock_guard<std::mutex> g(mu_);
+    if (last_ && last_key_ == key && same_limits(last_limits_, limits)) return last_;
+  }
   std::string id = lease_id(limits, key);
   std::lock_guard<std::mutex> g(mu_);
   auto it = map_.find(id);
-  if (it != map_.end()) return it->second;
-  if (!create) return nullptr;
-  auto e = std::make_shared<Entry>();
-  map_.emplace(std::move(id), e);
+  std::shared_ptr<Entry> e;
+  if (it != map_.end()) {
+    e = it->second;
+  } else {
+    if (!create) return nullptr;
+    e = std::make_shared<Entry>();
+    map_.emplace(std::move(id), e);
+  }
+  last_ = e;
+  last_key_.assign(key);
+  last_limits_.clear();
+  for (const auto& l : limits) last_limits_.push_back({l.amount, l.window_ms, l.unit});
   return e;
+}
+
+bool LeaseTable::same_limits(const std::vector<LimitShape>& shape, const std::vector<RateLimit>& limits) {
+  if (shape.size() != limits.size()) return false;
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i].amount != limits[i].amount || shape[i].window_ms != limits[i].window_ms ||
+        shape[i].unit != limits[i].unit) {
+      return false;
+    }
+  }
+  return true;
 }
 
 std::optional<Decision> LeaseTable::admit_local(const std::vector<RateLimit>& limits, std::string_view key,
@@ -278,6 +305,7 @@ std::vector<Request> LeaseTable::collect_due(std::int64_t now) {
     // Forget leases whose windows have all ended (nobody waits on them).
     const bool stale = e.units == 0 && !e.refilling && now >= e.last_window_end_ms;
     lk.unlock();
+    if (stale && it->second == last_) last_.reset();
     it = stale && it->second.use_count() == 1 ? map_.erase(it) : std::next(it);
   }
   next_due_ms_.store(next, std::memory_order_relaxed);

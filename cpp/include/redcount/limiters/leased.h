@@ -147,6 +147,16 @@ class LeaseTable {
   std::atomic<std::int64_t> next_due_ms_{INT64_MAX};
   mutable std::mutex mu_;  // guards map_ (never held over I/O)
   std::unordered_map<std::string, std::shared_ptr<Entry>> map_;
+  // The last lease looked up, and what it was looked up by (under mu_).
+  struct LimitShape {
+    std::int64_t amount;
+    std::int64_t window_ms;
+    std::string unit;
+  };
+  static bool same_limits(const std::vector<LimitShape>& shape, const std::vector<RateLimit>& limits);
+  std::shared_ptr<Entry> last_;
+  std::string last_key_;
+  std::vector<LimitShape> last_limits_;
 };
 
 }  // namespace redcount
