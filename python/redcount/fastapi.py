@@ -255,13 +255,14 @@ class RateLimiter:
         name: str | None = None,
         shadow: bool = False,
         scope: str | None = None,
+        lease: int | None = None,
     ) -> LimitSpec:
         """A checked :class:`~redcount.web.LimitSpec` for :meth:`enforce` (Starlette)."""
         where = f"limit {limit!r}" if scope is None else f"shared limit {scope!r}"
         return LimitSpec.build(
             limit, name=name if scope is None else (name or scope), scope=f"shared:{scope}" if scope else "route",
             key=key, cost=cost, methods=methods, exempt_when=exempt_when, per_method=per_method,
-            per_route=scope is None, shadow=shadow, where=where,
+            per_route=scope is None, shadow=shadow, where=where, lease=lease,
         )
 
     def limit(
@@ -275,15 +276,17 @@ class RateLimiter:
         per_method: bool = False,
         name: str | None = None,
         shadow: bool = False,
+        lease: int | None = None,
     ) -> Callable[[HTTPConnection, Response], Awaitable[None]]:
         """A dependency limiting the route it is attached to, counted per route:
         ``Depends(rl.limit("5/second"))``. ``limit``, ``key``, ``cost`` may be callables of the
         request; ``methods``, ``exempt_when``, ``per_method``, ``shadow`` as in
         :class:`~redcount.web.LimitSpec`; ``name`` is the policy name in the headers
         (default: the route's endpoint function's name, ``search``, suffixed by the window
-        when the limit string holds several: ``search-1s``, ``search-3600s``)."""
+        when the limit string holds several: ``search-1s``, ``search-3600s``); ``lease``: a
+        leased limit for a hot key (see docs/leased-limits.md)."""
         return self._dependency(self.spec(limit, key=key, cost=cost, methods=methods, exempt_when=exempt_when,
-                                          per_method=per_method, name=name, shadow=shadow))
+                                          per_method=per_method, name=name, shadow=shadow, lease=lease))
 
     def all_of(self, *specs: LimitSpec) -> Callable[[HTTPConnection, Response], Awaitable[None]]:
         """A dependency deciding several limits (each from :meth:`spec`) together, in one

@@ -407,6 +407,7 @@ class RateLimiter:
         per_method: bool = False,
         name: str | None = None,
         shadow: bool = False,
+        lease: int | None = None,
     ) -> Callable[[F], F]:
         """Limit a view function or a blueprint (all its routes, counted per route).
 
@@ -415,7 +416,8 @@ class RateLimiter:
         request; ``methods``: the HTTP methods it applies to; ``exempt_when``: a callable (of
         nothing or of the request) returning True to skip; ``per_method``: separate counts
         per method; ``name``: the policy name in the headers (default: the view's name);
-        ``shadow``: count and report, never refuse. Decorators stack: every limit holds.
+        ``shadow``: count and report, never refuse; ``lease``: a leased limit for a hot key
+        (see docs/leased-limits.md). Decorators stack: every limit holds.
         """
 
         def decorate(obj: F) -> F:
@@ -424,6 +426,7 @@ class RateLimiter:
                 spec = LimitSpec.build(
                     limit, name=name or obj.name, scope=f"bp:{obj.name}", key=key, cost=cost, methods=methods,
                     exempt_when=exempt_when, per_method=per_method, per_route=True, shadow=shadow, where=where,
+                    lease=lease,
                 )
                 self._blueprints.setdefault(obj.name, []).append(spec)
                 self._generation += 1
@@ -437,7 +440,7 @@ class RateLimiter:
             spec = LimitSpec.build(
                 limit, name=base if not existing else f"{base}-{len(existing) + 1}",
                 scope=f"{qual}#{len(existing)}" if existing else qual, key=key, cost=cost, methods=methods,
-                exempt_when=exempt_when, per_method=per_method, shadow=shadow, where=where,
+                exempt_when=exempt_when, per_method=per_method, shadow=shadow, where=where, lease=lease,
             )
             existing.append(spec)
             self._generation += 1
@@ -456,6 +459,7 @@ class RateLimiter:
         exempt_when: Callable[..., bool] | None = None,
         per_method: bool = False,
         shadow: bool = False,
+        lease: int | None = None,
     ) -> Callable[[F], F]:
         """A limit that a group of routes share: one count for all the views it decorates,
         named ``scope`` (also the policy name in the headers). Call it once and apply the
@@ -465,6 +469,7 @@ class RateLimiter:
         spec = LimitSpec.build(
             limit, name=scope, scope=f"shared:{scope}", key=key, cost=cost, methods=methods,
             exempt_when=exempt_when, per_method=per_method, shadow=shadow, where=f"shared limit {scope!r}",
+            lease=lease,
         )
 
         def decorate(obj: F) -> F:
