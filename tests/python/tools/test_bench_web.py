@@ -33,10 +33,12 @@ def test_bench_web_reports_every_contender(tmp_path: Path) -> None:
         "fastapi-none", "fastapi-floor", "fastapi-floor-blocking", "fastapi-redcount", "slowapi-redis",
         "slowapi-redcount", "fastapi-limiter", "django-none", "django-floor", "django-redcount", "django-ratelimit-redis",
         "flask-redcount-3", "flask-redcount-3-seq", "fastapi-redcount-3", "fastapi-redcount-3-seq",
+        "flask-redcount-leased", "fastapi-redcount-leased",
     }
     for name in ("flask-none", "flask-floor", "flask-redcount", "fastapi-none", "fastapi-floor", "fastapi-floor-blocking",
                  "fastapi-redcount", "django-none", "django-floor", "django-redcount", "flask-redcount-3",
-                 "flask-redcount-3-seq", "fastapi-redcount-3", "fastapi-redcount-3-seq"):
+                 "flask-redcount-3-seq", "fastapi-redcount-3", "fastapi-redcount-3-seq", "flask-redcount-leased",
+                 "fastapi-redcount-leased"):
         assert rows[name]["skipped"] is None and rows[name]["rps"] > 0, rows[name]
         assert rows[name]["non_2xx"] == 0, rows[name]  # the limit is never reached
     for r in rows.values():
