@@ -132,6 +132,9 @@ class Limiter:
     ``"/year"`` on January 1. Each limit must be one day, week, month or year. See
     docs/fixed-windows.md.
 
+    ``lease_ttl``: seconds (default 10) a lease taken by ``hit(..., lease=N)`` may hold units
+    before the unused ones go back to the store. See docs/leased-limits.md.
+
     :class:`redcount.aio.Limiter` is the asyncio twin; it can share this limiter's core
     (``redcount.aio.Limiter.from_sync(limiter)``).
 
@@ -186,8 +189,9 @@ class Limiter:
         left, at least ``cost``), charged there at once, and admits from them locally, with
         no round trip, until they are used up or the window ends. Never admits past the limit
         across processes; units other processes hold unused are refused meanwhile
-        (under-admission). Unused units go back after ``lease_ttl`` (at this process's next
-        leased call), on :meth:`return_leases` and when the store is closed. Decisions made
+        (under-admission). Unused units go back after ``lease_ttl`` seconds (default 10; at
+        this process's next leased call, or within about a second from a background thread),
+        on :meth:`return_leases` and when the store is closed. Decisions made
         locally report ``remaining`` as the process knows it. See docs/leased-limits.md."""
         try:
             if lease is None:

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <limits>
 #include <new>
 #include <set>
@@ -207,6 +208,49 @@ Decision local_decision(const LeaseTable::Entry& e, std::int64_t now) {
 
 LeaseTable::LeaseTable(LimiterStrategy& strategy) : strategy_(strategy), store_(strategy.store()) {}
 
+LeaseTable::~LeaseTable() {
+  {
+    std::lock_guard<std::mutex> g(sweep_mu_);
+    stopping_ = true;
+  }
+  sweep_cv_.notify_all();
+  if (sweeper_ && sweeper_->joinable()) sweeper_->join();
+}
+
+void LeaseTable::wake_sweeper() {
+  {
+    std::lock_guard<std::mutex> g(sweep_mu_);
+    if (stopping_) return;
+    if (!sweeper_) sweeper_ = std::make_unique<std::thread>([this] { sweep(); });
+  }
+  sweep_cv_.notify_all();
+}
+
+void LeaseTable::sweep() {
+  std::unique_lock<std::mutex> lk(sweep_mu_);
+  while (!stopping_) {
+    const std::int64_t due = next_due_ms_.load(std::memory_order_relaxed);
+    const std::int64_t now = store_->now_ms();
+    if (now < due) {
+      // Never more than a second: the store's clock may be one a test moves by hand.
+      const std::int64_t wait = std::min<std::int64_t>(due - now, 1000);
+      sweep_cv_.wait_for(lk, std::chrono::milliseconds(wait));
+      continue;
+    }
+    lk.unlock();
+    std::vector<Request> batch = collect_due(now);
+    if (!batch.empty()) {
+      try {
+        CommandsOp op(std::move(batch));
+        run_operation(*store_, op);
+      } catch (const Error&) {
+        // Not given back (a closed or unreachable store): they expire with their windows.
+      }
+    }
+    lk.lock();
+  }
+}
+
 std::shared_ptr<LeaseTable> LeaseTable::create(LimiterStrategy& strategy) {
   auto t = std::make_shared<LeaseTable>(strategy);
   LeaseFork::install();
@@ -226,6 +270,12 @@ void LeaseTable::forget_after_fork() {
   new (&last_) std::shared_ptr<Entry>();
   new (&last_key_) std::string();
   new (&last_limits_) std::vector<LimitShape>();
+  // The sweeper thread is the parent's: abandon its handle (joining or destroying a joinable
+  // std::thread would hang or terminate) and start afresh, without one.
+  (void)sweeper_.release();
+  new (&sweep_mu_) std::mutex();
+  new (&sweep_cv_) std::condition_variable();
+  stopping_ = false;
   next_due_ms_.store(std::numeric_limits<std::int64_t>::max(), std::memory_order_relaxed);
 }
 
@@ -360,7 +410,7 @@ void LeaseTable::release_flag(const Refill& refill) {
 
 Decision LeaseTable::install(const Refill& refill, const LeaseGrant& grant) {
   auto* e = static_cast<Entry*>(refill.entry.get());
-  std::lock_guard<std::mutex> g(e->mu);
+  std::unique_lock<std::mutex> g(e->mu);
   if (refill.owns_flag) {
     e->refilling = false;
     e->cv.notify_all();
@@ -381,8 +431,12 @@ Decision LeaseTable::install(const Refill& refill, const LeaseGrant& grant) {
   e->limit = grant.limit;
   e->store_remaining = grant.store_remaining;
   e->keys = grant.keys;
-  if (e->units > 0) lower(next_due_ms_, e->ends_ms);
-  return local_decision(*e, grant.at_ms);
+  const bool holds = e->units > 0;
+  if (holds) lower(next_due_ms_, e->ends_ms);
+  Decision d = local_decision(*e, grant.at_ms);
+  g.unlock();
+  if (holds) wake_sweeper();
+  return d;
 }
 
 Decision LeaseTable::hit(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost,
@@ -393,8 +447,9 @@ Decision LeaseTable::hit(const std::vector<RateLimit>& limits, std::string_view 
     if (s.give_back) {
       try {
         run_operation(store, *s.give_back);
-      } catch (const ConnectionError&) {
-        // Not given back: the units expire with their windows (under-admission only).
+      } catch (const Error&) {
+        // Not given back: the units expire with their windows (under-admission only). This
+        // call was decided already; the give-back's failure is not its own.
       }
     }
     return *s.decided;

@@ -177,6 +177,21 @@ def test_units_go_back_after_the_lease_ttl(clocked: tuple[redcount.Store, redcou
     assert count(lim, "100/hour", "a") == 12
 
 
+def test_an_idle_process_gives_units_back_after_the_ttl(clocked: tuple[redcount.Store, redcount.ManualClock]) -> None:
+    store, clock = clocked
+    lim = redcount.Limiter(store, lease_ttl=2)
+    assert lim.hit("100/hour", "a", lease=10)
+    assert count(lim, "100/hour", "a") == 10
+    clock.advance(2.5)
+    # No further call: the table's sweeper gives the 9 units back (it looks at least once a
+    # second, by the store's clock).
+    deadline = time.monotonic() + 10
+    while count(lim, "100/hour", "a") != 1 and time.monotonic() < deadline:
+        time.sleep(0.05)  # polling for the sweeper, not a fixed wait
+    assert count(lim, "100/hour", "a") == 1
+    assert lim.leased_units == 0
+
+
 def test_the_same_key_past_its_ttl_gives_back_and_retakes_in_one_call(
     clocked: tuple[redcount.Store, redcount.ManualClock],
 ) -> None:

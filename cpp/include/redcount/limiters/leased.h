@@ -14,8 +14,8 @@
 // across processes. What it costs is under-admission while other processes hold units they
 // do not use (at most (P - 1) * N per window for P processes, and no more than what they
 // were granted). Unused units go back to the store (lease_give_back.lua) when the lease's
-// lease_ttl passes (at the process's next leased call, of any key) or the limiter or store
-// is closed; a lease whose windows have all ended has nothing to give back (they expire in
+// lease_ttl passes (at the process's next leased call of any key, or from the table's
+// sweeper thread within a second when it makes none) or the limiter or store is closed; a lease whose windows have all ended has nothing to give back (they expire in
 // the store).
 //
 // A lease covers one (limits, key) pair. Decisions made locally report remaining and
@@ -40,6 +40,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -77,6 +78,8 @@ class LeaseTable {
   // strategy's store, kept by the table).
   static std::shared_ptr<LeaseTable> create(LimiterStrategy& strategy);
   explicit LeaseTable(LimiterStrategy& strategy);
+  // Stops the sweeper (waiting for a give-back it is sending, if any).
+  ~LeaseTable();
   LeaseTable(const LeaseTable&) = delete;
   LeaseTable& operator=(const LeaseTable&) = delete;
 
@@ -138,6 +141,14 @@ class LeaseTable {
 
   friend struct LeaseFork;
   void forget_after_fork();
+  // The sweeper: a thread, started with the first lease that holds units, that gives back
+  // the units of leases past their ttl when the process makes no call that would.
+  void wake_sweeper();
+  void sweep();
+  std::unique_ptr<std::thread> sweeper_;
+  std::mutex sweep_mu_;
+  std::condition_variable sweep_cv_;
+  bool stopping_ = false;
 
   LimiterStrategy& strategy_;
   std::shared_ptr<Store> store_;
