@@ -403,7 +403,9 @@ class Limiter:
         self._hit_all = engine_method(core, "hit_all", store)
         self._test_all = engine_method(core, "test_all", store)
 
-    async def hit(self, limit: str | LimitSet, key: str | bytes, cost: int = 1, *, lease: int | None = None) -> Decision:
+    async def hit(
+        self, limit: str | LimitSet, key: str | bytes, cost: int = 1, *, lease: int | None = None
+    ) -> Decision:
         """Charge ``cost`` against ``key`` if every limit allows it; the :class:`~redcount.Decision`
         (``on_unavailable`` as in :class:`redcount.Limiter`). ``lease=N``: a leased limit, as
         in :meth:`redcount.Limiter.hit` (a local admission completes without the loop)."""

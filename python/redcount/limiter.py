@@ -178,7 +178,9 @@ class Limiter:
     # The methods below document the calls; on an instance, bind_fast_paths has replaced
     # them by the core's own bound methods (same arguments, results and errors).
 
-    def hit(self, limit: str | LimitSet, key: str | bytes, cost: int = 1, *, lease: int | None = None) -> Decision:
+    def hit(
+        self, limit: str | LimitSet, key: str | bytes, cost: int = 1, *, lease: int | None = None
+    ) -> Decision:
         """Charge ``cost`` against ``key`` if every limit allows it; return the :class:`Decision`.
 
         ``limit`` is a string like ``"10/minute"`` or ``"5/second;100/hour"`` (parsed once and

@@ -412,7 +412,10 @@ def decide(
         else:
             try:
                 lease = c.spec.lease if charge else None
-                d = hit(c.limits, c.key, c.cost) if lease is None else limiter.hit(c.limits, c.key, c.cost, lease=lease)
+                if lease is None:
+                    d = hit(c.limits, c.key, c.cost)
+                else:
+                    d = limiter.hit(c.limits, c.key, c.cost, lease=lease)
             except STORE_FAILURES as e:
                 d, error = policy._without_store(), e
         if not _settle(verdict, c, d, error, policy, metrics, started):
@@ -478,15 +481,18 @@ async def decide_async(
             try:
                 lease = c.spec.lease if charge else None
                 if deadline is None:
-                    d = await (hit(c.limits, c.key, c.cost) if lease is None else limiter.hit(c.limits, c.key, c.cost, lease=lease))
+                    if lease is None:
+                        d = await hit(c.limits, c.key, c.cost)
+                    else:
+                        d = await limiter.hit(c.limits, c.key, c.cost, lease=lease)
                 else:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         raise _over_budget(budget or 0.0)
-                    d = await _within(
-                        hit(c.limits, c.key, c.cost) if lease is None else limiter.hit(c.limits, c.key, c.cost, lease=lease),
-                        left,
-                    )
+                    if lease is None:
+                        d = await _within(hit(c.limits, c.key, c.cost), left)
+                    else:
+                        d = await _within(limiter.hit(c.limits, c.key, c.cost, lease=lease), left)
             except STORE_FAILURES as e:
                 d, error = policy._without_store(), e
             except asyncio.TimeoutError:  # the budget ran out while the call waited

@@ -315,7 +315,9 @@ class LimitSpec:
             spec.exempt_when = exempt_when
         if lease is not None:
             if isinstance(lease, bool) or not isinstance(lease, int) or lease < 1:
-                raise InvalidInputError(f"lease on {where} must be an int >= 1 (units per lease) or None, got {lease!r}")
+                raise InvalidInputError(
+                    f"lease on {where} must be an int >= 1 (units per lease) or None, got {lease!r}"
+                )
             spec.lease = lease
         if not spec.per_route and not spec.per_method:
             spec._prefix = spec.scope + "|"
