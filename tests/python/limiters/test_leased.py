@@ -321,3 +321,31 @@ def test_on_unavailable_passes_lease_through(memory_store: redcount.Store) -> No
     lim = redcount.Limiter(memory_store, on_unavailable="allow")
     assert lim.hit("10/minute", "k", lease=4)
     assert lim.leased_units == 3
+
+
+@pytest.mark.usefixtures("away_from_hour_boundary")
+@pytest.mark.parametrize("foreign", [("SET", "garbage"), ("HSET", "f", "v")])
+def test_a_foreign_value_in_the_window_key_starts_it_afresh(store: redcount.Store, foreign: tuple[str, ...]) -> None:
+    lim = redcount.Limiter(store)
+    assert lim.hit("10/hour", "k")
+    (key,) = store.execute("KEYS", "redcount:lim:*")
+    store.execute("DEL", key)
+    store.execute(foreign[0], key, *foreign[1:])
+    assert lim.hit("10/hour", "k", lease=4)
+    assert count(lim, "10/hour", "k") == 4
+    assert store.execute("PTTL", key) > 0  # held to its window's end like any limiter key
+
+
+@pytest.mark.usefixtures("away_from_hour_boundary")
+def test_giving_back_after_a_reset_never_goes_below_zero(store: redcount.Store) -> None:
+    lim = redcount.Limiter(store)
+    assert lim.hit("10/hour", "k", lease=4)
+    lim.reset("10/hour", "k")
+    assert lim.hit("10/hour", "k")  # a plain hit: count 1, while the lease still holds 3
+    lim.return_leases()
+    assert count(lim, "10/hour", "k") == 0
+    (key,) = store.execute("KEYS", "redcount:lim:*")
+    store.execute("SET", key, "garbage", "KEEPTTL")
+    lim.hit("10/hour", "k2", lease=4)
+    lim.return_leases()  # a foreign value is left alone
+    assert store.execute("GET", key) == b"garbage" or store.execute("GET", key) == "garbage"
