@@ -231,6 +231,10 @@ void LeaseTable::sweep() {
   while (!stopping_) {
     const std::int64_t due = next_due_ms_.load(std::memory_order_relaxed);
     const std::int64_t now = store_->now_ms();
+    if (due == std::numeric_limits<std::int64_t>::max()) {
+      sweep_cv_.wait(lk);  // no lease holds units: until one does (wake_sweeper)
+      continue;
+    }
     if (now < due) {
       // Never more than a second: the store's clock may be one a test moves by hand.
       const std::int64_t wait = std::min<std::int64_t>(due - now, 1000);
@@ -243,7 +247,7 @@ void LeaseTable::sweep() {
       try {
         CommandsOp op(std::move(batch));
         run_operation(*store_, op);
-      } catch (const Error&) {
+      } catch (...) {
         // Not given back (a closed or unreachable store): they expire with their windows.
       }
     }
