@@ -79,6 +79,38 @@ TEST_F(LeasedTest, ThreadsAdmitExactlyTheLimit) {
   EXPECT_EQ(leases_->held(), 0);
 }
 
+TEST_F(LeasedTest, GiveBacksAndTheSweeperRaceWithAdmissionsAndNeverOverAdmit) {
+  // Real time on this store's clock: the sweeper gives back what a 1 ms ttl leaves, while
+  // threads take leases and another thread gives everything back, over and over.
+  auto real = rctest::memory_store(std::make_shared<SystemClock>());
+  auto lim = make_limiter(real, "fixed-window", "rl");
+  auto table = LeaseTable::create(*lim);
+  table->set_ttl_ms(1);
+  const auto limits = parse_limits("3000/hour");
+  std::atomic<int> admitted{0};
+  std::atomic<bool> done{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 6; ++t) {
+    threads.emplace_back([&] {
+      for (;;) {
+        auto d = table->admit_local(limits, "hot", 1);
+        const bool ok = d ? d->allowed : table->hit(limits, "hot", 1, 16).allowed;
+        if (!ok) return;
+        admitted.fetch_add(1);
+      }
+    });
+  }
+  std::thread giver([&] {
+    while (!done.load()) table->give_back_all();
+  });
+  for (auto& t : threads) t.join();
+  done.store(true);
+  giver.join();
+  table->give_back_all();
+  EXPECT_LE(admitted.load(), 3000);
+  EXPECT_EQ(lim->stats(limits, "hot").front().count, admitted.load());
+}
+
 TEST_F(LeasedTest, UnusedUnitsGoBackWhileTheWindowLasts) {
   const auto limits = parse_limits("100/minute");
   ASSERT_TRUE(hit(limits, "k", 1, 20).allowed);
