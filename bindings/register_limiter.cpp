@@ -9,9 +9,11 @@
 #include "aio.h"
 #include "common.h"
 #include "redcount/common/errors.h"
+#include "redcount/limiters/leased.h"
 #include "redcount/limiters/limiter.h"
 #include "redcount/common/limit_string.h"
 #include "redcount/store/scripts.h"
+#include "redcount/common/window.h"
 #include "redcount/store/time_source.h"
 
 namespace redcount::bind {
@@ -84,6 +86,39 @@ struct LimiterHandle {
     return out;
   }
   static std::string tag_of(py::handle tag) { return tag.is_none() ? std::string() : text_arg(tag, "tag"); }
+
+  // Leased limits (leased.h): local admissions keep the GIL; a refill releases it.
+  std::shared_ptr<LeaseTable> leases;
+  std::int64_t lease_units(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost,
+                           py::handle lease) const {
+    const std::int64_t n = int_arg(lease, "lease");
+    leases->check(n);
+    validate_cost(limits, cost);
+    validate_key(key);
+    return n;
+  }
+  Decision leased_hit(const std::vector<RateLimit>& limits, const std::string& key, std::int64_t cost,
+                      py::handle lease) {
+    const std::int64_t n = lease_units(limits, key, cost, lease);
+    if (auto d = leases->admit_local(limits, key, cost)) return *d;
+    NetworkWait wait(memory);
+    return leases->hit(limits, key, cost, n);
+  }
+  py::object leased_hit_async(const std::vector<RateLimit>& limits, const std::string& key, std::int64_t cost,
+                              py::handle lease) {
+    const std::int64_t n = lease_units(limits, key, cost, lease);
+    if (auto d = leases->admit_local(limits, key, cost)) return py::cast(*d);
+    LeaseTable::Step s = leases->begin(limits, key, cost, n, false);
+    if (s.decided) {
+      // Units of leases past their time go back without the caller waiting for them.
+      if (s.give_back) run_async(store, s.give_back, [](std::exception_ptr) {});
+      return py::cast(*s.decided);
+    }
+    auto op = std::move(s.refill.op);
+    return aio::submit_async(store, std::move(op), [table = leases, refill = s.refill](LeaseGrant& g) {
+      return py::cast(table->install(refill, g));
+    });
+  }
 };
 
 }  // namespace
@@ -246,6 +281,7 @@ void register_limiter(py::module_& m) {
              h->memory = store && store->is_memory();
              h->store = store;
              h->strategy = make_limiter(std::move(store), strategy, std::move(o));
+             h->leases = LeaseTable::create(*h->strategy);
              return h;
            }),
            py::arg("store"), py::arg("strategy"), py::arg("prefix"), py::arg("clock"), py::arg("sub_buckets"),
@@ -255,16 +291,32 @@ void register_limiter(py::module_& m) {
                              "The time source in force: 'client', 'server' or 'server-offset'.")
       .def(
           "hit",
-          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost) {
+          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost, py::handle lease) {
             auto limits = h.limits(limit);
             const std::string k = text_arg(key, "key");
             const std::int64_t c = int_arg(cost, "cost");
+            if (!lease.is_none()) [[unlikely]] return h.leased_hit(limits->limits, k, c, lease);
             NetworkWait wait(h.memory);
             return h.strategy->hit(limits->limits, k, c);
           },
-          py::arg("limit"), py::arg("key"), py::arg("cost") = 1,
+          py::arg("limit"), py::arg("key"), py::arg("cost") = 1, py::kw_only(), py::arg("lease") = py::none(),
           "Charge `cost` against `key` if every limit allows it; return the Decision. `limit` is a "
-          "string like '10/minute' or '5/second;100/hour' (parsed once and cached) or a LimitSet.")
+          "string like '10/minute' or '5/second;100/hour' (parsed once and cached) or a LimitSet. "
+          "`lease=N` (fixed-window): take up to N units at a time into this process and admit from "
+          "them locally (see docs/leased-limits.md).")
+      .def(
+          "return_leases",
+          [](LimiterHandle& h) {
+            NetworkWait wait(h.memory);
+            return h.leases->give_back_all();
+          },
+          "Give every unused leased unit back to the store; returns how many went back.")
+      .def_property_readonly("leased_units", [](const LimiterHandle& h) { return h.leases->held(); },
+                             "Leased units this process holds and has not admitted yet.")
+      .def_property(
+          "lease_ttl", [](const LimiterHandle& h) { return ms_to_seconds(h.leases->ttl_ms()); },
+          [](LimiterHandle& h, py::handle ttl) { h.leases->set_ttl_ms(seconds_arg(ttl, "lease_ttl", false)); },
+          "Seconds a lease may hold units before they go back to the store.")
       .def(
           "test",
           [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost) {
@@ -413,12 +465,15 @@ void register_limiter(py::module_& m) {
       // completed at once (memory://), else a future the store's I/O thread completes.
       .def(
           "hit_async",
-          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost) {
+          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost, py::handle lease) {
             auto limits = h.limits(limit);
+            if (!lease.is_none()) [[unlikely]] {
+              return h.leased_hit_async(limits->limits, text_arg(key, "key"), int_arg(cost, "cost"), lease);
+            }
             auto op = h.strategy->make_hit(limits->limits, text_arg(key, "key"), int_arg(cost, "cost"));
             return aio::submit_async(h.store, std::move(op), [](Decision& d) { return py::cast(d); });
           },
-          py::arg("limit"), py::arg("key"), py::arg("cost") = 1)
+          py::arg("limit"), py::arg("key"), py::arg("cost") = 1, py::kw_only(), py::arg("lease") = py::none())
       .def(
           "test_async",
           [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost) {

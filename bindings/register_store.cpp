@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common.h"
+#include "redcount/limiters/leased.h"
 #include "redcount/common/errors.h"
 #include "redcount/memory/memory_store.h"
 #include "redcount/common/options.h"
@@ -188,6 +189,7 @@ void register_store(py::module_& m) {
       .def("__enter__", [](std::shared_ptr<Store> s) { return s; })
       .def("__exit__", [](Store& s, py::args) {
         NetworkWait wait;  // closing joins the store's threads
+        LeaseTable::give_back_all_of(&s);  // leased limits' unused units first
         s.close();
       })
       .def("now", [](const Store& s) { return static_cast<double>(s.now_ms()) / 1000.0; },
@@ -253,6 +255,7 @@ void register_store(py::module_& m) {
           "close",
           [](Store& s) {
             NetworkWait wait;  // closing joins the store's threads
+            LeaseTable::give_back_all_of(&s);  // leased limits' unused units first
             s.close();
           },
           "Close every connection (or stop the memory store's sweeper). Later calls raise ConnectionError.");

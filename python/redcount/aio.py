@@ -442,11 +442,14 @@ class Limiter:
         r = self._settle(limit, key, request_id=request_id, actual=actual)
         return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
-    async def hit(self, limit: str | LimitSet, key: str | bytes, cost: int = 1) -> Decision:
+    async def hit(
+        self, limit: str | LimitSet, key: str | bytes, cost: int = 1, *, lease: int | None = None
+    ) -> Decision:
         """Charge ``cost`` against ``key`` if every limit allows it; the :class:`~redcount.Decision`
-        (``on_unavailable`` as in :class:`redcount.Limiter`)."""
+        (``on_unavailable`` as in :class:`redcount.Limiter`). ``lease=N``: a leased limit, as
+        in :meth:`redcount.Limiter.hit` (a local admission completes without the loop)."""
         try:
-            r = self._hit(limit, key, cost)
+            r = self._hit(limit, key, cost) if lease is None else self._hit(limit, key, cost, lease=lease)
             return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
         except _StoreConnectionError as e:
             return unavailable_decision(self.on_unavailable, e)

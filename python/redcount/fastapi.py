@@ -289,6 +289,7 @@ class RateLimiter:
         shadow: bool = False,
         scope: str | None = None,
         deduct_when: Callable[..., bool] | None = None,
+        lease: int | None = None,
     ) -> LimitSpec:
         """A checked :class:`~redcount.web.LimitSpec` for :meth:`enforce` (Starlette).
         ``deduct_when`` as in :meth:`limit`."""
@@ -297,7 +298,7 @@ class RateLimiter:
         spec = LimitSpec.build(
             limit, name=name if scope is None else (name or scope), scope=f"shared:{scope}" if scope else "route",
             key=key, cost=cost, methods=methods, exempt_when=exempt_when, per_method=per_method,
-            per_route=scope is None, shadow=shadow, where=where,
+            per_route=scope is None, shadow=shadow, where=where, lease=lease,
         )
         if deduct is not None:
             self._deduct[id(spec)] = deduct
@@ -315,6 +316,7 @@ class RateLimiter:
         name: str | None = None,
         shadow: bool = False,
         deduct_when: Callable[..., bool] | None = None,
+        lease: int | None = None,
     ) -> Callable[[HTTPConnection, Response], Awaitable[None]]:
         """A dependency limiting the route it is attached to, counted per route:
         ``Depends(rl.limit("5/second"))``. ``limit``, ``key``, ``cost`` may be callables of the
@@ -330,9 +332,12 @@ class RateLimiter:
         is refused) and charged when the response starts, if it matches; that needs
         :class:`RateLimitMiddleware` on the app. Concurrent requests of one key are all tested
         against the same count, so up to N - 1 more than the limit may run with N in flight
-        (see docs/refunds.md)."""
+        (see docs/refunds.md).
+
+        ``lease``: a leased limit for a hot key (see docs/leased-limits.md)."""
         return self._dependency(self.spec(limit, key=key, cost=cost, methods=methods, exempt_when=exempt_when,
-                                          per_method=per_method, name=name, shadow=shadow, deduct_when=deduct_when))
+                                          per_method=per_method, name=name, shadow=shadow, deduct_when=deduct_when,
+                                          lease=lease))
 
     def all_of(self, *specs: LimitSpec) -> Callable[[HTTPConnection, Response], Awaitable[None]]:
         """A dependency deciding several limits (each from :meth:`spec`) together, in one

@@ -463,6 +463,7 @@ class RateLimiter:
         name: str | None = None,
         shadow: bool = False,
         deduct_when: Callable[..., bool] | None = None,
+        lease: int | None = None,
     ) -> Callable[[F], F]:
         """Limit a view function or a blueprint (all its routes, counted per route).
 
@@ -479,6 +480,8 @@ class RateLimiter:
         view (a request over it is refused) and charged after it when the response matches.
         Concurrent requests of one key are all tested against the same count, so up to N - 1
         more than the limit may run with N in flight (see docs/refunds.md).
+
+        ``lease``: a leased limit for a hot key (see docs/leased-limits.md).
         """
         deduct = deduct_predicate(deduct_when, f"limit {limit!r}" if isinstance(limit, str) else "limit")
 
@@ -488,6 +491,7 @@ class RateLimiter:
                 spec = LimitSpec.build(
                     limit, name=name or obj.name, scope=f"bp:{obj.name}", key=key, cost=cost, methods=methods,
                     exempt_when=exempt_when, per_method=per_method, per_route=True, shadow=shadow, where=where,
+                    lease=lease,
                 )
                 self._blueprints.setdefault(obj.name, []).append(spec)
                 if deduct is not None:
@@ -503,7 +507,7 @@ class RateLimiter:
             spec = LimitSpec.build(
                 limit, name=base if not existing else f"{base}-{len(existing) + 1}",
                 scope=f"{qual}#{len(existing)}" if existing else qual, key=key, cost=cost, methods=methods,
-                exempt_when=exempt_when, per_method=per_method, shadow=shadow, where=where,
+                exempt_when=exempt_when, per_method=per_method, shadow=shadow, where=where, lease=lease,
             )
             existing.append(spec)
             if deduct is not None:
@@ -525,6 +529,7 @@ class RateLimiter:
         per_method: bool = False,
         shadow: bool = False,
         deduct_when: Callable[..., bool] | None = None,
+        lease: int | None = None,
     ) -> Callable[[F], F]:
         """A limit that a group of routes share: one count for all the views it decorates,
         named ``scope`` (also the policy name in the headers). Call it once and apply the
@@ -535,6 +540,7 @@ class RateLimiter:
         spec = LimitSpec.build(
             limit, name=scope, scope=f"shared:{scope}", key=key, cost=cost, methods=methods,
             exempt_when=exempt_when, per_method=per_method, shadow=shadow, where=f"shared limit {scope!r}",
+            lease=lease,
         )
         deduct = deduct_predicate(deduct_when, f"shared limit {scope!r}")
         if deduct is not None:

@@ -58,9 +58,9 @@ def unavailable_decision(policy: OnUnavailable, error: BaseException) -> Decisio
 
 
 def _guard_sync(call: Callable[..., Decision], policy: OnUnavailable) -> Callable[..., Decision]:
-    def guarded(limit: str | LimitSet, key: str | bytes, cost: int = 1) -> Decision:
+    def guarded(limit: str | LimitSet, key: str | bytes, cost: int = 1, **leased: int | None) -> Decision:
         try:
-            return call(limit, key, cost)
+            return call(limit, key, cost, **leased)
         except StoreConnectionError as e:
             return unavailable_decision(policy, e)
 
@@ -155,6 +155,8 @@ class Limiter:
     docs/penalties.md. ``penalty``: a :class:`~redcount.Penalty` (escalating blocks of keys
     refused too often; one more round trip per call, the block check). Without any of
     these, calls go straight to the core.
+    ``lease_ttl``: seconds (default 10) a lease taken by ``hit(..., lease=N)`` may hold units
+    before the unused ones go back to the store. See docs/leased-limits.md.
 
     :class:`redcount.aio.Limiter` is the asyncio twin; it can share this limiter's core
     (``redcount.aio.Limiter.from_sync(limiter)``).
@@ -179,6 +181,7 @@ class Limiter:
         deny: Iterable[Entry] | None = None,
         refusal_cache: int = 0,
         penalty: Penalty | None = None,
+        lease_ttl: float = 10.0,
     ) -> None:
         self.on_unavailable: OnUnavailable = check_on_unavailable(on_unavailable)
         if penalty is not None and not isinstance(penalty, Penalty):
@@ -188,6 +191,7 @@ class Limiter:
         self._guard = Guard(self._screen, pen) if self._screen is not None or pen is not None else None
         cal = calendar_arg(calendar, anchor_day)
         core = _core.LimiterCore(store, strategy, prefix, clock, sub_buckets, cal)
+        core.lease_ttl = lease_ttl
         self._core = core
         bind_fast_paths(self, Limiter, core, _FAST)
         if on_unavailable != "raise":
@@ -211,15 +215,45 @@ class Limiter:
     # The methods below document the calls; on an instance, bind_fast_paths has replaced
     # them by the core's own bound methods (same arguments, results and errors).
 
-    def hit(self, limit: str | LimitSet, key: str | bytes, cost: int = 1) -> Decision:
+    def hit(
+        self, limit: str | LimitSet, key: str | bytes, cost: int = 1, *, lease: int | None = None
+    ) -> Decision:
         """Charge ``cost`` against ``key`` if every limit allows it; return the :class:`Decision`.
 
         ``limit`` is a string like ``"10/minute"`` or ``"5/second;100/hour"`` (parsed once and
-        cached) or a :class:`LimitSet`."""
+        cached) or a :class:`LimitSet`.
+
+        ``lease=N`` (``strategy="fixed-window"``): a leased limit for a hot key. The process
+        takes up to N units at a time from the store (at most half of what the window has
+        left, at least ``cost``), charged there at once, and admits from them locally, with
+        no round trip, until they are used up or the window ends. Never admits past the limit
+        across processes; units other processes hold unused are refused meanwhile
+        (under-admission). Unused units go back after ``lease_ttl`` seconds (default 10; at
+        this process's next leased call, or within about a second from a background thread),
+        on :meth:`return_leases` and when the store is closed. Decisions made
+        locally report ``remaining`` as the process knows it. See docs/leased-limits.md."""
         try:
-            return self._core.hit(limit, key, cost)
+            if lease is None:
+                return self._core.hit(limit, key, cost)
+            return self._core.hit(limit, key, cost, lease=lease)
         except StoreConnectionError as e:
             return unavailable_decision(self.on_unavailable, e)
+
+    def return_leases(self) -> int:
+        """Give every unit this process holds in leases (``hit(..., lease=N)``) and has not
+        admitted back to the store, now; returns how many went back. Closing the store does
+        the same."""
+        return self._core.return_leases()
+
+    @property
+    def leased_units(self) -> int:
+        """Units this process holds in leases and has not admitted yet."""
+        return self._core.leased_units
+
+    @property
+    def lease_ttl(self) -> float:
+        """Seconds a lease may hold units before they go back to the store."""
+        return self._core.lease_ttl
 
     def test(self, limit: str | LimitSet, key: str | bytes, cost: int = 1) -> Decision:
         """What :meth:`hit` would decide now, without charging anything."""

@@ -479,7 +479,7 @@ def guarded_sync(guard: Guard, store: Any, methods: dict[str, Callable[..., Any]
     execute, execute_many = store.execute, store.execute_many
 
     def one(call: Callable[..., Decision], charge: bool) -> Callable[..., Decision]:
-        def guarded(limit: str | LimitSet, key: str | bytes, cost: int = 1) -> Decision:
+        def guarded(limit: str | LimitSet, key: str | bytes, cost: int = 1, **leased: int | None) -> Decision:
             if screen is not None:
                 d = screen.before(limit, key, cost)
                 if d is not None:
@@ -494,7 +494,7 @@ def guarded_sync(guard: Guard, store: Any, methods: dict[str, Callable[..., Any]
                     if screen is not None and screen.cache is not None:
                         screen.cache.put(limit, key, 0, d)
                     return d
-            d = call(limit, key, cost)
+            d = call(limit, key, cost, **leased)
             if d.allowed or d.unavailable:
                 return d
             if pen is not None and charge:
@@ -580,7 +580,7 @@ def guarded_async(guard: Guard, store: Any, methods: dict[str, Callable[..., Any
         return (await r) if r.__class__ is OpFuture else r
 
     def one(call: Callable[..., Any], charge: bool) -> Callable[..., Any]:
-        async def guarded(limit: str | LimitSet, key: str | bytes, cost: int = 1) -> Decision:
+        async def guarded(limit: str | LimitSet, key: str | bytes, cost: int = 1, **leased: int | None) -> Decision:
             if screen is not None:
                 d = screen.before(limit, key, cost)
                 if d is not None:
@@ -595,7 +595,7 @@ def guarded_async(guard: Guard, store: Any, methods: dict[str, Callable[..., Any
                     if screen is not None and screen.cache is not None:
                         screen.cache.put(limit, key, 0, d)
                     return d
-            got: Decision = await call(limit, key, cost)
+            got: Decision = await call(limit, key, cost, **leased)
             if got.allowed or got.unavailable:
                 return got
             if pen is not None and charge:

@@ -654,6 +654,22 @@ const std::vector<ParityCase>& parity_cases() {
          return c;
        },
        true},
+      {"lease_take", false,
+       [](std::mt19937& rng, std::int64_t, int) {
+         // Two limits of one key: a grant shrinks with what is left, at least `least`, and
+         // nothing once fewer than `least` are left.
+         return ScriptCall{&kLeaseTakeScript,
+                           {"lt:{a}:1", "lt:{a}:2"},
+                           {std::to_string(1 + rng() % 3), std::to_string(1 + rng() % 20), "40", std::to_string(deadline),
+                            "90", std::to_string(deadline)}};
+       }},
+      {"lease_give_back", false,
+       [](std::mt19937& rng, std::int64_t, int) {
+         // The keys lease_take's case charges, and one never charged (nothing to give back to).
+         return ScriptCall{&kLeaseGiveBackScript,
+                           {"lt:{a}:1", rng() % 2 ? "lt:{a}:2" : "lt:{a}:none"},
+                           {std::to_string(1 + rng() % 12)}};
+       }},
       {"pn_merge", false,
        [](std::mt19937& rng, std::int64_t, int) {
          // Totals near 2^63 as well (compared as text there), a repeated region now and then,

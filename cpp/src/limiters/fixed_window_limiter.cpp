@@ -9,6 +9,7 @@
 #include <random>
 
 #include "limiters/limiter_internal.h"
+#include "redcount/limiters/leased.h"
 #include "redcount/common/errors.h"
 #include "redcount/common/util.h"
 #include "redcount/common/window.h"
@@ -363,6 +364,14 @@ class FixedWindowLimiter final : public LimiterStrategy {
     ClockedBatch<Decision, FixedWindowHit> op(time_, std::move(spec));
     return run(*store_, op);
   }
+
+  std::shared_ptr<Op<LeaseGrant>> make_take_lease(const std::vector<RateLimit>& limits, std::string_view key,
+                                                  std::int64_t least, std::int64_t most,
+                                                  std::vector<Request> before) override {
+    check_cost(limits, key, least);
+    return detail::make_fixed_window_lease(time_, prefix_, calendar_, limits, key, least, most, std::move(before));
+  }
+  std::int64_t lease_now_ms() const override { return time_.now_ms(); }
 
   std::shared_ptr<Op<Decision>> make_test(const std::vector<RateLimit>& limits, std::string_view key,
                                           std::int64_t cost) override {

@@ -93,6 +93,7 @@ def limit(
     per_method: bool = False,
     name: str | None = None,
     shadow: bool = False,
+    lease: int | None = None,
 ) -> Callable[[V], V]:
     """Limit a view: a function view, an async view, or a class-based view (decorate the
     class, or use ``method_decorator(limit(...), name="dispatch")``).
@@ -116,6 +117,8 @@ def limit(
       flight.
     - ``name``: the policy name in the headers (default: the view's name, or ``scope``).
     - ``shadow``: count and report, never refuse.
+    - ``lease``: a leased limit for a hot key: each process takes up to this many units at
+      a time and decides from them locally (see docs/leased-limits.md).
 
     Bad arguments raise :class:`~redcount.django.ConfigurationError` here, at import.
     """
@@ -123,7 +126,7 @@ def limit(
     try:
         keyfn = as_key(key, base_where) if key is not None else None
         LimitSpec.build(limit, name=name, key=keyfn, cost=cost, methods=methods, exempt_when=exempt_when,
-                        per_method=per_method, shadow=shadow, where=base_where)
+                        per_method=per_method, shadow=shadow, where=base_where, lease=lease)
     except InvalidInputError as e:
         if isinstance(e, ConfigurationError):
             raise
@@ -148,7 +151,7 @@ def limit(
                 found = LimitSpec.build(
                     limit, name=name or scope or short, scope=f"shared:{scope}" if scope else qual, key=keyfn,
                     cost=cost, methods=methods, exempt_when=exempt_when, per_method=per_method, shadow=shadow,
-                    where=f"view {short!r}",
+                    where=f"view {short!r}", lease=lease,
                 )
             except InvalidInputError as e:
                 raise ConfigurationError(str(e)) from None

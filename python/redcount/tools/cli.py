@@ -87,7 +87,7 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--redis-benchmark", default="redis-benchmark", help="redis-benchmark binary")
     b.add_argument("--json", default=None, help="also write the figures to this JSON file")
     b.add_argument(
-        "--only", choices=["all", "fixed", "sliding", "engine", "sharded", "hot", "cluster"], default="all", help="which measurements"
+        "--only", choices=["all", "fixed", "sliding", "engine", "sharded", "hot", "cluster", "leased"], default="all", help="which measurements"
     )
     b.add_argument("--framework", choices=["all", "flask", "fastapi", "django"], default="all", help="bench web: which apps")
     b.add_argument("--workers", type=int, default=2, help="bench web: server worker processes (default 2)")

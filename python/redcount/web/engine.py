@@ -308,7 +308,7 @@ def _together(limiter: Limiter | aio.Limiter, strategy: str, checks: Sequence[Ch
         return False
     cost = checks[0].cost
     for c in checks:
-        if c.spec.shadow or c.cost != cost:
+        if c.spec.shadow or c.cost != cost or c.spec.lease is not None:
             return False
     if len({c.key for c in checks}) == len(checks):
         return True  # (two limits of one check with one window are refused either way)
@@ -459,7 +459,11 @@ def decide(
             d, error = policy._without_store(), _over_budget(budget or 0.0)
         else:
             try:
-                d = hit(c.limits, c.key, c.cost)
+                lease = c.spec.lease if charge else None
+                if lease is None:
+                    d = hit(c.limits, c.key, c.cost)
+                else:
+                    d = limiter.hit(c.limits, c.key, c.cost, lease=lease)
             except STORE_FAILURES as e:
                 d, error = policy._without_store(), e
         if not _settle(verdict, c, d, error, policy, metrics, started):
@@ -532,13 +536,20 @@ async def decide_async(
             d = policy._without_store()
         else:
             try:
+                lease = c.spec.lease if charge else None
                 if deadline is None:
-                    d = await hit(c.limits, c.key, c.cost)
+                    if lease is None:
+                        d = await hit(c.limits, c.key, c.cost)
+                    else:
+                        d = await limiter.hit(c.limits, c.key, c.cost, lease=lease)
                 else:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         raise _over_budget(budget or 0.0)
-                    d = await _within(hit(c.limits, c.key, c.cost), left)
+                    if lease is None:
+                        d = await _within(hit(c.limits, c.key, c.cost), left)
+                    else:
+                        d = await _within(limiter.hit(c.limits, c.key, c.cost, lease=lease), left)
             except STORE_FAILURES as e:
                 d, error = policy._without_store(), e
             except asyncio.TimeoutError:  # the budget ran out while the call waited

@@ -248,6 +248,7 @@ class LimitSpec:
     _cost_arity: int = 1
     _exempt_arity: int = 0
     _prefix: str | None = None  # the key up to the client's part, when no request part precedes it
+    lease: int | None = None  # a leased limit: units a process takes at a time (Limiter.hit(lease=))
 
     @classmethod
     def build(
@@ -264,6 +265,7 @@ class LimitSpec:
         per_route: bool = False,
         shadow: bool = False,
         where: str,
+        lease: int | None = None,
     ) -> LimitSpec:
         """Check everything that can be checked without a request, raising
         :class:`~redcount.InvalidInputError` that names ``where`` (the route).
@@ -275,7 +277,10 @@ class LimitSpec:
         ``exempt_when``: a callable (of nothing, or of the request) returning True to skip.
         ``name``: the policy name in the headers and the metrics label; None names each
         policy after its limit (``10-per-60s``). ``per_method``: separate counts per HTTP method. ``per_route``: separate counts per
-        endpoint (default limits). ``shadow``: count and report, never refuse."""
+        endpoint (default limits). ``shadow``: count and report, never refuse.
+        ``lease``: a leased limit for a hot key (``Limiter.hit(..., lease=N)``: each process
+        takes up to N units at a time and decides locally; fixed-window limiters only); such
+        a limit is decided on its own, not in one call with the request's other limits."""
         if name is not None:
             name = _check_name(name, where)
         label = name if name is not None else (limit if isinstance(limit, str) else "dynamic")
@@ -310,6 +315,12 @@ class LimitSpec:
         if exempt_when is not None:
             spec._exempt_arity = _arity(exempt_when, "exempt_when", where)
             spec.exempt_when = exempt_when
+        if lease is not None:
+            if isinstance(lease, bool) or not isinstance(lease, int) or lease < 1:
+                raise InvalidInputError(
+                    f"lease on {where} must be an int >= 1 (units per lease) or None, got {lease!r}"
+                )
+            spec.lease = lease
         if not spec.per_route and not spec.per_method:
             spec._prefix = spec.scope + "|"
         return spec

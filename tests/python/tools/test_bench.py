@@ -282,3 +282,24 @@ def test_bench_only_hot(tmp_path: Path) -> None:
     assert all(r["ops_per_sec"] > 0 and r["falsy"] == 0 for r in data["results"])
     assert [q["target"] for q in data["ratios"]] == [1.6, 1.6, 3.0, 5.0]
     assert data["only"] == "hot"
+
+
+def test_bench_only_leased(tmp_path: Path) -> None:
+    # A hot key with and without lease=, under threads and processes; exactness checked.
+    _need("redis-server")
+    done, out_json = _bench_json(tmp_path, "--only", "leased")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(out_json.read_text())
+    assert data["only"] == "leased"
+    assert [(r["callers"], r["lease"]) for r in data["rows"]] == [
+        ("threads", None),
+        ("threads", 1000),
+        ("processes", None),
+        ("processes", 1000),
+    ]
+    assert all(r["decisions"] > 0 and r["admitted"] == r["decisions"] for r in data["rows"])
+    # Every admitted unit was charged; what was held went back when the callers closed.
+    assert all(r["charged"] == r["admitted"] and r["held"] >= 0 for r in data["rows"])
+    assert [(e["callers"], e["over"], e["under"]) for e in data["exact"]] == [("threads", 0, 0), ("processes", 0, 0)]
+    assert set(data["ratios"]) == {"threads", "processes"}
+    assert "leased / unleased decisions per second, threads:" in done.stdout

@@ -35,10 +35,12 @@ def test_bench_web_reports_every_contender(tmp_path: Path) -> None:
         "flask-redcount-3", "flask-redcount-3-seq", "fastapi-redcount-3", "fastapi-redcount-3-seq",
         "flask-redcount-refused", "flask-redcount-refused-cache", "fastapi-redcount-refused",
         "fastapi-redcount-refused-cache",
+        "flask-redcount-leased", "fastapi-redcount-leased",
     }
     for name in ("flask-none", "flask-floor", "flask-redcount", "fastapi-none", "fastapi-floor", "fastapi-floor-blocking",
                  "fastapi-redcount", "django-none", "django-floor", "django-redcount", "flask-redcount-3",
-                 "flask-redcount-3-seq", "fastapi-redcount-3", "fastapi-redcount-3-seq"):
+                 "flask-redcount-3-seq", "fastapi-redcount-3", "fastapi-redcount-3-seq", "flask-redcount-leased",
+                 "fastapi-redcount-leased"):
         assert rows[name]["skipped"] is None and rows[name]["rps"] > 0, rows[name]
         assert rows[name]["non_2xx"] == 0, rows[name]  # the limit is never reached
     for name in ("flask-redcount-refused", "flask-redcount-refused-cache", "fastapi-redcount-refused",

@@ -37,6 +37,7 @@
 
 namespace redcount {
 
+struct LeaseGrant;  // leased.h
 
 struct Decision {
   bool allowed = false;
@@ -207,6 +208,16 @@ class LimiterStrategy {
                                                                  std::int64_t lease_timeout_ms);
   virtual std::shared_ptr<Op<bool>> make_release(const Lease& lease);
   virtual std::shared_ptr<Op<std::int64_t>> make_in_flight(std::string_view key);
+
+  // Leased limits (leased.h): the operation that charges at least `least` and at most
+  // `most` units against every limit, for a process to admit locally, after the requests in
+  // `before` (in the same round trip). The fixed-window strategy only; the others throw
+  // InvalidArgument.
+  virtual std::shared_ptr<Op<LeaseGrant>> make_take_lease(const std::vector<RateLimit>& limits, std::string_view key,
+                                                          std::int64_t least, std::int64_t most,
+                                                          std::vector<Request> before);
+  // The time leases are decided by: the clock that names the windows.
+  virtual std::int64_t lease_now_ms() const { return store_->now_ms(); }
 
   // The time source's mode in force ("client", "server" or "server-offset").
   virtual ClockMode clock() const noexcept = 0;

@@ -24,5 +24,7 @@ extern const Script kPnMergeScript;
 extern const Script kTimeProbeScript;
 extern const Script kLimiterAdjustScript;
 extern const Script kPenaltyScript;
+extern const Script kLeaseTakeScript;
+extern const Script kLeaseGiveBackScript;
 
 }  // namespace redcount

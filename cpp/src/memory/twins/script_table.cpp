@@ -37,6 +37,9 @@ const Script kQuotaScript{"quota", lua::quota_source, lua::quota_sha1,
 const Script kPnMergeScript{"pn_merge", lua::pn_merge_source, lua::pn_merge_sha1,
                             &twins::native_pn_merge};
 const Script kPenaltyScript{"penalty", lua::penalty_source, lua::penalty_sha1, &twins::native_penalty};
+const Script kLeaseTakeScript{"lease_take", lua::lease_take_source, lua::lease_take_sha1, &twins::native_lease_take};
+const Script kLeaseGiveBackScript{"lease_give_back", lua::lease_give_back_source, lua::lease_give_back_sha1,
+                                  &twins::native_lease_give_back};
 const Script kTimeProbeScript{"time_probe", lua::time_probe_source, lua::time_probe_sha1,
                               &twins::native_time_probe};
 
@@ -61,6 +64,8 @@ const std::vector<const Script*>& all_scripts() {
       &kTimeProbeScript,
       &kLimiterAdjustScript,
       &kPenaltyScript,
+      &kLeaseTakeScript,
+      &kLeaseGiveBackScript,
   };
   return scripts;
 }

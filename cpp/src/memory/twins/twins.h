@@ -17,6 +17,8 @@ Reply native_fixed_window_incr(Keyspace& ks, const std::vector<std::string>& key
 Reply typed_fixed_window_incr(Keyspace& ks, const std::vector<std::string>& keys, const ScriptArgs& args);
 Reply native_gcra(Keyspace& ks, const std::vector<std::string>& keys, const std::vector<std::string>& args);
 Reply native_penalty(Keyspace& ks, const std::vector<std::string>& keys, const std::vector<std::string>& args);
+Reply native_lease_give_back(Keyspace& ks, const std::vector<std::string>& keys, const std::vector<std::string>& args);
+Reply native_lease_take(Keyspace& ks, const std::vector<std::string>& keys, const std::vector<std::string>& args);
 Reply native_pn_merge(Keyspace& ks, const std::vector<std::string>& keys, const std::vector<std::string>& args);
 Reply native_quota(Keyspace& ks, const std::vector<std::string>& keys, const std::vector<std::string>& args);
 Reply native_sharded_claim(Keyspace& ks, const std::vector<std::string>& keys, const std::vector<std::string>& args);

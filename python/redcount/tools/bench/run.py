@@ -40,7 +40,7 @@ from .sliding import sliding_blocks
 __all__ = ["ONLY", "run_bench"]
 
 #: The values of ``--only``: every block, or one of them.
-ONLY = ("all", "fixed", "sliding", "engine", "sharded", "hot", "cluster")
+ONLY = ("all", "fixed", "sliding", "engine", "sharded", "hot", "cluster", "leased")
 
 
 def run_bench(args: argparse.Namespace) -> int:
@@ -69,6 +69,8 @@ def run_bench(args: argparse.Namespace) -> int:
         raise ValueError(f"--only must be one of {', '.join(ONLY)}, got {only!r}")
     if only == "cluster":
         return _run_cluster(args, seconds)
+    if only == "leased":
+        return _run_leased(args, seconds)
     fixed, sliding = only in ("all", "fixed"), only in ("all", "sliding")
     engine = only in ("all", "engine")
     sharded = only in ("all", "sharded")
@@ -211,6 +213,34 @@ def run_bench(args: argparse.Namespace) -> int:
                 store.close()
                 mem.close()
                 mem_sliding.close()
+    return 0
+
+
+def _run_leased(args: argparse.Namespace, seconds: float) -> int:
+    """``--only leased``: a hot key with and without ``lease=`` (see leased.py)."""
+    import json
+
+    from .leased import leased_json, leased_lines, run_leased
+
+    server_bin = find_server(args.redis_server) if args.url is None else None
+    if args.url is not None:
+        check_reachable(args.url)
+    prefix = f"rcbench:{os.getpid()}:{secrets.token_hex(4)}"
+    with sigterm_as_exit(), private_or_existing(server_bin, args.url) as url:
+        try:
+            rep = run_leased(url, prefix, seconds)
+        finally:
+            if server_bin is None:
+                store = connect(url)
+                try:
+                    delete_keys(store, f"{prefix}:*")
+                finally:
+                    store.close()
+        for line in leased_lines(rep):
+            print(line)
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as f:
+                json.dump({"only": "leased", **leased_json(rep)}, f, indent=2)
     return 0
 
 

@@ -22,6 +22,9 @@ one private redis-server, and loaded by ``wrk`` (Debian: ``apt-get install wrk``
 - A refused client's flood (Flask and FastAPI): every request but the first is refused by
   ``"1/hour"`` on one key, with and without the refusal cache (``-refused-cache``: refusals
   answered in the process until the store's ``retry_after``, no round trip).
+- redcount with the same limit leased (``lease=1000``, ``-leased``): each worker takes 1000
+  units at a time and decides from them in process (see docs/leased-limits.md); the overhead
+  of a leased hot key next to the unleased one.
 - Floors, which are not limiters: the route sends one bare ``INCR`` to the same Redis through
   redcount's store and waits for its reply, and decides nothing (Flask and Django; FastAPI awaited, and
   FastAPI blocking the loop for it as slowapi does, the cheapest round trip there is). A
@@ -90,6 +93,21 @@ _APPS: dict[str, str] = {
 
         @app.get("/")
         @rl.limit(LIMIT)
+        def index():
+            return "ok"
+    """,
+    # The same hot key (one client, one limit) as a leased limit: each worker takes 1000 units
+    # at a time and decides from them in process, with a round trip per 1000 requests.
+    "flask-redcount-leased": """
+        import redcount, redcount.flask
+        from flask import Flask
+        app = Flask(__name__)
+        app.config.update(REDCOUNT_URL=URL, REDCOUNT_PREFIX="bench:web:redcountl", REDCOUNT_HEADERS="none",
+                          REDCOUNT_BUDGET=0)
+        rl = redcount.flask.RateLimiter(app)
+
+        @app.get("/")
+        @rl.limit(LIMIT, lease=1000)
         def index():
             return "ok"
     """,
@@ -234,6 +252,19 @@ _APPS: dict[str, str] = {
         app = FastAPI()
 
         @app.get("/", response_class=PlainTextResponse, dependencies=[Depends(rl.limit(LIMIT))])
+        async def index():
+            return "ok"
+    """,
+    "fastapi-redcount-leased": """
+        import redcount, redcount.aio
+        from fastapi import Depends, FastAPI
+        from fastapi.responses import PlainTextResponse
+        from redcount.fastapi import RateLimiter
+        rl = RateLimiter(redcount.aio.Limiter(redcount.connect(URL), prefix="bench:web:redcountl"), headers="none",
+                         budget=None)
+        app = FastAPI()
+
+        @app.get("/", response_class=PlainTextResponse, dependencies=[Depends(rl.limit(LIMIT, lease=1000))])
         async def index():
             return "ok"
     """,
@@ -413,6 +444,7 @@ _DJANGO_TAIL = """
 _NEEDS: dict[str, list[tuple[str, str]]] = {
     "flask-none": [("flask", "flask")],
     "flask-redcount": [("flask", "flask")],
+    "flask-redcount-leased": [("flask", "flask")],
     "flask-redcount-3": [("flask", "flask")],
     "flask-redcount-3-seq": [("flask", "flask")],
     "flask-redcount-refused": [("flask", "flask")],
@@ -424,6 +456,7 @@ _NEEDS: dict[str, list[tuple[str, str]]] = {
     "fastapi-floor": [("fastapi", "fastapi")],
     "fastapi-floor-blocking": [("fastapi", "fastapi")],
     "fastapi-redcount": [("fastapi", "fastapi")],
+    "fastapi-redcount-leased": [("fastapi", "fastapi")],
     "fastapi-redcount-3": [("fastapi", "fastapi")],
     "fastapi-redcount-3-seq": [("fastapi", "fastapi")],
     "fastapi-redcount-refused": [("fastapi", "fastapi")],
@@ -646,11 +679,11 @@ def _print(results: dict[str, WebResult], report: dict[str, dict[str, float | st
 # per request (every thread of the process: the store's I/O thread included), the best of
 # ``--repeat`` runs, contenders taking turns.
 
-_CPU_CONTENDERS = ["flask-none", "flask-floor", "flask-redcount", "flask-redcount-3", "flask-redcount-3-seq",
-                   "flask-redcount-refused", "flask-redcount-refused-cache",
+_CPU_CONTENDERS = ["flask-none", "flask-floor", "flask-redcount", "flask-redcount-leased", "flask-redcount-3",
+                   "flask-redcount-3-seq", "flask-redcount-refused", "flask-redcount-refused-cache",
                    "flask-limiter-redis", "flask-limiter-redcount",
                    "fastapi-none", "fastapi-floor", "fastapi-floor-blocking",
-                   "fastapi-redcount", "fastapi-redcount-3", "fastapi-redcount-3-seq",
+                   "fastapi-redcount", "fastapi-redcount-leased", "fastapi-redcount-3", "fastapi-redcount-3-seq",
                    "fastapi-redcount-refused", "fastapi-redcount-refused-cache", "slowapi-redis", "slowapi-redcount"]
 
 

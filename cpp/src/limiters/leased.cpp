@@ -1,0 +1,524 @@
+// Leased limits: the per-process lease table (leased.h) and the fixed-window strategy's
+// lease operation (lease_take.lua, after any lease_give_back.lua calls due).
+#include "redcount/limiters/leased.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <limits>
+#include <new>
+#include <set>
+#include <utility>
+
+#include "limiters/limiter_internal.h"
+#include "redcount/common/bounds.h"
+#include "redcount/common/errors.h"
+#include "redcount/common/keys.h"
+#include "redcount/common/window.h"
+#include "store/script_args.h"
+
+namespace redcount {
+
+std::shared_ptr<Op<LeaseGrant>> LimiterStrategy::make_take_lease(const std::vector<RateLimit>&, std::string_view,
+                                                                 std::int64_t, std::int64_t, std::vector<Request>) {
+  throw InvalidArgument("lease= works with strategy='fixed-window' only, not '" + std::string(name()) +
+                        "'; call hit() without lease=");
+}
+
+namespace detail {
+namespace {
+
+struct FixedWindowLeaseSpec {
+  std::shared_ptr<const std::string> prefix;
+  std::shared_ptr<const Calendar> calendar;
+  std::vector<RateLimit> limits;
+  std::string key;
+  std::int64_t least = 1;
+  std::int64_t most = 1;
+  std::vector<Request> before;
+  LeaseGrant grant{};
+  std::vector<std::int64_t> ends{};
+
+  WindowPos where(const RateLimit& l, std::int64_t now) const {
+    if (calendar) {
+      const Period p = calendar->period(calendar_unit(l.unit).value_or(CalendarUnit::Day), now);
+      return WindowPos{p.start_ms, p.start_ms, p.end_ms, p.end_ms + kLimiterGraceMs, p.end_ms - p.start_ms};
+    }
+    return locate(WindowSpec{l.window_ms, kLimiterGraceMs, false}, key, now);
+  }
+
+  std::vector<Request> batch(std::int64_t at) {
+    std::vector<Request> out = std::move(before);
+    before.clear();
+    grant = LeaseGrant{};
+    grant.at_ms = at;
+    ends.clear();
+    ScriptCall call{&kLeaseTakeScript, {}, {std::to_string(least), std::to_string(most)}};
+    grant.window_end_ms = std::numeric_limits<std::int64_t>::max();
+    grant.last_window_end_ms = std::numeric_limits<std::int64_t>::min();
+    for (const auto& l : limits) {
+      const WindowPos pos = where(l, at);
+      call.keys.push_back(fixed_window_limiter_key(*prefix, key, pos.span_ms, pos.index));
+      call.args.push_back(std::to_string(l.amount));
+      call.args.push_back(std::to_string(pos.expire_at_ms));
+      ends.push_back(pos.end_ms);
+      grant.window_end_ms = std::min(grant.window_end_ms, pos.end_ms);
+      grant.last_window_end_ms = std::max(grant.last_window_end_ms, pos.end_ms);
+    }
+    grant.keys = call.keys;
+    out.emplace_back(std::move(call));
+    return out;
+  }
+
+  LeaseGrant finish(std::vector<Reply>&& replies) {
+    // Replies to the give-back calls come first; a failed one is not retried (its units
+    // expire with their window: under-admission only).
+    if (replies.empty()) throw ProtocolError("lease_take: no reply");
+    const Ints v = integers(replies.back(), limits.size() + 1, "lease_take");
+    grant.granted = v[0];
+    const std::int64_t at = grant.at_ms;
+    std::size_t binding = 0;
+    std::int64_t fewest = std::numeric_limits<std::int64_t>::max();
+    for (std::size_t i = 0; i < limits.size(); ++i) {
+      const std::int64_t rem = remaining_of(limits[i].amount, v[1 + i]);
+      if (rem < fewest || (rem == fewest && ends[i] > ends[binding])) {
+        fewest = rem;
+        binding = i;
+      }
+    }
+    grant.store_remaining = fewest;
+    grant.limit = limits[binding].amount;
+    if (grant.granted <= 0) {
+      grant.granted = 0;
+      Decision& d = grant.refusal;
+      d.allowed = false;
+      d.remaining = fewest;
+      for (std::size_t i = 0; i < limits.size(); ++i) {
+        if (!exceeds(v[1 + i], least, limits[i].amount)) continue;
+        const std::int64_t wait = ends[i] - at;
+        if (wait > d.retry_after_ms) {
+          d.retry_after_ms = wait;
+          binding = i;
+        }
+      }
+      d.limit = limits[binding].amount;
+      d.reset_after_ms = ends[binding] - at;
+    }
+    return std::move(grant);
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<Op<LeaseGrant>> make_fixed_window_lease(TimeSource time, std::shared_ptr<const std::string> prefix,
+                                                        std::shared_ptr<const Calendar> calendar,
+                                                        const std::vector<RateLimit>& limits, std::string_view key,
+                                                        std::int64_t least, std::int64_t most,
+                                                        std::vector<Request> before) {
+  FixedWindowLeaseSpec spec;
+  spec.prefix = std::move(prefix);
+  spec.calendar = std::move(calendar);
+  spec.limits = limits;
+  spec.key = std::string(key);
+  spec.least = least;
+  spec.most = std::max(most, least);
+  spec.before = std::move(before);
+  return make_clocked_batch<LeaseGrant>(std::move(time), std::move(spec));
+}
+
+}  // namespace detail
+
+struct LeaseTable::Entry {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool refilling = false;  // a thread that waits for leases is taking one for this entry
+  std::int64_t units = 0;  // charged in the store, not admitted yet
+  std::int64_t ends_ms = 0;  // admits until then: the window's end or the ttl, whichever first
+  std::int64_t window_end_ms = 0;
+  std::int64_t last_window_end_ms = 0;
+  std::int64_t limit = 0;
+  std::int64_t store_remaining = 0;
+  std::vector<std::string> keys;
+};
+
+// Every live table: the fork handlers reset them in the child, and a store's close gives
+// their units back.
+struct LeaseFork {
+  std::mutex mu;
+  std::vector<std::weak_ptr<LeaseTable>> live;
+
+  static LeaseFork& get() {
+    static auto* r = new LeaseFork;  // never destroyed: fork handlers may run at exit
+    return *r;
+  }
+  static void install() {
+    static std::once_flag once;
+    std::call_once(once, [] {
+      pthread_atfork([] { get().mu.lock(); }, [] { get().mu.unlock(); },
+                     [] {
+                       for (auto& w : get().live) {
+                         if (auto t = w.lock()) t->forget_after_fork();
+                       }
+                       get().mu.unlock();
+                     });
+    });
+  }
+};
+
+namespace {
+
+Request give_back_call(const LeaseTable::Entry& e) {
+  return ScriptCall{&kLeaseGiveBackScript, e.keys, {std::to_string(e.units)}};
+}
+
+// The identity of a lease: the key and the limits' amounts and windows.
+std::string lease_id(const std::vector<RateLimit>& limits, std::string_view key) {
+  std::string id(key);
+  char buf[24];
+  for (const auto& l : limits) {
+    id.push_back('\0');
+    auto r = std::to_chars(buf, buf + sizeof buf, l.amount);
+    id.append(buf, r.ptr);
+    id.push_back('/');
+    r = std::to_chars(buf, buf + sizeof buf, l.window_ms);
+    id.append(buf, r.ptr);
+    id.append(l.unit);
+  }
+  return id;
+}
+
+void lower(std::atomic<std::int64_t>& v, std::int64_t to) {
+  std::int64_t cur = v.load(std::memory_order_relaxed);
+  while (to < cur && !v.compare_exchange_weak(cur, to, std::memory_order_relaxed)) {
+  }
+}
+
+Decision local_decision(const LeaseTable::Entry& e, std::int64_t now) {
+  Decision d;
+  d.allowed = true;
+  d.limit = e.limit;
+  d.remaining = e.store_remaining + e.units;
+  d.reset_after_ms = std::max<std::int64_t>(0, e.window_end_ms - now);
+  return d;
+}
+
+}  // namespace
+
+LeaseTable::LeaseTable(LimiterStrategy& strategy) : strategy_(strategy), store_(strategy.store()) {}
+
+LeaseTable::~LeaseTable() {
+  {
+    std::lock_guard<std::mutex> g(sweep_mu_);
+    stopping_ = true;
+  }
+  sweep_cv_.notify_all();
+  if (sweeper_ && sweeper_->joinable()) sweeper_->join();
+}
+
+void LeaseTable::wake_sweeper() {
+  {
+    std::lock_guard<std::mutex> g(sweep_mu_);
+    if (stopping_) return;
+    if (!sweeper_) sweeper_ = std::make_unique<std::thread>([this] { sweep(); });
+  }
+  sweep_cv_.notify_all();
+}
+
+void LeaseTable::sweep() {
+  std::unique_lock<std::mutex> lk(sweep_mu_);
+  while (!stopping_) {
+    const std::int64_t due = next_due_ms_.load(std::memory_order_relaxed);
+    const std::int64_t now = store_->now_ms();
+    if (due == std::numeric_limits<std::int64_t>::max()) {
+      sweep_cv_.wait(lk);  // no lease holds units: until one does (wake_sweeper)
+      continue;
+    }
+    if (now < due) {
+      // Never more than a second: the store's clock may be one a test moves by hand.
+      const std::int64_t wait = std::min<std::int64_t>(due - now, 1000);
+      sweep_cv_.wait_for(lk, std::chrono::milliseconds(wait));
+      continue;
+    }
+    lk.unlock();
+    std::vector<Request> batch = collect_due(now);
+    if (!batch.empty()) {
+      try {
+        CommandsOp op(std::move(batch));
+        run_operation(*store_, op);
+      } catch (...) {
+        // Not given back (a closed or unreachable store): they expire with their windows.
+      }
+    }
+    lk.lock();
+  }
+}
+
+std::shared_ptr<LeaseTable> LeaseTable::create(LimiterStrategy& strategy) {
+  auto t = std::make_shared<LeaseTable>(strategy);
+  LeaseFork::install();
+  LeaseFork& r = LeaseFork::get();
+  std::lock_guard<std::mutex> g(r.mu);
+  std::erase_if(r.live, [](const std::weak_ptr<LeaseTable>& w) { return w.expired(); });
+  r.live.push_back(t);
+  return t;
+}
+
+void LeaseTable::forget_after_fork() {
+  // The child has only the forking thread: another thread of the parent may have held
+  // these. The parent's units stay the parent's (it gives them back); start empty, leaking
+  // the old map and its mutexes rather than destroying what may be locked.
+  new (&mu_) std::mutex();
+  new (&map_) std::unordered_map<std::string, std::shared_ptr<Entry>>();
+  new (&last_) std::shared_ptr<Entry>();
+  new (&last_key_) std::string();
+  new (&last_limits_) std::vector<LimitShape>();
+  // The sweeper thread is the parent's: abandon its handle (joining or destroying a joinable
+  // std::thread would hang or terminate) and start afresh, without one.
+  (void)sweeper_.release();
+  new (&sweep_mu_) std::mutex();
+  new (&sweep_cv_) std::condition_variable();
+  stopping_ = false;
+  next_due_ms_.store(std::numeric_limits<std::int64_t>::max(), std::memory_order_relaxed);
+}
+
+void LeaseTable::set_ttl_ms(std::int64_t ttl_ms) {
+  if (ttl_ms <= 0 || ttl_ms > kMaxExact) {
+    throw InvalidArgument("lease_ttl must be > 0 seconds, got " + std::to_string(static_cast<double>(ttl_ms) / 1000.0));
+  }
+  ttl_ms_.store(ttl_ms, std::memory_order_relaxed);
+}
+
+void LeaseTable::check(std::int64_t units) const {
+  if (units < 1 || units > kMaxExact) {
+    throw InvalidArgument("lease must be a number of units >= 1, got " + std::to_string(units));
+  }
+}
+
+std::shared_ptr<LeaseTable::Entry> LeaseTable::entry(const std::vector<RateLimit>& limits, std::string_view key,
+                                                     bool create) {
+  {
+    // The hot key asked again (the common case): no id to build, nothing to hash.
+    std::lock_guard<std::mutex> g(mu_);
+    if (last_ && last_key_ == key && same_limits(last_limits_, limits)) return last_;
+  }
+  std::string id = lease_id(limits, key);
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = map_.find(id);
+  std::shared_ptr<Entry> e;
+  if (it != map_.end()) {
+    e = it->second;
+  } else {
+    if (!create) return nullptr;
+    e = std::make_shared<Entry>();
+    map_.emplace(std::move(id), e);
+  }
+  last_ = e;
+  last_key_.assign(key);
+  last_limits_.clear();
+  for (const auto& l : limits) last_limits_.push_back({l.amount, l.window_ms, l.unit});
+  return e;
+}
+
+bool LeaseTable::same_limits(const std::vector<LimitShape>& shape, const std::vector<RateLimit>& limits) {
+  if (shape.size() != limits.size()) return false;
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i].amount != limits[i].amount || shape[i].window_ms != limits[i].window_ms ||
+        shape[i].unit != limits[i].unit) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::optional<Decision> LeaseTable::admit_local(const std::vector<RateLimit>& limits, std::string_view key,
+                                                std::int64_t cost) {
+  const std::int64_t now = now_ms();
+  if (now >= next_due_ms_.load(std::memory_order_relaxed)) return std::nullopt;  // some are due back
+  auto e = entry(limits, key, false);
+  if (!e) return std::nullopt;
+  std::lock_guard<std::mutex> g(e->mu);
+  if (e->units < cost || now >= e->ends_ms) return std::nullopt;
+  e->units -= cost;
+  return local_decision(*e, now);
+}
+
+std::vector<Request> LeaseTable::collect_due(std::int64_t now) {
+  std::vector<Request> out;
+  std::int64_t next = std::numeric_limits<std::int64_t>::max();
+  std::lock_guard<std::mutex> g(mu_);
+  for (auto it = map_.begin(); it != map_.end();) {
+    Entry& e = *it->second;
+    std::unique_lock<std::mutex> lk(e.mu);
+    if (e.units > 0 && now >= e.ends_ms) {
+      if (now < e.last_window_end_ms) out.push_back(give_back_call(e));
+      e.units = 0;
+    }
+    if (e.units > 0) next = std::min(next, e.ends_ms);
+    // Forget leases whose windows have all ended (nobody waits on them).
+    const bool stale = e.units == 0 && !e.refilling && now >= e.last_window_end_ms;
+    lk.unlock();
+    if (stale && it->second == last_) last_.reset();
+    it = stale && it->second.use_count() == 1 ? map_.erase(it) : std::next(it);
+  }
+  next_due_ms_.store(next, std::memory_order_relaxed);
+  return out;
+}
+
+LeaseTable::Step LeaseTable::begin(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost,
+                                   std::int64_t units, bool wait) {
+  std::int64_t now = now_ms();
+  std::vector<Request> due;
+  if (now >= next_due_ms_.load(std::memory_order_relaxed)) due = collect_due(now);
+  auto e = entry(limits, key, true);
+  std::unique_lock<std::mutex> lk(e->mu);
+  for (;;) {
+    if (e->units >= cost && now < e->ends_ms) {
+      e->units -= cost;
+      Step s;
+      s.decided = local_decision(*e, now);
+      if (!due.empty()) s.give_back = std::make_shared<CommandsOp>(std::move(due));
+      return s;
+    }
+    if (!wait || !e->refilling) break;
+    e->cv.wait(lk);
+    now = now_ms();
+  }
+  if (e->units > 0 && now >= e->ends_ms) {  // due back, not collected yet
+    if (now < e->last_window_end_ms) due.push_back(give_back_call(*e));
+    e->units = 0;
+  }
+  Step s;
+  s.refill.entry = e;
+  s.refill.cost = cost;
+  s.refill.owns_flag = wait;
+  if (wait) e->refilling = true;
+  lk.unlock();
+  try {
+    s.refill.op = strategy_.make_take_lease(limits, key, cost, std::max(units, cost), std::move(due));
+  } catch (...) {
+    release_flag(s.refill);
+    throw;
+  }
+  return s;
+}
+
+void LeaseTable::release_flag(const Refill& refill) {
+  if (!refill.owns_flag) return;
+  auto* e = static_cast<Entry*>(refill.entry.get());
+  std::lock_guard<std::mutex> g(e->mu);
+  e->refilling = false;
+  e->cv.notify_all();
+}
+
+Decision LeaseTable::install(const Refill& refill, const LeaseGrant& grant) {
+  auto* e = static_cast<Entry*>(refill.entry.get());
+  std::unique_lock<std::mutex> g(e->mu);
+  if (refill.owns_flag) {
+    e->refilling = false;
+    e->cv.notify_all();
+  }
+  if (grant.granted < refill.cost) {
+    // Refused by the store; units another caller's lease brought in meanwhile still count.
+    if (e->units >= refill.cost && grant.at_ms < e->ends_ms) {
+      e->units -= refill.cost;
+      return local_decision(*e, grant.at_ms);
+    }
+    return grant.refusal;
+  }
+  if (grant.window_end_ms != e->window_end_ms) e->units = 0;  // an ended window's units: nothing to keep
+  e->units += grant.granted - refill.cost;
+  e->window_end_ms = grant.window_end_ms;
+  e->last_window_end_ms = grant.last_window_end_ms;
+  e->ends_ms = std::min(grant.window_end_ms, grant.at_ms + ttl_ms());
+  e->limit = grant.limit;
+  e->store_remaining = grant.store_remaining;
+  e->keys = grant.keys;
+  const bool holds = e->units > 0;
+  if (holds) lower(next_due_ms_, e->ends_ms);
+  Decision d = local_decision(*e, grant.at_ms);
+  g.unlock();
+  if (holds) wake_sweeper();
+  return d;
+}
+
+Decision LeaseTable::hit(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost,
+                         std::int64_t units) {
+  Step s = begin(limits, key, cost, units, true);
+  Store& store = *store_;
+  if (s.decided) {
+    if (s.give_back) {
+      try {
+        run_operation(store, *s.give_back);
+      } catch (const Error&) {
+        // Not given back: the units expire with their windows (under-admission only). This
+        // call was decided already; the give-back's failure is not its own.
+      }
+    }
+    return *s.decided;
+  }
+  LeaseGrant grant;
+  try {
+    grant = run(store, *s.refill.op);
+  } catch (...) {
+    release_flag(s.refill);
+    throw;
+  }
+  return install(s.refill, grant);
+}
+
+std::int64_t LeaseTable::give_back_all() {
+  const std::int64_t now = store_->now_ms();
+  std::vector<Request> batch;
+  std::int64_t total = 0;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (auto& [id, e] : map_) {
+      std::lock_guard<std::mutex> lk(e->mu);
+      if (e->units > 0 && now < e->last_window_end_ms) {
+        batch.push_back(give_back_call(*e));
+        total += e->units;
+      }
+      e->units = 0;
+    }
+    next_due_ms_.store(std::numeric_limits<std::int64_t>::max(), std::memory_order_relaxed);
+  }
+  if (batch.empty()) return 0;
+  CommandsOp op(std::move(batch));
+  run_operation(*store_, op);
+  return total;
+}
+
+std::int64_t LeaseTable::held() const {
+  std::int64_t total = 0;
+  std::lock_guard<std::mutex> g(mu_);
+  for (const auto& [id, e] : map_) {
+    std::lock_guard<std::mutex> lk(e->mu);
+    total += e->units;
+  }
+  return total;
+}
+
+std::int64_t LeaseTable::give_back_all_of(const Store* store) {
+  // The tables are taken out of the registry first: no lock is held over the I/O.
+  std::vector<std::shared_ptr<LeaseTable>> tables;
+  {
+    std::lock_guard<std::mutex> g(LeaseFork::get().mu);
+    for (auto& w : LeaseFork::get().live) {
+      auto t = w.lock();
+      if (t && t->store_.get() == store) tables.push_back(std::move(t));
+    }
+  }
+  std::int64_t total = 0;
+  for (auto& t : tables) {
+    try {
+      total += t->give_back_all();
+    } catch (const Error&) {
+      // Closing anyway: the units expire with their windows.
+    }
+  }
+  return total;
+}
+
+}  // namespace redcount

@@ -1,0 +1,288 @@
+"""Leased limits (``--only leased``): one hot key decided by ``Limiter.hit`` with and without
+``lease=``, under 8 threads of one process and under 4 processes, on Redis.
+
+Rates: every caller hits the same key under a limit that is never reached, for about
+``--seconds`` per row, and the decisions of all callers add up. CPU per decision is this
+side's CPU (every thread, or every worker process) and the redis-server's (INFO cpu), each
+divided by the decisions. On a machine with fewer cores than callers the callers take turns:
+the figures are decisions per second of the whole machine, not a parallel speed-up.
+
+Exactness: the same callers hammer a fresh key under a limit that runs out, each stopping at
+its first refusal. Every unit admitted was charged first, so over-admission must be 0; once
+every caller has been refused no lease holds a unit, so the admitted total must be the limit
+(under-admission 0). The under-admission while holders still hold units is printed from the
+rate rows: units charged in the store and not admitted when the callers stopped (they go
+back when the callers close their stores; the store's count then equals the admitted total).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+
+from ...limiter import Limiter
+from ...store import Store, connect
+from .harness import CpuProbe
+
+THREADS = 8
+PROCESSES = 4
+LEASE = 1000  # units per lease in the leased rows
+BIG = "1000000000/day"  # the rate rows' limit: never reached
+EXACT = "20000/day"  # the exactness rows' limit: runs out
+TARGET = 20.0  # leased / unleased decisions per second
+
+
+@dataclass
+class Row:
+    name: str
+    callers: str
+    lease: int | None
+    decisions: int = 0
+    admitted: int = 0
+    seconds: float = 0.0
+    cpu_client: float = 0.0
+    cpu_server: float = 0.0
+    held: int = 0  # units charged and not admitted when the callers stopped
+    charged: int = 0  # units the store counted after the callers' stores closed (gave back)
+
+    @property
+    def rate(self) -> float:
+        return self.decisions / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass
+class Exactness:
+    callers: str
+    limit: int
+    admitted: int
+    charged: int
+
+    @property
+    def over(self) -> int:
+        return max(0, self.admitted - self.limit)
+
+    @property
+    def under(self) -> int:
+        return max(0, self.limit - self.admitted)
+
+
+@dataclass
+class LeasedReport:
+    seconds: float
+    rows: list[Row] = field(default_factory=list)
+    exact: list[Exactness] = field(default_factory=list)
+    ratios: dict[str, float] = field(default_factory=dict)
+
+
+def _count(store: Store, limit: str, key: str, prefix: str) -> int:
+    return Limiter(store, prefix=prefix).stats(limit, key)[0].count
+
+
+def _threads(
+    url: str, limit: str, key: str, prefix: str, lease: int | None, seconds: float | None
+) -> tuple[int, int, float, int]:
+    """THREADS threads of this process on one limiter: (decisions, admitted, elapsed, units
+    held at the end). With ``seconds`` None each thread stops at its first refusal."""
+    store = connect(url)
+    try:
+        lim = Limiter(store, prefix=prefix)
+        lim.hit(limit, key + ":warm", lease=lease)  # connections and scripts
+        totals: list[tuple[int, int]] = []
+        go = threading.Barrier(THREADS + 1)
+        stop_at = [0.0]
+
+        def work() -> None:
+            hit = lim.hit
+            n = ok = 0
+            go.wait()
+            deadline = stop_at[0]
+            if seconds is None:
+                while hit(limit, key, lease=lease) if lease is not None else hit(limit, key):
+                    n += 1
+                    ok += 1
+                n += 1
+            elif lease is None:
+                while True:
+                    for _ in range(64):
+                        if hit(limit, key):
+                            ok += 1
+                    n += 64
+                    if time.perf_counter() >= deadline:
+                        break
+            else:
+                while True:
+                    for _ in range(64):
+                        if hit(limit, key, lease=lease):
+                            ok += 1
+                    n += 64
+                    if time.perf_counter() >= deadline:
+                        break
+            totals.append((n, ok))
+
+        threads = [threading.Thread(target=work) for _ in range(THREADS)]
+        for t in threads:
+            t.start()
+        start = time.perf_counter()
+        stop_at[0] = start + (seconds or 0.0)
+        go.wait()
+        for t in threads:
+            t.join()
+        elapsed = time.perf_counter() - start
+        return sum(n for n, _ in totals), sum(ok for _, ok in totals), elapsed, lim.leased_units
+    finally:
+        store.close()  # gives back the units its leases still hold
+
+
+WORKER = "redcount.tools.bench.leased"
+
+
+def _processes(
+    url: str, limit: str, key: str, prefix: str, lease: int | None, seconds: float | None
+) -> tuple[int, int, float, float, int]:
+    """PROCESSES worker processes: (decisions, admitted, elapsed, their CPU seconds, units
+    held at the end)."""
+    start_at = time.time() + 1.5  # every worker imports, connects and warms up first
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", WORKER, url, limit, key, prefix, str(lease or 0), str(seconds or 0), str(start_at)],
+            stdout=subprocess.PIPE,
+            env=env,
+        )
+        for _ in range(PROCESSES)
+    ]
+    outs = []
+    for p in procs:
+        out, _ = p.communicate(timeout=(seconds or 0) + 120)
+        if p.returncode != 0:
+            raise RuntimeError(f"a leased-bench worker failed with exit code {p.returncode}")
+        outs.append(json.loads(out))
+    elapsed = max(o["elapsed"] for o in outs)
+    return (
+        sum(o["decisions"] for o in outs),
+        sum(o["admitted"] for o in outs),
+        elapsed,
+        sum(o["cpu"] for o in outs),
+        sum(o["held"] for o in outs),
+    )
+
+
+def _worker(argv: list[str]) -> None:
+    url, limit, key, prefix, lease_s, seconds_s, start_s = argv
+    lease = int(lease_s) or None
+    seconds = float(seconds_s) or None
+    store = connect(url)
+    lim = Limiter(store, prefix=prefix)
+    lim.hit(limit, key + ":warm", lease=lease)
+    hit = lim.hit
+    time.sleep(max(0.0, float(start_s) - time.time()))
+    cpu0 = time.process_time()
+    start = time.perf_counter()
+    n = ok = 0
+    if seconds is None:
+        while hit(limit, key, lease=lease) if lease is not None else hit(limit, key):
+            n += 1
+            ok += 1
+        n += 1
+    else:
+        deadline = start + seconds
+        while True:
+            for _ in range(64):
+                if (hit(limit, key, lease=lease) if lease is not None else hit(limit, key)):
+                    ok += 1
+            n += 64
+            if time.perf_counter() >= deadline:
+                break
+    elapsed = time.perf_counter() - start
+    cpu = time.process_time() - cpu0
+    held = lim.leased_units
+    store.close()  # gives back the units its leases still hold
+    print(json.dumps({"decisions": n, "admitted": ok, "elapsed": elapsed, "cpu": cpu, "held": held}))
+
+
+def run_leased(url: str, prefix: str, seconds: float) -> LeasedReport:
+    """Every row and the exactness checks against the server at ``url``."""
+    rep = LeasedReport(seconds=seconds)
+    store = connect(url)
+    probe = CpuProbe(store)
+    try:
+        for callers in ("threads", "processes"):
+            for lease in (None, LEASE):
+                label = f"{THREADS} threads" if callers == "threads" else f"{PROCESSES} processes"
+                name = f"hit hot key, {label}, " + ("no lease" if lease is None else f"lease={lease}")
+                key = f"hot:{callers}:{lease or 0}"
+                row = Row(name, callers, lease)
+                print(f"[leased] {name} ...", file=sys.stderr, flush=True)
+                c0, s0 = probe.client(), probe.server()
+                if callers == "threads":
+                    row.decisions, row.admitted, row.seconds, row.held = _threads(url, BIG, key, prefix, lease, seconds)
+                    row.cpu_client = probe.client() - c0
+                else:
+                    row.decisions, row.admitted, row.seconds, row.cpu_client, row.held = _processes(
+                        url, BIG, key, prefix, lease, seconds
+                    )
+                row.cpu_server = probe.server() - s0
+                row.charged = _count(store, BIG, key, prefix)
+                rep.rows.append(row)
+        for callers in ("threads", "processes"):
+            key = f"exact:{callers}"
+            print(f"[leased] exactness, {callers} ...", file=sys.stderr, flush=True)
+            if callers == "threads":
+                _, admitted, _, _ = _threads(url, EXACT, key, prefix, LEASE, None)
+            else:
+                _, admitted, _, _, _ = _processes(url, EXACT, key, prefix, LEASE, None)
+            rep.exact.append(Exactness(callers, int(EXACT.split("/")[0]), admitted, _count(store, EXACT, key, prefix)))
+        by = {(r.callers, r.lease is not None): r for r in rep.rows}
+        for callers in ("threads", "processes"):
+            plain, leased = by[(callers, False)], by[(callers, True)]
+            rep.ratios[callers] = leased.rate / plain.rate if plain.rate > 0 else 0.0
+    finally:
+        store.close()
+    return rep
+
+
+def leased_lines(rep: LeasedReport) -> list[str]:
+    """The report, as printed."""
+    lines = [
+        f"Leased limits: one hot key, limit {BIG} (rates) and {EXACT} (exactness), {os.cpu_count()} CPU cores",
+        f"{'row':<44} {'decisions/s':>12} {'client us/dec':>14} {'server us/dec':>14} {'held at stop':>13}",
+    ]
+    for r in rep.rows:
+        per = 1e6 / r.decisions if r.decisions else 0.0
+        lines.append(
+            f"{r.name:<44} {r.rate:>12,.0f} {r.cpu_client * per:>14.2f} {r.cpu_server * per:>14.2f} {r.held:>13,}"
+        )
+        if r.charged != r.admitted:
+            lines.append(f"  store counted {r.charged:,} after the callers closed, admitted {r.admitted:,}")
+    for callers, x in rep.ratios.items():
+        verdict = "meets" if x >= TARGET else "misses"
+        lines.append(f"leased / unleased decisions per second, {callers}: {x:.1f}x ({verdict} the {TARGET:.0f}x target)")
+    for e in rep.exact:
+        lines.append(
+            f"exactness, {e.callers}: admitted {e.admitted:,} of {e.limit:,} (store counted {e.charged:,}); "
+            f"over-admission {e.over}, under-admission {e.under}"
+        )
+    lines.append(
+        "held at stop: units charged and not admitted when the callers stopped (under-admission while "
+        "they are held; they go back when the store closes). On fewer cores than callers the callers take "
+        "turns: rates are the machine's, not a parallel speed-up."
+    )
+    return lines
+
+
+def leased_json(rep: LeasedReport) -> dict[str, object]:
+    out = asdict(rep)
+    for r, row in zip(out["rows"], rep.rows):
+        r["rate"] = row.rate
+    for e, ex in zip(out["exact"], rep.exact):
+        e["over"], e["under"] = ex.over, ex.under
+    return out
+
+
+if __name__ == "__main__":
+    _worker(sys.argv[1:])

@@ -1,0 +1,143 @@
+// Leased limits (leased.h) on a MemoryStore with a ManualClock: what a lease charges, local
+// admissions, threads admitting exactly the limit, units given back, window rollover.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "redcount/common/clock.h"
+#include "redcount/common/errors.h"
+#include "redcount/common/limit_string.h"
+#include "redcount/limiters/leased.h"
+#include "redcount/limiters/limiter.h"
+#include "redcount/memory/memory_store.h"
+#include "test_support.h"
+
+using namespace redcount;
+using rctest::kT0;
+
+namespace {
+
+class LeasedTest : public ::testing::Test {
+ protected:
+  std::shared_ptr<ManualClock> clock_ = std::make_shared<ManualClock>(kT0);
+  std::shared_ptr<MemoryStore> store_ = rctest::memory_store(clock_);
+  std::unique_ptr<LimiterStrategy> lim_ = make_limiter(store_, "fixed-window", "rl");
+  std::shared_ptr<LeaseTable> leases_ = LeaseTable::create(*lim_);
+
+  std::int64_t count(const std::vector<RateLimit>& limits, const std::string& key) {
+    return lim_->stats(limits, key).front().count;
+  }
+  Decision hit(const std::vector<RateLimit>& limits, const std::string& key, std::int64_t cost, std::int64_t units) {
+    if (auto d = leases_->admit_local(limits, key, cost)) return *d;
+    return leases_->hit(limits, key, cost, units);
+  }
+};
+
+TEST_F(LeasedTest, ALeaseChargesHalfOfWhatIsLeftAtMostAndAdmitsLocally) {
+  const auto limits = parse_limits("100/hour");
+  Decision d = hit(limits, "k", 1, 10);
+  EXPECT_TRUE(d.allowed);
+  EXPECT_EQ(count(limits, "k"), 10);
+  EXPECT_EQ(leases_->held(), 9);
+  EXPECT_EQ(d.remaining, 90 + 9);
+  for (int i = 0; i < 9; ++i) {
+    auto local = leases_->admit_local(limits, "k", 1);
+    ASSERT_TRUE(local.has_value());
+    EXPECT_TRUE(local->allowed);
+  }
+  EXPECT_FALSE(leases_->admit_local(limits, "k", 1).has_value());  // used up: the next one asks
+  EXPECT_EQ(count(limits, "k"), 10);
+}
+
+TEST_F(LeasedTest, LeasesShrinkAndTheLastUnitsAreExact) {
+  const auto limits = parse_limits("10/hour");
+  int admitted = 0;
+  while (hit(limits, "k", 1, 100).allowed) ++admitted;
+  EXPECT_EQ(admitted, 10);
+  Decision no = hit(limits, "k", 1, 100);
+  EXPECT_FALSE(no.allowed);
+  EXPECT_GT(no.retry_after_ms, 0);
+  EXPECT_EQ(no.remaining, 0);
+}
+
+TEST_F(LeasedTest, ThreadsAdmitExactlyTheLimit) {
+  const auto limits = parse_limits("5000/hour");
+  std::atomic<int> admitted{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      while (hit(limits, "hot", 1, 64).allowed) admitted.fetch_add(1);
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(admitted.load(), 5000);
+  EXPECT_EQ(count(limits, "hot"), 5000);
+  EXPECT_EQ(leases_->held(), 0);
+}
+
+TEST_F(LeasedTest, GiveBacksAndTheSweeperRaceWithAdmissionsAndNeverOverAdmit) {
+  // Real time on this store's clock: the sweeper gives back what a 1 ms ttl leaves, while
+  // threads take leases and another thread gives everything back, over and over.
+  auto real = rctest::memory_store(std::make_shared<SystemClock>());
+  auto lim = make_limiter(real, "fixed-window", "rl");
+  auto table = LeaseTable::create(*lim);
+  table->set_ttl_ms(1);
+  const auto limits = parse_limits("3000/hour");
+  std::atomic<int> admitted{0};
+  std::atomic<bool> done{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 6; ++t) {
+    threads.emplace_back([&] {
+      for (;;) {
+        auto d = table->admit_local(limits, "hot", 1);
+        const bool ok = d ? d->allowed : table->hit(limits, "hot", 1, 16).allowed;
+        if (!ok) return;
+        admitted.fetch_add(1);
+      }
+    });
+  }
+  std::thread giver([&] {
+    while (!done.load()) table->give_back_all();
+  });
+  for (auto& t : threads) t.join();
+  done.store(true);
+  giver.join();
+  table->give_back_all();
+  EXPECT_LE(admitted.load(), 3000);
+  EXPECT_EQ(lim->stats(limits, "hot").front().count, admitted.load());
+}
+
+TEST_F(LeasedTest, UnusedUnitsGoBackWhileTheWindowLasts) {
+  const auto limits = parse_limits("100/minute");
+  ASSERT_TRUE(hit(limits, "k", 1, 20).allowed);
+  EXPECT_EQ(count(limits, "k"), 20);
+  EXPECT_EQ(leases_->give_back_all(), 19);
+  EXPECT_EQ(count(limits, "k"), 1);
+  ASSERT_TRUE(hit(limits, "k", 1, 20).allowed);
+  clock_->advance(60'000);  // the window ended: nothing to give back
+  EXPECT_EQ(leases_->give_back_all(), 0);
+}
+
+TEST_F(LeasedTest, TheTtlSendsUnitsBackAtTheNextCall) {
+  leases_->set_ttl_ms(1'000);
+  const auto limits = parse_limits("100/hour");
+  ASSERT_TRUE(hit(limits, "a", 1, 10).allowed);
+  clock_->advance(1'500);
+  EXPECT_FALSE(leases_->admit_local(limits, "a", 1).has_value());
+  ASSERT_TRUE(hit(limits, "b", 1, 10).allowed);
+  EXPECT_EQ(count(limits, "a"), 1);
+}
+
+TEST_F(LeasedTest, OtherStrategiesRefuseLeases) {
+  auto sliding = make_limiter(store_, "sliding-window", "rl");
+  auto table = LeaseTable::create(*sliding);
+  EXPECT_THROW(table->hit(parse_limits("10/minute"), "k", 1, 5), InvalidArgument);
+  EXPECT_THROW(leases_->check(0), InvalidArgument);
+  EXPECT_THROW(leases_->set_ttl_ms(0), InvalidArgument);
+}
+
+}  // namespace
