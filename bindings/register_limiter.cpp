@@ -122,25 +122,20 @@ struct LimiterHandle {
 };
 
 // LimiterCore.hit as a CPython vectorcall method. pybind11 matches keyword arguments by
-// making a string of each parameter name on every call, which is most of the cost of a
-// leased hit admitted in the process (about a quarter of it measured). This front finds
-// `lease=` (and `cost=`) among the call's interned keyword names by pointer and decides a
-// local admission itself; every other call (no lease, a refill, other keywords, anything
-// it cannot read) goes to pybind11's `hit`, unchanged, which also raises the errors.
+// making a string of each parameter name on every call and passes positional ones in a
+// new tuple: for a leased hit admitted in the process that was most of the call's cost.
+// This front reads the usual calls itself (`limit, key[, cost]`, with `lease=` and `cost=`
+// found among the call's interned keyword names by pointer) and raises as pybind11 would
+// (its translators); a call it does not read (other keywords, a missing argument) goes
+// to pybind11's `hit`, which decides it or says what is wrong.
 PyObject* g_hit_slow = nullptr;  // pybind11's LimiterCore.hit (a function taking self first)
 
 PyObject* slow_hit(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   const Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-  PyObject* small[8];
-  std::vector<PyObject*> big;
-  PyObject** all = small;
-  if (1 + nargs + nkw > 8) {
-    big.resize(static_cast<std::size_t>(1 + nargs + nkw));
-    all = big.data();
-  }
+  std::vector<PyObject*> all(static_cast<std::size_t>(1 + nargs + nkw));
   all[0] = self;
-  for (Py_ssize_t i = 0; i < nargs + nkw; ++i) all[1 + i] = args[i];
-  return PyObject_Vectorcall(g_hit_slow, all, static_cast<std::size_t>(1 + nargs), kwnames);
+  for (Py_ssize_t i = 0; i < nargs + nkw; ++i) all[static_cast<std::size_t>(1 + i)] = args[i];
+  return PyObject_Vectorcall(g_hit_slow, all.data(), static_cast<std::size_t>(1 + nargs), kwnames);
 }
 
 bool name_is(PyObject* name, PyObject* interned) {
@@ -151,41 +146,36 @@ PyObject* fast_hit(PyObject* self, PyObject* const* args, Py_ssize_t nargsf, PyO
   static PyObject* const lease_name = PyUnicode_InternFromString("lease");
   static PyObject* const cost_name = PyUnicode_InternFromString("cost");
   const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  if (nargs != 2 && nargs != 3) return slow_hit(self, args, nargs, kwnames);
   PyObject* lease = nullptr;
   PyObject* cost = nargs == 3 ? args[2] : nullptr;
-  if (kwnames != nullptr && (nargs == 2 || nargs == 3)) {
-    bool readable = true;
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kwnames) && readable; ++i) {
-      PyObject* name = PyTuple_GET_ITEM(kwnames, i);
-      if (lease == nullptr && name_is(name, lease_name)) {
-        lease = args[nargs + i];
-      } else if (cost == nullptr && name_is(name, cost_name)) {
-        cost = args[nargs + i];
-      } else {
-        readable = false;
-      }
+  for (Py_ssize_t i = 0; kwnames != nullptr && i < PyTuple_GET_SIZE(kwnames); ++i) {
+    PyObject* name = PyTuple_GET_ITEM(kwnames, i);
+    if (lease == nullptr && name_is(name, lease_name)) {
+      lease = args[nargs + i];
+    } else if (cost == nullptr && name_is(name, cost_name)) {
+      cost = args[nargs + i];
+    } else {
+      return slow_hit(self, args, nargs, kwnames);
     }
-    if (!readable) lease = nullptr;
   }
-  if (lease == nullptr || lease == Py_None) return slow_hit(self, args, nargs, kwnames);
-  std::optional<Decision> local;
   try {
     auto& h = py::cast<LimiterHandle&>(py::handle(self));
     auto limits = h.limits(args[0]);
     const std::string k = text_arg(args[1], "key");
     const std::int64_t c = cost == nullptr ? 1 : int_arg(cost, "cost");
-    h.lease_units(limits->limits, k, c, lease);
-    local = h.leases->admit_local(limits->limits, k, c);
+    if (lease != nullptr && lease != Py_None) return py::cast(h.leased_hit(limits->limits, k, c, lease)).release().ptr();
+    Decision d;
+    {
+      NetworkWait wait(h.memory);
+      d = h.strategy->hit(limits->limits, k, c);
+    }
+    return py::cast(std::move(d)).release().ptr();
+  } catch (py::error_already_set& e) {
+    e.restore();
+    return nullptr;
   } catch (...) {
-    // Bad input, or no handle: pybind11's hit reads the call again and raises the error.
-    // Nothing was admitted (admit_local is last and takes a unit only when it returns one).
-    local.reset();
-  }
-  if (!local) return slow_hit(self, args, nargs, kwnames);
-  try {
-    return py::cast(std::move(*local)).release().ptr();
-  } catch (...) {
-    PyErr_SetString(PyExc_MemoryError, "could not build the Decision of a leased hit");
+    py::detail::try_translate_exceptions();
     return nullptr;
   }
 }

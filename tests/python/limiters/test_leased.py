@@ -361,3 +361,33 @@ async def test_a_leased_limit_behind_allow_deny_lists_and_a_penalty(store: redco
     assert (await alim.hit("3/hour", "vip", lease=2)).allowed
     assert not await alim.hit("3/hour", "u", lease=2)
     lim.return_leases()
+
+
+def test_every_way_of_calling_hit_decides_the_same(store: redcount.Store) -> None:
+    # hit() reads limit, key, cost and lease= itself and hands other calls to the binding's
+    # general argument matching: both must decide, and refuse bad input, alike.
+    lim = redcount.Limiter(store)
+    assert lim.hit("9/hour", "a").remaining == 8
+    assert lim.hit("9/hour", "a", 2).remaining == 6
+    assert lim.hit("9/hour", "a", cost=2).remaining == 4
+    assert lim.hit(limit="9/hour", key="a").remaining == 3
+    assert lim.hit("9/hour", key="a", cost=1).remaining == 2
+    assert lim.hit("9/hour", "a", 1, lease=None).remaining == 1
+    assert lim.hit("9/hour", "b", cost=1, lease=4) and lim.hit("9/hour", "b", 1, lease=4)
+    assert lim.hit("9/hour", "b", lease=4, cost=1)
+    for args, kwargs, error in [
+        (("9/hour", "a", 0), {}, redcount.InvalidInputError),
+        (("9/hour", "a"), {"cost": "1"}, TypeError),
+        (("9/hour", "a"), {"lease": 0}, redcount.InvalidInputError),
+        (("9/hour", "a"), {"lease": True}, TypeError),
+        (("9/hour", 5), {}, TypeError),
+        (("9/hour", ""), {"lease": 2}, redcount.InvalidInputError),
+        (("9/parsec", "a"), {}, redcount.InvalidInputError),
+        (("9/hour",), {}, TypeError),
+        (("9/hour", "a"), {"leese": 2}, TypeError),
+        (("9/hour", "a", 1), {"cost": 1}, TypeError),
+    ]:
+        with pytest.raises(error):
+            lim.hit(*args, **kwargs)
+    assert lim.stats("9/hour", "a")[0].count == 8  # the refused calls changed nothing
+    lim.return_leases()
