@@ -663,20 +663,22 @@ def guarded_async(guard: Guard, store: Any, methods: dict[str, Callable[..., Any
 
 
 def find_keys_sync(store: Any, pattern: str) -> list[Any]:
-    """Every key matching ``pattern``: SCAN where the store has it, else KEYS (memory://,
-    where it walks one in-process map)."""
+    """Every key matching ``pattern`` on every node of ``store`` (each master of a cluster):
+    SCAN where the store has it, else KEYS (memory://, where it walks one in-process map)."""
     from .errors import ReplyError
 
-    try:
-        cursor: Any = b"0"
-        out: list[Any] = []
-        while True:
-            cursor, batch = store.execute("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
-            out.extend(batch)
-            if cursor in (b"0", "0", 0):
-                return out
-    except ReplyError:
-        return list(store.execute("KEYS", pattern))
+    out: list[Any] = []
+    for node in store.nodes():
+        try:
+            cursor: Any = b"0"
+            while True:
+                cursor, batch = node.execute("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
+                out.extend(batch)
+                if cursor in (b"0", "0", 0):
+                    break
+        except ReplyError:
+            out.extend(node.execute("KEYS", pattern))
+    return out
 
 
 def unblock_sync(store: Any, prefix: str, guard: Guard | None, key: str | bytes) -> int:
@@ -701,15 +703,18 @@ async def unblock_async(store: Any, prefix: str, guard: Guard | None, key: str |
         guard.screen.drop(key)
     pattern = unblock_pattern(prefix, key)
     found: list[Any] = []
-    try:
-        cursor: Any = b"0"
-        while True:
-            cursor, batch = await execute("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
-            found.extend(batch)
-            if cursor in (b"0", "0", 0):
-                break
-    except ReplyError:
-        found = list(await execute("KEYS", pattern))
+    for node in store.nodes():  # each master of a cluster; the store itself otherwise
+        try:
+            cursor: Any = b"0"
+            while True:
+                r = _core.execute_async(node, "SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
+                cursor, batch = (await r) if r.__class__ is OpFuture else r
+                found.extend(batch)
+                if cursor in (b"0", "0", 0):
+                    break
+        except ReplyError:
+            r = _core.execute_async(node, "KEYS", pattern)
+            found.extend((await r) if r.__class__ is OpFuture else r)
     n = await execute("DEL", *found, concurrency_key(prefix, key))
     return n if isinstance(n, int) else 0
 
