@@ -53,7 +53,7 @@ except ImportError as exc:
 from . import aio
 from .errors import InvalidInputError
 from .limiter import Limiter
-from .policies import Entry
+from .policies import Entry, Penalty, config_penalty
 from .store import connect as _connect
 from .web import problem
 from .web.engine import DEFAULT_BUDGET, FailMode, MetricsSink, Verdict, check_store, decide_async
@@ -216,7 +216,9 @@ class RateLimiter:
     - ``allow``, ``deny``: keys, addresses and CIDRs decided before any round trip, matched
       against each check's identity (the client address by default): an allowed check is
       not counted, a denied one refuses (``Retry-After`` one day). ``refusal_cache``: how
-      many refused keys are answered locally until their ``Retry-After`` (0: off). See
+      many refused keys are answered locally until their ``Retry-After`` (0: off).
+      ``penalty``: a :class:`redcount.Penalty` (or a dict of its arguments) for the limiter
+      built here when ``limiter`` is not given (with one, build it with ``penalty=``). See
       docs/penalties.md.
 
     Bad input raises :class:`~redcount.InvalidInputError` here or in :meth:`limit`, at
@@ -240,9 +242,14 @@ class RateLimiter:
         allow: Iterable[Entry] | None = None,
         deny: Iterable[Entry] | None = None,
         refusal_cache: int = 0,
+        penalty: Penalty | dict[str, Any] | None = None,
     ) -> None:
         if limiter is None:
-            limiter = aio.Limiter(_connect("memory://"), prefix="redcount:web")
+            limiter = aio.Limiter(_connect("memory://"), prefix="redcount:web",
+                                  penalty=config_penalty(penalty, "penalty"))
+        elif penalty is not None:
+            raise InvalidInputError("penalty= applies to the limiter RateLimiter builds when given none; "
+                                    "build yours with redcount.Limiter(..., penalty=...) instead")
         if isinstance(limiter, Limiter):
             limiter = aio.Limiter.from_sync(limiter)
         if not isinstance(limiter, aio.Limiter):

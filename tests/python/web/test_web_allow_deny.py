@@ -159,3 +159,20 @@ def test_flask_penalty_setting(store: redcount.Store) -> None:
     mixed.config.update(REDCOUNT_PENALTY=redcount.Penalty())
     with pytest.raises(redcount.InvalidInputError, match="penalty="):
         redcount.flask.RateLimiter(mixed, limiter=redcount.Limiter(store))
+
+
+def test_fastapi_penalty_setting(store: redcount.Store) -> None:
+    rl = redcount.fastapi.RateLimiter(headers="all", penalty={"after": 1, "within": 60, "block": 300})
+    assert rl.limiter.sync.penalty == redcount.Penalty(after=1, within=60, block=300)
+    app = FastAPI()
+
+    @app.get("/", dependencies=[Depends(rl.limit("1/minute"))])
+    async def index() -> str:
+        return "ok"
+
+    rs = run(app, "192.0.2.4", 3)
+    assert [r.status_code for r in rs] == [200, 429, 429] and rs[1].headers["Retry-After"] == "300"
+    with pytest.raises(redcount.InvalidInputError, match="penalty"):
+        redcount.fastapi.RateLimiter(penalty={"after": 0})
+    with pytest.raises(redcount.InvalidInputError, match="penalty="):
+        redcount.fastapi.RateLimiter(redcount.aio.Limiter(store), penalty=redcount.Penalty())
