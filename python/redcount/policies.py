@@ -682,12 +682,23 @@ def find_keys_sync(store: Any, pattern: str) -> list[Any]:
 
 
 def unblock_sync(store: Any, prefix: str, guard: Guard | None, key: str | bytes) -> int:
-    """Delete every limit and penalty state of ``key`` (one DEL); the number of keys deleted."""
+    """Delete every limit and penalty state of ``key``; the number of keys deleted. One DEL
+    on a single server; on a cluster, the keys found on each master are deleted there one
+    by one (a ``tag=`` may have put some in a slot of their own)."""
     if guard is not None and guard.screen is not None:
         guard.screen.drop(key)
-    found = find_keys_sync(store, unblock_pattern(prefix, key))
-    n = store.execute("DEL", *found, concurrency_key(prefix, key))
-    return n if isinstance(n, int) else 0
+    pattern = unblock_pattern(prefix, key)
+    nodes = store.nodes()
+    if len(nodes) == 1:
+        n = store.execute("DEL", *find_keys_sync(store, pattern), concurrency_key(prefix, key))
+        return n if isinstance(n, int) else 0
+    deleted = 0
+    for node in nodes:
+        found = find_keys_sync(node, pattern)
+        if found:
+            deleted += sum(r for r in node.execute_many([("DEL", k) for k in found]) if isinstance(r, int))
+    n = store.execute("DEL", concurrency_key(prefix, key))
+    return deleted + (n if isinstance(n, int) else 0)
 
 
 async def unblock_async(store: Any, prefix: str, guard: Guard | None, key: str | bytes) -> int:
@@ -702,8 +713,10 @@ async def unblock_async(store: Any, prefix: str, guard: Guard | None, key: str |
     if guard is not None and guard.screen is not None:
         guard.screen.drop(key)
     pattern = unblock_pattern(prefix, key)
-    found: list[Any] = []
-    for node in store.nodes():  # each master of a cluster; the store itself otherwise
+    nodes = store.nodes()
+    per_node: list[tuple[Any, list[Any]]] = []
+    for node in nodes:  # each master of a cluster; the store itself otherwise
+        found: list[Any] = []
         try:
             cursor: Any = b"0"
             while True:
@@ -715,8 +728,17 @@ async def unblock_async(store: Any, prefix: str, guard: Guard | None, key: str |
         except ReplyError:
             r = _core.execute_async(node, "KEYS", pattern)
             found.extend((await r) if r.__class__ is OpFuture else r)
-    n = await execute("DEL", *found, concurrency_key(prefix, key))
-    return n if isinstance(n, int) else 0
+        per_node.append((node, found))
+    if len(nodes) == 1:
+        n = await execute("DEL", *per_node[0][1], concurrency_key(prefix, key))
+        return n if isinstance(n, int) else 0
+    deleted = 0
+    for node, found in per_node:
+        if found:
+            r = _core.execute_many_async(node, [("DEL", k) for k in found])
+            deleted += sum(x for x in ((await r) if r.__class__ is OpFuture else r) if isinstance(x, int))
+    n = await execute("DEL", concurrency_key(prefix, key))
+    return deleted + (n if isinstance(n, int) else 0)
 
 
 def config_list(value: object, where: str) -> list[Entry] | None:

@@ -52,3 +52,15 @@ async def test_async_unblock_on_a_cluster(store: redcount.Store) -> None:
         assert await lim.unblock(key) >= 2
         assert state_keys(store, key) == []
         assert await lim.hit("1/hour", key)
+
+
+def test_unblock_finds_tagged_states_in_other_slots(store: redcount.Store) -> None:
+    lim = redcount.Limiter(store)
+    # The key's untagged state in its own slot, and states under two tags elsewhere.
+    assert lim.hit("5/hour", "user:9")
+    assert lim.hit_all([("5/hour", "user:9"), ("9/day", "org:1")], tag="org:1")
+    assert lim.hit_all([("5/hour", "user:9")], tag="shard-7")
+    assert len(state_keys(store, "user:9")) == 3
+    assert lim.unblock("user:9") == 3
+    assert state_keys(store, "user:9") == []
+    assert lim.stats("9/day", "org:1")[0].count == 0  # untagged org:1 was never charged
