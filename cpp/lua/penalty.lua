@@ -11,8 +11,10 @@ local left = redis.call('PTTL', KEYS[1])
 if left > 0 then return {left, 0} end
 local after, within = tonumber(ARGV[1]), tonumber(ARGV[2])
 local block, factor, max = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-if not (after and within and block and factor and max) or after < 1 or within < 1 or block < 1
-    or factor < 1 or max < block then
+-- Spans are whole ms up to 2^42 (about 139 years), so every sum below stays exact.
+local function span(x) return x and x >= 1 and x <= 4398046511104 and math.floor(x) == x end
+if not (after and span(within) and span(block) and factor and span(max)) or after < 1
+    or factor < 1 or factor > 1000000 or max < block then
   return redis.error_reply('ERR penalty: malformed arguments')
 end
 redis.call('SET', KEYS[2], 0, 'PX', within, 'NX')
@@ -20,7 +22,8 @@ local n = redis.call('INCR', KEYS[2])
 if n < after then return {0, 0} end
 local len = block
 local last = tonumber(redis.call('GET', KEYS[3]) or '')
-if last then len = math.min(math.floor(last * factor), max) end
+-- A last length that is no length (a foreign value below 1 ms) starts again from `block`.
+if last and last >= 1 then len = math.min(math.floor(last * factor), max) end
 redis.call('SET', KEYS[1], len, 'PX', len)
 redis.call('SET', KEYS[3], len, 'PX', len + within)
 redis.call('DEL', KEYS[2])

@@ -53,10 +53,7 @@ class MultiDecision final : public Op<Decision> {
   std::vector<Request> prepare() override {
     if ((rules_->client_time() || time_.effective() != ClockMode::Server) && time_.offset_stale()) {
       step_ = Step::Sync;
-      sent_ms_ = time_.client_now_ms();
-      std::vector<Request> out;
-      out.push_back(TimeSource::time_request());
-      return out;
+      return time_.refresh_requests(sent_ms_);
     }
     return send();
   }
@@ -64,8 +61,7 @@ class MultiDecision final : public Op<Decision> {
   std::vector<Request> finish(std::vector<Reply> replies) override {
     switch (step_) {
       case Step::Sync:
-        if (replies.size() != 1) throw ProtocolError("expected one reply to TIME");
-        time_.record_time(replies.front(), sent_ms_, time_.client_now_ms());
+        time_.refresh_done(replies, sent_ms_);
         return send();
       case Step::Decide:
         return decide(replies);

@@ -68,10 +68,7 @@ class AdjustOp final : public Op<Adjustment> {
   std::vector<Request> prepare() override {
     if (client_time() && time_.offset_stale()) {
       step_ = Step::Sync;
-      sent_ms_ = time_.client_now_ms();
-      std::vector<Request> out;
-      out.push_back(TimeSource::time_request());
-      return out;
+      return time_.refresh_requests(sent_ms_);
     }
     return send();
   }
@@ -79,8 +76,7 @@ class AdjustOp final : public Op<Adjustment> {
   std::vector<Request> finish(std::vector<Reply> replies) override {
     switch (step_) {
       case Step::Sync:
-        if (replies.size() != 1) throw ProtocolError("expected one reply to TIME");
-        time_.record_time(replies.front(), sent_ms_, time_.client_now_ms());
+        time_.refresh_done(replies, sent_ms_);
         return send();
       case Step::Adjust:
         return adjusted(replies);

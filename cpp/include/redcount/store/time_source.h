@@ -64,6 +64,19 @@ class TimeSource {
   // record_time() with its reply and the client times around it.
   bool offset_stale() const;
   static Request time_request() { return Command{{"TIME"}}; }
+  // The offset's refresh, for an operation to send before its own requests when
+  // offset_stale(): the TIME request (`sent_ms` receives the client time it leaves at)...
+  std::vector<Request> refresh_requests(std::int64_t& sent_ms) const {
+    sent_ms = client_now_ms();
+    std::vector<Request> out;
+    out.push_back(time_request());
+    return out;
+  }
+  // ...and its replies recorded, with the client times around the round trip.
+  void refresh_done(const std::vector<Reply>& replies, std::int64_t sent_ms) {
+    if (replies.size() != 1) throw ProtocolError("expected one reply to TIME");
+    record_time(replies.front(), sent_ms, client_now_ms());
+  }
   // Throws ReplyError when the server refused TIME, ProtocolError for a malformed reply.
   void record_time(const Reply& reply, std::int64_t sent_ms, std::int64_t received_ms);
   // Milliseconds since the epoch by this source, computed on the client: the client clock
@@ -105,10 +118,7 @@ class ClockedScript final : public Op<R> {
   std::vector<Request> prepare() override {
     if (time_.effective() != ClockMode::Server && time_.offset_stale()) [[unlikely]] {
       step_ = Step::Sync;
-      sent_ms_ = time_.client_now_ms();
-      std::vector<Request> out;
-      out.push_back(TimeSource::time_request());
-      return out;
+      return time_.refresh_requests(sent_ms_);
     }
     return send();
   }
@@ -192,10 +202,7 @@ class ClockedBatch final : public Op<R> {
   std::vector<Request> prepare() override {
     if (time_.offset_stale()) {
       syncing_ = true;
-      sent_ms_ = time_.client_now_ms();
-      std::vector<Request> out;
-      out.push_back(TimeSource::time_request());
-      return out;
+      return time_.refresh_requests(sent_ms_);
     }
     return spec_.batch(time_.now_ms());
   }
@@ -203,8 +210,7 @@ class ClockedBatch final : public Op<R> {
   std::vector<Request> finish(std::vector<Reply> replies) override {
     if (syncing_) {
       syncing_ = false;
-      if (replies.size() != 1) throw ProtocolError("expected one reply to TIME");
-      time_.record_time(replies.front(), sent_ms_, time_.client_now_ms());
+      time_.refresh_done(replies, sent_ms_);
       return spec_.batch(time_.now_ms());
     }
     this->complete(spec_.finish(std::move(replies)));

@@ -42,8 +42,12 @@ Reply native_penalty(Keyspace& ks, const std::vector<std::string>& keys, const s
   if (left > 0) return Reply::of_array({Reply::of_integer(left), Reply::of_integer(0)});
   const auto after = number(args[0]), within = number(args[1]), block = number(args[2]);
   const auto factor = number(args[3]), max = number(args[4]);
-  if (!after || !within || !block || !factor || !max || *after < 1 || *within < 1 || *block < 1 || *factor < 1 ||
-      *max < *block) {
+  // Spans are whole ms up to 2^42 (about 139 years), so every sum below stays exact.
+  auto span = [](const std::optional<double>& x) {
+    return x && *x >= 1 && *x <= 4398046511104.0 && std::floor(*x) == *x;
+  };
+  if (!after || !span(within) || !span(block) || !factor || !span(max) || *after < 1 || *factor < 1 ||
+      *factor > 1e6 || *max < *block) {
     return bad();
   }
   const auto within_ms = static_cast<std::int64_t>(*within);
@@ -52,7 +56,8 @@ Reply native_penalty(Keyspace& ks, const std::vector<std::string>& keys, const s
   if (static_cast<double>(n) < *after) return Reply::of_array({Reply::of_integer(0), Reply::of_integer(0)});
   double len = *block;
   if (const auto raw = ks.get(keys[2])) {
-    if (const auto last = number(*raw)) len = std::min(std::floor(*last * *factor), *max);
+    // A last length that is no length (a foreign value below 1 ms) starts again from `block`.
+    if (const auto last = number(*raw); last && *last >= 1) len = std::min(std::floor(*last * *factor), *max);
   }
   const auto ms = static_cast<std::int64_t>(len);
   set_px(ks, keys[0], ms, ms);
