@@ -5,6 +5,9 @@
 -- ARGV[1] = units. KEYS = the lease's window keys.
 -- Reply: the units taken off the first key.
 local units = tonumber(ARGV[1])
+if #ARGV ~= 1 or units == nil or units < 0 or math.floor(units) ~= units then
+  return redis.error_reply('ERR lease_give_back: malformed arguments')
+end
 local first = 0
 for i = 1, #KEYS do
   local c = tonumber(redis.pcall('GET', KEYS[i]) or '0')

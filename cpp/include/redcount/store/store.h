@@ -166,7 +166,8 @@ class Keyspace {
   // `PEXPIREAT key at_ms LT` does. True when it changed the expiry.
   bool hold_expiry(const std::string& key, std::int64_t at_ms) {
     const std::int64_t left = pttl(key);
-    if (left == -2 || (left >= 0 && left <= at_ms - now_ms())) return false;
+    // now + left, not at_ms - now: at_ms comes from a script's arguments and may be any int64.
+    if (left == -2 || (left >= 0 && now_ms() + left <= at_ms)) return false;
     return pexpireat(key, at_ms);
   }
 

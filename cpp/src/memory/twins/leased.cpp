@@ -51,7 +51,8 @@ Reply native_lease_take(Keyspace& ks, const std::vector<std::string>& keys, cons
       c = 0;
     }
     out[1 + i] = *c;
-    const std::int64_t left = limits[i] - *c;
+    std::int64_t left = 0;  // as Lua's doubles do, a difference past int64 saturates
+    if (__builtin_sub_overflow(limits[i], *c, &left)) left = *c < 0 ? INT64_MAX : INT64_MIN;
     if (!remaining || left < *remaining) remaining = left;
   }
   std::int64_t granted = 0;
@@ -72,7 +73,7 @@ Reply native_lease_give_back(Keyspace& ks, const std::vector<std::string>& keys,
                              const std::vector<std::string>& args) {
   if (args.size() != 1) return detail::malformed("lease_give_back");
   auto units = parse_int64(args[0]);
-  if (!units) return detail::malformed("lease_give_back");
+  if (!units || *units < 0) return detail::malformed("lease_give_back");
   std::int64_t first = 0;
   for (std::size_t i = 0; i < keys.size(); ++i) {
     auto c = count_of(ks, keys[i]);
