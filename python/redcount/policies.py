@@ -440,6 +440,14 @@ def blocked_decision(limit: str | LimitSet, ms: int) -> Decision:
     return Decision._local(False, smallest(limit), 0, ms / 1000.0, ms / 1000.0)
 
 
+def blocked(screen: Screen | None, limit: str | LimitSet, key: str | bytes, ms: int) -> Decision:
+    """:func:`blocked_decision`, kept in the refusal cache (if any) until the block ends."""
+    d = blocked_decision(limit, ms)
+    if screen is not None and screen.cache is not None:
+        screen.cache.put(limit, key, 0, d)
+    return d
+
+
 def _glob(text: str) -> str:
     return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
@@ -490,10 +498,7 @@ def guarded_sync(guard: Guard, store: Any, methods: dict[str, Callable[..., Any]
                 except StoreConnectionError:
                     ms = 0  # the decision itself meets the failure, under on_unavailable
                 if isinstance(ms, int) and ms > 0:
-                    d = blocked_decision(limit, ms)
-                    if screen is not None and screen.cache is not None:
-                        screen.cache.put(limit, key, 0, d)
-                    return d
+                    return blocked(screen, limit, key, ms)
             d = call(limit, key, cost, **leased)
             if d.allowed or d.unavailable:
                 return d
@@ -503,10 +508,7 @@ def guarded_sync(guard: Guard, store: Any, methods: dict[str, Callable[..., Any]
                 except StoreConnectionError:
                     ms = 0  # the refusal stands, uncounted
                 if ms > 0:
-                    d = blocked_decision(limit, ms)
-                    if screen is not None and screen.cache is not None:
-                        screen.cache.put(limit, key, 0, d)
-                    return d
+                    return blocked(screen, limit, key, ms)
             _one_key(limit, key, cost, d, guard)
             return d
 
@@ -591,10 +593,7 @@ def guarded_async(guard: Guard, store: Any, methods: dict[str, Callable[..., Any
                 except StoreConnectionError:
                     ms = 0
                 if isinstance(ms, int) and ms > 0:
-                    d = blocked_decision(limit, ms)
-                    if screen is not None and screen.cache is not None:
-                        screen.cache.put(limit, key, 0, d)
-                    return d
+                    return blocked(screen, limit, key, ms)
             got: Decision = await call(limit, key, cost, **leased)
             if got.allowed or got.unavailable:
                 return got
@@ -604,10 +603,7 @@ def guarded_async(guard: Guard, store: Any, methods: dict[str, Callable[..., Any
                 except StoreConnectionError:
                     ms = 0
                 if ms > 0:
-                    d = blocked_decision(limit, ms)
-                    if screen is not None and screen.cache is not None:
-                        screen.cache.put(limit, key, 0, d)
-                    return d
+                    return blocked(screen, limit, key, ms)
             _one_key(limit, key, cost, got, guard)
             return got
 
