@@ -87,6 +87,22 @@ struct LimiterHandle {
   }
   static std::string tag_of(py::handle tag) { return tag.is_none() ? std::string() : text_arg(tag, "tag"); }
 
+  // The operations of refund, reserve and settle (sync and async) from their Python arguments.
+  std::shared_ptr<Op<Adjustment>> refund_op(py::handle limit, py::handle key, py::handle cost, py::handle rid) {
+    return strategy->make_refund(limits(limit)->limits, text_arg(key, "key"), int_arg(cost, "cost"),
+                                 request_id_arg(rid, "request_id must not be empty"));
+  }
+  std::shared_ptr<Op<Adjustment>> reserve_op(py::handle limit, py::handle key, py::handle cost, py::handle rid,
+                                             py::handle deadline) {
+    return strategy->make_reserve(limits(limit)->limits, text_arg(key, "key"), int_arg(cost, "cost"),
+                                  request_id_arg(rid, "request_id must not be empty"),
+                                  seconds_arg(deadline, "deadline", false));
+  }
+  std::shared_ptr<Op<Adjustment>> settle_op(py::handle limit, py::handle key, py::handle rid, py::handle actual) {
+    return strategy->make_settle(limits(limit)->limits, text_arg(key, "key"),
+                                 request_id_arg(rid, "request_id must not be empty"), int_arg(actual, "actual"));
+  }
+
   // Leased limits (leased.h): local admissions keep the GIL; a refill releases it.
   std::shared_ptr<LeaseTable> leases;
   std::int64_t lease_units(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost,
@@ -481,8 +497,7 @@ void register_limiter(py::module_& m) {
       .def(
           "refund",
           [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost, py::handle request_id) {
-            auto op = h.strategy->make_refund(h.limits(limit)->limits, text_arg(key, "key"), int_arg(cost, "cost"),
-                                              request_id_arg(request_id, "request_id must not be empty"));
+            auto op = h.refund_op(limit, key, cost, request_id);
             NetworkWait wait(h.memory);
             return run(*h.store, *op);
           },
@@ -492,9 +507,7 @@ void register_limiter(py::module_& m) {
           "reserve",
           [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost, py::handle request_id,
              py::handle deadline) {
-            auto op = h.strategy->make_reserve(h.limits(limit)->limits, text_arg(key, "key"), int_arg(cost, "cost"),
-                                               request_id_arg(request_id, "request_id must not be empty"),
-                                               seconds_arg(deadline, "deadline", false));
+            auto op = h.reserve_op(limit, key, cost, request_id, deadline);
             NetworkWait wait(h.memory);
             return run(*h.store, *op);
           },
@@ -503,9 +516,7 @@ void register_limiter(py::module_& m) {
       .def(
           "settle",
           [](LimiterHandle& h, py::handle limit, py::handle key, py::handle request_id, py::handle actual) {
-            auto op = h.strategy->make_settle(h.limits(limit)->limits, text_arg(key, "key"),
-                                              request_id_arg(request_id, "request_id must not be empty"),
-                                              int_arg(actual, "actual"));
+            auto op = h.settle_op(limit, key, request_id, actual);
             NetworkWait wait(h.memory);
             return run(*h.store, *op);
           },
@@ -514,8 +525,7 @@ void register_limiter(py::module_& m) {
       .def(
           "refund_async",
           [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost, py::handle request_id) {
-            auto op = h.strategy->make_refund(h.limits(limit)->limits, text_arg(key, "key"), int_arg(cost, "cost"),
-                                              request_id_arg(request_id, "request_id must not be empty"));
+            auto op = h.refund_op(limit, key, cost, request_id);
             return aio::submit_async(h.store, std::move(op), [](Adjustment& a) { return py::cast(a); });
           },
           py::arg("limit"), py::arg("key"), py::arg("cost") = 1, py::kw_only(), py::arg("request_id") = py::none())
@@ -523,9 +533,7 @@ void register_limiter(py::module_& m) {
           "reserve_async",
           [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost, py::handle request_id,
              py::handle deadline) {
-            auto op = h.strategy->make_reserve(h.limits(limit)->limits, text_arg(key, "key"), int_arg(cost, "cost"),
-                                               request_id_arg(request_id, "request_id must not be empty"),
-                                               seconds_arg(deadline, "deadline", false));
+            auto op = h.reserve_op(limit, key, cost, request_id, deadline);
             return aio::submit_async(h.store, std::move(op), [](Adjustment& a) { return py::cast(a); });
           },
           py::arg("limit"), py::arg("key"), py::arg("cost"), py::kw_only(), py::arg("request_id"),
@@ -533,9 +541,7 @@ void register_limiter(py::module_& m) {
       .def(
           "settle_async",
           [](LimiterHandle& h, py::handle limit, py::handle key, py::handle request_id, py::handle actual) {
-            auto op = h.strategy->make_settle(h.limits(limit)->limits, text_arg(key, "key"),
-                                              request_id_arg(request_id, "request_id must not be empty"),
-                                              int_arg(actual, "actual"));
+            auto op = h.settle_op(limit, key, request_id, actual);
             return aio::submit_async(h.store, std::move(op), [](Adjustment& a) { return py::cast(a); });
           },
           py::arg("limit"), py::arg("key"), py::kw_only(), py::arg("request_id"), py::arg("actual"))
