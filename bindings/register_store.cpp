@@ -1,6 +1,7 @@
 // Stores and clocks: redcount._core.Store, ManualClock and open_store().
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <memory>
 #include <optional>
 #include <string>
@@ -60,7 +61,8 @@ std::shared_ptr<Store> open_store_shim(const std::string& url, py::object connec
                                        const std::optional<std::vector<std::string>>& ring_urls,
                                        const std::optional<std::vector<std::string>>& ring_names,
                                        const std::optional<std::string>& sentinel_username,
-                                       const std::optional<std::string>& sentinel_password) {
+                                       const std::optional<std::string>& sentinel_password,
+                                       const std::optional<double>& spin) {
   StoreOptions o;
   std::vector<StoreOptions> members;
   if (ring_urls) {
@@ -101,6 +103,13 @@ std::shared_ptr<Store> open_store_shim(const std::string& url, py::object connec
   o.max_connections = max_connections;
   o.connections = connections;  // validated by the Redis store (1..4); unused by memory://
   o.keepalive = keepalive;
+  if (spin) {
+    if (!std::isfinite(*spin) || *spin < 0 || *spin > 0.001) {
+      throw InvalidArgument("spin must be None (automatic) or a number of seconds from 0 to 0.001, got " +
+                            py::repr(py::float_(*spin)).cast<std::string>());
+    }
+    o.spin = std::chrono::microseconds(std::llround(*spin * 1e6));
+  }
   if (clock) o.clock = clock;  // on Redis: the client's idea of now (the server keeps its own)
   for (auto& m : members) {
     m.connect_timeout = o.connect_timeout;
@@ -109,6 +118,7 @@ std::shared_ptr<Store> open_store_shim(const std::string& url, py::object connec
     m.max_connections = o.max_connections;
     m.connections = o.connections;
     m.keepalive = o.keepalive;
+    m.spin = o.spin;
     m.clock = o.clock;
   }
   if (!members.empty()) {
@@ -269,13 +279,13 @@ void register_store(py::module_& m) {
          std::optional<bool> ssl_check_hostname, std::optional<std::string> ssl_server_name, py::object budget,
          bool breaker, std::optional<std::string> fallback, std::optional<std::vector<std::string>> ring_urls,
          std::optional<std::vector<std::string>> ring_names, std::optional<std::string> sentinel_username,
-         std::optional<std::string> sentinel_password) {
+         std::optional<std::string> sentinel_password, std::optional<double> spin) {
         const TlsKeywords tls{std::move(ssl_ca_certs), std::move(ssl_certfile), std::move(ssl_keyfile),
                               std::move(ssl_cert_reqs), std::move(ssl_server_name), ssl_check_hostname};
         return open_store_shim(url, std::move(connect_timeout), std::move(command_timeout), max_connections,
                                keepalive, std::move(pool_timeout), std::move(clock), std::move(sweep_interval), connections,
                                tls, std::move(budget), breaker, std::move(fallback), ring_urls, ring_names,
-                               sentinel_username, sentinel_password);
+                               sentinel_username, sentinel_password, spin);
       },
       py::arg("url"), py::arg("connect_timeout"), py::arg("command_timeout"), py::arg("max_connections"),
       py::arg("keepalive"), py::arg("pool_timeout"), py::arg("clock"), py::arg("sweep_interval"),
@@ -284,6 +294,7 @@ void register_store(py::module_& m) {
       py::arg("ssl_server_name") = py::none(), py::arg("budget") = py::none(), py::arg("breaker") = true,
       py::arg("fallback") = py::none(), py::arg("ring_urls") = py::none(), py::arg("ring_names") = py::none(),
       py::arg("sentinel_username") = py::none(), py::arg("sentinel_password") = py::none(),
+      py::arg("spin") = py::none(),
       "Open a store (with ring_urls: a client-side hash ring over those servers, url unused); use "
       "redcount.connect() instead.");
 

@@ -73,6 +73,7 @@ def open_store(
     ring_names: list[str] | None = None,
     sentinel_username: str | None = None,
     sentinel_password: str | None = None,
+    spin: float | None = None,
 ) -> Store: ...
 
 class ResilientStore(Store):

@@ -60,6 +60,22 @@ def _tls_path(name: str, value: _PathArg) -> str | None:
     return path
 
 
+#: Thread connections a store may open by default, on top of its ``connections``.
+DEFAULT_THREAD_CONNECTIONS = 16
+
+
+def _spin_seconds(spin: object) -> float | None:
+    if spin is None:
+        return None
+    if isinstance(spin, bool) or not isinstance(spin, (int, float)):
+        raise TypeError(f"spin must be a number of seconds or None, got {type(spin).__name__}")
+    if not math.isfinite(spin) or not 0 <= spin <= 0.001:
+        raise _core.InvalidInputError(
+            f"spin must be None (automatic) or a number of seconds from 0 to 0.001 (a poll before sleeping), got {spin!r}"
+        )
+    return float(spin)
+
+
 def connect(
     url: str | Sequence[str] | None = None,
     *,
@@ -85,6 +101,7 @@ def connect(
     hot_keys: HotKeys | None = None,
     sentinel_username: str | None = None,
     sentinel_password: str | None = None,
+    spin: float | None = None,
 ) -> Store:
     """Open a store.
 
@@ -125,10 +142,18 @@ def connect(
     multiplexes every caller (threads and event loops) over ``connections`` sockets (1 to 4,
     default 1), writing whatever is queued in one system call (auto-pipelining);
     ``pool_timeout`` is how long a call waits when the store's queue of unsent requests is
-    full. ``max_connections`` (default: ``connections``, so a fixed number of sockets) caps
-    the sockets in all; above ``connections``, synchronous calls from several threads at
-    once may each borrow a thread connection of their own, which the I/O thread opens on
-    demand (at most 256). ``clock`` replaces the system clock, so tests can step through
+    full. ``max_connections`` (default: ``connections`` + 16) caps the sockets in all; above
+    ``connections``, synchronous calls from several threads at once each borrow a thread
+    connection of their own, which the I/O thread opens on demand (at most 256), so up to
+    16 threads calling together each wait for their own reply in ``recv()`` instead of a hop
+    through the I/O thread and a wake-up per call; ``max_connections=connections`` keeps a
+    fixed number of sockets. ``spin`` (seconds, 0 to 0.001; default ``None``: 100 µs on a
+    machine with two or more CPUs, 0 on one) is how long a synchronous caller that is the
+    store's only caller at that moment polls its socket before it sleeps on its reply: on a
+    virtual machine a sleeping thread's wake-up costs tens of microseconds, more than a
+    loopback round trip. It costs that CPU time when the reply is slower, and turns itself off
+    while replies take longer than twice ``spin`` (a distant server); ``spin=0`` never polls.
+    ``clock`` replaces the system clock, so tests can step through
     windows: on memory:// it is the store's clock; on Redis it is the client's clock (what
     ``clock="client"`` counters and limiters take as now), while the server keeps its own
     for TTLs and ``clock="server"``; ``sweep_interval`` (memory only) is how often expired keys are freed.
@@ -186,7 +211,7 @@ def connect(
     if not isinstance(connections, int) or isinstance(connections, bool):
         raise TypeError(f"connections must be an int, got {type(connections).__name__}")
     if max_connections is None:
-        max_connections = max(connections, 1)
+        max_connections = max(connections, 1) + DEFAULT_THREAD_CONNECTIONS
     if not isinstance(max_connections, int) or isinstance(max_connections, bool):
         raise TypeError(f"max_connections must be an int or None, got {type(max_connections).__name__}")
     cert_reqs = _verify_mode_name(ssl_cert_reqs)
@@ -235,6 +260,7 @@ def connect(
         ring_names=ring_names,
         sentinel_username=sentinel_username,
         sentinel_password=sentinel_password,
+        spin=_spin_seconds(spin),
     )
     if isinstance(store, ResilientStore):
         _start_breaker_log()

@@ -10,6 +10,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <system_error>
@@ -331,7 +332,29 @@ bool Connection::flush_until(TimePoint deadline) {
   return true;
 }
 
-std::size_t Connection::recv_blocking(TimePoint deadline) {
+namespace {
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+}  // namespace
+
+std::size_t Connection::recv_blocking(TimePoint deadline, TimePoint spin_until) {
+  // The poll: non-blocking reads until the reply's first bytes or spin_until (never past the
+  // deadline), so a reply that comes back within it costs no sleep and no wake-up.
+  const TimePoint until = std::min(spin_until, deadline);
+  while (SteadyClock::now() < until) {
+    const ssize_t n = ::recv(fd(), buf_, sizeof buf_, MSG_DONTWAIT);
+    if (n > 0) return static_cast<std::size_t>(n);
+    if (n == 0) throw ConnectionError("the server closed the connection");
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      throw ConnectionError(std::string("read failed: ") + std::strerror(errno));
+    }
+    for (int i = 0; i < 16; ++i) cpu_relax();
+  }
   for (;;) {
     const ssize_t n = ::recv(fd(), buf_, sizeof buf_, 0);
     if (n > 0) return static_cast<std::size_t>(n);

@@ -451,13 +451,13 @@ def test_an_increment_takes_the_script_while_another_thread_waits_on_the_store(r
 
 @pytest.mark.redis_only
 def test_pipelined_increments_keep_the_transaction_while_other_calls_are_in_flight(redis_factory: Any) -> None:
-    # Where concurrent calls share pipelined writes (one socket for every thread, the
-    # default; coroutines), the transaction stays: it costs the server less.
+    # Where concurrent calls share pipelined writes (one socket for every thread, with
+    # max_connections=1; coroutines), the transaction stays: it costs the server less.
     import asyncio
 
     import redcount.aio
 
-    with debug_server_stores(redis_factory) as (store, admin, probe):  # max_connections == connections == 1
+    with debug_server_stores(redis_factory, max_connections=1) as (store, admin, probe):
         c = make_counter(store, "pbusy", 3600, grace=1.0)
         ac = redcount.aio.FixedWindowCounter.from_sync(c)
         astore = redcount.aio.AsyncStore(store)

@@ -344,6 +344,11 @@ def test_bad_url_never_echoes_the_password(url: str) -> None:
     ({"connect_timeout": -1}, redcount.InvalidInputError),
     ({"command_timeout": math.nan}, redcount.InvalidInputError),
     ({"pool_timeout": "1"}, TypeError),
+    ({"spin": -0.0001}, redcount.InvalidInputError),
+    ({"spin": 0.01}, redcount.InvalidInputError),
+    ({"spin": math.nan}, redcount.InvalidInputError),
+    ({"spin": "0"}, TypeError),
+    ({"spin": True}, TypeError),
 ])
 def test_bad_connect_options(kwargs: dict[str, Any], exc: type[BaseException]) -> None:
     with pytest.raises(exc):

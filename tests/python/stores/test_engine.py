@@ -29,7 +29,8 @@ Factory = Callable[..., RedisServer]
 
 def open_store(url: str, connections: int = 1, command_timeout: float = 2.0,
                max_connections: int | None = None) -> redcount.Store:
-    # The binding, as redcount.connect() calls it (max_connections defaults to connections).
+    # The binding, as redcount.connect() calls it; max_connections defaults to connections
+    # here (a fixed number of sockets), not to connect()'s connections + 16.
     return _core.open_store(url, connect_timeout=2.0, command_timeout=command_timeout,
                             max_connections=max(connections, 1) if max_connections is None else max_connections,
                             keepalive=True, pool_timeout=2.0, clock=None, sweep_interval=0.1,
@@ -99,6 +100,22 @@ def test_thread_connections_stay_under_max_connections_exact_totals(redis_factor
     assert connections <= most[0] <= cap
     store.close()
     wait_until(lambda: redcount_clients(admin) <= 1, what="the connections to close")
+    admin.close()
+
+
+def test_the_default_store_opens_thread_connections_for_threads_calling_at_once(redis_factory: Factory) -> None:
+    server = redis_factory()
+    store = redcount.connect(server.url)  # max_connections defaults to connections + 16
+    admin = redcount.connect(server.url, max_connections=1)
+    most = [0]
+
+    def sample() -> None:
+        most[0] = max(most[0], redcount_clients(admin) - 1)
+
+    _sixteen_threads_increment(redcount.FixedWindowCounter(store, "threads", 3600), sample)
+    sample()
+    assert 2 <= most[0] <= 1 + 16, most[0]
+    store.close()
     admin.close()
 
 
@@ -424,3 +441,39 @@ def test_a_host_name_is_resolved_off_the_reactor_and_each_address_tried(redis_se
     with pytest.raises(redcount.ConnectionError, match="no-such-host.redcount-test.invalid"):
         bad.ping()
     bad.close()
+
+
+# --------------------------------------------------------------------------- the poll before sleeping
+
+
+@pytest.mark.parametrize("spin", [0.0, 0.001, None])
+def test_a_lone_caller_polling_gets_every_reply_whole(redis_factory: Factory, spin: float | None) -> None:
+    # Replies that arrive in pieces (1 MiB values) after the poll found their first bytes.
+    server = redis_factory()
+    store = redcount.connect(server.url, spin=spin)
+    big = b"x" * (1 << 20)
+    for i in range(20):
+        store.execute("SET", f"big{i}", big + str(i).encode())
+        assert store.execute("GET", f"big{i}") == big + str(i).encode()
+        assert store.execute("INCR", "n") == i + 1
+    store.close()
+
+
+def test_a_lone_caller_polling_still_times_out_on_a_stopped_server(
+        redis_factory: Factory, stopped: list[RedisServer]) -> None:
+    server = redis_factory()
+    assert server.proc is not None
+    store = redcount.connect(server.url, command_timeout=0.3, spin=0.001, max_connections=1)
+    assert store.execute("INCR", "n") == 1
+    os.kill(server.proc.pid, signal.SIGSTOP)
+    stopped.append(server)
+    start = time.monotonic()
+    with pytest.raises(redcount.TimeoutError) as info:
+        store.execute("INCR", "n")
+    waited = time.monotonic() - start
+    os.kill(server.proc.pid, signal.SIGCONT)
+    assert info.value.maybe_applied
+    assert 0.25 <= waited < 2.0
+    # The connection stays in step: the timed-out INCR's reply is not taken for the next call's.
+    assert store.execute("INCR", "n") == 3
+    store.close()

@@ -1,9 +1,10 @@
 """Many threads calling one store at once, against a real redis-server: every call
 completes, each thread's calls take effect in the order it made them, and every failure
 says truthfully whether its request may have run, through deadlines that expire while the
-server is stopped (SIGSTOP) and while it is busy (DEBUG SLEEP). On the default store (one
-multiplexed socket, where a waiting caller spins briefly, then sleeps) and with thread
-connections (a socket per blocking caller)."""
+server is stopped (SIGSTOP) and while it is busy (DEBUG SLEEP). On the default store (up to
+16 thread connections beside the multiplexed socket; a lone caller polls before it sleeps),
+on one multiplexed socket shared by every thread, and with a thread connection for every
+thread."""
 
 from __future__ import annotations
 
@@ -94,11 +95,12 @@ def _check(store: redcount.Store, prefix: str, out: Outcomes) -> None:
 def _stores(url: str) -> dict[str, redcount.Store]:
     return {
         "default": redcount.connect(url, command_timeout=0.25),
+        "one-socket": redcount.connect(url, command_timeout=0.25, max_connections=1),
         "thread-connections": redcount.connect(url, command_timeout=0.25, max_connections=1 + THREADS),
     }
 
 
-@pytest.mark.parametrize("shape", ["default", "thread-connections"])
+@pytest.mark.parametrize("shape", ["default", "one-socket", "thread-connections"])
 def test_threads_complete_in_order_through_a_stopped_server(
         redis_factory: Factory, stopped: list[RedisServer], shape: str) -> None:
     server = redis_factory()
@@ -123,7 +125,7 @@ def test_threads_complete_in_order_through_a_stopped_server(
     store.close()
 
 
-@pytest.mark.parametrize("shape", ["default", "thread-connections"])
+@pytest.mark.parametrize("shape", ["default", "one-socket", "thread-connections"])
 def test_threads_complete_in_order_through_a_busy_server(redis_factory: Factory, shape: str) -> None:
     server = redis_factory(["--enable-debug-command", "yes"])
     store = _stores(server.url)[shape]

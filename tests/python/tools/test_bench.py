@@ -183,12 +183,16 @@ def test_bench_refuses_a_missing_binary(tmp_path: Path) -> None:
 ENGINE_ROWS = [
     "redis-benchmark INCR -c1 -P1",
     "redcount incr x1 threads (Redis)",
+    "redcount incr x1 threads (Redis, one socket)",
     "redcount incr x1 threads (Redis, max_connections=2)",
+    "redcount incr x1 threads (Redis, spin=0)",
     "redis-benchmark INCR -c8 -P1",
     "redcount incr x8 threads (Redis)",
+    "redcount incr x8 threads (Redis, one socket)",
     "redcount incr x8 threads (Redis, max_connections=9)",
     "redis-benchmark INCR -c32 -P1",
     "redcount incr x32 threads (Redis)",
+    "redcount incr x32 threads (Redis, one socket)",
     "redcount incr x32 threads (Redis, max_connections=33)",
     "redcount incr (Redis)",
     "limits async FixedWindow hit x1000 coroutines (RedisStorage)",
@@ -196,16 +200,20 @@ ENGINE_ROWS = [
     "redcount Limiter.hit (Redis)",
 ]
 ENGINE_RATIOS = [
+    "redcount incr x1 threads, default store / redis-benchmark -c1 -P1",
     "redcount incr x1 threads, one socket / redis-benchmark -c1 -P1",
     "redcount incr x1 threads, thread connections / redis-benchmark -c1 -P1",
+    "redcount incr x1 thread: default / spin=0",
+    "redcount incr x8 threads, default store / redis-benchmark -c8 -P1",
     "redcount incr x8 threads, one socket / redis-benchmark -c8 -P1",
     "redcount incr x8 threads, thread connections / redis-benchmark -c8 -P1",
+    "redcount incr x32 threads, default store / redis-benchmark -c32 -P1",
     "redcount incr x32 threads, one socket / redis-benchmark -c32 -P1",
     "redcount incr x32 threads, thread connections / redis-benchmark -c32 -P1",
     "redcount incr x8 threads, thread connections / x1 thread (Redis)",
     "redcount aio hit / limits async hit, x1000 coroutines (Redis)",
     "redcount aio hit x1000 coroutines / sync Limiter.hit x1 thread (Redis)",
-    "redcount incr x8 threads, one socket / x1 thread (Redis)",
+    "redcount incr x8 threads, default store / x1 thread (Redis)",
 ]
 
 
@@ -223,7 +231,8 @@ def test_bench_only_engine(tmp_path: Path) -> None:
     assert all(r["ops_per_sec"] > 0 and r["falsy"] == 0 for r in data["results"])
     ratios = {q["name"]: q for q in data["ratios"]}
     assert [q["name"] for q in data["ratios"]][: len(ENGINE_RATIOS)] == ENGINE_RATIOS
-    assert [ratios[n]["target"] for n in ENGINE_RATIOS] == [0.9, None, 0.75, 1.3, 0.75, None, 6.0, 8.0, 4.0, None]
+    assert [ratios[n]["target"] for n in ENGINE_RATIOS] == [
+        0.9, None, None, None, 0.75, None, 1.3, 0.75, None, None, 6.0, 8.0, 4.0, None]
     assert ratios["redcount incr rediss:// / redis:// (one thread)"]["value"] > 0
     assert data["only"] == "engine"
     assert any("no regression" in note for note in data["notes"])

@@ -103,9 +103,10 @@ class Connection {
   // Writes everything pending, waiting for the socket until `deadline`. False on timeout.
   bool flush_until(TimePoint deadline);
   // Waits for bytes until `deadline` and feeds them to the parser, handing complete
-  // replies to on_reply. False on timeout.
+  // replies to on_reply. False on timeout. Until `spin_until` (if later than now) it polls
+  // the socket without sleeping first (plain sockets only).
   template <class F>
-  bool read_until(TimePoint deadline, F&& on_reply) {
+  bool read_until(TimePoint deadline, F&& on_reply, TimePoint spin_until = TimePoint{}) {
     const TimePoint now = SteadyClock::now();
     if (now >= deadline) return false;  // a reply trickling in must not outlast its deadline
     if (blocking_recv_ && deadline - now >= recv_timeout_ - std::chrono::milliseconds(1)) {
@@ -113,7 +114,7 @@ class Connection {
       // waits in recv() itself, bounded by SO_RCVTIMEO = command_timeout: one syscall. Only
       // while that ends by the deadline (give or take 1 ms): a later read of the same reply
       // (a large one, or one arriving in pieces) polls until the deadline instead.
-      const std::size_t n = recv_blocking(deadline);
+      const std::size_t n = recv_blocking(deadline, spin_until);
       if (n == 0) return SteadyClock::now() < deadline;
       parser_.feed(buf_, n);
       last_progress_ = SteadyClock::now();
@@ -140,8 +141,9 @@ class Connection {
   void send_hello();
   void check_hello(std::size_t index, const Reply& reply);
   bool wait_readable(TimePoint deadline);
-  // One blocking recv into buf_; 0 when it timed out. Throws on EOF and errors.
-  std::size_t recv_blocking(TimePoint deadline);
+  // One blocking recv into buf_ (after polling without sleeping until spin_until); 0 when
+  // it timed out. Throws on EOF and errors.
+  std::size_t recv_blocking(TimePoint deadline, TimePoint spin_until);
   [[noreturn]] void fail_connect(int err) const;
 
   const StoreOptions& options_;

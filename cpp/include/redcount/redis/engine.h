@@ -191,6 +191,11 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::atomic<std::int64_t> block_slack_ms_{0};
 
   std::atomic<int> sync_callers_{0};  // threads in execute()
+  // A lone synchronous caller's poll before it sleeps on its reply (StoreOptions::spin,
+  // resolved), and a moving average of how long its replies took (us), which turns the
+  // poll off while replies take longer than twice it.
+  std::chrono::microseconds spin_{0};
+  std::atomic<std::int64_t> reply_us_{0};
   std::atomic<bool> no_retries_{false};  // stop_retries()
   bool thread_slots_ = false;          // max_connections leaves room for thread connections
 

@@ -28,7 +28,9 @@ from .rows import (
     RC_AIO_UVLOOP,
     RC_HIT_REDIS,
     RC_INCR,
+    RC_INCR_NO_SPIN,
     RC_INCR_THREADS,
+    RC_INCR_THREADS_ONE,
     RC_INCR_THREADS_TC,
     RC_INCR_TLS,
     TASKS,
@@ -139,22 +141,36 @@ def engine_block(
         rb_n = RB_C8.format(threads=n)
         if rb_n not in have:
             contenders.append(RedisBenchmark(rb_n, bench_bin, url, 1, rb_key, clients=n))
-        one = RC_INCR_THREADS.format(threads=n)
-        contenders.append(Threads(one, counter.incr, keys, n))
-        # The same store shape with thread connections allowed: each blocking caller that
-        # finds the multiplexed connection busy may borrow a socket of its own (see connect()).
-        tc_store = connect(url, max_connections=1 + n)
-        stack.callback(tc_store.close)
-        tc_counter = FixedWindowCounter(tc_store, "incr", COUNTER_WINDOW, prefix=prefix)
-        stack.callback(tc_counter.close)
+        # The default store (up to 16 thread connections; a lone caller polls before it sleeps).
+        default = RC_INCR_THREADS.format(threads=n)
+        contenders.append(Threads(default, counter.incr, keys, n))
+        # Every caller on the one multiplexed socket (the I/O thread writes and reads for all),
+        # and a thread connection for every thread (each waits in its own recv()).
+        one = RC_INCR_THREADS_ONE.format(threads=n)
         tc = RC_INCR_THREADS_TC.format(threads=n, cap=1 + n)
-        contenders.append(Threads(tc, tc_counter.incr, keys, n))
-        probed |= {rb_n, one, tc}
+        for name, cap in ((one, 1), (tc, 1 + n)):
+            shaped = connect(url, max_connections=cap)
+            stack.callback(shaped.close)
+            shaped_counter = FixedWindowCounter(shaped, "incr", COUNTER_WINDOW, prefix=prefix)
+            stack.callback(shaped_counter.close)
+            contenders.append(Threads(name, shaped_counter.incr, keys, n))
+        probed |= {rb_n, default, one, tc}
         thread_ratios += [
-            (f"redcount incr x{n} threads, one socket / redis-benchmark -c{n} -P1", one, rb_n, THREAD_TARGETS.get(n)),
+            (f"redcount incr x{n} threads, default store / redis-benchmark -c{n} -P1", default, rb_n,
+             THREAD_TARGETS.get(n)),
+            (f"redcount incr x{n} threads, one socket / redis-benchmark -c{n} -P1", one, rb_n, None),
             (f"redcount incr x{n} threads, thread connections / redis-benchmark -c{n} -P1", tc, rb_n,
              1.3 if n == THREADS else None),
         ]
+        if n == 1:
+            # The poll before sleeping, against the same store without it (spin=0).
+            still = connect(url, spin=0)
+            stack.callback(still.close)
+            still_counter = FixedWindowCounter(still, "incr", COUNTER_WINDOW, prefix=prefix)
+            stack.callback(still_counter.close)
+            contenders.append(Threads(RC_INCR_NO_SPIN, still_counter.incr, keys, 1))
+            probed.add(RC_INCR_NO_SPIN)
+            thread_ratios.append(("redcount incr x1 thread: default / spin=0", default, RC_INCR_NO_SPIN, None))
     if RC_INCR not in have:
         contenders.append(PythonOp(RC_INCR, counter.incr, keys))
 
@@ -180,7 +196,7 @@ def engine_block(
         (f"redcount incr x{THREADS} threads, thread connections / x1 thread (Redis)", threads_tc, RC_INCR, 6.0),
         (f"redcount aio hit / limits async hit, x{TASKS} coroutines (Redis)", rc_name, lim_name, 8.0),
         (f"redcount aio hit x{TASKS} coroutines / sync Limiter.hit x1 thread (Redis)", rc_name, RC_HIT_REDIS, 4.0),
-        (f"redcount incr x{THREADS} threads, one socket / x1 thread (Redis)", threads, RC_INCR, None),
+        (f"redcount incr x{THREADS} threads, default store / x1 thread (Redis)", threads, RC_INCR, None),
     ]
     try:
         import uvloop  # type: ignore[import-not-found,unused-ignore]  # noqa: F401 - optional

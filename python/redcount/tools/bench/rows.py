@@ -35,13 +35,16 @@ RC_TB = "redcount token-bucket hit ({store})"
 RC_GCRA = "redcount gcra hit ({store})"
 # The engine (--only engine): threads, coroutines and TLS sharing one store.
 THREADS = 8
-# Every thread count the engine block measures (default store and thread connections, each
-# beside redis-benchmark with as many clients); THREADS is one of them.
+# Every thread count the engine block measures (the default store, one shared socket and a
+# thread connection per thread, each beside redis-benchmark with as many clients); THREADS
+# is one of them.
 THREAD_COUNTS = (1, THREADS, 32)
 TASKS = 1000
 RB_C8 = "redis-benchmark INCR -c{threads} -P1"
 RC_INCR_THREADS = "redcount incr x{threads} threads (Redis)"
 RC_INCR_THREADS_TC = "redcount incr x{threads} threads (Redis, max_connections={cap})"
+RC_INCR_THREADS_ONE = "redcount incr x{threads} threads (Redis, one socket)"
+RC_INCR_NO_SPIN = "redcount incr x1 threads (Redis, spin=0)"
 LIM_AIO = "limits async FixedWindow hit x{tasks} coroutines (RedisStorage)"
 RC_AIO = "redcount aio Limiter.hit x{tasks} coroutines (Redis)"
 RC_AIO_UVLOOP = "redcount aio Limiter.hit x{tasks} coroutines (Redis, uvloop)"
