@@ -332,7 +332,8 @@ int Engine::try_borrow() {
     }
     // Every connection is busy: ask for one more thread connection (one opening at a
     // time, none during a reconnect backoff); this call goes through the reactor.
-    if (!started_ || SteadyClock::now() < next_connect_) return -1;
+    const TimePoint now = SteadyClock::now();
+    if (!started_ || now < next_connect_ || now < next_thread_connect_) return -1;
     // Only fields under mu_ here, never `conn`: the reactor opens and resets a slot's
     // connection without the lock while it owns the slot. A slot the reactor owns that is
     // not ready is opening (or was just lost); one nobody owns that is not ready has no
@@ -665,7 +666,7 @@ bool Engine::step(bool tick) {
       Slot& s = slots_[i];
       if (!s.wanted) continue;
       s.wanted = false;
-      if (!s.conn && s.owner == Owner::None && now >= next_connect_) {
+      if (!s.conn && s.owner == Owner::None && now >= next_connect_ && now >= next_thread_connect_) {
         s.owner = Owner::Reactor;
         ours[i] = true;
         ++connecting_;
@@ -802,6 +803,8 @@ void Engine::handle_slot(int i, TimePoint now, std::vector<std::shared_ptr<Job>>
       --connecting_;
       backoff_ = std::chrono::milliseconds(0);
       next_connect_ = {};
+      thread_backoff_ = std::chrono::milliseconds(0);
+      next_thread_connect_ = {};
       failure_.clear();
     }
     return;
@@ -887,6 +890,17 @@ void Engine::connect_failed(int i, std::exception_ptr error, TimePoint now) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   --connecting_;
+  if (static_cast<std::size_t>(i) >= mux_) {
+    // A thread connection only saves a thread hop: its failure backs off further thread
+    // connections alone. Whether the server can be reached is for the multiplexed
+    // connections to find out (they back the store off and fail its queue), so a thread
+    // connection lost in its handshake, e.g. to a reset that also took the multiplexed one,
+    // never refuses calls that the multiplexed connection, reopened at once, would carry.
+    thread_backoff_ = thread_backoff_.count() == 0 ? options_.reconnect_backoff_min
+                                                   : std::min(thread_backoff_ * 2, options_.reconnect_backoff_max);
+    next_thread_connect_ = now + jittered(thread_backoff_);
+    return;
+  }
   // Refused connections and refused passwords alike: exponential, jittered, so a dead
   // server or a wrong password costs a few connects a second, not thousands.
   backoff_ = backoff_.count() == 0 ? options_.reconnect_backoff_min

@@ -213,6 +213,10 @@ class Engine : public std::enable_shared_from_this<Engine> {
   int connecting_ = 0;
   std::chrono::milliseconds backoff_{0};
   TimePoint next_connect_{};
+  // Thread connections' own backoff after a failed connect (it never holds back the
+  // multiplexed connections or refuses calls).
+  std::chrono::milliseconds thread_backoff_{0};
+  TimePoint next_thread_connect_{};
   FailureKind failure_kind_ = FailureKind::Connection;
   std::string failure_;
   std::atomic<int> server_major_{0};
