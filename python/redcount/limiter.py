@@ -154,8 +154,10 @@ class Limiter:
     local midnight on the first of the month (or on ``anchor_day``, 1..31: a billing period;
     in months shorter than ``anchor_day`` days it starts on their last day), ``"100/day"`` at
     local midnight (days of 23 or 25 hours on DST changes), ``"/week"`` on Mondays and
-    ``"/year"`` on January 1. Each limit must be one day, week, month or year. See
-    docs/fixed-windows.md.
+    ``"/year"`` on January 1. Each limit must be days, weeks, months or years; several
+    (``"10/2 days"``, ``"1000/3 months"``, up to a century) are counted from a fixed epoch
+    in the zone (1970-01-01, Monday 1969-12-29, January 1970, 1970), so ``"/3 months"``
+    are the quarters. See docs/fixed-windows.md.
 
     ``allow`` and ``deny``: keys, IP addresses and CIDRs (IPv4 and IPv6) decided without the
     store: an allow-listed key is admitted (``remaining == limit``, nothing charged), a

@@ -57,7 +57,7 @@ struct FixedWindowWork {
 
   // A calendar period: the limit's unit was checked when the operation was made.
   WindowPos calendar_pos(const RateLimit& l) const {
-    const Period p = calendar->period(calendar_unit(l.unit).value_or(CalendarUnit::Day), now);
+    const Period p = calendar->period(calendar_unit(l.unit).value_or(CalendarUnit::Day), now, l.multiple);
     return WindowPos{p.start_ms, p.start_ms, p.end_ms, p.end_ms + kLimiterGraceMs, p.end_ms - p.start_ms};
   }
 
@@ -217,7 +217,7 @@ class FixedWindowMulti final : public detail::MultiRules {
   // The same window, and so the same key, as FixedWindowWork gives a single-key hit.
   WindowPos where(const RateLimit& l, std::string_view key, std::int64_t now_ms) const {
     if (calendar_) {
-      const Period p = calendar_->period(calendar_unit(l.unit).value_or(CalendarUnit::Day), now_ms);
+      const Period p = calendar_->period(calendar_unit(l.unit).value_or(CalendarUnit::Day), now_ms, l.multiple);
       return WindowPos{p.start_ms, p.start_ms, p.end_ms, p.end_ms + kLimiterGraceMs, p.end_ms - p.start_ms};
     }
     return locate(WindowSpec{l.window_ms, kLimiterGraceMs, false}, key, now_ms);
