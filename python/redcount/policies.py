@@ -315,9 +315,11 @@ class Screen:
             return cache.get(limit, key if tag is None else state_key(key, tag), cost)
         return None
 
-    def before_all(self, items: list[Item], cost: int) -> tuple[Decision | None, list[Item]]:
+    def before_all(
+        self, items: list[Item], cost: int, tag: str | None = None
+    ) -> tuple[Decision | None, list[Item]]:
         """For ``hit_all``: a local decision, or the items still to ask the store about
-        (allow-listed keys left out)."""
+        (allow-listed keys left out). ``tag``: the call's, whose states the cache files apart."""
         access, cache = self.access, self.cache
         rest: list[Item] = []
         for limit, key in items:
@@ -328,7 +330,7 @@ class Screen:
                 if listed:
                     continue
             if cache is not None:
-                d = cache.get(limit, key, cost)
+                d = cache.get(limit, key if tag is None else state_key(key, tag), cost)
                 if d is not None:
                     return d, []
             rest.append((limit, key))
@@ -336,7 +338,7 @@ class Screen:
             return allowed_decision(items[0][0]) if items else None, []
         return None, rest
 
-    def after_all(self, items: list[Item], cost: int, d: Decision) -> None:
+    def after_all(self, items: list[Item], cost: int, d: Decision, tag: str | None = None) -> None:
         if self.cache is None or d.allowed or d.unavailable:
             return
         by = d.refused_by
@@ -346,7 +348,7 @@ class Screen:
         for limit, k in items:
             kt = k.decode("utf-8", "surrogateescape") if isinstance(k, bytes) else k
             if kt == key and any(str(lim) == text for lim in limit_set(limit).limits):
-                self.cache.put(limit, k, cost, d)
+                self.cache.put(limit, k if tag is None else state_key(k, tag), cost, d)
                 return
 
     def drop(self, key: str | bytes) -> None:
@@ -527,7 +529,7 @@ def guarded_sync(guard: Guard, store: Any, methods: dict[str, Callable[..., Any]
         def guarded(items: Iterable[Item], cost: int = 1, *, tag: str | None = None) -> Decision:
             rest = list(items)
             if screen is not None:
-                d, rest = screen.before_all(rest, cost)
+                d, rest = screen.before_all(rest, cost, tag)
                 if d is not None:
                     return d
             if pen is not None and rest:
@@ -549,7 +551,7 @@ def guarded_sync(guard: Guard, store: Any, methods: dict[str, Callable[..., Any]
                 if ms > 0:
                     return blocked_decision(rest[0][0], ms)
             if screen is not None and guard.cache_refusals:
-                screen.after_all(rest, cost, d)
+                screen.after_all(rest, cost, d, tag)
             return d
 
         return guarded
@@ -626,7 +628,7 @@ def guarded_async(guard: Guard, store: Any, methods: dict[str, Callable[..., Any
         async def guarded(items: Iterable[Item], cost: int = 1, *, tag: str | None = None) -> Decision:
             rest = list(items)
             if screen is not None:
-                d, rest = screen.before_all(rest, cost)
+                d, rest = screen.before_all(rest, cost, tag)
                 if d is not None:
                     return d
             if pen is not None and rest:
@@ -648,7 +650,7 @@ def guarded_async(guard: Guard, store: Any, methods: dict[str, Callable[..., Any
                 if ms > 0:
                     return blocked_decision(rest[0][0], ms)
             if screen is not None and guard.cache_refusals:
-                screen.after_all(rest, cost, got)
+                screen.after_all(rest, cost, got, tag)
             return got
 
         return guarded

@@ -127,6 +127,11 @@ def test_a_refusal_cache_keeps_tagged_and_untagged_states_apart(store: redcount.
     assert not lim.hit("2/hour", "u", tag="acme")
     lim.reset("2/hour", "u", tag="acme")
     assert lim.hit("2/hour", "u", tag="acme")
+    # hit_all under a tag files its refusals apart too.
+    assert lim.hit_all([("2/hour", "v")], 2, tag="acme")
+    assert not lim.hit_all([("2/hour", "v")], tag="acme")
+    assert lim.hit("2/hour", "v") and lim.hit_all([("2/hour", "v")])
+    assert not lim.hit_all([("2/hour", "v")], tag="acme")
 
 
 @pytest.mark.parametrize("strategy", RATE)
