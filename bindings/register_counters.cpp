@@ -87,12 +87,13 @@ void register_counters(py::module_& m) {
       .def_property_readonly("anchor_day", &Calendar::anchor_day)
       .def(
           "period",
-          [](const Calendar& c, const std::string& unit, std::int64_t now_ms) {
-            const Period p = c.period(require_calendar_unit(unit, 1, c), now_ms);
+          [](const Calendar& c, const std::string& unit, std::int64_t now_ms, std::int64_t multiple) {
+            const Period p = c.period(require_calendar_unit(unit, multiple, c), now_ms, multiple);
             return std::make_pair(p.start_ms, p.end_ms);
           },
-          py::arg("unit"), py::arg("now_ms"),
-          "(start_ms, end_ms) of the day, week, month or year that contains `now_ms` (epoch ms).")
+          py::arg("unit"), py::arg("now_ms"), py::arg("multiple") = 1,
+          "(start_ms, end_ms) of the day, week, month or year (of `multiple` of them, counted from a fixed "
+          "epoch) that contains `now_ms` (epoch ms).")
       .def("offset_at", &Calendar::offset_at, py::arg("utc_ms"), "The UTC offset (ms) in force at an instant.");
 
   py::class_<FixedWindowCounter>(m, "FixedWindowCounter", "The C++ fixed-window counter; use redcount.FixedWindowCounter.")

@@ -88,19 +88,28 @@ struct LimiterHandle {
   static std::string tag_of(py::handle tag) { return tag.is_none() ? std::string() : text_arg(tag, "tag"); }
 
   // The operations of refund, reserve and settle (sync and async) from their Python arguments.
-  std::shared_ptr<Op<Adjustment>> refund_op(py::handle limit, py::handle key, py::handle cost, py::handle rid) {
+  std::shared_ptr<Op<Adjustment>> refund_op(py::handle limit, py::handle key, py::handle cost, py::handle rid,
+                                            py::handle tag) {
     return strategy->make_refund(limits(limit)->limits, text_arg(key, "key"), int_arg(cost, "cost"),
-                                 request_id_arg(rid, "request_id must not be empty"));
+                                 request_id_arg(rid, "request_id must not be empty"), tag_of(tag));
   }
   std::shared_ptr<Op<Adjustment>> reserve_op(py::handle limit, py::handle key, py::handle cost, py::handle rid,
-                                             py::handle deadline) {
+                                             py::handle deadline, py::handle tag) {
     return strategy->make_reserve(limits(limit)->limits, text_arg(key, "key"), int_arg(cost, "cost"),
                                   request_id_arg(rid, "request_id must not be empty"),
-                                  seconds_arg(deadline, "deadline", false));
+                                  seconds_arg(deadline, "deadline", false), tag_of(tag));
   }
-  std::shared_ptr<Op<Adjustment>> settle_op(py::handle limit, py::handle key, py::handle rid, py::handle actual) {
+  std::shared_ptr<Op<Adjustment>> settle_op(py::handle limit, py::handle key, py::handle rid, py::handle actual,
+                                            py::handle tag) {
     return strategy->make_settle(limits(limit)->limits, text_arg(key, "key"),
-                                 request_id_arg(rid, "request_id must not be empty"), int_arg(actual, "actual"));
+                                 request_id_arg(rid, "request_id must not be empty"), int_arg(actual, "actual"),
+                                 tag_of(tag));
+  }
+  // A leased hit admits from a per-process lease of the key's untagged state.
+  static void check_lease_tag(py::handle lease, const std::string& tag) {
+    if (!lease.is_none() && !tag.empty()) {
+      throw InvalidArgument("lease= and tag= cannot be combined: leases are taken from a key's untagged state");
+    }
   }
 
   // Leased limits (leased.h): local admissions keep the GIL; a refill releases it.
@@ -198,11 +207,12 @@ PyObject* fast_hit(PyObject* self, PyObject* const* args, Py_ssize_t nargsf, PyO
 
 PyMethodDef g_fast_hit_def = {
     "hit", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fast_hit)), METH_FASTCALL | METH_KEYWORDS,
-    "hit($self, /, limit, key, cost=1, *, lease=None)\n--\n\n"
+    "hit($self, /, limit, key, cost=1, *, lease=None, tag=None)\n--\n\n"
     "Charge `cost` against `key` if every limit allows it; return the Decision. `limit` is a "
     "string like '10/minute' or '5/second;100/hour' (parsed once and cached) or a LimitSet. "
     "`lease=N` (fixed-window): take up to N units at a time into this process and admit from "
-    "them locally (see docs/leased-limits.md)."};
+    "them locally (see docs/leased-limits.md). `tag`: the key's state under that hash tag, the "
+    "state hit_all(..., tag=) charges."};
 
 // Puts fast_hit in front of pybind11's LimiterCore.hit.
 void install_fast_hit(py::handle cls) {
@@ -290,6 +300,17 @@ void register_limiter(py::module_& m) {
           },
           "hit_all()/test_all(): (limit, key) of the binding limit: the refusing one when refused, else "
           "the one with the fewest hits left. None from hit() and test().")
+      .def_property_readonly(
+          "per_key",
+          [](const Decision& d) -> py::object {
+            if (d.per_item.empty()) return py::none();
+            py::list out;
+            for (const auto& [amount, remaining] : d.per_item) out.append(py::make_tuple(amount, remaining));
+            return out;
+          },
+          "hit_all()/test_all(): for each (limit, key) item, in order, (limit, remaining) of its tightest "
+          "limit as decided (when refused, what the call saw; nothing of it was kept). None from hit() and "
+          "test().")
       .def("__bool__", [](const Decision& d) { return d.allowed; })
       .def("__repr__", [](const Decision& d) {
         return std::string("Decision(allowed=") + (d.allowed ? "True" : "False") + ", limit=" + std::to_string(d.limit) +
@@ -385,19 +406,28 @@ void register_limiter(py::module_& m) {
                              "The time source in force: 'client', 'server' or 'server-offset'.")
       .def(
           "hit",
-          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost, py::handle lease) {
+          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost, py::handle lease, py::handle tag) {
             auto limits = h.limits(limit);
             const std::string k = text_arg(key, "key");
             const std::int64_t c = int_arg(cost, "cost");
+            const std::string t = LimiterHandle::tag_of(tag);
+            LimiterHandle::check_lease_tag(lease, t);
             if (!lease.is_none()) [[unlikely]] return h.leased_hit(limits->limits, k, c, lease);
+            if (!t.empty()) {
+              auto op = h.strategy->make_hit(limits->limits, k, c, t);
+              NetworkWait wait(h.memory);
+              return run(*h.store, *op);
+            }
             NetworkWait wait(h.memory);
             return h.strategy->hit(limits->limits, k, c);
           },
           py::arg("limit"), py::arg("key"), py::arg("cost") = 1, py::kw_only(), py::arg("lease") = py::none(),
+          py::arg("tag") = py::none(),
           "Charge `cost` against `key` if every limit allows it; return the Decision. `limit` is a "
           "string like '10/minute' or '5/second;100/hour' (parsed once and cached) or a LimitSet. "
           "`lease=N` (fixed-window): take up to N units at a time into this process and admit from "
-          "them locally (see docs/leased-limits.md).")
+          "them locally (see docs/leased-limits.md). `tag`: the key's state under that hash tag, the "
+          "state hit_all(..., tag=) charges.")
       .def(
           "return_leases",
           [](LimiterHandle& h) {
@@ -413,33 +443,41 @@ void register_limiter(py::module_& m) {
           "Seconds a lease may hold units before they go back to the store.")
       .def(
           "test",
-          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost) {
+          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost, py::handle tag) {
             auto limits = h.limits(limit);
             const std::string k = text_arg(key, "key");
             const std::int64_t c = int_arg(cost, "cost");
+            const std::string t = LimiterHandle::tag_of(tag);
+            if (!t.empty()) {
+              auto op = h.strategy->make_test(limits->limits, k, c, t);
+              NetworkWait wait(h.memory);
+              return run(*h.store, *op);
+            }
             NetworkWait wait(h.memory);
             return h.strategy->test(limits->limits, k, c);
           },
-          py::arg("limit"), py::arg("key"), py::arg("cost") = 1,
+          py::arg("limit"), py::arg("key"), py::arg("cost") = 1, py::kw_only(), py::arg("tag") = py::none(),
           "What hit() would decide now, without charging anything.")
       .def(
           "stats",
-          [](LimiterHandle& h, py::handle limit, py::handle key) {
+          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle tag) {
             auto limits = h.limits(limit);
             const std::string k = text_arg(key, "key");
+            auto op = h.strategy->make_stats(limits->limits, k, LimiterHandle::tag_of(tag));
             NetworkWait wait(h.memory);
-            return h.strategy->stats(limits->limits, k);
+            return run(*h.store, *op);
           },
-          py::arg("limit"), py::arg("key"), "The count, remaining hits and reset time of `key` under each limit.")
+          py::arg("limit"), py::arg("key"), py::kw_only(), py::arg("tag") = py::none(), "The count, remaining hits and reset time of `key` under each limit.")
       .def(
           "reset",
-          [](LimiterHandle& h, py::handle limit, py::handle key) {
+          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle tag) {
             auto limits = h.limits(limit);
             const std::string k = text_arg(key, "key");
+            auto op = h.strategy->make_reset(limits->limits, k, LimiterHandle::tag_of(tag));
             NetworkWait wait(h.memory);
-            h.strategy->reset(limits->limits, k);
+            run(*h.store, *op);
           },
-          py::arg("limit"), py::arg("key"), "Forget `key`'s state under these limits.")
+          py::arg("limit"), py::arg("key"), py::kw_only(), py::arg("tag") = py::none(), "Forget `key`'s state under these limits.")
       .def(
           "hit_all",
           [](LimiterHandle& h, py::handle items, py::handle cost, py::handle tag) {
@@ -496,92 +534,104 @@ void register_limiter(py::module_& m) {
           py::arg("key"), "Leases of `key` held now (strategy='concurrency').")
       .def(
           "refund",
-          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost, py::handle request_id) {
-            auto op = h.refund_op(limit, key, cost, request_id);
+          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost, py::handle request_id,
+             py::handle tag) {
+            auto op = h.refund_op(limit, key, cost, request_id, tag);
             NetworkWait wait(h.memory);
             return run(*h.store, *op);
           },
           py::arg("limit"), py::arg("key"), py::arg("cost") = 1, py::kw_only(), py::arg("request_id") = py::none(),
+          py::arg("tag") = py::none(),
           "Give back up to `cost` units charged to `key`; once per request_id.")
       .def(
           "reserve",
           [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost, py::handle request_id,
-             py::handle deadline) {
-            auto op = h.reserve_op(limit, key, cost, request_id, deadline);
+             py::handle deadline, py::handle tag) {
+            auto op = h.reserve_op(limit, key, cost, request_id, deadline, tag);
             NetworkWait wait(h.memory);
             return run(*h.store, *op);
           },
           py::arg("limit"), py::arg("key"), py::arg("cost"), py::kw_only(), py::arg("request_id"),
-          py::arg("deadline"), "Charge the estimate `cost` if allowed and record the reservation until `deadline`.")
+          py::arg("deadline"), py::arg("tag") = py::none(), "Charge the estimate `cost` if allowed and record the reservation until `deadline`.")
       .def(
           "settle",
-          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle request_id, py::handle actual) {
-            auto op = h.settle_op(limit, key, request_id, actual);
+          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle request_id, py::handle actual,
+             py::handle tag) {
+            auto op = h.settle_op(limit, key, request_id, actual, tag);
             NetworkWait wait(h.memory);
             return run(*h.store, *op);
           },
           py::arg("limit"), py::arg("key"), py::kw_only(), py::arg("request_id"), py::arg("actual"),
+          py::arg("tag") = py::none(),
           "Settle the reservation `request_id` at `actual` units, once.")
       .def(
           "refund_async",
-          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost, py::handle request_id) {
-            auto op = h.refund_op(limit, key, cost, request_id);
+          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost, py::handle request_id,
+             py::handle tag) {
+            auto op = h.refund_op(limit, key, cost, request_id, tag);
             return aio::submit_async(h.store, std::move(op), [](Adjustment& a) { return py::cast(a); });
           },
-          py::arg("limit"), py::arg("key"), py::arg("cost") = 1, py::kw_only(), py::arg("request_id") = py::none())
+          py::arg("limit"), py::arg("key"), py::arg("cost") = 1, py::kw_only(), py::arg("request_id") = py::none(),
+          py::arg("tag") = py::none())
       .def(
           "reserve_async",
           [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost, py::handle request_id,
-             py::handle deadline) {
-            auto op = h.reserve_op(limit, key, cost, request_id, deadline);
+             py::handle deadline, py::handle tag) {
+            auto op = h.reserve_op(limit, key, cost, request_id, deadline, tag);
             return aio::submit_async(h.store, std::move(op), [](Adjustment& a) { return py::cast(a); });
           },
           py::arg("limit"), py::arg("key"), py::arg("cost"), py::kw_only(), py::arg("request_id"),
-          py::arg("deadline"))
+          py::arg("deadline"), py::arg("tag") = py::none())
       .def(
           "settle_async",
-          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle request_id, py::handle actual) {
-            auto op = h.settle_op(limit, key, request_id, actual);
+          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle request_id, py::handle actual,
+             py::handle tag) {
+            auto op = h.settle_op(limit, key, request_id, actual, tag);
             return aio::submit_async(h.store, std::move(op), [](Adjustment& a) { return py::cast(a); });
           },
-          py::arg("limit"), py::arg("key"), py::kw_only(), py::arg("request_id"), py::arg("actual"))
+          py::arg("limit"), py::arg("key"), py::kw_only(), py::arg("request_id"), py::arg("actual"),
+          py::arg("tag") = py::none())
       // The same calls as operations for redcount.aio: each returns the result when it
       // completed at once (memory://), else a future the store's I/O thread completes.
       .def(
           "hit_async",
-          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost, py::handle lease) {
+          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost, py::handle lease, py::handle tag) {
             auto limits = h.limits(limit);
+            const std::string t = LimiterHandle::tag_of(tag);
+            LimiterHandle::check_lease_tag(lease, t);
             if (!lease.is_none()) [[unlikely]] {
               return h.leased_hit_async(limits->limits, text_arg(key, "key"), int_arg(cost, "cost"), lease);
             }
-            auto op = h.strategy->make_hit(limits->limits, text_arg(key, "key"), int_arg(cost, "cost"));
+            auto op = h.strategy->make_hit(limits->limits, text_arg(key, "key"), int_arg(cost, "cost"), t);
             return aio::submit_async(h.store, std::move(op), [](Decision& d) { return py::cast(d); });
           },
-          py::arg("limit"), py::arg("key"), py::arg("cost") = 1, py::kw_only(), py::arg("lease") = py::none())
+          py::arg("limit"), py::arg("key"), py::arg("cost") = 1, py::kw_only(), py::arg("lease") = py::none(),
+          py::arg("tag") = py::none())
       .def(
           "test_async",
-          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost) {
+          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost, py::handle tag) {
             auto limits = h.limits(limit);
-            auto op = h.strategy->make_test(limits->limits, text_arg(key, "key"), int_arg(cost, "cost"));
+            auto op = h.strategy->make_test(limits->limits, text_arg(key, "key"), int_arg(cost, "cost"),
+                                            LimiterHandle::tag_of(tag));
             return aio::submit_async(h.store, std::move(op), [](Decision& d) { return py::cast(d); });
           },
-          py::arg("limit"), py::arg("key"), py::arg("cost") = 1)
+          py::arg("limit"), py::arg("key"), py::arg("cost") = 1, py::kw_only(), py::arg("tag") = py::none())
       .def(
           "stats_async",
-          [](LimiterHandle& h, py::handle limit, py::handle key) {
+          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle tag) {
             auto limits = h.limits(limit);
-            auto op = h.strategy->make_stats(limits->limits, text_arg(key, "key"));
+            auto op = h.strategy->make_stats(limits->limits, text_arg(key, "key"), LimiterHandle::tag_of(tag));
             return aio::submit_async(h.store, std::move(op), [](std::vector<LimitStats>& s) { return py::cast(s); });
           },
-          py::arg("limit"), py::arg("key"))
+          py::arg("limit"), py::arg("key"), py::kw_only(), py::arg("tag") = py::none())
       .def(
           "reset_async",
-          [](LimiterHandle& h, py::handle limit, py::handle key) {
+          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle tag) {
             auto limits = h.limits(limit);
-            auto op = h.strategy->make_reset(limits->limits, text_arg(key, "key"));
+            auto op = h.strategy->make_reset(limits->limits, text_arg(key, "key"), LimiterHandle::tag_of(tag));
             return aio::submit_async(h.store, std::move(op), [](std::monostate&) { return py::none(); });
           },
-          py::arg("limit"), py::arg("key"))
+          py::arg("limit"), py::arg("key"), py::kw_only(), py::arg("tag") = py::none())
       .def(
           "hit_all_async",
           [](LimiterHandle& h, py::handle items, py::handle cost, py::handle tag) {

@@ -412,11 +412,17 @@ class Limiter:
             vars(self).update(guarded_async(guard, store, {n: getattr(self, n) for n in SCREENED}))
 
     async def refund(
-        self, limit: str | LimitSet, key: str | bytes, cost: int = 1, *, request_id: str | bytes | None = None
+        self,
+        limit: str | LimitSet,
+        key: str | bytes,
+        cost: int = 1,
+        *,
+        request_id: str | bytes | None = None,
+        tag: str | None = None,
     ) -> Adjustment:
         """Give back up to ``cost`` units, once per ``request_id``: see :meth:`redcount.Limiter.refund`."""
-        self.sync._forget(key)
-        r = self._refund(limit, key, cost, request_id=request_id)
+        self.sync._forget(key, tag)
+        r = self._refund(limit, key, cost, request_id=request_id, tag=tag)
         return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def reserve(
@@ -427,37 +433,54 @@ class Limiter:
         *,
         request_id: str | bytes | None = None,
         deadline: float = 60.0,
+        tag: str | None = None,
     ) -> AsyncReservation:
         """Charge an estimate and record the reservation: see :meth:`redcount.Limiter.reserve`."""
         rid = new_request_id() if request_id is None else request_id
-        r = self._reserve(limit, key, cost, request_id=rid, deadline=deadline)
+        r = self._reserve(limit, key, cost, request_id=rid, deadline=deadline, tag=tag)
         adjustment = (await r) if r.__class__ is OpFuture else r
-        return AsyncReservation(self, limit, key, rid, adjustment)
+        return AsyncReservation(self, limit, key, rid, adjustment, tag)
 
     async def settle(
-        self, limit: str | LimitSet, key: str | bytes, *, request_id: str | bytes, actual: int
+        self,
+        limit: str | LimitSet,
+        key: str | bytes,
+        *,
+        request_id: str | bytes,
+        actual: int,
+        tag: str | None = None,
     ) -> Adjustment:
         """Settle a reservation at ``actual``, once: see :meth:`redcount.Limiter.settle`."""
-        self.sync._forget(key)
-        r = self._settle(limit, key, request_id=request_id, actual=actual)
+        self.sync._forget(key, tag)
+        r = self._settle(limit, key, request_id=request_id, actual=actual, tag=tag)
         return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def hit(
-        self, limit: str | LimitSet, key: str | bytes, cost: int = 1, *, lease: int | None = None
+        self,
+        limit: str | LimitSet,
+        key: str | bytes,
+        cost: int = 1,
+        *,
+        lease: int | None = None,
+        tag: str | None = None,
     ) -> Decision:
         """Charge ``cost`` against ``key`` if every limit allows it; the :class:`~redcount.Decision`
         (``on_unavailable`` as in :class:`redcount.Limiter`). ``lease=N``: a leased limit, as
-        in :meth:`redcount.Limiter.hit` (a local admission completes without the loop)."""
+        in :meth:`redcount.Limiter.hit` (a local admission completes without the loop).
+        ``tag``: the key's state under that hash tag, as in :meth:`redcount.Limiter.hit`."""
         try:
-            r = self._hit(limit, key, cost) if lease is None else self._hit(limit, key, cost, lease=lease)
+            if lease is None and tag is None:
+                r = self._hit(limit, key, cost)
+            else:
+                r = self._hit(limit, key, cost, lease=lease, tag=tag)
             return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
         except _StoreConnectionError as e:
             return unavailable_decision(self.on_unavailable, e)
 
-    async def test(self, limit: str | LimitSet, key: str | bytes, cost: int = 1) -> Decision:
+    async def test(self, limit: str | LimitSet, key: str | bytes, cost: int = 1, *, tag: str | None = None) -> Decision:
         """What :meth:`hit` would decide now, without charging anything."""
         try:
-            r = self._test(limit, key, cost)
+            r = self._test(limit, key, cost) if tag is None else self._test(limit, key, cost, tag=tag)
             return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
         except _StoreConnectionError as e:
             return unavailable_decision(self.on_unavailable, e)
@@ -479,14 +502,15 @@ class Limiter:
         except _StoreConnectionError as e:
             return unavailable_decision(self.on_unavailable, e)
 
-    async def stats(self, limit: str | LimitSet, key: str | bytes) -> list[LimitStats]:
-        """The count, remaining hits and reset time of ``key`` under each limit."""
-        r = self._stats(limit, key)
+    async def stats(self, limit: str | LimitSet, key: str | bytes, *, tag: str | None = None) -> list[LimitStats]:
+        """The count, remaining hits and reset time of ``key`` under each limit (under
+        ``tag``: see :meth:`redcount.Limiter.stats`)."""
+        r = self._stats(limit, key, tag=tag)
         return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
-    async def reset(self, limit: str | LimitSet, key: str | bytes) -> None:
-        """Forget ``key``'s state under these limits."""
-        r = self._reset(limit, key)
+    async def reset(self, limit: str | LimitSet, key: str | bytes, *, tag: str | None = None) -> None:
+        """Forget ``key``'s state under these limits (under ``tag`` when given)."""
+        r = self._reset(limit, key, tag=tag)
         if r.__class__ is OpFuture:
             await r
 

@@ -12,7 +12,18 @@ from ._calendar import calendar_arg
 from ._wrap import bind_fast_paths
 from .errors import ConnectionError as StoreConnectionError
 from .errors import InvalidInputError, RateLimitExceeded, StoreClosed
-from .policies import SCREENED, Entry, Guard, Penalties, Penalty, Screen, guarded_async, guarded_sync, unblock_sync
+from .policies import (
+    SCREENED,
+    Entry,
+    Guard,
+    Penalties,
+    Penalty,
+    Screen,
+    guarded_async,
+    guarded_sync,
+    state_key,
+    unblock_sync,
+)
 from .reservations import Adjustment, Reservation, new_request_id
 from .shaping import Throttle, check_wait_args, queue_name, shaper_of, wait_async, wait_sync
 
@@ -58,7 +69,7 @@ def unavailable_decision(policy: OnUnavailable, error: BaseException) -> Decisio
 
 
 def _guard_sync(call: Callable[..., Decision], policy: OnUnavailable) -> Callable[..., Decision]:
-    def guarded(limit: str | LimitSet, key: str | bytes, cost: int = 1, **leased: int | None) -> Decision:
+    def guarded(limit: str | LimitSet, key: str | bytes, cost: int = 1, **leased: object) -> Decision:
         try:
             return call(limit, key, cost, **leased)
         except StoreConnectionError as e:
@@ -143,8 +154,10 @@ class Limiter:
     local midnight on the first of the month (or on ``anchor_day``, 1..31: a billing period;
     in months shorter than ``anchor_day`` days it starts on their last day), ``"100/day"`` at
     local midnight (days of 23 or 25 hours on DST changes), ``"/week"`` on Mondays and
-    ``"/year"`` on January 1. Each limit must be one day, week, month or year. See
-    docs/fixed-windows.md.
+    ``"/year"`` on January 1. Each limit must be days, weeks, months or years; several
+    (``"10/2 days"``, ``"1000/3 months"``, up to a century) are counted from a fixed epoch
+    in the zone (1970-01-01, Monday 1969-12-29, January 1970, 1970), so ``"/3 months"``
+    are the quarters. See docs/fixed-windows.md.
 
     ``allow`` and ``deny``: keys, IP addresses and CIDRs (IPv4 and IPv6) decided without the
     store: an allow-listed key is admitted (``remaining == limit``, nothing charged), a
@@ -216,12 +229,24 @@ class Limiter:
     # them by the core's own bound methods (same arguments, results and errors).
 
     def hit(
-        self, limit: str | LimitSet, key: str | bytes, cost: int = 1, *, lease: int | None = None
+        self,
+        limit: str | LimitSet,
+        key: str | bytes,
+        cost: int = 1,
+        *,
+        lease: int | None = None,
+        tag: str | None = None,
     ) -> Decision:
         """Charge ``cost`` against ``key`` if every limit allows it; return the :class:`Decision`.
 
         ``limit`` is a string like ``"10/minute"`` or ``"5/second;100/hour"`` (parsed once and
         cached) or a :class:`LimitSet`.
+
+        ``tag``: decide on ``key``'s state under that hash tag, the state
+        ``hit_all(..., tag=tag)`` charges (so that a cluster keeps keys sharing a tag in one
+        slot). A key's state under a tag is separate from its untagged state: pass the same
+        ``tag`` to :meth:`test`, :meth:`stats`, :meth:`reset`, :meth:`refund`,
+        :meth:`reserve` and :meth:`settle` to act on it. Not with ``lease``.
 
         ``lease=N`` (``strategy="fixed-window"``): a leased limit for a hot key. The process
         takes up to N units at a time from the store (at most half of what the window has
@@ -233,9 +258,9 @@ class Limiter:
         on :meth:`return_leases` and when the store is closed. Decisions made
         locally report ``remaining`` as the process knows it. See docs/leased-limits.md."""
         try:
-            if lease is None:
+            if lease is None and tag is None:
                 return self._core.hit(limit, key, cost)
-            return self._core.hit(limit, key, cost, lease=lease)
+            return self._core.hit(limit, key, cost, lease=lease, tag=tag)
         except StoreConnectionError as e:
             return unavailable_decision(self.on_unavailable, e)
 
@@ -255,10 +280,10 @@ class Limiter:
         """Seconds a lease may hold units before they go back to the store."""
         return self._core.lease_ttl
 
-    def test(self, limit: str | LimitSet, key: str | bytes, cost: int = 1) -> Decision:
-        """What :meth:`hit` would decide now, without charging anything."""
+    def test(self, limit: str | LimitSet, key: str | bytes, cost: int = 1, *, tag: str | None = None) -> Decision:
+        """What :meth:`hit` would decide now, without charging anything (``tag``: as in :meth:`hit`)."""
         try:
-            return self._core.test(limit, key, cost)
+            return self._core.test(limit, key, cost, tag=tag)
         except StoreConnectionError as e:
             return unavailable_decision(self.on_unavailable, e)
 
@@ -294,13 +319,15 @@ class Limiter:
         except StoreConnectionError as e:
             return unavailable_decision(self.on_unavailable, e)
 
-    def stats(self, limit: str | LimitSet, key: str | bytes) -> list[LimitStats]:
-        """The count, remaining hits and reset time of ``key`` under each limit."""
-        return self._core.stats(limit, key)
+    def stats(self, limit: str | LimitSet, key: str | bytes, *, tag: str | None = None) -> list[LimitStats]:
+        """The count, remaining hits and reset time of ``key`` under each limit (its state
+        under ``tag``, as :meth:`hit` with that ``tag`` charges it, when given)."""
+        return self._core.stats(limit, key, tag=tag)
 
-    def reset(self, limit: str | LimitSet, key: str | bytes) -> None:
-        """Forget ``key``'s state under these limits."""
-        self._core.reset(limit, key)
+    def reset(self, limit: str | LimitSet, key: str | bytes, *, tag: str | None = None) -> None:
+        """Forget ``key``'s state under these limits (its state under ``tag`` when given; the
+        untagged state and other tags' are left alone)."""
+        self._core.reset(limit, key, tag=tag)
 
     def unblock(self, key: str | bytes) -> int:
         """Clear every limit and penalty state of ``key`` under this limiter's prefix at once
@@ -325,7 +352,13 @@ class Limiter:
         return self._core.in_flight(key)
 
     def refund(
-        self, limit: str | LimitSet, key: str | bytes, cost: int = 1, *, request_id: str | bytes | None = None
+        self,
+        limit: str | LimitSet,
+        key: str | bytes,
+        cost: int = 1,
+        *,
+        request_id: str | bytes | None = None,
+        tag: str | None = None,
     ) -> Adjustment:
         """Give back up to ``cost`` units charged to ``key`` under every limit (e.g. a request
         that turned out not to count). Returns an :class:`~redcount.Adjustment`: ``status``
@@ -336,9 +369,11 @@ class Limiter:
         nothing and says ``"duplicate"`` (retries are safe); the id's marker is written with
         the refund, atomically, and kept at least as long as the longest window. What each
         strategy gives back: see docs/refunds.md. Not for ``strategy="concurrency"``
-        (:meth:`release` gives a lease back)."""
-        self._forget(key)
-        return self._core.refund(limit, key, cost, request_id=request_id)
+        (:meth:`release` gives a lease back). ``tag``: give back to the key's state under
+        that hash tag (what ``hit(..., tag=tag)`` or ``hit_all(..., tag=tag)`` charged); the
+        id's marker is kept under the same tag."""
+        self._forget(key, tag)
+        return self._core.refund(limit, key, cost, request_id=request_id, tag=tag)
 
     def reserve(
         self,
@@ -348,6 +383,7 @@ class Limiter:
         *,
         request_id: str | bytes | None = None,
         deadline: float = 60.0,
+        tag: str | None = None,
     ) -> Reservation:
         """Charge the estimate ``cost`` if every limit allows it (as :meth:`hit` would) and
         record the reservation under ``request_id`` (a fresh one when None) for ``deadline``
@@ -356,24 +392,37 @@ class Limiter:
         back the difference, once. A reservation not settled by its deadline settles at the
         estimate: nothing more happens, and a later settle reports ``"expired"``. A second
         reserve under the same id charges nothing (``duplicate``). A refused reservation
-        charges and records nothing."""
+        charges and records nothing. ``tag``: reserve on the key's state under that hash tag
+        (the reservation's record goes under it too); the reservation's ``settle`` keeps to
+        it, and :meth:`settle` from elsewhere must pass the same ``tag``."""
         rid = new_request_id() if request_id is None else request_id
-        adjustment = self._core.reserve(limit, key, cost, request_id=rid, deadline=deadline)
-        return Reservation(self, limit, key, rid, adjustment)
+        adjustment = self._core.reserve(limit, key, cost, request_id=rid, deadline=deadline, tag=tag)
+        return Reservation(self, limit, key, rid, adjustment, tag)
 
-    def settle(self, limit: str | LimitSet, key: str | bytes, *, request_id: str | bytes, actual: int) -> Adjustment:
+    def settle(
+        self,
+        limit: str | LimitSet,
+        key: str | bytes,
+        *,
+        request_id: str | bytes,
+        actual: int,
+        tag: str | None = None,
+    ) -> Adjustment:
         """Settle the reservation ``request_id`` at ``actual`` units (>= 0): gives back
         ``estimate - actual``, or charges ``actual - estimate`` whatever the limits say (the
         units were used). Once: ``status`` is ``"applied"`` the first time, ``"duplicate"``
         after; ``"expired"`` when there is no such reservation (past its deadline, where it
-        settled at the estimate, refused, or never made): nothing changes then."""
-        self._forget(key)
-        return self._core.settle(limit, key, request_id=request_id, actual=actual)
+        settled at the estimate, refused, or never made): nothing changes then. ``tag``: the
+        one the reservation was made under (a reservation under another tag, or none, is not
+        found: ``"expired"``)."""
+        self._forget(key, tag)
+        return self._core.settle(limit, key, request_id=request_id, actual=actual, tag=tag)
 
-    def _forget(self, key: str | bytes) -> None:
-        """Drops ``key`` from the refusal cache (if any): units given back may admit it."""
+    def _forget(self, key: str | bytes, tag: str | None = None) -> None:
+        """Drops ``key``'s state (under ``tag``) from the refusal cache (if any): units given
+        back may admit it."""
         if self._screen is not None:
-            self._screen.drop(key)
+            self._screen.drop(state_key(key, tag))
 
     @property
     def clock(self) -> str:

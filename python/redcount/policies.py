@@ -304,7 +304,7 @@ class Screen:
         screen = cls(access, cache)
         return screen if screen else None
 
-    def before(self, limit: str | LimitSet, key: str | bytes, cost: int) -> Decision | None:
+    def before(self, limit: str | LimitSet, key: str | bytes, cost: int, tag: str | None = None) -> Decision | None:
         access = self.access
         if access is not None:
             listed = access.lookup(key)
@@ -312,12 +312,14 @@ class Screen:
                 return allowed_decision(limit) if listed else denied_decision(limit)
         cache = self.cache
         if cache is not None:
-            return cache.get(limit, key, cost)
+            return cache.get(limit, key if tag is None else state_key(key, tag), cost)
         return None
 
-    def before_all(self, items: list[Item], cost: int) -> tuple[Decision | None, list[Item]]:
+    def before_all(
+        self, items: list[Item], cost: int, tag: str | None = None
+    ) -> tuple[Decision | None, list[Item]]:
         """For ``hit_all``: a local decision, or the items still to ask the store about
-        (allow-listed keys left out)."""
+        (allow-listed keys left out). ``tag``: the call's, whose states the cache files apart."""
         access, cache = self.access, self.cache
         rest: list[Item] = []
         for limit, key in items:
@@ -328,7 +330,7 @@ class Screen:
                 if listed:
                     continue
             if cache is not None:
-                d = cache.get(limit, key, cost)
+                d = cache.get(limit, key if tag is None else state_key(key, tag), cost)
                 if d is not None:
                     return d, []
             rest.append((limit, key))
@@ -336,7 +338,7 @@ class Screen:
             return allowed_decision(items[0][0]) if items else None, []
         return None, rest
 
-    def after_all(self, items: list[Item], cost: int, d: Decision) -> None:
+    def after_all(self, items: list[Item], cost: int, d: Decision, tag: str | None = None) -> None:
         if self.cache is None or d.allowed or d.unavailable:
             return
         by = d.refused_by
@@ -346,7 +348,7 @@ class Screen:
         for limit, k in items:
             kt = k.decode("utf-8", "surrogateescape") if isinstance(k, bytes) else k
             if kt == key and any(str(lim) == text for lim in limit_set(limit).limits):
-                self.cache.put(limit, k, cost, d)
+                self.cache.put(limit, k if tag is None else state_key(k, tag), cost, d)
                 return
 
     def drop(self, key: str | bytes) -> None:
@@ -474,6 +476,14 @@ class Guard:
         self.cache_refusals = penalties is None
 
 
+def state_key(key: str | bytes, tag: str | None) -> str | bytes:
+    """What the refusal cache files a key's state under: the key itself, or for its state
+    under a hash tag (``tag=``, a separate state) the key with the tag in front."""
+    if tag is None:
+        return key
+    return f"@{{{tag}}}:" + (key.decode("utf-8", "surrogateescape") if isinstance(key, bytes) else key)
+
+
 def _one_key(limit: str | LimitSet, key: str | bytes, cost: int, d: Decision, guard: Guard) -> None:
     screen = guard.screen
     if screen is not None and screen.cache is not None and guard.cache_refusals and not d.allowed:
@@ -487,9 +497,10 @@ def guarded_sync(guard: Guard, store: Any, methods: dict[str, Callable[..., Any]
     execute, execute_many = store.execute, store.execute_many
 
     def one(call: Callable[..., Decision], charge: bool) -> Callable[..., Decision]:
-        def guarded(limit: str | LimitSet, key: str | bytes, cost: int = 1, **leased: int | None) -> Decision:
+        def guarded(limit: str | LimitSet, key: str | bytes, cost: int = 1, **leased: Any) -> Decision:
+            tag = leased.get("tag")
             if screen is not None:
-                d = screen.before(limit, key, cost)
+                d = screen.before(limit, key, cost, tag)
                 if d is not None:
                     return d
             if pen is not None:
@@ -509,7 +520,7 @@ def guarded_sync(guard: Guard, store: Any, methods: dict[str, Callable[..., Any]
                     ms = 0  # the refusal stands, uncounted
                 if ms > 0:
                     return blocked(screen, limit, key, ms)
-            _one_key(limit, key, cost, d, guard)
+            _one_key(limit, state_key(key, tag), cost, d, guard)
             return d
 
         return guarded
@@ -518,7 +529,7 @@ def guarded_sync(guard: Guard, store: Any, methods: dict[str, Callable[..., Any]
         def guarded(items: Iterable[Item], cost: int = 1, *, tag: str | None = None) -> Decision:
             rest = list(items)
             if screen is not None:
-                d, rest = screen.before_all(rest, cost)
+                d, rest = screen.before_all(rest, cost, tag)
                 if d is not None:
                     return d
             if pen is not None and rest:
@@ -540,17 +551,20 @@ def guarded_sync(guard: Guard, store: Any, methods: dict[str, Callable[..., Any]
                 if ms > 0:
                     return blocked_decision(rest[0][0], ms)
             if screen is not None and guard.cache_refusals:
-                screen.after_all(rest, cost, d)
+                screen.after_all(rest, cost, d, tag)
             return d
 
         return guarded
 
     reset = methods["reset"]
 
-    def guarded_reset(limit: str | LimitSet, key: str | bytes) -> None:
+    def guarded_reset(limit: str | LimitSet, key: str | bytes, *, tag: str | None = None) -> None:
         if screen is not None:
-            screen.drop(key)
-        reset(limit, key)
+            screen.drop(state_key(key, tag))
+        if tag is None:
+            reset(limit, key)
+        else:
+            reset(limit, key, tag=tag)
 
     return {
         "hit": one(methods["hit"], True),
@@ -582,9 +596,10 @@ def guarded_async(guard: Guard, store: Any, methods: dict[str, Callable[..., Any
         return (await r) if r.__class__ is OpFuture else r
 
     def one(call: Callable[..., Any], charge: bool) -> Callable[..., Any]:
-        async def guarded(limit: str | LimitSet, key: str | bytes, cost: int = 1, **leased: int | None) -> Decision:
+        async def guarded(limit: str | LimitSet, key: str | bytes, cost: int = 1, **leased: Any) -> Decision:
+            tag = leased.get("tag")
             if screen is not None:
-                d = screen.before(limit, key, cost)
+                d = screen.before(limit, key, cost, tag)
                 if d is not None:
                     return d
             if pen is not None:
@@ -604,7 +619,7 @@ def guarded_async(guard: Guard, store: Any, methods: dict[str, Callable[..., Any
                     ms = 0
                 if ms > 0:
                     return blocked(screen, limit, key, ms)
-            _one_key(limit, key, cost, got, guard)
+            _one_key(limit, state_key(key, tag), cost, got, guard)
             return got
 
         return guarded
@@ -613,7 +628,7 @@ def guarded_async(guard: Guard, store: Any, methods: dict[str, Callable[..., Any
         async def guarded(items: Iterable[Item], cost: int = 1, *, tag: str | None = None) -> Decision:
             rest = list(items)
             if screen is not None:
-                d, rest = screen.before_all(rest, cost)
+                d, rest = screen.before_all(rest, cost, tag)
                 if d is not None:
                     return d
             if pen is not None and rest:
@@ -635,16 +650,16 @@ def guarded_async(guard: Guard, store: Any, methods: dict[str, Callable[..., Any
                 if ms > 0:
                     return blocked_decision(rest[0][0], ms)
             if screen is not None and guard.cache_refusals:
-                screen.after_all(rest, cost, got)
+                screen.after_all(rest, cost, got, tag)
             return got
 
         return guarded
 
     def reset_of(reset: Callable[..., Any]) -> Callable[..., Any]:
-        async def guarded_reset(limit: str | LimitSet, key: str | bytes) -> None:
+        async def guarded_reset(limit: str | LimitSet, key: str | bytes, *, tag: str | None = None) -> None:
             if screen is not None:
-                screen.drop(key)
-            await reset(limit, key)
+                screen.drop(state_key(key, tag))
+            await reset(limit, key, tag=tag)
 
         return guarded_reset
 

@@ -24,14 +24,16 @@ from ._core import Adjustment, Decision, LimitSet
 class Settles(Protocol):
     """What settles a reservation: :class:`redcount.Limiter`."""
 
-    def settle(self, limit: str | LimitSet, key: str | bytes, *, request_id: str | bytes, actual: int) -> Adjustment: ...
+    def settle(
+        self, limit: str | LimitSet, key: str | bytes, *, request_id: str | bytes, actual: int, tag: str | None = None
+    ) -> Adjustment: ...
 
 
 class SettlesAsync(Protocol):
     """What settles a reservation on asyncio: :class:`redcount.aio.Limiter`."""
 
     async def settle(
-        self, limit: str | LimitSet, key: str | bytes, *, request_id: str | bytes, actual: int
+        self, limit: str | LimitSet, key: str | bytes, *, request_id: str | bytes, actual: int, tag: str | None = None
     ) -> Adjustment: ...
 
 __all__ = ["Adjustment", "AsyncReservation", "Reservation", "Settles", "SettlesAsync", "new_request_id"]
@@ -43,12 +45,22 @@ def new_request_id() -> str:
 
 
 class _ReservationBase:
-    __slots__ = ("adjustment", "key", "limit", "request_id")
+    __slots__ = ("adjustment", "key", "limit", "request_id", "tag")
 
-    def __init__(self, limit: str | LimitSet, key: str | bytes, request_id: str | bytes, adjustment: Adjustment) -> None:
+    def __init__(
+        self,
+        limit: str | LimitSet,
+        key: str | bytes,
+        request_id: str | bytes,
+        adjustment: Adjustment,
+        tag: str | None = None,
+    ) -> None:
         self.limit = limit
         self.key = key
         self.request_id = request_id
+        #: The hash tag the reservation was made under (None: the key's untagged state);
+        #: settle() acts on the same state.
+        self.tag = tag
         #: What reserve() did: status "applied", "duplicate" (already reserved under this
         #: request_id: nothing charged now) or "refused".
         self.adjustment = adjustment
@@ -89,7 +101,9 @@ class _ReservationBase:
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(key={self.key!r}, request_id={self.request_id!r}, "
-            f"status={self.adjustment.status!r}, estimate={self.estimate})"
+            f"status={self.adjustment.status!r}, estimate={self.estimate}"
+            + ("" if self.tag is None else f", tag={self.tag!r}")
+            + ")"
         )
 
 
@@ -100,14 +114,21 @@ class Reservation(_ReservationBase):
     __slots__ = ("_limiter",)
 
     def __init__(
-        self, limiter: Settles, limit: str | LimitSet, key: str | bytes, request_id: str | bytes, adjustment: Adjustment
+        self,
+        limiter: Settles,
+        limit: str | LimitSet,
+        key: str | bytes,
+        request_id: str | bytes,
+        adjustment: Adjustment,
+        tag: str | None = None,
     ) -> None:
-        super().__init__(limit, key, request_id, adjustment)
+        super().__init__(limit, key, request_id, adjustment, tag)
         self._limiter = limiter
 
     def settle(self, actual: int) -> Adjustment:
-        """Settle at ``actual`` units: see :meth:`redcount.Limiter.settle`."""
-        return self._limiter.settle(self.limit, self.key, request_id=self.request_id, actual=actual)
+        """Settle at ``actual`` units: see :meth:`redcount.Limiter.settle` (under the
+        reservation's ``tag``)."""
+        return self._limiter.settle(self.limit, self.key, request_id=self.request_id, actual=actual, tag=self.tag)
 
 
 class AsyncReservation(_ReservationBase):
@@ -122,10 +143,14 @@ class AsyncReservation(_ReservationBase):
         key: str | bytes,
         request_id: str | bytes,
         adjustment: Adjustment,
+        tag: str | None = None,
     ) -> None:
-        super().__init__(limit, key, request_id, adjustment)
+        super().__init__(limit, key, request_id, adjustment, tag)
         self._limiter = limiter
 
     async def settle(self, actual: int) -> Adjustment:
-        """Settle at ``actual`` units: see :meth:`redcount.Limiter.settle`."""
-        return await self._limiter.settle(self.limit, self.key, request_id=self.request_id, actual=actual)
+        """Settle at ``actual`` units: see :meth:`redcount.Limiter.settle` (under the
+        reservation's ``tag``)."""
+        return await self._limiter.settle(
+            self.limit, self.key, request_id=self.request_id, actual=actual, tag=self.tag
+        )

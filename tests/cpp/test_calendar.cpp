@@ -190,7 +190,37 @@ TEST(CalendarWindow, KeysCarryThePeriodAndTtlsItsEnd) {
   EXPECT_THROW(validate(spec), InvalidArgument);
   EXPECT_EQ(require_calendar_unit("week", 1, *spec.calendar), CalendarUnit::Week);
   EXPECT_THROW(require_calendar_unit("hour", 1, *spec.calendar), InvalidArgument);
-  EXPECT_THROW(require_calendar_unit("day", 2, *spec.calendar), InvalidArgument);
+  EXPECT_EQ(require_calendar_unit("day", 2, *spec.calendar), CalendarUnit::Day);
+  EXPECT_EQ(require_calendar_unit("month", 1200, *spec.calendar), CalendarUnit::Month);
+  EXPECT_THROW(require_calendar_unit("year", 101, *spec.calendar), InvalidArgument);
+  EXPECT_THROW(require_calendar_unit("day", 0, *spec.calendar), InvalidArgument);
+}
+
+TEST(Calendar, MultiplesCountFromTheEpoch) {
+  const Calendar c = berlin();
+  // Two days from 1970-01-01: 28-29 Mar 2026 (day 20540 is even) holds the 23-hour day.
+  const Period two = c.period(CalendarUnit::Day, at(2026, 3, 29, 12, 2 * kH), 2);
+  EXPECT_EQ(two.start_ms, at(2026, 3, 28, 0, kH));
+  EXPECT_EQ(two.end_ms, at(2026, 3, 30, 0, 2 * kH));
+  EXPECT_EQ(two.end_ms - two.start_ms, 47 * kH);
+  EXPECT_EQ(c.period(CalendarUnit::Day, two.end_ms, 2).start_ms, two.end_ms);  // tiling
+  // Quarters: months from January 1970 in threes.
+  const Period q = c.period(CalendarUnit::Month, at(2026, 5, 20, 12, 2 * kH), 3);
+  EXPECT_EQ(q.start_ms, at(2026, 4, 1, 0, 2 * kH));
+  EXPECT_EQ(q.end_ms, at(2026, 7, 1, 0, 2 * kH));
+  const Calendar anchored = berlin(15);
+  const Period aq = anchored.period(CalendarUnit::Month, at(2026, 4, 14, 12, 2 * kH), 3);
+  EXPECT_EQ(aq.start_ms, at(2026, 1, 15, 0, kH));
+  EXPECT_EQ(aq.end_ms, at(2026, 4, 15, 0, 2 * kH));
+  // Two weeks from Monday 1969-12-29, two years from 1970.
+  const Period w = c.period(CalendarUnit::Week, at(2026, 3, 29, 12, 2 * kH), 2);
+  EXPECT_EQ(w.end_ms - w.start_ms, 14 * kD - kH);
+  EXPECT_EQ((days_from_civil(2026, 3, 23) + 3) / 7 % 2, 0);
+  EXPECT_EQ(w.start_ms, at(2026, 3, 23, 0, kH));
+  const Period y = c.period(CalendarUnit::Year, at(2027, 6, 1, 0, 2 * kH), 2);
+  EXPECT_EQ(y.start_ms, at(2026, 1, 1, 0, kH));
+  EXPECT_EQ(c.period(CalendarUnit::Day, at(2026, 3, 29, 12, 2 * kH), 1).start_ms,
+            c.period(CalendarUnit::Day, at(2026, 3, 29, 12, 2 * kH)).start_ms);
 }
 
 TEST(CalendarWindow, ClockWindowsAreUnchanged) {

@@ -354,6 +354,32 @@ TEST(TimeSource, FallsBackToTheOffsetWhereScriptsMayNotReadTime) {
   EXPECT_EQ(r.elements[1].str, std::to_string(kT0));
 }
 
+TEST(TimeSource, HitAllAndRefundsFallBackToTheOffsetToo) {
+  auto clock = std::make_shared<ManualClock>(kT0);
+  auto inner = rctest::memory_store(clock);
+  auto store = std::make_shared<NoScriptTimeStore>(inner);
+  LimiterOptions o;
+  o.prefix = "rl";
+  o.clock = ClockMode::Server;
+  auto lim = make_limiter(store, "sliding-window", o);
+  const std::vector<KeyedLimits> items{{parse_limits("2/minute"), "k"}, {parse_limits("5/minute"), "j"}};
+  EXPECT_TRUE(lim->hit_all(items, 1).allowed);
+  EXPECT_EQ(lim->clock(), ClockMode::ServerOffset);
+  EXPECT_EQ(store->refusals, 2);  // the script, then the probe
+  EXPECT_TRUE(lim->hit_all(items, 1).allowed);
+  EXPECT_FALSE(lim->hit_all(items, 1).allowed);
+  EXPECT_EQ(store->refusals, 2);
+  Reply r = rctest::run(*inner, {"ZRANGE", "rl:sw:{k}:60000", "0", "-1", "WITHSCORES"});
+  ASSERT_EQ(r.elements.size(), 4u);
+  EXPECT_EQ(r.elements[1].str, std::to_string(kT0));  // the server's time, not the client's
+  // A refund on a fresh limiter finds the same and switches too.
+  auto other = make_limiter(store, "sliding-window", o);
+  const Adjustment a = other->refund(parse_limits("2/minute"), "k", 1);
+  EXPECT_EQ(a.status, Adjustment::Status::Applied);
+  EXPECT_EQ(a.units, 1);
+  EXPECT_EQ(other->clock(), ClockMode::ServerOffset);
+}
+
 TEST(TimeSource, OtherScriptErrorsDoNotSwitchModes) {
   auto clock = std::make_shared<ManualClock>(kT0);
   auto store = rctest::memory_store(clock);

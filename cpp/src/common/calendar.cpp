@@ -113,14 +113,21 @@ std::int64_t Calendar::utc_of_local(std::int64_t local_ms) const noexcept {
   return it == at_.end() ? c1 : *it;
 }
 
-// The local days [first, next) of the period of `unit` that holds local day `day`.
-std::pair<std::int64_t, std::int64_t> Calendar::days_of(CalendarUnit unit, std::int64_t day) const noexcept {
+// The local days [first, next) of the period of `n` units that holds local day `day`.
+// Periods of n units are counted from a fixed epoch (see calendar.h), so that every
+// process, at any time, cuts time into the same periods.
+std::pair<std::int64_t, std::int64_t> Calendar::days_of(CalendarUnit unit, std::int64_t day,
+                                                        std::int64_t n) const noexcept {
   switch (unit) {
-    case CalendarUnit::Day:
-      return {day, day + 1};
+    case CalendarUnit::Day: {
+      const std::int64_t first = floor_div(day, n) * n;  // day 0: 1970-01-01
+      return {first, first + n};
+    }
     case CalendarUnit::Week: {
-      const std::int64_t monday = day - (day + 3 - floor_div(day + 3, 7) * 7);  // 1970-01-01 was a Thursday
-      return {monday, monday + 7};
+      // Weeks since Monday 1969-12-29 (day -3; 1970-01-01 was a Thursday).
+      const std::int64_t week = floor_div(day + 3, 7);
+      const std::int64_t first = floor_div(week, n) * n;
+      return {first * 7 - 3, (first + n) * 7 - 3};
     }
     case CalendarUnit::Month: {
       const CivilDate c = civil_from_days(day);
@@ -129,26 +136,33 @@ std::pair<std::int64_t, std::int64_t> Calendar::days_of(CalendarUnit unit, std::
       if (c.day < anchored_day(y, m, anchor_day_)) {  // still in the period that began last month
         if (--m == 0) m = 12, --y;
       }
-      const std::int64_t first = days_from_civil(y, m, anchored_day(y, m, anchor_day_));
-      if (++m == 13) m = 1, ++y;
-      return {first, days_from_civil(y, m, anchored_day(y, m, anchor_day_))};
+      // Months since January 1970; a period of n months starts on a multiple of n.
+      const std::int64_t index = floor_div((y - 1970) * 12 + (m - 1), n) * n;
+      auto start_of = [this](std::int64_t months) {
+        const std::int64_t yy = 1970 + floor_div(months, 12);
+        const auto mm = static_cast<unsigned>(months - floor_div(months, 12) * 12 + 1);
+        return days_from_civil(yy, mm, anchored_day(yy, mm, anchor_day_));
+      };
+      return {start_of(index), start_of(index + n)};
     }
     case CalendarUnit::Year: {
       const CivilDate c = civil_from_days(day);
-      return {days_from_civil(c.year, 1, 1), days_from_civil(c.year + 1, 1, 1)};
+      const std::int64_t first = 1970 + floor_div(c.year - 1970, n) * n;
+      return {days_from_civil(first, 1, 1), days_from_civil(first + n, 1, 1)};
     }
   }
   return {day, day + 1};
 }
 
-Period Calendar::period(CalendarUnit unit, std::int64_t now_ms) const noexcept {
+Period Calendar::period(CalendarUnit unit, std::int64_t now_ms, std::int64_t multiple) const noexcept {
+  const std::int64_t n = std::max<std::int64_t>(1, multiple);
   const std::int64_t day = floor_div(now_ms + offset_at(now_ms), kDayMs);
-  auto [first, next] = days_of(unit, day);
+  auto [first, next] = days_of(unit, day, n);
   Period p{utc_of_local(first * kDayMs), utc_of_local(next * kDayMs)};
   if (p.end_ms <= now_ms) {
     // A fold across midnight (the wall clock set back past 00:00): the next period began at
     // the first midnight, and the repeated hour before midnight belongs to it.
-    std::tie(first, next) = days_of(unit, next);
+    std::tie(first, next) = days_of(unit, next, n);
     p = Period{utc_of_local(first * kDayMs), utc_of_local(next * kDayMs)};
   }
   // Defensive only (offset changes less than a day apart): never a period without `now`.

@@ -112,10 +112,11 @@ std::string limiter_key(std::string_view prefix, std::string_view kind, std::str
 }
 
 std::string limiter_record_key(std::string_view prefix, std::string_view kind, std::string_view key,
-                               std::string_view what, std::string_view request_id) {
+                               std::string_view what, std::string_view request_id, std::string_view tag) {
   std::string out;
-  out.reserve(prefix.size() + kind.size() + key.size() + what.size() + request_id.size() + 8);
+  out.reserve(prefix.size() + kind.size() + tag.size() + key.size() + what.size() + request_id.size() + 12);
   out.append(prefix).append(":").append(kind).append(":");
+  if (!tag.empty()) out.append("@{").append(tag).append("}:");
   append_tagged(out, key);
   out.append(":").append(what).append(":").append(request_id);
   return out;

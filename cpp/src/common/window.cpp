@@ -52,9 +52,15 @@ CalendarUnit require_calendar_unit(std::string_view unit, std::int64_t multiple,
     throw InvalidArgument("calendar='" + calendar.zone() + "' windows are days, weeks, months or years, got '" +
                           std::string(unit) + "' (drop calendar= for clock-aligned windows)");
   }
-  if (multiple != 1) {
-    throw InvalidArgument("calendar='" + calendar.zone() + "' windows are one " + std::string(unit) + ", not " +
-                          std::to_string(multiple) + " " + std::string(unit) + "s");
+  // A period of several units is counted from a fixed epoch (calendar.h), which aligns any
+  // multiple; the bound keeps a period within a century (and its span within the scripts').
+  const std::int64_t most = *u == CalendarUnit::Day     ? 36'500
+                            : *u == CalendarUnit::Week  ? 5'200
+                            : *u == CalendarUnit::Month ? 1'200
+                                                        : 100;
+  if (multiple < 1 || multiple > most) {
+    throw InvalidArgument("calendar='" + calendar.zone() + "' windows are 1 to " + std::to_string(most) + " " +
+                          std::string(unit) + "s (a period of at most a century), got " + std::to_string(multiple));
   }
   return *u;
 }

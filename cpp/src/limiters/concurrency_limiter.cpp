@@ -43,7 +43,8 @@ class ConcurrencyLimiter final : public LimiterStrategy {
   ClockMode clock() const noexcept override { return time_.effective(); }
 
   std::shared_ptr<Op<Decision>> make_hit(const std::vector<RateLimit>& limits, std::string_view key,
-                                         std::int64_t cost) override {
+                                         std::int64_t cost, std::string_view tag) override {
+    untagged(tag);
     const RateLimit& l = one(limits);
     if (l.window_ms > detail::kMaxScriptSpanMs) throw InvalidArgument("'" + l.text() + "': the period is too long");
     validate_cost(limits, cost);
@@ -53,7 +54,8 @@ class ConcurrencyLimiter final : public LimiterStrategy {
                           [max](const detail::Ints& v) { return decision(max, v); });
   }
   std::shared_ptr<Op<Decision>> make_test(const std::vector<RateLimit>& limits, std::string_view key,
-                                          std::int64_t cost) override {
+                                          std::int64_t cost, std::string_view tag) override {
+    untagged(tag);
     const RateLimit& l = one(limits);
     validate_cost(limits, cost);
     detail::require_member_cost(cost, name());
@@ -61,8 +63,9 @@ class ConcurrencyLimiter final : public LimiterStrategy {
     return call<Decision>("test", key, max, l.window_ms, "-", cost,
                           [max](const detail::Ints& v) { return decision(max, v); });
   }
-  std::shared_ptr<Op<std::vector<LimitStats>>> make_stats(const std::vector<RateLimit>& limits,
-                                                          std::string_view key) override {
+  std::shared_ptr<Op<std::vector<LimitStats>>> make_stats(const std::vector<RateLimit>& limits, std::string_view key,
+                                                          std::string_view tag) override {
+    untagged(tag);
     const RateLimit& l = one(limits);
     return call<std::vector<LimitStats>>("test", key, l.amount, l.window_ms, "-", 1,
                                          [l](const detail::Ints& v) {
@@ -70,7 +73,9 @@ class ConcurrencyLimiter final : public LimiterStrategy {
                                                l, v[2], detail::remaining_of(l.amount, v[2]), v[4] > 0 ? v[4] - v[0] : 0}};
                                          });
   }
-  std::shared_ptr<Op<std::monostate>> make_reset(const std::vector<RateLimit>& limits, std::string_view key) override {
+  std::shared_ptr<Op<std::monostate>> make_reset(const std::vector<RateLimit>& limits, std::string_view key,
+                                                 std::string_view tag) override {
+    untagged(tag);
     one(limits);
     validate_key(key);
     return detail::make_delete({storage_key(key)});
@@ -132,6 +137,12 @@ class ConcurrencyLimiter final : public LimiterStrategy {
   }
 
   std::string storage_key(std::string_view key) const { return concurrency_key(prefix_, key); }
+
+  // A key's leases are one sorted set under its own hash tag (hit_all, which puts keys
+  // under a common tag, is not available for this strategy either).
+  void untagged(std::string_view tag) const {
+    if (!tag.empty()) throw InvalidArgument("tag= is not available for strategy='concurrency'");
+  }
 
   template <class R, class Finish>
   std::shared_ptr<Op<R>> call(const char* op, std::string_view key, std::int64_t max, std::int64_t timeout_ms,

@@ -38,6 +38,7 @@ struct FixedWindowWork {
   std::string own_key;
   const std::vector<RateLimit>* borrowed_limits = nullptr;
   std::string_view borrowed_key;
+  std::string tag;  // empty: the key's untagged state
   std::int64_t now = 0;
 
   const std::vector<RateLimit>& lims() const { return borrowed_limits ? *borrowed_limits : own_limits; }
@@ -50,13 +51,13 @@ struct FixedWindowWork {
     places.reserve(lims().size());
     for (const auto& l : lims()) {
       WindowPos pos = calendar ? calendar_pos(l) : locate(WindowSpec{l.window_ms, kLimiterGraceMs, false}, key(), now);
-      places.push_back(Place{pos, fixed_window_limiter_key(*prefix, key(), pos.span_ms, pos.index)});
+      places.push_back(Place{pos, fixed_window_limiter_key(*prefix, key(), pos.span_ms, pos.index, tag)});
     }
   }
 
   // A calendar period: the limit's unit was checked when the operation was made.
   WindowPos calendar_pos(const RateLimit& l) const {
-    const Period p = calendar->period(calendar_unit(l.unit).value_or(CalendarUnit::Day), now);
+    const Period p = calendar->period(calendar_unit(l.unit).value_or(CalendarUnit::Day), now, l.multiple);
     return WindowPos{p.start_ms, p.start_ms, p.end_ms, p.end_ms + kLimiterGraceMs, p.end_ms - p.start_ms};
   }
 
@@ -216,7 +217,7 @@ class FixedWindowMulti final : public detail::MultiRules {
   // The same window, and so the same key, as FixedWindowWork gives a single-key hit.
   WindowPos where(const RateLimit& l, std::string_view key, std::int64_t now_ms) const {
     if (calendar_) {
-      const Period p = calendar_->period(calendar_unit(l.unit).value_or(CalendarUnit::Day), now_ms);
+      const Period p = calendar_->period(calendar_unit(l.unit).value_or(CalendarUnit::Day), now_ms, l.multiple);
       return WindowPos{p.start_ms, p.start_ms, p.end_ms, p.end_ms + kLimiterGraceMs, p.end_ms - p.start_ms};
     }
     return locate(WindowSpec{l.window_ms, kLimiterGraceMs, false}, key, now_ms);
@@ -290,8 +291,9 @@ class FixedWindowMulti final : public detail::MultiRules {
   std::array<std::int64_t, 4> adjust_args(const RateLimit& l, std::int64_t now_ms) const override {
     return {l.amount, expire_at(l, now_ms), 0, 0};
   }
-  std::string record_key(std::string_view key, std::string_view what, std::string_view request_id) const override {
-    return limiter_record_key(prefix_, "fw", key, what, request_id);
+  std::string record_key(std::string_view key, std::string_view what, std::string_view request_id,
+                         std::string_view tag) const override {
+    return limiter_record_key(prefix_, "fw", key, what, request_id, tag);
   }
 
  private:
@@ -320,19 +322,23 @@ class FixedWindowLimiter final : public LimiterStrategy {
 
   // refunds.cpp's operations over this strategy's keys (the window at the time they run).
   std::shared_ptr<Op<Adjustment>> make_refund(const std::vector<RateLimit>& limits, std::string_view key,
-                                              std::int64_t cost, std::string_view request_id) override {
-    return detail::make_refund_op(store_, time_, multi_, limits, key, cost, request_id, make_test(limits, key, 1));
+                                              std::int64_t cost, std::string_view request_id,
+                                              std::string_view tag) override {
+    auto after = make_test(limits, key, 1, tag);  // checks the limits, the key and the tag
+    return detail::make_refund_op(store_, time_, multi_, limits, key, cost, request_id, tag, std::move(after));
   }
   std::shared_ptr<Op<Adjustment>> make_reserve(const std::vector<RateLimit>& limits, std::string_view key,
                                                std::int64_t estimate, std::string_view request_id,
-                                               std::int64_t deadline_ms) override {
+                                               std::int64_t deadline_ms, std::string_view tag) override {
     check_cost(limits, key, estimate);
-    return detail::make_reserve_op(store_, time_, multi_, limits, key, estimate, request_id, deadline_ms,
-                                   make_test(limits, key, 1), make_test(limits, key, estimate));
+    return detail::make_reserve_op(store_, time_, multi_, limits, key, estimate, request_id, deadline_ms, tag,
+                                   make_test(limits, key, 1, tag), make_test(limits, key, estimate, tag));
   }
   std::shared_ptr<Op<Adjustment>> make_settle(const std::vector<RateLimit>& limits, std::string_view key,
-                                              std::string_view request_id, std::int64_t actual) override {
-    return detail::make_settle_op(store_, time_, multi_, limits, key, request_id, actual, make_test(limits, key, 1));
+                                              std::string_view request_id, std::int64_t actual,
+                                              std::string_view tag) override {
+    auto after = make_test(limits, key, 1, tag);
+    return detail::make_settle_op(store_, time_, multi_, limits, key, request_id, actual, tag, std::move(after));
   }
 
   std::string_view name() const noexcept override { return "fixed-window"; }
@@ -343,10 +349,10 @@ class FixedWindowLimiter final : public LimiterStrategy {
   }
 
   std::shared_ptr<Op<Decision>> make_hit(const std::vector<RateLimit>& limits, std::string_view key,
-                                         std::int64_t cost) override {
+                                         std::int64_t cost, std::string_view tag) override {
     check_cost(limits, key, cost);
     FixedWindowHit spec;
-    fill(spec, limits, key);
+    fill(spec, limits, key, tag);
     spec.cost = cost;
     return make_clocked_batch<Decision>(time_, std::move(spec));
   }
@@ -374,30 +380,31 @@ class FixedWindowLimiter final : public LimiterStrategy {
   std::int64_t lease_now_ms() const override { return time_.now_ms(); }
 
   std::shared_ptr<Op<Decision>> make_test(const std::vector<RateLimit>& limits, std::string_view key,
-                                          std::int64_t cost) override {
+                                          std::int64_t cost, std::string_view tag) override {
     check_cost(limits, key, cost);
     FixedWindowTest spec;
-    fill(spec, limits, key);
+    fill(spec, limits, key, tag);
     spec.cost = cost;
     return make_clocked_batch<Decision>(time_, std::move(spec));
   }
 
-  std::shared_ptr<Op<std::vector<LimitStats>>> make_stats(const std::vector<RateLimit>& limits,
-                                                          std::string_view key) override {
+  std::shared_ptr<Op<std::vector<LimitStats>>> make_stats(const std::vector<RateLimit>& limits, std::string_view key,
+                                                          std::string_view tag) override {
     detail::require_limits(limits);
     check_calendar(limits);
     validate_key(key);
     FixedWindowStats spec;
-    fill(spec, limits, key);
+    fill(spec, limits, key, tag);
     return make_clocked_batch<std::vector<LimitStats>>(time_, std::move(spec));
   }
 
-  std::shared_ptr<Op<std::monostate>> make_reset(const std::vector<RateLimit>& limits, std::string_view key) override {
+  std::shared_ptr<Op<std::monostate>> make_reset(const std::vector<RateLimit>& limits, std::string_view key,
+                                                 std::string_view tag) override {
     detail::require_limits(limits);
     check_calendar(limits);
     validate_key(key);
     FixedWindowReset spec;
-    fill(spec, limits, key);
+    fill(spec, limits, key, tag);
     return make_clocked_batch<std::monostate>(time_, std::move(spec));
   }
 
@@ -417,7 +424,10 @@ class FixedWindowLimiter final : public LimiterStrategy {
     for (const auto& l : limits) require_calendar_unit(l.unit, l.multiple, *calendar_);
   }
 
-  void fill(FixedWindowWork& w, const std::vector<RateLimit>& limits, std::string_view key) const {
+  void fill(FixedWindowWork& w, const std::vector<RateLimit>& limits, std::string_view key,
+            std::string_view tag) const {
+    if (!tag.empty()) validate_name(tag, "tag");
+    w.tag = std::string(tag);
     w.prefix = prefix_;
     w.calendar = calendar_;
     w.own_limits = limits;

@@ -43,7 +43,7 @@ struct FixedWindowLeaseSpec {
 
   WindowPos where(const RateLimit& l, std::int64_t now) const {
     if (calendar) {
-      const Period p = calendar->period(calendar_unit(l.unit).value_or(CalendarUnit::Day), now);
+      const Period p = calendar->period(calendar_unit(l.unit).value_or(CalendarUnit::Day), now, l.multiple);
       return WindowPos{p.start_ms, p.start_ms, p.end_ms, p.end_ms + kLimiterGraceMs, p.end_ms - p.start_ms};
     }
     return locate(WindowSpec{l.window_ms, kLimiterGraceMs, false}, key, now);

@@ -123,37 +123,42 @@ void ScriptedLimiter::check(const std::vector<RateLimit>& limits, std::string_vi
 }
 
 std::shared_ptr<Op<Decision>> ScriptedLimiter::decide(const std::vector<RateLimit>& limits, std::string_view key,
-                                                     std::int64_t cost, bool hit) {
+                                                     std::int64_t cost, bool hit, std::string_view tag) {
   check(limits, key, cost);
-  return make_clocked_script<Decision>(time_, rules_->time_scale(),
-                                       ScriptedSpec<Decision>{rules_, limits, std::string(key), cost, hit});
+  if (!tag.empty()) validate_name(tag, "tag");
+  return make_clocked_script<Decision>(
+      time_, rules_->time_scale(),
+      ScriptedSpec<Decision>{rules_, limits, std::string(key), cost, hit, std::string(tag)});
 }
 
 std::shared_ptr<Op<Decision>> ScriptedLimiter::make_hit(const std::vector<RateLimit>& limits, std::string_view key,
-                                                        std::int64_t cost) {
-  return decide(limits, key, cost, true);
+                                                        std::int64_t cost, std::string_view tag) {
+  return decide(limits, key, cost, true, tag);
 }
 
 std::shared_ptr<Op<Decision>> ScriptedLimiter::make_test(const std::vector<RateLimit>& limits, std::string_view key,
-                                                         std::int64_t cost) {
-  return decide(limits, key, cost, false);
+                                                         std::int64_t cost, std::string_view tag) {
+  return decide(limits, key, cost, false, tag);
 }
 
 std::shared_ptr<Op<std::vector<LimitStats>>> ScriptedLimiter::make_stats(const std::vector<RateLimit>& limits,
-                                                                         std::string_view key) {
+                                                                         std::string_view key, std::string_view tag) {
   // Cost 1, not validated against the limits: stats of any limit are fine.
   rules_->check(limits);
   validate_key(key);
+  if (!tag.empty()) validate_name(tag, "tag");
   return make_clocked_script<std::vector<LimitStats>>(
-      time_, rules_->time_scale(), ScriptedSpec<std::vector<LimitStats>>{rules_, limits, std::string(key), 1, false});
+      time_, rules_->time_scale(),
+      ScriptedSpec<std::vector<LimitStats>>{rules_, limits, std::string(key), 1, false, std::string(tag)});
 }
 
 std::shared_ptr<Op<std::monostate>> ScriptedLimiter::make_reset(const std::vector<RateLimit>& limits,
-                                                                std::string_view key) {
+                                                                std::string_view key, std::string_view tag) {
   rules_->check(limits);
   validate_key(key);
+  if (!tag.empty()) validate_name(tag, "tag");
   std::vector<std::string> keys;
-  for (const auto& l : limits) keys.push_back(rules_->storage_key(l, key));
+  for (const auto& l : limits) keys.push_back(rules_->storage_key(l, key, tag));
   return make_delete(std::move(keys));
 }
 

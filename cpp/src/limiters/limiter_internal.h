@@ -103,8 +103,8 @@ class MultiRules {
   // numbers there at `now_ms`, and the key of a request id's record.
   virtual std::string_view adjust_kind() const noexcept { return {}; }
   virtual std::array<std::int64_t, 4> adjust_args(const RateLimit&, std::int64_t /*now_ms*/) const { return {}; }
-  virtual std::string record_key(std::string_view /*key*/, std::string_view /*what*/,
-                                 std::string_view /*request_id*/) const {
+  virtual std::string record_key(std::string_view /*key*/, std::string_view /*what*/, std::string_view /*request_id*/,
+                                 std::string_view /*tag*/) const {
     return {};
   }
 };
@@ -114,18 +114,19 @@ class MultiRules {
 std::shared_ptr<Op<Adjustment>> make_refund_op(std::shared_ptr<Store> store, const TimeSource& time,
                                                std::shared_ptr<const MultiRules> rules,
                                                const std::vector<RateLimit>& limits, std::string_view key,
-                                               std::int64_t cost, std::string_view request_id,
+                                               std::int64_t cost, std::string_view request_id, std::string_view tag,
                                                std::shared_ptr<Op<Decision>> after);
 std::shared_ptr<Op<Adjustment>> make_reserve_op(std::shared_ptr<Store> store, const TimeSource& time,
                                                 std::shared_ptr<const MultiRules> rules,
                                                 const std::vector<RateLimit>& limits, std::string_view key,
                                                 std::int64_t estimate, std::string_view request_id,
-                                                std::int64_t deadline_ms, std::shared_ptr<Op<Decision>> after,
+                                                std::int64_t deadline_ms, std::string_view tag,
+                                                std::shared_ptr<Op<Decision>> after,
                                                 std::shared_ptr<Op<Decision>> refused);
 std::shared_ptr<Op<Adjustment>> make_settle_op(std::shared_ptr<Store> store, const TimeSource& time,
                                                std::shared_ptr<const MultiRules> rules,
                                                const std::vector<RateLimit>& limits, std::string_view key,
-                                               std::string_view request_id, std::int64_t actual,
+                                               std::string_view request_id, std::int64_t actual, std::string_view tag,
                                                std::shared_ptr<Op<Decision>> after);
 
 // The hit_all/test_all operation of a strategy described by `rules`.
@@ -170,8 +171,9 @@ class ScriptedRules {
   // and one limit's four numbers there.
   virtual std::string_view adjust_kind() const noexcept { return {}; }
   virtual std::array<std::int64_t, 4> adjust_args(const RateLimit&) const { return {}; }
-  std::string record_key(std::string_view key, std::string_view what, std::string_view request_id) const {
-    return limiter_record_key(prefix_, adjust_kind(), key, what, request_id);
+  std::string record_key(std::string_view key, std::string_view what, std::string_view request_id,
+                         std::string_view tag) const {
+    return limiter_record_key(prefix_, adjust_kind(), key, what, request_id, tag);
   }
   // The script's reply is an array of this many integers: now, allowed, then per limit.
   virtual std::size_t reply_size(const std::vector<RateLimit>& limits) const = 0;
@@ -193,13 +195,14 @@ struct ScriptedSpec {
   std::conditional_t<Owned, std::string, std::string_view> key;
   std::int64_t cost = 1;
   bool hit = false;
+  std::conditional_t<Owned, std::string, std::string_view> tag{};  // empty: the untagged state
 
   std::shared_ptr<const TimedArgs> sent{};  // the typed arguments of the last call, if any
 
   ScriptCall call(std::optional<std::int64_t> now) {
     std::vector<std::string> keys;
     keys.reserve(limits.size());
-    for (const auto& l : limits) keys.push_back(rules->storage_key(l, key));
+    for (const auto& l : limits) keys.push_back(rules->storage_key(l, key, tag));
     ScriptCall c = rules->call(limits, std::move(keys), cost, hit, now);
     sent = std::static_pointer_cast<const TimedArgs>(c.typed);
     return c;
@@ -230,12 +233,13 @@ class ScriptedLimiter final : public LimiterStrategy {
   std::string_view name() const noexcept override { return rules_->name(); }
   ClockMode clock() const noexcept override { return time_.effective(); }
   std::shared_ptr<Op<Decision>> make_hit(const std::vector<RateLimit>& limits, std::string_view key,
-                                         std::int64_t cost) override;
+                                         std::int64_t cost, std::string_view tag = {}) override;
   std::shared_ptr<Op<Decision>> make_test(const std::vector<RateLimit>& limits, std::string_view key,
-                                          std::int64_t cost) override;
-  std::shared_ptr<Op<std::vector<LimitStats>>> make_stats(const std::vector<RateLimit>& limits,
-                                                          std::string_view key) override;
-  std::shared_ptr<Op<std::monostate>> make_reset(const std::vector<RateLimit>& limits, std::string_view key) override;
+                                          std::int64_t cost, std::string_view tag = {}) override;
+  std::shared_ptr<Op<std::vector<LimitStats>>> make_stats(const std::vector<RateLimit>& limits, std::string_view key,
+                                                          std::string_view tag = {}) override;
+  std::shared_ptr<Op<std::monostate>> make_reset(const std::vector<RateLimit>& limits, std::string_view key,
+                                                 std::string_view tag = {}) override;
   std::shared_ptr<Op<Decision>> make_hit_all(const std::vector<KeyedLimits>& items, std::int64_t cost,
                                              std::string_view tag) override {
     return make_multi_decision(store_, time_, multi_, items, cost, tag, true);
@@ -252,17 +256,19 @@ class ScriptedLimiter final : public LimiterStrategy {
   }
   // refunds.cpp
   std::shared_ptr<Op<Adjustment>> make_refund(const std::vector<RateLimit>& limits, std::string_view key,
-                                              std::int64_t cost, std::string_view request_id) override;
+                                              std::int64_t cost, std::string_view request_id,
+                                              std::string_view tag = {}) override;
   std::shared_ptr<Op<Adjustment>> make_reserve(const std::vector<RateLimit>& limits, std::string_view key,
                                                std::int64_t estimate, std::string_view request_id,
-                                               std::int64_t deadline_ms) override;
+                                               std::int64_t deadline_ms, std::string_view tag = {}) override;
   std::shared_ptr<Op<Adjustment>> make_settle(const std::vector<RateLimit>& limits, std::string_view key,
-                                              std::string_view request_id, std::int64_t actual) override;
+                                              std::string_view request_id, std::int64_t actual,
+                                              std::string_view tag = {}) override;
 
  private:
   void check(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) const;
   std::shared_ptr<Op<Decision>> decide(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost,
-                                       bool hit);
+                                       bool hit, std::string_view tag);
   // The same operation on this stack frame, borrowing the arguments.
   Decision decide_now(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost, bool hit) {
     check(limits, key, cost);

@@ -9,6 +9,11 @@
 // charged are given back their charge in a second batch (charge-then-release): the limits
 // are never exceeded, but a concurrent call that lands between the two batches sees the
 // charge and may be refused by units given back a moment later.
+//
+// Time is the limiter's, as for hit(): with clock="server" the scripts read TIME, and when
+// every group's script fails while doing so, a probe asks whether the server refuses TIME
+// inside scripts; if it does, the time source switches to the measured offset for good
+// and the decision runs again (nothing was charged: every group failed).
 #include <algorithm>
 #include <map>
 #include <set>
@@ -64,7 +69,26 @@ class MultiDecision final : public Op<Decision> {
         time_.refresh_done(replies, sent_ms_);
         return send();
       case Step::Decide:
+        if (server_time_ && all_failed(replies)) {
+          // As ClockedScript: error replies say little about which command failed inside a
+          // script, so ask whether TIME is the reason.
+          failed_ = std::move(replies);
+          step_ = Step::Probe;
+          std::vector<Request> out;
+          out.push_back(ScriptCall{&kTimeProbeScript, {}, {}});
+          return out;
+        }
         return decide(replies);
+      case Step::Probe: {
+        if (replies.size() != 1) throw ProtocolError("hit_all: expected one reply to the time probe");
+        const Reply& r = replies.front();
+        if (r.is_error() && !ReplyError(r.str).transient()) {
+          time_.switch_to_offset();
+          return prepare();
+        }
+        step_ = Step::Decide;
+        return decide(failed_);  // the groups' own errors
+      }
       case Step::Release:
         // A give-back that failed leaves the charge to expire with its window; the decision
         // (a refusal) stands either way.
@@ -75,7 +99,23 @@ class MultiDecision final : public Op<Decision> {
   }
 
  private:
-  enum class Step { Sync, Decide, Release };
+  enum class Step { Sync, Decide, Probe, Release };
+
+  // True when every group's reply is a non-transient error reply (so none charged).
+  bool all_failed(const std::vector<Reply>& replies) const {
+    std::size_t expected = 0;
+    for (const Group& g : groups_) expected += g.count;
+    if (replies.size() != expected || groups_.empty()) return false;
+    for (const Group& g : groups_) {
+      bool failed = false;
+      for (std::size_t i = g.first; i < g.first + g.count; ++i) {
+        const Reply& r = replies[i];
+        if (r.is_error() && !ReplyError(r.str).transient()) failed = true;
+      }
+      if (!failed) return false;
+    }
+    return true;
+  }
 
   std::vector<Request> send() {
     step_ = Step::Decide;
@@ -84,6 +124,7 @@ class MultiDecision final : public Op<Decision> {
     // Server time: each script reads its node's TIME (fixed windows name keys after the
     // time, so they use the client's time corrected by the measured offset instead).
     if (rules_->client_time() || time_.effective() != ClockMode::Server) now = now_ms_ * rules_->time_scale();
+    server_time_ = !now.has_value();
     std::map<std::uint32_t, std::size_t> by_shard;
     groups_.clear();
     for (std::size_t i = 0; i < entries_.size(); ++i) {
@@ -138,6 +179,16 @@ class MultiDecision final : public Op<Decision> {
     decision_ = combine(outcomes, allowed, &binding);
     decision_.binding_limit = entries_[binding].limit.text();
     decision_.binding_key = entries_[binding].key;
+    // Each item's own figures: the tightest of its limits.
+    for (std::size_t i = 0; i < entries_.size(); ++i) {
+      const std::size_t item = entries_[i].item;
+      if (item >= decision_.per_item.size()) decision_.per_item.resize(item + 1, {0, -1});
+      auto& [amount, remaining] = decision_.per_item[item];
+      if (remaining < 0 || outcomes[i].remaining < remaining) {
+        amount = outcomes[i].amount;
+        remaining = outcomes[i].remaining;
+      }
+    }
     std::vector<Request> give_back;
     if (hit_ && !allowed) {
       for (const Group& g : groups_) {
@@ -167,6 +218,8 @@ class MultiDecision final : public Op<Decision> {
   std::int64_t sent_ms_ = 0, now_ms_ = 0;
   std::vector<Group> groups_;
   Decision decision_;
+  bool server_time_ = false;   // the scripts of the batch in flight read TIME themselves
+  std::vector<Reply> failed_;  // the batch's replies while the probe runs
 };
 
 // ScriptedRules as MultiRules: a group is one call of the strategy's script over the
@@ -218,8 +271,9 @@ class ScriptedMulti final : public MultiRules {
   std::array<std::int64_t, 4> adjust_args(const RateLimit& l, std::int64_t) const override {
     return rules_->adjust_args(l);
   }
-  std::string record_key(std::string_view key, std::string_view what, std::string_view request_id) const override {
-    return rules_->record_key(key, what, request_id);
+  std::string record_key(std::string_view key, std::string_view what, std::string_view request_id,
+                         std::string_view tag) const override {
+    return rules_->record_key(key, what, request_id, tag);
   }
 
  private:

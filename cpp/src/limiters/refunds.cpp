@@ -12,6 +12,10 @@
 //   sliding-window-approx  sub-bucket counts go down, the newest sub-buckets first
 //   token-bucket           tokens come back (up to the capacity)
 //   gcra                   the arrival time moves back by cost * interval (not before now)
+// With a tag (refund(..., tag=), ...), the state is the key's under that hash tag, the one
+// hit_all(..., tag=) and hit(..., tag=) charge, and the request id's record is put under
+// the same tag, so that the script's keys share a slot on a cluster.
+//
 // A refund's marker lives as long as the longest window (1 s at least); a reservation's
 // record until its deadline. A reservation not settled by then has settled at its
 // estimate: its record is gone, and settle() changes nothing (Status::Expired).
@@ -26,19 +30,20 @@
 namespace redcount {
 
 std::shared_ptr<Op<Adjustment>> LimiterStrategy::make_refund(const std::vector<RateLimit>&, std::string_view,
-                                                              std::int64_t, std::string_view) {
+                                                              std::int64_t, std::string_view, std::string_view) {
   throw InvalidArgument("refund() is not available for strategy='" + std::string(name()) +
                         "' (it decides leases in flight, not rates: release() gives a lease back)");
 }
 
 std::shared_ptr<Op<Adjustment>> LimiterStrategy::make_reserve(const std::vector<RateLimit>&, std::string_view,
-                                                               std::int64_t, std::string_view, std::int64_t) {
+                                                               std::int64_t, std::string_view, std::int64_t,
+                                                               std::string_view) {
   throw InvalidArgument("reserve() is not available for strategy='" + std::string(name()) +
                         "' (it decides leases in flight, not rates: acquire() takes a slot)");
 }
 
 std::shared_ptr<Op<Adjustment>> LimiterStrategy::make_settle(const std::vector<RateLimit>&, std::string_view,
-                                                              std::string_view, std::int64_t) {
+                                                              std::string_view, std::int64_t, std::string_view) {
   throw InvalidArgument("settle() is not available for strategy='" + std::string(name()) +
                         "' (it decides leases in flight, not rates)");
 }
@@ -51,13 +56,15 @@ enum class Kind { Refund, Reserve, Settle };
 class AdjustOp final : public Op<Adjustment> {
  public:
   AdjustOp(std::shared_ptr<Store> store, TimeSource time, std::shared_ptr<const MultiRules> rules,
-           std::vector<RateLimit> limits, std::string key, Kind kind, std::int64_t units, std::string record,
+           std::vector<RateLimit> limits, std::string key, std::string tag, Kind kind, std::int64_t units,
+           std::string record,
            std::int64_t record_ttl_ms, std::shared_ptr<Op<Decision>> after, std::shared_ptr<Op<Decision>> refused)
       : store_(std::move(store)),
         time_(std::move(time)),
         rules_(std::move(rules)),
         limits_(std::move(limits)),
         key_(std::move(key)),
+        tag_(std::move(tag)),
         kind_(kind),
         units_(units),
         record_(std::move(record)),
@@ -79,7 +86,23 @@ class AdjustOp final : public Op<Adjustment> {
         time_.refresh_done(replies, sent_ms_);
         return send();
       case Step::Adjust:
+        if (!client_time() && !replies.empty() && replies.front().is_error() &&
+            !ReplyError(replies.front().str).transient()) {
+          // clock="server": as hit() does, ask whether the server refuses TIME in scripts.
+          failed_ = std::move(replies);
+          step_ = Step::Probe;
+          std::vector<Request> out;
+          out.push_back(ScriptCall{&kTimeProbeScript, {}, {}});
+          return out;
+        }
         return adjusted(replies);
+      case Step::Probe:
+        if (replies.size() == 1 && replies.front().is_error() && !ReplyError(replies.front().str).transient()) {
+          time_.switch_to_offset();  // for good; nothing was changed (the script failed)
+          return prepare();
+        }
+        step_ = Step::Adjust;
+        return adjusted(failed_);
       case Step::Then: {
         auto next = then_->finish(std::move(replies));
         if (!next.empty()) return next;
@@ -90,7 +113,7 @@ class AdjustOp final : public Op<Adjustment> {
   }
 
  private:
-  enum class Step { Sync, Adjust, Then };
+  enum class Step { Sync, Adjust, Probe, Then };
 
   // Fixed windows name keys after the time: always the client's time (with the offset).
   bool client_time() const { return rules_->client_time() || time_.effective() != ClockMode::Server; }
@@ -108,7 +131,7 @@ class AdjustOp final : public Op<Adjustment> {
     call.args.push_back(std::to_string(record_ttl_ms_));
     call.args.push_back(unique_id());
     for (const RateLimit& l : limits_) {
-      call.keys.push_back(rules_->storage_key(l, key_, {}, now_ms));
+      call.keys.push_back(rules_->storage_key(l, key_, tag_, now_ms));
       for (std::int64_t v : rules_->adjust_args(l, now_ms)) call.args.push_back(std::to_string(v));
     }
     if (!record_.empty()) call.keys.push_back(record_);
@@ -172,22 +195,25 @@ class AdjustOp final : public Op<Adjustment> {
   std::shared_ptr<const MultiRules> rules_;
   std::vector<RateLimit> limits_;
   std::string key_;
+  std::string tag_;  // empty: the key's untagged state
   Kind kind_;
   std::int64_t units_;
   std::string record_;
   std::int64_t record_ttl_ms_;
   std::shared_ptr<Op<Decision>> after_, refused_, then_;
   Step step_ = Step::Adjust;
+  std::vector<Reply> failed_;  // the batch's replies while the time probe runs
   std::int64_t sent_ms_ = 0;
   std::size_t after_count_ = 0, refused_count_ = 0;  // the tests' requests in the batch
   Adjustment result_;
 };
 
-void check_rules(const MultiRules& rules) {
+void check_rules(const MultiRules& rules, std::string_view tag) {
   if (rules.adjust_kind().empty()) {
     throw InvalidArgument("refund(), reserve() and settle() are not available for strategy='" +
                           std::string(rules.name()) + "'");
   }
+  if (!tag.empty()) validate_name(tag, "tag");
 }
 
 void check_units(std::int64_t units, const char* what, std::int64_t least) {
@@ -209,26 +235,28 @@ std::int64_t marker_ttl(const std::vector<RateLimit>& limits) {
 std::shared_ptr<Op<Adjustment>> make_refund_op(std::shared_ptr<Store> store, const TimeSource& time,
                                                std::shared_ptr<const MultiRules> rules,
                                                const std::vector<RateLimit>& limits, std::string_view key,
-                                               std::int64_t cost, std::string_view request_id,
+                                               std::int64_t cost, std::string_view request_id, std::string_view tag,
                                                std::shared_ptr<Op<Decision>> after) {
-  check_rules(*rules);
+  check_rules(*rules, tag);
   check_units(cost, "cost", 1);
   std::string record;
   if (!request_id.empty()) {
     validate_request_id(request_id);
-    record = rules->record_key(key, "refund", request_id);
+    record = rules->record_key(key, "refund", request_id, tag);
   }
-  return std::make_shared<AdjustOp>(std::move(store), time, std::move(rules), limits, std::string(key), Kind::Refund,
-                                    cost, std::move(record), marker_ttl(limits), std::move(after), nullptr);
+  return std::make_shared<AdjustOp>(std::move(store), time, std::move(rules), limits, std::string(key),
+                                    std::string(tag), Kind::Refund, cost, std::move(record), marker_ttl(limits),
+                                    std::move(after), nullptr);
 }
 
 std::shared_ptr<Op<Adjustment>> make_reserve_op(std::shared_ptr<Store> store, const TimeSource& time,
                                                 std::shared_ptr<const MultiRules> rules,
                                                 const std::vector<RateLimit>& limits, std::string_view key,
                                                 std::int64_t estimate, std::string_view request_id,
-                                                std::int64_t deadline_ms, std::shared_ptr<Op<Decision>> after,
+                                                std::int64_t deadline_ms, std::string_view tag,
+                                                std::shared_ptr<Op<Decision>> after,
                                                 std::shared_ptr<Op<Decision>> refused) {
-  check_rules(*rules);
+  check_rules(*rules, tag);
   check_units(estimate, "cost", 1);
   if (request_id.empty()) throw InvalidArgument("reserve() needs a request_id (settle() finds the reservation by it)");
   validate_request_id(request_id);
@@ -236,46 +264,46 @@ std::shared_ptr<Op<Adjustment>> make_reserve_op(std::shared_ptr<Store> store, co
     throw InvalidArgument("deadline must be > 0 seconds (at most about 35 years), got " +
                           std::to_string(deadline_ms) + " ms");
   }
-  return std::make_shared<AdjustOp>(std::move(store), time, rules, limits, std::string(key), Kind::Reserve, estimate,
-                                    rules->record_key(key, "reserve", request_id), deadline_ms, std::move(after),
-                                    std::move(refused));
+  return std::make_shared<AdjustOp>(std::move(store), time, rules, limits, std::string(key), std::string(tag),
+                                    Kind::Reserve, estimate, rules->record_key(key, "reserve", request_id, tag),
+                                    deadline_ms, std::move(after), std::move(refused));
 }
 
 std::shared_ptr<Op<Adjustment>> make_settle_op(std::shared_ptr<Store> store, const TimeSource& time,
                                                std::shared_ptr<const MultiRules> rules,
                                                const std::vector<RateLimit>& limits, std::string_view key,
-                                               std::string_view request_id, std::int64_t actual,
+                                               std::string_view request_id, std::int64_t actual, std::string_view tag,
                                                std::shared_ptr<Op<Decision>> after) {
-  check_rules(*rules);
+  check_rules(*rules, tag);
   check_units(actual, "actual", 0);
   if (request_id.empty()) throw InvalidArgument("settle() needs the reservation's request_id");
   validate_request_id(request_id);
-  return std::make_shared<AdjustOp>(std::move(store), time, rules, limits, std::string(key), Kind::Settle, actual,
-                                    rules->record_key(key, "reserve", request_id), marker_ttl(limits),
-                                    std::move(after), nullptr);
+  return std::make_shared<AdjustOp>(std::move(store), time, rules, limits, std::string(key), std::string(tag),
+                                    Kind::Settle, actual, rules->record_key(key, "reserve", request_id, tag),
+                                    marker_ttl(limits), std::move(after), nullptr);
 }
 
 std::shared_ptr<Op<Adjustment>> ScriptedLimiter::make_refund(const std::vector<RateLimit>& limits,
                                                              std::string_view key, std::int64_t cost,
-                                                             std::string_view request_id) {
-  auto after = make_test(limits, key, 1);  // checks the limits and the key
-  return make_refund_op(store_, time_, multi_, limits, key, cost, request_id, std::move(after));
+                                                             std::string_view request_id, std::string_view tag) {
+  auto after = make_test(limits, key, 1, tag);  // checks the limits, the key and the tag
+  return make_refund_op(store_, time_, multi_, limits, key, cost, request_id, tag, std::move(after));
 }
 
 std::shared_ptr<Op<Adjustment>> ScriptedLimiter::make_reserve(const std::vector<RateLimit>& limits,
                                                               std::string_view key, std::int64_t estimate,
                                                               std::string_view request_id,
-                                                              std::int64_t deadline_ms) {
-  auto refused = make_test(limits, key, estimate);  // checks the estimate as hit() checks a cost
-  return make_reserve_op(store_, time_, multi_, limits, key, estimate, request_id, deadline_ms,
-                         make_test(limits, key, 1), std::move(refused));
+                                                              std::int64_t deadline_ms, std::string_view tag) {
+  auto refused = make_test(limits, key, estimate, tag);  // checks the estimate as hit() checks a cost
+  return make_reserve_op(store_, time_, multi_, limits, key, estimate, request_id, deadline_ms, tag,
+                         make_test(limits, key, 1, tag), std::move(refused));
 }
 
 std::shared_ptr<Op<Adjustment>> ScriptedLimiter::make_settle(const std::vector<RateLimit>& limits,
                                                              std::string_view key, std::string_view request_id,
-                                                             std::int64_t actual) {
-  auto after = make_test(limits, key, 1);
-  return make_settle_op(store_, time_, multi_, limits, key, request_id, actual, std::move(after));
+                                                             std::int64_t actual, std::string_view tag) {
+  auto after = make_test(limits, key, 1, tag);
+  return make_settle_op(store_, time_, multi_, limits, key, request_id, actual, tag, std::move(after));
 }
 
 }  // namespace detail

@@ -264,10 +264,13 @@ def _settle(
     policy: FailurePolicy,
     metrics: MetricsSink | None,
     started: float,
+    own: Decision | None = None,
 ) -> bool:
     """Add one check's decision (or failure) to the verdict under the failure policy; False
     when the request is refused (and checking should stop). Shared by :func:`decide` and
-    :func:`decide_async`, and kept free of per-call closures: it runs for every request."""
+    :func:`decide_async`, and kept free of per-call closures: it runs for every request.
+    ``own``: what the metrics record for this check of a joint decision (its own limit and
+    remaining), when it differs from ``d``."""
     shadow = verdict.shadow_all or check.spec.shadow
     if d.unavailable:
         verdict.store_failed = True
@@ -289,7 +292,7 @@ def _settle(
     elif policy._down:
         policy._ok()
     if metrics is not None:
-        metrics.decision(check, d, shadow, time.perf_counter() - started)
+        metrics.decision(check, d if own is None else own, shadow, time.perf_counter() - started)
     policies = check.policies
     bound = policies[0] if len(policies) == 1 else binding_policy(check, d)
     verdict.outcomes.append(Outcome(check, d, bound, shadow))
@@ -355,9 +358,15 @@ def _settle_together(
         return
     first = _binding_check(checks, d)
     if _settle(verdict, checks[first], d, None, policy, metrics, started):
+        # Allowed: one metrics record per check, each with its own limit and remaining (as
+        # deciding the checks one by one records them), not the binding check's.
+        parts = d.per_key if metrics is not None else None
         for i, c in enumerate(checks):
             if i != first:
-                _settle(verdict, c, d, None, policy, metrics, started)
+                own = None
+                if parts is not None and i < len(parts):
+                    own = Decision._local(True, parts[i][0], parts[i][1], d.reset_after, 0.0)
+                _settle(verdict, c, d, None, policy, metrics, started, own)
 
 
 def _start(checks: Sequence[Check], shadow_all: bool, budget: float | None, after: Verdict | None) -> Verdict:

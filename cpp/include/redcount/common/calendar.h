@@ -19,6 +19,11 @@
 // - Months with anchor day A start on day A of each month; in a month shorter than A days
 //   they start on its last day (A = 31: Jan 31, Feb 28/29, Mar 31, Apr 30, ...). A = 1 is
 //   the calendar month. Weeks and years ignore the anchor; years start on January 1.
+// - A period of n units ("10/2 days", "1000/3 months") is counted from a fixed epoch in
+//   the zone, so every process cuts time the same way: n days from 1970-01-01, n weeks
+//   from Monday 1969-12-29, n months from January 1970 (2, 3, 4, 6 or 12 months: every
+//   year starts one; months begin on the anchor day as above), n years from 1970. Its
+//   start and end are local midnights as for one unit (DST days inside it included).
 // - Past the end of the table the last offset holds.
 #pragma once
 
@@ -53,8 +58,8 @@ class Calendar {
   const std::string& zone() const noexcept { return zone_; }
   int anchor_day() const noexcept { return anchor_day_; }
 
-  // The period of `unit` that contains `now_ms`.
-  Period period(CalendarUnit unit, std::int64_t now_ms) const noexcept;
+  // The period of `multiple` (>= 1; less counts as 1) units that contains `now_ms`.
+  Period period(CalendarUnit unit, std::int64_t now_ms, std::int64_t multiple = 1) const noexcept;
 
   // The UTC offset in force at an instant.
   std::int64_t offset_at(std::int64_t utc_ms) const noexcept;
@@ -63,7 +68,7 @@ class Calendar {
   std::int64_t utc_of_local(std::int64_t local_ms) const noexcept;
 
  private:
-  std::pair<std::int64_t, std::int64_t> days_of(CalendarUnit unit, std::int64_t day) const noexcept;
+  std::pair<std::int64_t, std::int64_t> days_of(CalendarUnit unit, std::int64_t day, std::int64_t n) const noexcept;
 
   std::string zone_;
   std::vector<std::int64_t> at_;

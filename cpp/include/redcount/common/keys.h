@@ -56,9 +56,10 @@ std::string limiter_key(std::string_view prefix, std::string_view kind, std::str
                         std::int64_t window_ms, std::string_view tag = {});
 std::string concurrency_key(std::string_view prefix, std::string_view key);
 // A request id's record for a limiter key: `what` is "refund" (a refund's marker) or
-// "reserve" (a reservation).
+// "reserve" (a reservation). Under a non-empty `tag` it is in the tag's slot, with the
+// tagged state it concerns: "<prefix>:<kind>:@{<tag>}:{<key>}:<what>:<id>".
 std::string limiter_record_key(std::string_view prefix, std::string_view kind, std::string_view key,
-                               std::string_view what, std::string_view request_id);
+                               std::string_view what, std::string_view request_id, std::string_view tag = {});
 // `suffix` is "log", "log:w" or "uniq".
 std::string sliding_counter_key(std::string_view prefix, std::string_view name, std::string_view key,
                                 std::int64_t window_ms, std::string_view suffix);

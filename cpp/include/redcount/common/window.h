@@ -47,9 +47,10 @@ struct WindowPos {
 // Throws InvalidArgument unless window_ms > 0, grace_ms >= 0 and both fit the clock, and
 // a calendar comes without stagger.
 void validate(const WindowSpec& spec);
-// The calendar unit of a window given as a limit-string unit and multiple ("1 month"):
-// InvalidArgument, naming the calendar, for a unit that is no calendar period or a
-// multiple other than 1.
+// The calendar unit of a window given as a limit-string unit and multiple ("1 month",
+// "3 months"): InvalidArgument, naming the calendar, for a unit that is no calendar period
+// or a multiple outside 1 .. a century of that unit (periods of several units are counted
+// from a fixed epoch: calendar.h).
 CalendarUnit require_calendar_unit(std::string_view unit, std::int64_t multiple, const Calendar& calendar);
 // Converts seconds to whole milliseconds; rejects NaN, infinities, <= 0 and < 1 ms.
 std::int64_t window_seconds_to_ms(double seconds, const char* what = "window");

@@ -25,6 +25,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -52,6 +53,10 @@ struct Decision {
   // the one with the fewest hits left. Empty from the single-key methods.
   std::string binding_limit;
   std::string binding_key;
+  // hit_all/test_all: per item, in the caller's order, {amount, remaining} of the item's
+  // tightest limit as decided (what a metric or a header of that item reports). Empty from
+  // the single-key methods.
+  std::vector<std::pair<std::int64_t, std::int64_t>> per_item;
 };
 
 // One part of a decision across several keys (hit_all): limits that must all hold for key.
@@ -123,8 +128,9 @@ class LimiterStrategy {
   virtual Decision test(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) {
     return run(*store_, *make_test(limits, key, cost));
   }
-  std::vector<LimitStats> stats(const std::vector<RateLimit>& limits, std::string_view key) {
-    return run(*store_, *make_stats(limits, key));
+  std::vector<LimitStats> stats(const std::vector<RateLimit>& limits, std::string_view key,
+                                std::string_view tag = {}) {
+    return run(*store_, *make_stats(limits, key, tag));
   }
   // One decision across several keys: charges `cost` against every limit of every item if
   // all of them allow it, else against none (the Decision names the refusing limit and
@@ -143,7 +149,9 @@ class LimiterStrategy {
     return run(*store_, *make_test_all(items, cost, tag));
   }
   // Forgets the key's current state under these limits.
-  void reset(const std::vector<RateLimit>& limits, std::string_view key) { run(*store_, *make_reset(limits, key)); }
+  void reset(const std::vector<RateLimit>& limits, std::string_view key, std::string_view tag = {}) {
+    run(*store_, *make_reset(limits, key, tag));
+  }
 
   // The concurrency strategy only (others throw InvalidArgument): takes one of at most
   // `max_in_flight` slots of `key` for up to `lease_timeout_ms`, or nullopt when all are
@@ -163,43 +171,47 @@ class LimiterStrategy {
   // marker is written with the refund, atomically, and lives at least as long as the
   // longest window.
   Adjustment refund(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost,
-                    std::string_view request_id = {}) {
-    return run(*store_, *make_refund(limits, key, cost, request_id));
+                    std::string_view request_id = {}, std::string_view tag = {}) {
+    return run(*store_, *make_refund(limits, key, cost, request_id, tag));
   }
   // Charges `estimate` if every limit allows it, as hit() would, and records the
   // reservation under `request_id` for `deadline_ms` in the same script. A second reserve
   // under the id changes nothing (Duplicate). Refused: nothing charged, nothing recorded.
   Adjustment reserve(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t estimate,
-                     std::string_view request_id, std::int64_t deadline_ms) {
-    return run(*store_, *make_reserve(limits, key, estimate, request_id, deadline_ms));
+                     std::string_view request_id, std::int64_t deadline_ms, std::string_view tag = {}) {
+    return run(*store_, *make_reserve(limits, key, estimate, request_id, deadline_ms, tag));
   }
   // Settles the reservation `request_id` at `actual`: gives back estimate - actual, or
   // charges actual - estimate whatever the limits say (the units were used). Once: a
   // second settle is a Duplicate; after the deadline the reservation is gone (it settled
   // at the estimate) and settle changes nothing (Expired).
   Adjustment settle(const std::vector<RateLimit>& limits, std::string_view key, std::string_view request_id,
-                    std::int64_t actual) {
-    return run(*store_, *make_settle(limits, key, request_id, actual));
+                    std::int64_t actual, std::string_view tag = {}) {
+    return run(*store_, *make_settle(limits, key, request_id, actual, tag));
   }
+  // `tag` (every make_ method below that takes one): the key's state under that hash tag,
+  // the state hit_all(..., tag) and hit(..., tag) write; empty: its untagged state.
   virtual std::shared_ptr<Op<Adjustment>> make_refund(const std::vector<RateLimit>& limits, std::string_view key,
-                                                      std::int64_t cost, std::string_view request_id);
+                                                      std::int64_t cost, std::string_view request_id,
+                                                      std::string_view tag = {});
   virtual std::shared_ptr<Op<Adjustment>> make_reserve(const std::vector<RateLimit>& limits, std::string_view key,
                                                        std::int64_t estimate, std::string_view request_id,
-                                                       std::int64_t deadline_ms);
+                                                       std::int64_t deadline_ms, std::string_view tag = {});
   virtual std::shared_ptr<Op<Adjustment>> make_settle(const std::vector<RateLimit>& limits, std::string_view key,
-                                                      std::string_view request_id, std::int64_t actual);
+                                                      std::string_view request_id, std::int64_t actual,
+                                                      std::string_view tag = {});
 
   // The same as operations (operation.h): validated here, nothing sent until run. Each
   // owns copies of the limits and the key. make_release marks the lease released at once,
   // so a second make_release of it throws.
   virtual std::shared_ptr<Op<Decision>> make_hit(const std::vector<RateLimit>& limits, std::string_view key,
-                                                 std::int64_t cost) = 0;
+                                                 std::int64_t cost, std::string_view tag = {}) = 0;
   virtual std::shared_ptr<Op<Decision>> make_test(const std::vector<RateLimit>& limits, std::string_view key,
-                                                  std::int64_t cost) = 0;
+                                                  std::int64_t cost, std::string_view tag = {}) = 0;
   virtual std::shared_ptr<Op<std::vector<LimitStats>>> make_stats(const std::vector<RateLimit>& limits,
-                                                                  std::string_view key) = 0;
-  virtual std::shared_ptr<Op<std::monostate>> make_reset(const std::vector<RateLimit>& limits,
-                                                         std::string_view key) = 0;
+                                                                  std::string_view key, std::string_view tag = {}) = 0;
+  virtual std::shared_ptr<Op<std::monostate>> make_reset(const std::vector<RateLimit>& limits, std::string_view key,
+                                                         std::string_view tag = {}) = 0;
   virtual std::shared_ptr<Op<Decision>> make_hit_all(const std::vector<KeyedLimits>& items, std::int64_t cost,
                                                      std::string_view tag);
   virtual std::shared_ptr<Op<Decision>> make_test_all(const std::vector<KeyedLimits>& items, std::int64_t cost,
