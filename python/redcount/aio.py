@@ -420,7 +420,8 @@ class Limiter:
             sync = self.sync
             guard = Guard(None, None, sync.prefix, self.on_unavailable)
             methods = {n: getattr(self, n) for n in SCREENED}
-            found = self._per_call = guarded_async(guard, sync.store, methods, sync._core, self.on_unavailable)
+            found = guarded_async(guard, sync.store, methods, sync._core, self.on_unavailable)
+            self._per_call = found
         return found
 
     async def refund(
@@ -470,7 +471,8 @@ class Limiter:
         if penalty is not None:
             check_penalty(penalty)
             if penalty is not False:
-                return await self._per_call_methods()["hit"](limit, key, cost, penalty=penalty, lease=lease)  # type: ignore[no-any-return]
+                hit = self._per_call_methods()["hit"]
+                return await hit(limit, key, cost, penalty=penalty, lease=lease)  # type: ignore[no-any-return]
         try:
             r = self._hit(limit, key, cost) if lease is None else self._hit(limit, key, cost, lease=lease)
             return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
@@ -498,7 +500,8 @@ class Limiter:
         if penalty is not None:
             check_penalty(penalty)
             if penalty is not False:
-                return await self._per_call_methods()["hit_all"](items, cost, tag=tag, penalty=penalty)  # type: ignore[no-any-return]
+                hit_all = self._per_call_methods()["hit_all"]
+                return await hit_all(items, cost, tag=tag, penalty=penalty)  # type: ignore[no-any-return]
         try:
             r = self._hit_all(items, cost, tag=tag)
             return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]

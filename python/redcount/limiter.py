@@ -72,13 +72,15 @@ def unavailable_decision(policy: OnUnavailable, error: BaseException) -> Decisio
 def _per_call_hit(ref: weakref.ReferenceType[Limiter]) -> Callable[..., Decision]:
     """What the core calls for ``hit(..., penalty=P)`` on a limiter without a guard."""
 
-    def penalized(limit: str | LimitSet, key: str | bytes, cost: int, lease: int | None, penalty: object) -> Decision:
+    def penalized(
+        limit: str | LimitSet, key: str | bytes, cost: int, lease: int | None, penalty: object
+    ) -> Decision:
         limiter = ref()
         if limiter is None:
             raise StoreClosed("the limiter this core belonged to is gone")
         check_penalty(penalty)
         if penalty is False:
-            return limiter._core.hit(limit, key, cost, lease=lease)  # type: ignore[no-any-return]
+            return limiter._core.hit(limit, key, cost, lease=lease)
         return limiter._per_call_methods()["hit"](limit, key, cost, penalty=penalty, lease=lease)
 
     return penalized
@@ -541,7 +543,8 @@ class Limiter:
                 if self._guard is None:
                     hits.append(hit_async)
                 else:  # lists, a refusal cache, a penalty: as on the sync path
-                    hits.append(guarded_async(self._guard, self.store, {"hit": hit_async}, self._core, policy)["hit"])
+                    guarded = guarded_async(self._guard, self.store, {"hit": hit_async}, self._core, policy)
+                    hits.append(guarded["hit"])
             return wait_async(shaper_of(self), hits[0], self.strategy, limit, key, cost, max_wait)
 
         return Throttle(lambda: self.wait(limit, key, cost, max_wait=max_wait), wait_on_loop)

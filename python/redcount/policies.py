@@ -502,7 +502,8 @@ class Guard:
             return None
         if not isinstance(penalty, Penalty):
             raise TypeError(
-                f"penalty must be a redcount.Penalty, None (the limiter's) or False (none for this call), got {penalty!r}"
+                "penalty must be a redcount.Penalty, None (the limiter's) or False (none for this call), "
+                f"got {penalty!r}"
             )
         if self.penalties is not None and self.penalties.penalty == penalty:
             return self.penalties
@@ -519,13 +520,18 @@ def check_penalty(penalty: object) -> None:
     """Raises unless ``penalty`` is a per-call ``penalty=`` value: None, False or a Penalty."""
     if penalty is not None and penalty is not False and not isinstance(penalty, Penalty):
         raise TypeError(
-            f"penalty must be a redcount.Penalty, None (the limiter's) or False (none for this call), got {penalty!r}"
+            "penalty must be a redcount.Penalty, None (the limiter's) or False (none for this call), "
+            f"got {penalty!r}"
         )
 
 
-def _one_key(limit: str | LimitSet, key: str | bytes, cost: int, d: Decision, guard: Guard, pen: Penalties | None) -> None:
+def _one_key(
+    limit: str | LimitSet, key: str | bytes, cost: int, d: Decision, guard: Guard, pen: Penalties | None
+) -> None:
     screen = guard.screen
-    if screen is not None and screen.cache is not None and guard.cache_refusals and pen is None and not d.allowed:
+    if screen is None or screen.cache is None or d.allowed:
+        return
+    if guard.cache_refusals and pen is None:
         screen.cache.put(limit, key, cost, d)
 
 
@@ -595,7 +601,9 @@ def guarded_sync(
         return guarded
 
     def many(call: Callable[..., Decision], charge: bool) -> Callable[..., Decision]:
-        def guarded(items: Iterable[Item], cost: int = 1, *, tag: str | None = None, penalty: object = None) -> Decision:
+        def guarded(
+            items: Iterable[Item], cost: int = 1, *, tag: str | None = None, penalty: object = None
+        ) -> Decision:
             pen = guard.penalties if penalty is None else guard.penalties_for(penalty)
             rest = list(items)
             if screen is not None:

@@ -66,7 +66,8 @@ def test_one_round_trip_per_call_with_a_penalty(redis_store: redcount.Store, adm
 
 
 @pytest.mark.parametrize("strategy", RATE)
-def test_a_blocked_key_is_refused_by_every_call_and_charged_nothing(store: redcount.Store, strategy: str) -> None:
+def test_a_blocked_key_is_refused_by_every_call_and_charged_nothing(store: redcount.Store,
+                                                                     strategy: str) -> None:
     lim = redcount.Limiter(store, strategy, penalty=PEN)  # type: ignore[arg-type]
     assert lim.hit("10/minute", "k")
     block(store, "k", 30)  # another process's penalty blocks the key between two calls
@@ -153,7 +154,8 @@ def test_per_call_penalty_async(store: redcount.Store) -> None:
 
 
 @pytest.mark.redis_only
-def test_a_block_from_another_client_is_honoured_at_once(redis_store: redcount.Store, admin: redcount.Store) -> None:
+def test_a_block_from_another_client_is_honoured_at_once(redis_store: redcount.Store,
+                                                         admin: redcount.Store) -> None:
     lim = redcount.Limiter(redis_store, penalty=PEN)
     assert lim.hit("10/minute", "k")
     other = redcount.Limiter(admin, penalty=redcount.Penalty(after=1, within=60, block=45))
