@@ -58,13 +58,14 @@ class GatedOp final : public Op<Gated> {
     return gate(std::move(batch));
   }
 
-  // Folds the block keys into the batch's hit scripts, or (no such script yet) puts a PTTL
-  // of each in front. Once a script carried them, later batches (a charge-then-release's
-  // give-back) go as they are.
+  // Folds the block keys into every hit script of the batch (a rerun after a clock probe
+  // carries them again), or, in a batch without one, puts a PTTL of each in front until a
+  // script has carried them; after that, batches without a hit script (a charge-then-
+  // release's give-back) go as they are.
   std::vector<Request> gate(std::vector<Request> batch) {
     probes_ = 0;
     folded_.clear();
-    if (checked_ || batch.empty()) return batch;
+    if (batch.empty()) return batch;
     for (std::size_t i = 0; i < batch.size(); ++i) {
       auto* call = std::get_if<ScriptCall>(&batch[i]);
       if (call == nullptr || !has_gate(call->script)) continue;
@@ -82,6 +83,7 @@ class GatedOp final : public Op<Gated> {
       checked_ = true;
       return batch;
     }
+    if (checked_) return batch;
     std::vector<Request> out;
     out.reserve(gates_.size() + batch.size());
     for (const auto& g : gates_) out.emplace_back(Command{{"PTTL", g}});
@@ -94,7 +96,7 @@ class GatedOp final : public Op<Gated> {
   std::vector<std::string> gates_;
   std::size_t probes_ = 0;           // PTTLs in front of the last batch
   std::vector<std::size_t> folded_;  // the last batch's requests that carried the gate
-  bool checked_ = false;             // a script carried the gate: the check is done
+  bool checked_ = false;             // a script has carried the gate
 };
 
 }  // namespace

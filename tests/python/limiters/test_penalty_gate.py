@@ -171,3 +171,17 @@ def test_a_leased_hit_keeps_its_own_block_check(store: redcount.Store) -> None:
     block(store, "k", 10)
     d = lim.hit("100/minute", "k", lease=10)
     assert not d and 9 < d.retry_after <= 10
+
+
+@pytest.mark.redis_only
+@pytest.mark.parametrize("clock", ["server", "server-offset"])
+@pytest.mark.parametrize("strategy", ["fixed-window", "sliding-window", "gcra"])
+def test_the_gate_under_the_servers_clock(redis_store: redcount.Store, clock: str, strategy: str) -> None:
+    lim = redcount.Limiter(redis_store, strategy, clock=clock, penalty=PEN)  # type: ignore[arg-type]
+    assert lim.hit("10/minute", "k")
+    block(redis_store, "k", 30)
+    d = lim.hit("10/minute", "k")
+    assert not d and 29 < d.retry_after <= 30
+    assert lim.stats("10/minute", "k")[0].count == 1
+    redis_store.execute("DEL", "redcount:lim:pen:{k}:b")
+    assert lim.hit("10/minute", "k")
