@@ -20,6 +20,7 @@ local n = #KEYS
 local gate = ARGV[#ARGV]
 if type(gate) == 'string' and string.sub(gate, 1, 5) == 'gate:' then
   local g = tonumber(string.sub(gate, 6))
+  if not g or g < 1 or g > n or g % 1 ~= 0 then return redis.error_reply('ERR gate: malformed') end
   n = n - g
   local longest = 0
   for j = n + 1, n + g do

@@ -69,37 +69,38 @@ def test_one_round_trip_per_call_with_a_penalty(redis_store: redcount.Store, adm
 def test_a_blocked_key_is_refused_by_every_call_and_charged_nothing(store: redcount.Store,
                                                                      strategy: str) -> None:
     lim = redcount.Limiter(store, strategy, penalty=PEN)  # type: ignore[arg-type]
-    assert lim.hit("10/minute", "k")
+    assert lim.hit("10/hour", "k")
     block(store, "k", 30)  # another process's penalty blocks the key between two calls
-    for d in (lim.hit("10/minute", "k"), lim.test("10/minute", "k"),
-              lim.hit_all([("10/minute", "other"), ("10/minute", "k")]),
-              lim.test_all([("10/minute", "other"), ("10/minute", "k")])):
+    for d in (lim.hit("10/hour", "k"), lim.test("10/hour", "k"),
+              lim.hit_all([("10/hour", "other"), ("10/hour", "k")]),
+              lim.test_all([("10/hour", "other"), ("10/hour", "k")])):
         assert not d and 29 < d.retry_after <= 30 and d.remaining == 0 and d.limit == 10
-    assert lim.stats("10/minute", "k")[0].count == 1  # nothing charged during the block
-    assert lim.stats("10/minute", "other")[0].count == 0  # all or nothing
-    assert lim.hit("10/minute", "other")
+    assert lim.stats("10/hour", "k")[0].count == 1  # nothing charged during the block
+    assert lim.stats("10/hour", "other")[0].count == 0  # all or nothing
+    assert lim.hit("10/hour", "other")
     store.execute("DEL", "redcount:lim:pen:{k}:b")  # the block ends (or unblock)
-    assert lim.hit("10/minute", "k") and lim.test("10/minute", "k")
-    assert lim.hit_all([("10/minute", "other"), ("10/minute", "k")])
+    assert lim.hit("10/hour", "k") and lim.test("10/hour", "k")
+    assert lim.hit_all([("10/hour", "other"), ("10/hour", "k")])
 
 
 def test_the_block_is_checked_atomically_with_each_limit_set(store: redcount.Store) -> None:
     # Several limits, a cost, keys with braces: the gate key follows the limits' keys.
     lim = redcount.Limiter(store, "sliding-window", penalty=PEN)
-    assert lim.hit("5/second;10/minute", "{user}:1", 2)
+    assert lim.hit("5/minute;10/hour", "{user}:1", 2)
     block(store, "{user}:1", 5)
-    d = lim.hit("5/second;10/minute", "{user}:1", 2)
+    d = lim.hit("5/minute;10/hour", "{user}:1", 2)
     assert not d and 4 < d.retry_after <= 5
-    assert [s.count for s in lim.stats("5/second;10/minute", "{user}:1")] == [2, 2]
+    assert [s.count for s in lim.stats("5/minute;10/hour", "{user}:1")] == [2, 2]
 
 
 def test_without_a_penalty_a_block_is_ignored(store: redcount.Store) -> None:
     block(store, "k", 30)
-    assert redcount.Limiter(store).hit("10/minute", "k")
+    assert redcount.Limiter(store).hit("10/hour", "k")
 
 
 def test_per_call_penalty(store: redcount.Store) -> None:
-    lim = redcount.Limiter(store)  # no penalty of its own
+    # A sliding log: a refusal's own wait is ~an hour whatever the time of day.
+    lim = redcount.Limiter(store, "sliding-window")  # no penalty of its own
     assert lim.hit("1/hour", "k", penalty=PEN)
     assert not lim.hit("1/hour", "k", penalty=PEN)
     blocked = lim.hit("1/hour", "k", penalty=PEN)  # the second refusal starts the block
@@ -117,7 +118,7 @@ def test_per_call_penalty(store: redcount.Store) -> None:
 
 
 def test_per_call_penalty_overrides_or_disables_the_limiters(store: redcount.Store) -> None:
-    lim = redcount.Limiter(store, penalty=PEN, refusal_cache=100)
+    lim = redcount.Limiter(store, "sliding-window", penalty=PEN, refusal_cache=100)
     assert lim.hit("1/hour", "k")
     strict = redcount.Penalty(after=1, within=60, block=600)
     d = lim.hit("1/hour", "k", penalty=strict)  # the first refusal blocks, for 600 s
@@ -130,7 +131,7 @@ def test_per_call_penalty_overrides_or_disables_the_limiters(store: redcount.Sto
 
 def test_per_call_penalty_async(store: redcount.Store) -> None:
     async def main() -> None:
-        plain = aio.Limiter(store)
+        plain = aio.Limiter(store, "sliding-window")
         assert await plain.hit("1/hour", "k", penalty=PEN)
         assert not await plain.hit("1/hour", "k", penalty=PEN)
         assert (await plain.hit("1/hour", "k", penalty=PEN)).retry_after == 60.0
@@ -141,14 +142,14 @@ def test_per_call_penalty_async(store: redcount.Store) -> None:
             await plain.hit("1/hour", "k", penalty="no")  # type: ignore[arg-type]
 
         lim = aio.Limiter(store, "token-bucket", penalty=PEN)
-        assert await lim.hit("10/minute", "a")
+        assert await lim.hit("10/hour", "a")
         block(store, "a", 20)
-        for d in (await lim.hit("10/minute", "a"), await lim.test("10/minute", "a"),
-                  await lim.hit_all([("10/minute", "a"), ("10/minute", "b")]),
-                  await lim.test_all([("10/minute", "b"), ("10/minute", "a")])):
+        for d in (await lim.hit("10/hour", "a"), await lim.test("10/hour", "a"),
+                  await lim.hit_all([("10/hour", "a"), ("10/hour", "b")]),
+                  await lim.test_all([("10/hour", "b"), ("10/hour", "a")])):
             assert not d and 19 < d.retry_after <= 20
-        assert await lim.hit("10/minute", "a", penalty=False)
-        assert await lim.hit("10/minute", "b")
+        assert await lim.hit("10/hour", "a", penalty=False)
+        assert await lim.hit("10/hour", "b")
 
     asyncio.run(main())
 
@@ -157,12 +158,12 @@ def test_per_call_penalty_async(store: redcount.Store) -> None:
 def test_a_block_from_another_client_is_honoured_at_once(redis_store: redcount.Store,
                                                          admin: redcount.Store) -> None:
     lim = redcount.Limiter(redis_store, penalty=PEN)
-    assert lim.hit("10/minute", "k")
-    other = redcount.Limiter(admin, penalty=redcount.Penalty(after=1, within=60, block=45))
+    assert lim.hit("10/hour", "k")
+    other = redcount.Limiter(admin, "sliding-window", penalty=redcount.Penalty(after=1, within=60, block=45))
     assert other.hit("1/hour", "k") and not other.hit("1/hour", "k")  # the other starts a block
-    d = lim.hit("10/minute", "k")
+    d = lim.hit("10/hour", "k")
     assert not d and 44 < d.retry_after <= 45
-    assert lim.stats("10/minute", "k")[0].count == 1
+    assert lim.stats("10/hour", "k")[0].count == 1
 
 
 def test_a_leased_hit_keeps_its_own_block_check(store: redcount.Store) -> None:
@@ -178,10 +179,10 @@ def test_a_leased_hit_keeps_its_own_block_check(store: redcount.Store) -> None:
 @pytest.mark.parametrize("strategy", ["fixed-window", "sliding-window", "gcra"])
 def test_the_gate_under_the_servers_clock(redis_store: redcount.Store, clock: str, strategy: str) -> None:
     lim = redcount.Limiter(redis_store, strategy, clock=clock, penalty=PEN)  # type: ignore[arg-type]
-    assert lim.hit("10/minute", "k")
+    assert lim.hit("10/hour", "k")
     block(redis_store, "k", 30)
-    d = lim.hit("10/minute", "k")
+    d = lim.hit("10/hour", "k")
     assert not d and 29 < d.retry_after <= 30
-    assert lim.stats("10/minute", "k")[0].count == 1
+    assert lim.stats("10/hour", "k")[0].count == 1
     redis_store.execute("DEL", "redcount:lim:pen:{k}:b")
-    assert lim.hit("10/minute", "k")
+    assert lim.hit("10/hour", "k")
