@@ -411,16 +411,20 @@ class Limiter:
         guard = getattr(sync, "_guard", None)
         if guard is not None:  # lists, a refusal cache, a penalty: shared with the sync twin
             methods = {n: getattr(self, n) for n in SCREENED}
-            vars(self).update(guarded_async(guard, store, methods, core, self.on_unavailable))
+            vars(self).update(guarded_async(guard, store, methods, core, self._unavailable))
+
+    def _unavailable(self, error: BaseException) -> Decision:
+        """What a call decides when the store failed: this limiter's ``on_unavailable``."""
+        return unavailable_decision(self.on_unavailable, error)
 
     def _per_call_methods(self) -> dict[str, Callable[..., Any]]:
         """The guarded calls for a per-call ``penalty=`` on a limiter built without a guard."""
         found = self._per_call
         if found is None:
             sync = self.sync
-            guard = Guard(None, None, sync.prefix, self.on_unavailable)
+            guard = Guard(None, None, sync.prefix, self._unavailable)
             methods = {n: getattr(self, n) for n in SCREENED}
-            found = guarded_async(guard, sync.store, methods, sync._core, self.on_unavailable)
+            found = guarded_async(guard, sync.store, methods, sync._core)
             self._per_call = found
         return found
 

@@ -219,7 +219,7 @@ class Limiter:
         self._screen = Screen.build(allow, deny, refusal_cache, store.now)
         pen = Penalties(penalty, prefix) if penalty is not None else None
         self._guard = (
-            Guard(self._screen, pen, prefix, on_unavailable) if self._screen is not None or pen is not None else None
+            Guard(self._screen, pen, prefix, self._unavailable) if self._screen is not None or pen is not None else None
         )
         self._per_call: dict[str, Callable[..., Decision]] | None = None
         cal = calendar_arg(calendar, anchor_day)
@@ -314,12 +314,16 @@ class Limiter:
         except StoreConnectionError as e:
             return unavailable_decision(self.on_unavailable, e)
 
+    def _unavailable(self, error: BaseException) -> Decision:
+        """What a call decides when the store failed: this limiter's ``on_unavailable``."""
+        return unavailable_decision(self.on_unavailable, error)
+
     def _per_call_methods(self) -> dict[str, Callable[..., Decision]]:
         """The guarded calls for a per-call ``penalty=`` on a limiter built without a guard
         (made on first use)."""
         found = self._per_call
         if found is None:
-            guard = Guard(None, None, self.prefix, self.on_unavailable)
+            guard = Guard(None, None, self.prefix, self._unavailable)
             methods = {n: getattr(self, n) for n in SCREENED}
             found = self._per_call = guarded_sync(guard, self.store, methods, self._core)
         return found
@@ -543,7 +547,7 @@ class Limiter:
                 if self._guard is None:
                     hits.append(hit_async)
                 else:  # lists, a refusal cache, a penalty: as on the sync path
-                    guarded = guarded_async(self._guard, self.store, {"hit": hit_async}, self._core, policy)
+                    guarded = guarded_async(self._guard, self.store, {"hit": hit_async}, self._core)
                     hits.append(guarded["hit"])
             return wait_async(shaper_of(self), hits[0], self.strategy, limit, key, cost, max_wait)
 

@@ -481,12 +481,13 @@ class Guard:
         screen: Screen | None,
         penalties: Penalties | None,
         prefix: str = "redcount:lim",
-        on_unavailable: str = "raise",
+        unavailable: Callable[[BaseException], Decision] | None = None,
     ) -> None:
         self.screen = screen
         self.penalties = penalties
         self.prefix = prefix
-        self.on_unavailable = on_unavailable
+        # What a call whose store failed decides (the limiter's on_unavailable); default: raise.
+        self.unavailable = unavailable if unavailable is not None else _reraise
         # With a penalty, every refusal of the store must reach it (to be counted), so the
         # cache keeps only blocks (refusals during a block do not count anyway).
         self.cache_refusals = penalties is None
@@ -514,6 +515,10 @@ class Guard:
                 self._per_call.clear()  # bounded; rebuilt on the next call that needs one
             self._per_call[penalty] = found
         return found
+
+
+def _reraise(error: BaseException) -> Decision:
+    raise error
 
 
 def check_penalty(penalty: object) -> None:
@@ -550,11 +555,9 @@ def guarded_sync(
     """The sync limiter's ``hit``, ``test``, ``hit_all``, ``test_all`` and ``reset`` with the
     guard in front (``methods`` are the unguarded ones; ``core`` the limiter's core object,
     whose ``_gated`` calls check a penalty's block in the decision's own round trip)."""
-    from .limiter import unavailable_decision
-
     screen = guard.screen
     execute, execute_many = store.execute, store.execute_many
-    policy: Any = guard.on_unavailable
+    unavailable = guard.unavailable
     one_slot = _one_slot(store)
 
     def one(call: Callable[..., Decision], charge: bool) -> Callable[..., Decision]:
@@ -573,7 +576,7 @@ def guarded_sync(
                 try:
                     r = core._gated(limit, key, cost, pen.block_key(key), charge)
                 except StoreConnectionError as e:
-                    return unavailable_decision(policy, e)
+                    return unavailable(e)
                 if r.__class__ is int:
                     return blocked(screen, limit, key, r)
                 d = r
@@ -615,7 +618,7 @@ def guarded_sync(
                 try:
                     r = core._gated_all(rest, cost, tag, [pen.block_key(k) for _, k in rest], charge)
                 except StoreConnectionError as e:
-                    return unavailable_decision(policy, e)
+                    return unavailable(e)
                 if r.__class__ is int:
                     return blocked_decision(rest[0][0], r)
                 d = r
@@ -667,16 +670,16 @@ def guarded_async(
     store: Any,
     methods: dict[str, Callable[..., Any]],
     core: Any = None,
-    on_unavailable: str | None = None,
+    unavailable: Callable[[BaseException], Decision] | None = None,
 ) -> dict[str, Callable[..., Any]]:
     """The coroutine twins of :func:`guarded_sync` (``methods`` are coroutine functions;
-    any of the five, each guarded as its sync twin; ``on_unavailable`` the async limiter's
-    own, when it differs from the guard's)."""
+    any of the five, each guarded as its sync twin; ``unavailable`` the async limiter's
+    on_unavailable, when it differs from the guard's)."""
     from ._aio_runtime import OpFuture, engine_method
-    from .limiter import unavailable_decision
 
     screen = guard.screen
-    policy: Any = guard.on_unavailable if on_unavailable is None else on_unavailable
+    if unavailable is None:
+        unavailable = guard.unavailable
     one_slot = _one_slot(store)
     gated = engine_method(core, "_gated", store) if core is not None else None
     gated_all = engine_method(core, "_gated_all", store) if core is not None else None
@@ -711,7 +714,7 @@ def guarded_async(
                     if r.__class__ is OpFuture:
                         r = await r
                 except StoreConnectionError as e:
-                    return unavailable_decision(policy, e)
+                    return unavailable(e)
                 if r.__class__ is int:
                     return blocked(screen, limit, key, r)
                 got = r
@@ -754,7 +757,7 @@ def guarded_async(
                     if r.__class__ is OpFuture:
                         r = await r
                 except StoreConnectionError as e:
-                    return unavailable_decision(policy, e)
+                    return unavailable(e)
                 if r.__class__ is int:
                     return blocked_decision(rest[0][0], r)
                 got = r
