@@ -9,6 +9,7 @@
 #include "aio.h"
 #include "common.h"
 #include "redcount/common/errors.h"
+#include "redcount/limiters/gate.h"
 #include "redcount/limiters/leased.h"
 #include "redcount/limiters/limiter.h"
 #include "redcount/common/limit_string.h"
@@ -112,6 +113,27 @@ struct LimiterHandle {
     }
   }
 
+  // A decision behind penalty block keys (gate.h).
+  std::shared_ptr<Op<Gated>> gated_op(py::handle limit, py::handle key, py::handle cost, py::handle gate, bool hit) {
+    auto set = limits(limit);
+    const std::string k = text_arg(key, "key");
+    const std::int64_t c = int_arg(cost, "cost");
+    std::vector<std::string> gates{text_arg(gate, "gate")};
+    return make_gated(hit ? strategy->make_hit(set->limits, k, c) : strategy->make_test(set->limits, k, c),
+                      std::move(gates));
+  }
+  std::shared_ptr<Op<Gated>> gated_all_op(py::handle items_, py::handle cost, py::handle tag, py::handle gates,
+                                          bool hit) {
+    auto all = items(items_);
+    const std::int64_t c = int_arg(cost, "cost");
+    const std::string t = tag_of(tag);
+    std::vector<std::string> g;
+    for (py::handle x : gates) g.push_back(text_arg(x, "gate"));
+    return make_gated(hit ? strategy->make_hit_all(all, c, t) : strategy->make_test_all(all, c, t), std::move(g));
+  }
+  // hit(..., penalty=P): called as penalized(limit, key, cost, lease, tag, penalty).
+  py::object penalized = py::none();
+
   // Leased limits (leased.h): local admissions keep the GIL; a refill releases it.
   std::shared_ptr<LeaseTable> leases;
   std::int64_t lease_units(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost,
@@ -145,6 +167,10 @@ struct LimiterHandle {
     });
   }
 };
+
+py::object gated_result(const Gated& g) {
+  return g.decision ? py::cast(*g.decision) : py::object(py::int_(g.blocked_ms));
+}
 
 // LimiterCore.hit as a CPython vectorcall method. pybind11 matches keyword arguments by
 // making a string of each parameter name on every call and passes positional ones in a
@@ -207,12 +233,12 @@ PyObject* fast_hit(PyObject* self, PyObject* const* args, Py_ssize_t nargsf, PyO
 
 PyMethodDef g_fast_hit_def = {
     "hit", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fast_hit)), METH_FASTCALL | METH_KEYWORDS,
-    "hit($self, /, limit, key, cost=1, *, lease=None, tag=None)\n--\n\n"
+    "hit($self, /, limit, key, cost=1, *, lease=None, tag=None, penalty=None)\n--\n\n"
     "Charge `cost` against `key` if every limit allows it; return the Decision. `limit` is a "
     "string like '10/minute' or '5/second;100/hour' (parsed once and cached) or a LimitSet. "
-    "`lease=N` (fixed-window): take up to N units at a time into this process and admit from "
-    "them locally (see docs/leased-limits.md). `tag`: the key's state under that hash tag, the "
-    "state hit_all(..., tag=) charges."};
+    "`lease=N`: take up to N units at a time into this process and admit from them locally "
+    "(see docs/leased-limits.md). `tag`: the key's state under that hash tag, the state "
+    "hit_all(..., tag=) charges. `penalty=`: this call's penalty (see docs/penalties.md)."};
 
 // Puts fast_hit in front of pybind11's LimiterCore.hit.
 void install_fast_hit(py::handle cls) {
@@ -406,28 +432,39 @@ void register_limiter(py::module_& m) {
                              "The time source in force: 'client', 'server' or 'server-offset'.")
       .def(
           "hit",
-          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost, py::handle lease, py::handle tag) {
+          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost, py::handle lease, py::handle tag,
+             py::handle penalty) -> py::object {
+            if (!penalty.is_none()) [[unlikely]] {
+              // A per-call penalty: the Python limiter's guard decides it (policies.py).
+              if (h.penalized.is_none()) throw py::type_error("penalty= needs a redcount.Limiter");
+              return h.penalized(limit, key, cost, lease, tag, penalty);
+            }
             auto limits = h.limits(limit);
             const std::string k = text_arg(key, "key");
             const std::int64_t c = int_arg(cost, "cost");
             const std::string t = LimiterHandle::tag_of(tag);
             LimiterHandle::check_lease_tag(lease, t);
-            if (!lease.is_none()) [[unlikely]] return h.leased_hit(limits->limits, k, c, lease);
+            if (!lease.is_none()) [[unlikely]] return py::cast(h.leased_hit(limits->limits, k, c, lease));
+            Decision d;
             if (!t.empty()) {
               auto op = h.strategy->make_hit(limits->limits, k, c, t);
               NetworkWait wait(h.memory);
-              return run(*h.store, *op);
+              d = run(*h.store, *op);
+            } else {
+              NetworkWait wait(h.memory);
+              d = h.strategy->hit(limits->limits, k, c);
             }
-            NetworkWait wait(h.memory);
-            return h.strategy->hit(limits->limits, k, c);
+            return py::cast(std::move(d));
           },
           py::arg("limit"), py::arg("key"), py::arg("cost") = 1, py::kw_only(), py::arg("lease") = py::none(),
-          py::arg("tag") = py::none(),
+          py::arg("tag") = py::none(), py::arg("penalty") = py::none(),
           "Charge `cost` against `key` if every limit allows it; return the Decision. `limit` is a "
           "string like '10/minute' or '5/second;100/hour' (parsed once and cached) or a LimitSet. "
-          "`lease=N` (fixed-window): take up to N units at a time into this process and admit from "
-          "them locally (see docs/leased-limits.md). `tag`: the key's state under that hash tag, the "
-          "state hit_all(..., tag=) charges.")
+          "`lease=N`: take up to N units at a time into this process and admit from them locally "
+          "(see docs/leased-limits.md). `tag`: the key's state under that hash tag, the state "
+          "hit_all(..., tag=) charges. `penalty=`: this call's penalty (see docs/penalties.md).")
+      .def_readwrite("_penalized", &LimiterHandle::penalized,
+                     "What decides a hit with a per-call penalty= (set by redcount.Limiter).")
       .def(
           "return_leases",
           [](LimiterHandle& h) {
@@ -503,6 +540,46 @@ void register_limiter(py::module_& m) {
           },
           py::arg("items"), py::arg("cost") = 1, py::kw_only(), py::arg("tag") = py::none(),
           "What hit_all() would decide now, without charging anything.")
+      // A penalty's block check in the decision's own round trip (gate.h): each returns the
+      // Decision, or the block in force in ms (an int) when a block key lives.
+      .def(
+          "_gated",
+          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost, py::handle gate, bool hit) {
+            auto op = h.gated_op(limit, key, cost, gate, hit);  // validates before the GIL goes
+            Gated g;
+            {
+              NetworkWait wait(h.memory);
+              g = run(*h.store, *op);
+            }
+            return gated_result(g);
+          },
+          py::arg("limit"), py::arg("key"), py::arg("cost"), py::arg("gate"), py::arg("hit"))
+      .def(
+          "_gated_async",
+          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost, py::handle gate, bool hit) {
+            return aio::submit_async(h.store, h.gated_op(limit, key, cost, gate, hit),
+                                     [](Gated& g) { return gated_result(g); });
+          },
+          py::arg("limit"), py::arg("key"), py::arg("cost"), py::arg("gate"), py::arg("hit"))
+      .def(
+          "_gated_all",
+          [](LimiterHandle& h, py::handle items, py::handle cost, py::handle tag, py::handle gates, bool hit) {
+            auto op = h.gated_all_op(items, cost, tag, gates, hit);
+            Gated g;
+            {
+              NetworkWait wait(h.memory);
+              g = run(*h.store, *op);
+            }
+            return gated_result(g);
+          },
+          py::arg("items"), py::arg("cost"), py::arg("tag"), py::arg("gates"), py::arg("hit"))
+      .def(
+          "_gated_all_async",
+          [](LimiterHandle& h, py::handle items, py::handle cost, py::handle tag, py::handle gates, bool hit) {
+            return aio::submit_async(h.store, h.gated_all_op(items, cost, tag, gates, hit),
+                                     [](Gated& g) { return gated_result(g); });
+          },
+          py::arg("items"), py::arg("cost"), py::arg("tag"), py::arg("gates"), py::arg("hit"))
       .def(
           "acquire",
           [](LimiterHandle& h, py::handle max_in_flight, py::handle key, py::handle lease_timeout) {

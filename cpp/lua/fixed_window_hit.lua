@@ -4,6 +4,21 @@
 -- unchanged counts when denied. A denied hit stores nothing.
 local cost = tonumber(ARGV[1])
 local n = #KEYS
+-- A penalty's gate: with 'gate:<g>' as the last ARGV, the last g KEYS are penalty block
+-- keys (<prefix>:pen:{key}:b, in the same slot as the limits' keys). While any of them
+-- lives, nothing is read or written and the reply is {-1, the longest block's PTTL in ms}.
+local gate = ARGV[#ARGV]
+if type(gate) == 'string' and string.sub(gate, 1, 5) == 'gate:' then
+  local g = tonumber(string.sub(gate, 6))
+  if not g or g < 1 or g > n or g % 1 ~= 0 then return redis.error_reply('ERR gate: malformed') end
+  n = n - g
+  local longest = 0
+  for j = n + 1, n + g do
+    local left = redis.call('PTTL', KEYS[j])
+    if left > longest then longest = left end
+  end
+  if longest > 0 then return {-1, longest} end
+end
 local counts = {}
 local allowed = 1
 -- Holds a key to its window's end + 1 s (see fixed_window_incr.lua: LT needs Redis 7.0).

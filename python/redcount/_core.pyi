@@ -304,7 +304,33 @@ class LimiterCore:
         *,
         lease: int | None = None,
         tag: str | None = None,
+        penalty: object = None,
     ) -> Decision: ...
+    # hit(..., penalty=P) calls it as (limit, key, cost, lease, tag, penalty); set by redcount.Limiter.
+    @property
+    def _penalized(self) -> Any: ...
+    @_penalized.setter
+    def _penalized(self, f: Any) -> None: ...
+    # A decision behind penalty block keys, in one round trip: the Decision, or the longest
+    # block in force in ms (an int) when one is. `hit`: hit (True) or test (False).
+    def _gated(self, limit: str | LimitSet, key: str | bytes, cost: int, gate: str, hit: bool) -> Decision | int: ...
+    def _gated_async(self, limit: str | LimitSet, key: str | bytes, cost: int, gate: str, hit: bool) -> Any: ...
+    def _gated_all(
+        self,
+        items: Iterable[tuple[str | LimitSet, str | bytes]],
+        cost: int,
+        tag: str | None,
+        gates: Iterable[str],
+        hit: bool,
+    ) -> Decision | int: ...
+    def _gated_all_async(
+        self,
+        items: Iterable[tuple[str | LimitSet, str | bytes]],
+        cost: int,
+        tag: str | None,
+        gates: Iterable[str],
+        hit: bool,
+    ) -> Any: ...
     def return_leases(self) -> int: ...
     @property
     def leased_units(self) -> int: ...

@@ -40,7 +40,7 @@ import inspect
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec
+from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec
 
 from . import _core
 from ._aio_runtime import OpFuture, engine_method, off_loop
@@ -52,7 +52,7 @@ from .errors import InvalidInputError
 from .limiter import Item, OnUnavailable, check_on_unavailable, slots_taken, unavailable_decision
 from .limiter import Limiter as _SyncLimiter
 from .pn import PNCounter as _SyncPNCounter
-from .policies import SCREENED, guarded_async, unblock_async
+from .policies import SCREENED, Guard, Penalty, check_penalty, guarded_async, unblock_async
 from .reservations import Adjustment, AsyncReservation, new_request_id
 from .shaping import Throttle
 from .shaping import check_wait_args as _check_wait_args
@@ -407,9 +407,26 @@ class Limiter:
         self._refund = engine_method(core, "refund", store)
         self._reserve = engine_method(core, "reserve", store)
         self._settle = engine_method(core, "settle", store)
+        self._per_call: dict[str, Callable[..., Any]] | None = None
         guard = getattr(sync, "_guard", None)
         if guard is not None:  # lists, a refusal cache, a penalty: shared with the sync twin
-            vars(self).update(guarded_async(guard, store, {n: getattr(self, n) for n in SCREENED}))
+            methods = {n: getattr(self, n) for n in SCREENED}
+            vars(self).update(guarded_async(guard, store, methods, core, self._unavailable))
+
+    def _unavailable(self, error: BaseException) -> Decision:
+        """What a call decides when the store failed: this limiter's ``on_unavailable``."""
+        return unavailable_decision(self.on_unavailable, error)
+
+    def _per_call_methods(self) -> dict[str, Callable[..., Any]]:
+        """The guarded calls for a per-call ``penalty=`` on a limiter built without a guard."""
+        found = self._per_call
+        if found is None:
+            sync = self.sync
+            guard = Guard(None, None, sync.prefix, self._unavailable)
+            methods = {n: getattr(self, n) for n in SCREENED}
+            found = guarded_async(guard, sync.store, methods, sync._core)
+            self._per_call = found
+        return found
 
     async def refund(
         self,
@@ -463,11 +480,18 @@ class Limiter:
         *,
         lease: int | None = None,
         tag: str | None = None,
+        penalty: Penalty | Literal[False] | None = None,
     ) -> Decision:
         """Charge ``cost`` against ``key`` if every limit allows it; the :class:`~redcount.Decision`
         (``on_unavailable`` as in :class:`redcount.Limiter`). ``lease=N``: a leased limit, as
         in :meth:`redcount.Limiter.hit` (a local admission completes without the loop).
-        ``tag``: the key's state under that hash tag, as in :meth:`redcount.Limiter.hit`."""
+        ``tag``: the key's state under that hash tag, as in :meth:`redcount.Limiter.hit`.
+        ``penalty``: this call's penalty, as in :meth:`redcount.Limiter.hit`."""
+        if penalty is not None:
+            check_penalty(penalty)
+            if penalty is not False:
+                hit = self._per_call_methods()["hit"]
+                return await hit(limit, key, cost, penalty=penalty, lease=lease, tag=tag)  # type: ignore[no-any-return]
         try:
             if lease is None and tag is None:
                 r = self._hit(limit, key, cost)
@@ -485,9 +509,21 @@ class Limiter:
         except _StoreConnectionError as e:
             return unavailable_decision(self.on_unavailable, e)
 
-    async def hit_all(self, items: Iterable[Item], cost: int = 1, *, tag: str | None = None) -> Decision:
+    async def hit_all(
+        self,
+        items: Iterable[Item],
+        cost: int = 1,
+        *,
+        tag: str | None = None,
+        penalty: Penalty | Literal[False] | None = None,
+    ) -> Decision:
         """One decision across several ``(limit, key)`` pairs, all or nothing, in one round
-        trip: see :meth:`redcount.Limiter.hit_all`."""
+        trip: see :meth:`redcount.Limiter.hit_all` (``penalty`` as there)."""
+        if penalty is not None:
+            check_penalty(penalty)
+            if penalty is not False:
+                hit_all = self._per_call_methods()["hit_all"]
+                return await hit_all(items, cost, tag=tag, penalty=penalty)  # type: ignore[no-any-return]
         try:
             r = self._hit_all(items, cost, tag=tag)
             return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]

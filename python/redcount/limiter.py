@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Literal
@@ -19,6 +20,7 @@ from .policies import (
     Penalties,
     Penalty,
     Screen,
+    check_penalty,
     guarded_async,
     guarded_sync,
     state_key,
@@ -66,6 +68,23 @@ def unavailable_decision(policy: OnUnavailable, error: BaseException) -> Decisio
     if policy == "raise" or not isinstance(error, StoreConnectionError) or isinstance(error, StoreClosed):
         raise error
     return Decision._without_store(policy == "allow", UNAVAILABLE_RETRY_AFTER)
+
+
+def _per_call_hit(ref: weakref.ReferenceType[Limiter]) -> Callable[..., Decision]:
+    """What the core calls for ``hit(..., penalty=P)`` on a limiter without a guard."""
+
+    def penalized(
+        limit: str | LimitSet, key: str | bytes, cost: int, lease: int | None, tag: str | None, penalty: object
+    ) -> Decision:
+        limiter = ref()
+        if limiter is None:
+            raise StoreClosed("the limiter this core belonged to is gone")
+        check_penalty(penalty)
+        if penalty is False:
+            return limiter._core.hit(limit, key, cost, lease=lease, tag=tag)
+        return limiter._per_call_methods()["hit"](limit, key, cost, penalty=penalty, lease=lease, tag=tag)
+
+    return penalized
 
 
 def _guard_sync(call: Callable[..., Decision], policy: OnUnavailable) -> Callable[..., Decision]:
@@ -166,8 +185,9 @@ class Limiter:
     entry wins, deny on a tie. ``refusal_cache``: up to that many keys whose refusal by the
     store is repeated locally until its ``retry_after`` (0, the default: off); see
     docs/penalties.md. ``penalty``: a :class:`~redcount.Penalty` (escalating blocks of keys
-    refused too often; one more round trip per call, the block check). Without any of
-    these, calls go straight to the core.
+    refused too often; the block check goes inside each decision's own script call, so a
+    call still costs one round trip, and a refusal one more, the penalty's count). Without
+    any of these, calls go straight to the core.
     ``lease_ttl``: seconds (default 10) a lease taken by ``hit(..., lease=N)`` may hold units
     before the unused ones go back to the store. See docs/leased-limits.md.
 
@@ -201,7 +221,10 @@ class Limiter:
             raise InvalidInputError(f"penalty must be a redcount.Penalty, got {penalty!r}")
         self._screen = Screen.build(allow, deny, refusal_cache, store.now)
         pen = Penalties(penalty, prefix) if penalty is not None else None
-        self._guard = Guard(self._screen, pen) if self._screen is not None or pen is not None else None
+        self._guard = (
+            Guard(self._screen, pen, prefix, self._unavailable) if self._screen is not None or pen is not None else None
+        )
+        self._per_call: dict[str, Callable[..., Decision]] | None = None
         cal = calendar_arg(calendar, anchor_day)
         core = _core.LimiterCore(store, strategy, prefix, clock, sub_buckets, cal)
         core.lease_ttl = lease_ttl
@@ -216,7 +239,11 @@ class Limiter:
         if self._guard is not None:
             # Only then: without lists, a cache or a penalty the calls stay the core's own.
             d = vars(self)
-            d.update(guarded_sync(self._guard, store, {n: getattr(self, n) for n in SCREENED}))
+            d.update(guarded_sync(self._guard, store, {n: getattr(self, n) for n in SCREENED}, core))
+        else:
+            # hit(..., penalty=P) on the core's own method comes back here (a weak reference:
+            # the core must not keep the limiter alive).
+            core._penalized = _per_call_hit(weakref.ref(self))
         self.penalty = penalty
         self.store = store
         self.strategy = strategy
@@ -236,6 +263,7 @@ class Limiter:
         *,
         lease: int | None = None,
         tag: str | None = None,
+        penalty: Penalty | Literal[False] | None = None,
     ) -> Decision:
         """Charge ``cost`` against ``key`` if every limit allows it; return the :class:`Decision`.
 
@@ -256,7 +284,16 @@ class Limiter:
         (under-admission). Unused units go back after ``lease_ttl`` seconds (default 10; at
         this process's next leased call, or within about a second from a background thread),
         on :meth:`return_leases` and when the store is closed. Decisions made
-        locally report ``remaining`` as the process knows it. See docs/leased-limits.md."""
+        locally report ``remaining`` as the process knows it. See docs/leased-limits.md.
+
+        ``penalty``: this call's :class:`~redcount.Penalty` instead of the limiter's (None, the
+        default: the limiter's; ``False``: none for this call). Its state is the key's, under
+        the limiter's prefix, whichever penalty counts it. Anything else raises ``TypeError``.
+        See docs/penalties.md."""
+        if penalty is not None:
+            check_penalty(penalty)
+            if penalty is not False:
+                return self._per_call_methods()["hit"](limit, key, cost, penalty=penalty, lease=lease, tag=tag)
         try:
             if lease is None and tag is None:
                 return self._core.hit(limit, key, cost)
@@ -287,7 +324,28 @@ class Limiter:
         except StoreConnectionError as e:
             return unavailable_decision(self.on_unavailable, e)
 
-    def hit_all(self, items: Iterable[Item], cost: int = 1, *, tag: str | None = None) -> Decision:
+    def _unavailable(self, error: BaseException) -> Decision:
+        """What a call decides when the store failed: this limiter's ``on_unavailable``."""
+        return unavailable_decision(self.on_unavailable, error)
+
+    def _per_call_methods(self) -> dict[str, Callable[..., Decision]]:
+        """The guarded calls for a per-call ``penalty=`` on a limiter built without a guard
+        (made on first use)."""
+        found = self._per_call
+        if found is None:
+            guard = Guard(None, None, self.prefix, self._unavailable)
+            methods = {n: getattr(self, n) for n in SCREENED}
+            found = self._per_call = guarded_sync(guard, self.store, methods, self._core)
+        return found
+
+    def hit_all(
+        self,
+        items: Iterable[Item],
+        cost: int = 1,
+        *,
+        tag: str | None = None,
+        penalty: Penalty | Literal[False] | None = None,
+    ) -> Decision:
         """One decision across several keys: charge ``cost`` against every ``(limit, key)``
         of ``items`` if all of their limits allow it, else against none::
 
@@ -306,7 +364,12 @@ class Limiter:
         a key's state under a tag is separate from its untagged state, so use one tag per
         key consistently. One limit per window per key (the amount is not part of the
         key). Every strategy but ``"concurrency"``. Bad input raises
-        :class:`~redcount.InvalidInputError` before anything is stored."""
+        :class:`~redcount.InvalidInputError` before anything is stored. ``penalty``: this
+        call's penalty, as in :meth:`hit`."""
+        if penalty is not None:
+            check_penalty(penalty)
+            if penalty is not False:
+                return self._per_call_methods()["hit_all"](items, cost, tag=tag, penalty=penalty)
         try:
             return self._core.hit_all(items, cost, tag=tag)
         except StoreConnectionError as e:
@@ -518,7 +581,8 @@ class Limiter:
                 if self._guard is None:
                     hits.append(hit_async)
                 else:  # lists, a refusal cache, a penalty: as on the sync path
-                    hits.append(guarded_async(self._guard, self.store, {"hit": hit_async})["hit"])
+                    guarded = guarded_async(self._guard, self.store, {"hit": hit_async}, self._core)
+                    hits.append(guarded["hit"])
             return wait_async(shaper_of(self), hits[0], self.strategy, limit, key, cost, max_wait)
 
         return Throttle(lambda: self.wait(limit, key, cost, max_wait=max_wait), wait_on_loop)

@@ -51,6 +51,7 @@ __all__ = [
     "Penalty",
     "RefusalCache",
     "Screen",
+    "check_penalty",
     "config_list",
     "config_penalty",
     "config_size",
@@ -304,23 +305,28 @@ class Screen:
         screen = cls(access, cache)
         return screen if screen else None
 
-    def before(self, limit: str | LimitSet, key: str | bytes, cost: int, tag: str | None = None) -> Decision | None:
+    def before(
+        self, limit: str | LimitSet, key: str | bytes, cost: int, tag: str | None = None, cached: bool = True
+    ) -> Decision | None:
+        """A decision without the store, if one can be made (``tag``: the call's, whose state
+        the cache files apart; ``cached``: from the refusal cache too)."""
         access = self.access
         if access is not None:
             listed = access.lookup(key)
             if listed is not None:
                 return allowed_decision(limit) if listed else denied_decision(limit)
         cache = self.cache
-        if cache is not None:
+        if cache is not None and cached:
             return cache.get(limit, key if tag is None else state_key(key, tag), cost)
         return None
 
     def before_all(
-        self, items: list[Item], cost: int, tag: str | None = None
+        self, items: list[Item], cost: int, tag: str | None = None, cached: bool = True
     ) -> tuple[Decision | None, list[Item]]:
         """For ``hit_all``: a local decision, or the items still to ask the store about
-        (allow-listed keys left out). ``tag``: the call's, whose states the cache files apart."""
-        access, cache = self.access, self.cache
+        (allow-listed keys left out). ``tag``: the call's, whose states the cache files apart;
+        ``cached``: from the refusal cache too."""
+        access, cache = self.access, self.cache if cached else None
         rest: list[Item] = []
         for limit, key in items:
             if access is not None:
@@ -404,11 +410,12 @@ class Penalties:
     refusals counted since the first of them, expiring ``within`` after it) and ``:l`` (the
     last block's length, expiring ``within`` after that block's end).
 
-    Two steps, each one round trip: the block check before a decision (a PTTL), and, after a
-    refusal, the penalty script (cpp/lua/penalty.lua, with its native twin on memory://),
-    which counts the refusal and starts a block atomically. Sans-I/O: each step gives its
-    request and reads its reply; the limiter's sync and async paths run them. Immutable, so
-    thread-safe."""
+    Two steps: the block check, which goes inside the decision's own script call (the
+    limiter core's ``_gated`` calls: no round trip of its own), and, after a refusal only,
+    the penalty script (cpp/lua/penalty.lua, with its native twin on memory://), which
+    counts the refusal and starts a block atomically. A leased hit, and ``hit_all`` on a
+    cluster, still check the block with a PTTL before the decision (:meth:`gate`).
+    Immutable, so thread-safe."""
 
     def __init__(self, penalty: Penalty, prefix: str) -> None:
         self.penalty = penalty
@@ -426,8 +433,13 @@ class Penalties:
         base = f"{self.prefix}:pen:{tagged(key)}:"
         return [base + "b", base + "n", base + "l"]
 
+    def block_key(self, key: str | bytes) -> str:
+        """The key of ``key``'s block: in the slot of the limit's own keys (same hash tag)."""
+        return f"{self.prefix}:pen:{tagged(key)}:b"
+
     def gate(self, key: str | bytes) -> tuple[str | int, ...]:
-        return ("PTTL", self.keys(key)[0])
+        """The block check as a command of its own (where it cannot go in the script)."""
+        return ("PTTL", self.block_key(key))
 
     @staticmethod
     def blocked_for(reply: Any) -> int:
@@ -466,14 +478,48 @@ def unblock_pattern(prefix: str, key: str | bytes) -> str:
 
 class Guard:
     """What runs in front of a limiter's decisions: allow and deny lists, the refusal cache
-    (a :class:`Screen`) and a penalty. Built only when one of them is configured."""
+    (a :class:`Screen`) and a penalty. Built when one of them is configured, and for a call
+    given its own ``penalty=``."""
 
-    def __init__(self, screen: Screen | None, penalties: Penalties | None) -> None:
+    def __init__(
+        self,
+        screen: Screen | None,
+        penalties: Penalties | None,
+        prefix: str = "redcount:lim",
+        unavailable: Callable[[BaseException], Decision] | None = None,
+    ) -> None:
         self.screen = screen
         self.penalties = penalties
+        self.prefix = prefix
+        # What a call whose store failed decides (the limiter's on_unavailable); default: raise.
+        self.unavailable = unavailable if unavailable is not None else _reraise
         # With a penalty, every refusal of the store must reach it (to be counted), so the
         # cache keeps only blocks (refusals during a block do not count anyway).
         self.cache_refusals = penalties is None
+        self._per_call: dict[Penalty, Penalties] = {}
+
+    def penalties_for(self, penalty: object) -> Penalties | None:
+        """A call's penalty state: ``None`` is the limiter's penalty, ``False`` none, a
+        :class:`Penalty` that one (under the limiter's prefix: the same block and counts
+        as the limiter's own penalty for the key)."""
+        if penalty is None:
+            return self.penalties
+        if penalty is False:
+            return None
+        if not isinstance(penalty, Penalty):
+            raise TypeError(
+                "penalty must be a redcount.Penalty, None (the limiter's) or False (none for this call), "
+                f"got {penalty!r}"
+            )
+        if self.penalties is not None and self.penalties.penalty == penalty:
+            return self.penalties
+        found = self._per_call.get(penalty)
+        if found is None:
+            found = Penalties(penalty, self.prefix)
+            if len(self._per_call) >= 64:
+                self._per_call.clear()  # bounded; rebuilt on the next call that needs one
+            self._per_call[penalty] = found
+        return found
 
 
 def state_key(key: str | bytes, tag: str | None) -> str | bytes:
@@ -484,33 +530,80 @@ def state_key(key: str | bytes, tag: str | None) -> str | bytes:
     return f"@{{{tag}}}:" + (key.decode("utf-8", "surrogateescape") if isinstance(key, bytes) else key)
 
 
-def _one_key(limit: str | LimitSet, key: str | bytes, cost: int, d: Decision, guard: Guard) -> None:
+def _reraise(error: BaseException) -> Decision:
+    raise error
+
+
+def check_penalty(penalty: object) -> None:
+    """Raises unless ``penalty`` is a per-call ``penalty=`` value: None, False or a Penalty."""
+    if penalty is not None and penalty is not False and not isinstance(penalty, Penalty):
+        raise TypeError(
+            "penalty must be a redcount.Penalty, None (the limiter's) or False (none for this call), "
+            f"got {penalty!r}"
+        )
+
+
+def _one_key(
+    limit: str | LimitSet, key: str | bytes, cost: int, d: Decision, guard: Guard, pen: Penalties | None
+) -> None:
     screen = guard.screen
-    if screen is not None and screen.cache is not None and guard.cache_refusals and not d.allowed:
+    if screen is None or screen.cache is None or d.allowed:
+        return
+    if guard.cache_refusals and pen is None:
         screen.cache.put(limit, key, cost, d)
 
 
-def guarded_sync(guard: Guard, store: Any, methods: dict[str, Callable[..., Any]]) -> dict[str, Callable[..., Any]]:
+def _one_slot(store: Any) -> bool:
+    """Whether one script call can carry every key of a ``hit_all`` and its block keys:
+    true on a single server and on memory://, not on a cluster."""
+    try:
+        return len(store.nodes()) == 1
+    except Exception:  # a store without nodes(): keep the separate check
+        return False
+
+
+def guarded_sync(
+    guard: Guard, store: Any, methods: dict[str, Callable[..., Any]], core: Any = None
+) -> dict[str, Callable[..., Any]]:
     """The sync limiter's ``hit``, ``test``, ``hit_all``, ``test_all`` and ``reset`` with the
-    guard in front (``methods`` are the unguarded ones)."""
-    screen, pen = guard.screen, guard.penalties
+    guard in front (``methods`` are the unguarded ones; ``core`` the limiter's core object,
+    whose ``_gated`` calls check a penalty's block in the decision's own round trip)."""
+    screen = guard.screen
     execute, execute_many = store.execute, store.execute_many
+    unavailable = guard.unavailable
+    one_slot = _one_slot(store)
 
     def one(call: Callable[..., Decision], charge: bool) -> Callable[..., Decision]:
-        def guarded(limit: str | LimitSet, key: str | bytes, cost: int = 1, **leased: Any) -> Decision:
+        def guarded(
+            limit: str | LimitSet, key: str | bytes, cost: int = 1, *, penalty: object = None, **leased: Any
+        ) -> Decision:
             tag = leased.get("tag")
+            pen = guard.penalties if penalty is None else guard.penalties_for(penalty)
             if screen is not None:
-                d = screen.before(limit, key, cost, tag)
+                d = screen.before(limit, key, cost, tag, pen is not None or guard.cache_refusals)
                 if d is not None:
                     return d
-            if pen is not None:
+            if pen is None:
+                d = call(limit, key, cost, **leased)
+            elif core is not None and leased.get("lease") is None and tag is None:
+                # One round trip: the block check inside the decision's script call.
+                try:
+                    r = core._gated(limit, key, cost, pen.block_key(key), charge)
+                except StoreConnectionError as e:
+                    return unavailable(e)
+                if r.__class__ is int:
+                    return blocked(screen, limit, key, r)
+                d = r
+            else:
+                # A leased hit admits locally, and a state under a tag (tag=) may sit in another
+                # slot than the key's block: their block check stays a PTTL of its own.
                 try:
                     ms = execute(*pen.gate(key))
                 except StoreConnectionError:
                     ms = 0  # the decision itself meets the failure, under on_unavailable
                 if isinstance(ms, int) and ms > 0:
                     return blocked(screen, limit, key, ms)
-            d = call(limit, key, cost, **leased)
+                d = call(limit, key, cost, **leased)
             if d.allowed or d.unavailable:
                 return d
             if pen is not None and charge:
@@ -520,27 +613,42 @@ def guarded_sync(guard: Guard, store: Any, methods: dict[str, Callable[..., Any]
                     ms = 0  # the refusal stands, uncounted
                 if ms > 0:
                     return blocked(screen, limit, key, ms)
-            _one_key(limit, state_key(key, tag), cost, d, guard)
+            _one_key(limit, state_key(key, tag), cost, d, guard, pen)
             return d
 
         return guarded
 
     def many(call: Callable[..., Decision], charge: bool) -> Callable[..., Decision]:
-        def guarded(items: Iterable[Item], cost: int = 1, *, tag: str | None = None) -> Decision:
+        def guarded(
+            items: Iterable[Item], cost: int = 1, *, tag: str | None = None, penalty: object = None
+        ) -> Decision:
+            pen = guard.penalties if penalty is None else guard.penalties_for(penalty)
             rest = list(items)
             if screen is not None:
-                d, rest = screen.before_all(rest, cost, tag)
+                d, rest = screen.before_all(rest, cost, tag, pen is not None or guard.cache_refusals)
                 if d is not None:
                     return d
-            if pen is not None and rest:
+            if pen is not None and rest and core is not None and one_slot:
+                # One round trip: every key's block checked inside the one script call.
                 try:
-                    waits = execute_many([pen.gate(k) for _, k in rest])
-                except StoreConnectionError:
-                    waits = []
-                longest = max((w for w in waits if isinstance(w, int)), default=0)
-                if longest > 0:
-                    return blocked_decision(rest[0][0], longest)
-            d = call(rest, cost, tag=tag)
+                    r = core._gated_all(rest, cost, tag, [pen.block_key(k) for _, k in rest], charge)
+                except StoreConnectionError as e:
+                    return unavailable(e)
+                if r.__class__ is int:
+                    return blocked_decision(rest[0][0], r)
+                d = r
+            else:
+                if pen is not None and rest:
+                    # A cluster decides keys of several slots: the block check is a batch of
+                    # its own before the decision.
+                    try:
+                        waits = execute_many([pen.gate(k) for _, k in rest])
+                    except StoreConnectionError:
+                        waits = []
+                    longest = max((w for w in waits if isinstance(w, int)), default=0)
+                    if longest > 0:
+                        return blocked_decision(rest[0][0], longest)
+                d = call(rest, cost, tag=tag)
             if d.allowed or d.unavailable:
                 return d
             if pen is not None and charge and d.refused_by is not None:
@@ -550,7 +658,7 @@ def guarded_sync(guard: Guard, store: Any, methods: dict[str, Callable[..., Any]
                     ms = 0
                 if ms > 0:
                     return blocked_decision(rest[0][0], ms)
-            if screen is not None and guard.cache_refusals:
+            if screen is not None and guard.cache_refusals and pen is None:
                 screen.after_all(rest, cost, d, tag)
             return d
 
@@ -575,12 +683,24 @@ def guarded_sync(guard: Guard, store: Any, methods: dict[str, Callable[..., Any]
     }
 
 
-def guarded_async(guard: Guard, store: Any, methods: dict[str, Callable[..., Any]]) -> dict[str, Callable[..., Any]]:
+def guarded_async(
+    guard: Guard,
+    store: Any,
+    methods: dict[str, Callable[..., Any]],
+    core: Any = None,
+    unavailable: Callable[[BaseException], Decision] | None = None,
+) -> dict[str, Callable[..., Any]]:
     """The coroutine twins of :func:`guarded_sync` (``methods`` are coroutine functions;
-    any of the five, each guarded as its sync twin)."""
-    from ._aio_runtime import OpFuture
+    any of the five, each guarded as its sync twin; ``unavailable`` the async limiter's
+    on_unavailable, when it differs from the guard's)."""
+    from ._aio_runtime import OpFuture, engine_method
 
-    screen, pen = guard.screen, guard.penalties
+    screen = guard.screen
+    if unavailable is None:
+        unavailable = guard.unavailable
+    one_slot = _one_slot(store)
+    gated = engine_method(core, "_gated", store) if core is not None else None
+    gated_all = engine_method(core, "_gated_all", store) if core is not None else None
 
     async def execute(*args: Any) -> Any:
         r = _core.execute_async(store, *args)
@@ -590,66 +710,96 @@ def guarded_async(guard: Guard, store: Any, methods: dict[str, Callable[..., Any
         r = _core.execute_many_async(store, commands)
         return (await r) if r.__class__ is OpFuture else r
 
-    async def penalty(keys: list[str]) -> Any:
-        assert pen is not None
+    async def penalty_step(pen: Penalties, keys: list[str]) -> Any:
         r = _core._penalty_async(store, keys, pen.args)
         return (await r) if r.__class__ is OpFuture else r
 
     def one(call: Callable[..., Any], charge: bool) -> Callable[..., Any]:
-        async def guarded(limit: str | LimitSet, key: str | bytes, cost: int = 1, **leased: Any) -> Decision:
+        async def guarded(
+            limit: str | LimitSet, key: str | bytes, cost: int = 1, *, penalty: object = None, **leased: Any
+        ) -> Decision:
             tag = leased.get("tag")
+            pen = guard.penalties if penalty is None else guard.penalties_for(penalty)
             if screen is not None:
-                d = screen.before(limit, key, cost, tag)
+                d = screen.before(limit, key, cost, tag, pen is not None or guard.cache_refusals)
                 if d is not None:
                     return d
-            if pen is not None:
+            got: Decision
+            if pen is None:
+                got = await call(limit, key, cost, **leased)
+            elif gated is not None and leased.get("lease") is None and tag is None:
+                try:
+                    r = gated(limit, key, cost, pen.block_key(key), charge)
+                    if r.__class__ is OpFuture:
+                        r = await r
+                except StoreConnectionError as e:
+                    return unavailable(e)
+                if r.__class__ is int:
+                    return blocked(screen, limit, key, r)
+                got = r
+            else:
                 try:
                     ms = await execute(*pen.gate(key))
                 except StoreConnectionError:
                     ms = 0
                 if isinstance(ms, int) and ms > 0:
                     return blocked(screen, limit, key, ms)
-            got: Decision = await call(limit, key, cost, **leased)
+                got = await call(limit, key, cost, **leased)
             if got.allowed or got.unavailable:
                 return got
             if pen is not None and charge:
                 try:
-                    ms = pen.blocked_for(await penalty(pen.keys(key)))
+                    ms = pen.blocked_for(await penalty_step(pen, pen.keys(key)))
                 except StoreConnectionError:
                     ms = 0
                 if ms > 0:
                     return blocked(screen, limit, key, ms)
-            _one_key(limit, state_key(key, tag), cost, got, guard)
+            _one_key(limit, state_key(key, tag), cost, got, guard, pen)
             return got
 
         return guarded
 
     def many(call: Callable[..., Any], charge: bool) -> Callable[..., Any]:
-        async def guarded(items: Iterable[Item], cost: int = 1, *, tag: str | None = None) -> Decision:
+        async def guarded(
+            items: Iterable[Item], cost: int = 1, *, tag: str | None = None, penalty: object = None
+        ) -> Decision:
+            pen = guard.penalties if penalty is None else guard.penalties_for(penalty)
             rest = list(items)
             if screen is not None:
-                d, rest = screen.before_all(rest, cost, tag)
+                d, rest = screen.before_all(rest, cost, tag, pen is not None or guard.cache_refusals)
                 if d is not None:
                     return d
-            if pen is not None and rest:
+            got: Decision
+            if pen is not None and rest and gated_all is not None and one_slot:
                 try:
-                    waits = await execute_many([pen.gate(k) for _, k in rest])
-                except StoreConnectionError:
-                    waits = []
-                longest = max((w for w in waits if isinstance(w, int)), default=0)
-                if longest > 0:
-                    return blocked_decision(rest[0][0], longest)
-            got: Decision = await call(rest, cost, tag=tag)
+                    r = gated_all(rest, cost, tag, [pen.block_key(k) for _, k in rest], charge)
+                    if r.__class__ is OpFuture:
+                        r = await r
+                except StoreConnectionError as e:
+                    return unavailable(e)
+                if r.__class__ is int:
+                    return blocked_decision(rest[0][0], r)
+                got = r
+            else:
+                if pen is not None and rest:
+                    try:
+                        waits = await execute_many([pen.gate(k) for _, k in rest])
+                    except StoreConnectionError:
+                        waits = []
+                    longest = max((w for w in waits if isinstance(w, int)), default=0)
+                    if longest > 0:
+                        return blocked_decision(rest[0][0], longest)
+                got = await call(rest, cost, tag=tag)
             if got.allowed or got.unavailable:
                 return got
             if pen is not None and charge and got.refused_by is not None:
                 try:
-                    ms = pen.blocked_for(await penalty(pen.keys(got.refused_by[1])))
+                    ms = pen.blocked_for(await penalty_step(pen, pen.keys(got.refused_by[1])))
                 except StoreConnectionError:
                     ms = 0
                 if ms > 0:
                     return blocked_decision(rest[0][0], ms)
-            if screen is not None and guard.cache_refusals:
+            if screen is not None and guard.cache_refusals and pen is None:
                 screen.after_all(rest, cost, got, tag)
             return got
 

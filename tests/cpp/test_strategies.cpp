@@ -3,6 +3,7 @@
 // and, when REDCOUNT_TEST_REDIS_URL is set, every Lua script against its native twin.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <functional>
@@ -16,6 +17,7 @@
 #include "redcount/common/clock.h"
 #include "redcount/common/errors.h"
 #include "redcount/counters/fixed_window.h"
+#include "redcount/limiters/gate.h"
 #include "redcount/limiters/limiter.h"
 #include "redcount/crdt/pn_counter.h"
 #include "redcount/sharded/quota.h"
@@ -65,6 +67,40 @@ TEST_P(StrategyTest, AdmitsTheLimitThenRefusesAndStoresNothing) {
   EXPECT_GT(d.retry_after_ms, 0);
   EXPECT_EQ(rctest::keys(*store_), before);
   for (const auto& k : rctest::keys(*store_)) EXPECT_GT(rctest::run(*store_, {"PTTL", k}).integer, 0) << k;
+}
+
+// A penalty's block key folded into the decision's script call (gate.h): while it lives,
+// hit, test, hit_all and test_all are refused with its remainder and nothing is read or
+// written; once it is gone they decide as usual, in the same single request.
+TEST_P(StrategyTest, APenaltyGateRefusesWithoutTouchingState) {
+  auto lim = make(GetParam());
+  const auto limits = parse_limits("4/minute;10/hour");
+  const std::vector<KeyedLimits> items{{limits, "other"}, {limits, "k"}};
+  const std::string gate = "rl:pen:{k}:b";
+  EXPECT_THROW(make_gated(lim->make_hit(limits, "k", 1), {}), InvalidArgument);
+  Gated open = run(*store_, *make_gated(lim->make_hit(limits, "k", 1), {gate}));
+  ASSERT_TRUE(open.decision);
+  EXPECT_TRUE(open.decision->allowed);
+  EXPECT_EQ(open.blocked_ms, 0);
+  const auto before = rctest::keys(*store_);
+  rctest::run(*store_, {"SET", gate, "1", "PX", "5000"});
+  for (auto op : {make_gated(lim->make_hit(limits, "k", 1), {gate}), make_gated(lim->make_test(limits, "k", 1), {gate}),
+                  make_gated(lim->make_hit_all(items, 1, {}), {"rl:pen:{other}:b", gate}),
+                  make_gated(lim->make_test_all(items, 1, {}), {"rl:pen:{other}:b", gate})}) {
+    const Gated g = run(*store_, *op);
+    EXPECT_FALSE(g.decision);
+    EXPECT_EQ(g.blocked_ms, 5000);
+  }
+  auto after = rctest::keys(*store_);
+  after.erase(std::remove(after.begin(), after.end(), gate), after.end());
+  EXPECT_EQ(after, before);  // nothing written by the refused calls
+  EXPECT_EQ(lim->stats(limits, "k")[0].count, 1);
+  EXPECT_EQ(lim->stats(limits, "other")[0].count, 0);
+  clock_->advance(5000);  // the block ends
+  const Gated g = run(*store_, *make_gated(lim->make_hit_all(items, 1, {}), {"rl:pen:{other}:b", gate}));
+  ASSERT_TRUE(g.decision);
+  EXPECT_TRUE(g.decision->allowed);
+  EXPECT_EQ(lim->stats(limits, "k")[0].count, 2);
 }
 
 TEST_P(StrategyTest, WaitingRetryAfterAdmits) {
@@ -944,6 +980,49 @@ TEST_F(LuaTwinTest, ACommandFailingInsideAScriptIsAScriptErrorOnBothStores) {
 // the general path does, which works on the value it reads: near 2^53, where Lua's numbers
 // stop being exact, on a denied hit (the count taken back, its TTL kept), and on a cost
 // past the limit (nothing stored).
+// The gate at the head of each hit script (a penalty's block keys after the limits' keys)
+// answers alike from the Lua text and from the native twins, blocked or not.
+TEST_F(LuaTwinTest, ThePenaltyGateAnswersAlikeOnBothStores) {
+  static auto clock = std::make_shared<ManualClock>(kT0);
+  static auto scratch = rctest::memory_store(clock);
+  clock->set(wall_ms());
+  for (const std::string& strategy : kRate) {
+    LimiterOptions o;
+    o.prefix = "gt";
+    auto lim = make_limiter(scratch, strategy, o);
+    const auto limits = parse_limits("3/minute;5/hour");
+    for (const std::int64_t block : {0, 30'000}) {
+      for (Store* s : {static_cast<Store*>(redis_.get()), static_cast<Store*>(memory_.get())}) {
+        rctest::run(*s, {"DEL", "gt:pen:{a}:b", "gt:pen:{b}:b"});
+        if (block > 0) rctest::run(*s, {"SET", "gt:pen:{b}:b", "1", "PX", std::to_string(block)});
+      }
+      auto batch = make_gated(lim->make_hit(limits, "a", 1), {"gt:pen:{a}:b", "gt:pen:{b}:b"})->prepare();
+      ASSERT_EQ(batch.size(), 1u) << strategy;
+      const ScriptCall& call = std::get<ScriptCall>(batch[0]);
+      EXPECT_FALSE(call.typed) << strategy;
+      EXPECT_EQ(call.args.back(), "gate:2") << strategy;
+      const Reply r = redis_->execute_one(call);
+      const Reply m = memory_->execute_one(call);
+      const std::string what = strategy + " block=" + std::to_string(block);
+      if (block > 0) {
+        ASSERT_EQ(r.elements.size(), 2u) << what << ": " << r.str;
+        ASSERT_EQ(m.elements.size(), 2u) << what << ": " << m.str;
+        EXPECT_EQ(r.elements[0].integer, -1) << what;
+        EXPECT_EQ(m.elements[0].integer, -1) << what;
+        EXPECT_NEAR(static_cast<double>(r.elements[1].integer), static_cast<double>(m.elements[1].integer), 1000)
+            << what;
+      } else {
+        expect_same(r, m, what);
+      }
+    }
+  }
+  for (const char* bad : {"gate:0", "gate:x", "gate:2"}) {  // never sent: both refuse it
+    const ScriptCall c{&kGcraScript, {"gt:x:{z}"}, {"", "hit", "1", "1000", "5", bad}};
+    EXPECT_TRUE(redis_->execute_one(c).is_error()) << bad;
+    EXPECT_TRUE(memory_->execute_one(c).is_error()) << bad;
+  }
+}
+
 TEST_F(LuaTwinTest, OneLimitHitsDecideAndStoreAlikeOnBothStores) {
   const std::string deadline = std::to_string(wall_ms() + 60'000);
   auto as_int = [](const Reply& r) {
