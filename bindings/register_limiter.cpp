@@ -413,15 +413,20 @@ void register_limiter(py::module_& m) {
           "Seconds a lease may hold units before they go back to the store.")
       .def(
           "test",
-          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost) {
+          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost, py::handle lease) {
             auto limits = h.limits(limit);
             const std::string k = text_arg(key, "key");
             const std::int64_t c = int_arg(cost, "cost");
+            if (!lease.is_none()) {
+              (void)h.lease_units(limits->limits, k, c, lease);
+              if (auto d = h.leases->peek_local(limits->limits, k, c)) return *d;
+            }
             NetworkWait wait(h.memory);
             return h.strategy->test(limits->limits, k, c);
           },
-          py::arg("limit"), py::arg("key"), py::arg("cost") = 1,
-          "What hit() would decide now, without charging anything.")
+          py::arg("limit"), py::arg("key"), py::arg("cost") = 1, py::kw_only(), py::arg("lease") = py::none(),
+          "What hit() would decide now, without charging anything. `lease=N`: answered from this "
+          "process's lease of the key when it holds `cost` units, else by the store; never takes a lease.")
       .def(
           "stats",
           [](LimiterHandle& h, py::handle limit, py::handle key) {
@@ -560,12 +565,18 @@ void register_limiter(py::module_& m) {
           py::arg("limit"), py::arg("key"), py::arg("cost") = 1, py::kw_only(), py::arg("lease") = py::none())
       .def(
           "test_async",
-          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost) {
+          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost, py::handle lease) {
             auto limits = h.limits(limit);
-            auto op = h.strategy->make_test(limits->limits, text_arg(key, "key"), int_arg(cost, "cost"));
+            const std::string k = text_arg(key, "key");
+            const std::int64_t c = int_arg(cost, "cost");
+            if (!lease.is_none()) {
+              (void)h.lease_units(limits->limits, k, c, lease);
+              if (auto d = h.leases->peek_local(limits->limits, k, c)) return py::cast(*d);
+            }
+            auto op = h.strategy->make_test(limits->limits, k, c);
             return aio::submit_async(h.store, std::move(op), [](Decision& d) { return py::cast(d); });
           },
-          py::arg("limit"), py::arg("key"), py::arg("cost") = 1)
+          py::arg("limit"), py::arg("key"), py::arg("cost") = 1, py::kw_only(), py::arg("lease") = py::none())
       .def(
           "stats_async",
           [](LimiterHandle& h, py::handle limit, py::handle key) {

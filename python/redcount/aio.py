@@ -49,7 +49,14 @@ from ._retry import CLOSE_TIMEOUT
 from .counters import FixedWindowCounter as _SyncFixedWindowCounter
 from .errors import ConnectionError as _StoreConnectionError
 from .errors import InvalidInputError
-from .limiter import Item, OnUnavailable, check_on_unavailable, slots_taken, unavailable_decision
+from .limiter import (
+    Item,
+    OnUnavailable,
+    check_on_unavailable,
+    refuse_lease_all,
+    slots_taken,
+    unavailable_decision,
+)
 from .limiter import Limiter as _SyncLimiter
 from .pn import PNCounter as _SyncPNCounter
 from .policies import SCREENED, guarded_async, unblock_async
@@ -454,17 +461,24 @@ class Limiter:
         except _StoreConnectionError as e:
             return unavailable_decision(self.on_unavailable, e)
 
-    async def test(self, limit: str | LimitSet, key: str | bytes, cost: int = 1) -> Decision:
-        """What :meth:`hit` would decide now, without charging anything."""
+    async def test(
+        self, limit: str | LimitSet, key: str | bytes, cost: int = 1, *, lease: int | None = None
+    ) -> Decision:
+        """What :meth:`hit` would decide now, without charging anything. ``lease=N``: from this
+        process's lease of ``key`` when it holds ``cost`` units (no round trip), else by the
+        store; never takes a lease (as :meth:`redcount.Limiter.test`)."""
         try:
-            r = self._test(limit, key, cost)
+            r = self._test(limit, key, cost) if lease is None else self._test(limit, key, cost, lease=lease)
             return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
         except _StoreConnectionError as e:
             return unavailable_decision(self.on_unavailable, e)
 
-    async def hit_all(self, items: Iterable[Item], cost: int = 1, *, tag: str | None = None) -> Decision:
+    async def hit_all(
+        self, items: Iterable[Item], cost: int = 1, *, tag: str | None = None, lease: int | None = None
+    ) -> Decision:
         """One decision across several ``(limit, key)`` pairs, all or nothing, in one round
-        trip: see :meth:`redcount.Limiter.hit_all`."""
+        trip: see :meth:`redcount.Limiter.hit_all` (which refuses ``lease=`` as this does)."""
+        refuse_lease_all(lease)
         try:
             r = self._hit_all(items, cost, tag=tag)
             return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]

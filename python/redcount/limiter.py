@@ -57,6 +57,18 @@ def unavailable_decision(policy: OnUnavailable, error: BaseException) -> Decisio
     return Decision._without_store(policy == "allow", UNAVAILABLE_RETRY_AFTER)
 
 
+def refuse_lease_all(lease: object) -> None:
+    """``hit_all(..., lease=N)`` raises :class:`~redcount.InvalidInputError`: a lease is one
+    (limit, key)'s units held by this process, decided apart from the store, so a call
+    across several keys could not take from some leases and charge the others in one
+    all-or-nothing step. Lease the hot key with :meth:`Limiter.hit` instead."""
+    if lease is not None:
+        raise InvalidInputError(
+            "hit_all() takes no lease=: the leases of several keys are held apart from the store and "
+            "cannot be charged together all or nothing; call hit(limit, key, lease=N) for the hot key"
+        )
+
+
 def _guard_sync(call: Callable[..., Decision], policy: OnUnavailable) -> Callable[..., Decision]:
     def guarded(limit: str | LimitSet, key: str | bytes, cost: int = 1, **leased: int | None) -> Decision:
         try:
@@ -255,14 +267,24 @@ class Limiter:
         """Seconds a lease may hold units before they go back to the store."""
         return self._core.lease_ttl
 
-    def test(self, limit: str | LimitSet, key: str | bytes, cost: int = 1) -> Decision:
-        """What :meth:`hit` would decide now, without charging anything."""
+    def test(
+        self, limit: str | LimitSet, key: str | bytes, cost: int = 1, *, lease: int | None = None
+    ) -> Decision:
+        """What :meth:`hit` would decide now, without charging anything.
+
+        ``lease=N``: answered from this process's lease of ``key`` (the one ``hit(...,
+        lease=N)`` takes) when it holds ``cost`` units now, with no round trip; else by the
+        store, as without ``lease=``. A test never takes a lease."""
         try:
-            return self._core.test(limit, key, cost)
+            if lease is None:
+                return self._core.test(limit, key, cost)
+            return self._core.test(limit, key, cost, lease=lease)
         except StoreConnectionError as e:
             return unavailable_decision(self.on_unavailable, e)
 
-    def hit_all(self, items: Iterable[Item], cost: int = 1, *, tag: str | None = None) -> Decision:
+    def hit_all(
+        self, items: Iterable[Item], cost: int = 1, *, tag: str | None = None, lease: int | None = None
+    ) -> Decision:
         """One decision across several keys: charge ``cost`` against every ``(limit, key)``
         of ``items`` if all of their limits allow it, else against none::
 
@@ -281,7 +303,11 @@ class Limiter:
         a key's state under a tag is separate from its untagged state, so use one tag per
         key consistently. One limit per window per key (the amount is not part of the
         key). Every strategy but ``"concurrency"``. Bad input raises
-        :class:`~redcount.InvalidInputError` before anything is stored."""
+        :class:`~redcount.InvalidInputError` before anything is stored.
+
+        ``lease=`` is refused (:class:`~redcount.InvalidInputError`): :func:`refuse_lease_all`
+        says why."""
+        refuse_lease_all(lease)
         try:
             return self._core.hit_all(items, cost, tag=tag)
         except StoreConnectionError as e:

@@ -515,7 +515,11 @@ def guarded_sync(guard: Guard, store: Any, methods: dict[str, Callable[..., Any]
         return guarded
 
     def many(call: Callable[..., Decision], charge: bool) -> Callable[..., Decision]:
-        def guarded(items: Iterable[Item], cost: int = 1, *, tag: str | None = None) -> Decision:
+        def guarded(
+            items: Iterable[Item], cost: int = 1, *, tag: str | None = None, **leased: int | None
+        ) -> Decision:
+            if leased:  # the limiter's own call says what is wrong with them (hit_all refuses lease=)
+                return call(items, cost, tag=tag, **leased)
             rest = list(items)
             if screen is not None:
                 d, rest = screen.before_all(rest, cost)
@@ -610,7 +614,12 @@ def guarded_async(guard: Guard, store: Any, methods: dict[str, Callable[..., Any
         return guarded
 
     def many(call: Callable[..., Any], charge: bool) -> Callable[..., Any]:
-        async def guarded(items: Iterable[Item], cost: int = 1, *, tag: str | None = None) -> Decision:
+        async def guarded(
+            items: Iterable[Item], cost: int = 1, *, tag: str | None = None, **leased: int | None
+        ) -> Decision:
+            if leased:  # the limiter's own call says what is wrong with them (hit_all refuses lease=)
+                refused: Decision = await call(items, cost, tag=tag, **leased)
+                return refused
             rest = list(items)
             if screen is not None:
                 d, rest = screen.before_all(rest, cost)

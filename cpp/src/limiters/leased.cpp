@@ -21,10 +21,37 @@
 
 namespace redcount {
 
+const char* lease_refusal(std::string_view strategy) noexcept {
+  // A leased unit is charged when the lease is taken and admitted later, in the process.
+  // That admits nothing past the limit only when the strategy's count of the charge is
+  // still in force at every time the unit may be admitted; the reasons below say where
+  // that fails.
+  if (strategy == "fixed-window") return nullptr;  // the charge counts until the window ends: leases end with it
+  if (strategy == "token-bucket" || strategy == "gcra") {
+    return "the bucket refills while a process holds the tokens it took, and the store does not count held "
+           "tokens: a bucket that refills to full while they are held would then admit a full burst on top of "
+           "them (more than the capacity at once)";
+  }
+  if (strategy == "sliding-window") {
+    return "a leased unit admitted after it was charged falls in windows that no longer count its entry, and "
+           "a later hit shortens the log's expiry below the lease's end";
+  }
+  if (strategy == "sliding-window-approx") {
+    return "its lease operation (charging the current sub-window, ending the lease with it) is not "
+           "implemented yet";
+  }
+  if (strategy == "concurrency") {
+    return "it counts requests in flight, not a rate: a slot is held until released, so there is nothing a "
+           "process could take ahead";
+  }
+  return "this strategy has no lease operation";
+}
+
 std::shared_ptr<Op<LeaseGrant>> LimiterStrategy::make_take_lease(const std::vector<RateLimit>&, std::string_view,
                                                                  std::int64_t, std::int64_t, std::vector<Request>) {
-  throw InvalidArgument("lease= works with strategy='fixed-window' only, not '" + std::string(name()) +
-                        "'; call hit() without lease=");
+  const char* why = lease_refusal(name());
+  throw InvalidArgument("lease= works with strategy='fixed-window' only, not '" + std::string(name()) + "': " +
+                        (why ? why : "this strategy has no lease operation") + "; call it without lease=");
 }
 
 namespace detail {
@@ -291,6 +318,10 @@ void LeaseTable::set_ttl_ms(std::int64_t ttl_ms) {
 }
 
 void LeaseTable::check(std::int64_t units) const {
+  if (const char* why = lease_refusal(strategy_.name())) {
+    throw InvalidArgument("lease= works with strategy='fixed-window' only, not '" + std::string(strategy_.name()) +
+                          "': " + why + "; call it without lease=");
+  }
   if (units < 1 || units > kMaxExact) {
     throw InvalidArgument("lease must be a number of units >= 1, got " + std::to_string(units));
   }
@@ -342,6 +373,16 @@ std::optional<Decision> LeaseTable::admit_local(const std::vector<RateLimit>& li
   if (e->units < cost || now >= e->ends_ms) return std::nullopt;
   e->units -= cost;
   return local_decision(*e, now);
+}
+
+std::optional<Decision> LeaseTable::peek_local(const std::vector<RateLimit>& limits, std::string_view key,
+                                               std::int64_t cost) {
+  const std::int64_t now = now_ms();
+  auto e = entry(limits, key, false);
+  if (!e) return std::nullopt;
+  std::lock_guard<std::mutex> g(e->mu);
+  if (e->units < cost || now >= e->ends_ms) return std::nullopt;
+  return local_decision(*e, now);  // remaining: what is left now, as a test by the store reports it
 }
 
 std::vector<Request> LeaseTable::collect_due(std::int64_t now) {

@@ -220,6 +220,25 @@ def policies_of(name: str | None, limits: LimitSet) -> list[Policy]:
     return out
 
 
+def config_lease(value: object, strategy: str, where: str) -> int | None:
+    """The lease of limits from configuration (an app-wide or default limit): None, or an
+    int >= 1, also as a string of digits (an environment variable or a config file). Only
+    ``strategy="fixed-window"`` leases (docs/leased-limits.md says why); others raise
+    :class:`~redcount.InvalidInputError` at start-up rather than on the first request."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidInputError(f"{where} must be an int >= 1 (units per lease) or None, got {value!r}")
+    if strategy != "fixed-window":
+        raise InvalidInputError(
+            f"{where}: leased limits need strategy='fixed-window', this limiter's is {strategy!r} "
+            "(see docs/leased-limits.md)"
+        )
+    return value
+
+
 def _check_name(name: str, where: str) -> str:
     if not isinstance(name, str) or not name or not all(0x20 <= ord(c) < 0x7F for c in name):
         raise InvalidInputError(f"limit name on {where} must be printable ASCII (it goes into headers), got {name!r}")
