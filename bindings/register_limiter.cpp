@@ -201,8 +201,8 @@ PyMethodDef g_fast_hit_def = {
     "hit($self, /, limit, key, cost=1, *, lease=None)\n--\n\n"
     "Charge `cost` against `key` if every limit allows it; return the Decision. `limit` is a "
     "string like '10/minute' or '5/second;100/hour' (parsed once and cached) or a LimitSet. "
-    "`lease=N` (fixed-window): take up to N units at a time into this process and admit from "
-    "them locally (see docs/leased-limits.md)."};
+    "`lease=N` (fixed-window, sliding-window-approx): take up to N units at a time into this "
+    "process and admit from them locally (see docs/leased-limits.md)."};
 
 // Puts fast_hit in front of pybind11's LimiterCore.hit.
 void install_fast_hit(py::handle cls) {
@@ -396,8 +396,8 @@ void register_limiter(py::module_& m) {
           py::arg("limit"), py::arg("key"), py::arg("cost") = 1, py::kw_only(), py::arg("lease") = py::none(),
           "Charge `cost` against `key` if every limit allows it; return the Decision. `limit` is a "
           "string like '10/minute' or '5/second;100/hour' (parsed once and cached) or a LimitSet. "
-          "`lease=N` (fixed-window): take up to N units at a time into this process and admit from "
-          "them locally (see docs/leased-limits.md).")
+          "`lease=N` (fixed-window, sliding-window-approx): take up to N units at a time into this "
+          "process and admit from them locally (see docs/leased-limits.md).")
       .def(
           "return_leases",
           [](LimiterHandle& h) {

@@ -196,7 +196,7 @@ class RateLimiter:
     - ``default``: limits the middleware applies to every request and WebSocket handshake,
       counted once for the whole app.
     - ``lease``: a leased ``default`` limit: each worker takes up to this many units at a
-      time and decides from them locally (``strategy="fixed-window"`` only; see
+      time and decides from them locally (``"fixed-window"`` and ``"sliding-window-approx"`` only; see
       docs/leased-limits.md). Default None: not leased.
     - ``key``: the default key function, a callable of the Starlette request or a
       :class:`redcount.web.RequestKey` (default: the client address).

@@ -235,10 +235,11 @@ class Limiter:
         ``limit`` is a string like ``"10/minute"`` or ``"5/second;100/hour"`` (parsed once and
         cached) or a :class:`LimitSet`.
 
-        ``lease=N`` (``strategy="fixed-window"``): a leased limit for a hot key. The process
-        takes up to N units at a time from the store (at most half of what the window has
-        left, at least ``cost``), charged there at once, and admits from them locally, with
-        no round trip, until they are used up or the window ends. Never admits past the limit
+        ``lease=N`` (``strategy="fixed-window"`` or ``"sliding-window-approx"``): a leased
+        limit for a hot key. The process takes up to N units at a time from the store (at
+        most half of what the window has left, at least ``cost``), charged there at once, and
+        admits from them locally, with no round trip, until they are used up or the window
+        (the approximate sliding window's current sub-bucket) ends. Never admits past the limit
         across processes; units other processes hold unused are refused meanwhile
         (under-admission). Unused units go back after ``lease_ttl`` seconds (default 10; at
         this process's next leased call, or within about a second from a background thread),
@@ -305,8 +306,9 @@ class Limiter:
         key). Every strategy but ``"concurrency"``. Bad input raises
         :class:`~redcount.InvalidInputError` before anything is stored.
 
-        ``lease=`` is refused (:class:`~redcount.InvalidInputError`): :func:`refuse_lease_all`
-        says why."""
+        ``lease=`` is refused (:class:`~redcount.InvalidInputError`): the leases of several
+        keys are units held apart from the store, so one call could not take from some of them
+        and charge the other keys all or nothing. Lease a hot key with :meth:`hit`."""
         refuse_lease_all(lease)
         try:
             return self._core.hit_all(items, cost, tag=tag)

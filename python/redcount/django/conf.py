@@ -118,7 +118,8 @@ DEFAULTS: dict[str, Any] = {
   arguments) for the limiter. See docs/penalties.md.
 - ``LEASE``: leased middleware limits (``DEFAULT_LIMITS`` and ``PATHS``): each process takes
   up to this many units at a time and decides from them locally (``STRATEGY``
-  ``"fixed-window"`` only; see docs/leased-limits.md). Default None: not leased.
+  ``"fixed-window"`` or ``"sliding-window-approx"``; see docs/leased-limits.md). Default None:
+  not leased.
 """
 
 

@@ -310,7 +310,7 @@ def test_bad_input(memory_store: redcount.Store) -> None:
         lim.hit("10/minute", "k", cost=0, lease=5)
     with pytest.raises(redcount.InvalidInputError, match="lease_ttl"):
         redcount.Limiter(memory_store, lease_ttl=0)
-    for strategy in ("sliding-window", "sliding-window-approx", "token-bucket", "gcra"):
+    for strategy in ("sliding-window", "token-bucket", "gcra"):
         other = redcount.Limiter(memory_store, strategy)  # type: ignore[arg-type]
         with pytest.raises(redcount.InvalidInputError, match="fixed-window"):
             other.hit("10/minute", "k", lease=5)
@@ -457,7 +457,6 @@ def test_test_with_lease_checks_its_input(memory_store: redcount.Store) -> None:
         ("token-bucket", "refills while a process holds"),
         ("gcra", "refills while a process holds"),
         ("sliding-window", "no longer count its entry"),
-        ("sliding-window-approx", "not implemented"),
     ],
 )
 def test_strategies_that_cannot_lease_say_why(memory_store: redcount.Store, strategy: str, why: str) -> None:

@@ -121,6 +121,15 @@ def test_flask_lease_setting_is_checked(memory_store: redcount.Store) -> None:
     with pytest.raises(redcount.InvalidInputError, match="fixed-window"):
         redcount.flask.RateLimiter(Flask(__name__), limiter=redcount.Limiter(memory_store, "gcra"),
                                    default="1/hour", lease=4)
+    app = Flask(__name__)
+    approx = redcount.Limiter(memory_store, "sliding-window-approx")
+    redcount.flask.RateLimiter(app, limiter=approx, application="3/hour", lease=4)
+
+    @app.get("/")
+    def index() -> str:
+        return "ok"
+
+    assert [app.test_client().get("/").status_code for _ in range(4)] == [200, 200, 200, 429]
 
 
 def test_fastapi_leased_default_limit(store: redcount.Store) -> None:

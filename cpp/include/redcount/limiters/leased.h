@@ -23,7 +23,8 @@
 // the lease was taken plus the units the process still holds (other processes' later
 // charges are not seen), reset_after is until the lease's window ends.
 //
-// Fixed-window only: every other strategy throws InvalidArgument from check() and
+// Fixed-window and approximate sliding-window limits lease (the latter's leases end with
+// the current sub-bucket); every other strategy throws InvalidArgument from check() and
 // make_take_lease, with the reason it cannot be leased soundly (lease_refusal).
 // After fork() the child starts with an empty table: the parent's units stay the parent's.
 //
@@ -59,11 +60,12 @@ struct LeaseGrant {
   std::int64_t limit = 0;               // the binding limit's amount (fewest units left)
   std::int64_t store_remaining = 0;     // fewest units any limit had left after the charge
   std::vector<std::string> keys;        // the window keys charged
+  std::vector<std::string> fields;      // per key, the hash field charged (else none: string keys)
   Decision refusal;                     // when granted == 0: the store's decision
 };
 
 // Why `strategy` (a LimiterStrategy::name()) cannot be leased without admitting past its
-// limit, or nullptr when it can ("fixed-window").
+// limit, or nullptr when it can ("fixed-window", "sliding-window-approx").
 const char* lease_refusal(std::string_view strategy) noexcept;
 
 namespace detail {
