@@ -236,9 +236,10 @@ PyMethodDef g_fast_hit_def = {
     "hit($self, /, limit, key, cost=1, *, lease=None, tag=None, penalty=None)\n--\n\n"
     "Charge `cost` against `key` if every limit allows it; return the Decision. `limit` is a "
     "string like '10/minute' or '5/second;100/hour' (parsed once and cached) or a LimitSet. "
-    "`lease=N`: take up to N units at a time into this process and admit from them locally "
-    "(see docs/leased-limits.md). `tag`: the key's state under that hash tag, the state "
-    "hit_all(..., tag=) charges. `penalty=`: this call's penalty (see docs/penalties.md)."};
+    "`lease=N` (fixed-window, sliding-window-approx): take up to N units at a time into this "
+    "process and admit from them locally (see docs/leased-limits.md). `tag`: the key's state "
+    "under that hash tag, the state hit_all(..., tag=) charges. `penalty=`: this call's penalty "
+    "(see docs/penalties.md)."};
 
 // Puts fast_hit in front of pybind11's LimiterCore.hit.
 void install_fast_hit(py::handle cls) {
@@ -460,9 +461,10 @@ void register_limiter(py::module_& m) {
           py::arg("tag") = py::none(), py::arg("penalty") = py::none(),
           "Charge `cost` against `key` if every limit allows it; return the Decision. `limit` is a "
           "string like '10/minute' or '5/second;100/hour' (parsed once and cached) or a LimitSet. "
-          "`lease=N`: take up to N units at a time into this process and admit from them locally "
-          "(see docs/leased-limits.md). `tag`: the key's state under that hash tag, the state "
-          "hit_all(..., tag=) charges. `penalty=`: this call's penalty (see docs/penalties.md).")
+          "`lease=N` (fixed-window, sliding-window-approx): take up to N units at a time into this "
+          "process and admit from them locally (see docs/leased-limits.md). `tag`: the key's state "
+          "under that hash tag, the state hit_all(..., tag=) charges. `penalty=`: this call's penalty "
+          "(see docs/penalties.md).")
       .def_readwrite("_penalized", &LimiterHandle::penalized,
                      "What decides a hit with a per-call penalty= (set by redcount.Limiter).")
       .def(
@@ -480,21 +482,29 @@ void register_limiter(py::module_& m) {
           "Seconds a lease may hold units before they go back to the store.")
       .def(
           "test",
-          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost, py::handle tag) {
+          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost, py::handle lease, py::handle tag) {
             auto limits = h.limits(limit);
             const std::string k = text_arg(key, "key");
             const std::int64_t c = int_arg(cost, "cost");
             const std::string t = LimiterHandle::tag_of(tag);
+            LimiterHandle::check_lease_tag(lease, t);
             if (!t.empty()) {
               auto op = h.strategy->make_test(limits->limits, k, c, t);
               NetworkWait wait(h.memory);
               return run(*h.store, *op);
             }
+            if (!lease.is_none()) {
+              (void)h.lease_units(limits->limits, k, c, lease);
+              if (auto d = h.leases->peek_local(limits->limits, k, c)) return *d;
+            }
             NetworkWait wait(h.memory);
             return h.strategy->test(limits->limits, k, c);
           },
-          py::arg("limit"), py::arg("key"), py::arg("cost") = 1, py::kw_only(), py::arg("tag") = py::none(),
-          "What hit() would decide now, without charging anything.")
+          py::arg("limit"), py::arg("key"), py::arg("cost") = 1, py::kw_only(), py::arg("lease") = py::none(),
+          py::arg("tag") = py::none(),
+          "What hit() would decide now, without charging anything. `lease=N`: answered from this "
+          "process's lease of the key when it holds `cost` units, else by the store; never takes a lease. "
+          "`tag`: as in hit().")
       .def(
           "stats",
           [](LimiterHandle& h, py::handle limit, py::handle key, py::handle tag) {
@@ -686,13 +696,21 @@ void register_limiter(py::module_& m) {
           py::arg("tag") = py::none())
       .def(
           "test_async",
-          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost, py::handle tag) {
+          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost, py::handle lease, py::handle tag) {
             auto limits = h.limits(limit);
-            auto op = h.strategy->make_test(limits->limits, text_arg(key, "key"), int_arg(cost, "cost"),
-                                            LimiterHandle::tag_of(tag));
+            const std::string k = text_arg(key, "key");
+            const std::int64_t c = int_arg(cost, "cost");
+            const std::string t = LimiterHandle::tag_of(tag);
+            LimiterHandle::check_lease_tag(lease, t);
+            if (!lease.is_none()) {
+              (void)h.lease_units(limits->limits, k, c, lease);
+              if (auto d = h.leases->peek_local(limits->limits, k, c)) return py::cast(*d);
+            }
+            auto op = h.strategy->make_test(limits->limits, k, c, t);
             return aio::submit_async(h.store, std::move(op), [](Decision& d) { return py::cast(d); });
           },
-          py::arg("limit"), py::arg("key"), py::arg("cost") = 1, py::kw_only(), py::arg("tag") = py::none())
+          py::arg("limit"), py::arg("key"), py::arg("cost") = 1, py::kw_only(), py::arg("lease") = py::none(),
+          py::arg("tag") = py::none())
       .def(
           "stats_async",
           [](LimiterHandle& h, py::handle limit, py::handle key, py::handle tag) {

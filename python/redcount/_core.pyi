@@ -338,7 +338,15 @@ class LimiterCore:
     def lease_ttl(self) -> float: ...
     @lease_ttl.setter
     def lease_ttl(self, ttl: float) -> None: ...
-    def test(self, limit: str | LimitSet, key: str | bytes, cost: int = 1, *, tag: str | None = None) -> Decision: ...
+    def test(
+        self,
+        limit: str | LimitSet,
+        key: str | bytes,
+        cost: int = 1,
+        *,
+        lease: int | None = None,
+        tag: str | None = None,
+    ) -> Decision: ...
     def hit_all(
         self, items: Iterable[tuple[str | LimitSet, str | bytes]], cost: int = 1, *, tag: str | None = None
     ) -> Decision: ...
@@ -382,7 +390,15 @@ class LimiterCore:
         lease: int | None = None,
         tag: str | None = None,
     ) -> Any: ...
-    def test_async(self, limit: str | LimitSet, key: str | bytes, cost: int = 1, *, tag: str | None = None) -> Any: ...
+    def test_async(
+        self,
+        limit: str | LimitSet,
+        key: str | bytes,
+        cost: int = 1,
+        *,
+        lease: int | None = None,
+        tag: str | None = None,
+    ) -> Any: ...
     def hit_all_async(
         self, items: Iterable[tuple[str | LimitSet, str | bytes]], cost: int = 1, *, tag: str | None = None
     ) -> Any: ...

@@ -49,7 +49,14 @@ from ._retry import CLOSE_TIMEOUT
 from .counters import FixedWindowCounter as _SyncFixedWindowCounter
 from .errors import ConnectionError as _StoreConnectionError
 from .errors import InvalidInputError
-from .limiter import Item, OnUnavailable, check_on_unavailable, slots_taken, unavailable_decision
+from .limiter import (
+    Item,
+    OnUnavailable,
+    check_on_unavailable,
+    refuse_lease_all,
+    slots_taken,
+    unavailable_decision,
+)
 from .limiter import Limiter as _SyncLimiter
 from .pn import PNCounter as _SyncPNCounter
 from .policies import SCREENED, Guard, Penalty, check_penalty, guarded_async, unblock_async
@@ -501,10 +508,23 @@ class Limiter:
         except _StoreConnectionError as e:
             return unavailable_decision(self.on_unavailable, e)
 
-    async def test(self, limit: str | LimitSet, key: str | bytes, cost: int = 1, *, tag: str | None = None) -> Decision:
-        """What :meth:`hit` would decide now, without charging anything."""
+    async def test(
+        self,
+        limit: str | LimitSet,
+        key: str | bytes,
+        cost: int = 1,
+        *,
+        lease: int | None = None,
+        tag: str | None = None,
+    ) -> Decision:
+        """What :meth:`hit` would decide now, without charging anything. ``lease=N``: from this
+        process's lease of ``key`` when it holds ``cost`` units (no round trip), else by the
+        store; never takes a lease (as :meth:`redcount.Limiter.test`). ``tag``: as in :meth:`hit`."""
         try:
-            r = self._test(limit, key, cost) if tag is None else self._test(limit, key, cost, tag=tag)
+            if lease is None and tag is None:
+                r = self._test(limit, key, cost)
+            else:
+                r = self._test(limit, key, cost, lease=lease, tag=tag)
             return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
         except _StoreConnectionError as e:
             return unavailable_decision(self.on_unavailable, e)
@@ -516,9 +536,12 @@ class Limiter:
         *,
         tag: str | None = None,
         penalty: Penalty | Literal[False] | None = None,
+        lease: int | None = None,
     ) -> Decision:
         """One decision across several ``(limit, key)`` pairs, all or nothing, in one round
-        trip: see :meth:`redcount.Limiter.hit_all` (``penalty`` as there)."""
+        trip: see :meth:`redcount.Limiter.hit_all` (``penalty`` as there; ``lease=`` refused
+        as there)."""
+        refuse_lease_all(lease)
         if penalty is not None:
             check_penalty(penalty)
             if penalty is not False:

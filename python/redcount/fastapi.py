@@ -60,7 +60,7 @@ from .web.engine import DEFAULT_BUDGET, FailMode, MetricsSink, Verdict, check_st
 from .web.headers import HeaderSets, render
 from .web.outcome import Deduct, deduct_predicate, merge_charged, split_checks
 from .web.settings import Settings, TrustedArg
-from .web.spec import Check, KeyFunc, KeyFunctionError, LimitSpec, Policy, policies_of, resolve_all
+from .web.spec import Check, KeyFunc, KeyFunctionError, LimitSpec, Policy, config_lease, policies_of, resolve_all
 
 __all__ = ["RateLimitExceeded", "RateLimitMiddleware", "RateLimiter", "SentResponse", "rate_limit_exceeded_handler"]
 
@@ -195,6 +195,9 @@ class RateLimiter:
       through its async twin); default: the embedded ``memory://`` store, fixed window.
     - ``default``: limits the middleware applies to every request and WebSocket handshake,
       counted once for the whole app.
+    - ``lease``: a leased ``default`` limit: each worker takes up to this many units at a
+      time and decides from them locally (``"fixed-window"`` and ``"sliding-window-approx"`` only; see
+      docs/leased-limits.md). Default None: not leased.
     - ``key``: the default key function, a callable of the Starlette request or a
       :class:`redcount.web.RequestKey` (default: the client address).
     - ``headers``: ``"ietf"``, ``"legacy"``, ``"retry-after"``, ``"all"`` or ``"none"``, as a
@@ -243,6 +246,7 @@ class RateLimiter:
         deny: Iterable[Entry] | None = None,
         refusal_cache: int = 0,
         penalty: Penalty | dict[str, Any] | None = None,
+        lease: int | None = None,
     ) -> None:
         if limiter is None:
             limiter = aio.Limiter(_connect("memory://"), prefix="redcount:web",
@@ -277,8 +281,11 @@ class RateLimiter:
             check_store(limiter.sync.store)
         if metrics is not None and hasattr(metrics, "watch_store"):
             metrics.watch_store(limiter.sync.store)
+        default_lease = config_lease(lease, limiter.strategy, "RateLimiter(lease=...)")
         self.default: list[LimitSpec] = (
-            [LimitSpec.build(default, name="default", where="RateLimiter(default=...)")] if default else []
+            [LimitSpec.build(default, name="default", where="RateLimiter(default=...)", lease=default_lease)]
+            if default
+            else []
         )
 
     # -- declaring limits ----------------------------------------------------------------

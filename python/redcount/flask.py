@@ -55,7 +55,16 @@ from .web.engine import DEFAULT_BUDGET, FailMode, MetricsSink, Verdict, check_bu
 from .web.headers import HeaderSets, render
 from .web.settings import Settings, TrustedArg
 from .web.outcome import Deduct, deduct_predicate, merge_charged, split_checks
-from .web.spec import Check, KeyFunc, KeyFunctionError, LimitSpec, client_prefix, remote_address, resolve_all
+from .web.spec import (
+    Check,
+    KeyFunc,
+    KeyFunctionError,
+    LimitSpec,
+    client_prefix,
+    config_lease,
+    remote_address,
+    resolve_all,
+)
 
 __all__ = ["RateLimitExceeded", "RateLimiter", "StoreUnavailableError"]
 
@@ -291,6 +300,10 @@ class RateLimiter:
     - ``default`` (``REDCOUNT_DEFAULT``): limits for every route without a limit of its own,
       counted per route. ``application`` (``REDCOUNT_APPLICATION``): limits on every request
       of the app together, counted once across routes.
+    - ``lease`` (``REDCOUNT_LEASE``): a leased limit for ``default`` and ``application``
+      (each worker takes up to this many units at a time and decides from them locally,
+      ``Limiter.hit(..., lease=N)``; ``"fixed-window"`` and ``"sliding-window-approx"`` only; see
+      docs/leased-limits.md). Default None: not leased.
     - ``key``: the default key function (the client address: see ``trusted_proxies``).
     - ``headers`` (``REDCOUNT_HEADERS``): header sets, ``"ietf"``, ``"legacy"``,
       ``"retry-after"``, ``"all"`` or ``"none"`` (default ``"ietf,retry-after"``).
@@ -340,8 +353,10 @@ class RateLimiter:
         allow: Iterable[Entry] | None = None,
         deny: Iterable[Entry] | None = None,
         refusal_cache: int = _UNSET,
+        lease: int | None = _UNSET,
     ) -> None:
         self._args: dict[str, Any] = {
+            "lease": lease,
             "allow": allow,
             "deny": deny,
             "refusal_cache": refusal_cache,
@@ -432,13 +447,16 @@ class RateLimiter:
             settings.metrics.watch_store(limiter.store)
         default = pick("default", "REDCOUNT_DEFAULT", None)
         application = pick("application", "REDCOUNT_APPLICATION", None)
+        lease = config_lease(pick("lease", "REDCOUNT_LEASE", None), limiter.strategy, "REDCOUNT_LEASE (lease=)")
         state = _AppState(
             limiter,
             settings,
-            [LimitSpec.build(default, name="default", per_route=True, where="REDCOUNT_DEFAULT (default=)")]
+            [LimitSpec.build(default, name="default", per_route=True, where="REDCOUNT_DEFAULT (default=)",
+                             lease=lease)]
             if default
             else [],
-            [LimitSpec.build(application, name="application", where="REDCOUNT_APPLICATION (application=)")]
+            [LimitSpec.build(application, name="application", where="REDCOUNT_APPLICATION (application=)",
+                             lease=lease)]
             if application
             else [],
             enabled,

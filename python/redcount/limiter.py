@@ -85,6 +85,16 @@ def _per_call_hit(ref: weakref.ReferenceType[Limiter]) -> Callable[..., Decision
         return limiter._per_call_methods()["hit"](limit, key, cost, penalty=penalty, lease=lease, tag=tag)
 
     return penalized
+def refuse_lease_all(lease: object) -> None:
+    """``hit_all(..., lease=N)`` raises :class:`~redcount.InvalidInputError`: a lease is one
+    (limit, key)'s units held by this process, decided apart from the store, so a call
+    across several keys could not take from some leases and charge the others in one
+    all-or-nothing step. Lease the hot key with :meth:`Limiter.hit` instead."""
+    if lease is not None:
+        raise InvalidInputError(
+            "hit_all() takes no lease=: the leases of several keys are held apart from the store and "
+            "cannot be charged together all or nothing; call hit(limit, key, lease=N) for the hot key"
+        )
 
 
 def _guard_sync(call: Callable[..., Decision], policy: OnUnavailable) -> Callable[..., Decision]:
@@ -276,10 +286,11 @@ class Limiter:
         ``tag`` to :meth:`test`, :meth:`stats`, :meth:`reset`, :meth:`refund`,
         :meth:`reserve` and :meth:`settle` to act on it. Not with ``lease``.
 
-        ``lease=N`` (``strategy="fixed-window"``): a leased limit for a hot key. The process
-        takes up to N units at a time from the store (at most half of what the window has
-        left, at least ``cost``), charged there at once, and admits from them locally, with
-        no round trip, until they are used up or the window ends. Never admits past the limit
+        ``lease=N`` (``strategy="fixed-window"`` or ``"sliding-window-approx"``): a leased
+        limit for a hot key. The process takes up to N units at a time from the store (at
+        most half of what the window has left, at least ``cost``), charged there at once, and
+        admits from them locally, with no round trip, until they are used up or the window
+        (the approximate sliding window's current sub-bucket) ends. Never admits past the limit
         across processes; units other processes hold unused are refused meanwhile
         (under-admission). Unused units go back after ``lease_ttl`` seconds (default 10; at
         this process's next leased call, or within about a second from a background thread),
@@ -317,10 +328,24 @@ class Limiter:
         """Seconds a lease may hold units before they go back to the store."""
         return self._core.lease_ttl
 
-    def test(self, limit: str | LimitSet, key: str | bytes, cost: int = 1, *, tag: str | None = None) -> Decision:
-        """What :meth:`hit` would decide now, without charging anything (``tag``: as in :meth:`hit`)."""
+    def test(
+        self,
+        limit: str | LimitSet,
+        key: str | bytes,
+        cost: int = 1,
+        *,
+        lease: int | None = None,
+        tag: str | None = None,
+    ) -> Decision:
+        """What :meth:`hit` would decide now, without charging anything.
+
+        ``lease=N``: answered from this process's lease of ``key`` (the one ``hit(...,
+        lease=N)`` takes) when it holds ``cost`` units now, with no round trip; else by the
+        store, as without ``lease=``. A test never takes a lease. ``tag``: as in :meth:`hit`."""
         try:
-            return self._core.test(limit, key, cost, tag=tag)
+            if lease is None and tag is None:
+                return self._core.test(limit, key, cost)
+            return self._core.test(limit, key, cost, lease=lease, tag=tag)
         except StoreConnectionError as e:
             return unavailable_decision(self.on_unavailable, e)
 
@@ -345,6 +370,7 @@ class Limiter:
         *,
         tag: str | None = None,
         penalty: Penalty | Literal[False] | None = None,
+        lease: int | None = None,
     ) -> Decision:
         """One decision across several keys: charge ``cost`` against every ``(limit, key)``
         of ``items`` if all of their limits allow it, else against none::
@@ -365,7 +391,12 @@ class Limiter:
         key consistently. One limit per window per key (the amount is not part of the
         key). Every strategy but ``"concurrency"``. Bad input raises
         :class:`~redcount.InvalidInputError` before anything is stored. ``penalty``: this
-        call's penalty, as in :meth:`hit`."""
+        call's penalty, as in :meth:`hit`.
+
+        ``lease=`` is refused (:class:`~redcount.InvalidInputError`): the leases of several
+        keys are units held apart from the store, so one call could not take from some of them
+        and charge the other keys all or nothing. Lease a hot key with :meth:`hit`."""
+        refuse_lease_all(lease)
         if penalty is not None:
             check_penalty(penalty)
             if penalty is not False:

@@ -620,8 +620,15 @@ def guarded_sync(
 
     def many(call: Callable[..., Decision], charge: bool) -> Callable[..., Decision]:
         def guarded(
-            items: Iterable[Item], cost: int = 1, *, tag: str | None = None, penalty: object = None
+            items: Iterable[Item],
+            cost: int = 1,
+            *,
+            tag: str | None = None,
+            penalty: object = None,
+            **leased: int | None,
         ) -> Decision:
+            if leased:  # the limiter's own call says what is wrong with them (hit_all refuses lease=)
+                return call(items, cost, tag=tag, **leased)
             pen = guard.penalties if penalty is None else guard.penalties_for(penalty)
             rest = list(items)
             if screen is not None:
@@ -761,8 +768,16 @@ def guarded_async(
 
     def many(call: Callable[..., Any], charge: bool) -> Callable[..., Any]:
         async def guarded(
-            items: Iterable[Item], cost: int = 1, *, tag: str | None = None, penalty: object = None
+            items: Iterable[Item],
+            cost: int = 1,
+            *,
+            tag: str | None = None,
+            penalty: object = None,
+            **leased: int | None,
         ) -> Decision:
+            if leased:  # the limiter's own call says what is wrong with them (hit_all refuses lease=)
+                refused: Decision = await call(items, cost, tag=tag, **leased)
+                return refused
             pen = guard.penalties if penalty is None else guard.penalties_for(penalty)
             rest = list(items)
             if screen is not None:

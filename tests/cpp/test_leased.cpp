@@ -138,6 +138,62 @@ TEST_F(LeasedTest, OtherStrategiesRefuseLeases) {
   EXPECT_THROW(table->hit(parse_limits("10/minute"), "k", 1, 5), InvalidArgument);
   EXPECT_THROW(leases_->check(0), InvalidArgument);
   EXPECT_THROW(leases_->set_ttl_ms(0), InvalidArgument);
+  EXPECT_NO_THROW(leases_->check(5));
+  EXPECT_EQ(lease_refusal("fixed-window"), nullptr);
+  EXPECT_EQ(lease_refusal("sliding-window-approx"), nullptr);
+  for (const char* strategy : {"sliding-window", "token-bucket", "gcra", "concurrency"}) {
+    ASSERT_NE(lease_refusal(strategy), nullptr) << strategy;
+    auto other = make_limiter(store_, strategy, "rl");
+    auto t = LeaseTable::create(*other);
+    try {
+      t->check(5);
+      ADD_FAILURE() << strategy << " leases";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(lease_refusal(strategy)), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST_F(LeasedTest, TheApproximateSlidingWindowLeasesItsCurrentSubBucket) {
+  LimiterOptions o;
+  o.prefix = "rl";
+  o.sub_buckets = 6;  // 10 s sub-buckets of a minute
+  auto approx = make_limiter(store_, "sliding-window-approx", o);
+  auto table = LeaseTable::create(*approx);
+  const auto limits = parse_limits("100/minute");
+  auto stats = [&] { return approx->stats(limits, "k").front().count; };
+  clock_->set(kT0 / 60'000 * 60'000 + 60'000);  // the start of a minute (and of a sub-bucket)
+  Decision d = table->hit(limits, "k", 1, 10);
+  EXPECT_TRUE(d.allowed);
+  EXPECT_EQ(stats(), 10);
+  EXPECT_EQ(table->held(), 9);
+  EXPECT_EQ(d.reset_after_ms, 10'000);  // the lease ends with the sub-bucket
+  for (int i = 0; i < 9; ++i) EXPECT_TRUE(table->admit_local(limits, "k", 1).has_value());
+  EXPECT_FALSE(table->admit_local(limits, "k", 1).has_value());
+  ASSERT_TRUE(table->hit(limits, "k", 1, 10).allowed);
+  clock_->advance(10'000);  // the next sub-bucket: the lease admits nothing more
+  EXPECT_FALSE(table->admit_local(limits, "k", 1).has_value());
+  EXPECT_EQ(table->give_back_all(), 9);  // to the sub-bucket they were charged to
+  EXPECT_EQ(stats(), 11);
+  int admitted = 11;
+  while (table->hit(limits, "k", 1, 10).allowed) ++admitted;
+  EXPECT_EQ(admitted, 100);
+  EXPECT_EQ(stats(), 100);
+}
+
+TEST_F(LeasedTest, PeekDecidesFromTheLeaseWithoutTakingFromIt) {
+  const auto limits = parse_limits("100/hour");
+  EXPECT_FALSE(leases_->peek_local(limits, "k", 1).has_value());  // no lease: ask the store
+  ASSERT_TRUE(hit(limits, "k", 1, 10).allowed);
+  auto d = leases_->peek_local(limits, "k", 9);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_TRUE(d->allowed);
+  EXPECT_EQ(d->remaining, 90 + 9);
+  EXPECT_FALSE(leases_->peek_local(limits, "k", 10).has_value());  // more than it holds
+  EXPECT_EQ(leases_->held(), 9);
+  clock_->advance(3'600'000);  // the window ended: the lease decides nothing
+  EXPECT_FALSE(leases_->peek_local(limits, "k", 1).has_value());
+  EXPECT_EQ(count(limits, "k"), 0);
 }
 
 }  // namespace

@@ -732,6 +732,15 @@ const std::vector<ParityCase>& parity_cases() {
                            {"lt:{a}:1", rng() % 2 ? "lt:{a}:2" : "lt:{a}:none"},
                            {std::to_string(1 + rng() % 12)}};
        }},
+      {"lease_give_back", false,
+       [](std::mt19937& rng, std::int64_t now, int) {
+         // The approximate sliding window's form: one hash field per key, the sub-bucket the
+         // sliding_approx case charged now, or the one before (or a field never charged).
+         return ScriptCall{&kLeaseGiveBackScript,
+                           {"swa:{a}:1", "swa:{a}:2"},
+                           {std::to_string(1 + rng() % 4), std::to_string(now / 2500 - static_cast<int>(rng() % 3)),
+                            rng() % 4 ? std::to_string(now / 60000) : "none"}};
+       }},
       {"pn_merge", false,
        [](std::mt19937& rng, std::int64_t, int) {
          // Totals near 2^63 as well (compared as text there), a repeated region now and then,

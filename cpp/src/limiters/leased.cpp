@@ -1,5 +1,6 @@
-// Leased limits: the per-process lease table (leased.h) and the fixed-window strategy's
-// lease operation (lease_take.lua, after any lease_give_back.lua calls due).
+// Leased limits: the per-process lease table (leased.h) and the lease operations: the
+// fixed-window strategy's (lease_take.lua) and the approximate sliding window's (its own
+// script, a test then a hit), each after any lease_give_back.lua calls due.
 #include "redcount/limiters/leased.h"
 
 #include <pthread.h>
@@ -21,10 +22,36 @@
 
 namespace redcount {
 
+const char* lease_refusal(std::string_view strategy) noexcept {
+  // A leased unit is charged when the lease is taken and admitted later, in the process.
+  // That admits nothing past the limit only when the strategy's count of the charge is
+  // still in force at every time the unit may be admitted; the reasons below say where
+  // that fails.
+  if (strategy == "fixed-window") return nullptr;  // the charge counts until the window ends: leases end with it
+  if (strategy == "token-bucket" || strategy == "gcra") {
+    return "the bucket refills while a process holds the tokens it took, and the store does not count held "
+           "tokens: a bucket that refills to full while they are held would then admit a full burst on top of "
+           "them (more than the capacity at once)";
+  }
+  if (strategy == "sliding-window") {
+    return "a leased unit admitted after it was charged falls in windows that no longer count its entry, and "
+           "a later hit shortens the log's expiry below the lease's end";
+  }
+  // Its estimate is made of per-sub-bucket counts: units charged to the current sub-bucket
+  // and admitted before it ends are what the same hits one by one would have charged there.
+  if (strategy == "sliding-window-approx") return nullptr;
+  if (strategy == "concurrency") {
+    return "it counts requests in flight, not a rate: a slot is held until released, so there is nothing a "
+           "process could take ahead";
+  }
+  return "this strategy has no lease operation";
+}
+
 std::shared_ptr<Op<LeaseGrant>> LimiterStrategy::make_take_lease(const std::vector<RateLimit>&, std::string_view,
                                                                  std::int64_t, std::int64_t, std::vector<Request>) {
-  throw InvalidArgument("lease= works with strategy='fixed-window' only, not '" + std::string(name()) +
-                        "'; call hit() without lease=");
+  const char* why = lease_refusal(name());
+  throw InvalidArgument("lease= works with strategy='fixed-window' only, not '" + std::string(name()) + "': " +
+                        (why ? why : "this strategy has no lease operation") + "; call it without lease=");
 }
 
 namespace detail {
@@ -128,6 +155,120 @@ std::shared_ptr<Op<LeaseGrant>> make_fixed_window_lease(TimeSource time, std::sh
   return make_clocked_batch<LeaseGrant>(std::move(time), std::move(spec));
 }
 
+namespace {
+
+// The approximate sliding window's lease: a test of `least` by the strategy's own script
+// (what the limits allow now), then a hit of g units at the same time (all or nothing: a
+// race with other callers never over-admits; it is then asked once more for `least`).
+class SubBucketLease final : public Op<LeaseGrant> {
+ public:
+  SubBucketLease(TimeSource time, std::shared_ptr<const ScriptedRules> rules, const std::vector<RateLimit>& limits,
+                 std::string_view key, std::int64_t least, std::int64_t most, std::vector<Request> before)
+      : time_(std::move(time)),
+        spec_{std::move(rules), limits, std::string(key), least, false},
+        least_(least),
+        most_(std::max(most, least)),
+        before_(std::move(before)) {}
+
+  std::vector<Request> prepare() override {
+    if (time_.offset_stale()) {
+      step_ = Step::Sync;
+      return time_.refresh_requests(sent_ms_);
+    }
+    return ask();
+  }
+
+  std::vector<Request> finish(std::vector<Reply> replies) override {
+    // Replies to the give-back calls come first; a failed one is not retried (its units
+    // stay charged to their sub-bucket until it leaves the window: under-admission only).
+    if (step_ == Step::Sync) {
+      time_.refresh_done(replies, sent_ms_);
+      return ask();
+    }
+    if (replies.empty()) throw ProtocolError("lease: no reply");
+    Decision d = spec_.finish(std::move(replies.back()));
+    if (step_ == Step::Test) {
+      if (!d.allowed) return refuse(d);
+      return charge(std::max(least_, std::min(most_, d.remaining / 2)));
+    }
+    if (d.allowed) {
+      grant(d);
+      return {};
+    }
+    if (spec_.cost > least_) return charge(least_);  // others took units meanwhile
+    return refuse(d);
+  }
+
+ private:
+  enum class Step { Sync, Test, Hit };
+
+  std::vector<Request> ask() {
+    at_ = time_.now_ms();
+    step_ = Step::Test;
+    std::vector<Request> out = std::move(before_);
+    before_.clear();
+    out.emplace_back(spec_.call(at_ * spec_.rules->time_scale()));
+    return out;
+  }
+
+  std::vector<Request> charge(std::int64_t g) {
+    step_ = Step::Hit;
+    spec_.cost = g;
+    spec_.hit = true;
+    std::vector<Request> out;
+    out.emplace_back(spec_.call(at_ * spec_.rules->time_scale()));
+    return out;
+  }
+
+  std::vector<Request> refuse(const Decision& d) {
+    LeaseGrant g;
+    g.at_ms = at_;
+    g.refusal = d;
+    complete(std::move(g));
+    return {};
+  }
+
+  void grant(const Decision& d) {
+    LeaseGrant g;
+    g.granted = spec_.cost;
+    g.at_ms = at_;
+    g.limit = d.limit;
+    g.store_remaining = d.remaining;
+    g.window_end_ms = std::numeric_limits<std::int64_t>::max();
+    g.last_window_end_ms = std::numeric_limits<std::int64_t>::min();
+    for (const auto& l : spec_.limits) {
+      // adjust_args: {amount, sub-bucket ms, sub-buckets per window, 0}.
+      const auto a = spec_.rules->adjust_args(l);
+      const std::int64_t b = a[1], k = a[2], cur = at_ / b;
+      g.keys.push_back(spec_.rules->storage_key(l, spec_.key));
+      g.fields.push_back(std::to_string(cur));
+      g.window_end_ms = std::min(g.window_end_ms, (cur + 1) * b);          // admits until then
+      g.last_window_end_ms = std::max(g.last_window_end_ms, (cur + k + 1) * b);  // in the window until then
+    }
+    complete(std::move(g));
+  }
+
+  TimeSource time_;
+  ScriptedSpec<Decision> spec_;
+  std::int64_t least_, most_;
+  std::vector<Request> before_;
+  Step step_ = Step::Test;
+  std::int64_t at_ = 0;
+  std::int64_t sent_ms_ = 0;
+};
+
+}  // namespace
+
+std::shared_ptr<Op<LeaseGrant>> ScriptedLimiter::make_take_lease(const std::vector<RateLimit>& limits,
+                                                                 std::string_view key, std::int64_t least,
+                                                                 std::int64_t most, std::vector<Request> before) {
+  if (lease_refusal(name()) != nullptr) {
+    return LimiterStrategy::make_take_lease(limits, key, least, most, std::move(before));
+  }
+  check(limits, key, least);
+  return std::make_shared<SubBucketLease>(time_, rules_, limits, key, least, most, std::move(before));
+}
+
 }  // namespace detail
 
 struct LeaseTable::Entry {
@@ -141,6 +282,7 @@ struct LeaseTable::Entry {
   std::int64_t limit = 0;
   std::int64_t store_remaining = 0;
   std::vector<std::string> keys;
+  std::vector<std::string> fields;  // per key, the hash field the lease charged (none: string keys)
 };
 
 // Every live table: the fork handlers reset them in the child, and a store's close gives
@@ -170,7 +312,9 @@ struct LeaseFork {
 namespace {
 
 Request give_back_call(const LeaseTable::Entry& e) {
-  return ScriptCall{&kLeaseGiveBackScript, e.keys, {std::to_string(e.units)}};
+  ScriptCall c{&kLeaseGiveBackScript, e.keys, {std::to_string(e.units)}};
+  c.args.insert(c.args.end(), e.fields.begin(), e.fields.end());
+  return c;
 }
 
 // The identity of a lease: the key and the limits' amounts and windows.
@@ -291,6 +435,10 @@ void LeaseTable::set_ttl_ms(std::int64_t ttl_ms) {
 }
 
 void LeaseTable::check(std::int64_t units) const {
+  if (const char* why = lease_refusal(strategy_.name())) {
+    throw InvalidArgument("lease= works with strategy='fixed-window' only, not '" + std::string(strategy_.name()) +
+                          "': " + why + "; call it without lease=");
+  }
   if (units < 1 || units > kMaxExact) {
     throw InvalidArgument("lease must be a number of units >= 1, got " + std::to_string(units));
   }
@@ -342,6 +490,16 @@ std::optional<Decision> LeaseTable::admit_local(const std::vector<RateLimit>& li
   if (e->units < cost || now >= e->ends_ms) return std::nullopt;
   e->units -= cost;
   return local_decision(*e, now);
+}
+
+std::optional<Decision> LeaseTable::peek_local(const std::vector<RateLimit>& limits, std::string_view key,
+                                               std::int64_t cost) {
+  const std::int64_t now = now_ms();
+  auto e = entry(limits, key, false);
+  if (!e) return std::nullopt;
+  std::lock_guard<std::mutex> g(e->mu);
+  if (e->units < cost || now >= e->ends_ms) return std::nullopt;
+  return local_decision(*e, now);  // remaining: what is left now, as a test by the store reports it
 }
 
 std::vector<Request> LeaseTable::collect_due(std::int64_t now) {
@@ -435,6 +593,7 @@ Decision LeaseTable::install(const Refill& refill, const LeaseGrant& grant) {
   e->limit = grant.limit;
   e->store_remaining = grant.store_remaining;
   e->keys = grant.keys;
+  e->fields = grant.fields;
   const bool holds = e->units > 0;
   if (holds) lower(next_due_ms_, e->ends_ms);
   Decision d = local_decision(*e, grant.at_ms);

@@ -264,6 +264,11 @@ class ScriptedLimiter final : public LimiterStrategy {
   std::shared_ptr<Op<Adjustment>> make_settle(const std::vector<RateLimit>& limits, std::string_view key,
                                               std::string_view request_id, std::int64_t actual,
                                               std::string_view tag = {}) override;
+  // leased.cpp: the approximate sliding window leases; the other scripted strategies refuse.
+  std::shared_ptr<Op<LeaseGrant>> make_take_lease(const std::vector<RateLimit>& limits, std::string_view key,
+                                                  std::int64_t least, std::int64_t most,
+                                                  std::vector<Request> before) override;
+  std::int64_t lease_now_ms() const override { return time_.now_ms(); }
 
  private:
   void check(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost) const;

@@ -44,7 +44,7 @@ from ..limiter import Limiter
 from ..policies import AccessLists, config_list, config_penalty, config_size
 from ..web.engine import DEFAULT_BUDGET, check_budget, check_store
 from ..web.settings import Settings
-from ..web.spec import KeyFunc, LimitSpec
+from ..web.spec import KeyFunc, LimitSpec, config_lease
 from .keys import as_key
 
 __all__ = ["DEFAULTS", "ConfigurationError", "State", "get_state", "reset_state"]
@@ -75,6 +75,7 @@ DEFAULTS: dict[str, Any] = {
     "DENY": None,
     "REFUSAL_CACHE": 0,
     "PENALTY": None,
+    "LEASE": None,
 }
 """Every name ``REDCOUNT`` may hold, with its default (the same as the Flask integration's):
 
@@ -115,6 +116,10 @@ DEFAULTS: dict[str, Any] = {
   day). ``REFUSAL_CACHE`` (default 0: off): how many refused keys are answered locally until
   their ``Retry-After``. ``PENALTY``: a :class:`redcount.Penalty` (or a dict of its
   arguments) for the limiter. See docs/penalties.md.
+- ``LEASE``: leased middleware limits (``DEFAULT_LIMITS`` and ``PATHS``): each process takes
+  up to this many units at a time and decides from them locally (``STRATEGY``
+  ``"fixed-window"`` or ``"sliding-window-approx"``; see docs/leased-limits.md). Default None:
+  not leased.
 """
 
 
@@ -141,9 +146,9 @@ def _limits(value: Any, name: str) -> list[str]:
     return list(items)
 
 
-def _spec(limit: str, *, name: str, scope: str, setting: str) -> LimitSpec:
+def _spec(limit: str, *, name: str, scope: str, setting: str, lease: int | None = None) -> LimitSpec:
     try:
-        return LimitSpec.build(limit, name=name, scope=scope, where=f'{SETTING}["{setting}"]')
+        return LimitSpec.build(limit, name=name, scope=scope, where=f'{SETTING}["{setting}"]', lease=lease)
     except InvalidInputError as e:
         raise ConfigurationError(str(e)) from None
 
@@ -305,9 +310,10 @@ def build_state() -> State:
         if metrics is not None and hasattr(metrics, "watch_store"):
             metrics.watch_store(store)
         default_limits = _limits(cfg["DEFAULT_LIMITS"], "DEFAULT_LIMITS")
+        lease = web("LEASE", lambda: config_lease(cfg["LEASE"], limiter.strategy, "the lease"))
         default = [
             _spec(text, name="default" if i == 0 else f"default-{i + 1}", scope="default" if i == 0 else f"default-{i + 1}",
-                  setting="DEFAULT_LIMITS")
+                  setting="DEFAULT_LIMITS", lease=lease)
             for i, text in enumerate(default_limits)
         ]
         paths: list[tuple[str, list[LimitSpec] | None]] = []
@@ -323,7 +329,7 @@ def build_state() -> State:
             texts = _limits(value, f"PATHS']['{pattern}")
             paths.append((pattern, [
                 _spec(text, name=pattern if len(texts) == 1 else f"{pattern}-{i + 1}", scope=f"path:{pattern}#{i}",
-                      setting="PATHS")
+                      setting="PATHS", lease=lease)
                 for i, text in enumerate(texts)
             ]))
         paths.sort(key=lambda item: len(item[0]), reverse=True)

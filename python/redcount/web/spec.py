@@ -220,6 +220,30 @@ def policies_of(name: str | None, limits: LimitSet) -> list[Policy]:
     return out
 
 
+# The strategies whose limits lease (docs/leased-limits.md says why the others do not).
+LEASING_STRATEGIES = ("fixed-window", "sliding-window-approx")
+
+
+def config_lease(value: object, strategy: str, where: str) -> int | None:
+    """The lease of limits from configuration (an app-wide or default limit): None, or an
+    int >= 1, also as a string of digits (an environment variable or a config file). Only
+    ``"fixed-window"`` and ``"sliding-window-approx"`` limiters lease (docs/leased-limits.md
+    says why); others raise :class:`~redcount.InvalidInputError` at start-up rather than on
+    the first request."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidInputError(f"{where} must be an int >= 1 (units per lease) or None, got {value!r}")
+    if strategy not in LEASING_STRATEGIES:
+        raise InvalidInputError(
+            f"{where}: leased limits need strategy='fixed-window' or 'sliding-window-approx', this "
+            f"limiter's is {strategy!r} (see docs/leased-limits.md)"
+        )
+    return value
+
+
 def _check_name(name: str, where: str) -> str:
     if not isinstance(name, str) or not name or not all(0x20 <= ord(c) < 0x7F for c in name):
         raise InvalidInputError(f"limit name on {where} must be printable ASCII (it goes into headers), got {name!r}")
@@ -279,8 +303,9 @@ class LimitSpec:
         policy after its limit (``10-per-60s``). ``per_method``: separate counts per HTTP method. ``per_route``: separate counts per
         endpoint (default limits). ``shadow``: count and report, never refuse.
         ``lease``: a leased limit for a hot key (``Limiter.hit(..., lease=N)``: each process
-        takes up to N units at a time and decides locally; fixed-window limiters only); such
-        a limit is decided on its own, not in one call with the request's other limits."""
+        takes up to N units at a time and decides locally; fixed-window and
+        sliding-window-approx limiters only); such a limit is decided on its own, not in one
+        call with the request's other limits."""
         if name is not None:
             name = _check_name(name, where)
         label = name if name is not None else (limit if isinstance(limit, str) else "dynamic")

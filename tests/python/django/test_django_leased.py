@@ -35,3 +35,30 @@ def test_bad_lease() -> None:
         limit("6/hour", lease=0)
     with pytest.raises(redcount.InvalidInputError, match="lease"):
         limit("6/hour", lease=-2)
+
+
+@pytest.mark.usefixtures("away_from_hour_boundary")
+def test_leased_middleware_limits_from_settings(client: Any, configure: Any, store_url: str) -> None:
+    configure(URL=store_url, DEFAULT_LIMITS="6/hour", LEASE=4)
+    assert [client.get("/plain/").status_code for _ in range(8)] == [200] * 6 + [429] * 2
+    from redcount.django.conf import get_state
+
+    assert get_state().default[0].lease == 4
+    assert get_state().limiter.leased_units == 0
+
+
+@pytest.mark.parametrize("value", [0, "x", 2.5])
+def test_bad_lease_setting_is_named(configure: Any, value: Any) -> None:
+    from redcount.django.conf import build_state
+
+    configure(DEFAULT_LIMITS="6/hour", LEASE=value)
+    with pytest.raises(ConfigurationError, match="LEASE"):
+        build_state()
+
+
+def test_lease_setting_needs_the_fixed_window(configure: Any) -> None:
+    from redcount.django.conf import build_state
+
+    configure(DEFAULT_LIMITS="6/hour", STRATEGY="gcra", LEASE=4)
+    with pytest.raises(ConfigurationError, match="fixed-window"):
+        build_state()

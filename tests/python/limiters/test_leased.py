@@ -310,7 +310,7 @@ def test_bad_input(memory_store: redcount.Store) -> None:
         lim.hit("10/minute", "k", cost=0, lease=5)
     with pytest.raises(redcount.InvalidInputError, match="lease_ttl"):
         redcount.Limiter(memory_store, lease_ttl=0)
-    for strategy in ("sliding-window", "sliding-window-approx", "token-bucket", "gcra"):
+    for strategy in ("sliding-window", "token-bucket", "gcra"):
         other = redcount.Limiter(memory_store, strategy)  # type: ignore[arg-type]
         with pytest.raises(redcount.InvalidInputError, match="fixed-window"):
             other.hit("10/minute", "k", lease=5)
@@ -391,3 +391,101 @@ def test_every_way_of_calling_hit_decides_the_same(store: redcount.Store) -> Non
             lim.hit(*args, **kwargs)
     assert lim.stats("9/hour", "a")[0].count == 8  # the refused calls changed nothing
     lim.return_leases()
+
+
+def test_test_answers_from_the_lease_without_taking_one(clocked: tuple[redcount.Store, redcount.ManualClock]) -> None:
+    store, _ = clocked
+    lim = redcount.Limiter(store)
+    # No lease held: the store answers, and no lease is taken.
+    d = lim.test("100/hour", "k", lease=10)
+    assert d and d.remaining == 100  # a test reports what is left now
+    assert lim.leased_units == 0 and count(lim, "100/hour", "k") == 0
+    assert lim.hit("100/hour", "k", lease=10)
+    assert lim.leased_units == 9 and count(lim, "100/hour", "k") == 10
+    # Held units answer it locally, as the next hit would decide, and nothing is taken:
+    # remaining is what the store had left plus what this process holds.
+    d = lim.test("100/hour", "k", lease=10)
+    assert d and d.remaining == 90 + 9 and d.limit == 100 and 0 < d.reset_after <= 3600
+    assert lim.leased_units == 9
+    d = lim.test("100/hour", "k", cost=9, lease=10)
+    assert d and d.remaining == 99
+    # A cost past what is held asks the store (which has 90 left), still without a lease.
+    d = lim.test("100/hour", "k", cost=10, lease=10)
+    assert d and d.remaining == 90
+    assert lim.leased_units == 9 and count(lim, "100/hour", "k") == 10
+    # The store refuses what it has not left, while the lease still covers what it holds.
+    other = redcount.Limiter(store)
+    while other.hit("100/hour", "k"):
+        pass
+    assert lim.test("100/hour", "k", cost=9, lease=10)
+    assert not lim.test("100/hour", "k", cost=10, lease=10)
+    assert lim.leased_units == 9
+
+
+def test_test_with_lease_async(clocked: tuple[redcount.Store, redcount.ManualClock]) -> None:
+    store, _ = clocked
+
+    async def main() -> None:
+        lim = aio.Limiter(store)
+        d = await lim.test("100/hour", "k", lease=10)
+        assert d and d.remaining == 100 and lim.sync.leased_units == 0
+        assert await lim.hit("100/hour", "k", lease=10)
+        d = await lim.test("100/hour", "k", lease=10)
+        assert d and d.remaining == 99 and lim.sync.leased_units == 9
+        d = await lim.test("100/hour", "k", cost=10, lease=10)
+        assert d and d.remaining == 90
+        with pytest.raises(redcount.InvalidInputError, match="lease"):
+            await lim.test("100/hour", "k", lease=0)
+
+    asyncio.run(main())
+
+
+def test_test_with_lease_checks_its_input(memory_store: redcount.Store) -> None:
+    lim = redcount.Limiter(memory_store)
+    with pytest.raises(redcount.InvalidInputError, match="lease"):
+        lim.test("10/minute", "k", lease=0)
+    with pytest.raises(redcount.InvalidInputError, match="cost"):
+        lim.test("10/minute", "k", cost=11, lease=5)
+    other = redcount.Limiter(memory_store, "gcra")
+    with pytest.raises(redcount.InvalidInputError, match="fixed-window"):
+        other.test("10/minute", "k", lease=5)
+
+
+@pytest.mark.parametrize(
+    ("strategy", "why"),
+    [
+        ("token-bucket", "refills while a process holds"),
+        ("gcra", "refills while a process holds"),
+        ("sliding-window", "no longer count its entry"),
+    ],
+)
+def test_strategies_that_cannot_lease_say_why(memory_store: redcount.Store, strategy: str, why: str) -> None:
+    lim = redcount.Limiter(memory_store, strategy)  # type: ignore[arg-type]
+    for call in (lim.hit, lim.test):
+        with pytest.raises(redcount.InvalidInputError, match=why):
+            call("10/minute", "k", lease=5)
+    assert lim.leased_units == 0
+    assert lim.stats("10/minute", "k")[0].count == 0  # nothing charged
+
+    async def main() -> None:
+        alim = aio.Limiter.from_sync(lim)
+        with pytest.raises(redcount.InvalidInputError, match=why):
+            await alim.hit("10/minute", "k", lease=5)
+
+    asyncio.run(main())
+
+
+def test_hit_all_refuses_lease(memory_store: redcount.Store) -> None:
+    items = [("10/minute", "a"), ("10/minute", "b")]
+    for lim in (redcount.Limiter(memory_store), redcount.Limiter(memory_store, allow=["x"])):
+        with pytest.raises(redcount.InvalidInputError, match="all or nothing"):
+            lim.hit_all(items, lease=5)
+        assert lim.hit_all(items)  # without lease= as before
+
+        async def main(sync: redcount.Limiter) -> None:
+            alim = aio.Limiter.from_sync(sync)
+            with pytest.raises(redcount.InvalidInputError, match="all or nothing"):
+                await alim.hit_all(items, lease=5)
+
+        asyncio.run(main(lim))
+    assert redcount.Limiter(memory_store).stats("10/minute", "a")[0].count == 2

@@ -300,15 +300,21 @@ def test_bench_only_leased(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     data = json.loads(out_json.read_text())
     assert data["only"] == "leased"
-    assert [(r["callers"], r["lease"]) for r in data["rows"]] == [
-        ("threads", None),
-        ("threads", 1000),
-        ("processes", None),
-        ("processes", 1000),
+    assert [(r["callers"], r["lease"], r["strategy"]) for r in data["rows"]] == [
+        ("threads", None, "fixed-window"),
+        ("threads", 1000, "fixed-window"),
+        ("processes", None, "fixed-window"),
+        ("processes", 1000, "fixed-window"),
+        ("threads", None, "sliding-window-approx"),
+        ("threads", 1000, "sliding-window-approx"),
     ]
     assert all(r["decisions"] > 0 and r["admitted"] == r["decisions"] for r in data["rows"])
     # Every admitted unit was charged; what was held went back when the callers closed.
     assert all(r["charged"] == r["admitted"] and r["held"] >= 0 for r in data["rows"])
-    assert [(e["callers"], e["over"], e["under"]) for e in data["exact"]] == [("threads", 0, 0), ("processes", 0, 0)]
-    assert set(data["ratios"]) == {"threads", "processes"}
+    assert [(e["callers"], e["strategy"], e["over"], e["under"]) for e in data["exact"]] == [
+        ("threads", "fixed-window", 0, 0),
+        ("processes", "fixed-window", 0, 0),
+        ("threads", "sliding-window-approx", 0, 0),
+    ]
+    assert set(data["ratios"]) == {"threads", "processes", "threads, approx"}
     assert "leased / unleased decisions per second, threads:" in done.stdout

@@ -23,7 +23,9 @@
 // the lease was taken plus the units the process still holds (other processes' later
 // charges are not seen), reset_after is until the lease's window ends.
 //
-// Fixed-window only (other strategies throw InvalidArgument from make_take_lease).
+// Fixed-window and approximate sliding-window limits lease (the latter's leases end with
+// the current sub-bucket); every other strategy throws InvalidArgument from check() and
+// make_take_lease, with the reason it cannot be leased soundly (lease_refusal).
 // After fork() the child starts with an empty table: the parent's units stay the parent's.
 //
 // Thread-safe: one mutex per lease; while one thread takes a lease (with no lock held over
@@ -58,8 +60,13 @@ struct LeaseGrant {
   std::int64_t limit = 0;               // the binding limit's amount (fewest units left)
   std::int64_t store_remaining = 0;     // fewest units any limit had left after the charge
   std::vector<std::string> keys;        // the window keys charged
+  std::vector<std::string> fields;      // per key, the hash field charged (else none: string keys)
   Decision refusal;                     // when granted == 0: the store's decision
 };
+
+// Why `strategy` (a LimiterStrategy::name()) cannot be leased without admitting past its
+// limit, or nullptr when it can ("fixed-window", "sliding-window-approx").
+const char* lease_refusal(std::string_view strategy) noexcept;
 
 namespace detail {
 // The fixed-window strategy's lease operation (leased.cpp): the window keys of `key` under
@@ -94,6 +101,10 @@ class LeaseTable {
   // Admits `cost` from the lease held for (limits, key) when it covers it now, else
   // nullopt (then call hit or make_refill). No I/O.
   std::optional<Decision> admit_local(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost);
+  // What admit_local would decide, without taking anything from the lease (a test): the
+  // decision when the lease covers `cost` now, else nullopt (then ask the store). No I/O.
+  std::optional<Decision> peek_local(const std::vector<RateLimit>& limits, std::string_view key,
+                                     std::int64_t cost);
 
   // Decides `cost`: locally when the lease covers it, else after taking a lease of up to
   // `units` units (waiting for another thread's lease of the same key first). Blocking I/O.

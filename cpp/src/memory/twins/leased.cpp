@@ -1,5 +1,5 @@
 // The memory store's native twins of lease_take.lua and lease_give_back.lua (leased
-// fixed-window limits): the same reads and writes on the keyspace, in C++. Keep each in step
+// fixed-window and approximate sliding-window limits): the same reads and writes on the keyspace, in C++. Keep each in step
 // with its Lua file; the parity tests run both against the same inputs.
 #include <algorithm>
 #include <cstdint>
@@ -71,16 +71,32 @@ Reply native_lease_take(Keyspace& ks, const std::vector<std::string>& keys, cons
 
 Reply native_lease_give_back(Keyspace& ks, const std::vector<std::string>& keys,
                              const std::vector<std::string>& args) {
-  if (args.size() != 1) return detail::malformed("lease_give_back");
+  // One field per key: the hashes of the approximate sliding window; else window keys.
+  const bool fields = !keys.empty() && args.size() == keys.size() + 1;
+  if (args.size() != 1 && !fields) return detail::malformed("lease_give_back");
   auto units = parse_int64(args[0]);
   if (!units || *units < 0) return detail::malformed("lease_give_back");
   std::int64_t first = 0;
   for (std::size_t i = 0; i < keys.size(); ++i) {
-    auto c = count_of(ks, keys[i]);
+    std::optional<std::int64_t> c;
+    if (fields) {
+      try {
+        auto v = ks.hget(keys[i], args[i + 1]);
+        if (v) c = parse_int64(*v);
+      } catch (const ReplyError&) {
+        // another type: nothing to give back to
+      }
+    } else {
+      c = count_of(ks, keys[i]);
+    }
     std::int64_t take = 0;
     if (c && *c > 0) {
       take = std::min(*units, *c);
-      ks.incrby(keys[i], -take);
+      if (fields) {
+        ks.hincrby(keys[i], args[i + 1], -take);
+      } else {
+        ks.incrby(keys[i], -take);
+      }
     }
     if (i == 0) first = take;
   }

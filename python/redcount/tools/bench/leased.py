@@ -7,6 +7,9 @@ side's CPU (every thread, or every worker process) and the redis-server's (INFO 
 divided by the decisions. On a machine with fewer cores than callers the callers take turns:
 the figures are decisions per second of the whole machine, not a parallel speed-up.
 
+The approximate sliding window (``strategy="sliding-window-approx"``, whose leases end with
+the current sub-bucket) gets the threads rows and their exactness check too.
+
 Exactness: the same callers hammer a fresh key under a limit that runs out, each stopping at
 its first refusal. Every unit admitted was charged first, so over-admission must be 0; once
 every caller has been refused no lease holds a unit, so the admitted total must be the limit
@@ -25,7 +28,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 
-from ...limiter import Limiter
+from ...limiter import Limiter, Strategy
 from ...store import Store, connect
 from .harness import CpuProbe
 
@@ -33,8 +36,11 @@ THREADS = 8
 PROCESSES = 4
 LEASE = 1000  # units per lease in the leased rows
 BIG = "1000000000/day"  # the rate rows' limit: never reached
+BIG_APPROX = "100000000/hour"  # the same for the approximate sliding window (amount x window <= 2^50)
 EXACT = "20000/day"  # the exactness rows' limit: runs out
 TARGET = 20.0  # leased / unleased decisions per second
+FIXED: Strategy = "fixed-window"
+APPROX: Strategy = "sliding-window-approx"  # also leases: threads rows and exactness
 
 
 @dataclass
@@ -49,6 +55,7 @@ class Row:
     cpu_server: float = 0.0
     held: int = 0  # units charged and not admitted when the callers stopped
     charged: int = 0  # units the store counted after the callers' stores closed (gave back)
+    strategy: str = FIXED
 
     @property
     def rate(self) -> float:
@@ -61,6 +68,7 @@ class Exactness:
     limit: int
     admitted: int
     charged: int
+    strategy: str = FIXED
 
     @property
     def over(self) -> int:
@@ -79,18 +87,18 @@ class LeasedReport:
     ratios: dict[str, float] = field(default_factory=dict)
 
 
-def _count(store: Store, limit: str, key: str, prefix: str) -> int:
-    return Limiter(store, prefix=prefix).stats(limit, key)[0].count
+def _count(store: Store, limit: str, key: str, prefix: str, strategy: Strategy = FIXED) -> int:
+    return Limiter(store, strategy, prefix=prefix).stats(limit, key)[0].count
 
 
 def _threads(
-    url: str, limit: str, key: str, prefix: str, lease: int | None, seconds: float | None
+    url: str, limit: str, key: str, prefix: str, lease: int | None, seconds: float | None, strategy: Strategy = FIXED
 ) -> tuple[int, int, float, int]:
     """THREADS threads of this process on one limiter: (decisions, admitted, elapsed, units
     held at the end). With ``seconds`` None each thread stops at its first refusal."""
     store = connect(url)
     try:
-        lim = Limiter(store, prefix=prefix)
+        lim = Limiter(store, strategy, prefix=prefix)
         lim.hit(limit, key + ":warm", lease=lease)  # connections and scripts
         totals: list[tuple[int, int]] = []
         go = threading.Barrier(THREADS + 1)
@@ -237,10 +245,32 @@ def run_leased(url: str, prefix: str, seconds: float) -> LeasedReport:
             else:
                 _, admitted, _, _, _ = _processes(url, EXACT, key, prefix, LEASE, None)
             rep.exact.append(Exactness(callers, int(EXACT.split("/")[0]), admitted, _count(store, EXACT, key, prefix)))
-        by = {(r.callers, r.lease is not None): r for r in rep.rows}
-        for callers in ("threads", "processes"):
-            plain, leased = by[(callers, False)], by[(callers, True)]
-            rep.ratios[callers] = leased.rate / plain.rate if plain.rate > 0 else 0.0
+        for lease in (None, LEASE):
+            name = f"hit hot key, {THREADS} threads, " + ("no lease" if lease is None else f"lease={lease}") + ", approx"
+            key = f"hot:approx:{lease or 0}"
+            row = Row(name, "threads", lease, strategy=APPROX)
+            print(f"[leased] {name} ...", file=sys.stderr, flush=True)
+            c0, s0 = probe.client(), probe.server()
+            row.decisions, row.admitted, row.seconds, row.held = _threads(
+                url, BIG_APPROX, key, prefix, lease, seconds, APPROX
+            )
+            row.cpu_client = probe.client() - c0
+            row.cpu_server = probe.server() - s0
+            row.charged = _count(store, BIG_APPROX, key, prefix, APPROX)
+            rep.rows.append(row)
+        print("[leased] exactness, threads, approx ...", file=sys.stderr, flush=True)
+        _, admitted, _, _ = _threads(url, EXACT, "exact:approx", prefix, LEASE, None, APPROX)
+        rep.exact.append(
+            Exactness(
+                "threads", int(EXACT.split("/")[0]), admitted, _count(store, EXACT, "exact:approx", prefix, APPROX), APPROX
+            )
+        )
+        by = {(r.callers, r.strategy, r.lease is not None): r for r in rep.rows}
+        for callers, strategy, label in (
+            ("threads", FIXED, "threads"), ("processes", FIXED, "processes"), ("threads", APPROX, "threads, approx")
+        ):
+            plain, leased = by[(callers, strategy, False)], by[(callers, strategy, True)]
+            rep.ratios[label] = leased.rate / plain.rate if plain.rate > 0 else 0.0
     finally:
         store.close()
     return rep
@@ -249,7 +279,8 @@ def run_leased(url: str, prefix: str, seconds: float) -> LeasedReport:
 def leased_lines(rep: LeasedReport) -> list[str]:
     """The report, as printed."""
     lines = [
-        f"Leased limits: one hot key, limit {BIG} (rates) and {EXACT} (exactness), {os.cpu_count()} CPU cores",
+        f"Leased limits: one hot key, limit {BIG} ({BIG_APPROX} approx; rates) and {EXACT} (exactness), "
+        f"{os.cpu_count()} CPU cores",
         f"{'row':<44} {'decisions/s':>12} {'client us/dec':>14} {'server us/dec':>14} {'held at stop':>13}",
     ]
     for r in rep.rows:
@@ -264,7 +295,7 @@ def leased_lines(rep: LeasedReport) -> list[str]:
         lines.append(f"leased / unleased decisions per second, {callers}: {x:.1f}x ({verdict} the {TARGET:.0f}x target)")
     for e in rep.exact:
         lines.append(
-            f"exactness, {e.callers}: admitted {e.admitted:,} of {e.limit:,} (store counted {e.charged:,}); "
+            f"exactness, {e.callers}{', approx' if e.strategy == APPROX else ''}: admitted {e.admitted:,} of {e.limit:,} (store counted {e.charged:,}); "
             f"over-admission {e.over}, under-admission {e.under}"
         )
     lines.append(
