@@ -440,6 +440,16 @@ class Topology {
         probe);
   }
 
+  // An extra sentinel for service kService. `monitored_port`: the data node it is told is
+  // the master (0: the topology's master); `extra`: more configuration lines (a
+  // `sentinel config-epoch`, say).
+  std::unique_ptr<Process> start_extra_sentinel(int monitored_port = 0, std::vector<std::string> extra = {}) {
+    return start_sentinel_process([&](int) { return extra; }, test_link(), monitored_port);
+  }
+
+  // A standalone server outside the group.
+  std::unique_ptr<Process> start_lone_server() { return start_data_node({}); }
+
   const fs::path& dir() const { return dir_.path(); }
 
  private:
@@ -460,7 +470,8 @@ class Topology {
   }
 
   std::unique_ptr<Process> start_sentinel_process(const std::function<std::vector<std::string>(int)>& extra_config,
-                                                  const LinkOptions& probe) {
+                                                  const LinkOptions& probe, int monitored_port = 0) {
+    if (monitored_port == 0) monitored_port = master_->port();
     for (int attempt = 0; attempt < 3; ++attempt) {
       const int port = free_port();
       const fs::path conf = dir_.path() / ("sentinel-" + std::to_string(port) + ".conf");
@@ -468,7 +479,7 @@ class Topology {
       {
         std::ofstream out(conf);
         out << "port " << port << "\nbind 127.0.0.1\ndir " << dir_.path().string() << "\nlogfile "
-            << log.string() << "\nsentinel monitor " << kService << " 127.0.0.1 " << master_->port()
+            << log.string() << "\nsentinel monitor " << kService << " 127.0.0.1 " << monitored_port
             << " 2\nsentinel down-after-milliseconds " << kService << " 2000\nsentinel failover-timeout "
             << kService << " 10000\n";
         for (const auto& line : extra_config(port)) out << line << "\n";
@@ -631,7 +642,15 @@ TEST(Sentinel, SkipsDeadSentinelsAndMovesTheAnswererToTheFront) {
   }
 }
 
-TEST(Sentinel, WatcherFollowsAFailoverAndMovesOnWhenItsSentinelDies) {
+// Clients of the sentinel at `port` subscribed to a channel (CLIENT LIST's sub=1).
+int subscribers(int port) {
+  const std::string list = reply_text(ask(port, {"CLIENT", "LIST"}));
+  int n = 0;
+  for (std::size_t at = list.find(" sub=1 "); at != std::string::npos; at = list.find(" sub=1 ", at + 1)) ++n;
+  return n;
+}
+
+TEST(Sentinel, WatcherSubscribesOnEverySentinelAndFollowsWhenOneDies) {
   REQUIRE_REDIS_SERVER();
   Topology t;
   REQUIRE_TOPOLOGY(t);
@@ -642,21 +661,27 @@ TEST(Sentinel, WatcherFollowsAFailoverAndMovesOnWhenItsSentinelDies) {
   Switches switches;
   SwitchMasterWatcher watcher(resolver, switches.callback(), milliseconds(200));
   watcher.start(old_master);
-  ASSERT_TRUE(eventually([&] { return watcher.subscriptions() == 1; })) << "the watcher never subscribed";
+  ASSERT_TRUE(eventually([&] { return watcher.subscriptions() == 3; })) << "the watcher did not subscribe on all three";
+  EXPECT_EQ(watcher.subscribed(), t.sentinel_addresses());
   EXPECT_EQ(watcher.subscribed_to(), t.sentinel(0).address());
+  // Each sentinel sees the subscriber.
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(subscribers(t.sentinel(i).port()), 1) << "sentinel " << i;
   EXPECT_TRUE(switches.seen().empty()) << "the known master was reported again";
 
-  // Its sentinel dies: the watcher subscribes to the next one, which is promoted.
+  // A sentinel dies: the other two links keep serving; the first live one is promoted.
   t.sentinel(0).kill();
-  ASSERT_TRUE(eventually([&] { return watcher.subscriptions() == 2; })) << "the watcher did not move on";
+  ASSERT_TRUE(eventually([&] {
+    return watcher.subscribed() == std::vector<Address>{t.sentinel(1).address(), t.sentinel(2).address()};
+  })) << "the lost link was not noticed";
   EXPECT_EQ(watcher.subscribed_to(), t.sentinel(1).address());
   EXPECT_EQ(resolver->sentinels().front(), t.sentinel(1).address());
 
-  // A forced failover: the callback gets the promoted replica's address.
+  // A forced failover: the callback gets the promoted replica's address, once although two
+  // sentinels announce it, on the links already held (no new subscription).
   const std::string refused = force_failover(t.sentinel(1).port());
   ASSERT_EQ(refused, "") << "SENTINEL FAILOVER kept failing";
   ASSERT_TRUE(switches.wait_for(t.replica().address())) << "no +switch-master callback";
-  EXPECT_EQ(switches.seen(), std::vector<Address>{t.replica().address()});
+  EXPECT_EQ(watcher.subscriptions(), 3u);
   EXPECT_EQ(resolver->resolve(), t.replica().address());
 
   // ROLE after the switch: the promoted replica says master. (Sentinel demotes the old
@@ -665,9 +690,84 @@ TEST(Sentinel, WatcherFollowsAFailoverAndMovesOnWhenItsSentinelDies) {
   EXPECT_EQ(probe_role(t.replica().address(), test_link()), Role::Master);
   ControlLink promoted(t.replica().address(), test_link());
   EXPECT_NO_THROW(expect_master(promoted.call(role_command().args), t.replica().address().to_string()));
+  // Both live sentinels have announced the switch by now (the leader last, once it moved
+  // the replicas: there are none left to move).
+  EXPECT_TRUE(eventually([&] {
+    return reply_text(ask(t.sentinel(2).port(), {"SENTINEL", "get-master-addr-by-name", Topology::kService})) ==
+           reply_text(ask(t.sentinel(1).port(), {"SENTINEL", "get-master-addr-by-name", Topology::kService}));
+  }));
 
   watcher.stop();
+  EXPECT_EQ(switches.seen(), std::vector<Address>{t.replica().address()});
   EXPECT_EQ(watcher.subscribed_to(), std::nullopt);
+  EXPECT_TRUE(watcher.subscribed().empty());
+}
+
+TEST(Sentinel, WatcherHoldsThreeSubscriptionsAndFallsBackToTheNextSentinel) {
+  REQUIRE_REDIS_SERVER();
+  Topology t;
+  REQUIRE_TOPOLOGY(t);
+  auto fourth = t.start_extra_sentinel();
+  ASSERT_TRUE(fourth) << t.error();
+  SentinelOptions o = t.options();
+  o.sentinels.push_back(fourth->address());
+  auto resolver = std::make_shared<SentinelResolver>(o);
+  Switches switches;
+  SwitchMasterWatcher watcher(resolver, switches.callback(), milliseconds(200));
+  watcher.start(t.master().address());
+  ASSERT_TRUE(eventually([&] { return watcher.subscriptions() == SwitchMasterWatcher::kMaxLinks; }));
+  EXPECT_EQ(watcher.subscribed(), t.sentinel_addresses());
+  EXPECT_EQ(subscribers(fourth->port()), 0);
+
+  // One of the three dies: the fourth takes its place.
+  t.sentinel(1).kill();
+  ASSERT_TRUE(eventually([&] {
+    return watcher.subscribed() ==
+           std::vector<Address>{t.sentinel(0).address(), t.sentinel(2).address(), fourth->address()};
+  })) << "the fallback sentinel was not subscribed";
+  EXPECT_EQ(watcher.subscriptions(), 4u);
+  EXPECT_EQ(subscribers(fourth->port()), 1);
+  watcher.stop();
+  EXPECT_TRUE(switches.seen().empty());
+  EXPECT_EQ(subscribers(fourth->port()), 0);
+}
+
+TEST(Sentinel, WatcherIgnoresALaggingSentinelsOlderMaster) {
+  REQUIRE_REDIS_SERVER();
+  Topology t;
+  REQUIRE_TOPOLOGY(t);
+  // A sentinel that says the master is elsewhere, at config epoch 0 (as one that missed a
+  // failover would), and one that names the real master at epoch 7.
+  auto elsewhere = t.start_lone_server();
+  ASSERT_TRUE(elsewhere) << t.error();
+  auto lagging = t.start_extra_sentinel(elsewhere->port());
+  ASSERT_TRUE(lagging) << t.error();
+  auto current = t.start_extra_sentinel(0, {std::string("sentinel config-epoch ") + Topology::kService + " 7"});
+  ASSERT_TRUE(current) << t.error();
+  ASSERT_TRUE(eventually([&] {
+    const Reply r = ask(current->port(), {"SENTINEL", "MASTER", Topology::kService});
+    return contains(reply_text(r), "config-epoch 7 ");
+  })) << "the epoch-7 sentinel did not take its configured epoch";
+
+  {  // Alone, the lagging sentinel moves the watcher: nothing newer is known.
+    SentinelOptions o = t.options();
+    o.sentinels = {lagging->address()};
+    Switches switches;
+    SwitchMasterWatcher watcher(std::make_shared<SentinelResolver>(o), switches.callback());
+    watcher.start(t.master().address());
+    EXPECT_TRUE(switches.wait_for(elsewhere->address()));
+  }
+  // Subscribed to the current one first (epoch 7): the lagging one's answer (epoch 0) is
+  // ignored, whichever link comes up later.
+  SentinelOptions o = t.options();
+  o.sentinels = {current->address(), lagging->address()};
+  Switches switches;
+  SwitchMasterWatcher watcher(std::make_shared<SentinelResolver>(o), switches.callback());
+  watcher.start(t.master().address());
+  ASSERT_TRUE(eventually([&] { return watcher.subscriptions() == 2; }));
+  EXPECT_EQ(watcher.subscribed(), o.sentinels);
+  watcher.stop();
+  EXPECT_TRUE(switches.seen().empty()) << "moved to " << switches.seen().front().to_string();
 }
 
 TEST(Sentinel, WatcherReportsASwitchItMissedWhileDisconnected) {

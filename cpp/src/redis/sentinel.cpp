@@ -377,7 +377,13 @@ void SwitchMasterWatcher::drain_wake() noexcept {
 
 std::optional<Address> SwitchMasterWatcher::subscribed_to() const {
   std::lock_guard lock(mu_);
-  return current_;
+  if (live_.empty()) return std::nullopt;
+  return live_.front();
+}
+
+std::vector<Address> SwitchMasterWatcher::subscribed() const {
+  std::lock_guard lock(mu_);
+  return live_;
 }
 
 std::optional<Address> SwitchMasterWatcher::parse_switch(std::string_view payload, std::string_view service) {
@@ -404,73 +410,218 @@ void SwitchMasterWatcher::report(const Address& a, std::optional<Address>& last)
   }
 }
 
-void SwitchMasterWatcher::run(std::optional<Address> known) {
-  std::optional<Address> last = std::move(known);
+namespace {
+
+// What one sentinel says the master is, with the config epoch of that configuration when
+// the sentinel gives it (nullopt for an ACL that allows only get-master-addr-by-name).
+struct MasterConfig {
+  Address address;
+  std::optional<std::uint64_t> epoch;
+};
+
+// `SENTINEL MASTER <service>` answers a flat list of field, value (RESP2).
+std::optional<MasterConfig> parse_sentinel_master(const Reply& r) {
+  if (r.type != Reply::Type::Array) return std::nullopt;
+  std::string ip;
+  std::optional<int> port;
+  std::optional<std::uint64_t> epoch;
+  for (std::size_t i = 0; i + 1 < r.elements.size(); i += 2) {
+    const std::string& field = r.elements[i].str;
+    const std::string& value = r.elements[i + 1].str;
+    if (field == "ip") {
+      ip = value;
+    } else if (field == "port") {
+      port = parse_port(value);
+    } else if (field == "config-epoch") {
+      try {
+        epoch = std::stoull(value);
+      } catch (const std::exception&) {
+        epoch.reset();
+      }
+    }
+  }
+  if (ip.empty() || !port) return std::nullopt;
+  return MasterConfig{Address{ip, *port}, epoch};
+}
+
+// Asks `sentinel`, on a connection of its own (a subscribed connection takes no other
+// command), where the master of `service` is: nullopt when it does not monitor the
+// service. Throws as ControlLink does.
+std::optional<MasterConfig> ask_master(const Address& sentinel, const LinkOptions& options,
+                                       const std::string& service) {
+  ControlLink ask(sentinel, options);
+  const Reply r = ask.call({"SENTINEL", "MASTER", service});
+  if (!r.is_error()) {
+    if (auto c = parse_sentinel_master(r)) return c;
+  }
+  // Refused (an ACL granting only get-master-addr-by-name; or "No such master"), or a
+  // shape not understood: the address without its epoch.
+  auto a = SentinelResolver::parse_master_reply(ask.call({"SENTINEL", "get-master-addr-by-name", service}).check());
+  if (!a) return std::nullopt;
+  return MasterConfig{*a, std::nullopt};
+}
+
+}  // namespace
+
+struct SwitchMasterWatcher::Link {
+  Address sentinel;
+  std::unique_ptr<ControlLink> conn;  // null while down
+  TimePoint next_ping = kNever;
+  TimePoint pong_deadline = kNever;
+  TimePoint retry_at{};  // while down: the next attempt (the epoch: at once)
+  std::chrono::milliseconds backoff{100};
+};
+
+struct SwitchMasterWatcher::Followed {
+  std::optional<Address> last;
+  std::optional<std::uint64_t> epoch;
+};
+
+// Which announcement wins. Every sentinel announces each switch, at different moments, and
+// the first announcement is taken: waiting for a second opinion would give back the time
+// that listening to every sentinel gains. The de-duplication in report() makes the later
+// announcements of the same master no-ops. What must not happen is a lagging sentinel
+// moving the client back to an older master: one that missed a failover and answers with
+// the old master when the watcher (re)subscribes, or whose announcement of an earlier
+// switch arrives after a later one (two failovers in a row). The order of arrival across
+// sentinels says nothing about the order of configurations; Sentinel's config epoch does:
+// each failover takes a new, higher epoch, and a sentinel's configuration carries the epoch
+// it came from. So an answer or announcement naming another master is checked against the
+// epoch of the followed master: an older epoch is ignored. A `+switch-master` message does
+// not carry its epoch, so the announcing sentinel is asked (`SENTINEL MASTER`, a fresh
+// connection: about a millisecond on a LAN, paid once per switch, since the announcements
+// of the same master by the others are no-ops). When no epoch is known (the sentinel's ACL
+// refuses SENTINEL MASTER, or it cannot be asked) the answer is taken: a stale master is
+// then refused by the ROLE check of every new connection, which asks for a re-resolve.
+// Equal epochs are taken: a service re-added with `SENTINEL MONITOR` starts again at 0.
+void SwitchMasterWatcher::consider(const Address& a, std::optional<std::uint64_t> epoch, Followed& f) {
+  if (f.last && *f.last == a) {
+    if (epoch && (!f.epoch || *epoch > *f.epoch)) f.epoch = epoch;
+    return;
+  }
+  if (epoch && f.epoch && *epoch < *f.epoch) return;  // a lagging sentinel's older master
+  f.epoch = epoch;
+  report(a, f.last);
+}
+
+void SwitchMasterWatcher::publish_links(const std::vector<Link>& links) {
+  std::vector<Address> live;
+  for (const Link& l : links) {
+    if (l.conn) live.push_back(l.sentinel);
+  }
+  std::optional<Address> front;
+  {
+    std::lock_guard lock(mu_);
+    if (live == live_) return;
+    const bool front_changed = live.empty() || live_.empty() || live.front() != live_.front();
+    live_ = live;
+    if (front_changed && !live.empty()) front = live.front();
+  }
+  if (front) resolver_->promote(*front);
+}
+
+void SwitchMasterWatcher::open(Link& link, Followed& f) {
   const LinkOptions& link_options = resolver_->options().link;
   const std::string& service = resolver_->options().service;
-  std::chrono::milliseconds backoff{100};
-  while (!stopping_) {
-    bool subscribed = false;
-    for (const Address& s : resolver_->sentinels()) {
-      if (stopping_) return;
+  auto conn = std::make_unique<ControlLink>(link.sentinel, link_options);
+  conn->send({"SUBSCRIBE", "+switch-master"});
+  // Not woken by request_resolve(): the wait is short, and the loop answers requests.
+  auto confirm = conn->next(deadline_after(link_options.command_timeout));
+  if (!confirm) throw TimeoutError("no SUBSCRIBE confirmation from " + link.sentinel.to_string());
+  if (confirm->is_error()) throw_reply_error(confirm->str);
+  // Subscribed first, asked second: a switch before the question shows in its answer, one
+  // after it arrives as a message.
+  const auto now_master = ask_master(link.sentinel, link_options, service);
+  if (!now_master) {
+    throw ReplyError("sentinel " + link.sentinel.to_string() + " knows no master named '" + printable(service) + "'");
+  }
+  link.conn = std::move(conn);
+  link.next_ping = SteadyClock::now() + ping_interval_;
+  link.pong_deadline = kNever;
+  link.backoff = std::chrono::milliseconds(100);
+  ++subscriptions_;
+  consider(now_master->address, now_master->epoch, f);
+}
+
+void SwitchMasterWatcher::drain(Link& link, Followed& f) {
+  const std::string& service = resolver_->options().service;
+  // A deadline already passed: what the socket (or TLS) holds now, without waiting.
+  while (auto message = link.conn->next(TimePoint{})) {
+    if (message->type != Reply::Type::Array || message->elements.empty()) continue;
+    const auto& e = message->elements;
+    if (e[0].str == "pong") {
+      link.pong_deadline = kNever;
+    } else if (e[0].str == "message" && e.size() >= 3 && e[1].str == "+switch-master") {
+      const auto announced = parse_switch(e[2].str, service);
+      if (!announced || (f.last && *f.last == *announced)) continue;  // another sentinel was first
+      std::optional<MasterConfig> asked;
       try {
-        ControlLink link(s, link_options);
-        link.send({"SUBSCRIBE", "+switch-master"});
-        // Not woken by request_resolve(): the wait is short, and a session answers requests.
-        auto confirm = link.next(deadline_after(link_options.command_timeout));
-        if (stopping_) return;
-        if (!confirm) throw TimeoutError("no SUBSCRIBE confirmation from " + s.to_string());
-        if (confirm->is_error()) throw_reply_error(confirm->str);
-        // Subscribed first, asked second: a switch before the question shows in its answer,
-        // one after it arrives as a message.
-        std::optional<Address> now_master;
-        {
-          ControlLink ask(s, link_options);
-          now_master = SentinelResolver::parse_master_reply(
-              ask.call({"SENTINEL", "get-master-addr-by-name", service}).check());
-        }
-        if (!now_master) continue;  // this sentinel does not monitor the service
-        resolver_->promote(s);
-        {
-          std::lock_guard lock(mu_);
-          current_ = s;
-        }
-        ++subscriptions_;
-        subscribed = true;
-        backoff = std::chrono::milliseconds(100);
-        report(*now_master, last);
-        session(link, last);
+        asked = ask_master(link.sentinel, resolver_->options().link, service);
       } catch (const std::exception&) {
-        // This sentinel is unreachable or failed: the next one in the order takes over.
+        // Announced, then unreachable: the announcement is taken without its epoch.
       }
-      {
-        std::lock_guard lock(mu_);
-        current_.reset();
+      if (asked) {
+        consider(asked->address, asked->epoch, f);
+      } else {
+        consider(*announced, std::nullopt, f);
       }
-      if (stopping_) return;
-    }
-    if (!subscribed) {
-      // Every sentinel failed in a row: wait before the next pass (stop() ends the wait).
-      const TimePoint until = SteadyClock::now() + jittered(backoff);
-      while (!stopping_ && SteadyClock::now() < until) {
-        pollfd p{wake_fd_, POLLIN, 0};
-        ::poll(&p, 1, poll_timeout_ms(until));
-        drain_wake();  // a resolve request waits for the next session, which reports the master anyway
-      }
-      backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
     }
   }
 }
 
-void SwitchMasterWatcher::session(ControlLink& link, std::optional<Address>& last) {
-  const std::string& service = resolver_->options().service;
+void SwitchMasterWatcher::run(std::optional<Address> known) {
+  Followed f{std::move(known), std::nullopt};
+  std::vector<Link> links;
+  for (const Address& s : resolver_->sentinels()) {
+    Link l;
+    l.sentinel = s;
+    links.push_back(std::move(l));
+  }
   const auto timeout = resolver_->options().link.command_timeout;
   const auto pong_wait = timeout.count() > 0 ? timeout : 3 * ping_interval_;
-  TimePoint next_ping = SteadyClock::now() + ping_interval_;
-  TimePoint pong_deadline = kNever;
   TimePoint resolve_at = kNever;
+  std::vector<pollfd> fds;
+
+  const auto close_link = [&](Link& l, TimePoint now, bool any_live) {
+    l.conn.reset();
+    l.next_ping = l.pong_deadline = kNever;
+    l.retry_at = now + jittered(l.backoff);
+    // Retried sooner while it is the only way to hear of a switch; while others serve, a
+    // dead sentinel costs one connect attempt (up to connect_timeout, during which the
+    // live links wait) every few seconds at most.
+    l.backoff = std::min(l.backoff * 2, std::chrono::milliseconds(any_live ? 5000 : 2000));
+  };
+  const auto live_count = [&] {
+    return static_cast<std::size_t>(std::count_if(links.begin(), links.end(), [](const Link& l) { return l.conn != nullptr; }));
+  };
+
   while (!stopping_) {
     TimePoint now = SteadyClock::now();
+    // Subscribe where a link is down and due, preferring the sentinels first in the order.
+    for (Link& l : links) {
+      if (stopping_) break;
+      if (l.conn || now < l.retry_at || live_count() >= kMaxLinks) continue;
+      try {
+        open(l, f);
+      } catch (const std::exception&) {
+        close_link(l, SteadyClock::now(), live_count() > 0);
+      }
+      publish_links(links);
+      // Announcements that came while connecting (a blackholed sentinel costs up to
+      // connect_timeout) are read before the next attempt.
+      for (Link& other : links) {
+        if (!other.conn || &other == &l) continue;
+        try {
+          drain(other, f);
+        } catch (const std::exception&) {
+          close_link(other, SteadyClock::now(), true);
+          publish_links(links);
+        }
+      }
+      now = SteadyClock::now();
+    }
+    if (stopping_) break;
+
     if (resolve_requested_.exchange(false) && resolve_at == kNever) {
       resolve_at = std::max(now, last_resolve_ + kMinResolveSpacing);
     }
@@ -478,34 +629,63 @@ void SwitchMasterWatcher::session(ControlLink& link, std::optional<Address>& las
       resolve_at = kNever;
       last_resolve_ = now;
       try {
-        report(resolver_->resolve(), last);
+        const Address a = resolver_->resolve();
+        // Taken whatever its epoch (the header says why); its epoch is not known.
+        if (!f.last || *f.last != a) f.epoch.reset();
+        report(a, f.last);
       } catch (const std::exception&) {
         // No sentinel answered now: the next request, or +switch-master, will.
       }
       continue;
     }
-    auto message = link.next(std::min(pong_deadline != kNever ? pong_deadline : next_ping, resolve_at), wake_fd_);
-    if (stopping_) return;
-    drain_wake();
-    now = SteadyClock::now();
-    if (!message) {
-      if (pong_deadline != kNever) {
-        if (now >= pong_deadline) throw TimeoutError("sentinel " + link.address().to_string() + " left a PING unanswered");
-      } else if (now >= next_ping) {
-        link.send({"PING"});
-        pong_deadline = now + pong_wait;
-        next_ping = now + ping_interval_;
+
+    // PINGs due, and PINGs left unanswered.
+    TimePoint wake_at = resolve_at;
+    for (Link& l : links) {
+      if (!l.conn) {
+        if (live_count() < kMaxLinks) wake_at = std::min(wake_at, l.retry_at);
+        continue;
       }
-      continue;
+      try {
+        if (l.pong_deadline != kNever && now >= l.pong_deadline) {
+          throw TimeoutError("sentinel " + l.sentinel.to_string() + " left a PING unanswered");
+        }
+        if (l.pong_deadline == kNever && now >= l.next_ping) {
+          l.conn->send({"PING"});
+          l.pong_deadline = now + pong_wait;
+          l.next_ping = now + ping_interval_;
+        }
+        wake_at = std::min(wake_at, l.pong_deadline != kNever ? l.pong_deadline : l.next_ping);
+      } catch (const std::exception&) {
+        close_link(l, now, live_count() > 1);
+        publish_links(links);
+      }
     }
-    if (message->type != Reply::Type::Array || message->elements.empty()) continue;
-    const auto& e = message->elements;
-    if (e[0].str == "pong") {
-      pong_deadline = kNever;
-    } else if (e[0].str == "message" && e.size() >= 3 && e[1].str == "+switch-master") {
-      if (auto a = parse_switch(e[2].str, service)) report(*a, last);
+
+    // Wait for any link, the wake fd (stop(), request_resolve()) or the next timer.
+    fds.clear();
+    for (const Link& l : links) {
+      if (l.conn) fds.push_back({l.conn->fd(), POLLIN, 0});
+    }
+    fds.push_back({wake_fd_, POLLIN, 0});
+    // An error (EINTR; nothing else is expected of these fds) is a wake-up like any other.
+    ::poll(fds.data(), fds.size(), poll_timeout_ms(wake_at));
+    if (stopping_) break;
+    drain_wake();
+    // Every live link is read, readable or not: a TLS link may hold decrypted bytes that
+    // poll() cannot see.
+    for (Link& l : links) {
+      if (!l.conn) continue;
+      try {
+        drain(l, f);
+      } catch (const std::exception&) {
+        close_link(l, SteadyClock::now(), live_count() > 1);
+        publish_links(links);
+      }
     }
   }
+  links.clear();
+  publish_links(links);
 }
 
 }  // namespace redcount::redis

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from failover_harness import FailoverHarness, Report, WriteFn
 from helpers import wait_until
-from topologies import HOST, SentinelGroup, SwitchMaster, TlsFiles
+from topologies import HOST, Node, SentinelGroup, SwitchMaster, TlsFiles
 
 import redcount
 import redcount.aio as aio
@@ -119,8 +119,9 @@ def first_ack_after(h: FailoverHarness, t: float) -> float:
 def print_figures(what: str, sentinel_switch: float, seen: SeenSwitch, event: SwitchMaster, report: Report,
                   h: FailoverHarness, leader: int | None) -> None:
     """``leader``: the port of the sentinel that was asked for the failover (SENTINEL FAILOVER
-    runs it on the sentinel it is sent to; the store's watcher subscribes to the first one
-    in the URL, the same one); None when the sentinels elected one."""
+    runs it on the sentinel it is sent to, the first in the URL; the store's watcher listens
+    to every sentinel and follows the first announcement); None when the sentinels elected
+    one."""
     by = "" if leader is None else f", {'the' if event.sentinel_port == leader else 'not the'} one that ran it"
     after_event = first_ack_after(h, event.at)
     print(f"\n{what}: +switch-master {sentinel_switch * 1000:.0f} ms after the fault (first from sentinel "
@@ -211,6 +212,40 @@ def test_a_connection_to_a_replica_is_refused_in_the_handshake(
         store.close()
     with redcount.connect(f"redis://{replica.addr}/0") as plain:  # the same server, as itself
         assert plain.execute("ROLE")[0] == b"slave"
+
+
+def subscribers(sentinel: Node) -> int:
+    """Clients of ``sentinel`` subscribed to a channel (``sub=1`` in CLIENT LIST)."""
+    listing = sentinel.call("CLIENT", "LIST")
+    return sum(1 for line in str(listing).splitlines() if " sub=1 " in f" {line} ")
+
+
+def test_the_store_subscribes_on_every_sentinel_and_follows_when_one_dies(
+        redis_sentinel_factory: Callable[..., SentinelGroup]) -> None:
+    """The store's watcher holds a ``+switch-master`` subscription on each of the three
+    sentinels; when one dies the others keep serving, so a failover right after is followed
+    without a new subscription first; closing the store ends every subscription."""
+    g = redis_sentinel_factory(replicas=1)
+    [replica] = g.replicas()
+    store = redcount.connect(g.url, command_timeout=2.0)
+    try:
+        assert store.execute("INCR", "n") == 1
+        wait_until(lambda: [subscribers(s) for s in g.sentinels] == [1, 1, 1], 10,
+                   what="a subscriber on every sentinel")
+        g.sentinels[0].kill()
+        with g.watch() as w:
+            g.sentinel_failover()
+            event = w.wait()
+        wait_until(lambda: state(store)[1] == 1, 15, what="the store switched masters")
+        assert event.new_port == replica.port
+        assert state(store)[0] == f"{HOST}:{replica.port}"
+        assert store.execute("INCR", "n") == 2
+        # The harness's own subscriptions (g.watch()) are closed; the store's remain.
+        wait_until(lambda: [subscribers(s) for s in g.sentinels[1:]] == [1, 1], 10,
+                   what="the store's subscriptions on the live sentinels")
+    finally:
+        store.close()
+    wait_until(lambda: [subscribers(s) for s in g.sentinels[1:]] == [0, 0], 10, what="the subscriptions closed")
 
 
 # --- counters, limiter, sharded counter through Sentinel -----------------------------------------

@@ -175,18 +175,26 @@ class SentinelResolver {
   std::vector<Address> order_;
 };
 
-// Follows failovers: a thread of its own holds a subscription to `+switch-master` on one
-// sentinel and calls `on_switch(new_master)` (on that thread) for each switch of this
-// service. A thread rather than the store's reactor because the subscription is one
-// long-lived blocking socket whose traffic is a few messages per failover, and a thread
-// keeps this component free of the engine's internals.
+// Follows failovers: a thread of its own holds a subscription to `+switch-master` on every
+// reachable sentinel of the service, up to kMaxLinks at once (the others are fallbacks, used
+// when a link is lost), and calls `on_switch(new_master)` (on that thread) for the first
+// announcement of each switch of this service. Every sentinel announces a switch, but not
+// at the same moment: the one that runs a failover announces only once it has moved every
+// other replica to the new master, while the others announce as soon as they hear of the
+// promotion, which can be a second earlier; listening to all of them follows the earliest.
+// A thread rather than the store's reactor because the subscriptions are long-lived
+// sockets whose traffic is a few messages per failover, and a thread keeps this component
+// free of the engine's internals.
 //
-// On connecting to a sentinel it asks `get-master-addr-by-name` before subscribing and
-// reports the answer if it differs from the last address it reported, so a switch that
-// happened while it was not subscribed is not missed. It PINGs every `ping_interval`;
-// a sentinel that fails, or leaves a PING unanswered past the link's command_timeout, is
-// given up and the next one in the resolver's order is tried (after a jittered backoff
-// once every sentinel has failed in a row). The sentinel it subscribed to is promoted to
+// On subscribing to a sentinel it asks that sentinel for the master (`SENTINEL MASTER`,
+// for the address and its config epoch) and reports the answer if it differs from the last
+// address it reported, so a switch that happened while it was not subscribed is not missed.
+// An announcement or answer whose config epoch is older than the one of the master it
+// follows is ignored, so a sentinel that lags cannot move the client back (details at
+// SwitchMasterWatcher::consider in sentinel.cpp). It PINGs each link every
+// `ping_interval`; a link that fails, or leaves a PING unanswered past the link's
+// command_timeout, is closed and re-established after a jittered backoff while the other
+// links keep serving. The first live link (in the resolver's order at start) is promoted to
 // the front of the resolver's order.
 //
 // Thread-safe: start(), stop() and request_resolve() may be called from any thread (start
@@ -212,23 +220,39 @@ class SwitchMasterWatcher {
   // Asks the watcher's thread to re-resolve the master now and report it through
   // on_switch if it changed: for a connection that met READONLY, NOREPLICAS, a ROLE that
   // is not master, or a disconnect. Never blocks (the reactor may call it); requests made
-  // while one is pending are one, and resolutions are at least 100 ms apart. Answered
-  // while subscribed (a new subscription reports the master anyway).
+  // while one is pending are one, and resolutions are at least 100 ms apart. The answer
+  // is reported whatever its config epoch: the data path has just seen that the master
+  // followed now is not the master.
   void request_resolve() noexcept;
 
-  // The sentinel subscribed to now, if any (for logs and tests).
+  // The first live subscription in the resolver's order at start, if any (for logs and
+  // tests).
   std::optional<Address> subscribed_to() const;
-  // How many times a subscription was established (1 after the first; more after losses).
+  // Every live subscription, in the resolver's order at start.
+  std::vector<Address> subscribed() const;
+  // How many times a subscription was established, over all links (one per reachable
+  // sentinel, up to kMaxLinks, after the start; one more for each link re-established).
   std::uint64_t subscriptions() const noexcept { return subscriptions_.load(); }
+
+  // Subscriptions held at once; sentinels beyond them are fallbacks.
+  static constexpr std::size_t kMaxLinks = 3;
 
   // Parses a `+switch-master` message payload "<service> <old-ip> <old-port> <new-ip>
   // <new-port>": the new address when it is about `service`, nullopt otherwise.
   static std::optional<Address> parse_switch(std::string_view payload, std::string_view service);
 
  private:
+  struct Link;      // one sentinel: its subscription, PING state and reconnection backoff
+  struct Followed;  // the master reported last, and its config epoch when known
   void run(std::optional<Address> known);
-  // One subscription session: returns when the link fails or stop is asked.
-  void session(ControlLink& link, std::optional<Address>& last);
+  // Subscribes `link` to its sentinel and reports the master it names; throws on failure.
+  void open(Link& link, Followed& f);
+  // Reads every message queued on a live link; throws when the link fails.
+  void drain(Link& link, Followed& f);
+  // Reports `a`, named at config epoch `epoch` (nullopt: unknown), unless it is the
+  // master followed already or its epoch is older than the followed master's.
+  void consider(const Address& a, std::optional<std::uint64_t> epoch, Followed& f);
+  void publish_links(const std::vector<Link>& links);
   void report(const Address& a, std::optional<Address>& last);
   void wake() noexcept;
   void drain_wake() noexcept;
@@ -243,9 +267,9 @@ class SwitchMasterWatcher {
   std::atomic<bool> resolve_requested_{false};
   TimePoint last_resolve_{};  // the watcher's thread only
   std::atomic<std::uint64_t> subscriptions_{0};
-  mutable std::mutex mu_;  // guards thread_ and current_
+  mutable std::mutex mu_;  // guards thread_ and live_
   std::thread thread_;
-  std::optional<Address> current_;
+  std::vector<Address> live_;
 };
 
 }  // namespace redcount::redis
