@@ -368,9 +368,15 @@ std::size_t Connection::recv_blocking(TimePoint deadline, TimePoint spin_until) 
   }
 }
 
-bool Connection::wait_readable(TimePoint deadline) {
+bool Connection::wait_readable(TimePoint deadline, TimePoint spin_until) {
   if (transport_->has_buffered()) return true;
   const short ev = transport_->want() == Transport::Want::Write ? POLLOUT : POLLIN;
+  const TimePoint until = std::min(spin_until, deadline);
+  while (SteadyClock::now() < until) {  // the poll before sleeping, as recv_blocking() does
+    pollfd p{fd(), ev, 0};
+    if (::poll(&p, 1, 0) > 0) return true;
+    for (int i = 0; i < 16; ++i) cpu_relax();
+  }
   return wait_fd(fd(), ev, deadline);
 }
 

@@ -104,7 +104,7 @@ class Connection {
   bool flush_until(TimePoint deadline);
   // Waits for bytes until `deadline` and feeds them to the parser, handing complete
   // replies to on_reply. False on timeout. Until `spin_until` (if later than now) it polls
-  // the socket without sleeping first (plain sockets only).
+  // the socket without sleeping first.
   template <class F>
   bool read_until(TimePoint deadline, F&& on_reply, TimePoint spin_until = TimePoint{}) {
     const TimePoint now = SteadyClock::now();
@@ -122,7 +122,7 @@ class Connection {
       if (n == sizeof buf_) read(on_reply);
       return true;
     }
-    if (!wait_readable(deadline)) return false;
+    if (!wait_readable(deadline, spin_until)) return false;
     read(on_reply);
     return true;
   }
@@ -140,7 +140,8 @@ class Connection {
   void on_connected();
   void send_hello();
   void check_hello(std::size_t index, const Reply& reply);
-  bool wait_readable(TimePoint deadline);
+  // Until `deadline`; polling without sleeping until spin_until first.
+  bool wait_readable(TimePoint deadline, TimePoint spin_until);
   // One blocking recv into buf_ (after polling without sleeping until spin_until); 0 when
   // it timed out. Throws on EOF and errors.
   std::size_t recv_blocking(TimePoint deadline, TimePoint spin_until);
