@@ -230,6 +230,9 @@ def test_the_store_subscribes_on_every_sentinel_and_follows_when_one_dies(
     store = redcount.connect(g.url, command_timeout=2.0)
     try:
         assert store.execute("INCR", "n") == 1
+        # Replication is asynchronous: the failover below keeps the write only once the
+        # replica has it.
+        wait_until(lambda: str(replica.call("GET", "n")) in ("1", "b'1'"), 10, what="the write to reach the replica")
         wait_until(lambda: [subscribers(s) for s in g.sentinels] == [1, 1, 1], 10,
                    what="a subscriber on every sentinel")
         g.sentinels[0].kill()
