@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -332,16 +333,6 @@ bool Connection::flush_until(TimePoint deadline) {
   return true;
 }
 
-namespace {
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-}  // namespace
-
 std::size_t Connection::recv_blocking(TimePoint deadline, TimePoint spin_until) {
   // The poll: non-blocking reads until the reply's first bytes or spin_until (never past the
   // deadline), so a reply that comes back within it costs no sleep and no wake-up.
@@ -353,7 +344,7 @@ std::size_t Connection::recv_blocking(TimePoint deadline, TimePoint spin_until) 
     if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
       throw ConnectionError(std::string("read failed: ") + std::strerror(errno));
     }
-    for (int i = 0; i < 16; ++i) cpu_relax();
+    ::sched_yield();  // a process or thread waiting for this CPU runs first
   }
   for (;;) {
     const ssize_t n = ::recv(fd(), buf_, sizeof buf_, 0);
@@ -375,7 +366,7 @@ bool Connection::wait_readable(TimePoint deadline, TimePoint spin_until) {
   while (SteadyClock::now() < until) {  // the poll before sleeping, as recv_blocking() does
     pollfd p{fd(), ev, 0};
     if (::poll(&p, 1, 0) > 0) return true;
-    for (int i = 0; i < 16; ++i) cpu_relax();
+    ::sched_yield();  // a process or thread waiting for this CPU runs first
   }
   return wait_fd(fd(), ev, deadline);
 }

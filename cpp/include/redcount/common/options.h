@@ -77,9 +77,11 @@ struct StoreOptions {
   // How long a synchronous caller waiting alone for its reply (the only thread calling the
   // store) polls its socket before it sleeps in recv(). On a virtual machine a sleeping
   // thread's wake-up costs tens of microseconds, more than a loopback round trip, so a short
-  // poll roughly halves the wait for a nearby server. Only while the store's replies have
-  // been arriving within twice this time (a distant server turns it off by itself). -1 =
-  // automatic: 100 us on a machine with two or more CPUs, none on one; 0 = never.
+  // poll roughly halves the wait for a nearby server; it yields the CPU between two reads,
+  // so that processes outnumbering the CPUs do not starve each other. Only while the
+  // store's replies have been arriving within twice this time (a distant server turns it
+  // off by itself). -1 = automatic: 100 us on a machine with two or more CPUs, none on one;
+  // 0 = never.
   std::chrono::microseconds spin{-1};
 
   // TLS (rediss://), with redis-py's option names; also accepted as URL query parameters.
