@@ -250,4 +250,13 @@ TEST(ParseUrl, RejectedTlsValuesAreNeverRepeated) {
   }
 }
 
+// Found by the URL fuzzer: a database number given as "?db=" on a unix:// URL is
+// percent-decoded, and a value that was not a number was quoted raw, bytes that are not
+// UTF-8 included. It is quoted like any other shown value: such bytes appear as \xNN.
+TEST(ParseUrl, RejectedDatabaseNumberIsQuotedAsUtf8) {
+  const std::string msg = url_error("unix:///run/redis.sock?db=3%FEx%EF");
+  EXPECT_TRUE(contains(msg, "database must be a number >= 0, got '3\\xfex\\xef'")) << msg;
+  for (std::size_t i = 0; i < msg.size(); ++i) EXPECT_LT(static_cast<unsigned char>(msg[i]), 0x80) << msg;
+}
+
 }  // namespace

@@ -80,7 +80,7 @@ std::string percent_decode(std::string_view url, std::string_view s, const char*
 
 int parse_db(std::string_view url, std::string_view s) {
   auto v = parse_int64(s);
-  if (!v || *v < 0 || *v > 1'000'000) bad(url, "database must be a number >= 0, got '" + std::string(s) + "'");
+  if (!v || *v < 0 || *v > 1'000'000) bad(url, "database must be a number >= 0, got '" + printable(s, 24) + "'");
   return static_cast<int>(*v);
 }
 
@@ -164,7 +164,7 @@ StoreOptions::Seed parse_host_port(std::string_view url, std::string_view hostpo
     if (colon != std::string_view::npos) {
       auto p = parse_int64(hostport.substr(colon + 1));
       if (!p || *p < 1 || *p > 65535) {
-        bad(url, "port must be a number 1-65535, got '" + std::string(hostport.substr(colon + 1)) + "'");
+        bad(url, "port must be a number 1-65535, got '" + printable(hostport.substr(colon + 1), 16) + "'");
       }
       o.port = static_cast<int>(*p);
     }
