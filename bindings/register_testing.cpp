@@ -204,6 +204,18 @@ void register_testing(py::module_& m) {
       py::arg("store"),
       "(master 'host:port' calls go to now, or '' before the first call; master switches seen) of a Sentinel "
       "store.");
+  t.def(
+      "sentinel_holds",
+      [](std::shared_ptr<Store> store) -> py::tuple {
+        if (auto* r = dynamic_cast<ResilientStore*>(store.get())) store = r->primary();
+        const auto* redis = dynamic_cast<const RedisStore*>(store.get());
+        if (redis == nullptr || !redis->is_sentinel()) throw InvalidArgument("not a redis+sentinel:// store");
+        const auto [holds, early] = redis->sentinel_holds();
+        return py::make_tuple(holds, early);
+      },
+      py::arg("store"),
+      "(failover holds begun; switches to a promoted replica before any sentinel announced it) of a Sentinel "
+      "store.");
   t.def("inflight", &aio::inflight_count, "Futures still waiting for an operation (none may be left behind).");
   t.def(
       "echo_async",

@@ -93,12 +93,14 @@ REDCOUNT_TEST_REDIS_URL="unix://$sockdir/redis.sock" REDCOUNT_TEST_CLUSTER_URL="
 echo "== C++ core: the threaded tests under ThreadSanitizer"
 # The tests where threads meet: the reactor (sync callers, submitters, borrowers, close from
 # many threads, the resolver thread), the Redis and cluster stores, the retry queues, the
-# buffered counter, hot keys, the memory store's threads and sweeper, the resilient store.
+# buffered counter, hot keys, the memory store's threads and sweeper, the resilient store,
+# the Sentinel watcher's thread and the store that follows it.
 # The single-threaded rest (parsers, scripts, TLS handshakes) only repeats the ASan run.
 # tests/cpp/tsan.supp lists only uninstrumented third-party code, each entry with its reason.
 tsan_filter='EngineTest.*:EngineResolver.*:RedisTest.*:RealCluster.*:RetryQueue.*:*/RetryQueueTest.*'
 tsan_filter+=':*/ShardedTest.Buffered*:*/FixedWindowTest.Concurrent*:LimiterTest.Concurrent*'
 tsan_filter+=':HotKeys.*:HotKeysStore.*:MemoryStoreThreads.*:MemoryStoreSweeper.*:ResilientStore.*'
+tsan_filter+=':Sentinel.Watcher*:Sentinel.StoreFollows*'
 TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/cpp/tsan.supp" \
   REDCOUNT_TEST_REDIS_URL="unix://$sockdir/redis.sock" REDCOUNT_TEST_CLUSTER_URL="${cluster_url%,}" \
   build/test-tsan/redcount_tests --gtest_filter="$tsan_filter"

@@ -463,7 +463,8 @@ def _aio_cancel(future: object) -> bool: ...
 # Built with -DREDCOUNT_TEST_HOOKS=ON only (the test build), and so not declared here: the
 # submodule redcount._core._testing (bindings/register_testing.cpp), with DeferredStore (a
 # store that completes batches on a worker thread), inflight(), echo_async() and
-# sentinel_state() (the master a Sentinel store uses and how many switches it saw).
+# sentinel_state() (the master a Sentinel store uses and how many switches it saw) and
+# sentinel_holds() (its failover holds and early switches).
 
 class Reading:
     @property

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -215,6 +216,25 @@ TEST(SentinelParse, SwitchMasterPayloadAndMasterReply) {
   EXPECT_THROW(SentinelResolver::parse_master_reply(
                    Reply::of_array({Reply::of_string("h"), Reply::of_string("port")})),
                ProtocolError);
+}
+
+TEST(SentinelParse, FailoverEvents) {
+  const auto sel = SwitchMasterWatcher::parse_selected("slave 10.0.0.2:6380 10.0.0.2 6380 @ svc 10.0.0.1 6379", "svc");
+  ASSERT_TRUE(sel.has_value());
+  EXPECT_EQ(sel->replica, (Address{"10.0.0.2", 6380}));
+  EXPECT_EQ(sel->master, (Address{"10.0.0.1", 6379}));
+  EXPECT_FALSE(SwitchMasterWatcher::parse_selected("slave 10.0.0.2:6380 10.0.0.2 6380 @ other 10.0.0.1 6379", "svc"));
+  EXPECT_FALSE(SwitchMasterWatcher::parse_selected("slave 10.0.0.2:6380 10.0.0.2 0 @ svc 10.0.0.1 6379", "svc"));
+  EXPECT_FALSE(SwitchMasterWatcher::parse_selected("slave 10.0.0.2:6380 10.0.0.2 6380 svc 10.0.0.1 6379", "svc"));
+  EXPECT_FALSE(SwitchMasterWatcher::parse_selected("master svc 10.0.0.1 6379", "svc"));
+  EXPECT_FALSE(SwitchMasterWatcher::parse_selected("", "svc"));
+
+  EXPECT_TRUE(SwitchMasterWatcher::is_abort_of("master svc 10.0.0.1 6379", "svc"));
+  EXPECT_FALSE(SwitchMasterWatcher::is_abort_of("master other 10.0.0.1 6379", "svc"));
+  EXPECT_FALSE(SwitchMasterWatcher::is_abort_of("slave 10.0.0.2:6380 10.0.0.2 6380 @ svc 10.0.0.1 6379", "svc"));
+  const auto& ch = SwitchMasterWatcher::channels();
+  EXPECT_NE(std::find(ch.begin(), ch.end(), "+selected-slave"), ch.end());
+  EXPECT_NE(std::find(ch.begin(), ch.end(), "-failover-abort-slave-timeout"), ch.end());
 }
 
 TEST(SentinelResolverOptions, RefusesAnIncompleteConfiguration) {
@@ -642,11 +662,13 @@ TEST(Sentinel, SkipsDeadSentinelsAndMovesTheAnswererToTheFront) {
   }
 }
 
-// Clients of the sentinel at `port` subscribed to a channel (CLIENT LIST's sub=1).
+// Clients of the sentinel at `port` subscribed to the watcher's channels (CLIENT LIST's
+// sub=N, N the number of channels).
 int subscribers(int port) {
   const std::string list = reply_text(ask(port, {"CLIENT", "LIST"}));
+  const std::string field = " sub=" + std::to_string(SwitchMasterWatcher::channels().size()) + " ";
   int n = 0;
-  for (std::size_t at = list.find(" sub=1 "); at != std::string::npos; at = list.find(" sub=1 ", at + 1)) ++n;
+  for (std::size_t at = list.find(field); at != std::string::npos; at = list.find(field, at + 1)) ++n;
   return n;
 }
 
@@ -676,13 +698,14 @@ TEST(Sentinel, WatcherSubscribesOnEverySentinelAndFollowsWhenOneDies) {
   EXPECT_EQ(watcher.subscribed_to(), t.sentinel(1).address());
   EXPECT_EQ(resolver->sentinels().front(), t.sentinel(1).address());
 
-  // A forced failover: the callback gets the promoted replica's address, once although two
-  // sentinels announce it, on the links already held (no new subscription).
+  // A forced failover: the callback gets the promoted replica's address (from the failover
+  // hold's probe, before the sentinels announce it), once although two sentinels announce it
+  // afterwards, on the links already held (no new subscription).
   const std::string refused = force_failover(t.sentinel(1).port());
   ASSERT_EQ(refused, "") << "SENTINEL FAILOVER kept failing";
-  ASSERT_TRUE(switches.wait_for(t.replica().address())) << "no +switch-master callback";
+  ASSERT_TRUE(switches.wait_for(t.replica().address())) << "no switch callback";
   EXPECT_EQ(watcher.subscriptions(), 3u);
-  EXPECT_EQ(resolver->resolve(), t.replica().address());
+  EXPECT_TRUE(eventually([&] { return resolver->resolve() == t.replica().address(); }));
 
   // ROLE after the switch: the promoted replica says master. (Sentinel demotes the old
   // master only at its next INFO poll, about 10 s later; the refusal of a replica by
@@ -701,6 +724,60 @@ TEST(Sentinel, WatcherSubscribesOnEverySentinelAndFollowsWhenOneDies) {
   EXPECT_EQ(switches.seen(), std::vector<Address>{t.replica().address()});
   EXPECT_EQ(watcher.subscribed_to(), std::nullopt);
   EXPECT_TRUE(watcher.subscribed().empty());
+}
+
+// The failover hold: on Sentinel's `+selected-slave` the watcher holds, probes the replica's
+// ROLE and reports it the moment it is master, before any sentinel announces the switch; a
+// re-resolution asked for right then (the sentinels still name the old master until the
+// failover ends) does not move it back.
+TEST(Sentinel, WatcherHoldsFromTheSelectionAndFollowsThePromotedReplicaFirst) {
+  REQUIRE_REDIS_SERVER();
+  Topology t;
+  REQUIRE_TOPOLOGY(t);
+  auto resolver = std::make_shared<SentinelResolver>(t.options());
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::string> events;
+  std::string named_at_switch;  // what a sentinel said the master was when the watcher switched
+  const auto record = [&](std::string e) {
+    std::lock_guard lock(mu);
+    events.push_back(std::move(e));
+    cv.notify_all();
+  };
+  SwitchMasterWatcher watcher(
+      resolver,
+      [&](const Address& a) {
+        named_at_switch = reply_text(ask(t.sentinel(0).port(), {"SENTINEL", "get-master-addr-by-name", Topology::kService}));
+        record("switch " + a.to_string());
+      },
+      milliseconds(200), [&](bool on) { record(on ? "hold" : "release"); });
+  watcher.start(t.master().address());
+  ASSERT_TRUE(eventually([&] { return watcher.subscriptions() == 3; }));
+
+  ASSERT_EQ(force_failover(t.sentinel(0).port()), "") << "SENTINEL FAILOVER kept failing";
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, seconds(20), [&] { return events.size() >= 3; })) << events.size();
+  }
+  EXPECT_EQ(events, (std::vector<std::string>{"hold", "switch " + t.replica().address().to_string(), "release"}));
+  EXPECT_EQ(watcher.holds(), 1u);
+  EXPECT_EQ(watcher.early_switches(), 1u);
+  // Reported before the sentinel that ran the failover (it announces last) named the replica.
+  EXPECT_TRUE(contains(named_at_switch, std::to_string(t.master().port()))) << named_at_switch;
+
+  // Asked now, the sentinels still name the old master: that answer is not followed.
+  watcher.request_resolve();
+  ASSERT_TRUE(eventually([&] {
+    return reply_text(ask(t.sentinel(0).port(), {"SENTINEL", "get-master-addr-by-name", Topology::kService})) ==
+           reply_text(ask(t.sentinel(2).port(), {"SENTINEL", "get-master-addr-by-name", Topology::kService})) &&
+           contains(reply_text(ask(t.sentinel(0).port(), {"SENTINEL", "get-master-addr-by-name", Topology::kService})),
+                    std::to_string(t.replica().port()));
+  })) << "the sentinels did not finish the failover";
+  watcher.request_resolve();  // and once they name the new master, a resolution is a no-op
+  std::this_thread::sleep_for(milliseconds(300));
+  watcher.stop();
+  std::lock_guard lock(mu);
+  EXPECT_EQ(events, (std::vector<std::string>{"hold", "switch " + t.replica().address().to_string(), "release"}));
 }
 
 TEST(Sentinel, WatcherHoldsThreeSubscriptionsAndFallsBackToTheNextSentinel) {

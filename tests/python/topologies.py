@@ -784,6 +784,9 @@ class SentinelGroup:
             extra.append("tls-replication yes")
         self.data = [Node(extra, tls=tls, name="sentinel-data") for _ in range(1 + replicas)]
         self.first_master = self.data[0]
+        # wait_ready()'s write that every replica must have received (_ready), and where.
+        self._marker_offset: int | None = None
+        self._marker_master = 0
         for r in self.data[1:]:
             r.extra.append(f"replicaof {HOST} {self.first_master.port}")
         ids = [secrets.token_hex(20) for _ in range(n_sentinels)]
@@ -854,6 +857,18 @@ class SentinelGroup:
         online = sum(1 for k, v in state.items() if k.startswith("slave") and "state=online" in v)
         if online != len(others):
             return False
+        # "online" is not yet "receiving writes": after a diskless full sync the master streams
+        # to a replica only once it has sent its first REPLCONF ACK, up to a second later, and
+        # holds the writes meanwhile (a master killed then loses them). So one write (a key set
+        # and deleted) must reach every replica.
+        if self._marker_offset is None or self._marker_master != master.port:
+            master.call("SET", "topology:ready", "1")
+            master.call("DEL", "topology:ready")
+            self._marker_offset = int(master.info("replication")["master_repl_offset"])
+            self._marker_master = master.port
+            return False
+        if any(int(n.info("replication").get("slave_repl_offset", -1)) < self._marker_offset for n in others):
+            return False
         for s in self.sentinels:
             if not s.reachable:
                 continue
@@ -881,6 +896,7 @@ class SentinelGroup:
         replicas' new links from INFO, which they refresh only every 10 s: pass False there
         unless the next step (another SENTINEL FAILOVER) needs the sentinels' view."""
         t0 = time.monotonic()
+        self._marker_offset = None
         wait_until(lambda: self._ready(sentinels_see_replicas), timeout, what="sentinel group ready", interval=POLL, ignore=TRANSIENT)
         return time.monotonic() - t0
 

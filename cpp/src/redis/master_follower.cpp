@@ -17,6 +17,10 @@ SentinelOptions resolver_options(const StoreOptions& o) {
   s.link.password = o.sentinel_password;
   if (o.tls) s.link.tls = make_tls_context(o);
   s.link.ssl_server_name = o.ssl_server_name;
+  s.node_link.username = o.username;
+  s.node_link.password = o.password;
+  s.node_link.tls = s.link.tls;
+  s.node_link.ssl_server_name = o.ssl_server_name;
   // A sentinel that does not answer quickly is skipped for the next one; never wait longer
   // for one than the store would for a data node.
   auto cap = [](std::chrono::milliseconds own, std::chrono::milliseconds store) {
@@ -24,6 +28,8 @@ SentinelOptions resolver_options(const StoreOptions& o) {
   };
   s.link.connect_timeout = cap(s.link.connect_timeout, o.connect_timeout);
   s.link.command_timeout = cap(s.link.command_timeout, o.command_timeout);
+  s.node_link.connect_timeout = s.link.connect_timeout;
+  s.node_link.command_timeout = s.link.command_timeout;
   return s;
 }
 
@@ -43,7 +49,9 @@ std::int64_t steady_ns(TimePoint t) {
 MasterFollower::MasterFollower(StoreOptions options)
     : options_(std::move(options)), resolver_(std::make_shared<SentinelResolver>(resolver_options(options_))) {
   Engine validate(options_);  // the same checks as a plain store (connections, timeouts); starts nothing
-  watcher_ = std::make_unique<SwitchMasterWatcher>(resolver_, [this](const Address& a) { move_to(a); });
+  watcher_ = std::make_unique<SwitchMasterWatcher>(
+      resolver_, [this](const Address& a) { move_to(a); }, std::chrono::milliseconds(1000),
+      [this](bool on) { hold(on); });
 }
 
 MasterFollower::~MasterFollower() { close(); }
@@ -64,11 +72,27 @@ MasterFollower::GenPtr MasterFollower::make_generation(const Address& at, std::u
   return g;
 }
 
-MasterFollower::GenPtr MasterFollower::acquire() {
+std::exception_ptr MasterFollower::held_error() const {
+  return std::make_exception_ptr(ConnectionError(
+      "Sentinel was failing service '" + options_.sentinel_service +
+      "' over to a new master, and the call waited for it until its deadline (command_timeout); nothing of it was "
+      "sent: retry it, or raise command_timeout above the promotion time"));
+}
+
+MasterFollower::GenPtr MasterFollower::acquire(TimePoint deadline) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     if (closed_) throw_closed();
     if (current_) {
+      if (holding_) {
+        auto released = [&] { return closed_ || !holding_; };
+        if (deadline == kNever) {
+          switched_cv_.wait(lock, released);
+        } else if (!switched_cv_.wait_until(lock, deadline, released)) {
+          std::rethrow_exception(held_error());
+        }
+        if (closed_) throw_closed();
+      }
       current_->calls.fetch_add(1);
       return current_;
     }
@@ -103,6 +127,42 @@ void MasterFollower::release(const GenPtr& g) {
   if (g->calls.fetch_sub(1) == 1 && g->retired.load()) g->engine->close();
 }
 
+void MasterFollower::hold(bool on) {
+  std::vector<Parked> held;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_ || !current_ || holding_ == on) return;
+    holding_ = on;
+    if (on) return;
+    // Ended without a switch (aborted, or the hold's limit): the held calls go to the master
+    // followed, as they would have.
+    for (auto it = parked_.begin(); it != parked_.end();) {
+      if (it->held) {
+        held.push_back(std::move(*it));
+        it = parked_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  switched_cv_.notify_all();
+  for (auto& p : held) {
+    GenPtr g;
+    if (!(p.call->cancelled && p.call->cancelled->load(std::memory_order_relaxed))) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!closed_ && current_) {
+        current_->calls.fetch_add(1);
+        g = current_;
+      }
+    }
+    if (g) {
+      send(g, p.call);
+    } else {
+      p.call->done({}, p.error);
+    }
+  }
+}
+
 void MasterFollower::move_to(const Address& at) {
   std::uint64_t number = 0;
   {
@@ -117,6 +177,7 @@ void MasterFollower::move_to(const Address& at) {
     if (closed_) return;
     old = std::move(current_);
     current_ = g;
+    holding_ = false;  // a switch ends a failover hold; the held calls go to the new master below
     if (old) {
       old->retired.store(true);
       retired_.push_back(old);
@@ -172,7 +233,8 @@ TimePoint MasterFollower::call_deadline() const {
   return options_.command_timeout.count() > 0 ? SteadyClock::now() + options_.command_timeout : kNever;
 }
 
-void MasterFollower::observe(const std::vector<Reply>& replies) {
+void MasterFollower::observe(const GenPtr& g, const std::vector<Reply>& replies) {
+  if (g->retired.load()) return;  // a master left already: nothing to learn of the current one
   for (const auto& r : replies) {
     if (stale_master_reply(r)) {
       watcher_->request_resolve();
@@ -181,7 +243,8 @@ void MasterFollower::observe(const std::vector<Reply>& replies) {
   }
 }
 
-void MasterFollower::observe_error(std::exception_ptr error) {
+void MasterFollower::observe_error(const GenPtr& g, std::exception_ptr error) {
+  if (g->retired.load()) return;
   try {
     std::rethrow_exception(error);
   } catch (const StoreClosed&) {
@@ -218,13 +281,13 @@ void MasterFollower::maybe_recheck_role(const GenPtr& g) {
 
 std::vector<Reply> MasterFollower::execute(const std::vector<Request>& batch) {
   const TimePoint deadline = call_deadline();
-  GenPtr g = acquire();
+  GenPtr g = acquire(deadline);
   for (;;) {
     maybe_recheck_role(g);
     try {
       std::vector<Reply> replies = g->engine->execute(batch);
       release(g);
-      observe(replies);
+      observe(g, replies);
       // Every request was refused as "not a writable master" (the engine retried until the
       // deadline): nothing ran, so a master found meanwhile gets the batch once.
       if (!replies.empty() && std::all_of(replies.begin(), replies.end(), stale_master_reply)) {
@@ -239,7 +302,7 @@ std::vector<Reply> MasterFollower::execute(const std::vector<Request>& batch) {
       throw;
     } catch (const ConnectionError& e) {
       release(g);
-      watcher_->request_resolve();
+      if (!g->retired.load()) watcher_->request_resolve();
       if (e.maybe_applied()) throw;
       // Nothing of the batch ran: send it to the next master once the sentinels name one.
       GenPtr next = wait_newer(g->number, deadline);
@@ -253,14 +316,31 @@ std::vector<Reply> MasterFollower::execute(const std::vector<Request>& batch) {
 }
 
 void MasterFollower::submit(std::vector<Request> batch, BatchDone done, CancelFlag cancelled) {
+  auto call = std::make_shared<AsyncCall>(AsyncCall{std::move(batch), std::move(done), std::move(cancelled), call_deadline()});
   GenPtr g;
-  try {
-    g = acquire();
-  } catch (...) {
-    return done({}, std::current_exception());
+  {
+    // During a failover hold the call is parked, not sent: the caller's thread (an event
+    // loop) never waits here.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!closed_ && current_) {
+      if (holding_) {
+        parked_.push_back(Parked{call, current_->number, held_error(), true});
+        if (!expirer_.joinable()) expirer_ = std::thread([this] { expire_parked(); });
+        parked_cv_.notify_all();
+        return;
+      }
+      current_->calls.fetch_add(1);
+      g = current_;
+    }
+  }
+  if (!g) {
+    try {
+      g = acquire(call->deadline);  // the first call: asks the sentinels (no hold before that)
+    } catch (...) {
+      return call->done({}, std::current_exception());
+    }
   }
   maybe_recheck_role(g);
-  auto call = std::make_shared<AsyncCall>(AsyncCall{std::move(batch), std::move(done), std::move(cancelled), call_deadline()});
   send(g, call);
 }
 
@@ -271,9 +351,9 @@ void MasterFollower::send(const GenPtr& g, const CallPtr& call) {
       [this, g, call](std::vector<Reply>&& replies, std::exception_ptr error) {
         release(g);
         if (error) {
-          observe_error(error);
+          observe_error(g, error);
         } else {
-          observe(replies);
+          observe(g, replies);
         }
         if (follow(g, call, replies, error)) return;
         call->done(std::move(replies), error);
@@ -397,6 +477,10 @@ int MasterFollower::server_major() const noexcept {
   std::lock_guard<std::mutex> lock(mu_);
   return current_ ? current_->engine->server_major() : 0;
 }
+
+std::uint64_t MasterFollower::holds() const noexcept { return watcher_ ? watcher_->holds() : 0; }
+
+std::uint64_t MasterFollower::early_switches() const noexcept { return watcher_ ? watcher_->early_switches() : 0; }
 
 std::optional<Address> MasterFollower::master() const {
   std::lock_guard<std::mutex> lock(mu_);

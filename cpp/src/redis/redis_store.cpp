@@ -209,6 +209,11 @@ std::uint64_t RedisStore::sentinel_switches() const {
   return f ? f->switches() : 0;
 }
 
+std::pair<std::uint64_t, std::uint64_t> RedisStore::sentinel_holds() const {
+  redis::MasterFollower* f = follower_current_.load(std::memory_order_acquire);
+  return f ? std::pair{f->holds(), f->early_switches()} : std::pair<std::uint64_t, std::uint64_t>{0, 0};
+}
+
 redis::Cluster& RedisStore::cluster() {
   if (redis::Cluster* c = cluster_current_.load(std::memory_order_acquire)) return *c;
   std::lock_guard<std::mutex> lock(mu_);

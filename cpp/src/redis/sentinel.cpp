@@ -111,6 +111,23 @@ std::optional<int> parse_port(std::string_view s) {
   return static_cast<int>(*p);
 }
 
+// A message payload split at its spaces.
+std::vector<std::string_view> words(std::string_view payload) {
+  std::vector<std::string_view> parts;
+  while (!payload.empty()) {
+    auto sp = payload.find(' ');
+    if (sp != 0) parts.push_back(payload.substr(0, sp));
+    if (sp == std::string_view::npos) break;
+    payload = payload.substr(sp + 1);
+  }
+  return parts;
+}
+
+constexpr std::string_view kSwitchMaster = "+switch-master";
+constexpr std::string_view kSelectedReplica = "+selected-slave";
+
+bool is_abort_channel(std::string_view channel) { return channel.starts_with("-failover-abort-"); }
+
 }  // namespace
 
 SentinelOptions sentinel_options(const SentinelUrl& u, std::shared_ptr<TlsContext> tls) {
@@ -121,6 +138,10 @@ SentinelOptions sentinel_options(const SentinelUrl& u, std::shared_ptr<TlsContex
   o.link.password = u.sentinel_password;
   o.link.tls = std::move(tls);
   o.link.ssl_server_name = u.master.ssl_server_name;
+  o.node_link.username = u.master.username;
+  o.node_link.password = u.master.password;
+  o.node_link.tls = o.link.tls;
+  o.node_link.ssl_server_name = u.master.ssl_server_name;
   return o;
 }
 
@@ -326,8 +347,11 @@ Address SentinelResolver::resolve() {
 // --- SwitchMasterWatcher -------------------------------------------------------------------
 
 SwitchMasterWatcher::SwitchMasterWatcher(std::shared_ptr<SentinelResolver> resolver, Callback on_switch,
-                                         std::chrono::milliseconds ping_interval)
-    : resolver_(std::move(resolver)), on_switch_(std::move(on_switch)), ping_interval_(ping_interval) {
+                                         std::chrono::milliseconds ping_interval, HoldCallback on_hold)
+    : resolver_(std::move(resolver)),
+      on_switch_(std::move(on_switch)),
+      ping_interval_(ping_interval),
+      on_hold_(std::move(on_hold)) {
   if (!resolver_) throw InvalidArgument("SwitchMasterWatcher needs a SentinelResolver");
   if (!on_switch_) throw InvalidArgument("SwitchMasterWatcher needs a callback");
   if (ping_interval_.count() <= 0) throw InvalidArgument("ping_interval must be > 0 ms");
@@ -387,17 +411,34 @@ std::vector<Address> SwitchMasterWatcher::subscribed() const {
 }
 
 std::optional<Address> SwitchMasterWatcher::parse_switch(std::string_view payload, std::string_view service) {
-  std::vector<std::string_view> parts;
-  while (!payload.empty()) {
-    auto sp = payload.find(' ');
-    if (sp != 0) parts.push_back(payload.substr(0, sp));
-    if (sp == std::string_view::npos) break;
-    payload = payload.substr(sp + 1);
-  }
+  const auto parts = words(payload);
   if (parts.size() != 5 || parts[0] != service) return std::nullopt;
   auto port = parse_port(parts[4]);
   if (!port) return std::nullopt;
   return Address{std::string(parts[3]), *port};
+}
+
+const std::vector<std::string>& SwitchMasterWatcher::channels() {
+  // Every way a failover Sentinel has begun can end without a promotion.
+  static const std::vector<std::string> kChannels = {
+      std::string(kSwitchMaster), std::string(kSelectedReplica), "-failover-abort-not-elected",
+      "-failover-abort-no-good-slave", "-failover-abort-slave-timeout"};
+  return kChannels;
+}
+
+std::optional<SwitchMasterWatcher::Selection> SwitchMasterWatcher::parse_selected(std::string_view payload,
+                                                                                   std::string_view service) {
+  const auto w = words(payload);
+  if (w.size() != 8 || w[0] != "slave" || w[4] != "@" || w[5] != service) return std::nullopt;
+  const auto port = parse_port(w[3]);
+  const auto master_port = parse_port(w[7]);
+  if (!port || !master_port) return std::nullopt;
+  return Selection{Address{std::string(w[2]), *port}, Address{std::string(w[6]), *master_port}};
+}
+
+bool SwitchMasterWatcher::is_abort_of(std::string_view payload, std::string_view service) {
+  const auto w = words(payload);
+  return w.size() == 4 && w[0] == "master" && w[1] == service;
 }
 
 void SwitchMasterWatcher::report(const Address& a, std::optional<Address>& last) {
@@ -475,7 +516,84 @@ struct SwitchMasterWatcher::Link {
 struct SwitchMasterWatcher::Followed {
   std::optional<Address> last;
   std::optional<std::uint64_t> epoch;
+  // A failover under way (the hold): the replica being promoted, the master it replaces, when
+  // the hold ends at the latest, the next ROLE probe and its connection.
+  struct Hold {
+    Selection selected;
+    TimePoint until;
+    TimePoint next_probe;
+    std::unique_ptr<ControlLink> probe;
+  };
+  std::optional<Hold> hold;
+  // After following a promoted replica before any sentinel announced it: the master it
+  // replaced, ignored in answers until a sentinel confirms the new one or `early_until`.
+  std::optional<Address> early_from;
+  TimePoint early_until{};
 };
+
+void SwitchMasterWatcher::begin_hold(const Selection& selected, Followed& f) {
+  // Only a failover of the master followed: a late message of an earlier one names another.
+  if (f.last && *f.last != selected.master) return;
+  if (f.hold && f.hold->selected.replica == selected.replica) return;  // another sentinel's copy
+  const TimePoint now = SteadyClock::now();
+  const bool was_holding = f.hold.has_value();
+  f.hold = Followed::Hold{selected, now + kMaxHold, now, nullptr};
+  ++holds_;
+  if (was_holding || !on_hold_) return;
+  try {
+    on_hold_(true);
+  } catch (...) {
+    // The callback's contract is not to throw.
+  }
+}
+
+void SwitchMasterWatcher::end_hold(Followed& f) {
+  if (!f.hold) return;
+  f.hold.reset();
+  if (!on_hold_) return;
+  try {
+    on_hold_(false);
+  } catch (...) {
+  }
+}
+
+void SwitchMasterWatcher::probe_hold(Followed& f) {
+  auto& h = *f.hold;
+  const TimePoint now = SteadyClock::now();
+  if (now < h.next_probe) return;
+  bool promoted = false;
+  try {
+    if (!h.probe) {
+      LinkOptions o = resolver_->options().node_link;
+      // Never past the hold: a replica that does not answer leaves the old master in place.
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(h.until - now);
+      const auto cap = [&](std::chrono::milliseconds t) {
+        return t.count() > 0 ? std::min(t, std::max(left, std::chrono::milliseconds(1))) : std::max(left, std::chrono::milliseconds(1));
+      };
+      o.connect_timeout = cap(o.connect_timeout);
+      o.command_timeout = cap(o.command_timeout);
+      h.probe = std::make_unique<ControlLink>(h.selected.replica, o);
+    }
+    const Reply r = h.probe->call({"ROLE"});
+    promoted = parse_role(r) == Role::Master;
+  } catch (const std::exception&) {
+    // Refused, or killed by the promotion itself (`CLIENT KILL TYPE normal` runs with
+    // `REPLICAOF NO ONE`): a new connection at the next probe.
+    h.probe.reset();
+  }
+  h.next_probe = SteadyClock::now() + kProbeInterval;
+  if (!promoted) return;
+  // The replica is the master now; every sentinel still names the old one until the failover
+  // ends. Its configuration epoch is above the old master's.
+  const Address from = h.selected.master;
+  const Address to = h.selected.replica;
+  f.early_from = from;
+  f.early_until = SteadyClock::now() + kEarlyTrust;
+  if (f.epoch) f.epoch = *f.epoch + 1;
+  ++early_switches_;
+  report(to, f.last);
+  end_hold(f);
+}
 
 // Which announcement wins. Every sentinel announces each switch, at different moments, and
 // the first announcement is taken: waiting for a second opinion would give back the time
@@ -497,11 +615,14 @@ struct SwitchMasterWatcher::Followed {
 void SwitchMasterWatcher::consider(const Address& a, std::optional<std::uint64_t> epoch, Followed& f) {
   if (f.last && *f.last == a) {
     if (epoch && (!f.epoch || *epoch > *f.epoch)) f.epoch = epoch;
+    f.early_from.reset();  // a sentinel names the master followed: the failover has ended
     return;
   }
   if (epoch && f.epoch && *epoch < *f.epoch) return;  // a lagging sentinel's older master
+  if (f.early_from && *f.early_from == a && SteadyClock::now() < f.early_until) return;  // not finished yet
   f.epoch = epoch;
   report(a, f.last);
+  end_hold(f);
 }
 
 void SwitchMasterWatcher::publish_links(const std::vector<Link>& links) {
@@ -524,11 +645,17 @@ void SwitchMasterWatcher::open(Link& link, Followed& f) {
   const LinkOptions& link_options = resolver_->options().link;
   const std::string& service = resolver_->options().service;
   auto conn = std::make_unique<ControlLink>(link.sentinel, link_options);
-  conn->send({"SUBSCRIBE", "+switch-master"});
-  // Not woken by request_resolve(): the wait is short, and the loop answers requests.
-  auto confirm = conn->next(deadline_after(link_options.command_timeout));
-  if (!confirm) throw TimeoutError("no SUBSCRIBE confirmation from " + link.sentinel.to_string());
-  if (confirm->is_error()) throw_reply_error(confirm->str);
+  std::vector<std::string> subscribe = {"SUBSCRIBE"};
+  for (const auto& c : channels()) subscribe.push_back(c);
+  conn->send(subscribe);
+  // One confirmation per channel. Not woken by request_resolve(): the wait is short, and the
+  // loop answers requests.
+  const TimePoint deadline = deadline_after(link_options.command_timeout);
+  for (std::size_t i = 0; i < channels().size(); ++i) {
+    auto confirm = conn->next(deadline);
+    if (!confirm) throw TimeoutError("no SUBSCRIBE confirmation from " + link.sentinel.to_string());
+    if (confirm->is_error()) throw_reply_error(confirm->str);
+  }
   // Subscribed first, asked second: a switch before the question shows in its answer, one
   // after it arrives as a message.
   const auto now_master = ask_master(link.sentinel, link_options, service);
@@ -551,7 +678,11 @@ void SwitchMasterWatcher::drain(Link& link, Followed& f) {
     const auto& e = message->elements;
     if (e[0].str == "pong") {
       link.pong_deadline = kNever;
-    } else if (e[0].str == "message" && e.size() >= 3 && e[1].str == "+switch-master") {
+    } else if (e[0].str == "message" && e.size() >= 3 && e[1].str == kSelectedReplica) {
+      if (auto selected = parse_selected(e[2].str, service)) begin_hold(*selected, f);
+    } else if (e[0].str == "message" && e.size() >= 3 && is_abort_channel(e[1].str)) {
+      if (is_abort_of(e[2].str, service)) end_hold(f);
+    } else if (e[0].str == "message" && e.size() >= 3 && e[1].str == kSwitchMaster) {
       const auto announced = parse_switch(e[2].str, service);
       if (!announced || (f.last && *f.last == *announced)) continue;  // another sentinel was first
       std::optional<MasterConfig> asked;
@@ -570,7 +701,8 @@ void SwitchMasterWatcher::drain(Link& link, Followed& f) {
 }
 
 void SwitchMasterWatcher::run(std::optional<Address> known) {
-  Followed f{std::move(known), std::nullopt};
+  Followed f;
+  f.last = std::move(known);
   std::vector<Link> links;
   for (const Address& s : resolver_->sentinels()) {
     Link l;
@@ -630,17 +762,33 @@ void SwitchMasterWatcher::run(std::optional<Address> known) {
       last_resolve_ = now;
       try {
         const Address a = resolver_->resolve();
-        // Taken whatever its epoch (the header says why); its epoch is not known.
-        if (!f.last || *f.last != a) f.epoch.reset();
-        report(a, f.last);
+        // Taken whatever its epoch (the header says why); its epoch is not known. Not the
+        // master a promoted replica replaced, while the sentinels have not finished.
+        const bool stale = f.early_from && *f.early_from == a && SteadyClock::now() < f.early_until;
+        if (!stale) {
+          if (!f.last || *f.last != a) f.epoch.reset();
+          report(a, f.last);
+          end_hold(f);
+        }
       } catch (const std::exception&) {
         // No sentinel answered now: the next request, or +switch-master, will.
       }
       continue;
     }
 
+    // A failover under way: probe the replica being promoted; past kMaxHold, let go.
+    if (f.hold) {
+      if (SteadyClock::now() >= f.hold->until) {
+        end_hold(f);
+      } else {
+        probe_hold(f);
+      }
+      now = SteadyClock::now();
+    }
+
     // PINGs due, and PINGs left unanswered.
     TimePoint wake_at = resolve_at;
+    if (f.hold) wake_at = std::min(wake_at, std::min(f.hold->next_probe, f.hold->until));
     for (Link& l : links) {
       if (!l.conn) {
         if (live_count() < kMaxLinks) wake_at = std::min(wake_at, l.retry_at);

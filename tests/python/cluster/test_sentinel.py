@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import queue
+import re
 import threading
 import time
 from collections import Counter
@@ -25,7 +27,7 @@ from pathlib import Path
 import pytest
 from failover_harness import FailoverHarness, Report, WriteFn
 from helpers import wait_until
-from topologies import HOST, Node, SentinelGroup, SwitchMaster, TlsFiles
+from topologies import HOST, Conn, Node, SentinelGroup, SwitchMaster, TlsFiles
 
 import redcount
 import redcount.aio as aio
@@ -98,17 +100,49 @@ def switch_seen_by(store: redcount.Store) -> Iterator[SeenSwitch]:
         t.join()
 
 
+def settled_master(g: SentinelGroup) -> Node:
+    """The master once the failover has ended: every live sentinel names it and it says
+    master. (The sentinel that ran a failover names the new master last, up to a second
+    after the others; asked before that, it names the old master, whose data stops at the
+    switch.)"""
+
+    def agreed() -> Node | None:
+        named = {g.master(via=s).port for s in g.sentinels if s.reachable}
+        if len(named) != 1:
+            return None
+        node = g.node_by_port(named.pop())
+        return node if node.reachable and node.call("ROLE")[0] == "master" else None
+
+    return wait_until(agreed, 15, what="every sentinel naming the same master")
+
+
 def final_report(g: SentinelGroup, h: FailoverHarness) -> Report:
-    master = g.master()
+    master = settled_master(g)
     final = {k: int(master.call("GET", k) or 0) for k in KEYS}
     applied = {k: Counter(str(x) for x in master.call("LRANGE", f"{k}:applied", 0, -1)) for k in KEYS}
     return h.report(final, applied)
 
 
 def lost_ids(g: SentinelGroup, h: FailoverHarness) -> set[str]:
-    master = g.master()
+    master = settled_master(g)
     present = {str(x) for k in KEYS for x in master.call("LRANGE", f"{k}:applied", 0, -1)}
     return {a.request_id for w in h.writers for a in w.acked if a.request_id not in present}
+
+
+def describe_loss(g: SentinelGroup, h: FailoverHarness, lost: set[str], t: float) -> str:
+    """Where the lost writes sit in time (ms from ``t``) and what each data node holds: for
+    the message of a failed assertion."""
+    times = sorted((a.acked_at - t) * 1000 for w in h.writers for a in w.acked if a.request_id in lost)
+    nodes = []
+    for n in g.data:
+        if not n.reachable:
+            nodes.append(f"{n.port} down")
+            continue
+        role = n.call("ROLE")
+        sizes = [n.call("LLEN", f"{k}:applied") for k in KEYS]
+        nodes.append(f"{n.port} {role[0]} applied={sizes} offset={role[1] if role[0] == 'master' else role[4]}")
+    span = f"{times[0]:.0f}..{times[-1]:.0f} ms" if times else "-"
+    return f"{len(lost)} lost, acknowledged {span} from the event; nodes: {'; '.join(nodes)}"
 
 
 def first_ack_after(h: FailoverHarness, t: float) -> float:
@@ -215,9 +249,9 @@ def test_a_connection_to_a_replica_is_refused_in_the_handshake(
 
 
 def subscribers(sentinel: Node) -> int:
-    """Clients of ``sentinel`` subscribed to a channel (``sub=1`` in CLIENT LIST)."""
+    """Clients of ``sentinel`` subscribed to a channel (``sub=N`` with N > 0 in CLIENT LIST)."""
     listing = sentinel.call("CLIENT", "LIST")
-    return sum(1 for line in str(listing).splitlines() if " sub=1 " in f" {line} ")
+    return sum(1 for line in str(listing).splitlines() if re.search(r" sub=[1-9]", f" {line} "))
 
 
 def test_the_store_subscribes_on_every_sentinel_and_follows_when_one_dies(
@@ -324,6 +358,9 @@ def test_sigkill_of_the_master(redis_sentinel_factory: Callable[..., SentinelGro
             h.wait_acked(100, each=True)
         report = final_report(g, h)
         print_figures("SIGKILL of the master", event.at - t0, seen, event, report, h, None)
+        lost = lost_ids(g, h)
+        if lost:
+            print(describe_loss(g, h, lost, event.at))
         assert (event.old_port, event.new_port) == (old.port, replica.port)
         assert state(store) == (f"{HOST}:{replica.port}", 1)
         assert report.doubled == 0
@@ -347,13 +384,15 @@ def test_sentinel_failover(redis_sentinel_factory: Callable[..., SentinelGroup])
         report = final_report(g, h)
         print_figures("SENTINEL FAILOVER", event.at - t0, seen, event, report, h, g.sentinels[0].port)
         lost = lost_ids(g, h)
-        after = {a.request_id for w in h.writers for a in w.acked if a.first_try > seen.at}
-        before = sum(1 for w in h.writers for a in w.acked if a.acked_at < seen.at and a.request_id in lost)
-        print(f"lost acknowledged before the client saw +switch-master: {before}; "
-              f"written after it: {len(after)}, lost {len(after & lost)}")
+        holds, early = _testing.sentinel_holds(store)
+        print(f"failover holds {holds}, switched to the promoted replica before any announcement: {early}; "
+              f"acknowledged and lost: {len(lost)}")
         assert report.doubled == 0
         assert all(k.unaccounted == 0 for k in report.keys)
-        assert not after & lost  # a write sent after the switch went to the new master and stays
+        # The store stopped sending to the old master when Sentinel selected the replica, and
+        # followed the replica the moment it was master: no acknowledged write is lost.
+        assert lost == set(), describe_loss(g, h, lost, event.at)
+        assert (holds, early) == (1, 1)
         assert state(store)[1] == 1
     finally:
         store.close()
@@ -361,12 +400,14 @@ def test_sentinel_failover(redis_sentinel_factory: Callable[..., SentinelGroup])
 
 def test_sentinel_failover_with_min_replicas_to_write_and_two_replicas(
         redis_sentinel_factory: Callable[..., SentinelGroup]) -> None:
-    """``min-replicas-to-write 1`` does not make a ``SENTINEL FAILOVER`` lossless: Sentinel
-    promotes one replica (which stops replicating), and until it has moved the other replica
-    to the new master, the old master still has one replica and still acknowledges writes;
-    they reach only that replica, which then resynchronises in full from the new master and
-    drops them. Writes sent after the client saw the switch are not lost; the rest is
-    measured and printed."""
+    """``min-replicas-to-write 1`` alone does not make a ``SENTINEL FAILOVER`` lossless:
+    Sentinel promotes one replica (which stops replicating), and until it has moved the other
+    replica to the new master, the old master still has one replica and still acknowledges
+    writes; they reach only that replica, which then resynchronises in full from the new
+    master and drops them. The failover hold is what keeps them: from Sentinel's selection
+    of the replica to its promotion nothing is sent to the old master. The new master refuses
+    writes (NOREPLICAS) until the other replica follows it; the engine retries those within
+    the deadline."""
     g = redis_sentinel_factory(replicas=2, min_replicas_to_write=1)
     store = redcount.connect(g.url, command_timeout=2.0)
     try:
@@ -380,11 +421,10 @@ def test_sentinel_failover_with_min_replicas_to_write_and_two_replicas(
         print_figures("SENTINEL FAILOVER, min-replicas-to-write 1, two replicas", event.at - t0, seen, event,
                       report, h, g.sentinels[0].port)
         lost = lost_ids(g, h)
-        after = {a.request_id for w in h.writers for a in w.acked if a.first_try > seen.at}
-        print(f"written after the client saw +switch-master: {len(after)}, lost {len(after & lost)}")
+        print(f"acknowledged and lost: {len(lost)}; failover holds, early switches: {_testing.sentinel_holds(store)}")
         assert report.doubled == 0
         assert all(k.unaccounted == 0 for k in report.keys)
-        assert not after & lost
+        assert lost == set(), describe_loss(g, h, lost, event.at)
     finally:
         store.close()
 
@@ -453,7 +493,7 @@ def test_asyncio_calls_follow_a_sentinel_failover(redis_sentinel_factory: Callab
     try:
         with switch_seen_by(store) as seen:
             t0, event = asyncio.run(main())
-        master = g.master()
+        master = settled_master(g)
         applied = Counter(str(x) for k in KEYS for x in master.call("LRANGE", f"{k}:applied", 0, -1))
         doubled = sum(1 for c in applied.values() if c > 1)
         total = sum(int(master.call("GET", k) or 0) for k in KEYS)
@@ -470,7 +510,81 @@ def test_asyncio_calls_follow_a_sentinel_failover(redis_sentinel_factory: Callab
         assert doubled == 0
         assert total == sum(applied.values())  # the count is exactly the applied ids
         assert state(store)[1] == 1
+        if fault == "sentinel-failover":
+            assert lost == set()  # asyncio calls are held during the failover as well
     finally:
+        store.close()
+
+
+def test_the_failover_hold_ends_at_a_calls_deadline_and_at_its_limit(
+        redis_sentinel_factory: Callable[..., SentinelGroup]) -> None:
+    """While the replica Sentinel selected cannot be promoted (it is paused with SIGSTOP as
+    soon as Sentinel names it), calls are held, not sent to the old master. A call whose
+    deadline passes first fails with ``ConnectionError(maybe_applied=False)``, synchronous
+    and asyncio alike, and nothing of it ran. After the hold's limit (2 s) calls go to the old
+    master again, as they did before the failover began; once the replica runs again it is
+    promoted and the store follows it."""
+    g = redis_sentinel_factory(replicas=1, failover_timeout_ms=20_000)
+    old = g.master()
+    [replica] = g.replicas()
+    store = redcount.connect(g.url, command_timeout=0.3)
+    astore = aio.AsyncStore(store)
+    selected: queue.Queue[float] = queue.Queue()
+    try:
+        assert store.execute("SET", "k", "0") == "OK"
+        wait_until(lambda: [subscribers(s) for s in g.sentinels] == [1, 1, 1], 10,
+                   what="a subscriber on every sentinel")
+        leader = g.sentinels[0]
+        sub = Conn(leader.port, leader.tls, timeout=None)
+        sub.send("SUBSCRIBE", "+selected-slave")
+        sub.read()
+
+        def pause_the_selected_replica() -> None:
+            msg = sub.read()  # the next one: Sentinel sends REPLICAOF NO ONE a timer tick later
+            replica.pause()
+            selected.put(time.monotonic())
+            assert msg[0] == "message" and str(msg[2]).split()[3] == str(replica.port), msg
+
+        t = threading.Thread(target=pause_the_selected_replica, daemon=True)
+        t.start()
+        g.sentinel_failover()
+        at = selected.get(timeout=10)
+        t.join(5)
+        wait_until(lambda: _testing.sentinel_holds(store)[0] == 1, 2, what="the store's hold")
+        with pytest.raises(redcount.ConnectionError) as sync_error:
+            store.execute("INCR", "k")
+        assert not sync_error.value.maybe_applied
+        assert "failing service 'mymaster' over" in str(sync_error.value)
+
+        async def held() -> BaseException | None:
+            try:
+                await astore.execute("INCR", "k")
+            except redcount.ConnectionError as e:
+                return e
+            return None
+
+        async_error = asyncio.run(held())
+        assert isinstance(async_error, redcount.ConnectionError) and not async_error.maybe_applied, async_error
+        assert time.monotonic() - at < 2.0  # both failed within the hold, not after it
+        assert old.call("GET", "k") == "0"  # nothing of them ran
+
+        # Past the hold's limit, calls go to the old master (still the master: the replica is
+        # paused). A failover that ends later loses what they write there.
+        time.sleep(max(0.0, at + 2.1 - time.monotonic()))
+        assert store.execute("INCR", "k") == 1
+        assert _testing.sentinel_holds(store) == (1, 0)
+        assert state(store) == (f"{HOST}:{old.port}", 0)
+
+        with g.watch() as w:
+            replica.resume()
+            event = w.wait()
+        assert event.new_port == replica.port
+        wait_until(lambda: state(store)[1] == 1, 15, what="the store switched masters")
+        assert state(store)[0] == f"{HOST}:{replica.port}"
+        sub.close()
+    finally:
+        if replica.paused:
+            replica.resume()
         store.close()
 
 

@@ -24,6 +24,16 @@
 // Every connection sends ROLE in its handshake and refuses to carry requests unless the
 // server says master (the address came from a sentinel and may already be stale).
 //
+// The failover hold (SwitchMasterWatcher in sentinel.h): from the moment the sentinel running
+// a failover names the replica it will promote until that replica answers ROLE as master
+// (or the failover is aborted, or SwitchMasterWatcher::kMaxHold passes), new calls are not
+// sent to the old master: a synchronous call waits, an asynchronous one is parked. Writes
+// the old master would acknowledge then are the ones a failover loses. A call whose deadline
+// passes while held fails with ConnectionError(maybe_applied=false): nothing of it was sent.
+// Calls already inside the old master's engine complete there; the promotion comes at least
+// one Sentinel timer tick (50-100 ms) after the hold begins, and a reply on loopback or a LAN
+// reaches the replica well before that.
+//
 // A call that fails with ConnectionError(maybe_applied=false) (nothing of it ran: the old
 // master refuses connections, or answers ROLE as a replica) waits for the master to change,
 // up to the command timeout, and is then sent to the new master; past that, the caller gets
@@ -78,6 +88,10 @@ class MasterFollower {
   std::optional<Address> master() const;
   // How many times the master changed since the first resolution.
   std::uint64_t switches() const noexcept { return switches_.load(std::memory_order_relaxed); }
+  // How many failover holds began, and how many switches followed a promoted replica before
+  // any sentinel announced it.
+  std::uint64_t holds() const noexcept;
+  std::uint64_t early_switches() const noexcept;
 
  private:
   // One master and its engine. `calls` counts calls inside the engine (a submitted batch
@@ -106,9 +120,13 @@ class MasterFollower {
     CallPtr call;
     std::uint64_t seen = 0;
     std::exception_ptr error;
+    bool held = false;  // parked by the failover hold: sent to the master followed when it ends
   };
 
-  GenPtr acquire();
+  // The current generation, counted; a synchronous caller waits out a failover hold until
+  // `deadline` (a call that never was sent: ConnectionError, maybe_applied false).
+  GenPtr acquire(TimePoint deadline);
+  void hold(bool on);  // the watcher's thread
   // Submits `call` to `g` (whose `calls` the caller has counted).
   void send(const GenPtr& g, const CallPtr& call);
   // After `g` answered `call`: true when the call was handed to a newer master (now, or
@@ -120,8 +138,10 @@ class MasterFollower {
   GenPtr make_generation(const Address& at, std::uint64_t number);
   void move_to(const Address& at);  // the watcher's thread
   // Looks at a call's outcome: asks for a re-resolution on what suggests a stale master.
-  void observe(const std::vector<Reply>& replies);
-  void observe_error(std::exception_ptr error);
+  // Only the current generation's outcomes say something of the master followed.
+  void observe(const GenPtr& g, const std::vector<Reply>& replies);
+  void observe_error(const GenPtr& g, std::exception_ptr error);
+  std::exception_ptr held_error() const;
   // Waits until the generation is newer than `seen` or `deadline`; the newer one, or null.
   GenPtr wait_newer(std::uint64_t seen, TimePoint deadline);
   GenPtr newer_than(std::uint64_t seen);
@@ -141,6 +161,7 @@ class MasterFollower {
   std::condition_variable parked_cv_;
   std::thread expirer_;          // started with the first parked call
   bool closed_ = false;
+  bool holding_ = false;  // a failover hold is on
   std::mutex resolve_mu_;  // one first resolution at a time
   std::atomic<std::uint64_t> switches_{0};
   std::atomic<std::int64_t> next_role_check_ns_{0};

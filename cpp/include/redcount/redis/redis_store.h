@@ -34,6 +34,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "redcount/common/options.h"
@@ -79,6 +80,8 @@ class RedisStore final : public Store {
   // and how many times it changed.
   std::string sentinel_master() const;
   std::uint64_t sentinel_switches() const;
+  // (failover holds begun, switches to a promoted replica before any sentinel announced it).
+  std::pair<std::uint64_t, std::uint64_t> sentinel_holds() const;
   // A cluster store's redirect counts (redis/cluster.h); all zero for a single server.
   redis::ClusterStats cluster_stats();
   bool is_ring() const noexcept { return !options_.ring.empty(); }

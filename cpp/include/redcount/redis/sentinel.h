@@ -136,6 +136,9 @@ struct SentinelOptions {
   // The sentinels' own credentials (Sentinel's requirepass / ACL), TLS and timeouts. The
   // timeouts are short on purpose: a dead sentinel costs this much before the next one.
   LinkOptions link;
+  // How to reach the data nodes (their credentials and TLS): during a failover the watcher
+  // asks the replica being promoted for its ROLE (SwitchMasterWatcher, "the failover hold").
+  LinkOptions node_link;
 };
 
 // The resolver's options for a parsed URL (common/sentinel_url.h): its sentinels and
@@ -197,16 +200,37 @@ class SentinelResolver {
 // links keep serving. The first live link (in the resolver's order at start) is promoted to
 // the front of the resolver's order.
 //
+// The failover hold. `+switch-master` comes at the end of a failover, a second or more after
+// the promotion; meanwhile the old master still acknowledges writes that the promoted
+// replica never sees (with two replicas it even meets `min-replicas-to-write 1`: the other
+// replica still follows it), and they are lost when Sentinel demotes it. So the watcher also
+// listens for `+selected-slave`, which the sentinel running the failover publishes one timer
+// tick (50-100 ms) before it sends `REPLICAOF NO ONE` to that replica. On it, it calls
+// `on_hold(true)` (the store stops sending new calls to the old master and holds them), then
+// asks the selected replica `ROLE` every kProbeInterval on a connection of its own
+// (`node_link`): the moment it answers master, that replica is reported through on_switch,
+// before any sentinel announces it. The hold also ends (`on_hold(false)`, calls go to the
+// master followed, as before) on a `-failover-abort-*` event of the service, on a switch
+// reported any other way, or kMaxHold after it began. A `+selected-slave` about another
+// master than the one followed is ignored (a late message of an earlier failover).
+//
+// Until a sentinel confirms a master taken this way (kEarlyTrust at most), an answer or
+// announcement naming the master it replaced is ignored: every sentinel still names that
+// one until the failover ends. The followed epoch becomes one above the old master's, so a
+// lagging sentinel's answer stays ignored after that too.
+//
 // Thread-safe: start(), stop() and request_resolve() may be called from any thread (start
-// and stop not from on_switch);
-// the destructor stops the thread. `on_switch` must not throw (an exception it throws is
-// swallowed) and should return quickly.
+// and stop not from on_switch or on_hold);
+// the destructor stops the thread. `on_switch` and `on_hold` must not throw (an exception
+// they throw is swallowed) and should return quickly.
 class SwitchMasterWatcher {
  public:
   using Callback = std::function<void(const Address& new_master)>;
+  using HoldCallback = std::function<void(bool holding)>;
 
   SwitchMasterWatcher(std::shared_ptr<SentinelResolver> resolver, Callback on_switch,
-                      std::chrono::milliseconds ping_interval = std::chrono::milliseconds(1000));
+                      std::chrono::milliseconds ping_interval = std::chrono::milliseconds(1000),
+                      HoldCallback on_hold = nullptr);
   ~SwitchMasterWatcher();
   SwitchMasterWatcher(const SwitchMasterWatcher&) = delete;
   SwitchMasterWatcher& operator=(const SwitchMasterWatcher&) = delete;
@@ -234,8 +258,30 @@ class SwitchMasterWatcher {
   // sentinel, up to kMaxLinks, after the start; one more for each link re-established).
   std::uint64_t subscriptions() const noexcept { return subscriptions_.load(); }
 
+  // How many failover holds began, and how many ended by following the promoted replica
+  // before any sentinel announced it (for tests and figures).
+  std::uint64_t holds() const noexcept { return holds_.load(); }
+  std::uint64_t early_switches() const noexcept { return early_switches_.load(); }
+
   // Subscriptions held at once; sentinels beyond them are fallbacks.
   static constexpr std::size_t kMaxLinks = 3;
+  // The failover hold (above): its longest duration, the interval of the ROLE probe, and how
+  // long a master taken from the probe outranks the sentinels' answers naming the old one.
+  static constexpr std::chrono::milliseconds kMaxHold{2000};
+  static constexpr std::chrono::milliseconds kProbeInterval{2};
+  static constexpr std::chrono::milliseconds kEarlyTrust{15000};
+  // The channels the watcher subscribes to on each sentinel.
+  static const std::vector<std::string>& channels();
+
+  // Parses a `+selected-slave` payload "slave <name> <ip> <port> @ <service> <master-ip>
+  // <master-port>": the selected replica and the master it replaces, when about `service`.
+  struct Selection {
+    Address replica;
+    Address master;
+  };
+  static std::optional<Selection> parse_selected(std::string_view payload, std::string_view service);
+  // True for a `-failover-abort-*` payload "master <service> <ip> <port>" of `service`.
+  static bool is_abort_of(std::string_view payload, std::string_view service);
 
   // Parses a `+switch-master` message payload "<service> <old-ip> <old-port> <new-ip>
   // <new-port>": the new address when it is about `service`, nullopt otherwise.
@@ -254,6 +300,10 @@ class SwitchMasterWatcher {
   void consider(const Address& a, std::optional<std::uint64_t> epoch, Followed& f);
   void publish_links(const std::vector<Link>& links);
   void report(const Address& a, std::optional<Address>& last);
+  // The failover hold: begin on `+selected-slave`, probe the replica, end.
+  void begin_hold(const Selection& selected, Followed& f);
+  void probe_hold(Followed& f);
+  void end_hold(Followed& f);
   void wake() noexcept;
   void drain_wake() noexcept;
 
@@ -262,6 +312,9 @@ class SwitchMasterWatcher {
   std::shared_ptr<SentinelResolver> resolver_;
   Callback on_switch_;
   std::chrono::milliseconds ping_interval_;
+  HoldCallback on_hold_;
+  std::atomic<std::uint64_t> holds_{0};
+  std::atomic<std::uint64_t> early_switches_{0};
   int wake_fd_ = -1;  // an eventfd: stop() makes it readable to end a wait at once
   std::atomic<bool> stopping_{false};
   std::atomic<bool> resolve_requested_{false};
