@@ -210,12 +210,12 @@ void register_testing(py::module_& m) {
         if (auto* r = dynamic_cast<ResilientStore*>(store.get())) store = r->primary();
         const auto* redis = dynamic_cast<const RedisStore*>(store.get());
         if (redis == nullptr || !redis->is_sentinel()) throw InvalidArgument("not a redis+sentinel:// store");
-        const auto [holds, early] = redis->sentinel_holds();
-        return py::make_tuple(holds, early);
+        const auto h = redis->sentinel_holds();
+        return py::make_tuple(h[0], h[1], h[2]);
       },
       py::arg("store"),
-      "(failover holds begun; switches to a promoted replica before any sentinel announced it) of a Sentinel "
-      "store.");
+      "(failover holds begun; switches to a promoted replica before any sentinel announced it; holds ended by "
+      "Sentinel aborting the failover) of a Sentinel store.");
   t.def("inflight", &aio::inflight_count, "Futures still waiting for an operation (none may be left behind).");
   t.def(
       "echo_async",

@@ -780,33 +780,41 @@ TEST(Sentinel, WatcherHoldsFromTheSelectionAndFollowsThePromotedReplicaFirst) {
   EXPECT_EQ(events, (std::vector<std::string>{"hold", "switch " + t.replica().address().to_string(), "release"}));
 }
 
-TEST(Sentinel, WatcherHoldsThreeSubscriptionsAndFallsBackToTheNextSentinel) {
+TEST(Sentinel, WatcherHoldsFiveSubscriptionsAndFallsBackToTheNextSentinel) {
   REQUIRE_REDIS_SERVER();
   Topology t;
   REQUIRE_TOPOLOGY(t);
-  auto fourth = t.start_extra_sentinel();
-  ASSERT_TRUE(fourth) << t.error();
+  static_assert(SwitchMasterWatcher::kMaxLinks == 5);
+  std::vector<std::unique_ptr<Process>> extra;  // the 4th, 5th and 6th sentinels
   SentinelOptions o = t.options();
-  o.sentinels.push_back(fourth->address());
+  for (int i = 0; i < 3; ++i) {
+    extra.push_back(t.start_extra_sentinel());
+    ASSERT_TRUE(extra.back()) << t.error();
+    o.sentinels.push_back(extra.back()->address());
+  }
   auto resolver = std::make_shared<SentinelResolver>(o);
   Switches switches;
   SwitchMasterWatcher watcher(resolver, switches.callback(), milliseconds(200));
   watcher.start(t.master().address());
   ASSERT_TRUE(eventually([&] { return watcher.subscriptions() == SwitchMasterWatcher::kMaxLinks; }));
-  EXPECT_EQ(watcher.subscribed(), t.sentinel_addresses());
-  EXPECT_EQ(subscribers(fourth->port()), 0);
+  std::vector<Address> five = t.sentinel_addresses();
+  five.push_back(extra[0]->address());
+  five.push_back(extra[1]->address());
+  EXPECT_EQ(watcher.subscribed(), five);
+  EXPECT_EQ(subscribers(extra[2]->port()), 0);
 
-  // One of the three dies: the fourth takes its place.
+  // One of the five dies: the sixth takes its place.
   t.sentinel(1).kill();
   ASSERT_TRUE(eventually([&] {
-    return watcher.subscribed() ==
-           std::vector<Address>{t.sentinel(0).address(), t.sentinel(2).address(), fourth->address()};
+    return watcher.subscribed() == std::vector<Address>{t.sentinel(0).address(), t.sentinel(2).address(),
+                                                        extra[0]->address(), extra[1]->address(),
+                                                        extra[2]->address()};
   })) << "the fallback sentinel was not subscribed";
-  EXPECT_EQ(watcher.subscriptions(), 4u);
-  EXPECT_EQ(subscribers(fourth->port()), 1);
+  EXPECT_EQ(watcher.subscriptions(), 6u);
+  EXPECT_EQ(subscribers(extra[2]->port()), 1);
   watcher.stop();
   EXPECT_TRUE(switches.seen().empty());
-  EXPECT_EQ(subscribers(fourth->port()), 0);
+  EXPECT_EQ(subscribers(extra[2]->port()), 0);
 }
 
 TEST(Sentinel, WatcherIgnoresALaggingSentinelsOlderMaster) {

@@ -482,6 +482,8 @@ std::uint64_t MasterFollower::holds() const noexcept { return watcher_ ? watcher
 
 std::uint64_t MasterFollower::early_switches() const noexcept { return watcher_ ? watcher_->early_switches() : 0; }
 
+std::uint64_t MasterFollower::aborted_holds() const noexcept { return watcher_ ? watcher_->aborted_holds() : 0; }
+
 std::optional<Address> MasterFollower::master() const {
   std::lock_guard<std::mutex> lock(mu_);
   if (!current_) return std::nullopt;

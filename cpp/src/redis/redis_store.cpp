@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <array>
 #include <new>
 #include <string_view>
 
@@ -209,9 +210,10 @@ std::uint64_t RedisStore::sentinel_switches() const {
   return f ? f->switches() : 0;
 }
 
-std::pair<std::uint64_t, std::uint64_t> RedisStore::sentinel_holds() const {
+std::array<std::uint64_t, 3> RedisStore::sentinel_holds() const {
   redis::MasterFollower* f = follower_current_.load(std::memory_order_acquire);
-  return f ? std::pair{f->holds(), f->early_switches()} : std::pair<std::uint64_t, std::uint64_t>{0, 0};
+  if (!f) return {0, 0, 0};
+  return {f->holds(), f->early_switches(), f->aborted_holds()};
 }
 
 redis::Cluster& RedisStore::cluster() {

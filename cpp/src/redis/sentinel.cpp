@@ -681,7 +681,10 @@ void SwitchMasterWatcher::drain(Link& link, Followed& f) {
     } else if (e[0].str == "message" && e.size() >= 3 && e[1].str == kSelectedReplica) {
       if (auto selected = parse_selected(e[2].str, service)) begin_hold(*selected, f);
     } else if (e[0].str == "message" && e.size() >= 3 && is_abort_channel(e[1].str)) {
-      if (is_abort_of(e[2].str, service)) end_hold(f);
+      if (is_abort_of(e[2].str, service) && f.hold) {
+        ++aborted_holds_;
+        end_hold(f);
+      }
     } else if (e[0].str == "message" && e.size() >= 3 && e[1].str == kSwitchMaster) {
       const auto announced = parse_switch(e[2].str, service);
       if (!announced || (f.last && *f.last == *announced)) continue;  // another sentinel was first

@@ -384,7 +384,7 @@ def test_sentinel_failover(redis_sentinel_factory: Callable[..., SentinelGroup])
         report = final_report(g, h)
         print_figures("SENTINEL FAILOVER", event.at - t0, seen, event, report, h, g.sentinels[0].port)
         lost = lost_ids(g, h)
-        holds, early = _testing.sentinel_holds(store)
+        holds, early, _ = _testing.sentinel_holds(store)
         print(f"failover holds {holds}, switched to the promoted replica before any announcement: {early}; "
               f"acknowledged and lost: {len(lost)}")
         assert report.doubled == 0
@@ -421,7 +421,8 @@ def test_sentinel_failover_with_min_replicas_to_write_and_two_replicas(
         print_figures("SENTINEL FAILOVER, min-replicas-to-write 1, two replicas", event.at - t0, seen, event,
                       report, h, g.sentinels[0].port)
         lost = lost_ids(g, h)
-        print(f"acknowledged and lost: {len(lost)}; failover holds, early switches: {_testing.sentinel_holds(store)}")
+        print(f"acknowledged and lost: {len(lost)}; failover holds, early switches, aborted: "
+              f"{_testing.sentinel_holds(store)}")
         assert report.doubled == 0
         assert all(k.unaccounted == 0 for k in report.keys)
         assert lost == set(), describe_loss(g, h, lost, event.at)
@@ -529,28 +530,9 @@ def test_the_failover_hold_ends_at_a_calls_deadline_and_at_its_limit(
     [replica] = g.replicas()
     store = redcount.connect(g.url, command_timeout=0.3)
     astore = aio.AsyncStore(store)
-    selected: queue.Queue[float] = queue.Queue()
     try:
         assert store.execute("SET", "k", "0") == "OK"
-        wait_until(lambda: [subscribers(s) for s in g.sentinels] == [1, 1, 1], 10,
-                   what="a subscriber on every sentinel")
-        leader = g.sentinels[0]
-        sub = Conn(leader.port, leader.tls, timeout=None)
-        sub.send("SUBSCRIBE", "+selected-slave")
-        sub.read()
-
-        def pause_the_selected_replica() -> None:
-            msg = sub.read()  # the next one: Sentinel sends REPLICAOF NO ONE a timer tick later
-            replica.pause()
-            selected.put(time.monotonic())
-            assert msg[0] == "message" and str(msg[2]).split()[3] == str(replica.port), msg
-
-        t = threading.Thread(target=pause_the_selected_replica, daemon=True)
-        t.start()
-        g.sentinel_failover()
-        at = selected.get(timeout=10)
-        t.join(5)
-        wait_until(lambda: _testing.sentinel_holds(store)[0] == 1, 2, what="the store's hold")
+        at = fail_over_with_the_replica_paused(g, store, replica)
         with pytest.raises(redcount.ConnectionError) as sync_error:
             store.execute("INCR", "k")
         assert not sync_error.value.maybe_applied
@@ -572,7 +554,7 @@ def test_the_failover_hold_ends_at_a_calls_deadline_and_at_its_limit(
         # paused). A failover that ends later loses what they write there.
         time.sleep(max(0.0, at + 2.1 - time.monotonic()))
         assert store.execute("INCR", "k") == 1
-        assert _testing.sentinel_holds(store) == (1, 0)
+        assert _testing.sentinel_holds(store) == (1, 0, 0)
         assert state(store) == (f"{HOST}:{old.port}", 0)
 
         with g.watch() as w:
@@ -581,11 +563,68 @@ def test_the_failover_hold_ends_at_a_calls_deadline_and_at_its_limit(
         assert event.new_port == replica.port
         wait_until(lambda: state(store)[1] == 1, 15, what="the store switched masters")
         assert state(store)[0] == f"{HOST}:{replica.port}"
-        sub.close()
     finally:
         if replica.paused:
             replica.resume()
         store.close()
+
+
+def test_the_failover_hold_ends_when_sentinel_aborts_the_failover(
+        redis_sentinel_factory: Callable[..., SentinelGroup]) -> None:
+    """A replica that is not promoted within ``failover-timeout`` (here it is paused as soon
+    as Sentinel names it) makes Sentinel abort (``-failover-abort-slave-timeout``): the hold
+    ends on that event, and calls go to the old master, which is still the master."""
+    g = redis_sentinel_factory(replicas=1, failover_timeout_ms=500)
+    old = g.master()
+    [replica] = g.replicas()
+    store = redcount.connect(g.url, command_timeout=0.3)
+    try:
+        assert store.execute("SET", "k", "0") == "OK"
+        at = fail_over_with_the_replica_paused(g, store, replica)
+
+        def incr() -> int | None:
+            try:
+                return int(store.execute("INCR", "k"))
+            except redcount.ConnectionError as e:
+                assert not e.maybe_applied, e  # held, never sent
+                return None
+
+        assert wait_until(incr, 10, what="a call answered after the abort") == 1
+        print(f"\nthe hold ended by Sentinel's abort; first call answered {time.monotonic() - at:.2f} s after the "
+              f"selection")
+        assert _testing.sentinel_holds(store) == (1, 0, 1)
+        assert state(store) == (f"{HOST}:{old.port}", 0)
+        assert old.call("GET", "k") == "1"
+    finally:
+        if replica.paused:
+            replica.resume()
+        store.close()
+
+
+def fail_over_with_the_replica_paused(g: SentinelGroup, store: redcount.Store, replica: Node) -> float:
+    """``SENTINEL FAILOVER``, with ``replica`` paused (SIGSTOP) as soon as Sentinel selects it
+    (it sends ``REPLICAOF NO ONE`` a timer tick later, so the replica is not promoted while
+    paused); returns when the store holds, with the monotonic time of the selection."""
+    wait_until(lambda: [subscribers(s) for s in g.sentinels] == [1, 1, 1], 10, what="a subscriber on every sentinel")
+    leader = g.sentinels[0]  # SENTINEL FAILOVER runs on the sentinel it is sent to, the first
+    selected: queue.Queue[float] = queue.Queue()
+    with Conn(leader.port, leader.tls, timeout=None) as sub:
+        sub.send("SUBSCRIBE", "+selected-slave")
+        sub.read()
+
+        def pause_the_selected_replica() -> None:
+            msg = sub.read()
+            replica.pause()
+            selected.put(time.monotonic())
+            assert msg[0] == "message" and str(msg[2]).split()[3] == str(replica.port), msg
+
+        t = threading.Thread(target=pause_the_selected_replica, daemon=True)
+        t.start()
+        g.sentinel_failover()
+        at = selected.get(timeout=10)
+        t.join(5)
+    wait_until(lambda: _testing.sentinel_holds(store)[0] == 1, 2, what="the store's hold")
+    return at
 
 
 # --- TLS -------------------------------------------------------------------------------------------

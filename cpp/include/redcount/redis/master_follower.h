@@ -92,6 +92,8 @@ class MasterFollower {
   // any sentinel announced it.
   std::uint64_t holds() const noexcept;
   std::uint64_t early_switches() const noexcept;
+  // How many holds Sentinel's abort of the failover ended.
+  std::uint64_t aborted_holds() const noexcept;
 
  private:
   // One master and its engine. `calls` counts calls inside the engine (a submitted batch

@@ -29,6 +29,7 @@
 // Thread-safe.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -80,8 +81,9 @@ class RedisStore final : public Store {
   // and how many times it changed.
   std::string sentinel_master() const;
   std::uint64_t sentinel_switches() const;
-  // (failover holds begun, switches to a promoted replica before any sentinel announced it).
-  std::pair<std::uint64_t, std::uint64_t> sentinel_holds() const;
+  // {failover holds begun, switches to a promoted replica before any sentinel announced it,
+  // holds ended by Sentinel aborting the failover}.
+  std::array<std::uint64_t, 3> sentinel_holds() const;
   // A cluster store's redirect counts (redis/cluster.h); all zero for a single server.
   redis::ClusterStats cluster_stats();
   bool is_ring() const noexcept { return !options_.ring.empty(); }

@@ -262,9 +262,13 @@ class SwitchMasterWatcher {
   // before any sentinel announced it (for tests and figures).
   std::uint64_t holds() const noexcept { return holds_.load(); }
   std::uint64_t early_switches() const noexcept { return early_switches_.load(); }
+  // How many holds a `-failover-abort-*` event of the service ended.
+  std::uint64_t aborted_holds() const noexcept { return aborted_holds_.load(); }
 
-  // Subscriptions held at once; sentinels beyond them are fallbacks.
-  static constexpr std::size_t kMaxLinks = 3;
+  // Subscriptions held at once; sentinels beyond them are fallbacks. Five: a deployment of
+  // three or five sentinels has every one subscribed, so the one that runs a failover (any of
+  // them; it alone publishes `+selected-slave`) is always heard.
+  static constexpr std::size_t kMaxLinks = 5;
   // The failover hold (above): its longest duration, the interval of the ROLE probe, and how
   // long a master taken from the probe outranks the sentinels' answers naming the old one.
   static constexpr std::chrono::milliseconds kMaxHold{2000};
@@ -315,6 +319,7 @@ class SwitchMasterWatcher {
   HoldCallback on_hold_;
   std::atomic<std::uint64_t> holds_{0};
   std::atomic<std::uint64_t> early_switches_{0};
+  std::atomic<std::uint64_t> aborted_holds_{0};
   int wake_fd_ = -1;  // an eventfd: stop() makes it readable to end a wait at once
   std::atomic<bool> stopping_{false};
   std::atomic<bool> resolve_requested_{false};
