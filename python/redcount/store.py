@@ -123,9 +123,13 @@ def connect(
       query parameters; a keyword wins). The first call asks the sentinels for the master;
       every connection checks ``ROLE`` in its handshake; the store follows ``+switch-master``
       and re-asks on READONLY, NOREPLICAS or a lost connection; new calls go to the new
-      master and the old connections close when idle. A synchronous call that did not run
-      (the old master is gone) waits up to ``command_timeout`` for the new master and is sent
-      there. See docs/scaling-out.md, "Redis Sentinel".
+      master and the old connections close when idle. From Sentinel's selection of the replica
+      to promote until that replica is master (at most 2 s), new calls are held rather than
+      sent to the old master, so a failover does not lose what it would have acknowledged; a
+      call held past ``command_timeout`` raises ``ConnectionError`` with ``maybe_applied``
+      false. A call that did not run (the old master is gone) waits up to
+      ``command_timeout`` for the new master and is sent there. See docs/scaling-out.md,
+      "Redis Sentinel".
 
     A list of ``redis://`` / ``rediss://`` URLs with ``routing="ring"`` opens a client-side
     hash ring over those standalone servers: each key goes, by its hash slot (CRC16 with the
