@@ -567,9 +567,8 @@ void SwitchMasterWatcher::probe_hold(Followed& f) {
       LinkOptions o = resolver_->options().node_link;
       // Never past the hold: a replica that does not answer leaves the old master in place.
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(h.until - now);
-      const auto cap = [&](std::chrono::milliseconds t) {
-        return t.count() > 0 ? std::min(t, std::max(left, std::chrono::milliseconds(1))) : std::max(left, std::chrono::milliseconds(1));
-      };
+      const auto bound = std::max(left, std::chrono::milliseconds(1));
+      const auto cap = [&](std::chrono::milliseconds t) { return t.count() > 0 ? std::min(t, bound) : bound; };
       o.connect_timeout = cap(o.connect_timeout);
       o.command_timeout = cap(o.command_timeout);
       h.probe = std::make_unique<ControlLink>(h.selected.replica, o);
@@ -768,8 +767,10 @@ void SwitchMasterWatcher::run(std::optional<Address> known) {
         // Taken whatever its epoch (the header says why); its epoch is not known. Not the
         // master a promoted replica replaced, while the sentinels have not finished.
         const bool stale = f.early_from && *f.early_from == a && SteadyClock::now() < f.early_until;
-        if (!stale) {
-          if (!f.last || *f.last != a) f.epoch.reset();
+        // The same master as followed leaves a hold on: the sentinels name the old master
+        // until the failover ends.
+        if (!stale && (!f.last || *f.last != a)) {
+          f.epoch.reset();
           report(a, f.last);
           end_hold(f);
         }
