@@ -193,12 +193,17 @@ void register_testing(py::module_& m) {
       .def_property_readonly("executed", &DeferredStore::executed, "Batches run on the inner store.")
       .def_property_readonly("dropped", &DeferredStore::dropped, "Batches dropped as cancelled before sending.");
 
+  // The Sentinel store under `store` (a ResilientStore's primary included); InvalidArgument otherwise.
+  const auto sentinel_store = [](std::shared_ptr<Store> store) -> std::shared_ptr<const RedisStore> {
+    if (auto* r = dynamic_cast<ResilientStore*>(store.get())) store = r->primary();
+    auto redis = std::dynamic_pointer_cast<const RedisStore>(store);
+    if (redis == nullptr || !redis->is_sentinel()) throw InvalidArgument("not a redis+sentinel:// store");
+    return redis;
+  };
   t.def(
       "sentinel_state",
-      [](std::shared_ptr<Store> store) -> py::tuple {
-        if (auto* r = dynamic_cast<ResilientStore*>(store.get())) store = r->primary();
-        const auto* redis = dynamic_cast<const RedisStore*>(store.get());
-        if (redis == nullptr || !redis->is_sentinel()) throw InvalidArgument("not a redis+sentinel:// store");
+      [sentinel_store](const std::shared_ptr<Store>& store) -> py::tuple {
+        const auto redis = sentinel_store(store);
         return py::make_tuple(redis->sentinel_master(), redis->sentinel_switches());
       },
       py::arg("store"),
@@ -206,11 +211,8 @@ void register_testing(py::module_& m) {
       "store.");
   t.def(
       "sentinel_holds",
-      [](std::shared_ptr<Store> store) -> py::tuple {
-        if (auto* r = dynamic_cast<ResilientStore*>(store.get())) store = r->primary();
-        const auto* redis = dynamic_cast<const RedisStore*>(store.get());
-        if (redis == nullptr || !redis->is_sentinel()) throw InvalidArgument("not a redis+sentinel:// store");
-        const auto h = redis->sentinel_holds();
+      [sentinel_store](const std::shared_ptr<Store>& store) -> py::tuple {
+        const auto h = sentinel_store(store)->sentinel_holds();
         return py::make_tuple(h[0], h[1], h[2]);
       },
       py::arg("store"),

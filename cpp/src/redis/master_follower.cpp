@@ -323,12 +323,7 @@ void MasterFollower::submit(std::vector<Request> batch, BatchDone done, CancelFl
     // loop) never waits here.
     std::lock_guard<std::mutex> lock(mu_);
     if (!closed_ && current_) {
-      if (holding_) {
-        parked_.push_back(Parked{call, current_->number, held_error(), true});
-        if (!expirer_.joinable()) expirer_ = std::thread([this] { expire_parked(); });
-        parked_cv_.notify_all();
-        return;
-      }
+      if (holding_) return park_locked(Parked{call, current_->number, held_error(), true});
       current_->calls.fetch_add(1);
       g = current_;
     }
@@ -398,16 +393,17 @@ void MasterFollower::park(Parked p) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     const bool newer = current_ && current_->number > p.seen;
-    if (!closed_ && !newer) {
-      parked_.push_back(std::move(p));
-      if (!expirer_.joinable()) expirer_ = std::thread([this] { expire_parked(); });
-      parked_cv_.notify_all();
-      return;
-    }
+    if (!closed_ && !newer) return park_locked(std::move(p));
   }
   // The master changed (or the store closed) since the call's answer: no wait.
   if (GenPtr next = newer_than(p.seen)) return send(next, p.call);
   p.call->done({}, p.error);
+}
+
+void MasterFollower::park_locked(Parked p) {
+  parked_.push_back(std::move(p));
+  if (!expirer_.joinable()) expirer_ = std::thread([this] { expire_parked(); });
+  parked_cv_.notify_all();
 }
 
 void MasterFollower::expire_parked() {

@@ -135,6 +135,7 @@ class MasterFollower {
   // parked until one is known); false when the caller gets this outcome.
   bool follow(const GenPtr& g, const CallPtr& call, const std::vector<Reply>& replies, std::exception_ptr error);
   void park(Parked p);
+  void park_locked(Parked p);  // with mu_ held: queues `p` for its deadline (the expirer thread)
   void expire_parked();  // the timer thread
   void release(const GenPtr& g);
   GenPtr make_generation(const Address& at, std::uint64_t number);
