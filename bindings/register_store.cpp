@@ -1,6 +1,7 @@
 // Stores and clocks: redcount._core.Store, ManualClock and open_store().
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <optional>
@@ -72,10 +73,24 @@ std::shared_ptr<Store> open_store_shim(const std::string& url, py::object connec
       StoreOptions m = parse_url((*ring_urls)[i]);
       if (m.kind != StoreOptions::Kind::Tcp || m.cluster) {
         throw InvalidArgument("ring server #" + std::to_string(i + 1) +
-                              " must be a redis:// or rediss:// URL (not memory://, unix:// or a cluster URL)");
+                              " must be a redis://, rediss:// or redis+sentinel:// URL (not memory://, unix:// or a "
+                              "cluster URL)");
       }
       apply_tls_keywords(m, tls);
+      // The Sentinel keywords apply to every member that is a Sentinel group.
+      if (m.sentinel && sentinel_username) set_sentinel_option(m, "sentinel_username", *sentinel_username);
+      if (m.sentinel && sentinel_password) set_sentinel_option(m, "sentinel_password", *sentinel_password);
+      if (m.sentinel && !m.sentinel_username.empty() && m.sentinel_password.empty()) {
+        throw InvalidArgument("ring server #" + std::to_string(i + 1) + ": sentinel_username needs sentinel_password");
+      }
       members.push_back(std::move(m));
+    }
+    const bool any_sentinel =
+        std::any_of(members.begin(), members.end(), [](const StoreOptions& m) { return m.sentinel; });
+    if ((sentinel_username || sentinel_password) && !any_sentinel) {
+      throw InvalidArgument(std::string(sentinel_username ? "sentinel_username" : "sentinel_password") +
+                            " applies to Redis Sentinel only: no ring server is a redis+sentinel:// or "
+                            "rediss+sentinel:// URL");
     }
     if (ring_names && ring_names->size() != ring_urls->size()) {
       throw InvalidArgument("names must give one name per server: got " + std::to_string(ring_names->size()) +

@@ -100,7 +100,7 @@ echo "== C++ core: the threaded tests under ThreadSanitizer"
 tsan_filter='EngineTest.*:EngineResolver.*:RedisTest.*:RealCluster.*:RetryQueue.*:*/RetryQueueTest.*'
 tsan_filter+=':*/ShardedTest.Buffered*:*/FixedWindowTest.Concurrent*:LimiterTest.Concurrent*'
 tsan_filter+=':HotKeys.*:HotKeysStore.*:MemoryStoreThreads.*:MemoryStoreSweeper.*:ResilientStore.*'
-tsan_filter+=':Sentinel.Watcher*:Sentinel.StoreFollows*'
+tsan_filter+=':Sentinel.Watcher*:Sentinel.StoreFollows*:RingStore.*'
 TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/cpp/tsan.supp" \
   REDCOUNT_TEST_REDIS_URL="unix://$sockdir/redis.sock" REDCOUNT_TEST_CLUSTER_URL="${cluster_url%,}" \
   build/test-tsan/redcount_tests --gtest_filter="$tsan_filter"

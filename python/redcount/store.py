@@ -132,7 +132,7 @@ def connect(
       "Redis Sentinel".
 
     A list of ``redis://`` / ``rediss://`` URLs with ``routing="ring"`` opens a client-side
-    hash ring over those standalone servers: each key goes, by its hash slot (CRC16 with the
+    hash ring over those servers: each key goes, by its hash slot (CRC16 with the
     ``{hash tag}`` rule, as on a cluster), to the server that a table computed by rendezvous
     hashing over ``names`` gives it (default: ``"host:port"`` of each URL). Names, not
     addresses, decide where keys live: keep a server's name when it moves, and adding a
@@ -140,7 +140,10 @@ def connect(
     own credentials, database and TLS settings; the keyword options apply to every server.
     :meth:`Store.nodes` gives one store per server, in the order given. A server that is down
     is not replaced: calls for its slots fail (with ``budget`` or ``fallback``, fast, through
-    its own circuit breaker; see below) while the others keep serving.
+    its own circuit breaker; see below) while the others keep serving. A member may also be
+    a Sentinel group (a ``redis+sentinel://`` URL): its slots go to the master its sentinels
+    name, followed through failovers as a Sentinel store follows it, and
+    ``sentinel_username`` / ``sentinel_password`` apply to every such member.
 
     Timeouts are in seconds; 0 means wait forever. On Redis, one I/O thread per store
     multiplexes every caller (threads and event loops) over ``connections`` sockets (1 to 4,

@@ -206,7 +206,48 @@ TEST(RingStore, RefusesBadMembers) {
   EXPECT_TRUE(contains(rctest::error_of<InvalidArgument>([&] { redcount::RedisStore s(o); }), "given twice"));
   o = ring_options({a});
   o.ring[0] = redcount::parse_url("unix:///tmp/nowhere.sock");
-  EXPECT_TRUE(contains(rctest::error_of<InvalidArgument>([&] { redcount::RedisStore s(o); }), "redis:// or rediss://"));
+  EXPECT_TRUE(contains(rctest::error_of<InvalidArgument>([&] { redcount::RedisStore s(o); }),
+                       "redis://, rediss:// or redis+sentinel://"));
+  // The same Sentinel group (service and first sentinel) twice.
+  o = ring_options({a});
+  o.ring[0] = redcount::parse_url("redis+sentinel://127.0.0.1:1,127.0.0.1:2/cache");
+  o.ring.push_back(redcount::parse_url("redis+sentinel://127.0.0.1:1/cache"));
+  EXPECT_TRUE(contains(rctest::error_of<InvalidArgument>([&] { redcount::RedisStore s(o); }), "given twice"));
+}
+
+TEST(RingStore, SentinelGroupsAreMembers) {
+  // Two services behind the same sentinels, and a server: three members, named by default
+  // "service@first-sentinel" (a group has no fixed server address).
+  const int a = dead_port();
+  auto o = ring_options({a});
+  auto group = [](const std::string& service) {
+    redcount::StoreOptions m = redcount::parse_url("redis+sentinel://127.0.0.1:1,127.0.0.1:2/" + service);
+    m.command_timeout = std::chrono::milliseconds(300);
+    m.connect_timeout = std::chrono::milliseconds(300);
+    return m;
+  };
+  o.ring.insert(o.ring.begin(), group("cache-b"));
+  o.ring.insert(o.ring.begin(), group("cache-a"));
+  redcount::RedisStore s(o);
+  EXPECT_EQ(s.address(), "cache-a@127.0.0.1:1,cache-b@127.0.0.1:1,127.0.0.1:" + std::to_string(a));
+  EXPECT_TRUE(contains(s.describe(), "cache-a@127.0.0.1:1=redis+sentinel://127.0.0.1:1,127.0.0.1:2/cache-a/0"));
+  auto nodes = s.nodes();
+  ASSERT_EQ(nodes.size(), 3u);
+  EXPECT_EQ(nodes[0]->describe(), "redis+sentinel://127.0.0.1:1,127.0.0.1:2/cache-a/0");
+  EXPECT_EQ(nodes[2]->describe(), "redis://127.0.0.1:" + std::to_string(a) + "/0");
+  // A key of the first member's slots goes to its sentinels, none of which answers: the
+  // follower's error, naming the service, reaches the caller.
+  const Ring ring({"cache-a@127.0.0.1:1", "cache-b@127.0.0.1:1", "127.0.0.1:" + std::to_string(a)});
+  std::string key;
+  for (int i = 0; key.empty(); ++i) {
+    const std::string k = "k" + std::to_string(i);
+    if (ring.name_of(redcount::key_slot(k)) == "cache-a@127.0.0.1:1") key = k;
+  }
+  EXPECT_TRUE(contains(rctest::error_of<redcount::ConnectionError>([&] {
+                         s.execute_one(redcount::Command{{"GET", key}});
+                       }),
+                       "service 'cache-a'"));
+  s.close();
 }
 
 TEST(RingStore, EachDeadNodeOpensItsOwnBreaker) {

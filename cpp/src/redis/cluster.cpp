@@ -6,6 +6,7 @@
 #include "redcount/common/slot.h"
 #include "redcount/common/errors.h"
 #include "redcount/redis/engine.h"
+#include "redcount/redis/master_follower.h"
 #include "redcount/redis/ring.h"
 #include "redcount/common/util.h"
 
@@ -158,6 +159,50 @@ struct Cluster::Batch {
   std::exception_ptr not_sent_error, maybe_error;  // the same, as raised by the node's engine
 };
 
+// ----------------------------------------------------------------------------- ring members
+
+static std::string bracketed(const std::string& host) { return host.find(':') != std::string::npos ? "[" + host + "]" : host; }
+
+NodeAddress ring_member_address(const StoreOptions& member) {
+  if (member.sentinel && !member.sentinels.empty()) {
+    return NodeAddress{member.sentinel_service + "@" + member.sentinels.front().host, member.sentinels.front().port};
+  }
+  return NodeAddress{member.host, member.port};
+}
+
+std::string sentinel_url(const StoreOptions& o) {
+  std::string hosts;
+  for (const auto& s : o.sentinels) {
+    if (!hosts.empty()) hosts += ',';
+    hosts += bracketed(s.host) + ":" + std::to_string(s.port);
+  }
+  return std::string(o.tls ? "rediss+sentinel://" : "redis+sentinel://") +
+         (o.username.empty() ? std::string() : o.username + "@") + hosts + "/" + o.sentinel_service + "/" +
+         std::to_string(o.db);
+}
+
+void Cluster::Node::submit(std::vector<Request> batch, BatchDone done, CancelFlag cancelled, TimePoint deadline,
+                           std::shared_ptr<std::vector<std::uint8_t>> answered) const {
+  if (follower) return follower->submit(std::move(batch), std::move(done), std::move(cancelled));
+  engine->submit_routed(std::move(batch), std::move(done), std::move(cancelled), deadline, std::move(answered));
+}
+
+std::vector<Reply> Cluster::Node::execute(const std::vector<Request>& batch, TimePoint deadline) const {
+  if (follower) return follower->execute(batch);
+  return engine->execute_routed(batch, deadline);
+}
+
+void Cluster::Node::close() const {
+  if (follower) return follower->close();
+  engine->close();
+}
+
+int Cluster::Node::open_connections() const { return follower ? follower->open_connections() : engine->open_connections(); }
+
+int Cluster::Node::server_major() const noexcept { return follower ? follower->server_major() : engine->server_major(); }
+
+bool Cluster::Node::contended() const noexcept { return follower ? follower->contended() : engine->sync_contended(); }
+
 // ----------------------------------------------------------------------------- cluster
 
 Cluster::Cluster(const StoreOptions& options) : options_(options), slots_(kClusterSlots, -1) {
@@ -165,7 +210,7 @@ Cluster::Cluster(const StoreOptions& options) : options_(options), slots_(kClust
     ring_ = true;
     ring_names_ = options_.ring_names;
     if (ring_names_.empty()) {
-      for (const auto& m : options_.ring) ring_names_.push_back(NodeAddress{m.host, m.port}.text());
+      for (const auto& m : options_.ring) ring_names_.push_back(ring_member_address(m).text());
     }
     if (ring_names_.size() != options_.ring.size()) {
       throw InvalidArgument("a ring needs one name per server: got " + std::to_string(ring_names_.size()) +
@@ -173,7 +218,7 @@ Cluster::Cluster(const StoreOptions& options) : options_(options), slots_(kClust
     }
     for (std::size_t i = 0; i < options_.ring.size(); ++i) {
       for (std::size_t j = 0; j < i; ++j) {
-        const NodeAddress a{options_.ring[i].host, options_.ring[i].port}, b{options_.ring[j].host, options_.ring[j].port};
+        const NodeAddress a = ring_member_address(options_.ring[i]), b = ring_member_address(options_.ring[j]);
         if (a == b) throw InvalidArgument("ring members must be distinct servers: " + a.text() + " is given twice");
       }
     }
@@ -183,15 +228,24 @@ Cluster::Cluster(const StoreOptions& options) : options_(options), slots_(kClust
       StoreOptions o = options_.ring[i];
       if (o.kind != StoreOptions::Kind::Tcp || o.cluster || !o.ring.empty()) {
         throw InvalidArgument("ring member '" + printable(ring_names_[i]) +
-                              "' must be a redis:// or rediss:// server (not memory://, unix:// or a cluster)");
+                              "' must be a redis://, rediss:// or redis+sentinel:// URL (not memory://, unix:// or "
+                              "a cluster)");
       }
       o.ring.clear();
       o.ring_names.clear();
-      const NodeAddress address{o.host, o.port};
+      const NodeAddress address = ring_member_address(o);
       if (nodes_.count(address.text()) != 0) {
         throw InvalidArgument("ring members must be distinct servers: " + address.text() + " is given twice");
       }
-      auto n = std::make_shared<Node>(Node{address, std::make_shared<Engine>(o), ring_names_[i], nullptr});
+      auto n = std::make_shared<Node>();
+      n->address = address;
+      n->name = ring_names_[i];
+      if (o.sentinel) {
+        n->follower = std::make_shared<MasterFollower>(o);  // validates; asks the sentinels at the first call
+        n->where = sentinel_url(o);
+      } else {
+        n->engine = std::make_shared<Engine>(o);
+      }
       nodes_.emplace(address.text(), n);
       masters_.push_back(n);
     }
@@ -263,7 +317,7 @@ void Cluster::close() {
       timer_.join();
     }
   }
-  for (auto& n : nodes) n->engine->close();
+  for (auto& n : nodes) n->close();
 }
 
 std::shared_ptr<Cluster::Node> Cluster::node_locked(const NodeAddress& address) {
@@ -273,7 +327,7 @@ std::shared_ptr<Cluster::Node> Cluster::node_locked(const NodeAddress& address) 
   StoreOptions o = options_;
   o.host = address.host;
   o.port = address.port;
-  auto n = std::make_shared<Node>(Node{address, std::make_shared<Engine>(o), std::string(), nullptr});
+  auto n = std::make_shared<Node>(Node{address, std::make_shared<Engine>(o), std::string(), nullptr, nullptr, std::string()});
   if (breakers_on_.load(std::memory_order_relaxed)) n->breaker = make_breaker_locked(*n);
   nodes_.emplace(key, n);
   return n;
@@ -286,10 +340,10 @@ std::optional<NodeAddress> Cluster::master_of(std::uint32_t slot) const {
   return masters_[static_cast<std::size_t>(i)]->address;
 }
 
-std::vector<std::pair<NodeAddress, std::shared_ptr<Engine>>> Cluster::masters() {
-  std::vector<std::pair<NodeAddress, std::shared_ptr<Engine>>> out;
+std::vector<NodeLink> Cluster::masters() {
+  std::vector<NodeLink> out;
   std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& m : masters_) out.emplace_back(m->address, m->engine);
+  for (const auto& m : masters_) out.push_back(NodeLink{m->address, m->engine, m->follower});
   return out;
 }
 
@@ -297,26 +351,26 @@ bool Cluster::masters_at_least(int major) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (masters_.empty()) return false;
   return std::all_of(masters_.begin(), masters_.end(),
-                     [major](const std::shared_ptr<Node>& n) { return n->engine->server_major() >= major; });
+                     [major](const std::shared_ptr<Node>& n) { return n->server_major() >= major; });
 }
 
 bool Cluster::contended() const {
   std::lock_guard<std::mutex> lock(mu_);
   return std::any_of(masters_.begin(), masters_.end(),
-                     [](const std::shared_ptr<Node>& n) { return n->engine->sync_contended(); });
+                     [](const std::shared_ptr<Node>& n) { return n->contended(); });
 }
 
 int Cluster::open_connections() const {
   std::lock_guard<std::mutex> lock(mu_);
   int total = 0;
-  for (const auto& [k, n] : nodes_) total += n->engine->open_connections();
+  for (const auto& [k, n] : nodes_) total += n->open_connections();
   return total;
 }
 
 // ----------------------------------------------------------------------------- breakers
 
 std::shared_ptr<Breaker> Cluster::make_breaker_locked(const Node& n) const {
-  std::string where = std::string(options_.tls ? "rediss://" : "redis://") + n.address.text();
+  std::string where = !n.where.empty() ? n.where : std::string(options_.tls ? "rediss://" : "redis://") + n.address.text();
   if (!n.name.empty()) where = "ring node '" + printable(n.name) + "' (" + where + ")";
   return std::make_shared<Breaker>(breaker_options_, std::move(where), breaker_fallback_);
 }
@@ -353,7 +407,7 @@ void Cluster::probe(const std::shared_ptr<Node>& node) {
   const auto timeout = options_.command_timeout.count() > 0 ? options_.command_timeout : std::chrono::milliseconds(2000);
   std::vector<Request> ping;
   ping.emplace_back(Command{{"PING"}});
-  node->engine->submit_routed(
+  node->submit(
       std::move(ping),
       [b = node->breaker](std::vector<Reply>&& replies, std::exception_ptr error) {
         b->probe_done(replies, std::move(error));
@@ -690,7 +744,7 @@ std::vector<Reply> Cluster::execute(const std::vector<Request>& batch) {
   std::exception_ptr error;
   if (one) {
     try {
-      replies = one->engine->execute_routed(batch, deadline);
+      replies = one->execute(batch, deadline);
     } catch (...) {
       error = std::current_exception();
     }
@@ -839,7 +893,7 @@ void Cluster::dispatch(const std::shared_ptr<Batch>& batch) {
     auto answered = std::make_shared<std::vector<std::uint8_t>>();
     std::vector<Request> requests = std::move(child->requests);
     child->requests.clear();
-    g.node->engine->submit_routed(
+    g.node->submit(
         std::move(requests),
         [self, batch, child, answered, address = g.node->address](std::vector<Reply>&& r, std::exception_ptr e) {
           self->absorb(batch, *child, address, std::move(r), answered.get(), e);

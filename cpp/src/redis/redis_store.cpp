@@ -181,11 +181,21 @@ RedisStore::RedisStore(StoreOptions options, std::shared_ptr<redis::Engine> engi
   register_store(this);
 }
 
+RedisStore::RedisStore(StoreOptions options, std::shared_ptr<redis::MasterFollower> follower)
+    : options_(std::move(options)), owns_engine_(false), follower_(std::move(follower)) {
+  options_.cluster = false;
+  options_.seeds.clear();
+  options_.ring.clear();
+  options_.ring_names.clear();
+  follower_current_.store(follower_.get(), std::memory_order_release);
+  register_store(this);
+}
+
 RedisStore::~RedisStore() {
   unregister_store(this);
   if (engine_ && owns_engine_) engine_->close();
   if (cluster_) cluster_->close();
-  if (follower_) follower_->close();
+  if (follower_ && owns_engine_) follower_->close();
 }
 
 redis::MasterFollower& RedisStore::follower() {
@@ -259,7 +269,11 @@ std::vector<std::shared_ptr<Store>> RedisStore::nodes() {
     // One per member, in the order given, each with its own URL's settings.
     std::vector<std::shared_ptr<Store>> out;
     for (std::size_t i = 0; i < masters.size() && i < options_.ring.size(); ++i) {
-      out.push_back(std::make_shared<RedisStore>(options_.ring[i], std::move(masters[i].second)));
+      if (masters[i].follower) {
+        out.push_back(std::make_shared<RedisStore>(options_.ring[i], std::move(masters[i].follower)));
+      } else {
+        out.push_back(std::make_shared<RedisStore>(options_.ring[i], std::move(masters[i].engine)));
+      }
     }
     return out;
   }
@@ -271,11 +285,11 @@ std::vector<std::shared_ptr<Store>> RedisStore::nodes() {
     }
   }
   std::vector<std::shared_ptr<Store>> out;
-  for (auto& [address, engine] : masters) {
+  for (auto& m : masters) {
     StoreOptions o = options_;
-    o.host = address.host;
-    o.port = address.port;
-    out.push_back(std::make_shared<RedisStore>(std::move(o), std::move(engine)));
+    o.host = m.address.host;
+    o.port = m.address.port;
+    out.push_back(std::make_shared<RedisStore>(std::move(o), std::move(m.engine)));
   }
   return out;
 }
@@ -354,7 +368,7 @@ void RedisStore::close() {
     std::lock_guard<std::mutex> lock(mu_);
     if (owns_engine_) e = engine_;
     c = cluster_;
-    f = follower_;
+    if (owns_engine_) f = follower_;
   }
   if (e) e->close();
   if (c) c->close();
@@ -406,7 +420,7 @@ std::string RedisStore::address() const {
     std::string out;
     for (const auto& m : options_.ring) {
       if (!out.empty()) out += ',';
-      out += (m.host.find(':') != std::string::npos ? "[" + m.host + "]" : m.host) + ":" + std::to_string(m.port);
+      out += redis::ring_member_address(m).text();
     }
     return out;
   }
@@ -435,23 +449,12 @@ std::string RedisStore::describe() const {
     for (std::size_t i = 0; i < options_.ring.size(); ++i) {
       const StoreOptions& m = options_.ring[i];
       if (i > 0) out += ',';
-      out += i < options_.ring_names.size() ? printable(options_.ring_names[i])
-                                            : (m.host.find(':') != std::string::npos ? "[" + m.host + "]" : m.host) +
-                                                  ":" + std::to_string(m.port);
-      out += '=' + server_url(m);
+      out += i < options_.ring_names.size() ? printable(options_.ring_names[i]) : redis::ring_member_address(m).text();
+      out += '=' + (m.sentinel ? redis::sentinel_url(m) : server_url(m));
     }
     return out;
   }
-  if (options_.sentinel) {
-    std::string hosts;
-    for (const auto& s : options_.sentinels) {
-      if (!hosts.empty()) hosts += ',';
-      hosts += (s.host.find(':') != std::string::npos ? "[" + s.host + "]" : s.host) + ":" + std::to_string(s.port);
-    }
-    return std::string(options_.tls ? "rediss+sentinel://" : "redis+sentinel://") +
-           (options_.username.empty() ? std::string() : options_.username + "@") + hosts + "/" +
-           options_.sentinel_service + "/" + std::to_string(options_.db);
-  }
+  if (options_.sentinel) return redis::sentinel_url(options_);
   if (options_.cluster) {
     std::string hosts;
     for (const auto& seed : options_.seeds) {

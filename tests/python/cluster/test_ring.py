@@ -89,7 +89,7 @@ def test_bad_combinations_are_refused(redis_ring: Ring) -> None:
         redcount.connect(redis_ring.urls, routing="ring", names=["a", "b", "a"])
     with pytest.raises(redcount.InvalidInputError, match="distinct servers"):
         redcount.connect([redis_ring.urls[0], redis_ring.urls[0]], routing="ring")
-    with pytest.raises(redcount.InvalidInputError, match="redis:// or rediss://"):
+    with pytest.raises(redcount.InvalidInputError, match="redis://, rediss:// or redis\\+sentinel://"):
         redcount.connect([redis_ring.urls[0], "memory://"], routing="ring")
     with pytest.raises(redcount.InvalidInputError, match="at least one"):
         redcount.connect([], routing="ring")

@@ -39,7 +39,10 @@
 // A client-side hash ring (StoreOptions::ring) is routed by the same code with a static
 // table: each slot goes to a member by rendezvous hashing over the members' names
 // (redis/ring.h). It never asks CLUSTER SLOTS and never changes its table: a member that
-// is down is not replaced (its slots fail; nothing is re-hashed onto the others).
+// is down is not replaced (its slots fail; nothing is re-hashed onto the others). A member
+// may be a Sentinel group (redis+sentinel://): its slots go to a MasterFollower
+// (redis/master_follower.h), which follows that group's master through failovers, so a
+// ring of Sentinel groups scales out and fails over.
 //
 // Breakers per node (use_node_breakers, turned on by a ResilientStore in front): each node
 // has a circuit breaker (store/breaker.h) fed by its children's connection failures; while
@@ -72,6 +75,7 @@
 namespace redcount::redis {
 
 class Engine;
+class MasterFollower;
 
 // Redirect and rejection replies the router has met, since the store opened (metrics, tests:
 // how many TRYAGAIN a slot migration cost). Counted per request that carried one.
@@ -89,6 +93,20 @@ struct NodeAddress {
   std::string text() const;  // "host:port" ("[v6]:port")
   bool operator==(const NodeAddress&) const = default;
 };
+
+// One master of a cluster, or one member of a ring: its engine, or for a ring member that
+// is a Sentinel group (a redis+sentinel:// URL), the follower of that group's master.
+struct NodeLink {
+  NodeAddress address;  // a Sentinel member's: "service@first-sentinel:port"
+  std::shared_ptr<Engine> engine;
+  std::shared_ptr<MasterFollower> follower;
+};
+
+// The address a ring member is known by: its server's, or for a Sentinel group
+// "service@host:port" of its first sentinel (the group has no fixed server address).
+NodeAddress ring_member_address(const StoreOptions& member);
+// "redis+sentinel://[user@]s1:p,s2:p/service/db" (never a password).
+std::string sentinel_url(const StoreOptions& o);
 
 struct SlotRange {
   std::uint32_t first = 0;
@@ -140,8 +158,9 @@ class Cluster : public std::enable_shared_from_this<Cluster> {
 
   // The slot's master right now (nullopt: not served).
   std::optional<NodeAddress> master_of(std::uint32_t slot) const;
-  // Every master, with its engine (for Store::nodes()).
-  std::vector<std::pair<NodeAddress, std::shared_ptr<Engine>>> masters();
+  // Every master (a ring's members in the order given), with its engine or follower (for
+  // Store::nodes()).
+  std::vector<NodeLink> masters();
   // True when every master's connection reported Redis >= `major`.
   bool masters_at_least(int major) const;
   bool contended() const;
@@ -165,9 +184,22 @@ class Cluster : public std::enable_shared_from_this<Cluster> {
   struct Batch;
   struct Node {
     NodeAddress address;
-    std::shared_ptr<Engine> engine;
+    std::shared_ptr<Engine> engine;    // null for a Sentinel ring member
     std::string name;                  // a ring member's name; empty on a cluster
     std::shared_ptr<Breaker> breaker;  // with breakers per node
+    std::shared_ptr<MasterFollower> follower;  // a Sentinel ring member's (else null)
+    std::string where;                 // a Sentinel ring member's URL, for messages
+
+    // What the router asks of a node, whichever kind it is. A follower's calls keep its own
+    // deadline (the store's command_timeout, as the batch's) and report no partial replies:
+    // on a failure every unanswered request is Maybe or NotSent as the error says.
+    void submit(std::vector<Request> batch, BatchDone done, CancelFlag cancelled, TimePoint deadline,
+                std::shared_ptr<std::vector<std::uint8_t>> answered) const;
+    std::vector<Reply> execute(const std::vector<Request>& batch, TimePoint deadline) const;
+    void close() const;
+    int open_connections() const;
+    int server_major() const noexcept;
+    bool contended() const noexcept;
   };
   std::shared_ptr<Breaker> make_breaker_locked(const Node& n) const;
   // The breaker of the node at `address` (null without breakers).

@@ -56,6 +56,9 @@ class RedisStore final : public Store {
   // A store over an engine someone else owns (a cluster's node): close() closes this
   // view only.
   RedisStore(StoreOptions options, std::shared_ptr<redis::Engine> engine);
+  // The same over a Sentinel follower someone else owns (a ring member that is a Sentinel
+  // group).
+  RedisStore(StoreOptions options, std::shared_ptr<redis::MasterFollower> follower);
   ~RedisStore() override;
   RedisStore(const RedisStore&) = delete;
   RedisStore& operator=(const RedisStore&) = delete;
