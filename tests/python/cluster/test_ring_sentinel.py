@@ -213,6 +213,8 @@ def test_one_member_fails_over_the_others_go_on(redis_sentinel_factory: Callable
             # The failover hold: nothing acknowledged by the old master after Sentinel chose
             # the replica, so nothing lost.
             assert report.keys[0].lost == 0
+            holds, early, _ = _testing.sentinel_holds(member_a)
+            assert (holds, early) == (1, 1)
         assert replica.call("GET", on_a) is not None  # group-a's writes reached the new master
     finally:
         store.close()
