@@ -15,13 +15,14 @@ import asyncio
 import os
 from collections import Counter
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from failover_harness import FailoverHarness, Report
 from test_ring import _owned_keys, table
 from test_sentinel import redcount_writer, settled_master
 from helpers import wait_until
-from topologies import HOST, POLL, TRANSIENT, Ring, SentinelGroup, key_slot
+from topologies import HOST, POLL, TRANSIENT, Ring, SentinelGroup, TlsFiles, key_slot
 
 import redcount
 import redcount.aio as aio
@@ -278,4 +279,46 @@ def test_a_stopped_group_fails_fast_through_its_own_breaker(redis_sentinel_facto
     finally:
         if not master.reachable:
             master.resume()
+        store.close()
+
+
+def test_a_tls_group_beside_a_plain_server(redis_sentinel_factory: Callable[..., SentinelGroup],
+                                           redis_ring: Ring, topology_certs: Path) -> None:
+    """A ``rediss+sentinel://`` member (TLS to its sentinels and master, client certificates
+    from its URL's query) beside a plain server: keys spread over both, and the member
+    follows a ``SENTINEL FAILOVER`` over TLS while the plain server's keys are untouched."""
+    tls = TlsFiles(topology_certs / "ca.pem", topology_certs / "node.pem", topology_certs / "node.key")
+    g = redis_sentinel_factory(replicas=1, tls=tls, service="ring-tls")
+    url = (f"{g.url}?ssl_ca_certs={topology_certs / 'ca.pem'}"
+           f"&ssl_certfile={topology_certs / 'client.pem'}&ssl_keyfile={topology_certs / 'client.key'}")
+    names = ["secure", "plain"]
+    redis_ring.nodes[0].call("FLUSHALL")
+    store = redcount.connect([url, redis_ring.urls[0]], routing="ring", names=names, command_timeout=5.0)
+    try:
+        counter = redcount.FixedWindowCounter(store, "tls-ring", window=3600)
+        keys = [f"k{i}" for i in range(40)]
+        for k in keys:
+            assert counter.incr(k, request_id=f"{k}-1") == 1
+        # Both members hold some of the counts.
+        assert g.master().call("DBSIZE") > 0 and redis_ring.nodes[0].call("DBSIZE") > 0
+        old = g.master()
+        [replica] = g.replicas()
+        wait_until(lambda: int(replica.info("replication")["slave_repl_offset"])
+                   >= int(old.info("replication")["master_repl_offset"]), 10, what="the replica in sync")
+        with g.watch() as w:
+            g.sentinel_failover()
+            event = w.wait()
+        wait_until(lambda: sentinel_state(store.nodes()[0])[1] == 1, 15, what="the member switched masters")
+        for k in keys:
+            n = None
+            for _ in range(50):
+                try:
+                    n = counter.incr(k, request_id=f"{k}-2")
+                    break
+                except redcount.ConnectionError as e:
+                    assert e.maybe_applied, e
+            assert n == 2, (k, n)
+        assert counter.get_many(keys) == {k: 2 for k in keys}
+        assert g.node_by_port(event.new_port).call("ROLE")[0] == "master"
+    finally:
         store.close()
