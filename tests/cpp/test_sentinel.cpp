@@ -139,6 +139,7 @@ TEST(SentinelUrl, ErrorsSayWhatIsWrongWithoutSecrets) {
       {"redis+sentinel://s1/svc/1/2", "junk after the database number"},
       {"redis+sentinel://s1/a%0Ab", "control character"},
       {"redis+sentinel://s1/a%20b", "contains a space"},
+      {"redis+sentinel://s1/a%FFb", "not valid UTF-8 once %-decoded: 'a\\xffb'"},
       {"redis+sentinel://s1/svc?db=1", "the database goes in the path"},
       {"redis+sentinel://s1/svc?timeout=1", "unknown query parameter 'timeout'"},
       {"redis+sentinel://s1/svc?sentinel_password", "needs a value"},

@@ -4,6 +4,7 @@
 
 #include "redcount/common/errors.h"
 #include "redcount/common/util.h"
+#include "redcount/common/window.h"
 
 namespace redcount {
 
@@ -242,6 +243,11 @@ SentinelUrl parse_sentinel_url(std::string_view url) {
     if (c == ' ' || static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
       bad(url, "the service name contains a space or a control character");
     }
+  }
+  // It is shown in the store's URL, its repr and error messages, which Python decodes
+  // strictly: %-escapes must make UTF-8.
+  if (!is_valid_utf8(u.service)) {
+    bad(url, "the service name is not valid UTF-8 once %-decoded: '" + printable(u.service, 80) + "'");
   }
   if (second != std::string_view::npos) {
     const std::string_view db = path.substr(second + 1);

@@ -322,6 +322,15 @@ def test_bad_urls(url: str, match: str) -> None:
     assert "expected memory://" in str(info.value)  # says what a good URL looks like
 
 
+def test_a_sentinel_service_name_must_decode_as_utf8() -> None:
+    """A %-escaped service name that is not UTF-8 is refused when the URL is read (the name
+    shows in the store's URL and messages, which Python decodes strictly), alone or in a ring."""
+    url = "redis+sentinel://127.0.0.1:26379/a%FFb"
+    for args, kw in (((url,), {}), (([url, "redis://127.0.0.1:6379"],), {"routing": "ring"})):
+        with pytest.raises(redcount.InvalidInputError, match=r"not valid UTF-8 once %-decoded: 'a\\xffb'"):
+            redcount.connect(*args, **kw)
+
+
 @pytest.mark.parametrize("url", [
     "redis://app:hunter2secret@host:notaport/0",
     "redis://:hunter2secret@host/abc",
