@@ -161,8 +161,6 @@ struct Cluster::Batch {
 
 // ----------------------------------------------------------------------------- ring members
 
-static std::string bracketed(const std::string& host) { return host.find(':') != std::string::npos ? "[" + host + "]" : host; }
-
 NodeAddress ring_member_address(const StoreOptions& member) {
   if (member.sentinel && !member.sentinels.empty()) {
     return NodeAddress{member.sentinel_service + "@" + member.sentinels.front().host, member.sentinels.front().port};
@@ -174,7 +172,7 @@ std::string sentinel_url(const StoreOptions& o) {
   std::string hosts;
   for (const auto& s : o.sentinels) {
     if (!hosts.empty()) hosts += ',';
-    hosts += bracketed(s.host) + ":" + std::to_string(s.port);
+    hosts += NodeAddress{s.host, s.port}.text();
   }
   return std::string(o.tls ? "rediss+sentinel://" : "redis+sentinel://") +
          (o.username.empty() ? std::string() : o.username + "@") + hosts + "/" + o.sentinel_service + "/" +

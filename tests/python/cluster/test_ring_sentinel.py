@@ -20,9 +20,10 @@ from pathlib import Path
 import pytest
 from failover_harness import FailoverHarness, Report
 from test_ring import _owned_keys, table
-from test_sentinel import redcount_writer, settled_master
+from test_sentinel import fail_over_in_sync, redcount_writer, settled_master, tls_client_url, tls_files
+from test_sentinel import state as sentinel_state
 from helpers import wait_until
-from topologies import HOST, POLL, TRANSIENT, Ring, SentinelGroup, TlsFiles, key_slot
+from topologies import HOST, POLL, TRANSIENT, Ring, SentinelGroup, key_slot
 
 import redcount
 import redcount.aio as aio
@@ -39,11 +40,6 @@ def owned_tags(owner: str, n: int, prefix: str) -> list[str]:
     """``n`` hash tags ("{prefix<i>}") whose slot the ring's table gives to ``owner``: keys
     built on one (``{tag}:rid:...``) stay on that member."""
     return [f"{{{k}}}" for k in _owned_keys(table(NAMES), owner, n, prefix)]
-
-
-def sentinel_state(store: redcount.Store) -> tuple[str, int]:
-    master, switches = _testing.sentinel_state(store)
-    return str(master), int(switches)
 
 
 @pytest.fixture(scope="module")
@@ -287,10 +283,8 @@ def test_a_tls_group_beside_a_plain_server(redis_sentinel_factory: Callable[...,
     """A ``rediss+sentinel://`` member (TLS to its sentinels and master, client certificates
     from its URL's query) beside a plain server: keys spread over both, and the member
     follows a ``SENTINEL FAILOVER`` over TLS while the plain server's keys are untouched."""
-    tls = TlsFiles(topology_certs / "ca.pem", topology_certs / "node.pem", topology_certs / "node.key")
-    g = redis_sentinel_factory(replicas=1, tls=tls, service="ring-tls")
-    url = (f"{g.url}?ssl_ca_certs={topology_certs / 'ca.pem'}"
-           f"&ssl_certfile={topology_certs / 'client.pem'}&ssl_keyfile={topology_certs / 'client.key'}")
+    g = redis_sentinel_factory(replicas=1, tls=tls_files(topology_certs), service="ring-tls")
+    url = tls_client_url(g, topology_certs)
     names = ["secure", "plain"]
     redis_ring.nodes[0].call("FLUSHALL")
     store = redcount.connect([url, redis_ring.urls[0]], routing="ring", names=names, command_timeout=5.0)
@@ -301,13 +295,7 @@ def test_a_tls_group_beside_a_plain_server(redis_sentinel_factory: Callable[...,
             assert counter.incr(k, request_id=f"{k}-1") == 1
         # Both members hold some of the counts.
         assert g.master().call("DBSIZE") > 0 and redis_ring.nodes[0].call("DBSIZE") > 0
-        old = g.master()
-        [replica] = g.replicas()
-        wait_until(lambda: int(replica.info("replication")["slave_repl_offset"])
-                   >= int(old.info("replication")["master_repl_offset"]), 10, what="the replica in sync")
-        with g.watch() as w:
-            g.sentinel_failover()
-            event = w.wait()
+        event = fail_over_in_sync(g)
         wait_until(lambda: sentinel_state(store.nodes()[0])[1] == 1, 15, what="the member switched masters")
         for k in keys:
             n = None

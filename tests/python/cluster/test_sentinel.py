@@ -630,16 +630,37 @@ def fail_over_with_the_replica_paused(g: SentinelGroup, store: redcount.Store, r
 # --- TLS -------------------------------------------------------------------------------------------
 
 
+def tls_files(certs: Path) -> TlsFiles:
+    """The data nodes' and sentinels' TLS files (``node``: serverAuth + clientAuth)."""
+    return TlsFiles(certs / "ca.pem", certs / "node.pem", certs / "node.key")
+
+
+def tls_client_url(g: SentinelGroup, certs: Path) -> str:
+    """The group's ``rediss+sentinel://`` URL with the client's certificate in its query."""
+    return (f"{g.url}?ssl_ca_certs={certs / 'ca.pem'}"
+            f"&ssl_certfile={certs / 'client.pem'}&ssl_keyfile={certs / 'client.key'}")
+
+
+def fail_over_in_sync(g: SentinelGroup) -> SwitchMaster:
+    """``SENTINEL FAILOVER`` once the replica has every write so far (the command does not
+    wait for that); returns the ``+switch-master`` event."""
+    old = g.master()
+    [replica] = g.replicas()
+    wait_until(lambda: int(replica.info("replication")["slave_repl_offset"])
+               >= int(old.info("replication")["master_repl_offset"]), 10, what="the replica in sync")
+    with g.watch() as w:
+        g.sentinel_failover()
+        return w.wait()
+
+
 def test_tls_sentinel_group_counter_limiter_and_failover(
         redis_sentinel_factory: Callable[..., SentinelGroup], topology_certs: Path) -> None:
     """``rediss+sentinel://``: TLS to the sentinels and to the master (client certificates
     required on both), a counter and a limiter, and the store follows a ``SENTINEL
     FAILOVER`` to the new master over TLS."""
-    tls = TlsFiles(topology_certs / "ca.pem", topology_certs / "node.pem", topology_certs / "node.key")
-    g = redis_sentinel_factory(replicas=1, tls=tls)
+    g = redis_sentinel_factory(replicas=1, tls=tls_files(topology_certs))
     assert g.url.startswith("rediss+sentinel://")
-    url = (f"{g.url}?ssl_ca_certs={topology_certs / 'ca.pem'}"
-           f"&ssl_certfile={topology_certs / 'client.pem'}&ssl_keyfile={topology_certs / 'client.key'}")
+    url = tls_client_url(g, topology_certs)
     store = redcount.connect(url, command_timeout=5.0)
     try:
         old = g.master()
@@ -648,13 +669,7 @@ def test_tls_sentinel_group_counter_limiter_and_failover(
         assert [counter.incr("k", request_id=f"r{i}") for i in range(5)] == [1, 2, 3, 4, 5]
         assert [bool(limiter.hit("3/minute", "who")) for _ in range(4)] == [True, True, True, False]
         assert state(store) == (f"{HOST}:{old.port}", 0)
-        # The replica has every write above (SENTINEL FAILOVER does not wait for that).
-        [replica] = g.replicas()
-        wait_until(lambda: int(replica.info("replication")["slave_repl_offset"])
-                   >= int(old.info("replication")["master_repl_offset"]), 10, what="the replica in sync")
-        with g.watch() as w:
-            g.sentinel_failover()
-            event = w.wait()
+        event = fail_over_in_sync(g)
         assert event.old_port == old.port
         wait_until(lambda: state(store)[1] == 1, 15, what="the store switched masters")
         new = g.node_by_port(event.new_port)
