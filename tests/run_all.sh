@@ -4,7 +4,8 @@
 #   bash tests/run_all.sh
 #
 # 1. Debian packages: compiler, hiredis, OpenSSL (libssl-dev and the CLI the TLS tests use),
-#    redis-server, GoogleTest, Google Benchmark, clang (libFuzzer).
+#    redis-server, GoogleTest, Google Benchmark, clang and libclang-rt-14-dev (libFuzzer's
+#    runtime and headers, which Debian only recommends beside clang).
 # 2. A virtualenv (.venv) with redcount built from this checkout (warnings are errors, and
 #    with the test-only submodule redcount._core._testing) and the Python test dependencies.
 # 3. The C++ core's GoogleTest suite under AddressSanitizer + UBSan (and a smoke run of
@@ -25,7 +26,7 @@ $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
   g++ make cmake ninja-build pkg-config libhiredis-dev libssl-dev openssl redis-server redis-tools \
   libgtest-dev libbenchmark-dev python3-venv python3-dev wrk \
-  postgresql mariadb-server curl bubblewrap clang >/dev/null
+  postgresql mariadb-server curl bubblewrap clang libclang-rt-14-dev >/dev/null
 
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then "$PY" -m venv .venv; fi

@@ -7,8 +7,6 @@
 -- Reply: {ms, started}: the block in force (ms left; refusals during it do not count) or
 -- the block this refusal started (started = 1); {0, 0} when none.
 if #KEYS ~= 3 or #ARGV ~= 5 then return redis.error_reply('ERR penalty: malformed arguments') end
-local left = redis.call('PTTL', KEYS[1])
-if left > 0 then return {left, 0} end
 local after, within = tonumber(ARGV[1]), tonumber(ARGV[2])
 local block, factor, max = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 -- Spans are whole ms up to 2^42 (about 139 years), so every sum below stays exact.
@@ -17,6 +15,10 @@ if not (after and span(within) and span(block) and factor and span(max)) or afte
     or factor < 1 or factor > 1000000 or max < block then
   return redis.error_reply('ERR penalty: malformed arguments')
 end
+-- Arguments are checked before the block is read, so a malformed call is refused the same
+-- way whether or not a block is in force.
+local left = redis.call('PTTL', KEYS[1])
+if left > 0 then return {left, 0} end
 redis.call('SET', KEYS[2], 0, 'PX', within, 'NX')
 local n = redis.call('INCR', KEYS[2])
 if n < after then return {0, 0} end

@@ -38,8 +38,6 @@ void set_px(Keyspace& ks, const std::string& key, std::int64_t value, std::int64
 Reply native_penalty(Keyspace& ks, const std::vector<std::string>& keys, const std::vector<std::string>& args) {
   auto bad = [] { return Reply::of_error("ERR penalty: malformed arguments"); };
   if (keys.size() != 3 || args.size() != 5) return bad();
-  const std::int64_t left = ks.pttl(keys[0]);
-  if (left > 0) return Reply::of_array({Reply::of_integer(left), Reply::of_integer(0)});
   const auto after = number(args[0]), within = number(args[1]), block = number(args[2]);
   const auto factor = number(args[3]), max = number(args[4]);
   // Spans are whole ms up to 2^42 (about 139 years), so every sum below stays exact.
@@ -50,6 +48,9 @@ Reply native_penalty(Keyspace& ks, const std::vector<std::string>& keys, const s
       *factor > 1e6 || *max < *block) {
     return bad();
   }
+  // Arguments first, then the block: a malformed call is refused whether or not one is in force.
+  const std::int64_t left = ks.pttl(keys[0]);
+  if (left > 0) return Reply::of_array({Reply::of_integer(left), Reply::of_integer(0)});
   const auto within_ms = static_cast<std::int64_t>(*within);
   ks.set_nx_pxat(keys[1], "0", ks.now_ms() + within_ms);
   const std::int64_t n = ks.incrby(keys[1], 1);
