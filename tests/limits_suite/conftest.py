@@ -139,11 +139,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if not known or getattr(item, "originalname", "") in RACES:
             drop.append(item)
             continue
-        params["args"] = {}  # limits' per-client options (implementation=coredis, service_name...)
+        # limits' per-client options (implementation=coredis, service_name...) are dropped;
+        # the Sentinel cases' use_replicas=False is kept: our storages take it.
+        args = params.get("args") or {}
+        params["args"] = {}
         if uri in URIS:
             params["uri"] = URIS[uri]
         elif uri in SENTINEL_URIS:
             params["uri"] = SENTINEL_URIS[uri].format(url=_sentinel().url)
+            if "use_replicas" in args:
+                params["args"] = {"use_replicas": args["use_replicas"]}
         else:
             kind, ours = CLUSTER_URIS[uri]
             params["uri"] = ours.format(url=_cluster(kind).url)

@@ -35,7 +35,11 @@ class AppServer:
         self.port = port
         self.log = log or cwd / "server.log"
         self._log_file = self.log.open("wb")
-        self.proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=self._log_file, stderr=subprocess.STDOUT)
+        try:
+            self.proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=self._log_file, stderr=subprocess.STDOUT)
+        except BaseException:
+            self._log_file.close()
+            raise
 
     @property
     def url(self) -> str:

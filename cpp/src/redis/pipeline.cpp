@@ -29,6 +29,22 @@ bool is_blocking(const Request& request) {
   return cmd != nullptr && cmd->blocks_for.count() > 0;
 }
 
+// A store on one server (or a Sentinel master) sends every key to that server. A Redis
+// Cluster node answers MOVED or ASK for keys in other nodes' slots, which only the cluster
+// router follows (its jobs are routed and keep the reply as it is: it parses the address).
+// Said here, in the reply that becomes the caller's ReplyError, so that a cluster node opened
+// with redis:// does not fail with a bare "MOVED 1234 10.0.0.7:6379".
+void explain_redirect(Reply& reply, std::string_view where) {
+  const std::string_view t = reply.str;
+  if (!((word_is(t, "MOVED") && t.size() > 6) || (word_is(t, "ASK") && t.size() > 4))) return;
+  const bool socket = where.starts_with("unix socket ");
+  reply.str += " (" + std::string(where) +
+               " is a Redis Cluster node, which refers keys of other nodes' slots to them; a store on one server "
+               "cannot follow it: open the cluster with " +
+               (socket ? std::string("redis+cluster://host:port") : "redis+cluster://" + std::string(where)) +
+               " (rediss+cluster:// for TLS))";
+}
+
 }  // namespace
 
 void Job::deliver() noexcept {
@@ -165,6 +181,7 @@ std::shared_ptr<Job> take_reply(std::deque<Expect>& inflight, Reply&& reply, std
                      std::string(s.sha1);
     }
   } else {
+    if (!j.routed && reply.is_error()) explain_redirect(reply, where);
     j.replies[static_cast<std::size_t>(e.slot)] = std::move(reply);
     if (j.answered) (*j.answered)[static_cast<std::size_t>(e.slot)] = 1;
   }

@@ -36,7 +36,9 @@ and :meth:`RedcountStorage.check` are about the whole store and go to every mast
 ``redcount+redis+sentinel://[[user]:pw@]s1:p,s2:p/service[/db]`` (``redcount+rediss+sentinel``
 for TLS) opens ``redis+sentinel://...``: the master of a Sentinel service, followed through
 failovers; the sentinels' credentials are the ``sentinel_username`` and ``sentinel_password``
-options (or limits' ``sentinel_kwargs={"username": ..., "password": ...}``).
+options (or limits' ``sentinel_kwargs={"username": ..., "password": ...}``). Every call
+goes to the master: limits' ``use_replicas=False`` is accepted, ``use_replicas=True`` refused
+(a limiter reading a replica's count, which lags, would admit what the master refused).
 
 Semantics are those of limits' own Redis storage, method for method, and so is the data on
 Redis: the same keys (``<key_prefix>:<key>``, ``<key_prefix>:{<key>}`` and
@@ -297,6 +299,24 @@ def _open_store(uri: str, options: dict[str, Any]) -> Store:
         for key in ("username", "password"):
             if key in sentinel_kwargs:
                 options.setdefault(f"sentinel_{key}", sentinel_kwargs[key])
+    # limits' Sentinel storage may read from a replica (use_replicas, default True there).
+    # Every call here goes to the master: False is what the storage does, True is refused,
+    # since a limiter deciding on a replica's count admits what the master already refused.
+    if "use_replicas" in options:
+        use_replicas = options.pop("use_replicas")
+        if not _store_url(uri).partition("://")[0].endswith("+sentinel"):
+            raise errors.InvalidInputError(
+                "use_replicas is an option of the Sentinel schemes only "
+                "(redcount+redis+sentinel://, redcount+rediss+sentinel://)"
+            )
+        if not isinstance(use_replicas, bool):
+            raise errors.InvalidInputError(f"use_replicas must be True or False, got {use_replicas!r}")
+        if use_replicas:
+            raise errors.InvalidInputError(
+                "use_replicas=True is not supported: every call goes to the master, since a count read "
+                "from a replica can be stale (replication lags) and a limiter deciding on it admits "
+                "hits the master already counted; pass use_replicas=False or leave it out"
+            )
     for name, value in options.items():
         name = _OPTION_ALIASES.get(name, name)
         if name not in _CONNECT_OPTIONS:

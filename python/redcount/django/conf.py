@@ -182,8 +182,13 @@ class State:
     compat_403: bool
     prefix: str
     _by_path: dict[str, list[LimitSpec]] = field(default_factory=dict)
+    # connect() with the URL's arguments and another clock: the store of limiter_on_clock().
+    reopen: Callable[[_store.ManualClock], _store.Store] | None = None
     _strategies: dict[str, Limiter] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _on_clock: tuple[_store.Store, _store.ManualClock] | None = None
+    _clocked: dict[str, Limiter] = field(default_factory=dict)
+    clock_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def specs_for(self, path: str) -> list[LimitSpec]:
         """The middleware's limits for a request to ``path``: ``DEFAULT_LIMITS`` and the
@@ -214,6 +219,26 @@ class State:
                     found = Limiter(self.limiter.store, strategy, prefix=f"{self.prefix}:{strategy}")  # type: ignore[arg-type]
                     self._strategies[strategy] = found
         return found
+
+    def limiter_on_clock(self, strategy: str) -> tuple[Limiter, _store.ManualClock]:
+        """A limiter like :meth:`limiter_for`'s (same strategy and key prefix) on a second
+        store opened from ``URL`` whose clock is the returned :class:`~redcount.ManualClock`:
+        the DRF throttles whose ``timer`` is overridden decide on it, setting the clock to
+        the timer's time under :attr:`clock_lock`. On Redis it holds the same keys; on
+        ``memory://`` it is a keyspace of its own (the store is private to its process)."""
+        with self._lock:
+            if self._on_clock is None:
+                if self.reopen is None:
+                    raise RuntimeError("this State was built without reopen; use build_state()")
+                clock = _store.ManualClock()
+                self._on_clock = (self.reopen(clock), clock)
+            store, clock = self._on_clock
+            found = self._clocked.get(strategy)
+            if found is None:
+                prefix = self.prefix if strategy == self.limiter.strategy else f"{self.prefix}:{strategy}"
+                found = Limiter(store, strategy, prefix=prefix)  # type: ignore[arg-type]
+                self._clocked[strategy] = found
+            return found, clock
 
 
 def read_settings() -> dict[str, Any]:
@@ -260,7 +285,10 @@ def build_state() -> State:
     if fallback is not None and not isinstance(fallback, str):
         raise ConfigurationError(f'{SETTING}["FALLBACK"] must be a store URL such as "memory://", got {fallback!r}')
     breaker = _bool(cfg["BREAKER"], "BREAKER")
-    store = web("URL", lambda: _store.connect(url, budget=budget, breaker=breaker, fallback=fallback))
+    def reopen(clock: _store.ManualClock | None = None) -> _store.Store:
+        return _store.connect(url, budget=budget, breaker=breaker, fallback=fallback, clock=clock)
+
+    store = web("URL", reopen)
     try:
         penalty = web("PENALTY", lambda: config_penalty(cfg["PENALTY"], "the penalty"))
         limiter = web("STRATEGY", lambda: Limiter(store, strategy, prefix=prefix, penalty=penalty))
@@ -348,6 +376,7 @@ def build_state() -> State:
             view=view,
             compat_403=_bool(cfg["RATELIMIT_COMPAT_403"], "RATELIMIT_COMPAT_403"),
             prefix=prefix,
+            reopen=reopen,
         )
     except BaseException:
         store.close()

@@ -19,6 +19,12 @@ limiter's ``retry_after``. With :class:`~redcount.django.RateLimitMiddleware` in
 responses carry the ``RateLimit``/``RateLimit-Policy`` headers too (``Retry-After`` on a 429
 is DRF's). When the store is down, ``REDCOUNT["FAIL"]`` decides: ``"open"`` lets requests
 through, ``"closed"`` answers 503.
+
+A throttle whose ``timer`` is overridden (``def timer(self)`` in a subclass, or a test's
+``cls.timer = lambda self: t``) decides on that timer's time, as DRF's own does: its
+decisions go to a limiter on a second connection to the store whose clock is set to the
+timer's reading (on ``memory://`` a keyspace of its own), so a test moves time by moving the
+timer.
 """
 
 from __future__ import annotations
@@ -37,6 +43,12 @@ from ..web.engine import decide
 from ..web.spec import Check, LimitSpec
 from ._http import attach
 from .conf import get_state
+
+# DRF's default clock, read when this module is imported: a throttle whose timer is another
+# callable (a subclass's ``def timer(self)``, a test's ``cls.timer = lambda self: t``)
+# decides on that timer's time. Compared with the function DRF's class holds, not with
+# ``time.time`` now, so that a test patching ``time.time`` does not count as an override.
+_SYSTEM_TIMER = _drf.SimpleRateThrottle.timer
 
 __all__ = ["AnonRateThrottle", "ScopedRateThrottle", "SimpleRateThrottle", "StoreUnavailable", "UserRateThrottle"]
 
@@ -88,9 +100,21 @@ class SimpleRateThrottle(_drf.SimpleRateThrottle):  # type: ignore[misc]
         check = Check(spec, spec.static, f"drf|{self.key}", 1, spec.static_policies)
         s = state.settings
         django_request = getattr(request, "_request", request)
-        verdict = decide(state.limiter_for(self.strategy), [check], s.policy, s.metrics, shadow_all=s.shadow,
-                         budget=state.budget, after=getattr(django_request, "_redcount_verdict", None),
-                         screen=s.screen)
+        after = getattr(django_request, "_redcount_verdict", None)
+        timer = self.timer
+        if timer is _SYSTEM_TIMER:
+            verdict = decide(state.limiter_for(self.strategy), [check], s.policy, s.metrics, shadow_all=s.shadow,
+                             budget=state.budget, after=after, screen=s.screen)
+        else:
+            # An overridden timer is this throttle's clock, as in DRF: the decision runs on a
+            # limiter whose client clock is set to the timer's time. One clock for every such
+            # throttle of the process, hence the lock around setting it and deciding.
+            limiter, clock = state.limiter_on_clock(self.strategy)
+            with state.clock_lock:
+                self.now = now = float(timer())
+                clock.set(now)
+                verdict = decide(limiter, [check], s.policy, s.metrics, shadow_all=s.shadow,
+                                 budget=state.budget, after=after, screen=s.screen)
         attach(django_request, verdict)
         if verdict.unavailable:
             raise StoreUnavailable()

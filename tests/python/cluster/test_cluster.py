@@ -441,3 +441,27 @@ def test_restore_adds_what_was_logged_after_the_snapshot(store: redcount.Store, 
     rep = redcount.restore(store, sql, "likes")
     assert rep.lost_streams == [] and rep.log_entries == 60
     assert c.shard_values() == expected
+
+
+def test_a_cluster_node_opened_with_redis_url_says_to_use_redis_cluster(redis_cluster: Cluster) -> None:
+    """``redis://`` to one node of a cluster: a key of another node's slot is answered MOVED,
+    which a store on one server cannot follow; the error says what the server is and which
+    URL to use, sync, through redcount.aio and in a limiter's decision."""
+    node = redis_cluster.masters()[0]
+    key = next(k for k in (f"k{i}" for i in range(1000)) if redis_cluster.node_for_key(k).port != node.port)
+    hint = rf"^MOVED {key_slot(key)} \S+ \(127\.0\.0\.1:{node.port} is a Redis Cluster node.*open the cluster with redis\+cluster://127\.0\.0\.1:{node.port} "
+    plain = redcount.connect(f"redis://127.0.0.1:{node.port}/0")
+    try:
+        with pytest.raises(redcount.ReplyError, match=hint):
+            plain.execute("SET", key, "1")
+        with pytest.raises(redcount.ReplyError, match=hint):
+            redcount.Limiter(plain, "sliding-window").hit("5/second", key)
+        with pytest.raises(redcount.ReplyError, match=hint):
+            asyncio.run(aio.AsyncStore(plain).execute("GET", key))
+        [reply] = plain.execute_many([("GET", key)])
+        assert isinstance(reply, str) and "is a Redis Cluster node" in reply
+    finally:
+        plain.close()
+    # The cluster store follows the same redirect (its replies are the router's, untouched).
+    with redcount.connect(redis_cluster.url) as routed:
+        assert routed.execute("SET", key, "1") == "OK" and routed.execute("GET", key) == b"1"

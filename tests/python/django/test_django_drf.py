@@ -170,3 +170,77 @@ def test_view_decorators_on_an_api_view(client: Any, configure: Any) -> None:
     assert client.post("/api/decorated/").status_code == 200
     refused = client.post("/api/decorated/")
     assert refused.status_code == 429 and "Retry-After" in refused
+
+
+class TimedThreePerMinute(rdrf.SimpleRateThrottle):
+    """A throttle on a clock of its own, as DRF's tests and users' tests move time."""
+
+    scope = "timed"
+    rate = "3/min"
+    NOW = 1000.0
+
+    def get_cache_key(self, request: Any, view: Any) -> str:
+        return self.cache_format % {"scope": self.scope, "ident": self.get_ident(request)}
+
+    def timer(self) -> float:
+        return self.NOW
+
+
+def test_an_overridden_timer_is_the_throttles_clock(configure: Any, store_url: str) -> None:
+    configure(URL=store_url)
+    view = APIView()
+    t = TimedThreePerMinute()
+    assert [t.allow_request(drf_request(), view) for _ in range(4)] == [True, True, True, False]
+    assert t.wait() == 60
+    TimedThreePerMinute.NOW += 30  # on the timer's clock only: the wall clock has not moved
+    assert not t.allow_request(drf_request(), view)
+    assert t.wait() == 30
+    TimedThreePerMinute.NOW += 30  # a whole window after the three hits: admitted again
+    assert [t.allow_request(drf_request(), view) for _ in range(4)] == [True, True, True, False]
+
+
+class Timed3PerSecond(rdrf.UserRateThrottle):
+    rate = "3/sec"
+    scope = "timed-seconds"
+
+
+class Timed6PerMinute(rdrf.UserRateThrottle):
+    rate = "6/min"
+    scope = "timed-minutes"
+
+
+class DoublyThrottled(APIView):
+    throttle_classes = (Timed3PerSecond, Timed6PerMinute)
+
+    def get(self, request: Any) -> Any:
+        from rest_framework.response import Response
+
+        return Response("ok")
+
+
+def test_timer_set_on_the_class_as_drfs_own_tests_do(configure: Any, store_url: str) -> None:
+    """DRF's test of two throttles on one view, moving ``cls.timer`` as it does."""
+    configure(URL=store_url)
+
+    def at(value: float) -> None:
+        for cls in DoublyThrottled.throttle_classes:
+            cls.timer = lambda self: value  # type: ignore[method-assign,misc]
+
+    try:
+        request = APIRequestFactory().get("/")
+        view = DoublyThrottled.as_view()
+        at(0)
+        responses = [view(request) for _ in range(4)]
+        assert [r.status_code for r in responses] == [200, 200, 200, 429]
+        assert int(responses[-1]["Retry-After"]) == 1
+        at(1)  # the 3/sec window has passed; the 6/min one holds 4 hits
+        responses = [view(request) for _ in range(3)]
+        assert [r.status_code for r in responses] == [200, 200, 429]
+        assert int(responses[-1]["Retry-After"]) == 59
+        at(2)
+        r = view(request)
+        assert r.status_code == 429 and int(r["Retry-After"]) == 58
+    finally:
+        for cls in DoublyThrottled.throttle_classes:
+            if "timer" in vars(cls):
+                delattr(cls, "timer")

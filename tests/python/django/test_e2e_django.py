@@ -11,6 +11,7 @@ frozen Redis under ``FAIL="open"`` lets requests through, none slower than the b
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -36,17 +37,16 @@ def servers(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory)
     test) is a trusted proxy. Limits are counted by the exact sliding log (a burst admits
     exactly the limit wherever the window boundaries fall)."""
     logs = tmp_path_factory.mktemp("django-e2e")
-    started = {
-        (kind, trusted): start(kind, logs, redis_server.url, STRATEGY="sliding-window", LIMIT=f"{LIMIT}/minute",
-                               TRUSTED_PROXIES="127.0.0.1/32" if trusted else "")
-        for kind in KINDS for trusted in (False, True)
-    }
-    try:
+    started: dict[tuple[str, bool], AppServer] = {}
+    with contextlib.ExitStack() as stop:  # every server started is stopped, also when a later one fails
+        for kind in KINDS:
+            for trusted in (False, True):
+                srv = start(kind, logs, redis_server.url, STRATEGY="sliding-window", LIMIT=f"{LIMIT}/minute",
+                            TRUSTED_PROXIES="127.0.0.1/32" if trusted else "")
+                stop.callback(srv.stop)
+                started[kind, trusted] = srv
         ready(list(started.values()))
         yield started
-    finally:
-        for srv in started.values():
-            srv.stop()
 
 
 @pytest.fixture

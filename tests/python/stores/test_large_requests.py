@@ -10,8 +10,9 @@ itself) must wait for the socket to take the rest before it waits for the reply.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ import redcount
 import redcount.aio
 from conftest import REDIS_SERVER, RedisServer, new_server
 from redcount.sharded import Increment
-from redcount.tools.servers import make_certs
+from redcount.tools.servers import ServerError, Tls, make_certs
 
 pytestmark = pytest.mark.redis_only
 
@@ -29,17 +30,53 @@ SIZES = [16 * 1024, 1024 * 1024, 16 * 1024 * 1024]
 TIMEOUT = 5.0
 
 
-@pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[RedisServer, dict[str, Any]]]]:
-    """One plain and one TLS-only redis-server, with the connect() options for each."""
-    certs = make_certs(Path(tmp_path_factory.mktemp("large-requests-certs")))
-    plain = new_server().start()
-    tls = RedisServer(REDIS_SERVER, tls=certs).start()
-    try:
+Servers = dict[str, tuple[RedisServer, dict[str, Any]]]
+
+
+@contextlib.contextmanager
+def plain_and_tls(certs: Tls, tls_args: Sequence[str] = ()) -> Iterator[Servers]:
+    """One plain and one TLS-only redis-server, with the connect() options for each. Each is
+    stopped on the way out, also when a later one fails to start (a redis-server built
+    without TLS exits at once): the ExitStack holds every server from before its start."""
+    with contextlib.ExitStack() as started:
+        plain = new_server()
+        started.callback(plain.cleanup)
+        plain.start()
+        tls = RedisServer(REDIS_SERVER, tls=certs, extra_args=tls_args)
+        started.callback(tls.cleanup)
+        tls.start()
         yield {"plain": (plain, {}), "tls": (tls, {"ssl_ca_certs": certs.ca})}
-    finally:
-        plain.cleanup()
-        tls.cleanup()
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Tls:
+    return make_certs(Path(tmp_path_factory.mktemp("large-requests-certs")))
+
+
+@pytest.fixture(scope="module")
+def servers(certs: Tls) -> Iterator[Servers]:
+    with plain_and_tls(certs) as both:
+        yield both
+
+
+def test_a_server_that_fails_to_start_leaves_none_running(certs: Tls, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The TLS server fails (a directive this redis-server refuses, as one built without TLS
+    refuses the tls-* ones): the plain server started before it is stopped, none is left."""
+    seen: list[RedisServer] = []
+    start = RedisServer.start
+
+    def recording_start(self: RedisServer) -> RedisServer:
+        seen.append(self)
+        return start(self)
+
+    monkeypatch.setattr(RedisServer, "start", recording_start)
+    with pytest.raises(ServerError, match="would not start"):
+        with plain_and_tls(certs, tls_args=["--no-such-directive", "yes"]):
+            pytest.fail("the TLS server started")
+    plain, tls = seen
+    assert plain.tls is None and plain.proc is not None and plain.proc.returncode is not None
+    assert not plain.running and not tls.running
+    assert not plain.dir.exists() and not tls.dir.exists()
 
 
 @pytest.fixture(params=["plain", "tls"])
