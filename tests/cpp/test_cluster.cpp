@@ -220,11 +220,13 @@ TEST(ClusterUrl, Parse) {
   EXPECT_TRUE(t.cluster);
   EXPECT_TRUE(t.tls);
   EXPECT_FALSE(t.ssl_check_hostname);
-  EXPECT_THROW(parse_url("redis+cluster://h:7000/2"), InvalidArgument);
+  // A database other than 0 is the server's to refuse (Redis) or serve (Valkey 9, cluster-databases).
+  EXPECT_EQ(parse_url("redis+cluster://h:7000/2").db, 2);
   EXPECT_THROW(parse_url("redis://a:1,b:2"), InvalidArgument);
   EXPECT_FALSE(parse_url("redis://h:1").cluster);
   RedisStore s(parse_url("redis+cluster://127.0.0.1:1,127.0.0.1:2"));  // connects at the first call
   EXPECT_EQ(s.describe(), "redis+cluster://127.0.0.1:1,127.0.0.1:2/0");
+  EXPECT_EQ(RedisStore(parse_url("redis+cluster://127.0.0.1:1/3")).describe(), "redis+cluster://127.0.0.1:1/3");
   EXPECT_EQ(s.shard_of("foo"), 12182u);
 }
 

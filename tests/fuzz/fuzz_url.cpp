@@ -40,7 +40,6 @@ void check_options(const StoreOptions& o) {
       require(o.port >= 1 && o.port <= 65535, "port in 1-65535");
       if (o.cluster) {
         require(!o.seeds.empty(), "a cluster has seeds");
-        require(o.db == 0, "a cluster uses db 0");
         for (const auto& s : o.seeds) require(!s.host.empty() && s.port >= 1 && s.port <= 65535, "seed address");
       }
       if (o.sentinel) {

@@ -6,6 +6,14 @@ stop, restart or configure them (auth, retry queue). Every server is killed at t
 If ``redis-server`` is not installed the session fails loudly: CI installs it. The servers
 are :class:`redcount.tools.servers.RedisServer`, the helper the bench tools use too.
 
+``REDCOUNT_TEST_REDIS_SERVER`` names another server binary (a path or a name on PATH) for
+every server the fixtures start: standalone, Redis Cluster nodes and Sentinels (started as
+``<binary> <config> --sentinel``), e.g. the ``valkey-server`` that tests/run_all.sh runs
+the Redis-backed suites on once more. Tests whose answer depends on the server name it
+(``server_product``). Tests that start a TLS server carry the ``tls`` marker (those using
+``topology_certs`` get it here), so that a run on a server built without TLS deselects them
+with ``-m "not tls"``.
+
 The tests are grouped by subsystem, one folder each (no ``__init__.py``: a test module's
 basename is unique across folders): ``stores/``, ``counters/``, ``limiters/``,
 ``sharded/``, ``sql/``, ``analysis/``, ``telemetry/``, ``invariants/`` (guarantees over
@@ -20,8 +28,10 @@ here and in ``helpers.py`` (importable from spawned processes too) and ``sql_ser
 from __future__ import annotations
 
 import os
+import re
 import signal
 import shutil
+import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
 
@@ -32,9 +42,27 @@ from fault_proxy import FaultProxy
 from sql_servers import mariadb_url, postgres_url, sql_url  # noqa: F401  (real SQL servers for the sql/ tests)
 from topologies import *  # noqa: F403  (Redis Cluster, Sentinel, TLS cluster and ring fixtures)
 
-__all__ = ["READY_TIMEOUT", "REDIS_SERVER", "RedisServer", "free_port", "new_server", "resp_command"]
+__all__ = ["READY_TIMEOUT", "REDIS_SERVER", "RedisServer", "free_port", "new_server", "resp_command", "server_product"]
 
 REDIS_SERVER = os.environ.get("REDCOUNT_TEST_REDIS_SERVER", "redis-server")
+
+
+def server_product(exe: str = REDIS_SERVER) -> str:
+    """The product and version a server binary states (``--version``): ``"Redis 7.0.15"``,
+    ``"Valkey 9.1.2"``. Read from the binary, not from INFO, so that tests of what redcount
+    reads from INFO have an answer of their own to compare with."""
+    done = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30, check=True)
+    m = re.match(r"(\w+) server v=(\S+)", done.stdout)
+    assert m is not None, f"{exe} --version: {done.stdout!r}"
+    return f"{m.group(1)} {m.group(2)}"
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m "not tls" deselects
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Every topology with TLS (cluster, Sentinel, ring member) is built on these certificates.
+    for item in items:
+        if "topology_certs" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.tls)
 
 
 def new_server(port: int | None = None, extra_args: Sequence[str] = (), password: str | None = None) -> RedisServer:

@@ -49,7 +49,7 @@ std::string shown_url(std::string_view url) {
   throw InvalidArgument("invalid store URL '" + shown_url(url) + "': " + why +
                         " (expected memory://, redis://[[user]:password@]host[:port][/db], "
                         "rediss://[[user]:password@]host[:port][/db][?ssl_ca_certs=...&...], "
-                        "redis+cluster://[[user]:password@]host:port,host:port[/0] (rediss+cluster:// for TLS), "
+                        "redis+cluster://[[user]:password@]host:port,host:port[/db] (rediss+cluster:// for TLS), "
                         "redis+sentinel://[[user]:password@]host:port[,host:port...]/service[/db] "
                         "(rediss+sentinel:// for TLS) or "
                         "unix:///path/to/redis.sock[?db=N])");
@@ -340,9 +340,6 @@ StoreOptions parse_url(std::string_view url) {
   o.host = o.seeds.front().host;
   o.port = o.seeds.front().port;
   if (!cluster) o.seeds.clear();
-  if (cluster && o.db != 0) {
-    bad(url, "a Redis Cluster has only database 0, got /" + std::to_string(o.db));
-  }
   apply_query(url, query, o);
   return o;
 }

@@ -255,7 +255,6 @@ Cluster::Cluster(const StoreOptions& options) : options_(options), slots_(kClust
     seeds_.push_back(masters_.front()->address);
     periodic_started_ = true;  // a static table: never refreshed
   } else {
-    if (options_.db != 0) throw InvalidArgument("a Redis Cluster has only database 0");
     for (const auto& s : options_.seeds) seeds_.push_back(NodeAddress{s.host, s.port});
     if (seeds_.empty()) seeds_.push_back(NodeAddress{options_.host, options_.port});
     options_.cluster = false;

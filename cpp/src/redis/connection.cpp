@@ -263,8 +263,12 @@ void Connection::check_hello(std::size_t index, const Reply& reply) {
                                 "); put it in the URL: redis://[user]:password@host:port");
     }
     if (cmd == "SELECT") {
+      // Redis answers "ERR SELECT is not allowed in cluster mode" (its text is the only sign).
+      const bool cluster = text.find("cluster mode") != std::string::npos;
       throw ReplyError("cannot select database " + std::to_string(options_.db) + " on " + where_ + ": " + text +
-                       "; check the /db part of the URL");
+                       (cluster ? "; this server does not support databases in cluster mode (Valkey 9 does, with "
+                                  "cluster-databases in its configuration): use /0 or no /db in the URL"
+                                : "; check the /db part of the URL"));
     }
     // CLIENT SETNAME, INFO or SCRIPT LOAD refused (an ACL without them, a server still
     // loading): harmless here; a script call then meets NOSCRIPT or LOADING and deals with

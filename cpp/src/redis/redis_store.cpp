@@ -463,7 +463,7 @@ std::string RedisStore::describe() const {
                std::to_string(seed.port);
     }
     return std::string(options_.tls ? "rediss+cluster://" : "redis+cluster://") +
-           (options_.username.empty() ? std::string() : options_.username + "@") + hosts + "/0";
+           (options_.username.empty() ? std::string() : options_.username + "@") + hosts + "/" + std::to_string(options_.db);
   }
   return server_url(options_);
 }

@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 
 from .. import __version__
 from .accuracy import STRATEGIES, StrategyCase, limit_text
-from .bench.harness import BenchError, delete_keys, find_server, redis_version, scan_keys
+from .bench.harness import BenchError, delete_keys, find_server, scan_keys, server_version
 from .bench.report import write_json
 from ..limiter import Limiter
 from ..store import ManualClock, Store, connect
@@ -75,7 +75,7 @@ class AbuseRow:
 class AbuseReport:
     server: str
     private_server: bool
-    redis_version: str
+    server_version: str  # "Redis 7.0.15", "Valkey 9.1.2"
     redcount_version: str
     window: int  # seconds
     factor: int
@@ -208,7 +208,7 @@ def format_markdown(rep: AbuseReport) -> str:
     lines.append("")
     lines.append(
         f"One client sending {rep.factor}× its limit over one {rep.window} s window; bytes from "
-        f"`MEMORY USAGE <key> SAMPLES 0` on redis-server {rep.redis_version}. For the naive sorted set, "
+        f"`MEMORY USAGE <key> SAMPLES 0` on {rep.server_version}. For the naive sorted set, "
         f"'admitted' is what the limit would allow; it stores every request."
     )
     return "\n".join(lines)
@@ -247,7 +247,7 @@ def run_abuse(args: argparse.Namespace) -> int:
             rep = AbuseReport(
                 server=store.url,
                 private_server=server_bin is not None,
-                redis_version=redis_version(store),
+                server_version=server_version(store),
                 redcount_version=__version__,
                 window=window,
                 factor=factor,

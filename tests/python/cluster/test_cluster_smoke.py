@@ -47,8 +47,6 @@ def test_url_and_nodes(store: redcount.Store, cluster_url: str) -> None:
     assert len({n.address for n in nodes}) == 3
     with pytest.raises(redcount.InvalidInputError, match="nodes"):
         store.execute("KEYS", "*")
-    with pytest.raises(redcount.InvalidInputError, match="database 0"):
-        redcount.connect(cluster_url + "/1")
 
 
 def test_fixed_window_counter_incr_many_over_200_keys(store: redcount.Store) -> None:

@@ -326,7 +326,10 @@ def test_replication_cut_then_sigkill(cluster: Cluster) -> None:
     run = run_fault(c, fault)
     acks = run.harness.writers[0].acked
     during_max = sum(a.amount for a in acks if run.info["cut0"] <= a.acked_at <= run.t_fault)
+    # The writer has one write in flight: one the master applied (and queued to the replica)
+    # just before the cut may be acknowledged just after it (seen on Valkey 9).
     during_min = sum(a.amount for a in acks if run.info["cut1"] <= a.acked_at <= run.t_fault)
+    during_min -= max((a.amount for a in acks), default=0)
     print_figures("replication cut 1 s, then SIGKILL", run.report, run.windows,
                   f"acknowledged during the cut {during_min}..{during_max}; "
                   f"promoted {ms(run.info['promoted'])} after the kill; {run.stats}")

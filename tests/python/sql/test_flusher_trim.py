@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import redcount
-from conftest import RedisServer
+from conftest import RedisServer, server_product
 
 GROUP = "redcount-flusher"
 
@@ -256,8 +256,30 @@ def _info(reply: object) -> object:
     return reply
 
 
+def _without_group_counters(reply: object, exact: bool) -> None:
+    """Take entries-read and lag out of every consumer group in ``reply`` (as _info leaves
+    it); with ``exact``, check first that entries-read is the position of last-delivered-id
+    among the entries ever added (or unknown, nil)."""
+    if isinstance(reply, dict) and b"entries-read" in reply:
+        read = reply.pop(b"entries-read")
+        reply.pop(b"lag")
+        if exact:
+            position = int(bytes(reply[b"last-delivered-id"]).split(b"-")[0])
+            assert read is None or read == position, reply
+    elif isinstance(reply, list):
+        for r in reply:
+            _without_group_counters(r, exact)
+
+
 @pytest.mark.redis_only
 def test_the_memory_store_answers_the_flusher_s_stream_commands_as_redis(redis_store: redcount.Store) -> None:
+    # Compared with Redis 7, whose arithmetic for a group's read counter the memory store
+    # keeps (t_stream.c): one more per entry delivered while the counter is known, not counting
+    # entries a MAXLEN trimmed unread. Valkey 9 counts those too, so its entries-read (and lag)
+    # are exact: the position of last-delivered-id among every entry ever added. On Valkey,
+    # XINFO GROUPS is compared without entries-read and lag, and Valkey's entries-read is
+    # checked to be that exact position (entry i-1 below is the i-th ever added).
+    exact_server = server_product().startswith("Valkey")
     memory = redcount.connect()
     script: list[object] = [
         ("XGROUP", "CREATE", "s", "g", "0", "MKSTREAM", "ENTRIESREAD", "0"),
@@ -286,6 +308,9 @@ def test_the_memory_store_answers_the_flusher_s_stream_commands_as_redis(redis_s
         for step in script:
             batch = step if isinstance(step, list) else [step]
             got = [[_info(r) for r in st.execute_many(batch)] for st in (memory, redis_store)]  # type: ignore[arg-type]
+            if exact_server:
+                _without_group_counters(got[0], exact=False)
+                _without_group_counters(got[1], exact=True)
             assert got[0] == got[1], step
     finally:
         memory.close()

@@ -471,6 +471,7 @@ def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Redis
         server.cleanup()
 
 
+@pytest.mark.tls
 @pytest.mark.parametrize("driver", ["sync", "asyncio"])
 def test_tls_records_split_at_every_byte(tls_server: tuple[RedisServer, str], driver: str) -> None:
     """TLS records (and the handshake) arriving one byte per segment: every read ends inside

@@ -17,11 +17,14 @@ from typing import Any
 
 import pytest
 import redcount
+from conftest import REDIS_SERVER as SERVER_BINARY
 from conftest import RedisServer
 from redcount.tools.servers import Tls
 
+pytestmark = pytest.mark.tls
+
 MAKE_CERTS = Path(__file__).resolve().parents[2] / "tls" / "make_certs.sh"
-REDIS_SERVER = shutil.which("redis-server")
+REDIS_SERVER = shutil.which(SERVER_BINARY)
 
 
 # --- certificates and TLS servers ------------------------------------------------------------
@@ -41,7 +44,7 @@ def tls_server(certs: Path, cert: str = "server", auth_clients: str = "no") -> R
     """A redis-server that speaks only TLS with one of the generated server certificates; its
     readiness PING presents the client certificate (for the servers that require one)."""
     if REDIS_SERVER is None:
-        pytest.fail("redis-server not found on PATH (apt-get install redis-server)", pytrace=False)
+        pytest.fail(f"{SERVER_BINARY!r} not found on PATH (apt-get install redis-server)", pytrace=False)
     files = Tls(
         cert=str(certs / f"{cert}.pem"),
         key=str(certs / f"{cert}.key"),

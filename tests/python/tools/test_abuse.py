@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import redcount
-from conftest import RedisServer
+from conftest import REDIS_SERVER, RedisServer, server_product
 from redcount.tools.abuse import NAIVE, SimClock, measure_abuse, measure_limiter, measure_naive, open_sim_store
 from redcount.tools.accuracy import STRATEGIES, limit_text
 
@@ -165,3 +165,17 @@ def test_cli_abuse_bad_arguments() -> None:
     proc = run_cli("abuse", "--url", "memory://", "--limits", "5")
     assert proc.returncode == 2 and "redcount abuse: error:" in proc.stderr and "Redis" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_the_report_names_the_server_it_measured(redis_server: RedisServer, tmp_path: Path) -> None:
+    # Valkey answers redis_version:7.2.4 (for clients' sake); the report names the server
+    # as the binary itself does (`--version`): "Redis 7.0.15", "Valkey 9.1.2".
+    expected = server_product(REDIS_SERVER)
+    out = tmp_path / "abuse.json"
+    proc = run_cli("abuse", "--url", redis_server.url, "--limits", "5", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert f"`MEMORY USAGE <key> SAMPLES 0` on {expected}." in proc.stdout, proc.stdout
+    assert json.loads(out.read_text(encoding="utf-8"))["server_version"] == expected
+    proc = run_cli("abuse", "--redis-server", REDIS_SERVER, "--limits", "5")  # a private server
+    assert proc.returncode == 0, proc.stderr
+    assert f"on {expected}." in proc.stdout, proc.stdout

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import REDIS_SERVER, server_product
 
 pytestmark = pytest.mark.redis_only
 
@@ -318,3 +319,15 @@ def test_bench_only_leased(tmp_path: Path) -> None:
     ]
     assert set(data["ratios"]) == {"threads", "processes", "threads, approx"}
     assert "leased / unleased decisions per second, threads:" in done.stdout
+
+
+def test_bench_names_the_server_it_measured(tmp_path: Path) -> None:
+    # Valkey answers redis_version:7.2.4 (for clients' sake); the report names the server
+    # as the binary itself does (`--version`): "Redis 7.0.15", "Valkey 9.1.2".
+    _need(REDIS_SERVER)
+    expected = server_product(REDIS_SERVER)
+    done, out_json = _bench_json(tmp_path, "--only", "hot", "--redis-server", REDIS_SERVER)
+    assert done.returncode == 0, done.stderr
+    first = done.stdout.splitlines()[0]
+    assert f", {expected} at redis://127.0.0.1:" in first and first.endswith("(private)"), first
+    assert json.loads(out_json.read_text())["server_version"] == expected

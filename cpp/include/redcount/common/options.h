@@ -9,12 +9,13 @@
 //   redis://[[user]:password@]host[:port][/db]
 //   rediss://[[user]:password@]host[:port][/db][?query]   (TLS)
 //   unix:///path/to/redis.sock[?db=N]
-//   redis+cluster://[[user]:password@]host1:port1,host2:port2[/0]   (Redis Cluster)
+//   redis+cluster://[[user]:password@]host1:port1,host2:port2[/db]  (Redis Cluster)
 //   rediss+cluster://...[?query]                                     (Redis Cluster over TLS)
 //   redis+sentinel://[[user]:password@]s1[:port][,s2[:port]...]/service[/db][?query]
 //   rediss+sentinel://...   (Redis Sentinel; the grammar is common/sentinel_url.h's)
 // A cluster URL lists seed nodes (any of them; the rest are learned from CLUSTER SLOTS);
-// its database can only be 0, the one database a cluster has.
+// a database other than 0 needs a server that has several in cluster mode (Valkey 9 with
+// cluster-databases): every connection to every node SELECTs it, and Redis refuses it then.
 // The rediss:// query takes redis-py's names, percent-encoded values, '&'-separated:
 //   ssl_ca_certs=PATH  ssl_certfile=PATH  ssl_keyfile=PATH  ssl_cert_reqs=required|optional|none
 //   ssl_check_hostname=true|false|1|0  ssl_server_name=NAME

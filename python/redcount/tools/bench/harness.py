@@ -329,8 +329,20 @@ def info(store: Store, section: str) -> dict[str, str]:
     return {k: v.strip() for k, v in (line.split(":", 1) for line in text.splitlines() if ":" in line)}
 
 
-def redis_version(store: Store) -> str:
-    return info(store, "server").get("redis_version", "?")
+#: How INFO's ``server_name`` is written in reports (Valkey names itself there; Redis does not).
+_SERVER_NAMES = {"redis": "Redis", "valkey": "Valkey"}
+
+
+def server_version(store: Store) -> str:
+    """The server's product and version as a report names it: ``"Redis 7.0.15"``, ``"Valkey 9.1.2"``.
+
+    Valkey answers ``redis_version:7.2.4`` (the Redis version it stays compatible with, for
+    clients that branch on it) and gives its own name and version in ``server_name`` and
+    ``valkey_version``; a server without ``server_name`` is Redis."""
+    fields = info(store, "server")
+    name = fields.get("server_name", "redis")
+    version = fields.get(f"{name}_version") or fields.get("redis_version", "?")
+    return f"{_SERVER_NAMES.get(name, name)} {version}"
 
 
 def scan_keys(node: Store, pattern: str) -> list[bytes]:

@@ -41,7 +41,7 @@ class Ratio:
 class Report:
     server: str
     private_server: bool
-    redis_version: str
+    server_version: str  # "Redis 7.0.15", "Valkey 9.1.2"
     redcount_version: str
     limits_version: str
     seconds: float
@@ -85,7 +85,7 @@ def print_report(rep: Report) -> None:
     kind = "private" if rep.private_server else "existing"
     print(
         f"redcount bench: redcount {rep.redcount_version}, limits {rep.limits_version}, "
-        f"redis-server {rep.redis_version} at {rep.server} ({kind})"
+        f"{rep.server_version} at {rep.server} ({kind})"
     )
     turns = f" in {rep.rounds} turns" if rep.rounds > 1 else ""
     print(

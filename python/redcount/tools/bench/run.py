@@ -27,8 +27,8 @@ from .harness import (
     find_server,
     is_cluster_url,
     progress,
-    redis_version,
     rounds,
+    server_version,
 )
 from .hot import hot_block
 from .redis_benchmark import benchmark_target, check_benchmark_auth, check_reachable
@@ -124,7 +124,7 @@ def run_bench(args: argparse.Namespace) -> int:
             rep = Report(
                 server=store.url,
                 private_server=server_bin is not None,
-                redis_version=redis_version(store),
+                server_version=server_version(store),
                 redcount_version=__version__,
                 limits_version=str(getattr(limits, "__version__", "?")),
                 seconds=seconds,
