@@ -107,6 +107,7 @@ def test_a_reply_that_came_while_the_loop_was_blocked_is_used(redis_server: Redi
 
 
 class _View:
+    native = None
     method = "GET"
     endpoint = "/held"
     client = "198.51.100.9"
