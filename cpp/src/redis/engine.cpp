@@ -452,13 +452,14 @@ bool Engine::run_borrowed(int i, const std::shared_ptr<Job>& job) {
         if (auto j = take_reply(c.inflight(), std::move(r), where_)) over = std::move(j);
       };
       while (on_time && !over) on_time = c.read_until(job->deadline, on_reply, spin_until);
+      bool late = false;
       if (!on_time) {
         // One more look before the timeout: a reply that arrived while this thread was not
         // running (descheduled, or the process stopped) is the server's answer in time.
         c.read(on_reply);
-        on_time = over != nullptr;
+        on_time = late = over != nullptr;
       }
-      if (on_time && spin_.count() > 0) {
+      if (on_time && !late && spin_.count() > 0) {  // (a late look measures this thread, not the server)
         // A moving average over about 8 replies; a lost update between threads only delays it.
         const auto took = std::chrono::duration_cast<std::chrono::microseconds>(SteadyClock::now() - sent).count();
         const std::int64_t avg = reply_us_.load(std::memory_order_relaxed);
