@@ -37,7 +37,7 @@ def slow_then_limited(request: Any) -> HttpResponse:
 
 
 def test_app_work_between_the_middleware_and_the_view_spends_no_budget(configure: Any, redis_url: str) -> None:
-    configure(URL=redis_url, DEFAULT_LIMITS="100/minute", BUDGET=BUDGET, HEADERS="all")
+    configure(URL=redis_url, DEFAULT_LIMITS="100/minute", BUDGET=BUDGET, HEADERS="all", STRATEGY="sliding-window")
     middleware = RateLimitMiddleware(slow_then_limited)
     responses = [middleware(RequestFactory().get("/plain/")) for _ in range(5)]
     assert [r.status_code for r in responses] == [200, 200, 200, 429, 429]

@@ -7,7 +7,7 @@ asyncio. Each round, deterministically, without depending on the machine's load:
 1. the test freezes redis-server (SIGSTOP), so the child's request stays unanswered;
 2. the child sends it, and a thread of its own stops the whole child (SIGSTOP) as soon as
    the request is waiting in Redis's socket, well before its deadline;
-3. the test keeps both frozen past twice the budget, so the child's deadline is long gone;
+3. the test keeps both frozen for three budgets, so the child's deadline is long gone;
 4. the test thaws Redis, which answers into the stopped child's socket, then thaws the child.
 
 The decision must be the reply that arrived, counted exactly, and the breaker must stay
@@ -48,8 +48,8 @@ CHILD = textwrap.dedent(
 
     url, budget, port, mode = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     store = redcount.connect(url, budget=budget)
-    limiter = redcount.Limiter(store)
-    alimiter = redcount.aio.Limiter(store)
+    limiter = redcount.Limiter(store, "sliding-window")  # exact, wherever a minute begins
+    alimiter = redcount.aio.Limiter.from_sync(limiter)
 
     def hit():
         if mode == "sync":
@@ -179,8 +179,9 @@ def freeze_child_with_request_in_flight(server: RedisServer, child: Child) -> fl
     child.send("go\n")
     at = float(child.next()["stopping"])
     wait_until(lambda: child.state() == "T", timeout=30, what="the child to stop")
-    # Both frozen past twice the budget: the child's deadline passes while it is stopped.
-    wait_until(lambda: time.monotonic() > at + 2 * BUDGET, timeout=30, interval=0.05, what="the budget to pass")
+    # Both frozen for three budgets: the child's deadline passes while it is stopped, and it
+    # wakes well past twice its budget (what the breaker leaves out, with room to spare).
+    wait_until(lambda: time.monotonic() > at + 3 * BUDGET, timeout=30, interval=0.05, what="the budget to pass")
     return at
 
 

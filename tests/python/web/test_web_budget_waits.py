@@ -58,7 +58,7 @@ class SlowApp:
 def test_fastapi_app_work_between_the_checks_spends_no_budget(redis_server: RedisServer, store_budget: float | None) -> None:
     redis_server.command("FLUSHALL")
     store = redcount.connect(redis_server.url, budget=store_budget)
-    rl = redcount.fastapi.RateLimiter(redcount.aio.Limiter(store), default="100/minute", budget=BUDGET)
+    rl = redcount.fastapi.RateLimiter(redcount.aio.Limiter(store, "sliding-window"), default="100/minute", budget=BUDGET)
     app = FastAPI()
     app.add_middleware(SlowApp)
     app.add_middleware(redcount.fastapi.RateLimitMiddleware, ratelimiter=rl)  # outermost: first
@@ -87,7 +87,7 @@ def test_a_reply_that_came_while_the_loop_was_blocked_is_used(redis_server: Redi
     while the reply comes in; the decision is Redis's, not the failure policy's."""
     redis_server.command("FLUSHALL")
     store = redcount.connect(redis_server.url)
-    limiter = redcount.aio.Limiter(store)
+    limiter = redcount.aio.Limiter(store, "sliding-window")
     checks = resolve_all([LimitSpec.build("2/minute", name="held", where="test")], _View(), remote_address)
 
     async def main() -> Any:
@@ -135,7 +135,7 @@ def test_fastapi_marks_undecided_requests_and_counts_them(frozen: RedisServer) -
     store = redcount.connect(frozen.url, budget=BUDGET)
     registry = CollectorRegistry()
     metrics = PrometheusMetrics(registry)
-    rl = redcount.fastapi.RateLimiter(redcount.aio.Limiter(store), default="100/minute", metrics=metrics)
+    rl = redcount.fastapi.RateLimiter(redcount.aio.Limiter(store, "sliding-window"), default="100/minute", metrics=metrics)
     app = FastAPI()
     app.add_middleware(redcount.fastapi.RateLimitMiddleware, ratelimiter=rl)
 
