@@ -24,10 +24,12 @@
   (an ``HTTPException`` 429 carrying the headers). On a WebSocket route it refuses the
   handshake.
 - Every decision is awaited on :mod:`redcount.aio`: the event loop never waits on Redis.
-- A request's checks (the middleware's and its route's together) share a latency budget,
-  ``budget=0.1`` seconds by default: a call still waiting when it runs out is cancelled and
-  the request is decided by ``fail``, so a frozen Redis costs a request about 100 ms, not
-  the store's ``command_timeout``.
+- A latency budget, ``budget=0.1`` seconds by default, bounds each wait for Redis: a call
+  still waiting when it runs out is decided by ``fail``, and so are the request's checks
+  after it (the middleware's, then its route's), so a frozen Redis costs a request about
+  100 ms, not the store's ``command_timeout``. Only waiting spends it: a reply that arrived
+  while the loop was busy or the process not scheduled is used. A request decided without
+  the store carries ``RateLimit-Undecided``.
 
 Only Starlette is imported, so the middleware and the dependency's check also serve plain
 Starlette apps (``await rl.enforce(request, spec)``).
@@ -209,8 +211,10 @@ class RateLimiter:
       ``fallback``) in ``redcount.connect`` so that a dead Redis is noticed fast. Store
       failures include a refused password (:class:`~redcount.AuthenticationError`); each
       switch between the store failing and working is logged once, not per request.
-    - ``budget``: seconds all of a request's checks may take together (default 0.1; None
-      or 0: no budget); a call still waiting then is cancelled and decided by ``fail``.
+    - ``budget``: seconds a check may wait for the store (default 0.1; None or 0: no
+      budget); a call still waiting then is decided by ``fail``, and so are the request's
+      checks after it. With a store whose own ``budget`` is no longer, the store's deadline
+      ends the wait (it reads the socket once more first).
     - ``check_on_start``: ping the store here, so that a wrong password or an unreachable
       Redis stops the app from starting with the store's own error (default: the
       ``REDCOUNT_CHECK_ON_START`` environment variable, off when unset).
@@ -520,10 +524,16 @@ class RateLimiter:
         if verdict.unavailable:
             if scope["type"] == "websocket":
                 raise WebSocketException(code=1011, reason="rate limiter unavailable")
-            raise HTTPException(503, detail=str(problem.store_unavailable()["detail"]), headers={"Retry-After": "1"})
+            raise HTTPException(503, detail=str(problem.store_unavailable()["detail"]),
+                                headers={"Retry-After": "1", **dict(_undecided(verdict))})
         if scope["type"] == "websocket":
             raise WebSocketException(code=_WS_POLICY_VIOLATION, reason="rate limit exceeded")
         raise RateLimitExceeded(verdict, headers)
+
+
+def _undecided(verdict: Verdict) -> list[tuple[str, str]]:
+    """The ``RateLimit-Undecided`` header of a request decided without the store."""
+    return [] if verdict.undecided is None else [("RateLimit-Undecided", verdict.undecided)]
 
 
 class RateLimitMiddleware:
@@ -565,7 +575,8 @@ class RateLimitMiddleware:
                 await self._refuse(scope, receive, send, e.status_code, {"detail": e.detail}, [])
                 return
             if verdict.unavailable:
-                await self._refuse(scope, receive, send, 503, problem.store_unavailable(), [("Retry-After", "1")])
+                await self._refuse(scope, receive, send, 503, problem.store_unavailable(),
+                                   [("Retry-After", "1"), *_undecided(verdict)])
                 return
             if not verdict.allowed:
                 await self._refuse(scope, receive, send, 429, problem.too_many_requests(verdict),

@@ -26,10 +26,13 @@ in an ``after_request`` hook, which Flask runs for error responses too.
 Sync by design: each decision is one :meth:`redcount.Limiter.hit` on the worker thread (the
 GIL is released while it waits on Redis).
 
-A request's checks share a latency budget, ``REDCOUNT_BUDGET`` (default 0.1 s): the store
-built from ``REDCOUNT_URL`` gets it as its ``budget`` (with the circuit breaker), and checks
-not started when it is spent are decided by ``fail`` without the store, so a frozen or
-unreachable Redis costs a request about 100 ms, not ``command_timeout``.
+A latency budget, ``REDCOUNT_BUDGET`` (default 0.1 s), bounds each wait for Redis: the store
+built from ``REDCOUNT_URL`` gets it as its ``budget`` (with the circuit breaker). A check
+whose reply does not come within it, and the request's checks after it, are decided by
+``fail`` without the store (the response says so in ``RateLimit-Undecided``), so a frozen or
+unreachable Redis costs a request about 100 ms, not ``command_timeout``. Only waiting for
+Redis spends it: a reply that arrived while the worker was not scheduled is used, and the
+app's own work between two checks costs none of it.
 """
 
 from __future__ import annotations
@@ -289,9 +292,9 @@ class RateLimiter:
       (``memory://`` when unset) with the fixed-window strategy; ``REDCOUNT_BUDGET``,
       ``REDCOUNT_BREAKER`` and ``REDCOUNT_FALLBACK`` are that store's ``budget``, ``breaker``
       and ``fallback`` (see :func:`redcount.connect`).
-    - ``budget`` (``REDCOUNT_BUDGET``, default 0.1): seconds all of a request's checks may
-      take together; checks not started in time are decided by ``fail`` without the store.
-      0 turns it off. It is also the ``budget`` of the store built from ``REDCOUNT_URL``,
+    - ``budget`` (``REDCOUNT_BUDGET``, default 0.1): seconds a check may wait for the store;
+      a check that waited it out, and the request's checks after it, are decided by
+      ``fail`` without the store (marked ``RateLimit-Undecided``). 0 turns it off. It is also the ``budget`` of the store built from ``REDCOUNT_URL``,
       which bounds each call; give a ``limiter=`` of your own a store with a ``budget``
       (``redcount.connect(url, budget=0.1)``), as a sync call cannot be cut short.
     - ``check_on_start`` (``REDCOUNT_CHECK_ON_START``, default False): ping the store in

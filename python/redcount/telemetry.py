@@ -33,6 +33,11 @@ What is counted, and where:
   process's flushers found trimmed from a log before any flusher of their group applied
   them (lost to the snapshots; ``FlusherStats.trimmed`` summed); *drift*: the last
   :func:`redcount.reconcile` of each counter run in this process.
+- *undecided requests*: web requests (Flask, FastAPI, Starlette, Django, DRF) that some limit
+  decided without the store, by the failure policy, by reason (``timeout``,
+  ``breaker-open``, ``unavailable``; see :data:`redcount.web.engine.UNDECIDED_REASONS`).
+  Each one was let through (``fail="open"``) or refused with 503 (``"closed"``) without
+  being counted against its limits, so a rise means limits were not enforced exactly.
 
 A forked child starts from zero (its counts are its own). Thread-safe.
 """
@@ -133,6 +138,10 @@ class MetricsSnapshot:
     drift: dict[str, float] = field(default_factory=dict)
     #: Delta-log entries trimmed before they were flushed, found by this process's flushers.
     trimmed_entries: int = 0
+    #: Web requests some limit decided without the store (see the module's docstring).
+    undecided_requests: int = 0
+    #: The same by reason: ``{"timeout": n, "breaker-open": n, "unavailable": n}``.
+    undecided_by_reason: dict[str, int] = field(default_factory=dict)
 
 
 _lock = threading.Lock()
@@ -140,6 +149,7 @@ _hot_keys: list[weakref.ref[HotKeys]] = []
 _flushers: weakref.WeakSet[LagSource] = weakref.WeakSet()
 _reports: dict[str, DriftReport] = {}
 _trimmed = 0
+_undecided: dict[str, int] = {}
 _previous: tuple[float, tuple[int, ...]] | None = None
 
 
@@ -175,6 +185,18 @@ def _trimmed_total() -> int:
         return _trimmed
 
 
+def note_undecided(reason: str) -> None:
+    """Count one web request decided without the store, for ``reason`` (the web engine
+    calls this once per such request)."""
+    with _lock:
+        _undecided[reason] = _undecided.get(reason, 0) + 1
+
+
+def _undecided_counts() -> dict[str, int]:
+    with _lock:
+        return dict(_undecided)
+
+
 def note_reconcile(report: DriftReport) -> None:
     """Keep ``report`` as its counter's last reconciliation (reconcile() calls this)."""
     with _lock:
@@ -191,6 +213,7 @@ def reset() -> None:
     with _lock:
         _core._reset_metrics()
         _reports.clear()
+        _undecided.clear()
         _previous = None
         _trimmed = 0
 
@@ -289,6 +312,7 @@ def snapshot(top: int = TOP_N) -> MetricsSnapshot:
     d_ok, d_failed, d_reads, d_reads_failed, d_idem, d_hits = d
     hot, hot_total, skew = _hot(top)
     lag_s, lag_entries = _lag()
+    undecided = _undecided_counts()
     return MetricsSnapshot(
         at=time.time(),
         interval=interval,
@@ -310,6 +334,8 @@ def snapshot(top: int = TOP_N) -> MetricsSnapshot:
         watermark_lag_entries=lag_entries,
         drift=_drift(),
         trimmed_entries=_trimmed_total(),
+        undecided_requests=sum(undecided.values()),
+        undecided_by_reason=undecided,
     )
 
 
@@ -332,6 +358,8 @@ class RedcountCollector:
     - ``redcount_flusher_trimmed_entries_total``: delta-log entries the flushers found trimmed
       before they were applied (lost to the snapshots; alert on any increase)
     - ``redcount_reconcile_drift_ratio{counter}`` (after a reconcile in this process)
+    - ``redcount_undecided_requests_total{reason}``: web requests a limit decided without the
+      store (``timeout``, ``breaker-open``, ``unavailable``; alert on any increase)
 
     Rates are Prometheus's business (``rate(redcount_counter_writes_total[5m])``): a scrape
     does not disturb the intervals of :func:`metrics`.
@@ -406,6 +434,10 @@ class RedcountCollector:
             "Delta-log entries trimmed before a flusher applied them (lost to the snapshots)",
             value=_trimmed_total(),
         )
+        undecided = counter("undecided_requests", "Web requests a limit decided without the store", labels=["reason"])
+        for reason, n in sorted(_undecided_counts().items()):
+            undecided.add_metric([reason], n)
+        yield undecided
         drift = _drift()
         if drift:
             g = gauge("reconcile_drift_ratio", "Last reconciliation's relative drift", labels=["counter"])
@@ -452,6 +484,7 @@ def _after_fork_in_child() -> None:
     global _lock, _previous, _START
     _lock = threading.Lock()  # another thread may have held it at the fork
     _core._reset_metrics()
+    _undecided.clear()
     _previous = None
     _START = time.monotonic()
 

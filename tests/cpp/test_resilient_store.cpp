@@ -21,13 +21,17 @@ using namespace std::chrono_literals;
 // applied) or answering with a thrown ReplyError. Counts the batches that reached it.
 class SwitchableStore final : public Store {
  public:
-  enum class Mode { Up, Refused, Timeout, ReplyErr, BadInput };
+  enum class Mode { Up, Refused, Timeout, LateTimeout, ReplyErr, BadInput };
   explicit SwitchableStore(std::shared_ptr<Store> inner) : inner_(std::move(inner)) {}
   std::vector<Reply> execute(const std::vector<redcount::Request>& batch) override {
     ++calls;
     switch (mode.load()) {
       case Mode::Refused: throw redcount::ConnectionError("connection refused", false);
       case Mode::Timeout: throw redcount::TimeoutError("timed out", true);
+      case Mode::LateTimeout:
+        // What a caller that was not running at its deadline sees: the timeout, long after.
+        std::this_thread::sleep_for(late);
+        throw redcount::TimeoutError("timed out", true);
       case Mode::ReplyErr: throw redcount::ReplyError("WRONGTYPE Operation against a key holding the wrong kind");
       case Mode::BadInput: throw redcount::InvalidArgument("refused select: it would switch the database");
       case Mode::Up: break;
@@ -42,6 +46,7 @@ class SwitchableStore final : public Store {
 
   std::atomic<Mode> mode{Mode::Up};
   std::atomic<int> calls{0};
+  std::chrono::milliseconds late{0};
 
  private:
   std::shared_ptr<Store> inner_;
@@ -90,6 +95,26 @@ TEST(ResilientStore, OpensAfterConsecutiveFailuresThenFailsFastWithoutTouchingTh
   }
   EXPECT_LE(f.primary->calls, reached + 1);  // at most a probe (PING), never the call itself
   EXPECT_EQ(f.store->switches(), 1u);
+}
+
+TEST(ResilientStore, TimeoutsSeenMoreThanTwiceTheBudgetLateNeverOpenIt) {
+  // The caller's process was not running at the deadline (a starved host, a stopped
+  // worker): that says nothing about Redis. Timeouts seen on time still open it.
+  Fixture f(false, 200ms);
+  f.primary->late = 500ms;  // > 2 x 200 ms + 10 ms
+  f.primary->mode = SwitchableStore::Mode::LateTimeout;
+  for (int i = 0; i < 3; ++i) {
+    try {
+      f.incr();
+      FAIL() << "no error";
+    } catch (const Unavailable& e) {
+      EXPECT_TRUE(e.maybe_applied());
+    }
+  }
+  EXPECT_EQ(f.store->state(), ResilientStore::State::Closed);
+  f.primary->mode = SwitchableStore::Mode::Timeout;
+  for (int i = 0; i < 3; ++i) EXPECT_THROW(f.incr(), Unavailable);
+  EXPECT_EQ(f.store->state(), ResilientStore::State::Open);
 }
 
 TEST(ResilientStore, ProbeClosesTheBreakerWhenThePrimaryAnswers) {

@@ -52,6 +52,12 @@ struct Waiter {
   }
 };
 
+// The wait for a job's reply counts from its first write: the time before it (the caller's
+// own work, a queue, or the process not being scheduled at all) is not the server's.
+void wait_from_write(Job& job, TimePoint written, std::chrono::milliseconds timeout) {
+  if (timeout.count() > 0 && job.deadline != kNever) job.deadline = std::max(job.deadline, written + timeout);
+}
+
 std::chrono::milliseconds watchdog_for(const StoreOptions& o) {
   if (o.command_timeout.count() == 0) return std::chrono::milliseconds(0);
   return std::max(o.command_timeout * 2, std::chrono::milliseconds(2000));
@@ -430,24 +436,30 @@ bool Engine::run_borrowed(int i, const std::shared_ptr<Job>& job) {
   try {
     start_round(job, c.out(), c.inflight(), c.stream_end());
     c.touch(SteadyClock::now());
+    bool first = true;
     for (;;) {
       bool on_time = c.flush_until(job->deadline);
       // Alone, with replies lately quicker than twice the poll: poll before sleeping.
       const TimePoint sent = SteadyClock::now();
+      if (first && on_time) wait_from_write(*job, sent, options_.command_timeout);
+      first = false;
       const bool spin = spin_.count() > 0 && sync_callers_.load(std::memory_order_relaxed) == 1 &&
                         reply_us_.load(std::memory_order_relaxed) <= 2 * spin_.count();
       const TimePoint spin_until = spin ? sent + spin_ : TimePoint{};
       std::shared_ptr<Job> over;
-      while (on_time && !over) {
-        on_time = c.read_until(
-            job->deadline,
-            [&](Reply&& r) {
-              if (c.inflight().empty()) throw ProtocolError("a reply from " + where_ + " that no request asked for");
-              if (auto j = take_reply(c.inflight(), std::move(r), where_)) over = std::move(j);
-            },
-            spin_until);
+      auto on_reply = [&](Reply&& r) {
+        if (c.inflight().empty()) throw ProtocolError("a reply from " + where_ + " that no request asked for");
+        if (auto j = take_reply(c.inflight(), std::move(r), where_)) over = std::move(j);
+      };
+      while (on_time && !over) on_time = c.read_until(job->deadline, on_reply, spin_until);
+      bool late = false;
+      if (!on_time) {
+        // One more look before the timeout: a reply that arrived while this thread was not
+        // running (descheduled, or the process stopped) is the server's answer in time.
+        c.read(on_reply);
+        on_time = late = over != nullptr;
       }
-      if (on_time && spin_.count() > 0) {
+      if (on_time && !late && spin_.count() > 0) {  // (a late look measures this thread, not the server)
         // A moving average over about 8 replies; a lost update between threads only delays it.
         const auto took = std::chrono::duration_cast<std::chrono::microseconds>(SteadyClock::now() - sent).count();
         const std::int64_t avg = reply_us_.load(std::memory_order_relaxed);
@@ -648,20 +660,6 @@ bool Engine::step(bool tick) {
       queue_.push_front(std::move(*it));
     }
     requeue.clear();
-    if (tick) {
-      for (auto it = queue_.begin(); it != queue_.end();) {
-        if ((*it)->deadline <= now) {
-          queued_requests_ -= (*it)->requests.size();
-          (*it)->fail(std::make_exception_ptr(TimeoutError(
-              "timed out after " + ms_text(options_.command_timeout) + " waiting for a connection to " + where_ +
-              (failure_.empty() ? std::string() : " (last error: " + failure_ + ")") + "; nothing was sent")));
-          finished_.push_back(std::move(*it));
-          it = queue_.erase(it);
-        } else {
-          ++it;
-        }
-      }
-    }
     for (std::size_t i = mux_; i < slots_.size(); ++i) {
       Slot& s = slots_[i];
       if (!s.wanted) continue;
@@ -701,6 +699,22 @@ bool Engine::step(bool tick) {
       s.load += job->requests.size();
       assigned.emplace_back(best, std::move(job));
     }
+    // Past their deadline only now: what a connection can carry was handed over above, so a
+    // job the I/O thread reaches late (not scheduled) is written, not failed unsent.
+    if (tick) {
+      for (auto it = queue_.begin(); it != queue_.end();) {
+        if ((*it)->deadline <= now) {
+          queued_requests_ -= (*it)->requests.size();
+          (*it)->fail(std::make_exception_ptr(TimeoutError(
+              "timed out after " + ms_text(options_.command_timeout) + " waiting for a connection to " + where_ +
+              (failure_.empty() ? std::string() : " (last error: " + failure_ + ")") + "; nothing was sent")));
+          finished_.push_back(std::move(*it));
+          it = queue_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
     const bool any_ready = std::any_of(slots_.begin(), slots_.begin() + static_cast<std::ptrdiff_t>(mux_),
                                        [](const Slot& s) { return s.ready; });
     if (!queue_.empty() && !any_ready && connecting_ == 0) {
@@ -718,6 +732,7 @@ bool Engine::step(bool tick) {
     finished_.push_back(std::move(j));
   }
   for (int i : to_open) open_slot(i, now);
+  std::vector<std::pair<int, std::shared_ptr<Job>>> first_writes;  // first rounds, written below
   for (auto& [i, job] : assigned) {
     Slot& s = slots_[static_cast<std::size_t>(i)];
     if (job->is_cancelled()) {
@@ -731,6 +746,7 @@ bool Engine::step(bool tick) {
     }
     Connection& c = *s.conn;
     if (c.inflight().empty()) c.touch(now);
+    if (job->todo.empty()) first_writes.emplace_back(i, job);
     start_round(job, c.out(), c.inflight(), c.stream_end());
     s.min_deadline = std::min(s.min_deadline, job->deadline);
     arm(job->deadline);
@@ -747,6 +763,11 @@ bool Engine::step(bool tick) {
       } catch (const Error& e) {
         connection_lost(static_cast<int>(i), e.what(), requeue);
         continue;
+      }
+      if (!c.has_output()) {  // written whole: their wait for the server starts now
+        for (auto& [slot, job] : first_writes) {
+          if (slot == static_cast<int>(i)) wait_from_write(*job, now, options_.command_timeout);
+        }
       }
     }
     if (c.ready() && c.idle()) {
@@ -949,6 +970,10 @@ void Engine::expire(TimePoint now, const std::vector<char>& ours, std::vector<st
       continue;
     }
     if (s.min_deadline <= now) {
+      // One more read first: a reply that arrived after epoll_wait returned (this thread was
+      // not running) completes its job instead of timing it out.
+      handle_slot(static_cast<int>(i), now, requeue);
+      if (!s.conn) continue;  // lost while reading: its jobs were failed or requeued
       TimePoint next = kNever;
       for (auto& e : c.inflight()) {
         if (!e.job || e.job->abandoned || e.job->finished) continue;

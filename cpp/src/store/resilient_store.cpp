@@ -66,6 +66,19 @@ std::vector<Reply> node_failure(const Breaker& breaker, Store* fallback, const s
   throw unavailable(e.what(), true, std::move(merged));
 }
 
+using Steady = std::chrono::steady_clock;
+
+// Whether a failure counts against Redis for the breaker. A timeout that reached the caller
+// more than twice the budget after the call began (a budget for a connection, one for the
+// reply, plus a little) was late because this process was not running (descheduled on a
+// starved machine, or stopped), so it says nothing about Redis: it never opens the breaker.
+// The engine already uses a reply that arrived meanwhile and counts the wait for a reply
+// from its write; this covers what is left.
+bool counts_against_redis(const ConnectionError& e, Steady::time_point started, std::chrono::milliseconds budget) {
+  if (budget.count() <= 0 || dynamic_cast<const TimeoutError*>(&e) == nullptr) return true;
+  return Steady::now() - started <= 2 * budget + std::chrono::milliseconds(10);
+}
+
 }  // namespace
 
 ResilientStore::ResilientStore(std::shared_ptr<Store> primary, std::shared_ptr<Store> fallback,
@@ -129,6 +142,7 @@ std::vector<Reply> ResilientStore::execute(const std::vector<Request>& batch) {
     return fallback_->execute(batch);
   };
   if (r == Route::Fallback) return on_fallback();
+  const auto started = Steady::now();
   try {
     std::vector<Reply> replies = primary_->execute(batch);
     breaker_->on_success();
@@ -137,7 +151,7 @@ std::vector<Reply> ResilientStore::execute(const std::vector<Request>& batch) {
     throw;
   } catch (const ConnectionError& e) {
     if (per_node_) return node_failure(*breaker_, fallback_.get(), batch, e);
-    breaker_->on_failure(e.what());
+    if (counts_against_redis(e, started, options_.budget)) breaker_->on_failure(e.what());
     // Nothing of it reached Redis, so it may run on the fallback instead.
     if (fallback_ && !e.maybe_applied()) return on_fallback();
     throw Unavailable(breaker_->unavailable_text(e.what()), e.maybe_applied());
@@ -185,8 +199,9 @@ void ResilientStore::submit(std::vector<Request> batch, BatchDone done, CancelFl
   if (fallback_ && !has_transaction(batch)) copy = std::make_shared<std::vector<Request>>(batch);
   primary_->submit(
       std::move(batch),
-      [sh = breaker_, fb = fallback_, copy = std::move(copy), done = std::move(done), cancelled](
-          std::vector<Reply>&& replies, std::exception_ptr error) mutable {
+      [sh = breaker_, fb = fallback_, copy = std::move(copy), done = std::move(done), cancelled,
+       started = Steady::now(), budget = options_.budget](std::vector<Reply>&& replies,
+                                                          std::exception_ptr error) mutable {
         if (!error) {
           sh->on_success();
           return done(std::move(replies), nullptr);
@@ -197,7 +212,7 @@ void ResilientStore::submit(std::vector<Request> batch, BatchDone done, CancelFl
           std::rethrow_exception(error);
         } catch (const StoreClosed&) {
         } catch (const ConnectionError& e) {
-          sh->on_failure(e.what());
+          if (counts_against_redis(e, started, budget)) sh->on_failure(e.what());
           rerun = fb && copy && !e.maybe_applied() && !(cancelled && cancelled->load());
           if (!rerun) out = std::make_exception_ptr(Unavailable(sh->unavailable_text(e.what()), e.maybe_applied()));
         } catch (...) {

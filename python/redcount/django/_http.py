@@ -141,6 +141,8 @@ def refuse(request: Any, decided: Verdict, state: State) -> Any:
     if decided.unavailable:
         response = _problem_response(problem.store_unavailable(), 503)
         response["Retry-After"] = "1"
+        if decided.undecided is not None:
+            response["RateLimit-Undecided"] = decided.undecided
         return response
     headers = render(decided, state.settings.headers) if state.settings.headers.any else []
     if state.view is not None:

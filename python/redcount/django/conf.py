@@ -10,7 +10,7 @@
                   "/api/": "100/minute",         # a prefix (ends with "/"): the longest match wins
                   "/health/": None},             # None: no limit at all there, defaults included
         "FAIL": "open",                          # or "closed" (503 while the store is down)
-        "BUDGET": 0.1,                           # seconds all of a request's checks may take
+        "BUDGET": 0.1,                           # seconds a check may wait for Redis
     }
 
 Every name is checked when the app starts (:class:`~redcount.django.apps.RedcountConfig`'s
@@ -97,8 +97,11 @@ DEFAULTS: dict[str, Any] = {
   ``IPV6_PREFIX``: group IPv6 clients by this prefix length (default 128).
 - ``FAIL``: ``"open"`` (default: let requests through while the store is down) or
   ``"closed"`` (answer 503).
-- ``BUDGET``: seconds all of a request's checks may take together (default 0.1; 0 or None:
-  none); also the ``budget`` of the store built from ``URL``. ``BREAKER`` (default True)
+- ``BUDGET``: seconds a check may wait for Redis (default 0.1; 0 or None: none); a check
+  that waited it out, and the request's checks after it, are decided by ``FAIL`` without
+  the store (the response carries ``RateLimit-Undecided``). Only waiting spends it: the
+  app's own work between the middleware's check and a view's costs none of it. Also the
+  ``budget`` of the store built from ``URL``. ``BREAKER`` (default True)
   and ``FALLBACK`` (default None) are that store's ``breaker`` and ``fallback``.
 - ``ENABLED``: False turns every limit off (middleware, decorators, throttles).
 - ``SHADOW``: count and report, never refuse. ``CHECK_ON_START``: ping the store at start-up.

@@ -17,20 +17,30 @@ decision), checks of different costs, two checks of one key with the same window
 concurrency strategy, and everything when :data:`BATCH_CHECKS` is False. Within one check,
 a multi-limit string (``"5/second;100/hour"``) is all-or-nothing, as in the core.
 
-A request's checks share one latency budget (:data:`DEFAULT_BUDGET`, 100 ms, unless the
-integration is given another): once it is spent, or once the store has failed for this
-request, the checks left are decided by the failure policy without asking the store, so a
-frozen or unreachable Redis costs a request at most about one budget, never a store's
-``command_timeout`` per check. The async engine cancels a call still waiting when the budget
-runs out; a sync call cannot be interrupted, so there the store's own ``budget`` bounds a
-single call (the integrations give the store they build the same budget).
+The latency budget (:data:`DEFAULT_BUDGET`, 100 ms, unless the integration is given
+another) bounds each wait for the store, never the request's wall-clock time: a check waits
+for Redis at most about one budget, a reply that has arrived is used however long the
+process took to get to it (a CPU-starved machine, a stopped worker), and the app's own work
+between two checks (the middleware's, then the route's) spends none of it. Once a wait has
+run out, or the store has failed for this request, the request's remaining checks are
+decided by the failure policy without asking the store, so a frozen or unreachable Redis
+costs a request about one budget, never a store's ``command_timeout`` per check.
+
+A sync call is bounded by the store's own ``budget`` (the integrations give the store they
+build the same one); the async engine awaits the store's own deadline when the store has a
+budget no longer than the request's, else cuts the wait itself after the budget (taking the
+reply when it completed meanwhile).
+
+A request decided without the store is *undecided*: :attr:`Verdict.undecided` says why
+(:data:`UNDECIDED_REASONS`), the integrations send it as the ``RateLimit-Undecided`` response
+header, and the metrics count it (``redcount_undecided_total``, and
+:func:`redcount.telemetry.snapshot`'s ``undecided_requests``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -38,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from .._core import Decision
+from .. import telemetry
 from ..errors import AuthenticationError, InvalidInputError, Unavailable
 from ..errors import ConnectionError as StoreConnectionError
 from ..limiter import UNAVAILABLE_RETRY_AFTER, OnUnavailable
@@ -56,6 +67,7 @@ __all__ = [
     "MetricsSink",
     "Outcome",
     "StoreUnavailable",
+    "UNDECIDED_REASONS",
     "Verdict",
     "check_budget",
     "check_store",
@@ -68,7 +80,14 @@ log = logging.getLogger("redcount.web")
 FailMode = Literal["open", "closed"]
 
 DEFAULT_BUDGET = 0.1
-"""Seconds all the checks of one request may take together, unless configured otherwise."""
+"""Seconds one check may wait for the store, unless configured otherwise."""
+
+UNDECIDED_REASONS = ("timeout", "breaker-open", "unavailable")
+"""Why a request was decided without the store (:attr:`Verdict.undecided`, the
+``RateLimit-Undecided`` header): ``timeout``, a request was sent and no reply came within the
+budget; ``breaker-open``, the store's circuit breaker was open, so nothing was asked;
+``unavailable``, anything else that kept the store from deciding (refused or lost
+connection, refused credentials, a closed store, or the limiter's own ``on_unavailable``)."""
 
 BATCH_CHECKS = True
 """Decide a request's checks together, in one round trip (see the module's docstring).
@@ -102,8 +121,23 @@ def check_store(store: Store) -> None:
         raise
 
 
+class _OverBudget(Unavailable):
+    """An async call the engine cut short at the budget."""
+
+
 def _over_budget(budget: float) -> Unavailable:
-    return Unavailable(f"the rate-limit store did not decide within the request's budget of {budget * 1000:.0f} ms")
+    return _OverBudget(f"the rate-limit store did not answer within the budget of {budget * 1000:.0f} ms")
+
+
+def undecided_reason(error: BaseException | None, store: object | None) -> str:
+    """Which of :data:`UNDECIDED_REASONS` a decision made without the store gets."""
+    if isinstance(error, (TimeoutError, _OverBudget)):
+        return "timeout"
+    if isinstance(error, Unavailable) and error.maybe_applied:
+        return "timeout"  # sent, and no reply in time (the budget's Unavailable keeps that)
+    if store is not None and getattr(store, "breaker_open", False):
+        return "breaker-open"  # (this call's own timeout may have opened it: checked first)
+    return "unavailable"
 
 
 class StoreUnavailable(Exception):
@@ -116,6 +150,9 @@ class MetricsSink(Protocol):
     def decision(self, check: Check, decision: Decision, shadow: bool, seconds: float) -> None: ...
     def store_error(self, check: Check, policy: str) -> None:
         """The store failed on ``check``; ``policy`` is ``"open"`` or ``"closed"``."""
+
+    # Optional: ``undecided(reason)``, once per request decided without the store (one of
+    # UNDECIDED_REASONS); called when the sink has it.
 
 
 class FailurePolicy:
@@ -213,12 +250,12 @@ class Verdict:
     outcomes: list[Outcome] = field(default_factory=list)
     allowed: bool = True
     unavailable: bool = False
-    # The request's deadline (time.monotonic()), shared by every decide() of the request;
-    # None without a budget.
-    deadline: float | None = None
-    # The store failed (or the budget ran out) for this request: later checks of the same
-    # request are decided by the failure policy without asking the store again.
+    # The store failed (or a wait ran out of the budget) for this request: later checks of
+    # the same request are decided by the failure policy without asking the store again.
     store_failed: bool = False
+    # Why some check of this request was decided without the store (one of
+    # UNDECIDED_REASONS; the first one), else None. Sent as the RateLimit-Undecided header.
+    undecided: str | None = None
 
     def is_shadow(self, check: Check) -> bool:
         return self.shadow_all or check.spec.shadow
@@ -239,6 +276,8 @@ class Verdict:
         self.allowed = self.allowed and other.allowed
         self.unavailable = self.unavailable or other.unavailable
         self.store_failed = self.store_failed or other.store_failed
+        if self.undecided is None:
+            self.undecided = other.undecided
 
 
 def binding_policy(check: Check, d: Decision) -> Policy:
@@ -265,15 +304,24 @@ def _settle(
     metrics: MetricsSink | None,
     started: float,
     own: Decision | None = None,
+    store: object | None = None,
 ) -> bool:
     """Add one check's decision (or failure) to the verdict under the failure policy; False
     when the request is refused (and checking should stop). Shared by :func:`decide` and
     :func:`decide_async`, and kept free of per-call closures: it runs for every request.
     ``own``: what the metrics record for this check of a joint decision (its own limit and
-    remaining), when it differs from ``d``."""
+    remaining), when it differs from ``d``. ``store``: the limiter's store, asked whether
+    its breaker is open when the decision was made without it."""
     shadow = verdict.shadow_all or check.spec.shadow
     if d.unavailable:
         verdict.store_failed = True
+        if verdict.undecided is None:
+            verdict.undecided = undecided_reason(error, store)
+            if metrics is not None:
+                note = getattr(metrics, "undecided", None)
+                if note is not None:
+                    note(verdict.undecided)
+            telemetry.note_undecided(verdict.undecided)
         try:
             settled = policy._settle(d, error)
         except StoreUnavailable:
@@ -347,13 +395,14 @@ def _settle_together(
     policy: FailurePolicy,
     metrics: MetricsSink | None,
     started: float,
+    store: object | None = None,
 ) -> None:
     """Add a joint decision of ``checks`` to the verdict: a refusal is the refusing check's
     (no other check was charged); an allowed request lists every check, the binding one
     first (the headers speak for it); a decision without the store is settled per check."""
     if d.unavailable:
         for c in checks:
-            if not _settle(verdict, c, d, error, policy, metrics, started):
+            if not _settle(verdict, c, d, error, policy, metrics, started, None, store):
                 return
         return
     first = _binding_check(checks, d)
@@ -369,14 +418,12 @@ def _settle_together(
                 _settle(verdict, c, d, None, policy, metrics, started, own)
 
 
-def _start(checks: Sequence[Check], shadow_all: bool, budget: float | None, after: Verdict | None) -> Verdict:
+def _start(checks: Sequence[Check], shadow_all: bool, after: Verdict | None) -> Verdict:
     """A verdict for ``checks`` that continues ``after`` (the same request's earlier checks:
-    its deadline and whether the store already failed carry over)."""
+    whether the store already failed for it carries over, and why)."""
     verdict = Verdict(list(checks), shadow_all)
     if after is not None:
-        verdict.deadline, verdict.store_failed = after.deadline, after.store_failed
-    elif budget is not None:
-        verdict.deadline = time.monotonic() + budget
+        verdict.store_failed, verdict.undecided = after.store_failed, after.undecided
     return verdict
 
 
@@ -431,14 +478,15 @@ def decide(
 ) -> Verdict:
     """Decide ``checks`` in order with a sync limiter (blocks the calling thread).
 
-    ``budget``: seconds all the checks may take together (see the module's docstring); a
-    check not started before it is spent is decided by the policy without the store.
-    ``after``: the verdict of this request's earlier checks, whose deadline this continues.
+    ``budget``: seconds one check may wait for the store (see the module's docstring). A
+    sync call cannot be cut short from here: the store's own ``budget`` bounds it, so this
+    one only says what the request was promised. ``after``: the verdict of this request's
+    earlier checks (once the store failed for it, the checks left skip the store).
     ``charge``: False decides with :meth:`~redcount.Limiter.test` (nothing is charged), for
     limits that charge by outcome once the response is known.
     ``screen``: allow and deny lists and a refusal cache, applied before any round trip.
     """
-    verdict = _start(checks, shadow_all, budget, after)
+    verdict = _start(checks, shadow_all, after)
     if screen is not None and not shadow_all:
         screened = _screen(screen, checks, verdict, policy, metrics)
         if screened is None:
@@ -447,8 +495,8 @@ def decide(
         verdict.planned = list(checks)
         _remember(screen, verdict)
         return verdict
-    deadline = verdict.deadline
-    if _together(limiter, limiter.strategy, checks, verdict) and (deadline is None or time.monotonic() < deadline):
+    store = limiter.store
+    if _together(limiter, limiter.strategy, checks, verdict):
         started = time.perf_counter() if metrics is not None else 0.0
         error: BaseException | None = None
         all_of = limiter.hit_all if charge else limiter.test_all
@@ -456,7 +504,7 @@ def decide(
             d = all_of([(c.limits, c.key) for c in checks], checks[0].cost)
         except STORE_FAILURES as e:
             d, error = policy._without_store(), e
-        _settle_together(verdict, checks, d, error, policy, metrics, started)
+        _settle_together(verdict, checks, d, error, policy, metrics, started, store)
         return verdict
     hit = limiter.hit if charge else limiter.test
     for c in checks:
@@ -464,8 +512,6 @@ def decide(
         error = None
         if verdict.store_failed:
             d, error = policy._without_store(), None
-        elif deadline is not None and time.monotonic() >= deadline:
-            d, error = policy._without_store(), _over_budget(budget or 0.0)
         else:
             try:
                 lease = c.spec.lease if charge else None
@@ -475,21 +521,39 @@ def decide(
                     d = limiter.hit(c.limits, c.key, c.cost, lease=lease)
             except STORE_FAILURES as e:
                 d, error = policy._without_store(), e
-        if not _settle(verdict, c, d, error, policy, metrics, started):
+        if not _settle(verdict, c, d, error, policy, metrics, started, None, store):
             break
     return verdict
 
 
-if sys.version_info >= (3, 11):
+def _store_bounds(store: Store, budget: float | None) -> bool:
+    """Whether the store's own deadline already ends a wait within ``budget``: then the
+    async engine awaits it (the store reads the socket once more at its deadline, so a reply
+    that arrived while the process was not running is used) instead of racing it with a
+    timer of its own."""
+    own = getattr(store, "budget", None)
+    return budget is None or (isinstance(own, float) and own <= budget + 1e-9)
 
-    async def _within(call: Awaitable[Decision], seconds: float) -> Decision:
-        async with asyncio.timeout(seconds):
-            return await call
 
-else:  # pragma: no cover - Python < 3.11
-
-    async def _within(call: Awaitable[Decision], seconds: float) -> Decision:
-        return await asyncio.wait_for(call, seconds)
+async def _within(call: Awaitable[Decision], seconds: float) -> Decision:
+    """``await call``, cut short after ``seconds``; a call that completed meanwhile (its
+    reply arrived while the loop was not running) is used, not thrown away."""
+    task = asyncio.ensure_future(call)
+    try:
+        # The budget starts once the call is on its way: one turn of the loop lets the task
+        # submit it, so time the loop spent on other work before that is not counted.
+        await asyncio.sleep(0)
+        await asyncio.wait((task,), timeout=seconds)
+        if not task.done():
+            # Completions the store has handed to the loop but the loop has not run yet.
+            await asyncio.sleep(0)
+    except BaseException:
+        task.cancel()
+        raise
+    if not task.done():
+        task.cancel()
+        raise asyncio.TimeoutError
+    return task.result()
 
 
 async def decide_async(
@@ -506,9 +570,10 @@ async def decide_async(
 ) -> Verdict:
     """Decide ``checks`` in order with an async limiter: the event loop never waits on the
     store (see :mod:`redcount.aio`). ``budget``, ``after`` and ``charge`` as in
-    :func:`decide`; here a call still waiting when the budget runs out is cancelled (its
-    reply, if one comes, is discarded) and decided by the policy."""
-    verdict = _start(checks, shadow_all, budget, after)
+    :func:`decide`; here a call is bounded by the store's own deadline when the store's
+    budget is no longer than ``budget``, else cut short after ``budget`` (its reply, if one
+    comes later, is discarded) and decided by the policy."""
+    verdict = _start(checks, shadow_all, after)
     if screen is not None and not shadow_all:
         screened = _screen(screen, checks, verdict, policy, metrics)
         if screened is None:
@@ -517,25 +582,24 @@ async def decide_async(
         verdict.planned = list(checks)
         _remember(screen, verdict)
         return verdict
-    deadline = verdict.deadline
+    store = limiter.sync.store
+    cut = None if _store_bounds(store, budget) else budget
     if _together(limiter, limiter.sync.strategy, checks, verdict):
         started = time.perf_counter() if metrics is not None else 0.0
         error: BaseException | None = None
         all_of = limiter.hit_all if charge else limiter.test_all
         items = [(c.limits, c.key) for c in checks]
         try:
-            if deadline is None:
+            if cut is None:
                 d = await all_of(items, checks[0].cost)
             else:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise _over_budget(budget or 0.0)
-                d = await _within(all_of(items, checks[0].cost), left)
+                d = await _within(all_of(items, checks[0].cost), cut)
         except STORE_FAILURES as e:
             d, error = policy._without_store(), e
         except asyncio.TimeoutError:  # the budget ran out while the call waited
-            d, error = policy._without_store(), _over_budget(budget or 0.0)
-        _settle_together(verdict, checks, d, error, policy, metrics, started)
+            error = _over_budget(cut or 0.0)
+            d = policy._without_store()
+        _settle_together(verdict, checks, d, error, policy, metrics, started, store)
         return verdict
     hit = limiter.hit if charge else limiter.test
     for c in checks:
@@ -546,23 +610,12 @@ async def decide_async(
         else:
             try:
                 lease = c.spec.lease if charge else None
-                if deadline is None:
-                    if lease is None:
-                        d = await hit(c.limits, c.key, c.cost)
-                    else:
-                        d = await limiter.hit(c.limits, c.key, c.cost, lease=lease)
-                else:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise _over_budget(budget or 0.0)
-                    if lease is None:
-                        d = await _within(hit(c.limits, c.key, c.cost), left)
-                    else:
-                        d = await _within(limiter.hit(c.limits, c.key, c.cost, lease=lease), left)
+                call = hit(c.limits, c.key, c.cost) if lease is None else limiter.hit(c.limits, c.key, c.cost, lease=lease)
+                d = await call if cut is None else await _within(call, cut)
             except STORE_FAILURES as e:
                 d, error = policy._without_store(), e
             except asyncio.TimeoutError:  # the budget ran out while the call waited
-                d, error = policy._without_store(), _over_budget(budget or 0.0)
-        if not _settle(verdict, c, d, error, policy, metrics, started):
+                d, error = policy._without_store(), _over_budget(cut or 0.0)
+        if not _settle(verdict, c, d, error, policy, metrics, started, None, store):
             break
     return verdict

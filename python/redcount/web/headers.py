@@ -14,6 +14,11 @@ The IETF fields follow draft-ietf-httpapi-ratelimit-headers-11 (structured field
 - ``RateLimit: "api";r=0;t=12`` speaks for the binding policy only: the one that refused the
   request, else the one with the fewest hits left (ties: the longer wait).
 
+``RateLimit-Undecided: timeout`` (or ``breaker-open``, ``unavailable``) marks a request that
+some limit decided without the store, by the failure policy (see
+:data:`redcount.web.engine.UNDECIDED_REASONS`): it was not counted against that limit. It is
+sent whenever any header set is on, alone when no limit decided the request.
+
 ``X-RateLimit-Limit``/``-Remaining``/``-Reset`` give the binding limit's amount, remaining hits
 and reset time as epoch seconds (Flask-Limiter's and slowapi's convention, so clients written
 for them keep working). ``Retry-After`` (delay-seconds, at least 1) goes on refusals only and is
@@ -94,14 +99,17 @@ def _binding(outcomes: list[Outcome]) -> Outcome | None:
 
 def render(verdict: Verdict, sets: HeaderSets, *, now: float | None = None) -> list[tuple[str, str]]:
     """The headers for one request's verdict, each field once. Shadow limits and limits the
-    store could not decide are left out; a request no enforced limit decided gets none."""
+    store could not decide are left out; a request no enforced limit decided gets none of
+    the limit fields, and a request decided without the store gets ``RateLimit-Undecided``."""
     if not (sets.ietf or sets.legacy or sets.retry_after):
         return []
+    out: list[tuple[str, str]] = []
+    if verdict.undecided is not None:
+        out.append(("RateLimit-Undecided", verdict.undecided))
     binding = _binding(verdict.outcomes)
     if binding is None:
-        return []
+        return out
     d = binding.decision
-    out: list[tuple[str, str]] = []
     refused = not d.allowed
     t = math.ceil(d.retry_after if refused else d.reset_after)
     retry = max(1, math.ceil(d.retry_after), t) if refused else 0
@@ -129,7 +137,8 @@ def render(verdict: Verdict, sets: HeaderSets, *, now: float | None = None) -> l
 
 HEADER_NAMES = frozenset(
     n.lower()
-    for n in ("RateLimit-Policy", "RateLimit", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After")
+    for n in ("RateLimit-Policy", "RateLimit", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset",
+              "Retry-After", "RateLimit-Undecided")
 )
 """Every field :func:`render` may set, lower case: integrations drop these from a response
 before adding the rendered ones, so a field is never duplicated."""

@@ -16,6 +16,10 @@ Series (labels are policy names, never client keys, so cardinality stays bounded
   limit left;
 - ``redcount_store_errors_total{limit, policy}``: the store failed; ``policy`` is what the
   request got (``open``: let through, ``closed``: 503);
+- ``redcount_undecided_total{reason}``: requests some limit decided without the store, by the
+  failure policy (``timeout``, ``breaker-open``, ``unavailable``); each is one request let
+  through or refused without being counted, so any increase means limits were not enforced
+  exactly;
 - ``redcount_decision_seconds``: a histogram of the decision latency, store round trip
   included;
 - ``redcount_breaker_open`` and ``redcount_fallback_active``: gauges read from the store's
@@ -60,6 +64,9 @@ class PrometheusMetrics:
         self.decisions = prom.Counter("decisions", "Rate-limit decisions", ["limit", "result"], **kw)
         self.near_limit = prom.Counter("near_limit", "Allowed decisions close to the limit", ["limit"], **kw)
         self.store_errors = prom.Counter("store_errors", "Store failures seen by the limiter", ["limit", "policy"], **kw)
+        self.undecided_requests = prom.Counter(
+            "undecided", "Requests a limit decided without the store", ["reason"], **kw
+        )
         self.latency = prom.Histogram("decision_seconds", "Decision latency", buckets=_BUCKETS, **kw)
         self.breaker_open = prom.Gauge("breaker_open", "1 while the store's circuit breaker is open", **kw)
         self.fallback_active = prom.Gauge("fallback_active", "1 while calls go to the fallback store", **kw)
@@ -83,3 +90,7 @@ class PrometheusMetrics:
     def store_error(self, check: Check, policy: str) -> None:
         """Record one store failure (called by the engine)."""
         self.store_errors.labels(check.spec.name, policy).inc()
+
+    def undecided(self, reason: str) -> None:
+        """Record one request decided without the store (called by the engine)."""
+        self.undecided_requests.labels(reason).inc()

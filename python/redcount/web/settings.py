@@ -27,8 +27,8 @@ TrustedArg = Union[TrustedProxies, int, str, Sequence[str], None]
 
 @dataclass
 class Settings:
-    """Key, identity, header sets, failure policy, shadow mode, metrics and request budget
-    (seconds for all of a request's checks together; None: none) of one rate limiter.
+    """Key, identity, header sets, failure policy, shadow mode, metrics and budget (seconds
+    one check may wait for the store; None: none) of one rate limiter.
     Built once; read-only afterwards, so thread-safe."""
 
     key: KeyFunc

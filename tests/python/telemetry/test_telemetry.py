@@ -144,6 +144,21 @@ def test_prometheus_exposition() -> None:
         assert set(hot) <= touched
         assert all(v >= 3 for v in hot.values())
         assert samples[("redcount_hot_keys_observed_total", ())] == hk.total
+        assert not [k for k in samples if k[0] == "redcount_undecided_requests_total"]  # none yet
+        # What the web engine reports for each request decided without the store.
+        for reason in ("timeout", "timeout", "breaker-open"):
+            redcount.telemetry.note_undecided(reason)
+        samples = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(generate_latest(registry).decode())
+            for s in fam.samples
+        }
+        assert samples[("redcount_undecided_requests_total", (("reason", "timeout"),))] == 2
+        assert samples[("redcount_undecided_requests_total", (("reason", "breaker-open"),))] == 1
+        m = redcount.metrics()
+        assert m.undecided_requests == 3 and m.undecided_by_reason == {"timeout": 2, "breaker-open": 1}
+        redcount.metrics.reset()
+        assert redcount.metrics().undecided_requests == 0
     finally:
         registry.unregister(collector)
         store.close()

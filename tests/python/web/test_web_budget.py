@@ -1,8 +1,9 @@
 """The web integrations' latency budget per request, under their documented defaults, against
 a frozen redis-server (SIGSTOP: connections stay open, nothing answers).
 
-Documented: all of a request's checks together take at most the budget (100 ms by default)
-before the failure policy decides; so no request may take longer than the budget plus 50 ms.
+Documented: a check waits for Redis at most the budget (100 ms by default) before the failure
+policy decides, and once one has, the request's later checks are decided without waiting
+again; so no request may take longer than the budget plus 50 ms.
 That is a functional bound (a frozen Redis would otherwise hold each check for the store's
 2 s ``command_timeout``), not a speed measurement. Each app has an app-wide limit and a route
 limit, so a request makes two checks.
@@ -129,8 +130,8 @@ def test_fastapi_frozen_redis_costs_a_request_at_most_its_budget(frozen: Any) ->
 
 
 def test_fastapi_route_check_gets_what_the_middleware_left(frozen: Any) -> None:
-    """The middleware's check and the route's share one deadline: after the middleware's
-    timed out, the route's is decided without waiting again (fail closed: a 503 at once)."""
+    """Once the middleware's check has waited its budget out, the route's is decided
+    without waiting again (fail closed: a 503 at once)."""
     server: RedisServer = frozen.server
     store = redcount.connect(server.url)
     rl = redcount.fastapi.RateLimiter(redcount.aio.Limiter(store), default="1000/minute", fail="closed")

@@ -252,7 +252,9 @@ def test_fail_open_and_closed_on_a_dead_store(dead_limiter: redcount.Limiter, ca
         for _ in range(3):
             v = decide(dead_limiter, checks, open_)
             assert v.allowed and not v.unavailable and v.outcomes == []
-            assert render(v, HeaderSets.parse("all")) == []
+            # No limit fields; the mark that the store did not decide it (connection refused).
+            assert render(v, HeaderSets.parse("all")) == [("RateLimit-Undecided", "unavailable")]
+            assert render(v, HeaderSets.parse("none")) == []
     assert open_.store_down
     assert caplog.text.count("rate-limit store failed") == 1  # logged once, not per request
     v = decide(dead_limiter, checks, FailurePolicy("closed"))

@@ -42,7 +42,13 @@
 //   maybe_applied = true. Nothing written is ever resent: a script or an INCRBY may have run,
 //   and sending it again would count it twice (request ids make a caller's retry safe).
 // - A request unanswered at its deadline (command_timeout) fails alone with TimeoutError
-//   (maybe_applied = true, "may or may not have run"); it stays in flight, its late reply is
+//   (maybe_applied = true, "may or may not have run"). The deadline is spent on waiting for
+//   the server only: the wait for a request's reply lasts at least command_timeout from the
+//   moment it was written (time the caller or the I/O thread spent before the write, on its
+//   own work or not scheduled at all, is not the server's), a job that can be written when
+//   the I/O thread gets to it is written rather than failed, and the socket is read once
+//   more before a timeout is declared, so a reply that arrived while the process was not
+//   running is used. A timed-out request stays in flight, its late reply is
 //   discarded, and the connection stays in step. A connection that has answered nothing for
 //   twice the command timeout (at least 2 s) while requests are pending is closed by the
 //   watchdog, and its pending requests fail as above.

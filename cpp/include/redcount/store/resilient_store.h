@@ -16,7 +16,10 @@
 //   Unavailable, with maybe_applied kept. Error replies (WRONGTYPE, a script error) and bad
 //   input (InvalidArgument) pass through untouched and never count against Redis.
 // - Breaker (when `breaker`): `failure_threshold` consecutive connection-level failures open
-//   it. While open, calls never touch the primary: they go to the fallback or fail at once
+//   it. A timeout that reached the caller more than twice the budget after the call began
+//   is not one of them: the process itself was not running (a CPU-starved machine, a
+//   stopped process), which says nothing about Redis (with breakers per node, the router
+//   counts its own). While open, calls never touch the primary: they go to the fallback or fail at once
 //   with Unavailable (maybe_applied = false). After a jittered, exponentially growing pause
 //   (probe_min .. probe_max) the next call sends one PING to the primary in the background
 //   (half-open; that call itself still goes to the fallback or fails fast) and the breaker

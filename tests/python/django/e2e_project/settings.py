@@ -2,7 +2,8 @@
 
 - ``E2E_REDIS_URL``: the Redis of redcount's limits; ``E2E_CACHE_URL``: the Redis of Django's
   cache (django-redis), which DRF's own throttles and django-ratelimit count in;
-- ``E2E_PREFIX``, ``E2E_STRATEGY``, ``E2E_LIMIT`` (e.g. ``25/minute``);
+- ``E2E_PREFIX``, ``E2E_STRATEGY``, ``E2E_LIMIT`` (e.g. ``25/minute``), ``E2E_ROUTE_LIMIT``
+  (the own limit of the views under ``/mw/deco/``, on top of the middleware's);
 - ``E2E_FAIL`` (``open``/``closed``), ``E2E_BUDGET`` (seconds), ``E2E_TRUSTED_PROXIES``
   (empty: trust no forwarding header; else comma-separated CIDRs).
 """
@@ -21,6 +22,7 @@ DATABASES: dict[str, object] = {}
 LOGGING_CONFIG = None
 
 LIMIT = os.environ.get("E2E_LIMIT", "25/minute")
+ROUTE_LIMIT = os.environ.get("E2E_ROUTE_LIMIT", "4/minute")
 _trusted = os.environ.get("E2E_TRUSTED_PROXIES", "")
 
 MIDDLEWARE = ["e2e_project.middleware.WorkerHeader", "redcount.django.RateLimitMiddleware"]

@@ -8,6 +8,8 @@ urlpatterns = [
     path("health", views.health),
     path("mw/sync", views.mw_sync),
     path("mw/async", views.mw_async),
+    path("mw/deco/sync", views.mw_deco_sync),
+    path("mw/deco/async", views.mw_deco_async),
     path("unlimited", views.unlimited),
     path("deco/sync", views.deco_sync),
     path("deco/async", views.deco_async),

@@ -49,6 +49,17 @@ async def deco_async(request: HttpRequest) -> HttpResponse:
     return HttpResponse(str(os.getpid()))
 
 
+@redcount.django.limit(settings.ROUTE_LIMIT, name="route")
+def mw_deco_sync(request: HttpRequest) -> HttpResponse:
+    """Under /mw/: the middleware's limit, then this view's own (two checks per request)."""
+    return HttpResponse(str(os.getpid()))
+
+
+@redcount.django.limit(settings.ROUTE_LIMIT, name="route")
+async def mw_deco_async(request: HttpRequest) -> HttpResponse:
+    return HttpResponse(str(os.getpid()))
+
+
 @ratelimit(key="ip", rate=settings.LIMIT.replace("/minute", "/m"))
 def dropin_sync(request: HttpRequest) -> HttpResponse:
     return HttpResponse(str(os.getpid()))
