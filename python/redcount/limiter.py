@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -85,6 +86,21 @@ def _per_call_hit(ref: weakref.ReferenceType[Limiter]) -> Callable[..., Decision
         return limiter._per_call_methods()["hit"](limit, key, cost, penalty=penalty, lease=lease, tag=tag)
 
     return penalized
+@atexit.register
+def return_leases_at_exit() -> int:
+    """Give every unit the leases of this process hold back to their stores; later leases
+    take only their hit's cost. Runs at interpreter exit (the end of the main module,
+    ``sys.exit``, an uncaught ``KeyboardInterrupt`` from SIGINT, and so the graceful shutdown
+    and ``max_requests`` recycling of gunicorn and uvicorn workers, which exit through the
+    interpreter); :mod:`redcount.celery` calls it when a pool process ends, since those end
+    with ``os._exit``. Returns how many went back; store errors are swallowed (those units
+    expire with their windows). See docs/leased-limits.md."""
+    try:
+        return _core._return_all_leases(True)
+    except Exception:  # noqa: BLE001 - the process is ending whatever the store says
+        return 0
+
+
 def refuse_lease_all(lease: object) -> None:
     """``hit_all(..., lease=N)`` raises :class:`~redcount.InvalidInputError`: a lease is one
     (limit, key)'s units held by this process, decided apart from the store, so a call

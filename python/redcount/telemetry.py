@@ -33,6 +33,9 @@ What is counted, and where:
   process's flushers found trimmed from a log before any flusher of their group applied
   them (lost to the snapshots; ``FlusherStats.trimmed`` summed); *drift*: the last
   :func:`redcount.reconcile` of each counter run in this process.
+- *leased units*: units this process's leases (``Limiter.hit(..., lease=N)``) hold and have
+  not admitted yet, over every limiter: what the process would lose if it were killed now
+  (SIGKILL; docs/leased-limits.md), and what other processes cannot admit meanwhile.
 
 A forked child starts from zero (its counts are its own). Thread-safe.
 """
@@ -133,6 +136,8 @@ class MetricsSnapshot:
     drift: dict[str, float] = field(default_factory=dict)
     #: Delta-log entries trimmed before they were flushed, found by this process's flushers.
     trimmed_entries: int = 0
+    #: Leased units this process holds and has not admitted yet, over every limiter.
+    leased_units: int = 0
 
 
 _lock = threading.Lock()
@@ -310,6 +315,7 @@ def snapshot(top: int = TOP_N) -> MetricsSnapshot:
         watermark_lag_entries=lag_entries,
         drift=_drift(),
         trimmed_entries=_trimmed_total(),
+        leased_units=_core._leased_units(),
     )
 
 
@@ -332,6 +338,8 @@ class RedcountCollector:
     - ``redcount_flusher_trimmed_entries_total``: delta-log entries the flushers found trimmed
       before they were applied (lost to the snapshots; alert on any increase)
     - ``redcount_reconcile_drift_ratio{counter}`` (after a reconcile in this process)
+    - ``redcount_leased_units``: leased units held and not admitted yet (what a SIGKILL of the
+      process would lose until their windows end)
 
     Rates are Prometheus's business (``rate(redcount_counter_writes_total[5m])``): a scrape
     does not disturb the intervals of :func:`metrics`.
@@ -406,6 +414,8 @@ class RedcountCollector:
             "Delta-log entries trimmed before a flusher applied them (lost to the snapshots)",
             value=_trimmed_total(),
         )
+        held = _core._leased_units()
+        yield gauge("leased_units", "Leased units this process holds and has not admitted yet", value=held)
         drift = _drift()
         if drift:
             g = gauge("reconcile_drift_ratio", "Last reconciliation's relative drift", labels=["counter"])
