@@ -420,6 +420,26 @@ void lower(std::atomic<std::int64_t>& v, std::int64_t to) {
   }
 }
 
+// A refill counted in its lease's `running` until install() (under the lease's mutex: the
+// callers it wakes must not see it running any more, or each would take only its cost, and
+// so would the one after it), or until its last copy goes when it never completes (failed,
+// cancelled).
+struct RunningRefill {
+  explicit RunningRefill(std::shared_ptr<LeaseTable::Entry> entry) : e(std::move(entry)) {}
+  RunningRefill(const RunningRefill&) = delete;
+  RunningRefill& operator=(const RunningRefill&) = delete;
+  ~RunningRefill() {
+    std::lock_guard<std::mutex> g(e->mu);
+    finish();
+  }
+  void finish() {  // under e->mu
+    if (!done) --e->running;
+    done = true;
+  }
+  std::shared_ptr<LeaseTable::Entry> e;
+  bool done = false;  // guarded by e->mu
+};
+
 Decision local_decision(const LeaseTable::Entry& e, std::int64_t now) {
   Decision d;
   d.allowed = true;
@@ -644,10 +664,7 @@ LeaseTable::Step LeaseTable::begin(const std::vector<RateLimit>& limits, std::st
   s.refill.owns_flag = wait && !exhausted;
   if (s.refill.owns_flag) e->refilling = true;
   ++e->running;
-  s.refill.running = std::shared_ptr<void>(e.get(), [e](void*) {
-    std::lock_guard<std::mutex> g(e->mu);
-    --e->running;
-  });
+  s.refill.running = std::make_shared<RunningRefill>(e);
   lk.unlock();
   try {
     s.refill.op = strategy_.make_take_lease(limits, key, cost, full ? std::max(units, cost) : cost, std::move(due));
@@ -669,6 +686,7 @@ void LeaseTable::release_flag(const Refill& refill) {
 Decision LeaseTable::install(const Refill& refill, const LeaseGrant& grant) {
   auto* e = static_cast<Entry*>(refill.entry.get());
   std::unique_lock<std::mutex> g(e->mu);
+  if (refill.running) static_cast<RunningRefill*>(refill.running.get())->finish();
   if (refill.owns_flag) {
     e->refilling = false;
     e->cv.notify_all();
