@@ -310,8 +310,12 @@ class Limiter:
         across processes; units other processes hold unused are refused meanwhile
         (under-admission). Unused units go back after ``lease_ttl`` seconds (default 10; at
         this process's next leased call, or within about a second from a background thread),
-        on :meth:`return_leases` and when the store is closed. Decisions made
-        locally report ``remaining`` as the process knows it. See docs/leased-limits.md.
+        on :meth:`return_leases`, when the store is closed and when the process ends
+        (interpreter exit, SIGINT, a SIGTERM nothing else handles, gunicorn, uvicorn and
+        Celery workers; a SIGKILL loses at most what the process held). Decisions made
+        locally report ``remaining`` as the process knows it; refusals of an exhausted key
+        cost one round trip each at most (none with ``refusal_cache``). See
+        docs/leased-limits.md.
 
         ``penalty``: this call's :class:`~redcount.Penalty` instead of the limiter's (None, the
         default: the limiter's; ``False``: none for this call). Its state is the key's, under
