@@ -28,7 +28,9 @@ class CeleryWorker:
     """``celery -A jobs_app worker --pool=prefork -c <concurrency>`` on the redis-server at
     ``base`` (``redis://127.0.0.1:PORT``); its log goes to ``log_path``."""
 
-    def __init__(self, base: str, log_path: Path, concurrency: int = 2, extra_args: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, base: str, log_path: Path, concurrency: int = 2, extra_args: tuple[str, ...] = ()
+    ) -> None:
         self.base = base
         self.log_path = log_path
         self.concurrency = concurrency

@@ -48,7 +48,9 @@ def data(base: str) -> Iterator[redcount.Store]:
 
 
 @pytest.fixture(scope="module")
-def worker(base: str, data: redcount.Store, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CeleryWorker]:
+def worker(
+    base: str, data: redcount.Store, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[CeleryWorker]:
     jobs_app.configure(base)
     log = Path(tmp_path_factory.mktemp("celery-leases")) / "worker.log"
     w = CeleryWorker(base, log, concurrency=2, extra_args=("--max-tasks-per-child=4",))

@@ -51,7 +51,10 @@ def hold_then_end(url: str, prefix: str, lease: int, how: str) -> tuple[int, boo
     assert proc.stdout is not None
     held, armed = proc.stdout.readline().split()
     sig = {
-        "sigint": signal.SIGINT, "sigterm": signal.SIGTERM, "app-sigterm": signal.SIGTERM, "sigkill": signal.SIGKILL
+        "sigint": signal.SIGINT,
+        "sigterm": signal.SIGTERM,
+        "app-sigterm": signal.SIGTERM,
+        "sigkill": signal.SIGKILL,
     }
     if how in sig:
         proc.send_signal(sig[how])

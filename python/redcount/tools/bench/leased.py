@@ -185,7 +185,7 @@ def _refusals(
         lim = Limiter(store, prefix=prefix, refusal_cache=refusal_cache)
         while lim.hit(EXHAUSTED, key):
             pass
-        lim.hit(EXHAUSTED, key, lease=lease)  # connections and scripts; the lease learns the refusal
+        lim.hit(EXHAUSTED, key, lease=lease)  # connections, scripts; the lease learns the refusal
         totals: list[tuple[int, int]] = []
         go = threading.Barrier(THREADS + 1)
         stop_at = [0.0]
