@@ -16,6 +16,7 @@ import uuid
 import pytest
 import redcount
 import redcount.aio as aio
+from fault_proxy import FaultProxy
 from redcount.tools.servers import RedisServer
 
 pytestmark = [pytest.mark.redis_only, pytest.mark.usefixtures("away_from_hour_boundary")]
@@ -108,19 +109,34 @@ def test_sigkill_loses_what_the_process_held_and_no_more(
     assert admitted_after(redis_store, prefix) == 19 - held
 
 
-def test_asynchronous_refills_side_by_side_hold_one_lease(redis_store: redcount.Store) -> None:
+def test_asynchronous_refills_side_by_side_hold_one_lease(fault_proxy: FaultProxy) -> None:
     # Callers of an event loop never wait for each other's refill: each empty-handed one
     # takes its own. Only the first takes a whole lease; the others take just their cost,
     # so the process never holds more than one lease's leftover (what a SIGKILL would lose).
-    sync = redcount.Limiter(redis_store, prefix=f"aio:{uuid.uuid4().hex[:8]}")
-    lim = aio.Limiter.from_sync(sync)
+    store = redcount.connect(fault_proxy.url)
+    try:
+        sync = redcount.Limiter(store, prefix=f"aio:{uuid.uuid4().hex[:8]}")
+        lim = aio.Limiter.from_sync(sync)
 
-    async def burst() -> list[redcount.Decision]:
-        return await asyncio.gather(*(lim.hit("1000/hour", "k", lease=10) for _ in range(8)))
+        async def burst() -> list[redcount.Decision]:
+            await lim.hit("1000/hour", "warm")  # the connection
+            seen = len(fault_proxy.seen(b"EVALSHA"))
+            fault_proxy.stall()  # no reply before every caller has asked (none completes inline)
+            calls = [asyncio.ensure_future(lim.hit("1000/hour", "k", lease=10)) for _ in range(8)]
+            try:
+                for _ in range(6000):  # bounded: until all 8 refills reached the proxy
+                    if len(fault_proxy.seen(b"EVALSHA")) - seen >= 8:
+                        break
+                    await asyncio.sleep(0.005)
+            finally:
+                fault_proxy.heal()
+            return await asyncio.gather(*calls)
 
-    assert all(asyncio.run(burst()))
-    assert sync.leased_units == 9
-    assert sync.stats("1000/hour", "k")[0].count == 10 + 7
+        assert all(asyncio.run(burst()))
+        assert sync.leased_units == 9
+        assert sync.stats("1000/hour", "k")[0].count == 10 + 7
+    finally:
+        store.close()
 
 
 def test_a_hit_needing_more_than_the_lease_holds_gives_those_back(redis_store: redcount.Store) -> None:
