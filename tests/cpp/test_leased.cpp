@@ -259,4 +259,18 @@ TEST_F(LeasedTest, EveryTableGivesItsUnitsBackWhenTheProcessEnds) {
   EXPECT_EQ(other->stats(limits, "k").front().count, 1);
 }
 
+TEST_F(LeasedTest, AnExhaustedKeyTakesALeaseAgainOnceTheStoreAdmits) {
+  const auto limits = parse_limits("10/hour");
+  while (hit(limits, "k", 1, 100).allowed) {
+  }
+  Decision d = hit(limits, "k", 1, 100);  // the store's read-only test refuses
+  EXPECT_FALSE(d.allowed);
+  EXPECT_GT(d.retry_after_ms, 0);
+  EXPECT_EQ(count(limits, "k"), 10);
+  run(*store_, *lim_->make_reset(limits, "k", ""));  // units free again before the window ends
+  EXPECT_TRUE(hit(limits, "k", 1, 100).allowed);  // the test admits: a lease is taken
+  EXPECT_EQ(leases_->held(), 4);                  // min(100, 10 / 2) - 1
+  EXPECT_EQ(count(limits, "k"), 5);
+}
+
 }  // namespace

@@ -289,10 +289,21 @@ struct LeaseTable::Entry {
   std::vector<std::string> fields;  // per key, the hash field the lease charged (none: string keys)
   int running = 0;  // refills started and not finished (Refill::running)
   // The store refused `refused_cost` (or more) until then: the key is exhausted for it.
-  std::int64_t refused_until_ms = 0;
-  std::int64_t refused_cost = 0;
+  // Written under `mu`; read without it too (LeaseTable::hit's first look).
+  std::atomic<std::int64_t> refused_until_ms{0};
+  std::atomic<std::int64_t> refused_cost{0};
 
-  bool exhausted(std::int64_t cost, std::int64_t now) const { return now < refused_until_ms && cost >= refused_cost; }
+  bool exhausted(std::int64_t cost, std::int64_t now) const {
+    return now < refused_until_ms.load(std::memory_order_relaxed) &&
+           cost >= refused_cost.load(std::memory_order_relaxed);
+  }
+  // Under `mu`: the store refused `cost` at `at`, until `until`.
+  void refused(std::int64_t cost, std::int64_t at, std::int64_t until) {
+    if (until <= at || until < refused_until_ms.load(std::memory_order_relaxed)) return;
+    refused_cost.store(exhausted(cost, at) ? std::min(refused_cost.load(std::memory_order_relaxed), cost) : cost,
+                       std::memory_order_relaxed);
+    refused_until_ms.store(until, std::memory_order_relaxed);
+  }
 };
 
 // The child of a fork has neither the parent's units nor its SIGTERM thread: SIGTERM gets
@@ -698,14 +709,10 @@ Decision LeaseTable::install(const Refill& refill, const LeaseGrant& grant) {
       return local_decision(*e, grant.at_ms);
     }
     // Exhausted for this cost (and any larger one) until the window can admit it again.
-    const std::int64_t until = grant.at_ms + grant.refusal.retry_after_ms;
-    if (grant.refusal.retry_after_ms > 0 && until >= e->refused_until_ms) {
-      e->refused_cost = e->exhausted(refill.cost, grant.at_ms) ? std::min(e->refused_cost, refill.cost) : refill.cost;
-      e->refused_until_ms = until;
-    }
+    e->refused(refill.cost, grant.at_ms, grant.at_ms + grant.refusal.retry_after_ms);
     return grant.refusal;
   }
-  e->refused_until_ms = 0;  // the store admits again (a reset, units given back, a new window)
+  e->refused_until_ms.store(0, std::memory_order_relaxed);  // it admits again (a reset, units given back, a new window)
   if (grant.window_end_ms != e->window_end_ms) e->units = 0;  // an ended window's units: nothing to keep
   e->units += grant.granted - refill.cost;
   e->window_end_ms = grant.window_end_ms;
@@ -728,6 +735,22 @@ Decision LeaseTable::install(const Refill& refill, const LeaseGrant& grant) {
 
 Decision LeaseTable::hit(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost,
                          std::int64_t units) {
+  if (auto e = entry(limits, key, false)) {
+    const std::int64_t now = now_ms();
+    if (e->exhausted(cost, now)) {
+      // An exhausted key: the strategy's read-only test of the cost, one round trip that
+      // writes nothing (for the fixed window, a GET per limit), no more for the store than
+      // an unleased refusal, and no lock held over it. When it admits, units came back (a
+      // reset, a give-back): a lease is taken as usual.
+      Decision d = strategy_.test(limits, key, cost);
+      std::lock_guard<std::mutex> g(e->mu);
+      if (!d.allowed) {
+        e->refused(cost, now, now + d.retry_after_ms);
+        return d;
+      }
+      e->refused_until_ms.store(0, std::memory_order_relaxed);
+    }
+  }
   Step s = begin(limits, key, cost, units, true);
   Store& store = *store_;
   if (s.decided) {

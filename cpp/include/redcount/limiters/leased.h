@@ -27,8 +27,10 @@
 // trip that takes the next lease, and refills running beside another take only their cost).
 //
 // An exhausted key: a refill the store refuses marks the lease exhausted for that cost until
-// the refusal's retry_after. Until then, callers of that key ask the store themselves, one
-// round trip each and none waiting for another's (as unleased hits do), for just their cost.
+// the refusal's retry_after. Until then, hit() asks the store with the strategy's read-only
+// test (one round trip, no write, no lock held, none waiting for another caller's), and
+// takes a lease again once that admits; begin() (asynchronous callers) sends a refill for
+// just the cost, without the flag others wait on.
 //
 // A lease covers one (limits, key) pair. Decisions made locally report remaining and
 // reset_after as well as the process knows them: remaining is what the store had left when

@@ -165,12 +165,14 @@ def _threads(
 
 
 def _scripts_run(store: Store) -> int:
-    """EVALSHA and EVAL calls the server has run (INFO commandstats)."""
+    """Store calls the refusal rows make (INFO commandstats): script calls, and the GETs a
+    leased refusal of an exhausted key reads its one limit's count with. No script of these
+    rows' refusals runs a GET itself (the fixed-window hit script counts with INCRBY)."""
     info = store.execute("INFO", "commandstats")
     text = info.decode() if isinstance(info, bytes) else str(info)
     calls = 0
     for line in text.splitlines():
-        if line.startswith(("cmdstat_evalsha:", "cmdstat_eval:")):
+        if line.startswith(("cmdstat_evalsha:", "cmdstat_eval:", "cmdstat_get:")):
             calls += int(line.split("calls=")[1].split(",")[0])
     return calls
 
