@@ -793,6 +793,22 @@ void register_limiter(py::module_& m) {
 
   m.def("limiter_strategies", &limiter_strategies, "Names accepted by Limiter(strategy=...).");
 
+  // Leased limits at the end of a process (leased.h): what atexit and Celery's shutdown
+  // signals call, and the leased-units metric.
+  m.def(
+      "_return_all_leases",
+      [](bool ending) {
+        NetworkWait wait;  // a round trip per store whose leases hold units
+        return LeaseTable::give_back_everything(ending);
+      },
+      py::arg("ending") = true,
+      "Give every unused leased unit of every limiter in this process back to its store; returns "
+      "how many went back. `ending`: the process is ending, so later leases take only their hit's cost.");
+  m.def("_leased_units", &LeaseTable::held_everywhere,
+        "Leased units held and not admitted yet, over every limiter in this process.");
+  m.def("_sigterm_returns_leases", &LeaseTable::sigterm_armed,
+        "Whether a SIGTERM to this process gives its leased units back before it ends.");
+
   // The penalty script (cpp/lua/penalty.lua; the memory store runs its twin): counts one
   // refusal of a key and starts its block, atomically, in one round trip.
   m.def(

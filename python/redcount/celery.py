@@ -32,12 +32,21 @@ from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar, Union
 
 import celery  # type: ignore[import-untyped]  # celery has no type hints
+from celery import signals
 from celery.exceptions import Retry  # type: ignore[import-untyped]
 
 from ._core import Lease, LimitSet
 from .errors import ConnectionError as StoreConnectionError
 from .errors import InvalidInputError, RedcountError, WaitTimeout
-from .limiter import Limiter, OnUnavailable, Strategy, check_on_unavailable, strategies, unavailable_decision
+from .limiter import (
+    Limiter,
+    OnUnavailable,
+    Strategy,
+    check_on_unavailable,
+    return_leases_at_exit,
+    strategies,
+    unavailable_decision,
+)
 from .store import Store, connect
 
 __all__ = ["DEFAULT_MAX_WAIT", "FIRST_REFUSED_HEADER", "LEASE_MARGIN", "Deferred", "LimitedTask", "MaxWaitExceeded", "limited"]
@@ -108,6 +117,18 @@ def _new_lock_after_fork() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_new_lock_after_fork)
+
+
+def _return_leases(**_: Any) -> None:
+    # A prefork pool process ends with os._exit (billiard), without atexit: its leased
+    # units (Limiter.hit(..., lease=N) in its tasks) go back when Celery announces its end,
+    # on a warm shutdown and on max_tasks_per_child recycling alike; a solo or threads pool
+    # ends with the worker. Connected when this module is imported, before the pool forks.
+    return_leases_at_exit()
+
+
+signals.worker_process_shutdown.connect(_return_leases, weak=False, dispatch_uid="redcount.leases.process")
+signals.worker_shutdown.connect(_return_leases, weak=False, dispatch_uid="redcount.leases.worker")
 
 
 def _store_for(url: str) -> Store:

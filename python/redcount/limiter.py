@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -85,6 +86,21 @@ def _per_call_hit(ref: weakref.ReferenceType[Limiter]) -> Callable[..., Decision
         return limiter._per_call_methods()["hit"](limit, key, cost, penalty=penalty, lease=lease, tag=tag)
 
     return penalized
+@atexit.register
+def return_leases_at_exit() -> int:
+    """Give every unit the leases of this process hold back to their stores; later leases
+    take only their hit's cost. Runs at interpreter exit (the end of the main module,
+    ``sys.exit``, an uncaught ``KeyboardInterrupt`` from SIGINT, and so the graceful shutdown
+    and ``max_requests`` recycling of gunicorn and uvicorn workers, which exit through the
+    interpreter); :mod:`redcount.celery` calls it when a pool process ends, since those end
+    with ``os._exit``. Returns how many went back; store errors are swallowed (those units
+    expire with their windows). See docs/leased-limits.md."""
+    try:
+        return _core._return_all_leases(True)
+    except Exception:  # noqa: BLE001 - the process is ending whatever the store says
+        return 0
+
+
 def refuse_lease_all(lease: object) -> None:
     """``hit_all(..., lease=N)`` raises :class:`~redcount.InvalidInputError`: a lease is one
     (limit, key)'s units held by this process, decided apart from the store, so a call
@@ -294,8 +310,12 @@ class Limiter:
         across processes; units other processes hold unused are refused meanwhile
         (under-admission). Unused units go back after ``lease_ttl`` seconds (default 10; at
         this process's next leased call, or within about a second from a background thread),
-        on :meth:`return_leases` and when the store is closed. Decisions made
-        locally report ``remaining`` as the process knows it. See docs/leased-limits.md.
+        on :meth:`return_leases`, when the store is closed and when the process ends
+        (interpreter exit, SIGINT, a SIGTERM nothing else handles, gunicorn, uvicorn and
+        Celery workers; a SIGKILL loses at most what the process held). Decisions made
+        locally report ``remaining`` as the process knows it; refusals of an exhausted key
+        cost one round trip each at most (none with ``refusal_cache``). See
+        docs/leased-limits.md.
 
         ``penalty``: this call's :class:`~redcount.Penalty` instead of the limiter's (None, the
         default: the limiter's; ``False``: none for this call). Its state is the key's, under

@@ -38,6 +38,9 @@ What is counted, and where:
   ``breaker-open``, ``unavailable``; see :data:`redcount.web.engine.UNDECIDED_REASONS`).
   Each one was let through (``fail="open"``) or refused with 503 (``"closed"``) without
   being counted against its limits, so a rise means limits were not enforced exactly.
+- *leased units*: units this process's leases (``Limiter.hit(..., lease=N)``) hold and have
+  not admitted yet, over every limiter: what the process would lose if it were killed now
+  (SIGKILL; docs/leased-limits.md), and what other processes cannot admit meanwhile.
 
 A forked child starts from zero (its counts are its own). Thread-safe.
 """
@@ -142,6 +145,8 @@ class MetricsSnapshot:
     undecided_requests: int = 0
     #: The same by reason: ``{"timeout": n, "breaker-open": n, "unavailable": n}``.
     undecided_by_reason: dict[str, int] = field(default_factory=dict)
+    #: Leased units this process holds and has not admitted yet, over every limiter.
+    leased_units: int = 0
 
 
 _lock = threading.Lock()
@@ -336,6 +341,7 @@ def snapshot(top: int = TOP_N) -> MetricsSnapshot:
         trimmed_entries=_trimmed_total(),
         undecided_requests=sum(undecided.values()),
         undecided_by_reason=undecided,
+        leased_units=_core._leased_units(),
     )
 
 
@@ -360,6 +366,8 @@ class RedcountCollector:
     - ``redcount_reconcile_drift_ratio{counter}`` (after a reconcile in this process)
     - ``redcount_undecided_requests_total{reason}``: web requests a limit decided without the
       store (``timeout``, ``breaker-open``, ``unavailable``; alert on any increase)
+    - ``redcount_leased_units``: leased units held and not admitted yet (what a SIGKILL of the
+      process would lose until their windows end)
 
     Rates are Prometheus's business (``rate(redcount_counter_writes_total[5m])``): a scrape
     does not disturb the intervals of :func:`metrics`.
@@ -438,6 +446,8 @@ class RedcountCollector:
         for reason, n in sorted(_undecided_counts().items()):
             undecided.add_metric([reason], n)
         yield undecided
+        held = _core._leased_units()
+        yield gauge("leased_units", "Leased units this process holds and has not admitted yet", value=held)
         drift = _drift()
         if drift:
             g = gauge("reconcile_drift_ratio", "Last reconciliation's relative drift", labels=["counter"])

@@ -196,4 +196,81 @@ TEST_F(LeasedTest, PeekDecidesFromTheLeaseWithoutTakingFromIt) {
   EXPECT_EQ(count(limits, "k"), 0);
 }
 
+TEST_F(LeasedTest, AnExhaustedKeyIsAskedAgainWithoutWaitingForAnotherCaller) {
+  const auto limits = parse_limits("10/hour");
+  while (hit(limits, "k", 1, 100).allowed) {
+  }
+  // The store refused: the lease knows the key is exhausted until the window ends. A caller
+  // that may wait (wait=true) does not wait for another's refill in flight, nor make others
+  // wait for its own, and asks for just its cost.
+  LeaseTable::Step a = leases_->begin(limits, "k", 1, 100, true);
+  ASSERT_FALSE(a.decided.has_value());
+  EXPECT_FALSE(a.refill.owns_flag);
+  LeaseTable::Step b = leases_->begin(limits, "k", 1, 100, true);  // would block behind a flag
+  ASSERT_FALSE(b.decided.has_value());
+  EXPECT_FALSE(b.refill.owns_flag);
+  for (auto* s : {&a, &b}) {
+    Decision d = leases_->install(s->refill, run(*store_, *s->refill.op));
+    EXPECT_FALSE(d.allowed);
+    EXPECT_GT(d.retry_after_ms, 0);
+  }
+  clock_->advance(3'600'000);  // a new window: a whole lease again, for the caller others wait for
+  LeaseTable::Step c = leases_->begin(limits, "k", 1, 100, true);
+  EXPECT_TRUE(c.refill.owns_flag);
+  EXPECT_TRUE(leases_->install(c.refill, run(*store_, *c.refill.op)).allowed);
+  EXPECT_EQ(leases_->held(), 4);  // min(100, 10 / 2) - 1
+}
+
+TEST_F(LeasedTest, RefillsSideBySideTakeOneLeaseBetweenThem) {
+  const auto limits = parse_limits("1000/hour");
+  // Asynchronous callers never wait: both begin before either's grant is in.
+  LeaseTable::Step a = leases_->begin(limits, "k", 1, 100, false);
+  LeaseTable::Step b = leases_->begin(limits, "k", 1, 100, false);
+  LeaseGrant gb = run(*store_, *b.refill.op);
+  LeaseGrant ga = run(*store_, *a.refill.op);
+  EXPECT_EQ(ga.granted, 100);
+  EXPECT_EQ(gb.granted, 1);  // just its cost: the process holds one lease's leftover at most
+  EXPECT_TRUE(leases_->install(a.refill, ga).allowed);
+  EXPECT_TRUE(leases_->install(b.refill, gb).allowed);
+  EXPECT_EQ(leases_->held(), 99);
+  EXPECT_EQ(count(limits, "k"), 101);
+}
+
+TEST_F(LeasedTest, AHitNeedingMoreThanTheLeaseHoldsGivesThoseBackInTheSameRoundTrip) {
+  const auto limits = parse_limits("40/hour");
+  ASSERT_TRUE(hit(limits, "k", 1, 10).allowed);
+  EXPECT_EQ(leases_->held(), 9);
+  ASSERT_TRUE(hit(limits, "k", 12, 10).allowed);
+  EXPECT_EQ(leases_->held(), 0);
+  EXPECT_EQ(count(limits, "k"), 1 + 12);
+}
+
+TEST_F(LeasedTest, EveryTableGivesItsUnitsBackWhenTheProcessEnds) {
+  const auto limits = parse_limits("100/hour");
+  auto other = make_limiter(store_, "fixed-window", "other");
+  auto table = LeaseTable::create(*other);
+  const std::int64_t before = LeaseTable::held_everywhere();  // other tests' tables still alive
+  ASSERT_TRUE(hit(limits, "k", 1, 10).allowed);
+  ASSERT_TRUE(table->hit(limits, "k", 1, 4).allowed);
+  EXPECT_EQ(LeaseTable::held_everywhere(), before + 9 + 3);
+  EXPECT_GE(LeaseTable::give_back_everything(false), 9 + 3);
+  EXPECT_EQ(LeaseTable::held_everywhere(), 0);
+  EXPECT_EQ(count(limits, "k"), 1);
+  EXPECT_EQ(other->stats(limits, "k").front().count, 1);
+}
+
+TEST_F(LeasedTest, AnExhaustedKeyTakesALeaseAgainOnceTheStoreAdmits) {
+  const auto limits = parse_limits("10/hour");
+  while (hit(limits, "k", 1, 100).allowed) {
+  }
+  Decision d = hit(limits, "k", 1, 100);  // the store's read-only test refuses
+  EXPECT_FALSE(d.allowed);
+  EXPECT_GT(d.retry_after_ms, 0);
+  EXPECT_EQ(count(limits, "k"), 10);
+  run(*store_, *lim_->make_reset(limits, "k", ""));  // units free again before the window ends
+  EXPECT_TRUE(hit(limits, "k", 1, 100).allowed);  // the test admits: a lease is taken
+  EXPECT_EQ(leases_->held(), 4);                  // min(100, 10 / 2) - 1
+  EXPECT_EQ(count(limits, "k"), 5);
+}
+
 }  // namespace

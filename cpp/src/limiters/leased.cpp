@@ -4,8 +4,12 @@
 #include "redcount/limiters/leased.h"
 
 #include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <limits>
@@ -283,7 +287,28 @@ struct LeaseTable::Entry {
   std::int64_t store_remaining = 0;
   std::vector<std::string> keys;
   std::vector<std::string> fields;  // per key, the hash field the lease charged (none: string keys)
+  int running = 0;  // refills started and not finished (Refill::running)
+  // The store refused `refused_cost` (or more) until then: the key is exhausted for it.
+  // Written under `mu`; read without it too (LeaseTable::hit's first look).
+  std::atomic<std::int64_t> refused_until_ms{0};
+  std::atomic<std::int64_t> refused_cost{0};
+
+  bool exhausted(std::int64_t cost, std::int64_t now) const {
+    return now < refused_until_ms.load(std::memory_order_relaxed) &&
+           cost >= refused_cost.load(std::memory_order_relaxed);
+  }
+  // Under `mu`: the store refused `cost` at `at`, until `until`.
+  void refused(std::int64_t cost, std::int64_t at, std::int64_t until) {
+    if (until <= at || until < refused_until_ms.load(std::memory_order_relaxed)) return;
+    refused_cost.store(exhausted(cost, at) ? std::min(refused_cost.load(std::memory_order_relaxed), cost) : cost,
+                       std::memory_order_relaxed);
+    refused_until_ms.store(until, std::memory_order_relaxed);
+  }
 };
+
+// The child of a fork has neither the parent's units nor its SIGTERM thread: SIGTERM gets
+// its default action back (the child arms its own with its first lease).
+static void after_fork_in_child();
 
 // Every live table: the fork handlers reset them in the child, and a store's close gives
 // their units back.
@@ -304,12 +329,79 @@ struct LeaseFork {
                          if (auto t = w.lock()) t->forget_after_fork();
                        }
                        get().mu.unlock();
+                       after_fork_in_child();
                      });
     });
   }
 };
 
 namespace {
+
+// Set once the process gives its leases back for good (give_back_everything): later refills
+// take only their cost, so nothing is held again.
+std::atomic<bool> g_ending{false};
+
+// The SIGTERM hand-off (arm_sigterm): the handler posts `sem` when the process that armed it
+// receives the signal; `thread` then gives the units back and raises SIGTERM again.
+struct TermHandoff {
+  std::atomic<pid_t> armed{0};    // the process whose handler and thread are in place
+  std::atomic<pid_t> decided{0};  // the process that looked at SIGTERM's action already
+  sem_t sem;
+};
+static_assert(std::atomic<pid_t>::is_always_lock_free, "read in a signal handler");
+
+TermHandoff& term_handoff() {
+  static auto* t = new TermHandoff;  // never destroyed: the handler may run at exit
+  return *t;
+}
+
+void on_sigterm(int) {
+  // Async-signal-safe calls only. The default action comes back first: a second SIGTERM
+  // ends the process at once, whatever the give-back is waiting for.
+  const int saved = errno;
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  sigaction(SIGTERM, &dfl, nullptr);
+  TermHandoff& t = term_handoff();
+  if (t.armed.load(std::memory_order_relaxed) == getpid()) {
+    sem_post(&t.sem);
+  } else {
+    raise(SIGTERM);  // a forked child whose handler was not reset: pending until we return
+  }
+  errno = saved;
+}
+
+// How long a SIGTERM waits for the give-back before the process ends anyway.
+constexpr std::chrono::milliseconds kTermGiveBackWait{3000};
+
+void term_thread() {
+  TermHandoff& t = term_handoff();
+  while (sem_wait(&t.sem) != 0 && errno == EINTR) {
+  }
+  // Bounded: a store that does not answer must not keep the process from ending.
+  struct Done {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+  };
+  auto done = std::make_shared<Done>();
+  std::thread([done] {
+    try {
+      (void)LeaseTable::give_back_everything(true);
+    } catch (...) {
+      // Ending anyway: the units expire with their windows.
+    }
+    std::lock_guard<std::mutex> g(done->mu);
+    done->done = true;
+    done->cv.notify_all();
+  }).detach();
+  {
+    std::unique_lock<std::mutex> lk(done->mu);
+    done->cv.wait_for(lk, kTermGiveBackWait, [&] { return done->done; });
+  }
+  kill(getpid(), SIGTERM);  // the default action now (or what the application set meanwhile)
+}
 
 Request give_back_call(const LeaseTable::Entry& e) {
   ScriptCall c{&kLeaseGiveBackScript, e.keys, {std::to_string(e.units)}};
@@ -338,6 +430,26 @@ void lower(std::atomic<std::int64_t>& v, std::int64_t to) {
   while (to < cur && !v.compare_exchange_weak(cur, to, std::memory_order_relaxed)) {
   }
 }
+
+// A refill counted in its lease's `running` until install() (under the lease's mutex: the
+// callers it wakes must not see it running any more, or each would take only its cost, and
+// so would the one after it), or until its last copy goes when it never completes (failed,
+// cancelled).
+struct RunningRefill {
+  explicit RunningRefill(std::shared_ptr<LeaseTable::Entry> entry) : e(std::move(entry)) {}
+  RunningRefill(const RunningRefill&) = delete;
+  RunningRefill& operator=(const RunningRefill&) = delete;
+  ~RunningRefill() {
+    std::lock_guard<std::mutex> g(e->mu);
+    finish();
+  }
+  void finish() {  // under e->mu
+    if (!done) --e->running;
+    done = true;
+  }
+  std::shared_ptr<LeaseTable::Entry> e;
+  bool done = false;  // guarded by e->mu
+};
 
 Decision local_decision(const LeaseTable::Entry& e, std::int64_t now) {
   Decision d;
@@ -531,6 +643,7 @@ LeaseTable::Step LeaseTable::begin(const std::vector<RateLimit>& limits, std::st
   if (now >= next_due_ms_.load(std::memory_order_relaxed)) due = collect_due(now);
   auto e = entry(limits, key, true);
   std::unique_lock<std::mutex> lk(e->mu);
+  bool exhausted = false;
   for (;;) {
     if (e->units >= cost && now < e->ends_ms) {
       e->units -= cost;
@@ -539,22 +652,33 @@ LeaseTable::Step LeaseTable::begin(const std::vector<RateLimit>& limits, std::st
       if (!due.empty()) s.give_back = std::make_shared<CommandsOp>(std::move(due));
       return s;
     }
-    if (!wait || !e->refilling) break;
+    // The store refused this cost and will until the refusal's retry_after: ask it again
+    // at once, as an unleased hit does, rather than after every caller queued before.
+    exhausted = e->exhausted(cost, now);
+    if (exhausted || !wait || !e->refilling) break;
     e->cv.wait(lk);
     now = now_ms();
   }
-  if (e->units > 0 && now >= e->ends_ms) {  // due back, not collected yet
+  if (e->units > 0 && (now >= e->ends_ms || e->units < cost)) {
+    // Due back, not collected yet; or fewer than the cost: they go back in the round trip
+    // that takes the new lease, which covers the whole cost, so that what the process
+    // holds is never more than one lease's leftover.
     if (now < e->last_window_end_ms) due.push_back(give_back_call(*e));
     e->units = 0;
   }
+  // One lease at a time: a refill running beside another (an asynchronous caller's, or one
+  // of an exhausted key), or once the process is ending, takes just its cost.
+  const bool full = e->running == 0 && !exhausted && !g_ending.load(std::memory_order_relaxed);
   Step s;
   s.refill.entry = e;
   s.refill.cost = cost;
-  s.refill.owns_flag = wait;
-  if (wait) e->refilling = true;
+  s.refill.owns_flag = wait && !exhausted;
+  if (s.refill.owns_flag) e->refilling = true;
+  ++e->running;
+  s.refill.running = std::make_shared<RunningRefill>(e);
   lk.unlock();
   try {
-    s.refill.op = strategy_.make_take_lease(limits, key, cost, std::max(units, cost), std::move(due));
+    s.refill.op = strategy_.make_take_lease(limits, key, cost, full ? std::max(units, cost) : cost, std::move(due));
   } catch (...) {
     release_flag(s.refill);
     throw;
@@ -573,6 +697,7 @@ void LeaseTable::release_flag(const Refill& refill) {
 Decision LeaseTable::install(const Refill& refill, const LeaseGrant& grant) {
   auto* e = static_cast<Entry*>(refill.entry.get());
   std::unique_lock<std::mutex> g(e->mu);
+  if (refill.running) static_cast<RunningRefill*>(refill.running.get())->finish();
   if (refill.owns_flag) {
     e->refilling = false;
     e->cv.notify_all();
@@ -583,8 +708,11 @@ Decision LeaseTable::install(const Refill& refill, const LeaseGrant& grant) {
       e->units -= refill.cost;
       return local_decision(*e, grant.at_ms);
     }
+    // Exhausted for this cost (and any larger one) until the window can admit it again.
+    e->refused(refill.cost, grant.at_ms, grant.at_ms + grant.refusal.retry_after_ms);
     return grant.refusal;
   }
+  e->refused_until_ms.store(0, std::memory_order_relaxed);  // it admits again (a reset, units given back, a new window)
   if (grant.window_end_ms != e->window_end_ms) e->units = 0;  // an ended window's units: nothing to keep
   e->units += grant.granted - refill.cost;
   e->window_end_ms = grant.window_end_ms;
@@ -598,12 +726,31 @@ Decision LeaseTable::install(const Refill& refill, const LeaseGrant& grant) {
   if (holds) lower(next_due_ms_, e->ends_ms);
   Decision d = local_decision(*e, grant.at_ms);
   g.unlock();
-  if (holds) wake_sweeper();
+  if (holds) {
+    wake_sweeper();
+    arm_sigterm();
+  }
   return d;
 }
 
 Decision LeaseTable::hit(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost,
                          std::int64_t units) {
+  if (auto e = entry(limits, key, false)) {
+    const std::int64_t now = now_ms();
+    if (e->exhausted(cost, now)) {
+      // An exhausted key: the strategy's read-only test of the cost, one round trip that
+      // writes nothing (for the fixed window, a GET per limit), no more for the store than
+      // an unleased refusal, and no lock held over it. When it admits, units came back (a
+      // reset, a give-back): a lease is taken as usual.
+      Decision d = strategy_.test(limits, key, cost);
+      std::lock_guard<std::mutex> g(e->mu);
+      if (!d.allowed) {
+        e->refused(cost, now, now + d.retry_after_ms);
+        return d;
+      }
+      e->refused_until_ms.store(0, std::memory_order_relaxed);
+    }
+  }
   Step s = begin(limits, key, cost, units, true);
   Store& store = *store_;
   if (s.decided) {
@@ -657,6 +804,93 @@ std::int64_t LeaseTable::held() const {
     total += e->units;
   }
   return total;
+}
+
+std::int64_t LeaseTable::give_back_everything(bool ending) {
+  if (ending) g_ending.store(true, std::memory_order_relaxed);
+  std::vector<std::shared_ptr<LeaseTable>> tables;
+  {
+    std::lock_guard<std::mutex> g(LeaseFork::get().mu);
+    for (auto& w : LeaseFork::get().live) {
+      if (auto t = w.lock()) tables.push_back(std::move(t));
+    }
+  }
+  std::int64_t total = 0;
+  for (auto& t : tables) {
+    try {
+      total += t->give_back_all();
+    } catch (const Error&) {
+      // A closed or unreachable store: those units expire with their windows.
+    }
+  }
+  return total;
+}
+
+std::int64_t LeaseTable::held_everywhere() {
+  std::vector<std::shared_ptr<LeaseTable>> tables;
+  {
+    std::lock_guard<std::mutex> g(LeaseFork::get().mu);
+    for (auto& w : LeaseFork::get().live) {
+      if (auto t = w.lock()) tables.push_back(std::move(t));
+    }
+  }
+  std::int64_t total = 0;
+  for (auto& t : tables) total += t->held();
+  return total;
+}
+
+void LeaseTable::arm_sigterm() {
+  TermHandoff& t = term_handoff();
+  const pid_t me = getpid();
+  if (t.decided.load(std::memory_order_acquire) == me) return;
+  std::lock_guard<std::mutex> g(LeaseFork::get().mu);  // one arming at a time; reset at fork
+  if (t.decided.load(std::memory_order_relaxed) == me) return;
+  t.decided.store(me, std::memory_order_release);
+  struct sigaction cur {};
+  if (sigaction(SIGTERM, nullptr, &cur) != 0) return;
+  // Someone handles SIGTERM (an application, a server such as gunicorn or uvicorn, Python
+  // code, or it is ignored): theirs is how the process ends; ours stays out.
+  if ((cur.sa_flags & SA_SIGINFO) != 0 || cur.sa_handler != SIG_DFL) return;
+  if (sem_init(&t.sem, 0, 0) != 0) return;
+  // The thread takes no signal: they go to the application's threads, as before.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  try {
+    std::thread(term_thread).detach();
+  } catch (...) {
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    return;  // no thread: SIGTERM keeps its default action
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  t.armed.store(me, std::memory_order_relaxed);
+  struct sigaction act {};
+  act.sa_handler = on_sigterm;
+  sigemptyset(&act.sa_mask);
+  act.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &act, nullptr);
+}
+
+bool LeaseTable::sigterm_armed() {
+  if (term_handoff().armed.load(std::memory_order_relaxed) != getpid()) return false;
+  struct sigaction cur {};
+  return sigaction(SIGTERM, nullptr, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) == 0 && cur.sa_handler == on_sigterm;
+}
+
+static void after_fork_in_child() {
+  g_ending.store(false, std::memory_order_relaxed);
+  TermHandoff& t = term_handoff();
+  if (t.armed.load(std::memory_order_relaxed) != 0) {
+    struct sigaction cur {};
+    if (sigaction(SIGTERM, nullptr, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) == 0 && cur.sa_handler == on_sigterm) {
+      struct sigaction dfl {};
+      dfl.sa_handler = SIG_DFL;
+      sigemptyset(&dfl.sa_mask);
+      sigaction(SIGTERM, &dfl, nullptr);
+    }
+  }
+  t.armed.store(0, std::memory_order_relaxed);
+  t.decided.store(0, std::memory_order_relaxed);
 }
 
 std::int64_t LeaseTable::give_back_all_of(const Store* store) {

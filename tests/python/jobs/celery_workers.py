@@ -28,10 +28,13 @@ class CeleryWorker:
     """``celery -A jobs_app worker --pool=prefork -c <concurrency>`` on the redis-server at
     ``base`` (``redis://127.0.0.1:PORT``); its log goes to ``log_path``."""
 
-    def __init__(self, base: str, log_path: Path, concurrency: int = 2) -> None:
+    def __init__(
+        self, base: str, log_path: Path, concurrency: int = 2, extra_args: tuple[str, ...] = ()
+    ) -> None:
         self.base = base
         self.log_path = log_path
         self.concurrency = concurrency
+        self.extra_args = extra_args  # more options of `celery worker`, e.g. --max-tasks-per-child
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: BinaryIO | None = None
 
@@ -48,7 +51,7 @@ class CeleryWorker:
             sys.executable, "-m", "celery", "-A", "jobs_app", "worker",
             "--pool=prefork", "-c", str(self.concurrency), "--loglevel=INFO",
             "--without-gossip", "--without-mingle", "--without-heartbeat",
-            "-n", f"jobs-{os.getpid()}@%h",
+            "-n", f"jobs-{os.getpid()}@%h", *self.extra_args,
         ]  # fmt: skip
         self.proc = subprocess.Popen(
             cmd, cwd=HERE, env=env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,

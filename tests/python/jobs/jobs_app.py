@@ -138,3 +138,18 @@ def hold(tag: str) -> str:
     record("holding", tag=tag, pid=os.getpid(), t=time.time())
     time.sleep(60)
     return tag
+
+
+_leased: redcount.Limiter | None = None
+
+
+@app.task
+def leased_hit(n: int, limit: str, key: str) -> bool:
+    """A leased hit of one hot key in a pool process (the test recycles them every few tasks
+    with --max-tasks-per-child): records whether it was admitted."""
+    global _leased
+    if _leased is None:
+        _leased = redcount.Limiter(store(), prefix="jobs:leased")
+    admitted = bool(_leased.hit(limit, key, lease=10))
+    record("leased", n=n, key=key, allowed=admitted, pid=os.getpid())
+    return admitted

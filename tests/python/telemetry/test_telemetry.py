@@ -185,3 +185,31 @@ def test_several_hot_key_tables_are_merged() -> None:
     finally:
         sa.close()
         sb.close()
+
+
+def test_leased_units_held_are_a_metric() -> None:
+    # Other tests' limiters may still hold units in this process: compare with the start.
+    before = redcount.metrics().leased_units
+    store = redcount.connect()
+    registry = CollectorRegistry()
+    collector = redcount.metrics.register(registry)
+    try:
+        a, b = redcount.Limiter(store), redcount.Limiter(store, prefix="other")
+        a.hit("100/hour", "k", lease=10)  # takes 10, holds 9
+        b.hit("1000/hour", "k", lease=4)  # takes 4, holds 3
+        assert a.leased_units + b.leased_units == 12
+        assert redcount.metrics().leased_units == before + 12
+        text = generate_latest(registry).decode()
+        gauge = [
+            s.value
+            for fam in text_string_to_metric_families(text)
+            for s in fam.samples
+            if s.name == "redcount_leased_units"
+        ]
+        assert gauge == [before + 12]
+        a.return_leases()
+        assert redcount.metrics().leased_units == before + 3
+    finally:
+        registry.unregister(collector)
+        store.close()
+    assert redcount.metrics().leased_units == before  # closing the store gave b's back

@@ -306,19 +306,32 @@ def test_bench_only_leased(tmp_path: Path) -> None:
         ("threads", 1000, "fixed-window"),
         ("processes", None, "fixed-window"),
         ("processes", 1000, "fixed-window"),
+        ("threads", None, "fixed-window"),
+        ("threads", 1000, "fixed-window"),
+        ("threads", 1000, "fixed-window"),
         ("threads", None, "sliding-window-approx"),
         ("threads", 1000, "sliding-window-approx"),
     ]
-    assert all(r["decisions"] > 0 and r["admitted"] == r["decisions"] for r in data["rows"])
+    rates = [r for r in data["rows"] if not r["refusals"]]
+    assert all(r["decisions"] > 0 and r["admitted"] == r["decisions"] for r in rates)
     # Every admitted unit was charged; what was held went back when the callers closed.
-    assert all(r["charged"] == r["admitted"] and r["held"] >= 0 for r in data["rows"])
+    assert all(r["charged"] == r["admitted"] and r["held"] >= 0 for r in rates)
+    # On an exhausted key every decision is a refusal, at most one script call each; with a
+    # refusal cache, none reach the store.
+    refusals = [r for r in data["rows"] if r["refusals"]]
+    assert [r["refusal_cache"] for r in refusals] == [0, 0, 1000]
+    assert all(r["decisions"] > 0 and r["admitted"] == 0 for r in refusals)
+    assert all(r["calls_per_decision"] <= 1.0 for r in refusals[:2])
+    assert refusals[2]["store_calls"] == 0
     assert [(e["callers"], e["strategy"], e["over"], e["under"]) for e in data["exact"]] == [
         ("threads", "fixed-window", 0, 0),
         ("processes", "fixed-window", 0, 0),
         ("threads", "sliding-window-approx", 0, 0),
     ]
-    assert set(data["ratios"]) == {"threads", "processes", "threads, approx"}
+    assert set(data["ratios"]) == {"threads", "processes", "threads, approx", "refusals, threads"}
+    assert data["targets"]["refusals, threads"] == 1.0
     assert "leased / unleased decisions per second, threads:" in done.stdout
+    assert "leased / unleased refusals of an exhausted key per second, threads:" in done.stdout
 
 
 def test_bench_names_the_server_it_measured(tmp_path: Path) -> None:

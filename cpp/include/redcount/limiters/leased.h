@@ -15,8 +15,22 @@
 // do not use (at most (P - 1) * N per window for P processes, and no more than what they
 // were granted). Unused units go back to the store (lease_give_back.lua) when the lease's
 // lease_ttl passes (at the process's next leased call of any key, or from the table's
-// sweeper thread within a second when it makes none) or the limiter or store is closed; a lease whose windows have all ended has nothing to give back (they expire in
-// the store).
+// sweeper thread within a second when it makes none) or the limiter or store is closed; a
+// lease whose windows have all ended has nothing to give back (they expire in the store).
+//
+// When the process ends: give_back_everything() (Python's atexit, Celery's
+// worker_process_shutdown) returns every table's units, and a SIGTERM that nothing else
+// handles does the same before it ends the process (arm_sigterm). A process that ends
+// without either (SIGKILL, os._exit) loses what it holds, and no more: a lease holds at most
+// one grant's leftover, at most N and at most half of what the window had left when it was
+// taken (a hit that needs more than the lease holds gives those units back in the round
+// trip that takes the next lease, and refills running beside another take only their cost).
+//
+// An exhausted key: a refill the store refuses marks the lease exhausted for that cost until
+// the refusal's retry_after. Until then, hit() asks the store with the strategy's read-only
+// test (one round trip, no write, no lock held, none waiting for another caller's), and
+// takes a lease again once that admits; begin() (asynchronous callers) sends a refill for
+// just the cost, without the flag others wait on.
 //
 // A lease covers one (limits, key) pair. Decisions made locally report remaining and
 // reset_after as well as the process knows them: remaining is what the store had left when
@@ -120,6 +134,9 @@ class LeaseTable {
     std::shared_ptr<void> entry;  // the lease the grant goes to
     std::int64_t cost = 0;
     bool owns_flag = false;  // the refill others wait for (cleared by install or release_flag)
+    // Counts the refill as running until its last copy goes (installed, failed or
+    // cancelled): a refill that starts beside it takes only its cost.
+    std::shared_ptr<void> running;
   };
   struct Step {
     std::optional<Decision> decided;
@@ -140,6 +157,16 @@ class LeaseTable {
 
   // Every table of limiters on `store`: their units go back before it closes.
   static std::int64_t give_back_all_of(const Store* store);
+  // Every table of this process gives its units back. With `ending` (the process is ending)
+  // a lease taken from then on covers only the hit that takes it, so nothing is held again.
+  // Store errors are swallowed (those units are lost: they expire with their windows).
+  // Returns the units that went back.
+  static std::int64_t give_back_everything(bool ending);
+  // Unused units held now across every table of this process (the leased-units metric).
+  static std::int64_t held_everywhere();
+  // Whether this process's SIGTERM gives leases back (arm_sigterm installed its handler and
+  // nothing replaced it since). For tests.
+  static bool sigterm_armed();
 
   struct Entry;
 
@@ -152,6 +179,10 @@ class LeaseTable {
 
   friend struct LeaseFork;
   void forget_after_fork();
+  // On the first lease that holds units in this process: when SIGTERM's action is the
+  // default (nothing handles it), installs a handler that wakes a thread which gives every
+  // table's units back and then raises SIGTERM again with the default action.
+  static void arm_sigterm();
   // The sweeper: a thread, started with the first lease that holds units, that gives back
   // the units of leases past their ttl when the process makes no call that would.
   void wake_sweeper();

@@ -54,9 +54,10 @@ thread (target >= 2,000,000/s); and ``value()`` latency p50/p99 against the shar
 
 Leased limits (``--only leased``, not part of ``all``): one hot key decided by ``Limiter.hit``
 with and without ``lease=1000``, under 8 threads and under 4 processes, in decisions per
-second with the client's and the server's CPU per decision, the ratio (target >= 20x), and
-the over- and under-admission of callers that run a limit out (see
-:mod:`~redcount.tools.bench.leased`).
+second with the client's and the server's CPU per decision, the ratio (target >= 20x), the
+refusals per second of a key whose window is used up, with and without ``lease=`` (target
+>= 1.0x) and with a refusal cache, and the over- and under-admission of callers that run a
+limit out (see :mod:`~redcount.tools.bench.leased`).
 
 Unless said otherwise above, each measurement runs single-threaded for about ``--seconds`` in all, after a short warm-up,
 over 10,000 rotating keys under a key prefix unique to the run. The measurements take turns
