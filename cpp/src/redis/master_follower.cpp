@@ -10,17 +10,7 @@ namespace {
 
 SentinelOptions resolver_options(const StoreOptions& o) {
   if (!o.sentinel) throw InvalidArgument("a Sentinel store needs a redis+sentinel:// URL");
-  SentinelOptions s;
-  for (const auto& a : o.sentinels) s.sentinels.push_back({a.host, a.port});
-  s.service = o.sentinel_service;
-  s.link.username = o.sentinel_username;
-  s.link.password = o.sentinel_password;
-  if (o.tls) s.link.tls = make_tls_context(o);
-  s.link.ssl_server_name = o.ssl_server_name;
-  s.node_link.username = o.username;
-  s.node_link.password = o.password;
-  s.node_link.tls = s.link.tls;
-  s.node_link.ssl_server_name = o.ssl_server_name;
+  SentinelOptions s = sentinel_options(o, o.tls ? make_tls_context(o) : nullptr);
   // A sentinel that does not answer quickly is skipped for the next one; never wait longer
   // for one than the store would for a data node.
   auto cap = [](std::chrono::milliseconds own, std::chrono::milliseconds store) {

@@ -212,7 +212,7 @@ std::string RedisStore::sentinel_master() const {
   redis::MasterFollower* f = follower_current_.load(std::memory_order_acquire);
   if (f == nullptr) return {};
   const auto at = f->master();
-  return at ? at->to_string() : std::string();
+  return at ? at->text() : std::string();
 }
 
 std::uint64_t RedisStore::sentinel_switches() const {
