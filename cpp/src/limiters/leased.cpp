@@ -3,8 +3,6 @@
 // script, a test then a hit), each after any lease_give_back.lua calls due.
 #include "redcount/limiters/leased.h"
 
-#include <pthread.h>
-
 #include <algorithm>
 #include <charconv>
 #include <chrono>
@@ -16,6 +14,7 @@
 #include "limiters/limiter_internal.h"
 #include "redcount/common/bounds.h"
 #include "redcount/common/errors.h"
+#include "redcount/common/fork_hooks.h"
 #include "redcount/common/keys.h"
 #include "redcount/common/window.h"
 #include "store/script_args.h"
@@ -296,16 +295,15 @@ struct LeaseFork {
     return *r;
   }
   static void install() {
-    static std::once_flag once;
-    std::call_once(once, [] {
-      pthread_atfork([] { get().mu.lock(); }, [] { get().mu.unlock(); },
-                     [] {
-                       for (auto& w : get().live) {
-                         if (auto t = w.lock()) t->forget_after_fork();
-                       }
-                       get().mu.unlock();
-                     });
-    });
+    // Once for all tables, never unregistered (common/fork_hooks.h).
+    static const auto* hooks = new ForkHooks([] { get().mu.lock(); }, [] { get().mu.unlock(); },
+                                             [] {
+                                               for (auto& w : get().live) {
+                                                 if (auto t = w.lock()) t->forget_after_fork();
+                                               }
+                                               get().mu.unlock();
+                                             });
+    (void)hooks;
   }
 };
 
