@@ -1,5 +1,5 @@
 // Sentinel: the pure helpers (ROLE and +switch-master parsing), and the resolver and the
-// watcher against real processes this file starts: a redis-server master
+// watcher against real processes this file starts (test_servers.h): a redis-server master
 // and replica and three `redis-server --sentinel` processes on free loopback ports, with
 // configurations generated in a temporary directory. Readiness is polled, never slept
 // for; every process is killed and the directory removed when a test ends. The live tests
@@ -33,11 +33,15 @@
 #include "redcount/common/options.h"
 #include "redcount/redis/sentinel.h"
 #include "redcount/redis/redis_store.h"
+#include "test_servers.h"
 #include "test_support.h"
 
 using namespace redcount;
 using namespace redcount::redis;
 using rctest::contains;
+using rctest::free_port;
+using rctest::have_redis_server;
+using rctest::ServerProcess;
 namespace fs = std::filesystem;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
@@ -132,34 +136,10 @@ TEST(SentinelResolverOptions, RefusesAnIncompleteConfiguration) {
 
 namespace {
 
-bool have_redis_server() {
-  const char* path = std::getenv("PATH");
-  std::stringstream dirs(path ? path : "");
-  for (std::string d; std::getline(dirs, d, ':');) {
-    if (!d.empty() && ::access((fs::path(d) / "redis-server").c_str(), X_OK) == 0) return true;
-  }
-  return false;
-}
-
 #define REQUIRE_REDIS_SERVER()                                                                        \
   do {                                                                                                \
     if (!have_redis_server()) GTEST_SKIP() << "redis-server is not on PATH: live Sentinel tests skipped"; \
   } while (0)
-
-int free_port() {
-  const int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  int port = 0;
-  if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  ::close(s);
-  return port;
-}
 
 LinkOptions test_link() {
   LinkOptions o;
@@ -218,48 +198,6 @@ class TempDir {
   fs::path path_;
 };
 
-// One redis-server child (a data node or a sentinel) on 127.0.0.1:port; SIGKILLed and
-// reaped by kill() or the destructor.
-class Process {
- public:
-  Process(std::vector<std::string> args, int port, fs::path log) : port_(port), log_(std::move(log)) {
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::execvp("redis-server", argv.data());
-      ::_exit(127);
-    }
-  }
-  ~Process() { kill(); }
-  Process(const Process&) = delete;
-  Process& operator=(const Process&) = delete;
-
-  void kill() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-  }
-  bool exited() {
-    return pid_ <= 0 || ::waitpid(pid_, nullptr, WNOHANG) == pid_;
-  }
-  int port() const { return port_; }
-  Address address() const { return {"127.0.0.1", port_}; }
-  std::string log() const {
-    std::ifstream in(log_);
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
-  }
-
- private:
-  pid_t pid_ = -1;
-  int port_;
-  fs::path log_;
-};
-
 // A master, one replica and three sentinels monitoring them as service "mymaster".
 class Topology {
  public:
@@ -300,9 +238,9 @@ class Topology {
 
   bool ok() const { return error_.empty(); }
   const std::string& error() const { return error_; }
-  Process& master() { return *master_; }
-  Process& replica() { return *replica_; }
-  Process& sentinel(std::size_t i) { return *sentinels_.at(i); }
+  ServerProcess& master() { return *master_; }
+  ServerProcess& replica() { return *replica_; }
+  ServerProcess& sentinel(std::size_t i) { return *sentinels_.at(i); }
   std::vector<Address> sentinel_addresses() const {
     std::vector<Address> out;
     for (const auto& s : sentinels_) out.push_back(s->address());
@@ -317,14 +255,14 @@ class Topology {
   }
 
   // An extra sentinel with requirepass, monitoring the same master (not part of the trio).
-  std::unique_ptr<Process> start_password_sentinel(const std::string& password) {
+  std::unique_ptr<ServerProcess> start_password_sentinel(const std::string& password) {
     return start_sentinel_process([&](int) { return std::vector<std::string>{"requirepass " + password}; },
                                   test_link());
   }
 
   // An extra sentinel that accepts TLS only (certificates from make_certs.sh in `certs`),
   // monitoring the same (plain) master. `probe`: how to reach it to see it is up.
-  std::unique_ptr<Process> start_tls_sentinel(const fs::path& certs, const LinkOptions& probe) {
+  std::unique_ptr<ServerProcess> start_tls_sentinel(const fs::path& certs, const LinkOptions& probe) {
     return start_sentinel_process(
         [&](int port) {
           return std::vector<std::string>{"port 0",
@@ -340,17 +278,17 @@ class Topology {
   // An extra sentinel for service kService. `monitored_port`: the data node it is told is
   // the master (0: the topology's master); `extra`: more configuration lines (a
   // `sentinel config-epoch`, say).
-  std::unique_ptr<Process> start_extra_sentinel(int monitored_port = 0, std::vector<std::string> extra = {}) {
+  std::unique_ptr<ServerProcess> start_extra_sentinel(int monitored_port = 0, std::vector<std::string> extra = {}) {
     return start_sentinel_process([&](int) { return extra; }, test_link(), monitored_port);
   }
 
   // A standalone server outside the group.
-  std::unique_ptr<Process> start_lone_server() { return start_data_node({}); }
+  std::unique_ptr<ServerProcess> start_lone_server() { return start_data_node({}); }
 
   const fs::path& dir() const { return dir_.path(); }
 
  private:
-  std::unique_ptr<Process> start_data_node(std::vector<std::string> extra) {
+  std::unique_ptr<ServerProcess> start_data_node(std::vector<std::string> extra) {
     for (int attempt = 0; attempt < 3; ++attempt) {
       const int port = free_port();
       const fs::path log = dir_.path() / ("redis-" + std::to_string(port) + ".log");
@@ -359,14 +297,14 @@ class Topology {
                                        "--dbfilename", "dump-" + std::to_string(port) + ".rdb",
                                        "--repl-diskless-sync-delay", "0", "--logfile", log.string()};
       args.insert(args.end(), extra.begin(), extra.end());
-      auto p = std::make_unique<Process>(std::move(args), port, log);
+      auto p = std::make_unique<ServerProcess>(std::move(args), port, log);
       if (ready(*p)) return p;
       error_ = "redis-server did not start on port " + std::to_string(port) + ":\n" + p->log();
     }
     return nullptr;
   }
 
-  std::unique_ptr<Process> start_sentinel_process(const std::function<std::vector<std::string>(int)>& extra_config,
+  std::unique_ptr<ServerProcess> start_sentinel_process(const std::function<std::vector<std::string>(int)>& extra_config,
                                                   const LinkOptions& probe, int monitored_port = 0) {
     if (monitored_port == 0) monitored_port = master_->port();
     for (int attempt = 0; attempt < 3; ++attempt) {
@@ -381,7 +319,7 @@ class Topology {
             << kService << " 10000\n";
         for (const auto& line : extra_config(port)) out << line << "\n";
       }
-      auto p = std::make_unique<Process>(
+      auto p = std::make_unique<ServerProcess>(
           std::vector<std::string>{"redis-server", conf.string(), "--sentinel"}, port, log);
       if (ready(*p, probe)) return p;
       error_ = "redis-server --sentinel did not start on port " + std::to_string(port) + ":\n" + p->log();
@@ -397,7 +335,7 @@ class Topology {
   }
 
   // Ready when it accepts a connection (PING may need AUTH: any reply will do).
-  bool ready(Process& p, const LinkOptions& probe = test_link()) {
+  bool ready(ServerProcess& p, const LinkOptions& probe = test_link()) {
     return eventually(
         [&] {
           if (p.exited()) throw std::runtime_error("exited");
@@ -409,8 +347,8 @@ class Topology {
 
   TempDir dir_;
   std::string error_;
-  std::unique_ptr<Process> master_, replica_;
-  std::vector<std::unique_ptr<Process>> sentinels_;
+  std::unique_ptr<ServerProcess> master_, replica_;
+  std::vector<std::unique_ptr<ServerProcess>> sentinels_;
 };
 
 #define REQUIRE_TOPOLOGY(t)            \
@@ -662,7 +600,7 @@ TEST(Sentinel, WatcherHoldsFiveSubscriptionsAndFallsBackToTheNextSentinel) {
   Topology t;
   REQUIRE_TOPOLOGY(t);
   static_assert(SwitchMasterWatcher::kMaxLinks == 5);
-  std::vector<std::unique_ptr<Process>> extra;  // the 4th, 5th and 6th sentinels
+  std::vector<std::unique_ptr<ServerProcess>> extra;  // the 4th, 5th and 6th sentinels
   SentinelOptions o = t.options();
   for (int i = 0; i < 3; ++i) {
     extra.push_back(t.start_extra_sentinel());
