@@ -259,26 +259,6 @@ Cluster::Cluster(const StoreOptions& options) : options_(options), slots_(kClust
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& s : seeds_) node_locked(s);
   }
-  timer_ = std::thread([t = timer_state_] {
-    std::unique_lock<std::mutex> lock(t->mu);
-    while (!t->stop) {
-      if (t->due.empty()) {
-        t->cv.wait(lock);
-        continue;
-      }
-      const TimePoint at = t->due.begin()->first;
-      if (SteadyClock::now() < at) {
-        t->cv.wait_until(lock, at);
-        continue;
-      }
-      std::function<void()> fn = std::move(t->due.begin()->second);
-      t->due.erase(t->due.begin());
-      lock.unlock();
-      fn();
-      fn = nullptr;  // may drop the cluster's last reference; `t` stays valid
-      lock.lock();
-    }
-  });
 }
 
 Cluster::~Cluster() { close(); }
@@ -293,23 +273,8 @@ void Cluster::close() {
     }
     refresh_cv_.notify_all();
   }
-  std::multimap<TimePoint, std::function<void()>> dropped;
-  {
-    std::lock_guard<std::mutex> lock(timer_state_->mu);
-    timer_state_->stop = true;
-    dropped.swap(timer_state_->due);
-  }
-  timer_state_->cv.notify_all();
   // Batches waiting for a backoff end now, with StoreClosed (dispatch sees closed_).
-  for (auto& [at, fn] : dropped) fn();
-  dropped.clear();
-  if (timer_.joinable()) {
-    if (std::this_thread::get_id() == timer_.get_id()) {
-      timer_.detach();  // the timer thread drops its last reference; it exits on its own
-    } else {
-      timer_.join();
-    }
-  }
+  timer_.close();
   for (auto& n : nodes) n->close();
 }
 
@@ -445,7 +410,7 @@ void Cluster::install(const std::vector<SlotRange>& ranges) {
   for (const auto& [key, p] : parked_) parked.push_back(p.batch);
   lock.unlock();
   // On the timer thread, not on the node's I/O thread that delivered CLUSTER SLOTS.
-  schedule(SteadyClock::now(), [self = shared_from_this(), parked = std::move(parked)]() mutable {
+  timer_.schedule(SteadyClock::now(), [self = shared_from_this(), parked = std::move(parked)]() mutable {
     self->wake_parked(std::move(parked));
   });
 }
@@ -510,7 +475,7 @@ void Cluster::request_refresh() {
     }
   }
   if (at != TimePoint{}) {
-    schedule(at, [w = weak_from_this()] {
+    timer_.schedule(at, [w = weak_from_this()] {
       if (auto self = w.lock()) {
         {
           std::lock_guard<std::mutex> lock(self->mu_);
@@ -559,7 +524,7 @@ void Cluster::start_refresh() {
     node = candidates[std::uniform_int_distribution<std::size_t>(0, candidates.size() - 1)(rng())];
   }
   if (start_periodic) {
-    schedule(SteadyClock::now() + kRefreshEvery, [w = weak_from_this()] {
+    timer_.schedule(SteadyClock::now() + kRefreshEvery, [w = weak_from_this()] {
       if (auto self = w.lock()) self->periodic();
     });
   }
@@ -634,27 +599,13 @@ bool Cluster::refresh_now(std::chrono::milliseconds timeout) {
   return false;
 }
 
-// ----------------------------------------------------------------------------- timer
-
-void Cluster::schedule(TimePoint at, std::function<void()> fn) {
-  {
-    std::unique_lock<std::mutex> lock(timer_state_->mu);
-    if (timer_state_->stop) {
-      lock.unlock();
-      return fn();  // closed: a batch's retry ends now (with StoreClosed)
-    }
-    timer_state_->due.emplace(at, std::move(fn));
-  }
-  timer_state_->cv.notify_all();
-}
-
 void Cluster::periodic() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return;
   }
   request_refresh();
-  schedule(SteadyClock::now() + kRefreshEvery, [w = weak_from_this()] {
+  timer_.schedule(SteadyClock::now() + kRefreshEvery, [w = weak_from_this()] {
     if (auto self = w.lock()) self->periodic();
   });
 }
@@ -1068,7 +1019,7 @@ void Cluster::finish_round(const std::shared_ptr<Batch>& batch) {
   }
   if (at == TimePoint{}) return complete(batch);
   if (now_again) return dispatch(batch);
-  schedule(at, [self = shared_from_this(), batch, ticket] {
+  timer_.schedule(at, [self = shared_from_this(), batch, ticket] {
     if (self->unpark(batch, ticket)) self->dispatch(batch);
   });
 }

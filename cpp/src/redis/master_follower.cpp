@@ -391,37 +391,30 @@ void MasterFollower::park(Parked p) {
 }
 
 void MasterFollower::park_locked(Parked p) {
+  const TimePoint deadline = p.call->deadline;
+  std::weak_ptr<AsyncCall> call = p.call;
   parked_.push_back(std::move(p));
-  if (!expirer_.joinable()) expirer_ = std::thread([this] { expire_parked(); });
-  parked_cv_.notify_all();
+  // A call without a deadline waits for a master or close().
+  if (deadline != kNever) timer_.schedule(deadline, [this, call] { expire(call); });
 }
 
-void MasterFollower::expire_parked() {
-  std::unique_lock<std::mutex> lock(mu_);
-  for (;;) {
-    if (closed_ && parked_.empty()) return;
-    TimePoint next = kNever;
-    for (const auto& p : parked_) next = std::min(next, p.call->deadline);
-    if (next == kNever) {
-      parked_cv_.wait(lock);
-    } else {
-      parked_cv_.wait_until(lock, next);
-    }
-    const TimePoint now = SteadyClock::now();
-    std::vector<Parked> due;
+void MasterFollower::expire(const std::weak_ptr<AsyncCall>& call) {
+  std::vector<Parked> due;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const CallPtr c = call.lock();
     for (auto it = parked_.begin(); it != parked_.end();) {
-      if (closed_ || it->call->deadline <= now) {
+      // Already sent elsewhere (and parked again later, maybe): only a call still parked at
+      // its deadline, or every call once the store closed.
+      if (closed_ || it->call == c) {
         due.push_back(std::move(*it));
         it = parked_.erase(it);
       } else {
         ++it;
       }
     }
-    if (due.empty()) continue;
-    lock.unlock();
-    for (auto& p : due) p.call->done({}, p.error);  // no master came in time: nothing ran
-    lock.lock();
   }
+  for (auto& p : due) p.call->done({}, p.error);  // no master came in time: nothing ran
 }
 
 void MasterFollower::close() {
@@ -434,15 +427,10 @@ void MasterFollower::close() {
     if (current_) all.push_back(current_);
   }
   switched_cv_.notify_all();
-  parked_cv_.notify_all();  // the expirer hands the parked calls their errors and ends
-  if (expirer_.joinable()) {
-    // A caller's completion may close the store from the expirer's own thread.
-    if (expirer_.get_id() == std::this_thread::get_id()) {
-      expirer_.detach();
-    } else {
-      expirer_.join();
-    }
-  }
+  // The parked calls get their errors now: the expiries still due run at once, then any
+  // call without a deadline.
+  timer_.close();
+  expire({});
   if (watcher_) watcher_->stop();
   for (auto& g : all) g->engine->close();
 }

@@ -70,6 +70,7 @@
 #include "redcount/common/options.h"
 #include "redcount/redis/command_keys.h"
 #include "redcount/redis/pipeline.h"
+#include "redcount/redis/timer.h"
 #include "redcount/store/breaker.h"
 #include "redcount/store/store.h"
 
@@ -217,7 +218,6 @@ class Cluster : public std::enable_shared_from_this<Cluster> {
   void patch(std::uint32_t slot, const Address& to);
   void start_refresh();
   void refresh_done(bool ok);
-  void schedule(TimePoint at, std::function<void()> fn);
   void periodic();
 
   StoreOptions options_;
@@ -261,16 +261,8 @@ class Cluster : public std::enable_shared_from_this<Cluster> {
   ResilienceOptions breaker_options_;  // under mu_
   bool breaker_fallback_ = false;      // under mu_
 
-  // Backoffs, rate-limited refreshes and the periodic refresh run on one timer thread.
-  // Its state outlives the cluster when the cluster's last reference drops on that thread.
-  struct Timer {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::multimap<TimePoint, std::function<void()>> due;
-    bool stop = false;
-  };
-  std::shared_ptr<Timer> timer_state_ = std::make_shared<Timer>();
-  std::thread timer_;
+  // Backoffs, rate-limited refreshes and the periodic refresh run on the timer's thread.
+  Timer timer_;
 };
 
 }  // namespace redcount::redis
