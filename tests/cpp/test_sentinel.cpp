@@ -1,5 +1,5 @@
-// Sentinel: the URL parser, the pure helpers (ROLE and +switch-master parsing), and the
-// resolver and the watcher against real processes this file starts: a redis-server master
+// Sentinel: the pure helpers (ROLE and +switch-master parsing), and the resolver and the
+// watcher against real processes this file starts (test_servers.h): a redis-server master
 // and replica and three `redis-server --sentinel` processes on free loopback ports, with
 // configurations generated in a temporary directory. Readiness is polled, never slept
 // for; every process is killed and the directory removed when a test ends. The live tests
@@ -33,138 +33,18 @@
 #include "redcount/common/options.h"
 #include "redcount/redis/sentinel.h"
 #include "redcount/redis/redis_store.h"
-#include "redcount/common/sentinel_url.h"
+#include "test_servers.h"
 #include "test_support.h"
 
 using namespace redcount;
 using namespace redcount::redis;
 using rctest::contains;
+using rctest::free_port;
+using rctest::have_redis_server;
+using rctest::ServerProcess;
 namespace fs = std::filesystem;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
-
-namespace {
-
-// --- the URL --------------------------------------------------------------------------------
-
-std::string url_error(const std::string& url) {
-  try {
-    parse_sentinel_url(url);
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-}  // namespace
-
-TEST(SentinelUrl, FullForm) {
-  const SentinelUrl u = parse_sentinel_url("redis+sentinel://app:p%40ss@s1:26380,10.0.0.2,[::1]:26381/cache/3");
-  ASSERT_EQ(u.sentinels.size(), 3u);
-  EXPECT_EQ(u.sentinels[0], (Address{"s1", 26380}));
-  EXPECT_EQ(u.sentinels[1], (Address{"10.0.0.2", kDefaultSentinelPort}));
-  EXPECT_EQ(u.sentinels[2], (Address{"::1", 26381}));
-  EXPECT_EQ(u.sentinels[2].to_string(), "[::1]:26381");
-  EXPECT_EQ(u.service, "cache");
-  EXPECT_EQ(u.master.kind, StoreOptions::Kind::Tcp);
-  EXPECT_FALSE(u.master.tls);
-  EXPECT_EQ(u.master.username, "app");
-  EXPECT_EQ(u.master.password, "p@ss");
-  EXPECT_EQ(u.master.db, 3);
-  EXPECT_TRUE(u.sentinel_username.empty());
-  EXPECT_TRUE(u.sentinel_password.empty());
-}
-
-TEST(SentinelUrl, MinimalFormAndPasswordShorthand) {
-  const SentinelUrl u = parse_sentinel_url("redis+sentinel://s1/svc");
-  EXPECT_EQ(u.sentinels, (std::vector<Address>{{"s1", 26379}}));
-  EXPECT_EQ(u.service, "svc");
-  EXPECT_EQ(u.master.db, 0);
-  EXPECT_TRUE(u.master.password.empty());
-  const SentinelUrl p = parse_sentinel_url("redis+sentinel://secret@s1:1,s2:2/svc/");
-  EXPECT_EQ(p.master.password, "secret");
-  EXPECT_TRUE(p.master.username.empty());
-  EXPECT_EQ(p.master.db, 0);
-  EXPECT_EQ(parse_sentinel_url("redis+sentinel://s1/my%2Dsvc").service, "my-svc");
-}
-
-TEST(SentinelUrl, SentinelCredentialsAndTls) {
-  const SentinelUrl u = parse_sentinel_url(
-      "rediss+sentinel://:pw@s1:26379/svc?sentinel_username=watch&sentinel_password=s%26pw"
-      "&ssl_ca_certs=/etc/ca.pem&ssl_check_hostname=false");
-  EXPECT_TRUE(u.master.tls);
-  EXPECT_EQ(u.master.password, "pw");
-  EXPECT_EQ(u.sentinel_username, "watch");
-  EXPECT_EQ(u.sentinel_password, "s&pw");
-  EXPECT_EQ(u.master.ssl_ca_certs, "/etc/ca.pem");
-  EXPECT_FALSE(u.master.ssl_check_hostname);
-  const SentinelOptions o = sentinel_options(u, nullptr);
-  EXPECT_EQ(o.service, "svc");
-  EXPECT_EQ(o.link.username, "watch");
-  EXPECT_EQ(o.link.password, "s&pw");
-  EXPECT_EQ(o.sentinels, u.sentinels);
-
-  SentinelUrl k = parse_sentinel_url("redis+sentinel://s1/svc?sentinel_password=a");
-  set_sentinel_option(k, "sentinel_password", "b");
-  EXPECT_EQ(k.sentinel_password, "b");
-  EXPECT_THROW(set_sentinel_option(k, "password", "x"), InvalidArgument);
-}
-
-TEST(SentinelUrl, RecognisesItsSchemes) {
-  EXPECT_TRUE(is_sentinel_url("redis+sentinel://s/x"));
-  EXPECT_TRUE(is_sentinel_url("rediss+sentinel://s/x"));
-  EXPECT_FALSE(is_sentinel_url("redis://s/0"));
-  EXPECT_FALSE(is_sentinel_url("redis+cluster://s"));
-}
-
-TEST(SentinelUrl, ErrorsSayWhatIsWrongWithoutSecrets) {
-  struct Case {
-    std::string url;
-    std::string says;
-  };
-  const std::vector<Case> cases = {
-      {"redis://s1/svc", "scheme must be redis+sentinel or rediss+sentinel"},
-      {"redis+sentinel:/s1/svc", "missing scheme"},
-      {"redis+sentinel://s1:26379", "missing the service name"},
-      {"redis+sentinel://s1:26379/", "missing the service name"},
-      {"redis+sentinel:///svc", "no sentinel address"},
-      {"redis+sentinel://s1,,s2/svc", "sentinel #2 is empty"},
-      {"redis+sentinel://s1,/svc", "sentinel #2 is empty"},
-      {"redis+sentinel://s1:0/svc", "sentinel #1 (s1): port must be a number 1-65535, got '0'"},
-      {"redis+sentinel://s1,s2:99999/svc", "sentinel #2 (s2): port must be a number 1-65535"},
-      {"redis+sentinel://s1,:5/svc", "sentinel #2 has no host"},
-      {"redis+sentinel://[::1/svc", "unterminated [IPv6] host"},
-      {"redis+sentinel://s1:1,s1:1/svc", "sentinel s1:1 is listed twice"},
-      {"redis+sentinel://s1/svc/x", "database must be a number >= 0, got 'x'"},
-      {"redis+sentinel://s1/svc/1/2", "junk after the database number"},
-      {"redis+sentinel://s1/a%0Ab", "control character"},
-      {"redis+sentinel://s1/a%20b", "contains a space"},
-      {"redis+sentinel://s1/a%FFb", "not valid UTF-8 once %-decoded: 'a\\xffb'"},
-      {"redis+sentinel://s1/svc?db=1", "the database goes in the path"},
-      {"redis+sentinel://s1/svc?timeout=1", "unknown query parameter 'timeout'"},
-      {"redis+sentinel://s1/svc?sentinel_password", "needs a value"},
-      {"redis+sentinel://s1/svc?sentinel_username=u", "sentinel_username needs sentinel_password"},
-      {"redis+sentinel://s1/svc?sentinel_password=a&sentinel_password=b", "given twice"},
-      {"redis+sentinel://s1/svc?ssl_ca_certs=/x", "ssl_ca_certs applies to rediss+sentinel:// only"},
-      {"rediss+sentinel://s1/svc?ssl_cert_reqs=maybe", "ssl_cert_reqs must be required, optional or none"},
-      {"redis+sentinel://user:@s1/svc", "a user name needs a password"},
-      {"redis+sentinel://u:p%zz@s1/svc", "bad %-escape in credentials"},
-  };
-  for (const auto& c : cases) {
-    const std::string e = url_error(c.url);
-    EXPECT_TRUE(contains(e, c.says)) << c.url << "\n  -> " << e;
-    EXPECT_TRUE(contains(e, "expected redis+sentinel://")) << e;
-  }
-  // Neither the master's password nor the sentinels' appears in any message.
-  for (const std::string url : {"redis+sentinel://u:hunter2@s1:0/svc", "redis+sentinel://hunter2@s1/svc/x",
-                                "redis+sentinel://s1/svc?sentinel_password=hunter2&bogus=1",
-                                "redis+sentinel://s1/svc?sentinel_password=hunter2&sentinel_password=hunter2",
-                                "redis+sentinel://u:hunter2?@s1/svc", "redis+sentinel://s1/svc?sentinel_password=hunter2%"}) {
-    const std::string e = url_error(url);
-    EXPECT_NE(e, "(no error)") << url;
-    EXPECT_FALSE(contains(e, "hunter2")) << url << "\n  -> " << e;
-  }
-}
 
 // --- the pure helpers -------------------------------------------------------------------------
 
@@ -256,34 +136,10 @@ TEST(SentinelResolverOptions, RefusesAnIncompleteConfiguration) {
 
 namespace {
 
-bool have_redis_server() {
-  const char* path = std::getenv("PATH");
-  std::stringstream dirs(path ? path : "");
-  for (std::string d; std::getline(dirs, d, ':');) {
-    if (!d.empty() && ::access((fs::path(d) / "redis-server").c_str(), X_OK) == 0) return true;
-  }
-  return false;
-}
-
 #define REQUIRE_REDIS_SERVER()                                                                        \
   do {                                                                                                \
     if (!have_redis_server()) GTEST_SKIP() << "redis-server is not on PATH: live Sentinel tests skipped"; \
   } while (0)
-
-int free_port() {
-  const int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  int port = 0;
-  if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  ::close(s);
-  return port;
-}
 
 LinkOptions test_link() {
   LinkOptions o;
@@ -342,48 +198,6 @@ class TempDir {
   fs::path path_;
 };
 
-// One redis-server child (a data node or a sentinel) on 127.0.0.1:port; SIGKILLed and
-// reaped by kill() or the destructor.
-class Process {
- public:
-  Process(std::vector<std::string> args, int port, fs::path log) : port_(port), log_(std::move(log)) {
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::execvp("redis-server", argv.data());
-      ::_exit(127);
-    }
-  }
-  ~Process() { kill(); }
-  Process(const Process&) = delete;
-  Process& operator=(const Process&) = delete;
-
-  void kill() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-  }
-  bool exited() {
-    return pid_ <= 0 || ::waitpid(pid_, nullptr, WNOHANG) == pid_;
-  }
-  int port() const { return port_; }
-  Address address() const { return {"127.0.0.1", port_}; }
-  std::string log() const {
-    std::ifstream in(log_);
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
-  }
-
- private:
-  pid_t pid_ = -1;
-  int port_;
-  fs::path log_;
-};
-
 // A master, one replica and three sentinels monitoring them as service "mymaster".
 class Topology {
  public:
@@ -424,9 +238,9 @@ class Topology {
 
   bool ok() const { return error_.empty(); }
   const std::string& error() const { return error_; }
-  Process& master() { return *master_; }
-  Process& replica() { return *replica_; }
-  Process& sentinel(std::size_t i) { return *sentinels_.at(i); }
+  ServerProcess& master() { return *master_; }
+  ServerProcess& replica() { return *replica_; }
+  ServerProcess& sentinel(std::size_t i) { return *sentinels_.at(i); }
   std::vector<Address> sentinel_addresses() const {
     std::vector<Address> out;
     for (const auto& s : sentinels_) out.push_back(s->address());
@@ -441,14 +255,14 @@ class Topology {
   }
 
   // An extra sentinel with requirepass, monitoring the same master (not part of the trio).
-  std::unique_ptr<Process> start_password_sentinel(const std::string& password) {
+  std::unique_ptr<ServerProcess> start_password_sentinel(const std::string& password) {
     return start_sentinel_process([&](int) { return std::vector<std::string>{"requirepass " + password}; },
                                   test_link());
   }
 
   // An extra sentinel that accepts TLS only (certificates from make_certs.sh in `certs`),
   // monitoring the same (plain) master. `probe`: how to reach it to see it is up.
-  std::unique_ptr<Process> start_tls_sentinel(const fs::path& certs, const LinkOptions& probe) {
+  std::unique_ptr<ServerProcess> start_tls_sentinel(const fs::path& certs, const LinkOptions& probe) {
     return start_sentinel_process(
         [&](int port) {
           return std::vector<std::string>{"port 0",
@@ -464,17 +278,17 @@ class Topology {
   // An extra sentinel for service kService. `monitored_port`: the data node it is told is
   // the master (0: the topology's master); `extra`: more configuration lines (a
   // `sentinel config-epoch`, say).
-  std::unique_ptr<Process> start_extra_sentinel(int monitored_port = 0, std::vector<std::string> extra = {}) {
+  std::unique_ptr<ServerProcess> start_extra_sentinel(int monitored_port = 0, std::vector<std::string> extra = {}) {
     return start_sentinel_process([&](int) { return extra; }, test_link(), monitored_port);
   }
 
   // A standalone server outside the group.
-  std::unique_ptr<Process> start_lone_server() { return start_data_node({}); }
+  std::unique_ptr<ServerProcess> start_lone_server() { return start_data_node({}); }
 
   const fs::path& dir() const { return dir_.path(); }
 
  private:
-  std::unique_ptr<Process> start_data_node(std::vector<std::string> extra) {
+  std::unique_ptr<ServerProcess> start_data_node(std::vector<std::string> extra) {
     for (int attempt = 0; attempt < 3; ++attempt) {
       const int port = free_port();
       const fs::path log = dir_.path() / ("redis-" + std::to_string(port) + ".log");
@@ -483,14 +297,14 @@ class Topology {
                                        "--dbfilename", "dump-" + std::to_string(port) + ".rdb",
                                        "--repl-diskless-sync-delay", "0", "--logfile", log.string()};
       args.insert(args.end(), extra.begin(), extra.end());
-      auto p = std::make_unique<Process>(std::move(args), port, log);
+      auto p = std::make_unique<ServerProcess>(std::move(args), port, log);
       if (ready(*p)) return p;
       error_ = "redis-server did not start on port " + std::to_string(port) + ":\n" + p->log();
     }
     return nullptr;
   }
 
-  std::unique_ptr<Process> start_sentinel_process(const std::function<std::vector<std::string>(int)>& extra_config,
+  std::unique_ptr<ServerProcess> start_sentinel_process(const std::function<std::vector<std::string>(int)>& extra_config,
                                                   const LinkOptions& probe, int monitored_port = 0) {
     if (monitored_port == 0) monitored_port = master_->port();
     for (int attempt = 0; attempt < 3; ++attempt) {
@@ -505,7 +319,7 @@ class Topology {
             << kService << " 10000\n";
         for (const auto& line : extra_config(port)) out << line << "\n";
       }
-      auto p = std::make_unique<Process>(
+      auto p = std::make_unique<ServerProcess>(
           std::vector<std::string>{"redis-server", conf.string(), "--sentinel"}, port, log);
       if (ready(*p, probe)) return p;
       error_ = "redis-server --sentinel did not start on port " + std::to_string(port) + ":\n" + p->log();
@@ -521,7 +335,7 @@ class Topology {
   }
 
   // Ready when it accepts a connection (PING may need AUTH: any reply will do).
-  bool ready(Process& p, const LinkOptions& probe = test_link()) {
+  bool ready(ServerProcess& p, const LinkOptions& probe = test_link()) {
     return eventually(
         [&] {
           if (p.exited()) throw std::runtime_error("exited");
@@ -533,8 +347,8 @@ class Topology {
 
   TempDir dir_;
   std::string error_;
-  std::unique_ptr<Process> master_, replica_;
-  std::vector<std::unique_ptr<Process>> sentinels_;
+  std::unique_ptr<ServerProcess> master_, replica_;
+  std::vector<std::unique_ptr<ServerProcess>> sentinels_;
 };
 
 #define REQUIRE_TOPOLOGY(t)            \
@@ -596,9 +410,9 @@ TEST(Sentinel, ResolvesTheMasterAndChecksRoles) {
 
   // The handshake form: ROLE on a connected socket, then expect_master().
   ControlLink master(t.master().address(), test_link());
-  EXPECT_NO_THROW(expect_master(master.call(role_command().args), t.master().address().to_string()));
+  EXPECT_NO_THROW(expect_master(master.call(role_command().args), t.master().address().text()));
   ControlLink replica(t.replica().address(), test_link());
-  EXPECT_THROW(expect_master(replica.call(role_command().args), t.replica().address().to_string()),
+  EXPECT_THROW(expect_master(replica.call(role_command().args), t.replica().address().text()),
                ConnectionError);
 }
 
@@ -628,7 +442,7 @@ TEST(Sentinel, UnknownServiceAndSentinelPasswords) {
     FAIL() << "resolved with a wrong sentinel password";
   } catch (const AuthenticationError& e) {
     EXPECT_FALSE(contains(e.what(), "wrong-pw")) << e.what();
-    EXPECT_TRUE(contains(e.what(), guarded->address().to_string())) << e.what();
+    EXPECT_TRUE(contains(e.what(), guarded->address().text())) << e.what();
   }
   p.link.password = "s3cret-pw";
   EXPECT_EQ(SentinelResolver(p).resolve(), t.master().address());
@@ -659,7 +473,7 @@ TEST(Sentinel, SkipsDeadSentinelsAndMovesTheAnswererToTheFront) {
     resolver.resolve();
     FAIL();
   } catch (const ConnectionError& e) {
-    for (const auto& a : {nobody, trio[0], trio[1]}) EXPECT_TRUE(contains(e.what(), a.to_string())) << e.what();
+    for (const auto& a : {nobody, trio[0], trio[1]}) EXPECT_TRUE(contains(e.what(), a.text())) << e.what();
   }
 }
 
@@ -713,7 +527,7 @@ TEST(Sentinel, WatcherSubscribesOnEverySentinelAndFollowsWhenOneDies) {
   // expect_master() is covered above, so the suite does not wait for it.)
   EXPECT_EQ(probe_role(t.replica().address(), test_link()), Role::Master);
   ControlLink promoted(t.replica().address(), test_link());
-  EXPECT_NO_THROW(expect_master(promoted.call(role_command().args), t.replica().address().to_string()));
+  EXPECT_NO_THROW(expect_master(promoted.call(role_command().args), t.replica().address().text()));
   // Both live sentinels have announced the switch by now (the leader last, once it moved
   // the replicas: there are none left to move).
   EXPECT_TRUE(eventually([&] {
@@ -749,7 +563,7 @@ TEST(Sentinel, WatcherHoldsFromTheSelectionAndFollowsThePromotedReplicaFirst) {
       resolver,
       [&](const Address& a) {
         named_at_switch = reply_text(ask(t.sentinel(0).port(), {"SENTINEL", "get-master-addr-by-name", Topology::kService}));
-        record("switch " + a.to_string());
+        record("switch " + a.text());
       },
       milliseconds(200), [&](bool on) { record(on ? "hold" : "release"); });
   watcher.start(t.master().address());
@@ -760,7 +574,7 @@ TEST(Sentinel, WatcherHoldsFromTheSelectionAndFollowsThePromotedReplicaFirst) {
     std::unique_lock lock(mu);
     ASSERT_TRUE(cv.wait_for(lock, seconds(20), [&] { return events.size() >= 3; })) << events.size();
   }
-  EXPECT_EQ(events, (std::vector<std::string>{"hold", "switch " + t.replica().address().to_string(), "release"}));
+  EXPECT_EQ(events, (std::vector<std::string>{"hold", "switch " + t.replica().address().text(), "release"}));
   EXPECT_EQ(watcher.holds(), 1u);
   EXPECT_EQ(watcher.early_switches(), 1u);
   // Reported before the sentinel that ran the failover (it announces last) named the replica.
@@ -778,7 +592,7 @@ TEST(Sentinel, WatcherHoldsFromTheSelectionAndFollowsThePromotedReplicaFirst) {
   std::this_thread::sleep_for(milliseconds(300));
   watcher.stop();
   std::lock_guard lock(mu);
-  EXPECT_EQ(events, (std::vector<std::string>{"hold", "switch " + t.replica().address().to_string(), "release"}));
+  EXPECT_EQ(events, (std::vector<std::string>{"hold", "switch " + t.replica().address().text(), "release"}));
 }
 
 TEST(Sentinel, WatcherHoldsFiveSubscriptionsAndFallsBackToTheNextSentinel) {
@@ -786,7 +600,7 @@ TEST(Sentinel, WatcherHoldsFiveSubscriptionsAndFallsBackToTheNextSentinel) {
   Topology t;
   REQUIRE_TOPOLOGY(t);
   static_assert(SwitchMasterWatcher::kMaxLinks == 5);
-  std::vector<std::unique_ptr<Process>> extra;  // the 4th, 5th and 6th sentinels
+  std::vector<std::unique_ptr<ServerProcess>> extra;  // the 4th, 5th and 6th sentinels
   SentinelOptions o = t.options();
   for (int i = 0; i < 3; ++i) {
     extra.push_back(t.start_extra_sentinel());
@@ -853,7 +667,7 @@ TEST(Sentinel, WatcherIgnoresALaggingSentinelsOlderMaster) {
   ASSERT_TRUE(eventually([&] { return watcher.subscriptions() == 2; }));
   EXPECT_EQ(watcher.subscribed(), o.sentinels);
   watcher.stop();
-  EXPECT_TRUE(switches.seen().empty()) << "moved to " << switches.seen().front().to_string();
+  EXPECT_TRUE(switches.seen().empty()) << "moved to " << switches.seen().front().text();
 }
 
 TEST(Sentinel, WatcherReportsASwitchItMissedWhileDisconnected) {
@@ -904,7 +718,7 @@ TEST(Sentinel, ResolvesOverTls) {
     SentinelResolver(o).resolve();
     FAIL() << "trusted a certificate from an unknown CA";
   } catch (const ConnectionError& e) {
-    EXPECT_TRUE(contains(e.what(), sentinel->address().to_string())) << e.what();
+    EXPECT_TRUE(contains(e.what(), sentinel->address().text())) << e.what();
   }
   // And a plain client is not answered by the TLS port.
   o.link = test_link();
@@ -944,7 +758,7 @@ TEST(Sentinel, StoreFollowsAForcedFailover) {
   Topology t;
   REQUIRE_TOPOLOGY(t);
   std::string url = "redis+sentinel://";
-  for (const auto& a : t.sentinel_addresses()) url += a.to_string() + ",";
+  for (const auto& a : t.sentinel_addresses()) url += a.text() + ",";
   url.back() = '/';
   url += Topology::kService;
   RedisStore store(parse_url(url));
@@ -953,7 +767,7 @@ TEST(Sentinel, StoreFollowsAForcedFailover) {
 
   const Command incr{{"INCR", "followed"}};
   EXPECT_EQ(store.execute_one(incr).integer, 1);
-  EXPECT_EQ(store.sentinel_master(), t.master().address().to_string());
+  EXPECT_EQ(store.sentinel_master(), t.master().address().text());
   EXPECT_EQ(store.sentinel_switches(), 0u);
 
   const std::string refused = force_failover(t.sentinel(0).port());
@@ -961,7 +775,7 @@ TEST(Sentinel, StoreFollowsAForcedFailover) {
   // The store's watcher follows +switch-master; new calls go to the promoted replica, which
   // has the count (replicated) and its own copy of the scripts (loaded in the handshake).
   ASSERT_TRUE(eventually([&] { return store.sentinel_switches() == 1; })) << "the store did not follow";
-  EXPECT_EQ(store.sentinel_master(), t.replica().address().to_string());
+  EXPECT_EQ(store.sentinel_master(), t.replica().address().text());
   EXPECT_EQ(store.execute_one(incr).integer, 2);
   EXPECT_EQ(reply_text(ask(t.replica().port(), {"GET", "followed"})), "2");
   // The old engine had no call inside it: its connection is closed, only the new one is open.

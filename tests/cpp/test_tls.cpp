@@ -28,10 +28,14 @@
 #include "redcount/common/errors.h"
 #include "redcount/common/options.h"
 #include "redcount/redis/transport.h"
+#include "test_servers.h"
 #include "test_support.h"
 
 using namespace redcount;
 using rctest::contains;
+using rctest::free_port;
+using rctest::have_redis_server;
+using rctest::try_connect;
 namespace fs = std::filesystem;
 
 namespace {
@@ -95,44 +99,6 @@ StoreOptions tls_options(const std::string& ca) {
 
 // --- redis-server with TLS ---------------------------------------------------------------
 
-bool have_redis_server() {
-  const char* path = std::getenv("PATH");
-  std::stringstream dirs(path ? path : "");
-  for (std::string d; std::getline(dirs, d, ':');) {
-    if (!d.empty() && ::access((fs::path(d) / "redis-server").c_str(), X_OK) == 0) return true;
-  }
-  return false;
-}
-
-int free_port() {
-  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  int port = 0;
-  if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  ::close(s);
-  return port;
-}
-
-// A blocking TCP connect to 127.0.0.1:port; -1 when nothing listens.
-int try_connect(int port) {
-  const int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<std::uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(s);
-    return -1;
-  }
-  return s;
-}
-
 // One redis-server child process listening on 127.0.0.1:port (TLS unless `plain`),
 // killed and reaped by the destructor.
 class RedisTls {
@@ -162,20 +128,13 @@ class RedisTls {
 
   explicit RedisTls(const Config& c) {
     const Certs& certs = Certs::get();
-    for (int attempt = 0; attempt < 3 && pid_ <= 0; ++attempt) start(c, certs);
-  }
-  ~RedisTls() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      int status = 0;
-      ::waitpid(pid_, &status, 0);
-    }
+    for (int attempt = 0; attempt < 3 && !process_; ++attempt) start(c, certs);
   }
   RedisTls(const RedisTls&) = delete;
   RedisTls& operator=(const RedisTls&) = delete;
 
   int port() const { return port_; }
-  bool ok() const { return pid_ > 0; }
+  bool ok() const { return process_ != nullptr; }
   const std::string& error() const { return error_; }
 
  private:
@@ -192,42 +151,29 @@ class RedisTls {
                                "--tls-ca-cert-file", certs["ca.pem"], "--tls-auth-clients", c.auth_clients});
       if (!c.protocols.empty()) args.insert(args.end(), {"--tls-protocols", c.protocols});
     }
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      ::execvp("redis-server", argv.data());
-      ::_exit(127);
-    }
-    if (pid < 0) {
+    auto p = std::make_unique<rctest::ServerProcess>(std::move(args), port_, log);
+    if (!p->started()) {
       error_ = "fork failed";
       return;
     }
     // Ready when the port accepts a connection (redis listens once it is initialised).
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (std::chrono::steady_clock::now() < deadline) {
-      int status = 0;
-      if (::waitpid(pid, &status, WNOHANG) == pid) {
-        std::ifstream in(log);
-        std::stringstream text;
-        text << in.rdbuf();
-        error_ = "redis-server exited early:\n" + text.str();
+      if (p->exited()) {
+        error_ = "redis-server exited early:\n" + p->log();
         return;  // the caller retries on another port (it may have been taken)
       }
       if (const int s = try_connect(port_); s >= 0) {
         ::close(s);
-        pid_ = pid;
+        process_ = std::move(p);
         return;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(5));  // bounded readiness poll
     }
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, nullptr, 0);
     error_ = "redis-server did not listen on port " + std::to_string(port_) + " within 10 s";
   }
 
-  pid_t pid_ = -1;
+  std::unique_ptr<rctest::ServerProcess> process_;  // null until it listens
   int port_ = 0;
   std::string error_;
 };

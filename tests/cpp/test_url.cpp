@@ -6,6 +6,7 @@
 
 #include "redcount/common/errors.h"
 #include "redcount/common/options.h"
+#include "redcount/redis/sentinel.h"
 #include "test_support.h"
 
 using namespace redcount;
@@ -197,6 +198,116 @@ TEST(ParseUrl, Sentinel) {
   EXPECT_TRUE(contains(rctest::error_of<InvalidArgument>([&] { set_sentinel_option(k, "password", "x"); }),
                        "unknown Sentinel option"));
 }
+
+// --- Sentinel URLs in detail (the grammar, its errors, the resolver's options) ---
+
+TEST(SentinelUrl, FullForm) {
+  const StoreOptions u = parse_url("redis+sentinel://app:p%40ss@s1:26380,10.0.0.2,[::1]:26381/cache/3");
+  ASSERT_EQ(u.sentinels.size(), 3u);
+  EXPECT_EQ(u.sentinels[0], (Address{"s1", 26380}));
+  EXPECT_EQ(u.sentinels[1], (Address{"10.0.0.2", kDefaultSentinelPort}));
+  EXPECT_EQ(u.sentinels[2], (Address{"::1", 26381}));
+  EXPECT_EQ(u.sentinels[2].text(), "[::1]:26381");
+  EXPECT_EQ(u.sentinel_service, "cache");
+  EXPECT_EQ(u.kind, StoreOptions::Kind::Tcp);
+  EXPECT_FALSE(u.tls);
+  EXPECT_EQ(u.username, "app");
+  EXPECT_EQ(u.password, "p@ss");
+  EXPECT_EQ(u.db, 3);
+  EXPECT_TRUE(u.sentinel_username.empty());
+  EXPECT_TRUE(u.sentinel_password.empty());
+}
+
+TEST(SentinelUrl, MinimalFormAndPasswordShorthand) {
+  const StoreOptions u = parse_url("redis+sentinel://s1/svc");
+  EXPECT_EQ(u.sentinels, (std::vector<Address>{{"s1", 26379}}));
+  EXPECT_EQ(u.sentinel_service, "svc");
+  EXPECT_EQ(u.db, 0);
+  EXPECT_TRUE(u.password.empty());
+  const StoreOptions p = parse_url("redis+sentinel://secret@s1:1,s2:2/svc/");
+  EXPECT_EQ(p.password, "secret");
+  EXPECT_TRUE(p.username.empty());
+  EXPECT_EQ(p.db, 0);
+  EXPECT_EQ(parse_url("redis+sentinel://s1/my%2Dsvc").sentinel_service, "my-svc");
+}
+
+TEST(SentinelUrl, SentinelCredentialsAndTls) {
+  const StoreOptions u = parse_url(
+      "rediss+sentinel://:pw@s1:26379/svc?sentinel_username=watch&sentinel_password=s%26pw"
+      "&ssl_ca_certs=/etc/ca.pem&ssl_check_hostname=false");
+  EXPECT_TRUE(u.tls);
+  EXPECT_EQ(u.password, "pw");
+  EXPECT_EQ(u.sentinel_username, "watch");
+  EXPECT_EQ(u.sentinel_password, "s&pw");
+  EXPECT_EQ(u.ssl_ca_certs, "/etc/ca.pem");
+  EXPECT_FALSE(u.ssl_check_hostname);
+  const redis::SentinelOptions o = redis::sentinel_options(u, nullptr);
+  EXPECT_EQ(o.service, "svc");
+  EXPECT_EQ(o.link.username, "watch");
+  EXPECT_EQ(o.link.password, "s&pw");
+  EXPECT_EQ(o.sentinels, u.sentinels);
+
+  StoreOptions k = parse_url("redis+sentinel://s1/svc?sentinel_password=a");
+  set_sentinel_option(k, "sentinel_password", "b");
+  EXPECT_EQ(k.sentinel_password, "b");
+  EXPECT_THROW(set_sentinel_option(k, "password", "x"), InvalidArgument);
+}
+
+TEST(SentinelUrl, RecognisesItsSchemes) {
+  EXPECT_TRUE(is_sentinel_url("redis+sentinel://s/x"));
+  EXPECT_TRUE(is_sentinel_url("rediss+sentinel://s/x"));
+  EXPECT_FALSE(is_sentinel_url("redis://s/0"));
+  EXPECT_FALSE(is_sentinel_url("redis+cluster://s"));
+}
+
+TEST(SentinelUrl, ErrorsSayWhatIsWrongWithoutSecrets) {
+  struct Case {
+    std::string url;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {"redis+sentinel:/s1/svc", "missing scheme"},
+      {"redis+sentinel://s1:26379", "missing the service name"},
+      {"redis+sentinel://s1:26379/", "missing the service name"},
+      {"redis+sentinel:///svc", "no sentinel address"},
+      {"redis+sentinel://s1,,s2/svc", "sentinel #2 is empty"},
+      {"redis+sentinel://s1,/svc", "sentinel #2 is empty"},
+      {"redis+sentinel://s1:0/svc", "sentinel #1 (s1): port must be a number 1-65535, got '0'"},
+      {"redis+sentinel://s1,s2:99999/svc", "sentinel #2 (s2): port must be a number 1-65535"},
+      {"redis+sentinel://s1,:5/svc", "sentinel #2 has no host"},
+      {"redis+sentinel://[::1/svc", "unterminated [IPv6] host"},
+      {"redis+sentinel://s1:1,s1:1/svc", "sentinel s1:1 is listed twice"},
+      {"redis+sentinel://s1/svc/x", "database must be a number >= 0, got 'x'"},
+      {"redis+sentinel://s1/svc/1/2", "junk after the database number"},
+      {"redis+sentinel://s1/a%0Ab", "control character"},
+      {"redis+sentinel://s1/a%20b", "contains a space"},
+      {"redis+sentinel://s1/a%FFb", "not valid UTF-8 once %-decoded: 'a\\xffb'"},
+      {"redis+sentinel://s1/svc?db=1", "the database goes in the path"},
+      {"redis+sentinel://s1/svc?timeout=1", "unknown query parameter 'timeout'"},
+      {"redis+sentinel://s1/svc?sentinel_password", "needs a value"},
+      {"redis+sentinel://s1/svc?sentinel_username=u", "sentinel_username needs sentinel_password"},
+      {"redis+sentinel://s1/svc?sentinel_password=a&sentinel_password=b", "given twice"},
+      {"redis+sentinel://s1/svc?ssl_ca_certs=/x", "ssl_ca_certs applies to rediss+sentinel:// only"},
+      {"rediss+sentinel://s1/svc?ssl_cert_reqs=maybe", "ssl_cert_reqs must be required, optional or none"},
+      {"redis+sentinel://user:@s1/svc", "a user name needs a password"},
+      {"redis+sentinel://u:p%zz@s1/svc", "bad %-escape in credentials"},
+  };
+  for (const auto& c : cases) {
+    const std::string e = url_error(c.url);
+    EXPECT_TRUE(contains(e, c.says)) << c.url << "\n  -> " << e;
+    EXPECT_TRUE(contains(e, "expected redis+sentinel://")) << e;
+  }
+  // Neither the master's password nor the sentinels' appears in any message.
+  for (const std::string url : {"redis+sentinel://u:hunter2@s1:0/svc", "redis+sentinel://hunter2@s1/svc/x",
+                                "redis+sentinel://s1/svc?sentinel_password=hunter2&bogus=1",
+                                "redis+sentinel://s1/svc?sentinel_password=hunter2&sentinel_password=hunter2",
+                                "redis+sentinel://u:hunter2?@s1/svc", "redis+sentinel://s1/svc?sentinel_password=hunter2%"}) {
+    const std::string e = url_error(url);
+    EXPECT_NE(e, "(no error)") << url;
+    EXPECT_FALSE(contains(e, "hunter2")) << url << "\n  -> " << e;
+  }
+}
+
 
 TEST(ParseUrl, CredentialsAreNeverEchoed) {
   const std::vector<std::string> bad = {

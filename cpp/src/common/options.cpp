@@ -4,16 +4,16 @@
 #include "redcount/common/errors.h"
 #include "redcount/common/options.h"
 #include "redcount/common/util.h"
-// The Sentinel URL grammar lives with the resolver that consumes it; parse_url only hands
-// those URLs over and copies the result into StoreOptions.
-#include "redcount/common/sentinel_url.h"
+#include "redcount/common/window.h"
 
 namespace redcount {
 namespace {
 
-// The URL as it may be shown in an error: credentials and query values masked.
+// The URL as it may be shown in an error: credentials and query values masked, bytes that
+// are not UTF-8 escaped, at most 200 bytes.
 std::string shown_url(std::string_view url) {
-  // Credentials run from after "://" to the last '@', or from the start when the scheme is
+  // Credentials run from after "://" to the last '@' (as the parser reads them, so a
+  // password with a raw '?' in it is masked too), or from the start when the scheme is
   // mistyped: no "://" before that '@', or a '@' before the "://" (credentials typed
   // before the scheme, "user:pw@redis://host@x", must not be shown either).
   std::string shown(url);
@@ -42,10 +42,19 @@ std::string shown_url(std::string_view url) {
     }
     shown = masked;
   }
-  return shown;
+  return printable(shown, 200);
 }
 
+// The error names the grammar of the URL's scheme ("redis+sentinel:/x" too): a Sentinel
+// URL's, or the store URL's.
 [[noreturn]] void bad(std::string_view url, const std::string& why) {
+  const std::string_view scheme = url.substr(0, url.find(':'));
+  if (scheme == "redis+sentinel" || scheme == "rediss+sentinel") {
+    throw InvalidArgument("invalid Sentinel URL '" + shown_url(url) + "': " + why +
+                          " (expected redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/service[/db]"
+                          "[?sentinel_username=...&sentinel_password=...], or rediss+sentinel://... with the "
+                          "ssl_* options)");
+  }
   throw InvalidArgument("invalid store URL '" + shown_url(url) + "': " + why +
                         " (expected memory://, redis://[[user]:password@]host[:port][/db], "
                         "rediss://[[user]:password@]host[:port][/db][?ssl_ca_certs=...&...], "
@@ -62,13 +71,13 @@ int hex(char c) {
   return -1;
 }
 
-std::string percent_decode(std::string_view url, std::string_view s, const char* where = "in credentials") {
+std::string percent_decode(std::string_view url, std::string_view s, std::string_view where = "in credentials") {
   std::string out;
   for (std::size_t i = 0; i < s.size(); ++i) {
     if (s[i] == '%') {
-      if (i + 2 >= s.size()) bad(url, std::string("truncated %-escape ") + where);
+      if (i + 2 >= s.size()) bad(url, "truncated %-escape " + std::string(where));
       int hi = hex(s[i + 1]), lo = hex(s[i + 2]);
-      if (hi < 0 || lo < 0) bad(url, std::string("bad %-escape ") + where);
+      if (hi < 0 || lo < 0) bad(url, "bad %-escape " + std::string(where));
       out.push_back(static_cast<char>(hi * 16 + lo));
       i += 2;
     } else {
@@ -94,7 +103,10 @@ bool is_tls_option(std::string_view name) {
   return false;
 }
 
-// Applies the "?k=v&k=v" query of a redis://, rediss:// or unix:// URL.
+bool is_sentinel_option(std::string_view name) { return name == "sentinel_username" || name == "sentinel_password"; }
+
+// Applies the "?k=v&k=v" query of any URL but memory://: the ssl_* options (rediss
+// schemes), db=N (unix://), the sentinels' credentials (Sentinel schemes).
 void apply_query(std::string_view url, std::string_view query, StoreOptions& o) {
   const bool unix_socket = o.kind == StoreOptions::Kind::Unix;
   std::string seen = "&";
@@ -112,10 +124,21 @@ void apply_query(std::string_view url, std::string_view query, StoreOptions& o) 
       shown.append(name);
       shown.push_back('\'');
     }
-    const bool known = is_tls_option(name) || (unix_socket && name == "db");
+    // A Sentinel URL takes any showable ssl_* name here: set_tls_option names the one it
+    // does not know, or the scheme that would take it.
+    const bool known = is_tls_option(name) || (unix_socket && name == "db") ||
+                       (o.sentinel && (is_sentinel_option(name) ||
+                                       (name.starts_with("ssl_") && showable_query_name(name))));
     if (!known) {
       if (unix_socket) bad(url, "unknown query parameter " + shown + " (unix:// takes db=N)");
-      if (name == "db") bad(url, "the database goes in the path (redis://host:port/N), not in the query");
+      if (name == "db") {
+        bad(url, o.sentinel ? "the database goes in the path (.../service/N), not in the query"
+                            : "the database goes in the path (redis://host:port/N), not in the query");
+      }
+      if (o.sentinel) {
+        bad(url, "unknown query parameter " + shown +
+                     " (accepted: sentinel_username, sentinel_password, and the ssl_* options of rediss+sentinel://)");
+      }
       std::string accepted;
       for (auto n : kTlsOptions) {
         if (!accepted.empty()) accepted.append(", ");
@@ -131,51 +154,145 @@ void apply_query(std::string_view url, std::string_view query, StoreOptions& o) 
     if (eq == std::string_view::npos) bad(url, "query parameter " + shown + " needs a value (name=...)");
     std::string where("in query parameter ");
     where.append(shown);
-    const std::string value = percent_decode(url, pair.substr(eq + 1), where.c_str());
+    const std::string value = percent_decode(url, pair.substr(eq + 1), where);
     if (name == "db") {
       o.db = parse_db(url, value);
       continue;
     }
+    const bool sentinel_option = o.sentinel && is_sentinel_option(name);
+    if (o.sentinel && !sentinel_option && !o.tls) {
+      bad(url, std::string(name) + " applies to rediss+sentinel:// only (TLS)");
+    }
     try {
-      set_tls_option(o, name, value);
+      if (sentinel_option) {
+        set_sentinel_option(o, name, value);
+      } else {
+        set_tls_option(o, name, value);
+      }
     } catch (const InvalidArgument& e) {
+      // Their messages name the option and its allowed values, and quote a value only for
+      // enumerations (never a password): safe to pass on.
       bad(url, e.what());
     }
   }
+  if (o.sentinel && !o.sentinel_username.empty() && o.sentinel_password.empty()) {
+    bad(url, "sentinel_username needs sentinel_password");
+  }
 }
 
-StoreOptions::Seed parse_host_port(std::string_view url, std::string_view hostport) {
-  StoreOptions::Seed o;
-  if (hostport.empty()) bad(url, "missing host");
-  if (hostport.front() == '[') {  // [IPv6]:port
-    auto close = hostport.find(']');
-    if (close == std::string_view::npos) bad(url, "unterminated [IPv6] host");
-    o.host = std::string(hostport.substr(1, close - 1));
-    hostport = hostport.substr(close + 1);
-    if (!hostport.empty()) {
-      if (hostport.front() != ':') bad(url, "junk after [IPv6] host");
-      auto p = parse_int64(hostport.substr(1));
-      if (!p || *p < 1 || *p > 65535) bad(url, "port must be 1-65535");
-      o.port = static_cast<int>(*p);
+// One "host[:port]" or "[v6][:port]" of a URL's host list. `which` names it in messages
+// when the list is of sentinels ("sentinel #2"), empty for a server or seed.
+Address parse_host_port(std::string_view url, std::string_view item, int default_port, const std::string& which = {}) {
+  const std::string prefix = which.empty() ? std::string() : which + ": ";
+  if (item.empty()) bad(url, which.empty() ? "missing host" : which + " is empty (two commas, or a comma at an end)");
+  Address a{"", default_port};
+  std::string_view port_text;
+  bool has_port = false;
+  if (item.front() == '[') {  // [IPv6]:port
+    const auto close = item.find(']');
+    if (close == std::string_view::npos) bad(url, prefix + "unterminated [IPv6] host");
+    a.host = std::string(item.substr(1, close - 1));
+    const std::string_view tail = item.substr(close + 1);
+    if (!tail.empty()) {
+      if (tail.front() != ':') bad(url, prefix + "junk after the [IPv6] host");
+      port_text = tail.substr(1);
+      has_port = true;
     }
   } else {
-    auto colon = hostport.rfind(':');
-    o.host = std::string(hostport.substr(0, colon));
+    const auto colon = item.rfind(':');
+    a.host = std::string(item.substr(0, colon));
     if (colon != std::string_view::npos) {
-      auto p = parse_int64(hostport.substr(colon + 1));
-      if (!p || *p < 1 || *p > 65535) {
-        bad(url, "port must be a number 1-65535, got '" + printable(hostport.substr(colon + 1), 16) + "'");
-      }
-      o.port = static_cast<int>(*p);
+      port_text = item.substr(colon + 1);
+      has_port = true;
     }
   }
-  if (o.host.empty()) bad(url, "missing host");
-  for (char c : o.host) {
-    if (c == '/' || c == '?' || c == '#' || c == ' ' || static_cast<unsigned char>(c) < 0x20) {
-      bad(url, "host contains an invalid character");
+  if (a.host.empty()) bad(url, which.empty() ? "missing host" : which + " has no host");
+  for (char c : a.host) {
+    if (c == '/' || c == '?' || c == '#' || c == ' ' || c == '@' || c == ',' || static_cast<unsigned char>(c) < 0x20) {
+      bad(url, prefix + "the host contains an invalid character");
     }
   }
-  return o;
+  if (has_port) {
+    const auto p = parse_int64(port_text);
+    if (!p || *p < 1 || *p > 65535) {
+      bad(url, (which.empty() ? std::string() : which + " (" + printable(a.host, 64) + "): ") +
+                   "port must be a number 1-65535, got '" + printable(port_text, 16) + "'");
+    }
+    a.port = static_cast<int>(*p);
+  }
+  return a;
+}
+
+// The credentials in front of the hosts, "[[user]:password@]", up to the last '@' so that
+// a password may hold '@' and '/' unescaped; `rest` keeps what follows them.
+void take_credentials(std::string_view url, std::string_view& rest, StoreOptions& o) {
+  const auto at = rest.rfind('@');
+  if (at == std::string_view::npos) return;
+  const std::string_view cred = rest.substr(0, at);
+  rest = rest.substr(at + 1);
+  const auto colon = cred.find(':');
+  if (colon == std::string_view::npos) {
+    // redis://password@host is a common shorthand for the default user.
+    o.password = percent_decode(url, cred);
+  } else {
+    o.username = percent_decode(url, cred.substr(0, colon));
+    o.password = percent_decode(url, cred.substr(colon + 1));
+  }
+  if (o.password.empty() && !o.username.empty()) bad(url, "a user name needs a password");
+}
+
+// The query starts at the first '?', as in any URL: a '?' in a password must be written
+// %3F. It is applied last, once the scheme has said whether TLS is on.
+std::string_view take_query(std::string_view url, std::string_view& rest) {
+  const auto q = rest.find('?');
+  if (q == std::string_view::npos) return {};
+  const std::string_view query = rest.substr(q + 1);
+  rest = rest.substr(0, q);
+  // Most likely a password with a raw '?' in it: say so without echoing any of it.
+  if (query.find('@') != std::string_view::npos) {
+    bad(url, "'@' after the '?': percent-encode '?' as %3F and '@' as %40 in passwords and query values");
+  }
+  return query;
+}
+
+// "s1[:port],s2[:port].../service[/db]": what follows the credentials of a Sentinel URL.
+void parse_sentinel_path(std::string_view url, std::string_view rest, StoreOptions& o) {
+  const auto slash = rest.find('/');
+  const std::string_view hosts = rest.substr(0, slash);
+  if (hosts.empty()) bad(url, "no sentinel address before the service name");
+  std::size_t n = 0;
+  for (std::string_view list = hosts;;) {
+    const auto comma = list.find(',');
+    Address a = parse_host_port(url, list.substr(0, comma), kDefaultSentinelPort, "sentinel #" + std::to_string(++n));
+    for (const auto& b : o.sentinels) {
+      if (b == a) bad(url, "sentinel " + printable(a.text(), 80) + " is listed twice");
+    }
+    o.sentinels.push_back(std::move(a));
+    if (comma == std::string_view::npos) break;
+    list = list.substr(comma + 1);
+  }
+  if (slash == std::string_view::npos || slash + 1 == rest.size()) {
+    bad(url, "missing the service name (the master's name in `sentinel monitor`) after the sentinels");
+  }
+  const std::string_view path = rest.substr(slash + 1);
+  const auto second = path.find('/');
+  o.sentinel_service = percent_decode(url, path.substr(0, second), "in the service name");
+  if (o.sentinel_service.empty()) bad(url, "the service name is empty");
+  for (char c : o.sentinel_service) {
+    if (c == ' ' || static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      bad(url, "the service name contains a space or a control character");
+    }
+  }
+  // It is shown in the store's URL, its repr and error messages, which Python decodes
+  // strictly: %-escapes must make UTF-8.
+  if (!is_valid_utf8(o.sentinel_service)) {
+    bad(url, "the service name is not valid UTF-8 once %-decoded: '" + printable(o.sentinel_service, 80) + "'");
+  }
+  if (second != std::string_view::npos) {
+    const std::string_view db = path.substr(second + 1);
+    if (db.find('/') != std::string_view::npos) bad(url, "junk after the database number");
+    if (!db.empty()) o.db = parse_db(url, db);
+  }
 }
 
 }  // namespace
@@ -248,21 +365,12 @@ void set_sentinel_option(StoreOptions& o, std::string_view name, std::string_vie
   (name == "sentinel_username" ? o.sentinel_username : o.sentinel_password) = std::string(value);
 }
 
+bool is_sentinel_url(std::string_view url) {
+  return url.starts_with("redis+sentinel://") || url.starts_with("rediss+sentinel://");
+}
+
 StoreOptions parse_url(std::string_view url) {
   StoreOptions o;
-  if (is_sentinel_url(url)) {
-    SentinelUrl u = parse_sentinel_url(url);
-    o = std::move(u.master);
-    o.sentinel = true;
-    for (auto& a : u.sentinels) o.sentinels.push_back({std::move(a.host), a.port});
-    o.sentinel_service = std::move(u.service);
-    o.sentinel_username = std::move(u.sentinel_username);
-    o.sentinel_password = std::move(u.sentinel_password);
-    // Until a sentinel names the master: the first sentinel, for messages only.
-    o.host = o.sentinels.front().host;
-    o.port = o.sentinels.front().port;
-    return o;
-  }
   if (url.empty() || url == "memory://") {
     o.kind = StoreOptions::Kind::Memory;
     return o;
@@ -286,39 +394,25 @@ StoreOptions parse_url(std::string_view url) {
     return o;
   }
   const bool cluster = scheme == "redis+cluster" || scheme == "rediss+cluster";
-  if (scheme != "redis" && scheme != "rediss" && !cluster) {
+  const bool sentinel = scheme == "redis+sentinel" || scheme == "rediss+sentinel";
+  if (scheme != "redis" && scheme != "rediss" && !cluster && !sentinel) {
     // A '@' means credentials came before the "://" (a mistyped URL): do not echo them.
     bad(url, "unknown scheme '" + (scheme.find('@') == std::string_view::npos ? std::string(scheme) : "***") + "'");
   }
 
   o.kind = StoreOptions::Kind::Tcp;
-  o.tls = scheme == "rediss" || scheme == "rediss+cluster";
+  o.tls = scheme.starts_with("rediss");
   o.cluster = cluster;
-  // The query starts at the first '?', as in any URL: a '?' in a password must be
-  // written %3F. It is applied last, once the scheme has said whether TLS is on.
-  std::string_view query;
-  if (auto q = rest.find('?'); q != std::string_view::npos) {
-    query = rest.substr(q + 1);
-    rest = rest.substr(0, q);
-    // Most likely a password with a raw '?' in it: say so without echoing any of it.
-    if (query.find('@') != std::string_view::npos) {
-      bad(url, "'@' after the '?': percent-encode '?' as %3F and '@' as %40 in passwords and query values");
-    }
-  }
-  // Credentials end at the last '@' so passwords may contain '@' unescaped.
-  auto at = rest.rfind('@');
-  if (at != std::string_view::npos) {
-    std::string_view cred = rest.substr(0, at);
-    rest = rest.substr(at + 1);
-    auto colon = cred.find(':');
-    if (colon == std::string_view::npos) {
-      // redis://password@host is a common shorthand for the default user.
-      o.password = percent_decode(url, cred);
-    } else {
-      o.username = percent_decode(url, cred.substr(0, colon));
-      o.password = percent_decode(url, cred.substr(colon + 1));
-    }
-    if (o.password.empty() && !o.username.empty()) bad(url, "a user name needs a password");
+  o.sentinel = sentinel;
+  const std::string_view query = take_query(url, rest);
+  take_credentials(url, rest, o);
+  if (sentinel) {
+    parse_sentinel_path(url, rest, o);
+    apply_query(url, query, o);
+    // Until a sentinel names the master: the first sentinel, for messages only.
+    o.host = o.sentinels.front().host;
+    o.port = o.sentinels.front().port;
+    return o;
   }
   auto slash = rest.find('/');
   std::string_view hostport = rest.substr(0, slash);
@@ -332,8 +426,7 @@ StoreOptions parse_url(std::string_view url) {
   }
   while (true) {
     const auto comma = hostport.find(',');
-    StoreOptions::Seed seed = parse_host_port(url, hostport.substr(0, comma));
-    o.seeds.push_back(std::move(seed));
+    o.seeds.push_back(parse_host_port(url, hostport.substr(0, comma), kDefaultPort));
     if (comma == std::string_view::npos) break;
     hostport = hostport.substr(comma + 1);
   }

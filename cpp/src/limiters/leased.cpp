@@ -20,6 +20,7 @@
 #include "limiters/limiter_internal.h"
 #include "redcount/common/bounds.h"
 #include "redcount/common/errors.h"
+#include "redcount/common/fork_hooks.h"
 #include "redcount/common/keys.h"
 #include "redcount/common/window.h"
 #include "store/script_args.h"
@@ -321,17 +322,16 @@ struct LeaseFork {
     return *r;
   }
   static void install() {
-    static std::once_flag once;
-    std::call_once(once, [] {
-      pthread_atfork([] { get().mu.lock(); }, [] { get().mu.unlock(); },
-                     [] {
-                       for (auto& w : get().live) {
-                         if (auto t = w.lock()) t->forget_after_fork();
-                       }
-                       get().mu.unlock();
-                       after_fork_in_child();
-                     });
-    });
+    // Once for all tables, never unregistered (common/fork_hooks.h).
+    static const auto* hooks = new ForkHooks([] { get().mu.lock(); }, [] { get().mu.unlock(); },
+                                             [] {
+                                               for (auto& w : get().live) {
+                                                 if (auto t = w.lock()) t->forget_after_fork();
+                                               }
+                                               get().mu.unlock();
+                                               after_fork_in_child();
+                                             });
+    (void)hooks;
   }
 };
 

@@ -11,8 +11,6 @@
 #include <mutex>
 #include <set>
 
-#include <pthread.h>
-
 #include "redcount/common/errors.h"
 #include "redcount/common/util.h"
 #include "memory/keyspace.h"
@@ -21,49 +19,16 @@
 
 namespace redcount {
 
-// Every live memory store, for the fork handlers.
-struct MemoryStoreForkHandlers {
-  static std::mutex& mu() {
-    static std::mutex m;
-    return m;
-  }
-  static std::set<MemoryStore*>& stores() {
-    static std::set<MemoryStore*> s;
-    return s;
-  }
-  static void install() {
-    static std::once_flag once;
-    std::call_once(once, [] { pthread_atfork(&prepare, &parent, &child); });
-  }
-  static void prepare() {
-    mu().lock();
-    for (MemoryStore* s : stores()) s->fork_prepare();
-  }
-  static void parent() {
-    for (MemoryStore* s : stores()) s->fork_parent();
-    mu().unlock();
-  }
-  static void child() {
-    for (MemoryStore* s : stores()) s->fork_child();
-    mu().unlock();
-  }
-};
-
 MemoryStore::MemoryStore(const StoreOptions& options)
     : clock_(options.clock ? options.clock : std::make_shared<SystemClock>()),
       sweep_interval_(options.sweep_interval) {
-  MemoryStoreForkHandlers::install();
-  {
-    std::lock_guard<std::mutex> lock(MemoryStoreForkHandlers::mu());
-    MemoryStoreForkHandlers::stores().insert(this);
-  }
+  fork_hooks_ = ForkHooks::of(this);
   if (sweep_interval_.count() > 0) sweeper_ = std::make_unique<std::thread>([this] { sweeper_loop(); });
 }
 
 MemoryStore::~MemoryStore() {
   close();
-  std::lock_guard<std::mutex> lock(MemoryStoreForkHandlers::mu());
-  MemoryStoreForkHandlers::stores().erase(this);
+  fork_hooks_ = ForkHooks();
 }
 
 void MemoryStore::close() {

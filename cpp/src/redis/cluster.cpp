@@ -20,7 +20,7 @@ bool word_is(std::string_view text, std::string_view word) {
   return text.starts_with(word) && (text.size() == word.size() || text[word.size()] == ' ');
 }
 
-std::optional<NodeAddress> parse_address(std::string_view text) {
+std::optional<Address> parse_address(std::string_view text) {
   const auto colon = text.rfind(':');
   if (colon == std::string_view::npos) return std::nullopt;
   // "host:port@cport" (CLUSTER NODES style) never appears in MOVED, but be lenient.
@@ -30,7 +30,7 @@ std::optional<NodeAddress> parse_address(std::string_view text) {
   if (!p || *p < 1 || *p > 65535) return std::nullopt;
   std::string_view host = text.substr(0, colon);
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  return NodeAddress{std::string(host), static_cast<int>(*p)};
+  return Address{std::string(host), static_cast<int>(*p)};
 }
 
 std::mt19937& rng() {
@@ -45,11 +45,6 @@ bool needs_router(const Reply& r) {
 }
 
 }  // namespace
-
-std::string NodeAddress::text() const {
-  if (host.find(':') != std::string::npos) return "[" + host + "]:" + std::to_string(port);
-  return host + ":" + std::to_string(port);
-}
 
 std::vector<SlotRange> parse_cluster_slots(const Reply& reply, const std::string& asked) {
   if (reply.is_error()) throw_reply_error(reply.str);
@@ -70,14 +65,14 @@ std::vector<SlotRange> parse_cluster_slots(const Reply& reply, const std::string
     if (host.empty() || host == "?") host = asked;
     if (m.elements[1].type != Reply::Type::Integer) throw ProtocolError("CLUSTER SLOTS: port is not an integer");
     SlotRange range{static_cast<std::uint32_t>(first), static_cast<std::uint32_t>(last),
-                    NodeAddress{std::move(host), static_cast<int>(m.elements[1].integer)}, {}};
+                    Address{std::move(host), static_cast<int>(m.elements[1].integer)}, {}};
     for (std::size_t k = 3; k < e.elements.size(); ++k) {
       const Reply& r = e.elements[k];
       // A replica without a usable endpoint ("" or "?": unknown) is left out.
       if (r.type != Reply::Type::Array || r.elements.size() < 2 || r.elements[1].type != Reply::Type::Integer) continue;
       const std::string& rh = r.elements[0].str;
       if (rh.empty() || rh == "?" || r.elements[1].integer < 1 || r.elements[1].integer > 65535) continue;
-      range.replicas.push_back(NodeAddress{rh, static_cast<int>(r.elements[1].integer)});
+      range.replicas.push_back(Address{rh, static_cast<int>(r.elements[1].integer)});
     }
     out.push_back(std::move(range));
   }
@@ -146,7 +141,7 @@ struct Cluster::Batch {
   std::vector<char> have;        // per request: replies[i] is the server's answer
   std::vector<State> state;      // per unit
   std::vector<char> replied;     // per unit: holds a reply (a rejection that may be final)
-  std::vector<std::optional<NodeAddress>> ask;  // per unit: ASK target for the next send
+  std::vector<std::optional<Address>> ask;  // per unit: ASK target for the next send
   std::vector<int> moved;        // per unit
   int children = 0;
   bool delay = false;            // a unit waits for a backoff before it is sent again
@@ -161,18 +156,18 @@ struct Cluster::Batch {
 
 // ----------------------------------------------------------------------------- ring members
 
-NodeAddress ring_member_address(const StoreOptions& member) {
+Address ring_member_address(const StoreOptions& member) {
   if (member.sentinel && !member.sentinels.empty()) {
-    return NodeAddress{member.sentinel_service + "@" + member.sentinels.front().host, member.sentinels.front().port};
+    return Address{member.sentinel_service + "@" + member.sentinels.front().host, member.sentinels.front().port};
   }
-  return NodeAddress{member.host, member.port};
+  return Address{member.host, member.port};
 }
 
 std::string sentinel_url(const StoreOptions& o) {
   std::string hosts;
   for (const auto& s : o.sentinels) {
     if (!hosts.empty()) hosts += ',';
-    hosts += NodeAddress{s.host, s.port}.text();
+    hosts += s.text();
   }
   return std::string(o.tls ? "rediss+sentinel://" : "redis+sentinel://") +
          (o.username.empty() ? std::string() : o.username + "@") + hosts + "/" + o.sentinel_service + "/" +
@@ -216,7 +211,7 @@ Cluster::Cluster(const StoreOptions& options) : options_(options), slots_(kClust
     }
     for (std::size_t i = 0; i < options_.ring.size(); ++i) {
       for (std::size_t j = 0; j < i; ++j) {
-        const NodeAddress a = ring_member_address(options_.ring[i]), b = ring_member_address(options_.ring[j]);
+        const Address a = ring_member_address(options_.ring[i]), b = ring_member_address(options_.ring[j]);
         if (a == b) throw InvalidArgument("ring members must be distinct servers: " + a.text() + " is given twice");
       }
     }
@@ -231,7 +226,7 @@ Cluster::Cluster(const StoreOptions& options) : options_(options), slots_(kClust
       }
       o.ring.clear();
       o.ring_names.clear();
-      const NodeAddress address = ring_member_address(o);
+      const Address address = ring_member_address(o);
       if (nodes_.count(address.text()) != 0) {
         throw InvalidArgument("ring members must be distinct servers: " + address.text() + " is given twice");
       }
@@ -255,34 +250,14 @@ Cluster::Cluster(const StoreOptions& options) : options_(options), slots_(kClust
     seeds_.push_back(masters_.front()->address);
     periodic_started_ = true;  // a static table: never refreshed
   } else {
-    for (const auto& s : options_.seeds) seeds_.push_back(NodeAddress{s.host, s.port});
-    if (seeds_.empty()) seeds_.push_back(NodeAddress{options_.host, options_.port});
+    seeds_ = options_.seeds;
+    if (seeds_.empty()) seeds_.push_back(Address{options_.host, options_.port});
     options_.cluster = false;
     options_.seeds.clear();
     // Validates the per-node options (connections, timeouts) now, as a single server does.
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& s : seeds_) node_locked(s);
   }
-  timer_ = std::thread([t = timer_state_] {
-    std::unique_lock<std::mutex> lock(t->mu);
-    while (!t->stop) {
-      if (t->due.empty()) {
-        t->cv.wait(lock);
-        continue;
-      }
-      const TimePoint at = t->due.begin()->first;
-      if (SteadyClock::now() < at) {
-        t->cv.wait_until(lock, at);
-        continue;
-      }
-      std::function<void()> fn = std::move(t->due.begin()->second);
-      t->due.erase(t->due.begin());
-      lock.unlock();
-      fn();
-      fn = nullptr;  // may drop the cluster's last reference; `t` stays valid
-      lock.lock();
-    }
-  });
 }
 
 Cluster::~Cluster() { close(); }
@@ -297,27 +272,12 @@ void Cluster::close() {
     }
     refresh_cv_.notify_all();
   }
-  std::multimap<TimePoint, std::function<void()>> dropped;
-  {
-    std::lock_guard<std::mutex> lock(timer_state_->mu);
-    timer_state_->stop = true;
-    dropped.swap(timer_state_->due);
-  }
-  timer_state_->cv.notify_all();
   // Batches waiting for a backoff end now, with StoreClosed (dispatch sees closed_).
-  for (auto& [at, fn] : dropped) fn();
-  dropped.clear();
-  if (timer_.joinable()) {
-    if (std::this_thread::get_id() == timer_.get_id()) {
-      timer_.detach();  // the timer thread drops its last reference; it exits on its own
-    } else {
-      timer_.join();
-    }
-  }
+  timer_.close();
   for (auto& n : nodes) n->close();
 }
 
-std::shared_ptr<Cluster::Node> Cluster::node_locked(const NodeAddress& address) {
+std::shared_ptr<Cluster::Node> Cluster::node_locked(const Address& address) {
   const std::string key = address.text();
   auto it = nodes_.find(key);
   if (it != nodes_.end()) return it->second;
@@ -330,7 +290,7 @@ std::shared_ptr<Cluster::Node> Cluster::node_locked(const NodeAddress& address) 
   return n;
 }
 
-std::optional<NodeAddress> Cluster::master_of(std::uint32_t slot) const {
+std::optional<Address> Cluster::master_of(std::uint32_t slot) const {
   std::lock_guard<std::mutex> lock(mu_);
   const auto i = slots_[slot % kClusterSlots];
   if (i < 0) return std::nullopt;
@@ -392,7 +352,7 @@ std::vector<NodeBreakerState> Cluster::node_breakers() const {
   return out;
 }
 
-std::shared_ptr<Breaker> Cluster::breaker_of(const NodeAddress& address) const {
+std::shared_ptr<Breaker> Cluster::breaker_of(const Address& address) const {
   if (!breakers_on_.load(std::memory_order_relaxed)) return nullptr;
   std::lock_guard<std::mutex> lock(mu_);
   auto it = nodes_.find(address.text());
@@ -419,7 +379,7 @@ void Cluster::install(const std::vector<SlotRange>& ranges) {
   if (closed_) return;
   std::vector<std::shared_ptr<Node>> masters;
   std::vector<std::int32_t> slots(kClusterSlots, -1);
-  std::unordered_map<std::string, std::vector<NodeAddress>> replicas;
+  std::unordered_map<std::string, std::vector<Address>> replicas;
   for (const auto& r : ranges) {
     auto n = node_locked(r.master);
     auto it = std::find(masters.begin(), masters.end(), n);
@@ -449,7 +409,7 @@ void Cluster::install(const std::vector<SlotRange>& ranges) {
   for (const auto& [key, p] : parked_) parked.push_back(p.batch);
   lock.unlock();
   // On the timer thread, not on the node's I/O thread that delivered CLUSTER SLOTS.
-  schedule(SteadyClock::now(), [self = shared_from_this(), parked = std::move(parked)]() mutable {
+  timer_.schedule(SteadyClock::now(), [self = shared_from_this(), parked = std::move(parked)]() mutable {
     self->wake_parked(std::move(parked));
   });
 }
@@ -480,7 +440,7 @@ void Cluster::wake_parked(std::vector<std::weak_ptr<Batch>> parked) {
   }
 }
 
-void Cluster::patch(std::uint32_t slot, const NodeAddress& to) {
+void Cluster::patch(std::uint32_t slot, const Address& to) {
   std::lock_guard<std::mutex> lock(mu_);
   if (closed_ || ring_) return;  // a ring's table is fixed: a standalone server never redirects
   auto n = node_locked(to);
@@ -514,7 +474,7 @@ void Cluster::request_refresh() {
     }
   }
   if (at != TimePoint{}) {
-    schedule(at, [w = weak_from_this()] {
+    timer_.schedule(at, [w = weak_from_this()] {
       if (auto self = w.lock()) {
         {
           std::lock_guard<std::mutex> lock(self->mu_);
@@ -563,7 +523,7 @@ void Cluster::start_refresh() {
     node = candidates[std::uniform_int_distribution<std::size_t>(0, candidates.size() - 1)(rng())];
   }
   if (start_periodic) {
-    schedule(SteadyClock::now() + kRefreshEvery, [w = weak_from_this()] {
+    timer_.schedule(SteadyClock::now() + kRefreshEvery, [w = weak_from_this()] {
       if (auto self = w.lock()) self->periodic();
     });
   }
@@ -638,27 +598,13 @@ bool Cluster::refresh_now(std::chrono::milliseconds timeout) {
   return false;
 }
 
-// ----------------------------------------------------------------------------- timer
-
-void Cluster::schedule(TimePoint at, std::function<void()> fn) {
-  {
-    std::unique_lock<std::mutex> lock(timer_state_->mu);
-    if (timer_state_->stop) {
-      lock.unlock();
-      return fn();  // closed: a batch's retry ends now (with StoreClosed)
-    }
-    timer_state_->due.emplace(at, std::move(fn));
-  }
-  timer_state_->cv.notify_all();
-}
-
 void Cluster::periodic() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return;
   }
   request_refresh();
-  schedule(SteadyClock::now() + kRefreshEvery, [w = weak_from_this()] {
+  timer_.schedule(SteadyClock::now() + kRefreshEvery, [w = weak_from_this()] {
     if (auto self = w.lock()) self->periodic();
   });
 }
@@ -899,12 +845,12 @@ void Cluster::dispatch(const std::shared_ptr<Batch>& batch) {
   }
 }
 
-void Cluster::absorb(const std::shared_ptr<Batch>& batch, const Child& child, const NodeAddress& node,
+void Cluster::absorb(const std::shared_ptr<Batch>& batch, const Child& child, const Address& node,
                      std::vector<Reply>&& replies, const std::vector<std::uint8_t>* answered,
                      std::exception_ptr error) {
   bool refresh = false;
   bool last = false;
-  std::vector<std::pair<std::uint32_t, NodeAddress>> patches;
+  std::vector<std::pair<std::uint32_t, Address>> patches;
   std::shared_ptr<Breaker> breaker = breaker_of(node);
   std::string failure;  // a connection-level failure of the node, for its breaker
   bool node_failed = false;  // its connection was refused or lost
@@ -1072,7 +1018,7 @@ void Cluster::finish_round(const std::shared_ptr<Batch>& batch) {
   }
   if (at == TimePoint{}) return complete(batch);
   if (now_again) return dispatch(batch);
-  schedule(at, [self = shared_from_this(), batch, ticket] {
+  timer_.schedule(at, [self = shared_from_this(), batch, ticket] {
     if (self->unpark(batch, ticket)) self->dispatch(batch);
   });
 }

@@ -10,17 +10,7 @@ namespace {
 
 SentinelOptions resolver_options(const StoreOptions& o) {
   if (!o.sentinel) throw InvalidArgument("a Sentinel store needs a redis+sentinel:// URL");
-  SentinelOptions s;
-  for (const auto& a : o.sentinels) s.sentinels.push_back({a.host, a.port});
-  s.service = o.sentinel_service;
-  s.link.username = o.sentinel_username;
-  s.link.password = o.sentinel_password;
-  if (o.tls) s.link.tls = make_tls_context(o);
-  s.link.ssl_server_name = o.ssl_server_name;
-  s.node_link.username = o.username;
-  s.node_link.password = o.password;
-  s.node_link.tls = s.link.tls;
-  s.node_link.ssl_server_name = o.ssl_server_name;
+  SentinelOptions s = sentinel_options(o, o.tls ? make_tls_context(o) : nullptr);
   // A sentinel that does not answer quickly is skipped for the next one; never wait longer
   // for one than the store would for a data node.
   auto cap = [](std::chrono::milliseconds own, std::chrono::milliseconds store) {
@@ -401,37 +391,30 @@ void MasterFollower::park(Parked p) {
 }
 
 void MasterFollower::park_locked(Parked p) {
+  const TimePoint deadline = p.call->deadline;
+  std::weak_ptr<AsyncCall> call = p.call;
   parked_.push_back(std::move(p));
-  if (!expirer_.joinable()) expirer_ = std::thread([this] { expire_parked(); });
-  parked_cv_.notify_all();
+  // A call without a deadline waits for a master or close().
+  if (deadline != kNever) timer_.schedule(deadline, [this, call] { expire(call); });
 }
 
-void MasterFollower::expire_parked() {
-  std::unique_lock<std::mutex> lock(mu_);
-  for (;;) {
-    if (closed_ && parked_.empty()) return;
-    TimePoint next = kNever;
-    for (const auto& p : parked_) next = std::min(next, p.call->deadline);
-    if (next == kNever) {
-      parked_cv_.wait(lock);
-    } else {
-      parked_cv_.wait_until(lock, next);
-    }
-    const TimePoint now = SteadyClock::now();
-    std::vector<Parked> due;
+void MasterFollower::expire(const std::weak_ptr<AsyncCall>& call) {
+  std::vector<Parked> due;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const CallPtr c = call.lock();
     for (auto it = parked_.begin(); it != parked_.end();) {
-      if (closed_ || it->call->deadline <= now) {
+      // Already sent elsewhere (and parked again later, maybe): only a call still parked at
+      // its deadline, or every call once the store closed.
+      if (closed_ || it->call == c) {
         due.push_back(std::move(*it));
         it = parked_.erase(it);
       } else {
         ++it;
       }
     }
-    if (due.empty()) continue;
-    lock.unlock();
-    for (auto& p : due) p.call->done({}, p.error);  // no master came in time: nothing ran
-    lock.lock();
   }
+  for (auto& p : due) p.call->done({}, p.error);  // no master came in time: nothing ran
 }
 
 void MasterFollower::close() {
@@ -444,15 +427,10 @@ void MasterFollower::close() {
     if (current_) all.push_back(current_);
   }
   switched_cv_.notify_all();
-  parked_cv_.notify_all();  // the expirer hands the parked calls their errors and ends
-  if (expirer_.joinable()) {
-    // A caller's completion may close the store from the expirer's own thread.
-    if (expirer_.get_id() == std::this_thread::get_id()) {
-      expirer_.detach();
-    } else {
-      expirer_.join();
-    }
-  }
+  // The parked calls get their errors now: the expiries still due run at once, then any
+  // call without a deadline.
+  timer_.close();
+  expire({});
   if (watcher_) watcher_->stop();
   for (auto& g : all) g->engine->close();
 }

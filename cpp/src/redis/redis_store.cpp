@@ -1,7 +1,5 @@
 #include "redcount/redis/redis_store.h"
 
-#include <pthread.h>
-
 #include <algorithm>
 #include <array>
 #include <new>
@@ -16,42 +14,6 @@
 
 namespace redcount {
 namespace {
-
-// Every live RedisStore, so that fork() can be made safe for each (pthread_atfork).
-std::mutex& registry_mu() {
-  static auto* m = new std::mutex;  // never destroyed: fork handlers may run at exit
-  return *m;
-}
-std::vector<RedisStore*>& registry() {
-  static auto* v = new std::vector<RedisStore*>;
-  return *v;
-}
-
-void prepare_fork() {
-  registry_mu().lock();
-  for (RedisStore* s : registry()) s->before_fork();
-}
-void parent_after_fork() {
-  for (RedisStore* s : registry()) s->after_fork_in_parent();
-  registry_mu().unlock();
-}
-void child_after_fork() {
-  for (RedisStore* s : registry()) s->after_fork_in_child();
-  registry_mu().unlock();
-}
-
-void register_store(RedisStore* s) {
-  static const int installed = pthread_atfork(prepare_fork, parent_after_fork, child_after_fork);
-  (void)installed;
-  std::lock_guard<std::mutex> lock(registry_mu());
-  registry().push_back(s);
-}
-
-void unregister_store(RedisStore* s) {
-  std::lock_guard<std::mutex> lock(registry_mu());
-  auto& r = registry();
-  r.erase(std::remove(r.begin(), r.end(), s), r.end());
-}
 
 // Why a command cannot run on a connection that every caller of the store shares, or
 // empty. `name` is lower case.
@@ -167,7 +129,7 @@ RedisStore::RedisStore(StoreOptions options) : options_(std::move(options)) {
     engine_ = std::make_shared<redis::Engine>(options_);  // validates; starts nothing yet
     current_.store(engine_.get(), std::memory_order_release);
   }
-  register_store(this);
+  fork_hooks_ = ForkHooks::of(this);
 }
 
 RedisStore::RedisStore(StoreOptions options, std::shared_ptr<redis::Engine> engine)
@@ -178,7 +140,7 @@ RedisStore::RedisStore(StoreOptions options, std::shared_ptr<redis::Engine> engi
   options_.ring_names.clear();
   options_.sentinel = false;
   current_.store(engine_.get(), std::memory_order_release);
-  register_store(this);
+  fork_hooks_ = ForkHooks::of(this);
 }
 
 RedisStore::RedisStore(StoreOptions options, std::shared_ptr<redis::MasterFollower> follower)
@@ -188,11 +150,11 @@ RedisStore::RedisStore(StoreOptions options, std::shared_ptr<redis::MasterFollow
   options_.ring.clear();
   options_.ring_names.clear();
   follower_current_.store(follower_.get(), std::memory_order_release);
-  register_store(this);
+  fork_hooks_ = ForkHooks::of(this);
 }
 
 RedisStore::~RedisStore() {
-  unregister_store(this);
+  fork_hooks_ = ForkHooks();
   if (engine_ && owns_engine_) engine_->close();
   if (cluster_) cluster_->close();
   if (follower_ && owns_engine_) follower_->close();
@@ -212,7 +174,7 @@ std::string RedisStore::sentinel_master() const {
   redis::MasterFollower* f = follower_current_.load(std::memory_order_acquire);
   if (f == nullptr) return {};
   const auto at = f->master();
-  return at ? at->to_string() : std::string();
+  return at ? at->text() : std::string();
 }
 
 std::uint64_t RedisStore::sentinel_switches() const {
@@ -304,11 +266,11 @@ redis::Engine& RedisStore::engine() {
   return *engine_;
 }
 
-void RedisStore::before_fork() { mu_.lock(); }
+void RedisStore::fork_prepare() { mu_.lock(); }
 
-void RedisStore::after_fork_in_parent() { mu_.unlock(); }
+void RedisStore::fork_parent() { mu_.unlock(); }
 
-void RedisStore::after_fork_in_child() {
+void RedisStore::fork_child() {
   // Only this thread exists now. The parent's engine is parked where nothing will ever
   // destroy it (its destructor would join a thread that is not here and close sockets
   // the parent still uses); the next call opens a new engine.

@@ -130,25 +130,25 @@ bool is_abort_channel(std::string_view channel) { return channel.starts_with("-f
 
 }  // namespace
 
-SentinelOptions sentinel_options(const SentinelUrl& u, std::shared_ptr<TlsContext> tls) {
-  SentinelOptions o;
-  o.sentinels = u.sentinels;
-  o.service = u.service;
-  o.link.username = u.sentinel_username;
-  o.link.password = u.sentinel_password;
-  o.link.tls = std::move(tls);
-  o.link.ssl_server_name = u.master.ssl_server_name;
-  o.node_link.username = u.master.username;
-  o.node_link.password = u.master.password;
-  o.node_link.tls = o.link.tls;
-  o.node_link.ssl_server_name = u.master.ssl_server_name;
-  return o;
+SentinelOptions sentinel_options(const StoreOptions& o, std::shared_ptr<TlsContext> tls) {
+  SentinelOptions s;
+  s.sentinels = o.sentinels;
+  s.service = o.sentinel_service;
+  s.link.username = o.sentinel_username;
+  s.link.password = o.sentinel_password;
+  s.link.tls = std::move(tls);
+  s.link.ssl_server_name = o.ssl_server_name;
+  s.node_link.username = o.username;
+  s.node_link.password = o.password;
+  s.node_link.tls = s.link.tls;
+  s.node_link.ssl_server_name = o.ssl_server_name;
+  return s;
 }
 
 // --- ControlLink ---------------------------------------------------------------------------
 
 ControlLink::ControlLink(const Address& address, const LinkOptions& options)
-    : address_(address), options_(options), where_(address.to_string()) {
+    : address_(address), options_(options), where_(address.text()) {
   const TimePoint deadline = deadline_after(options_.connect_timeout);
   const int fd = connect_tcp(address_, where_, deadline);
   if (options_.tls) {
@@ -265,7 +265,7 @@ void expect_master(const Reply& reply, const std::string& where) {
 Role probe_role(const Address& address, const LinkOptions& options) {
   ControlLink link(address, options);
   const Reply r = link.call({"ROLE"});
-  if (r.is_error()) throw_reply_error(r.str + " (ROLE at " + address.to_string() + ")");
+  if (r.is_error()) throw_reply_error(r.str + " (ROLE at " + address.text() + ")");
   return parse_role(r);
 }
 
@@ -277,7 +277,7 @@ SentinelResolver::SentinelResolver(SentinelOptions options) : options_(std::move
   for (const auto& s : options_.sentinels) {
     if (s.host.empty()) throw InvalidArgument("a sentinel address has an empty host");
     if (s.port < 1 || s.port > 65535) {
-      throw InvalidArgument("sentinel " + s.to_string() + ": port must be 1-65535");
+      throw InvalidArgument("sentinel " + s.text() + ": port must be 1-65535");
     }
   }
   order_ = options_.sentinels;
@@ -318,13 +318,13 @@ Address SentinelResolver::resolve() {
       ControlLink link(s, options_.link);
       const Reply r = link.call({"SENTINEL", "get-master-addr-by-name", options_.service});
       if (r.is_error()) {
-        why = s.to_string() + ": " + printable(r.str);
+        why = s.text() + ": " + printable(r.str);
         all_auth = false;
       } else if (auto master = parse_master_reply(r)) {
         promote(s);
         return *master;
       } else {
-        why = s.to_string() + ": knows no master named '" + printable(options_.service) + "'";
+        why = s.text() + ": knows no master named '" + printable(options_.service) + "'";
         all_auth = false;
       }
     } catch (const AuthenticationError& e) {
@@ -335,7 +335,7 @@ Address SentinelResolver::resolve() {
     }
     if (!failures.empty()) failures += "; ";
     // Every failure names its sentinel (a TLS error, for one, names only the host).
-    if (why.find(s.to_string()) == std::string::npos) failures += s.to_string() + ": ";
+    if (why.find(s.text()) == std::string::npos) failures += s.text() + ": ";
     failures += why;
   }
   const std::string message = "no sentinel gave the master of service '" + printable(options_.service) +
@@ -652,14 +652,14 @@ void SwitchMasterWatcher::open(Link& link, Followed& f) {
   const TimePoint deadline = deadline_after(link_options.command_timeout);
   for (std::size_t i = 0; i < channels().size(); ++i) {
     auto confirm = conn->next(deadline);
-    if (!confirm) throw TimeoutError("no SUBSCRIBE confirmation from " + link.sentinel.to_string());
+    if (!confirm) throw TimeoutError("no SUBSCRIBE confirmation from " + link.sentinel.text());
     if (confirm->is_error()) throw_reply_error(confirm->str);
   }
   // Subscribed first, asked second: a switch before the question shows in its answer, one
   // after it arrives as a message.
   const auto now_master = ask_master(link.sentinel, link_options, service);
   if (!now_master) {
-    throw ReplyError("sentinel " + link.sentinel.to_string() + " knows no master named '" + printable(service) + "'");
+    throw ReplyError("sentinel " + link.sentinel.text() + " knows no master named '" + printable(service) + "'");
   }
   link.conn = std::move(conn);
   link.next_ping = SteadyClock::now() + ping_interval_;
@@ -800,7 +800,7 @@ void SwitchMasterWatcher::run(std::optional<Address> known) {
       }
       try {
         if (l.pong_deadline != kNever && now >= l.pong_deadline) {
-          throw TimeoutError("sentinel " + l.sentinel.to_string() + " left a PING unanswered");
+          throw TimeoutError("sentinel " + l.sentinel.text() + " left a PING unanswered");
         }
         if (l.pong_deadline == kNever && now >= l.next_ping) {
           l.conn->send({"PING"});

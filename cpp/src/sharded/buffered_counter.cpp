@@ -1,7 +1,5 @@
 #include "redcount/sharded/buffered.h"
 
-#include <pthread.h>
-
 #include <algorithm>
 #include <new>
 #include <random>
@@ -27,35 +25,6 @@ std::string random_id_base() {
 
 }  // namespace
 
-// Every live buffered counter, for the fork handlers: the child must not inherit a held lock
-// or the parent's pending sum (the parent writes it).
-struct BufferedForkHandlers {
-  static std::mutex& mu() {
-    static std::mutex m;
-    return m;
-  }
-  static std::set<BufferedCounter*>& all() {
-    static std::set<BufferedCounter*> s;
-    return s;
-  }
-  static void install() {
-    static std::once_flag once;
-    std::call_once(once, [] { pthread_atfork(&prepare, &parent, &child); });
-  }
-  static void prepare() {
-    mu().lock();
-    for (BufferedCounter* b : all()) b->fork_prepare();
-  }
-  static void parent() {
-    for (BufferedCounter* b : all()) b->fork_parent();
-    mu().unlock();
-  }
-  static void child() {
-    for (BufferedCounter* b : all()) b->fork_child();
-    mu().unlock();
-  }
-};
-
 BufferedCounter::BufferedCounter(std::shared_ptr<ShardedCounter> counter, BufferedOptions options)
     : counter_(std::move(counter)), options_(options), id_base_(random_id_base()) {
   if (!counter_) throw InvalidArgument("counter must not be None");
@@ -67,15 +36,12 @@ BufferedCounter::BufferedCounter(std::shared_ptr<ShardedCounter> counter, Buffer
   if (options_.max_pending < 1) {
     throw InvalidArgument("max_pending must be >= 1, got " + std::to_string(options_.max_pending));
   }
-  BufferedForkHandlers::install();
-  std::lock_guard<std::mutex> lock(BufferedForkHandlers::mu());
-  BufferedForkHandlers::all().insert(this);
+  fork_hooks_ = ForkHooks::of(this);
 }
 
 BufferedCounter::~BufferedCounter() {
   close(std::chrono::milliseconds(0));
-  std::lock_guard<std::mutex> lock(BufferedForkHandlers::mu());
-  BufferedForkHandlers::all().erase(this);
+  fork_hooks_ = ForkHooks();
 }
 
 void BufferedCounter::bad_amount(std::int64_t amount) {

@@ -1,7 +1,5 @@
 #include "redcount/store/hot_keys.h"
 
-#include <pthread.h>
-
 #include <algorithm>
 #include <array>
 #include <cctype>
@@ -12,52 +10,15 @@
 #include "redcount/store/key_positions.h"
 
 namespace redcount {
-namespace {
-
-// Every live table, so that a fork can take their mutexes first: a child must never
-// inherit a table some other thread of the parent was changing.
-struct Registry {
-  std::mutex mu;
-  std::set<HotKeys*> live;
-};
-Registry& registry() {
-  static auto* r = new Registry;  // never destroyed: tables may outlive static destruction
-  return *r;
-}
-
-void before_fork() {
-  Registry& r = registry();
-  r.mu.lock();
-  for (HotKeys* hk : r.live) hk->lock_for_fork();
-}
-void after_fork(bool child) {
-  Registry& r = registry();
-  for (HotKeys* hk : r.live) hk->unlock_after_fork(child);
-  r.mu.unlock();
-}
-
-void install_fork_handlers() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    pthread_atfork(before_fork, [] { after_fork(false); }, [] { after_fork(true); });
-  });
-}
-
-}  // namespace
-
 HotKeys::HotKeys(std::int64_t capacity) : capacity_(capacity) {
   if (capacity < 1 || capacity > kMaxCapacity) {
     throw InvalidArgument("HotKeys capacity must be 1.." + std::to_string(kMaxCapacity) + ", got " +
                           std::to_string(capacity));
   }
-  install_fork_handlers();
-  std::lock_guard<std::mutex> g(registry().mu);
-  registry().live.insert(this);
-}
-
-HotKeys::~HotKeys() {
-  std::lock_guard<std::mutex> g(registry().mu);
-  registry().live.erase(this);
+  // A fork takes the table's mutex first: a child must never inherit a table some other
+  // thread of the parent was changing.
+  fork_hooks_ = ForkHooks([this] { mu_.lock(); }, [this] { unlock_after_fork(false); },
+                          [this] { unlock_after_fork(true); });
 }
 
 void HotKeys::unlock_after_fork(bool child) {

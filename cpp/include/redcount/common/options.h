@@ -12,15 +12,22 @@
 //   redis+cluster://[[user]:password@]host1:port1,host2:port2[/db]  (Redis Cluster)
 //   rediss+cluster://...[?query]                                     (Redis Cluster over TLS)
 //   redis+sentinel://[[user]:password@]s1[:port][,s2[:port]...]/service[/db][?query]
-//   rediss+sentinel://...   (Redis Sentinel; the grammar is common/sentinel_url.h's)
+//   rediss+sentinel://...   (Redis Sentinel; TLS to the sentinels and to the master)
 // A cluster URL lists seed nodes (any of them; the rest are learned from CLUSTER SLOTS);
 // a database other than 0 needs a server that has several in cluster mode (Valkey 9 with
 // cluster-databases): every connection to every node SELECTs it, and Redis refuses it then.
+// A Sentinel URL lists sentinels (without a port: 26379; no one twice) and names the
+// service (the master's name in `sentinel monitor`, %-escapes decoded, UTF-8). The
+// credentials in front are the master's, as in redis://; the sentinels' own come from the
+// query, sentinel_username=...&sentinel_password=..., so a Sentinel without requirepass
+// needs nothing. rediss+sentinel:// also takes the ssl_* parameters below.
+// A ring is not a URL: each member is one of these URLs (a server or a Sentinel group).
 // The rediss:// query takes redis-py's names, percent-encoded values, '&'-separated:
 //   ssl_ca_certs=PATH  ssl_certfile=PATH  ssl_keyfile=PATH  ssl_cert_reqs=required|optional|none
 //   ssl_check_hostname=true|false|1|0  ssl_server_name=NAME
 // Any other query parameter is an error; so is a TLS option on a redis:// or unix:// URL.
-// Errors never show credentials or query values.
+// Errors never show credentials or query values. One parser reads every scheme, with one
+// set of helpers (credentials, %-escapes, host:port, database, query).
 #pragma once
 
 #include <chrono>
@@ -30,26 +37,26 @@
 #include <string_view>
 #include <vector>
 
+#include "redcount/common/address.h"
 #include "redcount/common/clock.h"
 
 namespace redcount {
+
+inline constexpr int kDefaultPort = 6379;
+inline constexpr int kDefaultSentinelPort = 26379;
 
 struct StoreOptions {
   enum class Kind { Memory, Tcp, Unix };
   Kind kind = Kind::Memory;
   std::string host = "127.0.0.1";
-  int port = 6379;
+  int port = kDefaultPort;
   std::string unix_path;
   std::string username;  // empty = the "default" ACL user (AUTH password)
   std::string password;  // empty = no AUTH
   int db = 0;
   // Redis Cluster: the seed nodes of a redis+cluster:// URL (host and port are the first).
   bool cluster = false;
-  struct Seed {
-    std::string host;
-    int port = 6379;
-  };
-  std::vector<Seed> seeds;
+  std::vector<Address> seeds;
   // A client-side hash ring (redis/ring.h) over standalone servers: one entry per member,
   // each a redis:// or rediss:// server with its own address, credentials, database and
   // TLS settings; `ring_names` are their names on the ring (empty: "host:port" each). The
@@ -62,7 +69,7 @@ struct StoreOptions {
   // host and port are not in the URL: the store fills them in from the sentinels, and
   // every connection checks ROLE in its handshake.
   bool sentinel = false;
-  std::vector<Seed> sentinels;
+  std::vector<Address> sentinels;  // in the URL's order, no duplicates
   std::string sentinel_service;
   std::string sentinel_username;  // empty = the sentinels' "default" user
   std::string sentinel_password;  // empty = no AUTH to the sentinels
@@ -105,6 +112,9 @@ struct StoreOptions {
 
 // Throws InvalidArgument naming the part of the URL that is wrong.
 StoreOptions parse_url(std::string_view url);
+
+// True for the redis+sentinel:// and rediss+sentinel:// schemes.
+bool is_sentinel_url(std::string_view url);
 
 // Sets one TLS option by its redis-py name from its text form, as a URL query does
 // (set_tls_option(o, "ssl_cert_reqs", "none")); keyword arguments use it to override the

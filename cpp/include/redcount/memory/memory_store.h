@@ -63,6 +63,7 @@
 #include <variant>
 #include <vector>
 
+#include "redcount/common/fork_hooks.h"
 #include "redcount/common/options.h"
 #include "redcount/store/store.h"
 
@@ -195,10 +196,11 @@ class MemoryStore final : public Store {
 
   // fork(): every live memory store's locks are taken before the fork and released in both
   // processes after it, so the child never inherits a lock held by a thread it does not have.
-  friend struct MemoryStoreForkHandlers;
+  friend class ForkHooks;
   void fork_prepare();
   void fork_parent();
   void fork_child();
+  ForkHooks fork_hooks_;  // registered while the store is open to calls
 };
 
 }  // namespace redcount

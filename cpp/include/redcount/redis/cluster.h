@@ -66,9 +66,11 @@
 #include <unordered_map>
 #include <vector>
 
+#include "redcount/common/address.h"
 #include "redcount/common/options.h"
 #include "redcount/redis/command_keys.h"
 #include "redcount/redis/pipeline.h"
+#include "redcount/redis/timer.h"
 #include "redcount/store/breaker.h"
 #include "redcount/store/store.h"
 
@@ -87,32 +89,28 @@ struct ClusterStats {
   std::uint64_t refreshes = 0;  // CLUSTER SLOTS refreshes started
 };
 
-struct NodeAddress {
-  std::string host;
-  int port = 0;
-  std::string text() const;  // "host:port" ("[v6]:port")
-  bool operator==(const NodeAddress&) const = default;
-};
+// host:port of a node: common/address.h.
+using redcount::Address;
 
 // One master of a cluster, or one member of a ring: its engine, or for a ring member that
 // is a Sentinel group (a redis+sentinel:// URL), the follower of that group's master.
 struct NodeLink {
-  NodeAddress address;  // a Sentinel member's: "service@first-sentinel:port"
+  Address address;  // a Sentinel member's: "service@first-sentinel:port"
   std::shared_ptr<Engine> engine;
   std::shared_ptr<MasterFollower> follower;
 };
 
 // The address a ring member is known by: its server's, or for a Sentinel group
 // "service@host:port" of its first sentinel (the group has no fixed server address).
-NodeAddress ring_member_address(const StoreOptions& member);
+Address ring_member_address(const StoreOptions& member);
 // "redis+sentinel://[user@]s1:p,s2:p/service/db" (never a password).
 std::string sentinel_url(const StoreOptions& o);
 
 struct SlotRange {
   std::uint32_t first = 0;
   std::uint32_t last = 0;
-  NodeAddress master;
-  std::vector<NodeAddress> replicas;  // never written to; asked for the table when the master fails
+  Address master;
+  std::vector<Address> replicas;  // never written to; asked for the table when the master fails
 };
 
 // The masters (and their replicas) of a CLUSTER SLOTS reply. An empty host in it means "the node you asked"
@@ -123,7 +121,7 @@ std::vector<SlotRange> parse_cluster_slots(const Reply& reply, const std::string
 struct Redirect {
   bool ask = false;
   std::uint32_t slot = 0;
-  NodeAddress to;
+  Address to;
 };
 std::optional<Redirect> parse_redirect(const Reply& reply);
 
@@ -157,7 +155,7 @@ class Cluster : public std::enable_shared_from_this<Cluster> {
   void close();
 
   // The slot's master right now (nullopt: not served).
-  std::optional<NodeAddress> master_of(std::uint32_t slot) const;
+  std::optional<Address> master_of(std::uint32_t slot) const;
   // Every master (a ring's members in the order given), with its engine or follower (for
   // Store::nodes()).
   std::vector<NodeLink> masters();
@@ -183,7 +181,7 @@ class Cluster : public std::enable_shared_from_this<Cluster> {
  private:
   struct Batch;
   struct Node {
-    NodeAddress address;
+    Address address;
     std::shared_ptr<Engine> engine;    // null for a Sentinel ring member
     std::string name;                  // a ring member's name; empty on a cluster
     std::shared_ptr<Breaker> breaker;  // with breakers per node
@@ -203,12 +201,12 @@ class Cluster : public std::enable_shared_from_this<Cluster> {
   };
   std::shared_ptr<Breaker> make_breaker_locked(const Node& n) const;
   // The breaker of the node at `address` (null without breakers).
-  std::shared_ptr<Breaker> breaker_of(const NodeAddress& address) const;
+  std::shared_ptr<Breaker> breaker_of(const Address& address) const;
   void probe(const std::shared_ptr<Node>& node);
 
-  std::shared_ptr<Node> node_locked(const NodeAddress& address);
+  std::shared_ptr<Node> node_locked(const Address& address);
   void dispatch(const std::shared_ptr<Batch>& batch);
-  void absorb(const std::shared_ptr<Batch>& batch, const Child& child, const NodeAddress& node,
+  void absorb(const std::shared_ptr<Batch>& batch, const Child& child, const Address& node,
               std::vector<Reply>&& replies, const std::vector<std::uint8_t>* answered, std::exception_ptr error);
   void finish_round(const std::shared_ptr<Batch>& batch);
   // Ends the backoff the batch waits for when it is still `ticket`'s (true: dispatch it).
@@ -217,14 +215,13 @@ class Cluster : public std::enable_shared_from_this<Cluster> {
   void wake_parked(std::vector<std::weak_ptr<Batch>> parked);
   void complete(const std::shared_ptr<Batch>& batch);
   void install(const std::vector<SlotRange>& ranges);
-  void patch(std::uint32_t slot, const NodeAddress& to);
+  void patch(std::uint32_t slot, const Address& to);
   void start_refresh();
   void refresh_done(bool ok);
-  void schedule(TimePoint at, std::function<void()> fn);
   void periodic();
 
   StoreOptions options_;
-  std::vector<NodeAddress> seeds_;
+  std::vector<Address> seeds_;
 
   mutable std::mutex mu_;  // the table, the nodes, refresh state
   std::vector<std::int32_t> slots_;  // slot -> index into masters_, -1 = not served
@@ -251,8 +248,8 @@ class Cluster : public std::enable_shared_from_this<Cluster> {
   std::uint64_t park_tickets_ = 0;
   // Masters whose connection failed (until they serve again or leave the table), the
   // replicas of each master (from CLUSTER SLOTS), and the node whose refresh failed last.
-  std::unordered_map<std::string, NodeAddress> failed_;
-  std::unordered_map<std::string, std::vector<NodeAddress>> replicas_;
+  std::unordered_map<std::string, Address> failed_;
+  std::unordered_map<std::string, std::vector<Address>> replicas_;
   std::string refresh_failed_at_;
   bool closed_ = false;
 
@@ -264,16 +261,8 @@ class Cluster : public std::enable_shared_from_this<Cluster> {
   ResilienceOptions breaker_options_;  // under mu_
   bool breaker_fallback_ = false;      // under mu_
 
-  // Backoffs, rate-limited refreshes and the periodic refresh run on one timer thread.
-  // Its state outlives the cluster when the cluster's last reference drops on that thread.
-  struct Timer {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::multimap<TimePoint, std::function<void()>> due;
-    bool stop = false;
-  };
-  std::shared_ptr<Timer> timer_state_ = std::make_shared<Timer>();
-  std::thread timer_;
+  // Backoffs, rate-limited refreshes and the periodic refresh run on the timer's thread.
+  Timer timer_;
 };
 
 }  // namespace redcount::redis

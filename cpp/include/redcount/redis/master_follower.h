@@ -60,6 +60,7 @@
 #include "redcount/common/options.h"
 #include "redcount/redis/pipeline.h"
 #include "redcount/redis/sentinel.h"
+#include "redcount/redis/timer.h"
 #include "redcount/store/store.h"
 
 namespace redcount::redis {
@@ -135,8 +136,8 @@ class MasterFollower {
   // parked until one is known); false when the caller gets this outcome.
   bool follow(const GenPtr& g, const CallPtr& call, const std::vector<Reply>& replies, std::exception_ptr error);
   void park(Parked p);
-  void park_locked(Parked p);  // with mu_ held: queues `p` for its deadline (the expirer thread)
-  void expire_parked();  // the timer thread
+  void park_locked(Parked p);  // with mu_ held: queues `p`, and its expiry on the timer
+  void expire(const std::weak_ptr<AsyncCall>& call);  // the timer's thread: its deadline passed
   void release(const GenPtr& g);
   GenPtr make_generation(const Address& at, std::uint64_t number);
   void move_to(const Address& at);  // the watcher's thread
@@ -161,14 +162,14 @@ class MasterFollower {
   GenPtr current_;
   std::vector<GenPtr> retired_;  // closed, kept until close() (a stale pointer stays valid)
   std::vector<Parked> parked_;   // asynchronous calls waiting for a new master
-  std::condition_variable parked_cv_;
-  std::thread expirer_;          // started with the first parked call
   bool closed_ = false;
   bool holding_ = false;  // a failover hold is on
   std::mutex resolve_mu_;  // one first resolution at a time
   std::atomic<std::uint64_t> switches_{0};
   std::atomic<std::int64_t> next_role_check_ns_{0};
   RoleRecheck recheck_interval_;
+  // Parked calls' deadlines (its thread starts with the first parked call).
+  Timer timer_;
 };
 
 }  // namespace redcount::redis

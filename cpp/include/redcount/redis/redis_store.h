@@ -38,6 +38,7 @@
 #include <utility>
 #include <vector>
 
+#include "redcount/common/fork_hooks.h"
 #include "redcount/common/options.h"
 #include "redcount/store/store.h"
 
@@ -98,10 +99,10 @@ class RedisStore final : public Store {
   // Connections open right now (set up and usable).
   int open_connections() const;
 
-  // Used by the fork handlers only.
-  void before_fork();
-  void after_fork_in_parent();
-  void after_fork_in_child();
+  // Fork hooks (common/fork_hooks.h) only.
+  void fork_prepare();
+  void fork_parent();
+  void fork_child();
 
  private:
   redis::Engine& engine();
@@ -125,6 +126,7 @@ class RedisStore final : public Store {
   // Where an engine inherited through fork() is put: never destroyed, never used (its
   // thread does not exist in the child and its sockets belong to the parent).
   alignas(std::shared_ptr<redis::Engine>) unsigned char inherited_[sizeof(std::shared_ptr<redis::Engine>)];
+  ForkHooks fork_hooks_;  // registered from construction to destruction
 };
 
 }  // namespace redcount

@@ -35,7 +35,8 @@
 #include <thread>
 #include <vector>
 
-#include "redcount/common/sentinel_url.h"
+#include "redcount/common/address.h"
+#include "redcount/common/options.h"
 #include "redcount/redis/pipeline.h"
 #include "redcount/redis/resp.h"
 #include "redcount/redis/transport.h"
@@ -44,7 +45,7 @@
 
 namespace redcount::redis {
 
-// host:port of a TCP endpoint (a sentinel or a data node): common/sentinel_url.h.
+// host:port of a TCP endpoint (a sentinel or a data node): common/address.h.
 using redcount::Address;
 
 // How to reach one control endpoint (a sentinel, or a data node for a ROLE probe).
@@ -141,10 +142,10 @@ struct SentinelOptions {
   LinkOptions node_link;
 };
 
-// The resolver's options for a parsed URL (common/sentinel_url.h): its sentinels and
-// service, the sentinel credentials, and `tls` (make_tls_context(u.master), or null for
-// plain) for the link.
-SentinelOptions sentinel_options(const SentinelUrl& u, std::shared_ptr<TlsContext> tls);
+// The resolver's options for a parsed redis+sentinel:// URL (common/options.h): its
+// sentinels and service, the sentinels' credentials, the master's credentials for the
+// node link, and `tls` (make_tls_context(o), or null for plain) for both links.
+SentinelOptions sentinel_options(const StoreOptions& o, std::shared_ptr<TlsContext> tls);
 
 // Asks the sentinels where the master of one service is. Thread-safe: the order of the
 // sentinels is kept under a mutex that is never held across network I/O, so resolve()

@@ -32,6 +32,7 @@
 #include <string>
 #include <thread>
 
+#include "redcount/common/fork_hooks.h"
 #include "redcount/sharded/sharded_counter.h"
 
 namespace redcount {
@@ -84,7 +85,7 @@ class BufferedCounter {
   const BufferedOptions& options() const noexcept { return options_; }
   const std::shared_ptr<ShardedCounter>& counter() const noexcept { return counter_; }
 
-  // Fork handlers (see buffered_counter.cpp).
+  // Fork hooks (common/fork_hooks.h; see buffered_counter.cpp).
   void fork_prepare();
   void fork_parent();
   void fork_child();
@@ -122,6 +123,7 @@ class BufferedCounter {
   // Null until the first incr; abandoned (never joined) in a forked child, whose first incr
   // starts its own.
   std::unique_ptr<std::thread> thread_;
+  ForkHooks fork_hooks_;  // registered from construction to destruction
 };
 
 }  // namespace redcount

@@ -27,6 +27,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "redcount/common/fork_hooks.h"
 #include "redcount/store/store.h"
 
 namespace redcount {
@@ -50,7 +51,6 @@ class HotKeys {
 
   // Throws InvalidArgument unless 1 <= capacity <= kMaxCapacity.
   explicit HotKeys(std::int64_t capacity = 1000);
-  ~HotKeys();
   HotKeys(const HotKeys&) = delete;
   HotKeys& operator=(const HotKeys&) = delete;
 
@@ -66,12 +66,11 @@ class HotKeys {
   std::size_t size() const;
   void reset();
 
-  // Fork support (see hot_keys.cpp): every live table's mutex is taken before a fork and
-  // released after it; the child's tables are emptied.
-  void lock_for_fork() { mu_.lock(); }
+ private:
+  // After a fork (common/fork_hooks.h): releases the mutex taken before it; the child's
+  // table is emptied.
   void unlock_after_fork(bool child);
 
- private:
   struct Entry {
     std::string key;
     std::uint64_t count = 0;
@@ -107,6 +106,7 @@ class HotKeys {
   std::vector<int> free_buckets_;
   int lowest_ = -1, highest_ = -1;
   std::unordered_map<std::string, int, Hash, std::equal_to<>> index_;
+  ForkHooks fork_hooks_;  // last: unregistered before the rest is destroyed
 };
 
 // A store that observes the storage key of every request before passing the batch on,

@@ -7,7 +7,7 @@ group (``rediss+sentinel://``) through a failover.
 
 Run with ``-s`` to see the measured figures (docs/scaling-out.md, "Redis Sentinel", quotes them):
 
-    pytest -s tests/python/cluster/test_sentinel.py
+    pytest -s tests/python/scaling_out/test_sentinel.py
 """
 
 from __future__ import annotations

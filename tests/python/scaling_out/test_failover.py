@@ -19,8 +19,8 @@ those it reports ``durable_ok=True`` may be lost.
 
 Run with ``-s`` to print the figures (docs/scaling-out.md quotes them)::
 
-    pytest tests/python/cluster/test_failover.py -s
-    REDCOUNT_FAILOVER_ROUNDS=5 pytest tests/python/cluster/test_failover.py -s -k soak
+    pytest tests/python/scaling_out/test_failover.py -s
+    REDCOUNT_FAILOVER_ROUNDS=5 pytest tests/python/scaling_out/test_failover.py -s -k soak
 
 The destructive tests share one fresh 3+3 cluster (node timeout 2 s) and heal it first.
 """

@@ -6,7 +6,7 @@ nothing acknowledged and count nothing twice) while the other members' writers g
 
 Run with ``-s`` to see the measured figures:
 
-    pytest -s tests/python/cluster/test_ring_sentinel.py
+    pytest -s tests/python/scaling_out/test_ring_sentinel.py
 """
 
 from __future__ import annotations
