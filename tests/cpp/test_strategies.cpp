@@ -684,17 +684,26 @@ const std::vector<ParityCase>& parity_cases() {
       {"limiter_adjust", false,
        [](std::mt19937& rng, std::int64_t now, int i) {
          // Refunds, reservations and settlements of every strategy's state, with and
-         // without a record, over two limits each.
+         // without a record, over two limits each; refunds with and without a charge time
+         // (one of the recent calls' times, so that the charge's own state is found), and
+         // fixed windows whose charged window is or is no longer the current one.
+         static std::vector<std::int64_t> recent;
+         recent.push_back(now);
+         if (recent.size() > 6) recent.erase(recent.begin());
          const char* kinds[] = {"fw", "sw", "swa", "tb", "gcra"};
          const char* ops[] = {"refund", "reserve", "settle"};
          const std::string kind = kinds[rng() % 5], op = ops[rng() % 3];
-         const std::string d = std::to_string(deadline);
+         const std::int64_t scale = kind == "gcra" ? 1000 : 1;
+         const bool charged = rng() % 2 == 0;
+         const std::string at = charged ? std::to_string(recent[rng() % recent.size()] * scale) : std::string();
+         const std::string d = std::to_string(rng() % 4 == 0 ? deadline + 3'600'000 : deadline);
+         const std::string was = charged ? std::to_string(rng() % 3 == 0 ? deadline + 3'600'000 : deadline) : "0";
          ScriptCall c{&kLimiterAdjustScript,
                       {"adj:{a}:" + kind + ":1", "adj:{a}:" + kind + ":2"},
-                      {std::to_string(kind == "gcra" ? now * 1000 : now), kind, op, std::to_string(rng() % 5), "60000",
-                       "id" + std::to_string(i)}};
+                      {std::to_string(now * scale), kind, op, std::to_string(rng() % 5), "60000",
+                       "id" + std::to_string(i), at}};
          std::vector<std::string> limits;
-         if (kind == "fw") limits = {"6", d, "0", "0", "9", d, "0", "0"};
+         if (kind == "fw") limits = {"6", d, was, "0", "9", d, was, "0"};
          if (kind == "sw") limits = {"6", "10000", "0", "0", "9", "60000", "0", "0"};
          if (kind == "swa") limits = {"6", "2500", "4", "0", "9", "60000", "1", "0"};
          if (kind == "tb") limits = {"6", "10000", "8", "0", "9", "60000", "9", "0"};
