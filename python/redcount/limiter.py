@@ -494,12 +494,13 @@ class Limiter:
         seconds, in the same script. Returns a :class:`~redcount.Reservation`, truthy when
         charged; its ``settle(actual)`` (or :meth:`settle` from any process) charges or gives
         back the difference, once. The record keeps where the estimate was charged, so a
-        settlement gives back only to that state (see :meth:`settle`). A reservation not settled by its deadline settles at the
-        estimate: nothing more happens, and a later settle reports ``"expired"``. A second
-        reserve under the same id charges nothing (``duplicate``). A refused reservation
-        charges and records nothing. ``tag``: reserve on the key's state under that hash tag
-        (the reservation's record goes under it too); the reservation's ``settle`` keeps to
-        it, and :meth:`settle` from elsewhere must pass the same ``tag``."""
+        settlement gives back only to that state (see :meth:`settle`). A reservation not
+        settled by its deadline settles at the estimate: nothing more happens, and a later
+        settle reports ``"expired"``. A second reserve under the same id charges nothing
+        (``duplicate``). A refused reservation charges and records nothing. ``tag``: reserve
+        on the key's state under that hash tag (the reservation's record goes under it too);
+        the reservation's ``settle`` keeps to it, and :meth:`settle` from elsewhere must pass
+        the same ``tag``."""
         rid = new_request_id() if request_id is None else request_id
         adjustment = self._core.reserve(limit, key, cost, request_id=rid, deadline=deadline, tag=tag)
         return Reservation(self, limit, key, rid, adjustment, tag)
@@ -519,11 +520,11 @@ class Limiter:
         window it was made in while that is still the current one (nothing once it has
         ended), its own sliding-log entries still in the window, and for the token bucket
         and GCRA at most what has not refilled since the reservation; ``units`` says how
-        much was given back (the fewest over the limits). Once: ``status`` is ``"applied"`` the first time, ``"duplicate"``
-        after; ``"expired"`` when there is no such reservation (past its deadline, where it
-        settled at the estimate, refused, or never made): nothing changes then. ``tag``: the
-        one the reservation was made under (a reservation under another tag, or none, is not
-        found: ``"expired"``)."""
+        much was given back (the fewest over the limits). Once: ``status`` is ``"applied"``
+        the first time, ``"duplicate"`` after; ``"expired"`` when there is no such reservation
+        (past its deadline, where it settled at the estimate, refused, or never made): nothing
+        changes then. ``tag``: the one the reservation was made under (a reservation under
+        another tag, or none, is not found: ``"expired"``)."""
         self._forget(key, tag)
         return self._core.settle(limit, key, request_id=request_id, actual=actual, tag=tag)
 

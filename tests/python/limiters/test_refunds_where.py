@@ -213,3 +213,17 @@ def test_async_refund_and_settle_keep_to_where_they_charged(
         assert not await lim.hit("5/minute", "k")
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("strategy", RATE)
+@pytest.mark.usefixtures("away_from_hour_boundary")
+def test_with_the_servers_clock_a_refund_finds_its_charge(
+    redis_store: redcount.Store, strategy: Strategy
+) -> None:
+    """clock="server": the scripts decide at Redis's TIME; the charge time is that time,
+    and the refund's script, reading TIME too, finds the charge by it."""
+    lim = redcount.Limiter(redis_store, strategy, clock="server")
+    d = lim.hit("5/hour", "k", 2)
+    assert d and d.charged_at == pytest.approx(time.time(), abs=60)
+    r = lim.refund("5/hour", "k", 2, decision=d)
+    assert r.applied and r.units == 2 and r.decision.remaining == 5

@@ -353,7 +353,8 @@ Reply native_limiter_adjust(Keyspace& ks, const std::vector<std::string>& keys, 
   std::int64_t moved = delta;
   for (std::size_t i = 0; i < n; ++i) {
     if (delta > 0) {
-      moved = std::min(moved, adj.give(i, delta, i < marks.size() ? marks[i] : std::optional<std::int64_t>(), estimate));
+      moved = std::min(moved,
+                       adj.give(i, delta, i < marks.size() ? marks[i] : std::optional<std::int64_t>(), estimate));
     } else if (delta < 0) {
       adj.charge(i, -delta);
     }
