@@ -25,7 +25,8 @@
 -- swa's newest sub-buckets, the buckets' full cost.
 -- Operations:
 --   refund   gives back up to `units` on every limit; with a record: a no-op when the
---            record exists (duplicate), else the record is written with the refund.
+--            record exists (duplicate), else the record is written with the refund (its
+--            value: where the refunded units were charged, ARGV[7], or '1' when unknown).
 --   reserve  charges the estimate when every limit allows it (as a hit would), and writes
 --            the record '<estimate>@<mark 1>,<mark 2>,...' (TTL = the deadline) with the
 --            charge; a record that exists makes it a duplicate that charges nothing.
@@ -291,7 +292,7 @@ if op == 'refund' then
     if m and kind == 'fw' then m = arg(i, 3) end
     least = math.min(least, give(i, units, m, units))
   end
-  if record then redis.call('SET', record, '1', 'PX', ttl) end
+  if record then redis.call('SET', record, charged_at and ARGV[7] or '1', 'PX', ttl) end
   return {now, 1, least, 0}
 elseif op == 'reserve' then
   local h = held()

@@ -118,6 +118,14 @@ def test_a_refund_of_an_earlier_windows_hits_admits_nothing_past_the_limit(
         r = lim.refund("5/minute", "k", 1, request_id=f"req-{i}", decision=d)
         assert r.applied and r.units == 0
     assert admitted(lim, "5/minute", "k", 5) == 0
+    # Each request id's marker records where its refund's units were charged (script unit:
+    # µs for GCRA, else ms).
+    at = round((old[0].charged_at or 0) * 1000) * (1000 if strategy == "gcra" else 1)
+    keys = store.execute("KEYS", "redcount:lim:*")
+    assert isinstance(keys, list)
+    markers = [k for k in keys if isinstance(k, bytes) and b":refund:" in k]
+    assert len(markers) == 5
+    assert {store.execute("GET", k) for k in markers} == {str(at).encode()}
 
 
 @pytest.mark.parametrize("strategy", RATE)

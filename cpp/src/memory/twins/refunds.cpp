@@ -324,7 +324,7 @@ Reply native_limiter_adjust(Keyspace& ks, const std::vector<std::string>& keys, 
       if (mark && kind == "fw") mark = adj_limit_c[i];
       least = std::min(least, adj.give(i, *units, mark, *units));
     }
-    if (record) put(ks, *record, "1", *ttl);
+    if (record) put(ks, *record, charged_at ? args[6] : std::string("1"), *ttl);
     return reply(*now, 1, least, 0);
   }
   if (op == "reserve") {
