@@ -90,9 +90,22 @@ struct LimiterHandle {
 
   // The operations of refund, reserve and settle (sync and async) from their Python arguments.
   std::shared_ptr<Op<Adjustment>> refund_op(py::handle limit, py::handle key, py::handle cost, py::handle rid,
-                                            py::handle tag) {
+                                            py::handle tag, py::handle decision) {
+    std::optional<std::int64_t> charged_at_us;
+    if (!decision.is_none()) {
+      if (!py::isinstance<Decision>(decision)) {
+        throw InvalidArgument("decision must be the Decision of the hit being refunded, got " +
+                              std::string(py::str(py::type::of(decision).attr("__name__"))));
+      }
+      charged_at_us = decision.cast<const Decision&>().charged_at_us;
+      if (!charged_at_us) {
+        throw InvalidArgument(
+            "decision charged nothing that refund() can find: pass the Decision of an allowed hit() "
+            "(a refused hit, test(), hit_all() and a decision made without the store carry no charge)");
+      }
+    }
     return strategy->make_refund(limits(limit)->limits, text_arg(key, "key"), int_arg(cost, "cost"),
-                                 request_id_arg(rid, "request_id must not be empty"), tag_of(tag));
+                                 request_id_arg(rid, "request_id must not be empty"), tag_of(tag), charged_at_us);
   }
   std::shared_ptr<Op<Adjustment>> reserve_op(py::handle limit, py::handle key, py::handle cost, py::handle rid,
                                              py::handle deadline, py::handle tag) {
@@ -343,6 +356,15 @@ void register_limiter(py::module_& m) {
           "hit_all()/test_all(), when refused: (limit, key) of the refusing limit (the one that frees up "
           "last when several refuse), e.g. ('100/minute', 'user:42'); None otherwise.")
       .def_property_readonly(
+          "charged_at",
+          [](const Decision& d) -> py::object {
+            if (!d.charged_at_us) return py::none();
+            return py::float_(static_cast<double>(*d.charged_at_us) / 1e6);
+          },
+          "An allowed hit(): when it charged, in seconds since the epoch by the limiter's clock "
+          "(refund(..., decision=) credits only what still holds that charge). None when nothing was "
+          "charged or it is not known (test(), hit_all(), a refused hit, a decision made without the store).")
+      .def_property_readonly(
           "bound_by",
           [](const Decision& d) -> py::object {
             if (d.binding_key.empty()) return py::none();
@@ -418,7 +440,8 @@ void register_limiter(py::module_& m) {
                              [](const Adjustment& a) { return a.status == Adjustment::Status::Duplicate; })
       .def_readonly("units", &Adjustment::units,
                     "refund(): units given back (the fewest over the limits). reserve(): the estimate charged. "
-                    "settle(): estimate - actual (> 0 given back, < 0 charged).")
+                    "settle(): > 0 given back (the fewest over the limits: only where the reservation charged), "
+                    "< 0 charged (estimate - actual).")
       .def_readonly("estimate", &Adjustment::estimate, "reserve()/settle(): the reservation's estimate (0 if none).")
       .def_readonly("decision", &Adjustment::decision,
                     "The key's state afterwards (what hit(limit, key, 1) would decide); reserve(): the "
@@ -645,14 +668,15 @@ void register_limiter(py::module_& m) {
       .def(
           "refund",
           [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost, py::handle request_id,
-             py::handle tag) {
-            auto op = h.refund_op(limit, key, cost, request_id, tag);
+             py::handle tag, py::handle decision) {
+            auto op = h.refund_op(limit, key, cost, request_id, tag, decision);
             NetworkWait wait(h.memory);
             return run(*h.store, *op);
           },
           py::arg("limit"), py::arg("key"), py::arg("cost") = 1, py::kw_only(), py::arg("request_id") = py::none(),
-          py::arg("tag") = py::none(),
-          "Give back up to `cost` units charged to `key`; once per request_id.")
+          py::arg("tag") = py::none(), py::arg("decision") = py::none(),
+          "Give back up to `cost` units charged to `key` (where `decision`, the hit's Decision, charged; "
+          "without it the current window); once per request_id.")
       .def(
           "reserve",
           [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost, py::handle request_id,
@@ -677,12 +701,12 @@ void register_limiter(py::module_& m) {
       .def(
           "refund_async",
           [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost, py::handle request_id,
-             py::handle tag) {
-            auto op = h.refund_op(limit, key, cost, request_id, tag);
+             py::handle tag, py::handle decision) {
+            auto op = h.refund_op(limit, key, cost, request_id, tag, decision);
             return aio::submit_async(h.store, std::move(op), [](Adjustment& a) { return py::cast(a); });
           },
           py::arg("limit"), py::arg("key"), py::arg("cost") = 1, py::kw_only(), py::arg("request_id") = py::none(),
-          py::arg("tag") = py::none())
+          py::arg("tag") = py::none(), py::arg("decision") = py::none())
       .def(
           "reserve_async",
           [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost, py::handle request_id,

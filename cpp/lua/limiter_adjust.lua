@@ -4,24 +4,41 @@
 -- ARGV[1] = now (ms; µs for gcra), or '' to read the server's TIME; ARGV[2] = the strategy:
 -- 'fw', 'sw', 'swa', 'tb' or 'gcra'; ARGV[3] = the operation; ARGV[4] = units (a refund's
 -- cost, a reservation's estimate, a settlement's actual use); ARGV[5] = the record's TTL in
--- ms; ARGV[6] = a unique id (members of sliding-log charges); then per limit i four numbers
--- ARGV[3 + 4i .. 6 + 4i]:
---   fw    amount, the window's expire-at (ms)     sw    amount, window (ms)
---   swa   amount, sub-bucket (ms), sub-buckets    tb    amount, window (ms), capacity
---   gcra  emission interval (µs), burst
+-- ms; ARGV[6] = a unique id (members of sliding-log charges); ARGV[7] = a refund's charge
+-- time (the hit's `now`, in the script's unit), or '' when the caller does not know where
+-- it charged; then per limit i four numbers ARGV[4 + 4i .. 7 + 4i]:
+--   fw    amount, the window's expire-at (ms), the charged window's expire-at (ms; 0 when
+--         ARGV[7] is ''), 0
+--   sw    amount, window (ms)                    swa   amount, sub-bucket (ms), sub-buckets
+--   tb    amount, window (ms), capacity           gcra  emission interval (µs), burst
+-- Where a charge was made (its mark, per limit: the window's expire-at for fw, the charge
+-- time for the others) decides what a refund or a settlement may credit: only the state
+-- that still holds the charge, so that a refund never admits past a limit.
+--   fw    the charged window, while it is the key's current one (nothing once it ended)
+--   sw    the charge's own entries (score = the charge time) that are still in the log
+--   swa   the charge's own sub-bucket, while it still weighs in
+--   tb    what has not refilled since the charge: cost - elapsed * rate, floor 0, up to
+--         the capacity
+--   gcra  the same: the arrival time moves back by at most cost * interval - elapsed
+-- Without a mark (a refund without a charge time, a record written before marks were
+-- kept) the current state is credited as before: fw's current window, sw's newest entries,
+-- swa's newest sub-buckets, the buckets' full cost.
 -- Operations:
 --   refund   gives back up to `units` on every limit; with a record: a no-op when the
---            record exists (duplicate), else the record is written with the refund.
+--            record exists (duplicate), else the record is written with the refund (its
+--            value: where the refunded units were charged, ARGV[7], or '1' when unknown).
 --   reserve  charges the estimate when every limit allows it (as a hit would), and writes
---            the record (the estimate, TTL = the deadline) with the charge; a record that
---            exists makes it a duplicate that charges nothing.
---   settle   with a pending record: gives back estimate - actual, or charges actual -
---            estimate unconditionally (the units were used), and marks the record settled
---            (keeping its TTL); a settled record: duplicate; no record: expired (nothing
---            happens: the estimate stands).
+--            the record '<estimate>@<mark 1>,<mark 2>,...' (TTL = the deadline) with the
+--            charge; a record that exists makes it a duplicate that charges nothing.
+--   settle   with a pending record: gives back estimate - actual where the reservation
+--            charged (see above), or charges actual - estimate unconditionally (the units
+--            were used), and marks the record settled, 's<estimate>' (keeping its TTL); a
+--            settled record: duplicate; no record: expired (nothing happens: the estimate
+--            stands).
 -- Reply: {now, status, units, estimate}: status 1 applied, 2 duplicate, 0 refused, 3 no
 -- reservation; units = refund: the fewest given back over the limits, reserve: the
--- estimate charged, settle: estimate - actual (> 0 given back, < 0 charged).
+-- estimate charged, settle: > 0 the fewest given back over the limits, < 0 charged
+-- (actual - estimate).
 local kind, op = ARGV[2], ARGV[3]
 local now = tonumber(ARGV[1])
 if not now then
@@ -36,14 +53,17 @@ end
 local units = tonumber(ARGV[4])
 local ttl = tonumber(ARGV[5])
 local uid = ARGV[6]
-local n = (#ARGV - 6) / 4
+local charged_at = tonumber(ARGV[7])
+local n = (#ARGV - 7) / 4
 local record = KEYS[n + 1]
-local function arg(i, j) return tonumber(ARGV[6 + 4 * (i - 1) + j]) end
+local function arg(i, j) return tonumber(ARGV[7 + 4 * (i - 1) + j]) end
 local function fmt(x) return string.format('%d', x) end
 
--- Per strategy: give(i, c) gives back up to c and returns what it gave; allows(i, c) tells
--- whether a hit of c would be allowed; charge(i, c) charges c whatever the state.
-local give, allows, charge
+-- Per strategy: give(i, c, mark, charged) gives back up to c of a charge of `charged` made
+-- at `mark` (nil: unknown, the current state) and returns what it gave; allows(i, c) tells
+-- whether a hit of c would be allowed; charge(i, c) charges c whatever the state; mark(i)
+-- is where a charge made now is (see the head of this file).
+local give, allows, charge, mark
 
 if kind == 'fw' then
   local function count(i)
@@ -51,7 +71,8 @@ if kind == 'fw' then
     if c == nil then return 0 end
     return c
   end
-  give = function(i, c)
+  give = function(i, c, m)
+    if m and m ~= arg(i, 2) then return 0 end  -- that window has ended
     local have = count(i)
     if have <= 0 then return 0 end
     local g = math.min(have, c)
@@ -59,6 +80,7 @@ if kind == 'fw' then
     return g
   end
   allows = function(i, c) return count(i) + c <= arg(i, 1) end
+  mark = function(i) return arg(i, 2) end
   charge = function(i, c)
     if tonumber(redis.pcall('GET', KEYS[i]) or '0') == nil then
       redis.call('DEL', KEYS[i])  -- a foreign value is garbage: start the window afresh
@@ -78,12 +100,24 @@ elseif kind == 'sw' then
     end
     return redis.call('ZCARD', KEYS[i])
   end
-  give = function(i, c)
-    local g = math.min(trim(i), c)
-    if g > 0 then redis.call('ZREMRANGEBYRANK', KEYS[i], -g, -1) end  -- the newest entries
-    return g
+  give = function(i, c, m, charged)
+    if not m then
+      local g = math.min(trim(i), c)
+      if g > 0 then redis.call('ZREMRANGEBYRANK', KEYS[i], -g, -1) end  -- the newest entries
+      return g
+    end
+    trim(i)
+    -- The charge put min(charged, amount) entries at its time; what is kept of it
+    -- (charged - c) keeps as many of them. Entries of one time are alike, whoever made them.
+    local own = math.min(charged, arg(i, 1))
+    local g = own - math.min(charged - c, own)
+    if g <= 0 then return 0 end
+    local mine = redis.call('ZRANGEBYSCORE', KEYS[i], fmt(m), fmt(m), 'LIMIT', 0, g)
+    for x = 1, #mine do redis.call('ZREM', KEYS[i], mine[x]) end
+    return #mine
   end
   allows = function(i, c) return trim(i) + c <= arg(i, 1) end
+  mark = function() return now end
   charge = function(i, c)
     trim(i)
     -- More than `amount` entries only keep the window full for as long as `amount` do.
@@ -110,9 +144,17 @@ elseif kind == 'swa' then
     end
     return tonumber(v or '0') or 0
   end
-  give = function(i, c)
+  give = function(i, c, m)
     local bucket, k = arg(i, 2), arg(i, 3)
     local cur = math.floor(now / bucket)
+    if m then
+      local idx = math.floor(m / bucket)
+      if idx < cur - k or idx > cur then return 0 end  -- no longer weighs in
+      local g = math.min(field(i, idx), c)
+      if g <= 0 then return 0 end
+      if redis.call('HINCRBY', KEYS[i], fmt(idx), -g) <= 0 then redis.call('HDEL', KEYS[i], fmt(idx)) end
+      return g
+    end
     local left = c
     -- The newest sub-buckets first, back to the oldest that still weighs in.
     for idx = cur, cur - k, -1 do
@@ -133,6 +175,7 @@ elseif kind == 'swa' then
     for idx = cur - k + 1, cur do scaled = scaled + field(i, idx) * bucket end
     return scaled + c * bucket <= amount * bucket
   end
+  mark = function() return now end
   charge = function(i, c)
     local bucket, k = arg(i, 2), arg(i, 3)
     local cur = math.floor(now / bucket)
@@ -174,14 +217,20 @@ elseif kind == 'tb' then
     redis.call('HSET', KEYS[i], 'tokens', fmt(lv), 'ts', fmt(now), 'cap', fmt(full))
     redis.call('PEXPIRE', KEYS[i], math.max(1, math.ceil((full - lv) / amount)))
   end
-  give = function(i, c)
-    local window, full = arg(i, 2), arg(i, 3) * arg(i, 2)
+  give = function(i, c, m, charged)
+    local amount, window, full = arg(i, 1), arg(i, 2), arg(i, 3) * arg(i, 2)
+    local back = c * window
+    if m then
+      -- What has not refilled since the charge (units of 1/window token).
+      back = math.min(back, math.max(0, charged * window - math.max(0, now - m) * amount))
+    end
     local lv = level(i)
-    local after = math.min(full, lv + c * window)
+    local after = math.min(full, lv + back)
     store(i, after)
     return math.ceil((after - lv) / window)  -- a token partly refilled counts as given
   end
   allows = function(i, c) return level(i) >= c * arg(i, 2) end
+  mark = function() return now end
   -- A negative level would read as a full bucket: the debt stops at empty.
   charge = function(i, c) store(i, math.max(0, level(i) - c * arg(i, 2))) end
 else  -- gcra
@@ -201,14 +250,17 @@ else  -- gcra
       redis.call('SET', KEYS[i], fmt(t), 'PX', math.ceil((t - now) / 1000))
     end
   end
-  give = function(i, c)
+  give = function(i, c, m, charged)
     local interval = arg(i, 1)
+    local back = c * interval
+    if m then back = math.min(back, math.max(0, charged * interval - math.max(0, now - m))) end
     local t = tat(i)
-    local after = math.max(now, t - c * interval)
+    local after = math.max(now, t - back)
     store(i, after)
     return math.ceil((t - after) / interval)
   end
   allows = function(i, c) return tat(i) + c * arg(i, 1) - now <= arg(i, 2) * arg(i, 1) end
+  mark = function() return now end
   charge = function(i, c) store(i, tat(i) + c * arg(i, 1)) end
 end
 
@@ -223,34 +275,52 @@ local function held()
   return v
 end
 
+-- A pending reservation's record: its estimate and, per limit, where it charged.
+local function pending(h)
+  local est, marks = string.match(h, '^(%d+)@(.*)$')
+  if not est then return tonumber(h) or 0, {} end  -- written before marks were kept
+  local ms = {}
+  for x in string.gmatch(marks, '[^,]+') do ms[#ms + 1] = tonumber(x) end
+  return tonumber(est), ms
+end
+
 if op == 'refund' then
   if held() then return {now, 2, 0, 0} end
   local least = units
-  for i = 1, n do least = math.min(least, give(i, units)) end
-  if record then redis.call('SET', record, '1', 'PX', ttl) end
+  for i = 1, n do
+    local m = charged_at
+    if m and kind == 'fw' then m = arg(i, 3) end
+    least = math.min(least, give(i, units, m, units))
+  end
+  if record then redis.call('SET', record, charged_at and ARGV[7] or '1', 'PX', ttl) end
   return {now, 1, least, 0}
 elseif op == 'reserve' then
   local h = held()
-  if h then return {now, 2, 0, tonumber((string.gsub(h, '^s', ''))) or 0} end
+  if h then return {now, 2, 0, tonumber(string.match(h, '^s?(%d+)')) or 0} end
   for i = 1, n do
     if not allows(i, units) then return {now, 0, 0, units} end
   end
-  for i = 1, n do charge(i, units) end
-  redis.call('SET', record, fmt(units), 'PX', ttl)
+  local marks = {}
+  for i = 1, n do
+    charge(i, units)
+    marks[i] = fmt(mark(i))
+  end
+  redis.call('SET', record, fmt(units) .. '@' .. table.concat(marks, ','), 'PX', ttl)
   return {now, 1, units, units}
 else  -- settle
   local h = held()
   if not h then return {now, 3, 0, 0} end
   if string.sub(h, 1, 1) == 's' then return {now, 2, 0, tonumber(string.sub(h, 2)) or 0} end
-  local estimate = tonumber(h) or 0
+  local estimate, marks = pending(h)
   local delta = estimate - units
+  local moved = delta
   for i = 1, n do
     if delta > 0 then
-      give(i, delta)
+      moved = math.min(moved, give(i, delta, marks[i], estimate))
     elseif delta < 0 then
       charge(i, -delta)
     end
   end
   redis.call('SET', record, 's' .. fmt(estimate), 'KEEPTTL')
-  return {now, 1, delta, estimate}
+  return {now, 1, moved, estimate}
 end

@@ -236,6 +236,8 @@ class Decision:
     @property
     def refused_by(self) -> tuple[str, str] | None: ...
     @property
+    def charged_at(self) -> float | None: ...
+    @property
     def bound_by(self) -> tuple[str, str] | None: ...
     @property
     def per_key(self) -> list[tuple[int, int]] | None: ...
@@ -366,6 +368,7 @@ class LimiterCore:
         *,
         request_id: str | bytes | None = None,
         tag: str | None = None,
+        decision: Decision | None = None,
     ) -> Adjustment: ...
     def reserve(
         self,
@@ -418,6 +421,7 @@ class LimiterCore:
         *,
         request_id: str | bytes | None = None,
         tag: str | None = None,
+        decision: Decision | None = None,
     ) -> Any: ...
     def reserve_async(
         self,

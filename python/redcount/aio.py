@@ -443,10 +443,12 @@ class Limiter:
         *,
         request_id: str | bytes | None = None,
         tag: str | None = None,
+        decision: Decision | None = None,
     ) -> Adjustment:
-        """Give back up to ``cost`` units, once per ``request_id``: see :meth:`redcount.Limiter.refund`."""
+        """Give back up to ``cost`` units, once per ``request_id``, where ``decision`` (the
+        hit's) charged: see :meth:`redcount.Limiter.refund`."""
         self.sync._forget(key, tag)
-        r = self._refund(limit, key, cost, request_id=request_id, tag=tag)
+        r = self._refund(limit, key, cost, request_id=request_id, tag=tag, decision=decision)
         return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def reserve(

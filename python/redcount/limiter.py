@@ -473,11 +473,21 @@ class Limiter:
         *,
         request_id: str | bytes | None = None,
         tag: str | None = None,
+        decision: Decision | None = None,
     ) -> Adjustment:
         """Give back up to ``cost`` units charged to ``key`` under every limit (e.g. a request
         that turned out not to count). Returns an :class:`~redcount.Adjustment`: ``status``
         ``"applied"`` with ``units`` given back (fewer when less was charged), and
         ``decision``, the key's state afterwards.
+
+        ``decision``: the allowed :meth:`hit`'s :class:`~redcount.Decision`, which says where
+        the units were charged (:attr:`~redcount.Decision.charged_at`). Only the state that
+        still holds that charge is credited, so a refund never admits past a limit: the
+        charged window while it is the current one (nothing once it has ended), the hit's own
+        sliding-log entries still in the window, and for the token bucket and GCRA only what
+        has not refilled since the hit. Without ``decision`` the refund credits the current
+        window (the newest entries, the buckets' full cost): right for a hit of the current
+        window, too generous for an earlier one.
 
         With ``request_id`` it is done once: a refund under an id already applied changes
         nothing and says ``"duplicate"`` (retries are safe); the id's marker is written with
@@ -487,7 +497,7 @@ class Limiter:
         that hash tag (what ``hit(..., tag=tag)`` or ``hit_all(..., tag=tag)`` charged); the
         id's marker is kept under the same tag."""
         self._forget(key, tag)
-        return self._core.refund(limit, key, cost, request_id=request_id, tag=tag)
+        return self._core.refund(limit, key, cost, request_id=request_id, tag=tag, decision=decision)
 
     def reserve(
         self,
@@ -503,12 +513,14 @@ class Limiter:
         record the reservation under ``request_id`` (a fresh one when None) for ``deadline``
         seconds, in the same script. Returns a :class:`~redcount.Reservation`, truthy when
         charged; its ``settle(actual)`` (or :meth:`settle` from any process) charges or gives
-        back the difference, once. A reservation not settled by its deadline settles at the
-        estimate: nothing more happens, and a later settle reports ``"expired"``. A second
-        reserve under the same id charges nothing (``duplicate``). A refused reservation
-        charges and records nothing. ``tag``: reserve on the key's state under that hash tag
-        (the reservation's record goes under it too); the reservation's ``settle`` keeps to
-        it, and :meth:`settle` from elsewhere must pass the same ``tag``."""
+        back the difference, once. The record keeps where the estimate was charged, so a
+        settlement gives back only to that state (see :meth:`settle`). A reservation not
+        settled by its deadline settles at the estimate: nothing more happens, and a later
+        settle reports ``"expired"``. A second reserve under the same id charges nothing
+        (``duplicate``). A refused reservation charges and records nothing. ``tag``: reserve
+        on the key's state under that hash tag (the reservation's record goes under it too);
+        the reservation's ``settle`` keeps to it, and :meth:`settle` from elsewhere must pass
+        the same ``tag``."""
         rid = new_request_id() if request_id is None else request_id
         adjustment = self._core.reserve(limit, key, cost, request_id=rid, deadline=deadline, tag=tag)
         return Reservation(self, limit, key, rid, adjustment, tag)
@@ -524,11 +536,15 @@ class Limiter:
     ) -> Adjustment:
         """Settle the reservation ``request_id`` at ``actual`` units (>= 0): gives back
         ``estimate - actual``, or charges ``actual - estimate`` whatever the limits say (the
-        units were used). Once: ``status`` is ``"applied"`` the first time, ``"duplicate"``
-        after; ``"expired"`` when there is no such reservation (past its deadline, where it
-        settled at the estimate, refused, or never made): nothing changes then. ``tag``: the
-        one the reservation was made under (a reservation under another tag, or none, is not
-        found: ``"expired"``)."""
+        units were used). What is given back goes only where the reservation charged: the
+        window it was made in while that is still the current one (nothing once it has
+        ended), its own sliding-log entries still in the window, and for the token bucket
+        and GCRA at most what has not refilled since the reservation; ``units`` says how
+        much was given back (the fewest over the limits). Once: ``status`` is ``"applied"``
+        the first time, ``"duplicate"`` after; ``"expired"`` when there is no such reservation
+        (past its deadline, where it settled at the estimate, refused, or never made): nothing
+        changes then. ``tag``: the one the reservation was made under (a reservation under
+        another tag, or none, is not found: ``"expired"``)."""
         self._forget(key, tag)
         return self._core.settle(limit, key, request_id=request_id, actual=actual, tag=tag)
 

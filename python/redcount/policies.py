@@ -383,18 +383,42 @@ class Penalty:
     max_block: float = 3600.0
 
     def __post_init__(self) -> None:
+        # The bounds are those the penalty script (cpp/lua/penalty.lua and its twin) accepts,
+        # checked here so that a bad setting fails when it is made, naming the field, not at
+        # the first refusal (as a script error under abuse).
         if isinstance(self.after, bool) or not isinstance(self.after, int) or self.after < 1:
             raise InvalidInputError(f"Penalty(after=) must be an int >= 1 (refusals), got {self.after!r}")
         for name in ("within", "block", "factor", "max_block"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v == v or v <= 0 or v == float("inf"):
-                raise InvalidInputError(f"Penalty({name}=) must be a finite number > 0, got {v!r}")
-        if self.factor < 1:
-            raise InvalidInputError(f"Penalty(factor=) must be >= 1 (1: every block as long), got {self.factor!r}")
-        if self.max_block < self.block:
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v == v or v == float("inf"):
+                raise InvalidInputError(f"Penalty({name}=) must be a finite number, got {v!r}")
+        if not PENALTY_MIN_FACTOR <= self.factor <= PENALTY_MAX_FACTOR:
+            raise InvalidInputError(
+                f"Penalty(factor=) must be between 1 and {PENALTY_MAX_FACTOR:,.0f} (1: every block as long), "
+                f"got {self.factor!r}"
+            )
+        for name in ("within", "block", "max_block"):
+            v = getattr(self, name)
+            if not 1 <= _whole_ms(v) <= PENALTY_MAX_SPAN_MS:
+                raise InvalidInputError(
+                    f"Penalty({name}=) must be between 0.001 and {PENALTY_MAX_SPAN_MS / 1000:.3f} seconds "
+                    f"(1 ms to 2^42 ms, about 139 years), got {v!r}"
+                )
+        if _whole_ms(self.max_block) < _whole_ms(self.block):
             raise InvalidInputError(f"Penalty(max_block=) must be >= block ({self.block!r}), got {self.max_block!r}")
-        if self.block * 1000 < 1 or self.within * 1000 < 1:
-            raise InvalidInputError("Penalty(block=, within=) must be at least a millisecond")
+
+
+#: The penalty script's bounds: spans (``within``, ``block``, ``max_block``) are whole
+#: milliseconds from 1 to 2^42 (about 139 years, so every sum it makes stays exact), and
+#: ``factor`` is from 1 to a million.
+PENALTY_MAX_SPAN_MS = 2**42
+PENALTY_MIN_FACTOR = 1.0
+PENALTY_MAX_FACTOR = 1e6
+
+
+def _whole_ms(seconds: float) -> int:
+    """A span in seconds as the whole milliseconds :class:`Penalties` sends the script."""
+    return int(seconds * 1000)
 
 
 def tagged(key: str | bytes) -> str:
@@ -420,13 +444,13 @@ class Penalties:
     def __init__(self, penalty: Penalty, prefix: str) -> None:
         self.penalty = penalty
         self.prefix = prefix
-        self.within_ms = int(penalty.within * 1000)
+        self.within_ms = _whole_ms(penalty.within)
         self.args = [
             str(penalty.after),
             str(self.within_ms),
-            str(int(penalty.block * 1000)),
+            str(_whole_ms(penalty.block)),
             repr(float(penalty.factor)),
-            str(int(penalty.max_block * 1000)),
+            str(_whole_ms(penalty.max_block)),
         ]
 
     def keys(self, key: str | bytes) -> list[str]:

@@ -684,17 +684,26 @@ const std::vector<ParityCase>& parity_cases() {
       {"limiter_adjust", false,
        [](std::mt19937& rng, std::int64_t now, int i) {
          // Refunds, reservations and settlements of every strategy's state, with and
-         // without a record, over two limits each.
+         // without a record, over two limits each; refunds with and without a charge time
+         // (one of the recent calls' times, so that the charge's own state is found), and
+         // fixed windows whose charged window is or is no longer the current one.
+         static std::vector<std::int64_t> recent;
+         recent.push_back(now);
+         if (recent.size() > 6) recent.erase(recent.begin());
          const char* kinds[] = {"fw", "sw", "swa", "tb", "gcra"};
          const char* ops[] = {"refund", "reserve", "settle"};
          const std::string kind = kinds[rng() % 5], op = ops[rng() % 3];
-         const std::string d = std::to_string(deadline);
+         const std::int64_t scale = kind == "gcra" ? 1000 : 1;
+         const bool charged = rng() % 2 == 0;
+         const std::string at = charged ? std::to_string(recent[rng() % recent.size()] * scale) : std::string();
+         const std::string d = std::to_string(rng() % 4 == 0 ? deadline + 3'600'000 : deadline);
+         const std::string was = charged ? std::to_string(rng() % 3 == 0 ? deadline + 3'600'000 : deadline) : "0";
          ScriptCall c{&kLimiterAdjustScript,
                       {"adj:{a}:" + kind + ":1", "adj:{a}:" + kind + ":2"},
-                      {std::to_string(kind == "gcra" ? now * 1000 : now), kind, op, std::to_string(rng() % 5), "60000",
-                       "id" + std::to_string(i)}};
+                      {std::to_string(now * scale), kind, op, std::to_string(rng() % 5), "60000",
+                       "id" + std::to_string(i), at}};
          std::vector<std::string> limits;
-         if (kind == "fw") limits = {"6", d, "0", "0", "9", d, "0", "0"};
+         if (kind == "fw") limits = {"6", d, was, "0", "9", d, was, "0"};
          if (kind == "sw") limits = {"6", "10000", "0", "0", "9", "60000", "0", "0"};
          if (kind == "swa") limits = {"6", "2500", "4", "0", "9", "60000", "1", "0"};
          if (kind == "tb") limits = {"6", "10000", "8", "0", "9", "60000", "9", "0"};
@@ -924,6 +933,45 @@ std::vector<RepairCase> repair_cases(std::int64_t now, std::int64_t deadline) {
 // leaves each of its keys with a TTL no longer than the script's own, limiter keys of
 // another type start afresh, and both stores answer alike. The second call of each case is
 // refused (limits of 1), so refused calls are checked too.
+// Where a refund or a settlement credits (the charged window, the charge's own entries or
+// sub-bucket, what has not refilled): the same calls on both stores, for every strategy, a
+// reservation settled in its window and one settled after it, refunds of an ended window's
+// hit and of the current one's; the replies say what was given back.
+TEST_F(LuaTwinTest, RefundsAndSettlementsCreditWhereTheyChargedAlike) {
+  const std::int64_t d1 = wall_ms() + 3'600'000, d2 = d1 + 3'600'000;  // two fixed windows' expire-ats
+  const std::int64_t t = kT0 + 7;
+  for (const std::string kind : {"fw", "sw", "swa", "tb", "gcra"}) {
+    const std::int64_t scale = kind == "gcra" ? 1000 : 1;
+    auto call = [&](const std::string& op, std::int64_t units, std::int64_t now, std::optional<std::int64_t> at,
+                    std::int64_t current, const std::string& rid) {
+      const std::string was = at ? std::to_string(at == t ? d1 : d2) : "0";
+      ScriptCall c{&kLimiterAdjustScript,
+                   {"where:{a}:" + kind + ":1", "where:{a}:" + kind + ":2"},
+                   {std::to_string(now * scale), kind, op, std::to_string(units), "600000", "u" + std::to_string(now),
+                    at ? std::to_string(*at * scale) : std::string()}};
+      const std::string cur = std::to_string(current);
+      std::vector<std::string> limits;
+      if (kind == "fw") limits = {"6", cur, was, "0", "9", cur, was, "0"};
+      if (kind == "sw") limits = {"6", "20000", "0", "0", "9", "60000", "0", "0"};
+      if (kind == "swa") limits = {"6", "10000", "2", "0", "9", "60000", "1", "0"};
+      if (kind == "tb") limits = {"6", "20000", "6", "0", "9", "60000", "9", "0"};
+      if (kind == "gcra") limits = {"3333334", "6", "0", "0", "6666667", "9", "0", "0"};
+      c.args.insert(c.args.end(), limits.begin(), limits.end());
+      if (!rid.empty()) c.keys.push_back("where:{a}:rid:" + kind + rid);
+      expect_same(redis_->execute_one(c), memory_->execute_one(c), kind + " " + op + " " + std::to_string(now - t));
+    };
+    call("reserve", 3, t, std::nullopt, d1, "1");
+    call("reserve", 2, t, std::nullopt, d1, "2");
+    call("settle", 1, t + 1'500, std::nullopt, d1, "1");   // its window, little refilled
+    call("settle", 0, t + 30'000, std::nullopt, d2, "2");  // the window has ended; refilled
+    call("refund", 2, t + 30'000, t, d2, "");               // an ended window's charge
+    call("reserve", 1, t + 30'000, std::nullopt, d2, "3");
+    call("refund", 1, t + 30'001, t + 30'000, d2, "");      // the current window's charge
+    call("refund", 1, t + 30'002, std::nullopt, d2, "4");   // no charge time: the current state
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
 TEST_F(LuaTwinTest, ForeignWritesAreRepairedAlikeOnBothStores) {
   const std::int64_t deadline = wall_ms() + 60'000;
   const std::int64_t now = kT0 + 500;

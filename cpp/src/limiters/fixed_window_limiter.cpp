@@ -150,7 +150,9 @@ struct FixedWindowHit : FixedWindowWork {
   Decision decide_from(const detail::Ints& v) const {
     if (v.size() != lims().size() + 1) throw ProtocolError("fixed_window_hit returned an unexpected reply");
     const bool allowed = v[0] == 1;
-    return decide(v.data() + 1, allowed, allowed ? 0 : cost);
+    Decision d = decide(v.data() + 1, allowed, allowed ? 0 : cost);
+    if (allowed) d.charged_at_us = now * 1000;  // the windows were located at `now`: refund() finds them by it
+    return d;
   }
 };
 
@@ -322,10 +324,11 @@ class FixedWindowLimiter final : public LimiterStrategy {
 
   // refunds.cpp's operations over this strategy's keys (the window at the time they run).
   std::shared_ptr<Op<Adjustment>> make_refund(const std::vector<RateLimit>& limits, std::string_view key,
-                                              std::int64_t cost, std::string_view request_id,
-                                              std::string_view tag) override {
+                                              std::int64_t cost, std::string_view request_id, std::string_view tag,
+                                              std::optional<std::int64_t> charged_at_us) override {
     auto after = make_test(limits, key, 1, tag);  // checks the limits, the key and the tag
-    return detail::make_refund_op(store_, time_, multi_, limits, key, cost, request_id, tag, std::move(after));
+    return detail::make_refund_op(store_, time_, multi_, limits, key, cost, request_id, tag, charged_at_us,
+                                  std::move(after));
   }
   std::shared_ptr<Op<Adjustment>> make_reserve(const std::vector<RateLimit>& limits, std::string_view key,
                                                std::int64_t estimate, std::string_view request_id,

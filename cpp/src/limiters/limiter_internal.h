@@ -115,6 +115,7 @@ std::shared_ptr<Op<Adjustment>> make_refund_op(std::shared_ptr<Store> store, con
                                                std::shared_ptr<const MultiRules> rules,
                                                const std::vector<RateLimit>& limits, std::string_view key,
                                                std::int64_t cost, std::string_view request_id, std::string_view tag,
+                                               std::optional<std::int64_t> charged_at_us,
                                                std::shared_ptr<Op<Decision>> after);
 std::shared_ptr<Op<Adjustment>> make_reserve_op(std::shared_ptr<Store> store, const TimeSource& time,
                                                 std::shared_ptr<const MultiRules> rules,
@@ -215,7 +216,10 @@ struct ScriptedSpec {
     const Ints& v = in_place ? sent->ints : (scratch_ = integers(reply, rules->reply_size(limits), rules->script().name));
     auto outcomes = rules->outcomes(limits, cost, v);
     if constexpr (std::is_same_v<T, Decision>) {
-      return combine(outcomes, v[1] == 1);
+      Decision d = combine(outcomes, v[1] == 1);
+      // The script decided at v[0] (its unit): where an allowed hit charged, for refund().
+      if (hit && d.allowed && v[0] >= 0) d.charged_at_us = v[0] * (1000 / rules->time_scale());
+      return d;
     } else {
       return to_stats(limits, outcomes);
     }
@@ -257,7 +261,8 @@ class ScriptedLimiter final : public LimiterStrategy {
   // refunds.cpp
   std::shared_ptr<Op<Adjustment>> make_refund(const std::vector<RateLimit>& limits, std::string_view key,
                                               std::int64_t cost, std::string_view request_id,
-                                              std::string_view tag = {}) override;
+                                              std::string_view tag = {},
+                                              std::optional<std::int64_t> charged_at_us = std::nullopt) override;
   std::shared_ptr<Op<Adjustment>> make_reserve(const std::vector<RateLimit>& limits, std::string_view key,
                                                std::int64_t estimate, std::string_view request_id,
                                                std::int64_t deadline_ms, std::string_view tag = {}) override;

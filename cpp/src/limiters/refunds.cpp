@@ -6,12 +6,18 @@
 // state afterwards for the caller's Decision: one round trip (a reservation also sends the
 // test of its estimate, for the wait of a refusal).
 //
-// What a refund gives back, per strategy (never more than was charged):
-//   fixed-window           the current window's count goes down (not below 0)
-//   sliding-window         up to `cost` of the newest entries in the window are removed
-//   sliding-window-approx  sub-bucket counts go down, the newest sub-buckets first
-//   token-bucket           tokens come back (up to the capacity)
-//   gcra                   the arrival time moves back by cost * interval (not before now)
+// A refund or a settlement credits only the state that still holds the charge, so that no
+// refund admits past a limit: a reservation's record keeps where it charged (per limit: the
+// fixed window's expire-at, else the charge time) and a refund given the hit's Decision
+// (Decision::charged_at_us) sends where the hit charged. Per strategy (never more than was
+// charged; limiter_adjust.lua has the details):
+//   fixed-window           the charged window's count goes down, while it is the current one
+//   sliding-window         the charge's own entries still in the log are removed
+//   sliding-window-approx  the charge's own sub-bucket goes down, while it still weighs in
+//   token-bucket           tokens come back, at most what has not refilled since the charge
+//   gcra                   the arrival time moves back likewise (not before now)
+// A refund without a charge time credits the current state, as documented: the current
+// window's count, the newest log entries or sub-buckets, the buckets' full cost.
 // With a tag (refund(..., tag=), ...), the state is the key's under that hash tag, the one
 // hit_all(..., tag=) and hit(..., tag=) charge, and the request id's record is put under
 // the same tag, so that the script's keys share a slot on a cluster.
@@ -30,7 +36,8 @@
 namespace redcount {
 
 std::shared_ptr<Op<Adjustment>> LimiterStrategy::make_refund(const std::vector<RateLimit>&, std::string_view,
-                                                              std::int64_t, std::string_view, std::string_view) {
+                                                              std::int64_t, std::string_view, std::string_view,
+                                                              std::optional<std::int64_t>) {
   throw InvalidArgument("refund() is not available for strategy='" + std::string(name()) +
                         "' (it decides leases in flight, not rates: release() gives a lease back)");
 }
@@ -57,7 +64,7 @@ class AdjustOp final : public Op<Adjustment> {
  public:
   AdjustOp(std::shared_ptr<Store> store, TimeSource time, std::shared_ptr<const MultiRules> rules,
            std::vector<RateLimit> limits, std::string key, std::string tag, Kind kind, std::int64_t units,
-           std::string record,
+           std::optional<std::int64_t> charged_at_us, std::string record,
            std::int64_t record_ttl_ms, std::shared_ptr<Op<Decision>> after, std::shared_ptr<Op<Decision>> refused)
       : store_(std::move(store)),
         time_(std::move(time)),
@@ -67,6 +74,7 @@ class AdjustOp final : public Op<Adjustment> {
         tag_(std::move(tag)),
         kind_(kind),
         units_(units),
+        charged_at_us_(charged_at_us),
         record_(std::move(record)),
         record_ttl_ms_(record_ttl_ms),
         after_(std::move(after)),
@@ -123,16 +131,29 @@ class AdjustOp final : public Op<Adjustment> {
     const std::int64_t now_ms = time_.now_ms();
     ScriptCall call{&kLimiterAdjustScript, {}, {}};
     call.keys.reserve(limits_.size() + 1);
-    call.args.reserve(6 + 4 * limits_.size());
+    call.args.reserve(7 + 4 * limits_.size());
     call.args.push_back(client_time() ? std::to_string(now_ms * rules_->time_scale()) : std::string());
     call.args.emplace_back(rules_->adjust_kind());
     call.args.emplace_back(kind_ == Kind::Refund ? "refund" : kind_ == Kind::Reserve ? "reserve" : "settle");
     call.args.push_back(std::to_string(units_));
     call.args.push_back(std::to_string(record_ttl_ms_));
     call.args.push_back(unique_id());
+    // Where the refunded units were charged, in the script's unit (µs for gcra, else ms).
+    const bool fw = rules_->adjust_kind() == "fw";
+    std::optional<std::int64_t> charged_ms;
+    if (charged_at_us_) {
+      charged_ms = *charged_at_us_ / 1000;  // (not negative: checked when made)
+      call.args.push_back(std::to_string(rules_->time_scale() == 1 ? *charged_ms : *charged_at_us_));
+    } else {
+      call.args.emplace_back();
+    }
     for (const RateLimit& l : limits_) {
       call.keys.push_back(rules_->storage_key(l, key_, tag_, now_ms));
-      for (std::int64_t v : rules_->adjust_args(l, now_ms)) call.args.push_back(std::to_string(v));
+      auto args = rules_->adjust_args(l, now_ms);
+      // A fixed window's third number: the expire-at of the window the units were charged
+      // in, which the script credits only while it is still the current one.
+      if (fw && charged_ms) args[2] = rules_->adjust_args(l, *charged_ms)[1];
+      for (std::int64_t v : args) call.args.push_back(std::to_string(v));
     }
     if (!record_.empty()) call.keys.push_back(record_);
     std::vector<Request> out;
@@ -198,6 +219,7 @@ class AdjustOp final : public Op<Adjustment> {
   std::string tag_;  // empty: the key's untagged state
   Kind kind_;
   std::int64_t units_;
+  std::optional<std::int64_t> charged_at_us_;  // refund(): where the units were charged
   std::string record_;
   std::int64_t record_ttl_ms_;
   std::shared_ptr<Op<Decision>> after_, refused_, then_;
@@ -236,16 +258,21 @@ std::shared_ptr<Op<Adjustment>> make_refund_op(std::shared_ptr<Store> store, con
                                                std::shared_ptr<const MultiRules> rules,
                                                const std::vector<RateLimit>& limits, std::string_view key,
                                                std::int64_t cost, std::string_view request_id, std::string_view tag,
+                                               std::optional<std::int64_t> charged_at_us,
                                                std::shared_ptr<Op<Decision>> after) {
   check_rules(*rules, tag);
   check_units(cost, "cost", 1);
+  if (charged_at_us && *charged_at_us < 0) {
+    throw InvalidArgument("charged_at must be >= 0 (µs since the epoch), got " + std::to_string(*charged_at_us));
+  }
   std::string record;
   if (!request_id.empty()) {
     validate_request_id(request_id);
     record = rules->record_key(key, "refund", request_id, tag);
   }
   return std::make_shared<AdjustOp>(std::move(store), time, std::move(rules), limits, std::string(key),
-                                    std::string(tag), Kind::Refund, cost, std::move(record), marker_ttl(limits),
+                                    std::string(tag), Kind::Refund, cost, charged_at_us, std::move(record),
+                                    marker_ttl(limits),
                                     std::move(after), nullptr);
 }
 
@@ -265,7 +292,8 @@ std::shared_ptr<Op<Adjustment>> make_reserve_op(std::shared_ptr<Store> store, co
                           std::to_string(deadline_ms) + " ms");
   }
   return std::make_shared<AdjustOp>(std::move(store), time, rules, limits, std::string(key), std::string(tag),
-                                    Kind::Reserve, estimate, rules->record_key(key, "reserve", request_id, tag),
+                                    Kind::Reserve, estimate, std::nullopt,
+                                    rules->record_key(key, "reserve", request_id, tag),
                                     deadline_ms, std::move(after), std::move(refused));
 }
 
@@ -279,15 +307,17 @@ std::shared_ptr<Op<Adjustment>> make_settle_op(std::shared_ptr<Store> store, con
   if (request_id.empty()) throw InvalidArgument("settle() needs the reservation's request_id");
   validate_request_id(request_id);
   return std::make_shared<AdjustOp>(std::move(store), time, rules, limits, std::string(key), std::string(tag),
-                                    Kind::Settle, actual, rules->record_key(key, "reserve", request_id, tag),
+                                    Kind::Settle, actual, std::nullopt,
+                                    rules->record_key(key, "reserve", request_id, tag),
                                     marker_ttl(limits), std::move(after), nullptr);
 }
 
 std::shared_ptr<Op<Adjustment>> ScriptedLimiter::make_refund(const std::vector<RateLimit>& limits,
                                                              std::string_view key, std::int64_t cost,
-                                                             std::string_view request_id, std::string_view tag) {
+                                                             std::string_view request_id, std::string_view tag,
+                                                             std::optional<std::int64_t> charged_at_us) {
   auto after = make_test(limits, key, 1, tag);  // checks the limits, the key and the tag
-  return make_refund_op(store_, time_, multi_, limits, key, cost, request_id, tag, std::move(after));
+  return make_refund_op(store_, time_, multi_, limits, key, cost, request_id, tag, charged_at_us, std::move(after));
 }
 
 std::shared_ptr<Op<Adjustment>> ScriptedLimiter::make_reserve(const std::vector<RateLimit>& limits,

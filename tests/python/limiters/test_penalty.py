@@ -193,3 +193,54 @@ def test_a_store_failure_is_decided_by_on_unavailable(redis_factory: Callable[..
         asyncio.run(main())
     finally:
         store.close()
+
+
+# The bounds the penalty script accepts (whole ms from 1 to 2^42, factor 1..10^6,
+# max_block >= block): a Penalty outside them is refused when it is made, naming the field,
+# rather than making every refusal of the limiter raise a script error.
+SPAN_MAX = 2**42 / 1000  # seconds
+
+
+@pytest.mark.parametrize(
+    ("kw", "field"),
+    [
+        ({"factor": 2e6}, "factor"),
+        ({"factor": 1e6 + 1}, "factor"),
+        ({"within": SPAN_MAX + 0.001}, "within"),
+        ({"block": SPAN_MAX + 0.001, "max_block": SPAN_MAX + 0.001}, "block"),
+        ({"max_block": SPAN_MAX + 0.001}, "max_block"),
+        ({"within": 0.0005}, "within"),
+        ({"block": 0.0009}, "block"),
+        ({"within": float("inf")}, "within"),
+        ({"factor": "2"}, "factor"),
+    ],
+)
+def test_out_of_range_penalties_are_refused_when_made(kw: dict[str, object], field: str) -> None:
+    with pytest.raises(redcount.InvalidInputError, match=rf"Penalty\({field}=\)") as e:
+        redcount.Penalty(**kw)  # type: ignore[arg-type]
+    if isinstance(kw[field], float) and kw[field] != float("inf"):
+        assert "between" in str(e.value)  # a number out of range: the message gives the range
+
+
+def test_a_block_below_its_cap_in_whole_ms_is_refused() -> None:
+    # 1.0005 s and 1.0009 s are both 1000 ms as the script gets them: equal is fine...
+    redcount.Penalty(block=1.0009, max_block=1.0005)
+    # ...below is not.
+    with pytest.raises(redcount.InvalidInputError, match=r"Penalty\(max_block=\)"):
+        redcount.Penalty(block=2.0, max_block=1.999)
+
+
+def test_a_penalty_at_the_bounds_blocks_on_both_stores(store: redcount.Store) -> None:
+    """The largest settings the constructor accepts are ones the script accepts: a refusal
+    counts and starts a block instead of raising a script error."""
+    penalty = redcount.Penalty(after=1, within=SPAN_MAX, block=1.0, factor=1e6, max_block=SPAN_MAX)
+    lim = redcount.Limiter(store, penalty=penalty)
+    assert lim.hit("1/hour", "k")
+    refused = lim.hit("1/hour", "k")  # the first refusal starts a 1 s block
+    assert not refused
+    blocked = lim.hit("1/hour", "k")
+    assert not blocked and 0 < blocked.retry_after <= 1.0
+    tiny = redcount.Limiter(store, prefix="tiny", penalty=redcount.Penalty(after=1, within=0.001, block=0.001,
+                                                                            factor=1, max_block=0.001))
+    assert tiny.hit("1/hour", "k")
+    assert not tiny.hit("1/hour", "k")

@@ -57,6 +57,11 @@ struct Decision {
   // tightest limit as decided (what a metric or a header of that item reports). Empty from
   // the single-key methods.
   std::vector<std::pair<std::int64_t, std::int64_t>> per_item;
+  // An allowed single-key hit of a rate strategy: when it charged, by the limiter's clock,
+  // in µs since the epoch (the time the strategy's script decided at). refund() given it
+  // credits only what still holds that charge. nullopt: nothing charged, or not known
+  // (a test, hit_all, a decision made without the store, the concurrency strategy).
+  std::optional<std::int64_t> charged_at_us;
 };
 
 // One part of a decision across several keys (hit_all): limits that must all hold for key.
@@ -93,8 +98,9 @@ struct Adjustment {
   };
   Status status = Status::Applied;
   // refund(): units given back (the fewest over the limits; less than the cost when less
-  // was charged). reserve(): the estimate charged. settle(): estimate - actual, given back
-  // when > 0, charged when < 0.
+  // was charged). reserve(): the estimate charged. settle(): > 0 what was given back (the
+  // fewest over the limits: at most estimate - actual, only where the reservation charged),
+  // < 0 charged (estimate - actual).
   std::int64_t units = 0;
   // reserve() and settle(): the reservation's estimate (0 when none was found).
   std::int64_t estimate = 0;
@@ -169,10 +175,14 @@ class LimiterStrategy {
   // refunds.cpp for what each strategy gives back). With a request id it is done once:
   // a refund under an id already applied changes nothing (Status::Duplicate); the id's
   // marker is written with the refund, atomically, and lives at least as long as the
-  // longest window.
+  // longest window. `charged_at_us` (a hit's Decision::charged_at_us) says where the units
+  // were charged: only the state that still holds that charge is credited (the charged
+  // window while it lasts; for the buckets what has not refilled since). Without it the
+  // current state is credited (the current window).
   Adjustment refund(const std::vector<RateLimit>& limits, std::string_view key, std::int64_t cost,
-                    std::string_view request_id = {}, std::string_view tag = {}) {
-    return run(*store_, *make_refund(limits, key, cost, request_id, tag));
+                    std::string_view request_id = {}, std::string_view tag = {},
+                    std::optional<std::int64_t> charged_at_us = std::nullopt) {
+    return run(*store_, *make_refund(limits, key, cost, request_id, tag, charged_at_us));
   }
   // Charges `estimate` if every limit allows it, as hit() would, and records the
   // reservation under `request_id` for `deadline_ms` in the same script. A second reserve
@@ -181,8 +191,9 @@ class LimiterStrategy {
                      std::string_view request_id, std::int64_t deadline_ms, std::string_view tag = {}) {
     return run(*store_, *make_reserve(limits, key, estimate, request_id, deadline_ms, tag));
   }
-  // Settles the reservation `request_id` at `actual`: gives back estimate - actual, or
-  // charges actual - estimate whatever the limits say (the units were used). Once: a
+  // Settles the reservation `request_id` at `actual`: gives back estimate - actual (only to
+  // the state that still holds the reservation's charge: its window while current, what has
+  // not refilled), or charges actual - estimate whatever the limits say (the units were used). Once: a
   // second settle is a Duplicate; after the deadline the reservation is gone (it settled
   // at the estimate) and settle changes nothing (Expired).
   Adjustment settle(const std::vector<RateLimit>& limits, std::string_view key, std::string_view request_id,
@@ -193,7 +204,8 @@ class LimiterStrategy {
   // the state hit_all(..., tag) and hit(..., tag) write; empty: its untagged state.
   virtual std::shared_ptr<Op<Adjustment>> make_refund(const std::vector<RateLimit>& limits, std::string_view key,
                                                       std::int64_t cost, std::string_view request_id,
-                                                      std::string_view tag = {});
+                                                      std::string_view tag = {},
+                                                      std::optional<std::int64_t> charged_at_us = std::nullopt);
   virtual std::shared_ptr<Op<Adjustment>> make_reserve(const std::vector<RateLimit>& limits, std::string_view key,
                                                        std::int64_t estimate, std::string_view request_id,
                                                        std::int64_t deadline_ms, std::string_view tag = {});

@@ -33,9 +33,12 @@ class Adjuster {
            std::string uid, std::vector<Limit> limits)
       : ks_(ks), keys_(keys), kind_(std::move(kind)), now_(now), uid_(std::move(uid)), l_(std::move(limits)) {}
 
-  std::int64_t give(std::size_t i, std::int64_t c) {
+  // Gives back up to c of a charge of `charged` made at `mark` (nullopt: unknown, the
+  // current state); see the Lua file's head for what each strategy may credit.
+  std::int64_t give(std::size_t i, std::int64_t c, std::optional<std::int64_t> mark, std::int64_t charged) {
     const std::string& k = keys_[i];
     if (kind_ == "fw") {
+      if (mark && *mark != l_[i].b) return 0;  // that window has ended
       const std::int64_t have = count(i);
       if (have <= 0) return 0;
       const std::int64_t g = std::min(have, c);
@@ -43,15 +46,33 @@ class Adjuster {
       return g;
     }
     if (kind_ == "sw") {
-      const std::int64_t g = std::min(trim(i), c);
-      if (g > 0) {
-        for (const auto& [member, score] : ks_.zrange(k, -g, -1)) ks_.zrem(k, member);
+      if (!mark) {
+        const std::int64_t g = std::min(trim(i), c);
+        if (g > 0) {
+          for (const auto& [member, score] : ks_.zrange(k, -g, -1)) ks_.zrem(k, member);
+        }
+        return g;
       }
-      return g;
+      trim(i);
+      const std::int64_t own = std::min(charged, l_[i].a);
+      const std::int64_t g = own - std::min(charged - c, own);
+      if (g <= 0) return 0;
+      const auto at = static_cast<double>(*mark);
+      const auto mine = ks_.zrangebyscore(k, at, at, g);
+      for (const auto& [member, score] : mine) ks_.zrem(k, member);
+      return static_cast<std::int64_t>(mine.size());
     }
     if (kind_ == "swa") {
       const std::int64_t bucket = l_[i].b, sub = l_[i].c;
       const std::int64_t cur = now_ / bucket;
+      if (mark) {
+        const std::int64_t idx = *mark / bucket;
+        if (idx < cur - sub || idx > cur) return 0;  // no longer weighs in
+        const std::int64_t g = std::min(field(i, idx), c);
+        if (g <= 0) return 0;
+        if (ks_.hincrby(k, std::to_string(idx), -g) <= 0) ks_.hdel(k, std::to_string(idx));
+        return g;
+      }
       std::int64_t left = c;
       for (std::int64_t idx = cur; idx >= cur - sub && left > 0; --idx) {
         const std::int64_t have = field(i, idx);
@@ -63,18 +84,32 @@ class Adjuster {
       return c - left;
     }
     if (kind_ == "tb") {
-      const std::int64_t window = l_[i].b, full = l_[i].c * l_[i].b;
+      const std::int64_t amount = l_[i].a, window = l_[i].b, full = l_[i].c * l_[i].b;
+      std::int64_t back = sat_mul(c, window);
+      if (mark) {
+        // What has not refilled since the charge (units of 1/window token).
+        const std::int64_t refilled = sat_mul(std::max<std::int64_t>(0, sat_sub(now_, *mark)), amount);
+        back = std::min(back, std::max<std::int64_t>(0, sat_sub(sat_mul(charged, window), refilled)));
+      }
       const std::int64_t lv = level(i);
-      const std::int64_t after = std::min(full, sat_add(lv, sat_mul(c, window)));
+      const std::int64_t after = std::min(full, sat_add(lv, back));
       store_level(i, after);
       return ceil_div(after - lv, window);  // a token partly refilled counts as given
     }
     const std::int64_t interval = l_[i].a;  // gcra
+    std::int64_t back = sat_mul(c, interval);
+    if (mark) {
+      const std::int64_t elapsed = std::max<std::int64_t>(0, sat_sub(now_, *mark));
+      back = std::min(back, std::max<std::int64_t>(0, sat_sub(sat_mul(charged, interval), elapsed)));
+    }
     const std::int64_t t = tat(i);
-    const std::int64_t after = std::max(now_, sat_sub(t, sat_mul(c, interval)));
+    const std::int64_t after = std::max(now_, sat_sub(t, back));
     store_tat(i, after);
     return ceil_div(t - after, interval);
   }
+
+  // Where a charge made now is: the window's expire-at (fw), else the time.
+  std::int64_t mark(std::size_t i) const { return kind_ == "fw" ? l_[i].b : now_; }
 
   bool allows(std::size_t i, std::int64_t c) {
     const Limit& l = l_[i];
@@ -209,6 +244,30 @@ Reply reply(std::int64_t now, std::int64_t status, std::int64_t units, std::int6
                           Reply::of_integer(estimate)});
 }
 
+// The leading digits of a record as a number, as Lua's tonumber(string.match(h, '^%d+')).
+std::int64_t leading_int(std::string_view v) {
+  std::size_t end = 0;
+  while (end < v.size() && v[end] >= '0' && v[end] <= '9') ++end;
+  return parse_int64(v.substr(0, end)).value_or(0);
+}
+
+// A pending reservation's record, '<estimate>@<mark 1>,<mark 2>,...': its estimate and
+// where it charged, per limit (none in a record written before marks were kept).
+std::pair<std::int64_t, std::vector<std::optional<std::int64_t>>> pending(std::string_view h) {
+  const std::size_t at = h.find('@');
+  if (at == std::string_view::npos) return {parse_int64(h).value_or(0), {}};
+  std::vector<std::optional<std::int64_t>> marks;
+  std::string_view rest = h.substr(at + 1);
+  while (!rest.empty()) {
+    const std::size_t comma = rest.find(',');
+    const std::string_view part = rest.substr(0, comma);
+    if (!part.empty()) marks.push_back(parse_int64(part));
+    if (comma == std::string_view::npos) break;
+    rest = rest.substr(comma + 1);
+  }
+  return {parse_int64(h.substr(0, at)).value_or(0), std::move(marks)};
+}
+
 // SET key value PX ttl (the record), as del + set-if-absent.
 void put(Keyspace& ks, const std::string& key, const std::string& value, std::int64_t ttl) {
   ks.del(key);
@@ -219,8 +278,8 @@ void put(Keyspace& ks, const std::string& key, const std::string& value, std::in
 
 // The memory store's twin of limiter_adjust.lua; keep the two in step.
 Reply native_limiter_adjust(Keyspace& ks, const std::vector<std::string>& keys, const std::vector<std::string>& args) {
-  if (args.size() < 6 || (args.size() - 6) % 4 != 0) return detail::malformed("limiter_adjust");
-  const std::size_t n = (args.size() - 6) / 4;
+  if (args.size() < 7 || (args.size() - 7) % 4 != 0) return detail::malformed("limiter_adjust");
+  const std::size_t n = (args.size() - 7) / 4;
   if (keys.size() != n && keys.size() != n + 1) return detail::malformed("limiter_adjust");
   const std::string& kind = args[1];
   const std::string& op = args[2];
@@ -230,15 +289,22 @@ Reply native_limiter_adjust(Keyspace& ks, const std::vector<std::string>& keys, 
   auto now = detail::script_time(ks, args[0], kind == "gcra" ? 1000 : 1);
   auto units = detail::arg_in(args[3], 0, detail::kMaxExact);
   auto ttl = detail::arg_in(args[4], 0, detail::kMaxExact);
+  std::optional<std::int64_t> charged_at;
+  if (!args[6].empty()) {
+    charged_at = detail::arg_in(args[6], 0, std::numeric_limits<std::int64_t>::max());
+    if (!charged_at) return detail::malformed("limiter_adjust");
+  }
   if (!now || !units || !ttl) return detail::malformed("limiter_adjust");
   std::vector<Limit> limits(n);
+  std::vector<std::int64_t> adj_limit_c(n);
   for (std::size_t i = 0; i < n; ++i) {
-    auto a = detail::arg_in(args[6 + 4 * i], 0, detail::kMaxExact);
-    auto b = detail::arg_in(args[7 + 4 * i], 0, std::numeric_limits<std::int64_t>::max());
-    auto c = detail::arg_in(args[8 + 4 * i], 0, detail::kMaxExact);
-    auto d = detail::arg_in(args[9 + 4 * i], 0, detail::kMaxExact);
+    auto a = detail::arg_in(args[7 + 4 * i], 0, detail::kMaxExact);
+    auto b = detail::arg_in(args[8 + 4 * i], 0, std::numeric_limits<std::int64_t>::max());
+    auto c = detail::arg_in(args[9 + 4 * i], 0, detail::kMaxExact);
+    auto d = detail::arg_in(args[10 + 4 * i], 0, detail::kMaxExact);
     if (!a || !b || !c || !d) return detail::malformed("limiter_adjust");
     limits[i] = Limit{*a, *b, *c, *d};
+    adj_limit_c[i] = *c;
     const bool bad = (kind == "sw" && *b < 1) || (kind == "swa" && (*b < 1 || *c < 1)) ||
                      (kind == "tb" && (*a < 1 || *b < 1 || *c < 1)) || (kind == "gcra" && *a < 1);
     if (bad) return detail::malformed("limiter_adjust");
@@ -253,31 +319,42 @@ Reply native_limiter_adjust(Keyspace& ks, const std::vector<std::string>& keys, 
   if (op == "refund") {
     if (held()) return reply(*now, 2, 0, 0);
     std::int64_t least = *units;
-    for (std::size_t i = 0; i < n; ++i) least = std::min(least, adj.give(i, *units));
-    if (record) put(ks, *record, "1", *ttl);
+    for (std::size_t i = 0; i < n; ++i) {
+      std::optional<std::int64_t> mark = charged_at;
+      if (mark && kind == "fw") mark = adj_limit_c[i];
+      least = std::min(least, adj.give(i, *units, mark, *units));
+    }
+    if (record) put(ks, *record, charged_at ? args[6] : std::string("1"), *ttl);
     return reply(*now, 1, least, 0);
   }
   if (op == "reserve") {
     if (auto h = held()) {
       const std::string_view v = *h;
-      return reply(*now, 2, 0, parse_int64(v.starts_with("s") ? v.substr(1) : v).value_or(0));
+      return reply(*now, 2, 0, leading_int(v.starts_with("s") ? v.substr(1) : v));
     }
     for (std::size_t i = 0; i < n; ++i) {
       if (!adj.allows(i, *units)) return reply(*now, 0, 0, *units);
     }
-    for (std::size_t i = 0; i < n; ++i) adj.charge(i, *units);
-    put(ks, *record, std::to_string(*units), *ttl);
+    std::string value = std::to_string(*units) + "@";
+    for (std::size_t i = 0; i < n; ++i) {
+      adj.charge(i, *units);
+      if (i > 0) value += ",";
+      value += std::to_string(adj.mark(i));
+    }
+    put(ks, *record, value, *ttl);
     return reply(*now, 1, *units, *units);
   }
   if (op != "settle") return detail::malformed("limiter_adjust");
   auto h = held();
   if (!h) return reply(*now, 3, 0, 0);
   if (h->starts_with("s")) return reply(*now, 2, 0, parse_int64(std::string_view(*h).substr(1)).value_or(0));
-  const std::int64_t estimate = parse_int64(*h).value_or(0);
+  const auto [estimate, marks] = pending(*h);
   const std::int64_t delta = estimate - *units;
+  std::int64_t moved = delta;
   for (std::size_t i = 0; i < n; ++i) {
     if (delta > 0) {
-      adj.give(i, delta);
+      moved = std::min(moved,
+                       adj.give(i, delta, i < marks.size() ? marks[i] : std::optional<std::int64_t>(), estimate));
     } else if (delta < 0) {
       adj.charge(i, -delta);
     }
@@ -285,7 +362,7 @@ Reply native_limiter_adjust(Keyspace& ks, const std::vector<std::string>& keys, 
   // SET ... KEEPTTL
   const std::int64_t left = ks.pttl(*record);
   put(ks, *record, "s" + std::to_string(estimate), left > 0 ? left : *ttl);
-  return reply(*now, 1, delta, estimate);
+  return reply(*now, 1, moved, estimate);
 }
 
 }  // namespace redcount::twins
