@@ -15,11 +15,11 @@ Quick start::
     recent = redcount.SlidingWindowCounter(store, "logins", window=60)
     recent.add_unique("user:42", "ip:203.0.113.9")   # -> distinct ips in the last minute
 
-asyncio: :mod:`redcount.aio` has the same classes with coroutine methods
+asyncio: [`redcount.aio`][redcount.aio] has the same classes with coroutine methods
 (``await redcount.aio.Limiter(store).hit("10/minute", key)``). The ``redcount`` command's
-tools (demo, bench, accuracy, abuse) live in :mod:`redcount.tools`; snapshots of sharded
-counters in SQL, the flusher, reconciliation and restore in :mod:`redcount.sql`; the figures
-behind :data:`metrics` in :mod:`redcount.telemetry`.
+tools (demo, bench, accuracy, abuse) live in `redcount.tools`; snapshots of sharded
+counters in SQL, the flusher, reconciliation and restore in [`redcount.sql`][redcount.sql]; the figures
+behind [`metrics`][redcount.telemetry.metrics] in [`redcount.telemetry`][redcount.telemetry].
 """
 
 from __future__ import annotations

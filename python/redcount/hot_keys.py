@@ -28,8 +28,8 @@ class HotKeys:
     """A bounded top-K of keys by count (Space-Saving).
 
     ``capacity``: keys kept (1..1,000,000; default 1000); memory stays bounded by it.
-    Pass it to :func:`redcount.connect` (``hot_keys=``) to observe every request's storage
-    key, or call :meth:`observe` yourself. Thread-safe; a forked child starts empty.
+    Pass it to [`redcount.connect`][redcount.store.connect] (``hot_keys=``) to observe every request's storage
+    key, or call [`observe`][redcount.hot_keys.HotKeys.observe] yourself. Thread-safe; a forked child starts empty.
     """
 
     _core: _core.HotKeys
@@ -40,7 +40,7 @@ class HotKeys:
 
     def observe(self, key: str | bytes, n: int = 1) -> None:
         """Count ``n`` (1..2**40) occurrences of ``key`` (non-empty). Bad input raises
-        :class:`~redcount.InvalidInputError` and counts nothing."""
+        [`InvalidInputError`][redcount.errors.InvalidInputError] and counts nothing."""
         self._core.observe(key, n)
 
     def top(self, n: int = 10) -> list[HotKey]:
@@ -53,7 +53,7 @@ class HotKeys:
 
     @property
     def total(self) -> int:
-        """The weight of every observation since creation or :meth:`reset`."""
+        """The weight of every observation since creation or [`reset`][redcount.hot_keys.HotKeys.reset]."""
         return self._core.total
 
     @property

@@ -1,7 +1,7 @@
 """Shard-skew statistics: how unevenly load or value is spread over a counter's shards.
 
-One definition of the figures, used by :meth:`ShardedCounter.skew`, the metrics snapshot and
-:mod:`redcount.analysis`, so that a notebook, a Prometheus gauge and a method call never
+One definition of the figures, used by [`ShardedCounter.skew`][redcount.sharded.ShardedCounter.skew], the metrics snapshot and
+[`redcount.analysis`][redcount.analysis], so that a notebook, a Prometheus gauge and a method call never
 disagree::
 
     from redcount.skew import skew_of
@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 __all__ = ["Skew", "gini", "recommended_shards", "skew_of"]
 
-#: The largest shard count :func:`recommended_shards` proposes (the sharded counter's own cap).
 MAX_RECOMMENDED_SHARDS = 1024
+"""The largest shard count [`recommended_shards`][redcount.skew.recommended_shards] proposes (the sharded counter's own cap)."""
 
 
 @dataclass(frozen=True)
@@ -84,10 +84,10 @@ def recommended_shards(total_rate: float, target_per_shard: float, *, current: i
 
 
 def skew_of(values: Sequence[float], *, target_per_shard: float | None = None) -> Skew:
-    """The :class:`Skew` of per-shard ``values`` (one figure per shard, non-negative).
+    """The [`Skew`][redcount.skew.Skew] of per-shard ``values`` (one figure per shard, non-negative).
 
     With ``target_per_shard`` (a rate, in the same unit as ``values``), also the shard count
-    :func:`recommended_shards` proposes for the observed total. Raises ValueError for an empty
+    [`recommended_shards`][redcount.skew.recommended_shards] proposes for the observed total. Raises ValueError for an empty
     sequence or a negative or non-finite value.
     """
     xs = _checked(values)

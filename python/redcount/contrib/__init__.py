@@ -1,6 +1,6 @@
 """Adapters that let other libraries run on redcount.
 
-- :mod:`redcount.contrib.limits`: storages for the ``limits`` library (and so for
+- [`redcount.contrib.limits`][redcount.contrib.limits]: storages for the ``limits`` library (and so for
   Flask-Limiter and slowapi) under the ``redcount+redis://``, ``redcount+rediss://``,
   ``redcount+unix://`` and ``redcount+memory://`` schemes, and their ``async+`` twins::
 

@@ -102,8 +102,8 @@ def limit(
       returning one (per-plan limits).
     - ``key``: who is counted: ``"ip"`` (default: ``REDCOUNT["KEY"]``, else the client
       address through ``TRUSTED_PROXIES``), ``"user"``, ``"user_or_ip"``,
-      ``"header:<name>"``, a :class:`redcount.web.RequestKey`, a callable of the request
-      returning a str, or its dotted path (see :mod:`redcount.django.keys`).
+      ``"header:<name>"``, a [`redcount.web.RequestKey`][redcount.web.spec.RequestKey], a callable of the request
+      returning a str, or its dotted path (see [`redcount.django.keys`][redcount.django.keys]).
     - ``cost``: what one request costs, an int or a callable of the request.
     - ``methods``: the HTTP methods it applies to (default: all); ``per_method``: count each
       method apart.
@@ -120,7 +120,7 @@ def limit(
     - ``lease``: a leased limit for a hot key: each process takes up to this many units at
       a time and decides from them locally (see docs/leased-limits.md).
 
-    Bad arguments raise :class:`~redcount.django.ConfigurationError` here, at import.
+    Bad arguments raise [`ConfigurationError`][redcount.django.conf.ConfigurationError] here, at import.
     """
     base_where = f"limit {limit!r}" if isinstance(limit, str) else "limit"
     try:

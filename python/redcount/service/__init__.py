@@ -10,7 +10,7 @@
     # serve it with any ASGI server, e.g. uvicorn.run(app, host="127.0.0.1", port=8080),
     # or from the shell: redcount serve --url redis://127.0.0.1:6379/0 --token-file token.txt
 
-Needs FastAPI and uvicorn: ``pip install 'redcount[serve]'``. See :mod:`redcount.service.app`
+Needs FastAPI and uvicorn: ``pip install 'redcount[serve]'``. See [`redcount.service.app`][redcount.service.app]
 for the endpoints, their limits and their errors.
 """
 

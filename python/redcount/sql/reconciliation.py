@@ -56,8 +56,8 @@ from .snapshots import SnapshotStore
 
 __all__ = ["ReconcileRun", "Report", "ShardRow", "reconcile", "runs"]
 
-#: The default alert threshold: 0.1 % of the counter's expected value.
 DEFAULT_THRESHOLD = 0.001
+"""The default alert threshold: 0.1 % of the counter's expected value."""
 
 REASON = "reconcile"
 
@@ -89,7 +89,7 @@ class Report:
 
     Signs: ``drift`` is what the live value has too much (live - expected), ``audit_drift``
     what the audit log has too little (expected - audited); a correction is what repair *added* (``correction = -drift`` to the live
-    value, ``audit_correction = +audit_drift`` to the audit log), and :meth:`table`'s ``fix``
+    value, ``audit_correction = +audit_drift`` to the audit log), and [`table`][redcount.sql.reconciliation.Report.table]'s ``fix``
     column shows, per shard and in the total row alike, the signed sum of the two.
     ``corrections`` is the unsigned size of everything written."""
 
@@ -143,7 +143,7 @@ def _percent(fraction: float) -> str:
 @dataclass(frozen=True)
 class ReconcileRun:
     """A recorded run (``redcount_reconcile_runs``). ``relative`` is a fraction (0.001 is
-    0.1 %), as in :class:`Report`; ``corrections`` the unsigned size of what a repair wrote."""
+    0.1 %), as in [`Report`][redcount.sql.reconciliation.Report]; ``corrections`` the unsigned size of what a repair wrote."""
 
     counter: str
     run_ms: int

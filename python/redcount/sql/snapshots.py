@@ -7,7 +7,7 @@
     snaps.shard_values("likes:post:987")      # [ShardSnapshot(shard=0, value=..., version=..., watermark=...), ...]
     snaps.deltas("likes:post:987")            # the audit log: every applied delta, with its request id
 
-The tables (created, and migrated, by :meth:`SnapshotStore.create`, which the flusher calls):
+The tables (created, and migrated, by [`SnapshotStore.create`][redcount.sql.snapshots.SnapshotStore.create], which the flusher calls):
 
 ``redcount_schema``
     one row: the schema version.
@@ -52,8 +52,8 @@ __all__ = [
     "redact_url",
 ]
 
-#: The schema this code writes; :meth:`SnapshotStore.create` migrates older ones up to it.
 SCHEMA_VERSION = 3
+"""The schema this code writes; [`SnapshotStore.create`][redcount.sql.snapshots.SnapshotStore.create] migrates older ones up to it."""
 
 class StreamId(NamedTuple):
     """A stream entry id ``<ms>-<seq>``; ordered as Redis orders them."""
@@ -284,7 +284,7 @@ class SnapshotStore:
 
     def create(self) -> int:
         """Create the tables that are missing and migrate the schema to
-        :data:`SCHEMA_VERSION`; returns the version found before (0 for a new database)."""
+        [`SCHEMA_VERSION`][redcount.sql.snapshots.SCHEMA_VERSION]; returns the version found before (0 for a new database)."""
         sa = self._sa
         try:
             self.t.metadata.create_all(self.engine, checkfirst=True)

@@ -1,5 +1,5 @@
-"""The framework-free part of redcount's web integrations (:mod:`redcount.flask`,
-:mod:`redcount.fastapi`): limit specs, client identity, headers, the failure policy and
+"""The framework-free part of redcount's web integrations ([`redcount.flask`][redcount.flask],
+[`redcount.fastapi`][redcount.fastapi]): limit specs, client identity, headers, the failure policy and
 metrics. The integrations only translate between their framework and this layer.
 
 ::
@@ -11,8 +11,8 @@ metrics. The integrations only translate between their framework and this layer.
     redcount/web/metrics.py    PrometheusMetrics (optional: prometheus_client)
     redcount/web/problem.py    the JSON bodies of 429 and 503
 
-Key functions for ``key=``: :data:`remote_address` (the default), :func:`api_key`,
-:func:`by_header`, :data:`by_route`, or any callable of the framework's request returning a
+Key functions for ``key=``: [`remote_address`][redcount.web.spec.remote_address] (the default), [`api_key`][redcount.web.spec.api_key],
+[`by_header`][redcount.web.spec.by_header], [`by_route`][redcount.web.spec.by_route], or any callable of the framework's request returning a
 str (a user id, a tenant).
 """
 

@@ -1,5 +1,5 @@
-"""Deciding one request: run its checks against a :class:`~redcount.Limiter` (sync) or a
-:class:`redcount.aio.Limiter` (async) under a failure policy, and report to the metrics.
+"""Deciding one request: run its checks against a [`Limiter`][redcount.limiter.Limiter] (sync) or a
+[`redcount.aio.Limiter`][redcount.aio.Limiter] (async) under a failure policy, and report to the metrics.
 
 ::
 
@@ -9,15 +9,15 @@
     if not verdict.allowed: ...                            # 429, or 503 when closed and down
 
 A request's checks are decided together, in one round trip and all-or-nothing
-(:meth:`redcount.Limiter.hit_all`): a request refused by one limit is charged against none
+([`redcount.Limiter.hit_all`][redcount.limiter.Limiter.hit_all]): a request refused by one limit is charged against none
 of them. Checks that cannot go together are decided one by one, in order, stopping at the
 first refusal (a request refused by one is then charged against those before it): shadow
 checks (they count and report, never refuse, so they never join an all-or-nothing
 decision), checks of different costs, two checks of one key with the same window, the
-concurrency strategy, and everything when :data:`BATCH_CHECKS` is False. Within one check,
+concurrency strategy, and everything when [`BATCH_CHECKS`][redcount.web.engine.BATCH_CHECKS] is False. Within one check,
 a multi-limit string (``"5/second;100/hour"``) is all-or-nothing, as in the core.
 
-A request's checks share one latency budget (:data:`DEFAULT_BUDGET`, 100 ms, unless the
+A request's checks share one latency budget ([`DEFAULT_BUDGET`][redcount.web.engine.DEFAULT_BUDGET], 100 ms, unless the
 integration is given another): once it is spent, or once the store has failed for this
 request, the checks left are decided by the failure policy without asking the store, so a
 frozen or unreachable Redis costs a request at most about one budget, never a store's
@@ -93,7 +93,7 @@ def check_budget(value: object, where: str) -> float | None:
 def check_store(store: Store) -> None:
     """The integrations' start-up check (``check_on_start``): one PING, so that a wrong or
     rotated password or an unreachable Redis stops the app from starting, with the store's
-    own error (:class:`~redcount.AuthenticationError`, :class:`~redcount.ConnectionError`),
+    own error ([`AuthenticationError`][redcount.errors.AuthenticationError], [`ConnectionError`][redcount.errors.ConnectionError]),
     instead of showing up on the first limited request."""
     try:
         store.ping()
@@ -111,7 +111,7 @@ class StoreUnavailable(Exception):
 
 
 class MetricsSink(Protocol):
-    """What the engine reports to (see :class:`redcount.web.metrics.PrometheusMetrics`)."""
+    """What the engine reports to (see [`redcount.web.metrics.PrometheusMetrics`][redcount.web.metrics.PrometheusMetrics])."""
 
     def decision(self, check: Check, decision: Decision, shadow: bool, seconds: float) -> None: ...
     def store_error(self, check: Check, policy: str) -> None:
@@ -122,9 +122,9 @@ class FailurePolicy:
     """What a store failure means for a request: ``"open"`` lets it through without
     rate-limit headers, ``"closed"`` refuses it with 503.
 
-    Built on the core's policy (:class:`redcount.Limiter`'s ``on_unavailable``): ``"open"`` is
+    Built on the core's policy ([`redcount.Limiter`][redcount.limiter.Limiter]'s ``on_unavailable``): ``"open"`` is
     ``on_unavailable="allow"``, ``"closed"`` is ``"deny"``. A store failure
-    (:class:`redcount.ConnectionError`: :class:`redcount.Unavailable` from a store with a
+    ([`redcount.ConnectionError`][redcount.errors.ConnectionError]: [`redcount.Unavailable`][redcount.errors.Unavailable] from a store with a
     ``budget`` or an open circuit breaker, timeouts, a closed store) becomes the decision that
     policy makes, and a decision made without the store (``Decision.unavailable``, also from
     a limiter built with its own ``on_unavailable``, which then wins) is served as such: an
@@ -175,7 +175,7 @@ class FailurePolicy:
 
     def run(self, call: Callable[[], Decision]) -> Decision | None:
         """The decision, or None when the store failed and the policy is open; raises
-        :class:`StoreUnavailable` when it failed and the policy is closed."""
+        [`StoreUnavailable`][redcount.web.engine.StoreUnavailable] when it failed and the policy is closed."""
         try:
             d = call()
         except STORE_FAILURES as e:
@@ -183,7 +183,7 @@ class FailurePolicy:
         return self._settle(d)
 
     async def arun(self, call: Callable[[], Awaitable[Decision]]) -> Decision | None:
-        """The async twin of :meth:`run`."""
+        """The async twin of [`run`][redcount.web.engine.FailurePolicy.run]."""
         try:
             d = await call()
         except STORE_FAILURES as e:
@@ -267,8 +267,8 @@ def _settle(
     own: Decision | None = None,
 ) -> bool:
     """Add one check's decision (or failure) to the verdict under the failure policy; False
-    when the request is refused (and checking should stop). Shared by :func:`decide` and
-    :func:`decide_async`, and kept free of per-call closures: it runs for every request.
+    when the request is refused (and checking should stop). Shared by [`decide`][redcount.web.engine.decide] and
+    [`decide_async`][redcount.web.engine.decide_async], and kept free of per-call closures: it runs for every request.
     ``own``: what the metrics record for this check of a joint decision (its own limit and
     remaining), when it differs from ``d``."""
     shadow = verdict.shadow_all or check.spec.shadow
@@ -434,7 +434,7 @@ def decide(
     ``budget``: seconds all the checks may take together (see the module's docstring); a
     check not started before it is spent is decided by the policy without the store.
     ``after``: the verdict of this request's earlier checks, whose deadline this continues.
-    ``charge``: False decides with :meth:`~redcount.Limiter.test` (nothing is charged), for
+    ``charge``: False decides with [`test`][redcount.limiter.Limiter.test] (nothing is charged), for
     limits that charge by outcome once the response is known.
     ``screen``: allow and deny lists and a refusal cache, applied before any round trip.
     """
@@ -505,8 +505,8 @@ async def decide_async(
     screen: Screen | None = None,
 ) -> Verdict:
     """Decide ``checks`` in order with an async limiter: the event loop never waits on the
-    store (see :mod:`redcount.aio`). ``budget``, ``after`` and ``charge`` as in
-    :func:`decide`; here a call still waiting when the budget runs out is cancelled (its
+    store (see [`redcount.aio`][redcount.aio]). ``budget``, ``after`` and ``charge`` as in
+    [`decide`][redcount.web.engine.decide]; here a call still waiting when the budget runs out is cancelled (its
     reply, if one comes, is discarded) and decided by the policy."""
     verdict = _start(checks, shadow_all, budget, after)
     if screen is not None and not shadow_all:

@@ -53,7 +53,7 @@ class HeaderSets:
     def parse(cls, value: HeaderSets | str | Iterable[str] | None) -> HeaderSets:
         """``"all"``, ``"none"``, a comma-separated string or a list of set names; None is
         the default (``ietf`` and ``retry-after``). An unknown name raises
-        :class:`~redcount.InvalidInputError` (at start-up)."""
+        [`InvalidInputError`][redcount.errors.InvalidInputError] (at start-up)."""
         if value is None:
             return cls()
         if isinstance(value, HeaderSets):
@@ -131,5 +131,5 @@ HEADER_NAMES = frozenset(
     n.lower()
     for n in ("RateLimit-Policy", "RateLimit", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After")
 )
-"""Every field :func:`render` may set, lower case: integrations drop these from a response
+"""Every field [`render`][redcount.web.headers.render] may set, lower case: integrations drop these from a response
 before adding the rendered ones, so a field is never duplicated."""

@@ -58,7 +58,7 @@ class Settings:
         deny: Iterable[Entry] | None = None,
         refusal_cache: int | None = 0,
     ) -> Settings:
-        """Validate everything, raising :class:`~redcount.InvalidInputError` on bad input.
+        """Validate everything, raising [`InvalidInputError`][redcount.errors.InvalidInputError] on bad input.
 
         ``allow``/``deny``: keys, IP addresses and CIDRs matched against each check's
         identity (the client address by default); ``refusal_cache``: how many refused keys

@@ -17,7 +17,7 @@ what they mean there; what differs:
 - counting is atomic on Redis (or the embedded store), from sync and async views alike;
 - ``block=True`` answers 429 with the ``RateLimit``/``RateLimit-Policy`` and ``Retry-After``
   headers and a problem+json body; ``REDCOUNT["RATELIMIT_COMPAT_403"] = True`` raises
-  :class:`Ratelimited` (a ``PermissionDenied``: 403, or ``RATELIMIT_EXCEPTION_CLASS``) as
+  [`Ratelimited`][redcount.django.ratelimit.exceptions.Ratelimited] (a ``PermissionDenied``: 403, or ``RATELIMIT_EXCEPTION_CLASS``) as
   django-ratelimit does;
 - ``key="ip"`` is the client address through ``REDCOUNT["TRUSTED_PROXIES"]`` and
   ``IPV6_PREFIX`` (``RATELIMIT_IP_META_KEY`` and the ``RATELIMIT_*_MASK`` settings are not
