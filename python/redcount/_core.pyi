@@ -18,7 +18,12 @@ class ConnectionError(RedcountError, builtins.ConnectionError):
     is True when the request had been sent (it may or may not have run), False when it certainly
     did not run."""
     maybe_applied: bool
+    """True when the request had been sent before the failure (it may or may not have run;
+    redcount never resends it), False when it certainly did not run."""
     outcomes: list[Value | ReplyError] | None
+    """None, or, for a batch spread over Redis Cluster nodes of which some answered and one was
+    lost, one entry per request: its reply (a [`ReplyError`][redcount.errors.ReplyError] for an error reply),
+    [`Outcome.MAYBE`][redcount.errors.Outcome.MAYBE] (written, unanswered) or [`Outcome.NOT_SENT`][redcount.errors.Outcome.NOT_SENT]; retry only those."""
 
 class StoreClosed(ConnectionError):
     """The store was closed: nothing was sent. Not transient: a retry cannot help."""

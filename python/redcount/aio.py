@@ -105,6 +105,7 @@ class AsyncStore:
         if isinstance(store, AsyncStore):
             store = store.store
         self.store = store
+        """The [`Store`][redcount.store.Store] this view awaits."""
 
     async def execute(self, *args: str | bytes | int | float) -> Value:
         """Run one command; bulk strings come back as bytes, status replies as str; an error
@@ -179,6 +180,7 @@ class FixedWindowCounter:
     """
 
     sync: _SyncFixedWindowCounter
+    """The sync twin, a [`redcount.FixedWindowCounter`][redcount.counters.FixedWindowCounter], whose core this object shares."""
 
     @_same_arguments(_SyncFixedWindowCounter)
     def __init__(self, store: Store | AsyncStore, *args: Any, **options: Any) -> None:
@@ -298,6 +300,7 @@ class SlidingWindowCounter:
     """
 
     sync: _SyncSlidingWindowCounter
+    """The sync twin, a [`redcount.SlidingWindowCounter`][redcount.sliding.SlidingWindowCounter], whose core this object shares."""
 
     @_same_arguments(_SyncSlidingWindowCounter)
     def __init__(self, store: Store | AsyncStore, *args: Any, **options: Any) -> None:
@@ -383,6 +386,7 @@ class Limiter:
     """
 
     sync: _SyncLimiter
+    """The sync twin, a [`redcount.Limiter`][redcount.limiter.Limiter], whose core this object shares."""
 
     @_same_arguments(_SyncLimiter)
     def __init__(self, store: Store | AsyncStore, *args: Any, **options: Any) -> None:
@@ -668,6 +672,7 @@ class ShardedCounter:
     """
 
     sync: _SyncShardedCounter
+    """The sync twin, a [`redcount.ShardedCounter`][redcount.sharded.ShardedCounter], whose core this object shares."""
 
     @_same_arguments(_SyncShardedCounter)
     def __init__(self, store: Store | AsyncStore, *args: Any, **options: Any) -> None:
@@ -811,6 +816,7 @@ class Quota:
     """
 
     sync: _SyncQuota
+    """The sync twin, a [`redcount.Quota`][redcount.sharded.Quota], whose core this object shares."""
 
     @_same_arguments(_SyncQuota)
     def __init__(self, store: Store | AsyncStore, *args: Any, **options: Any) -> None:
@@ -878,6 +884,7 @@ class PNCounter:
     """
 
     sync: _SyncPNCounter
+    """The sync twin, a [`redcount.PNCounter`][redcount.pn.PNCounter], whose core this object shares."""
 
     @_same_arguments(_SyncPNCounter)
     def __init__(self, store: Store | AsyncStore, *args: Any, **options: Any) -> None:

@@ -44,8 +44,9 @@ class FixedWindowCounter:
         stagger: shift each key's windows by a deterministic per-key offset, so resets of
             many keys spread over the window instead of all landing on the boundary.
         queue_capacity: the retry queue's bound, in increments.
-        retry_backoff, retry_backoff_max: the retry thread's first delay and its cap, in
-            seconds; delays double per failed attempt, with jitter.
+        retry_backoff: the retry thread's first delay, in seconds; delays double per failed
+            attempt, with jitter.
+        retry_backoff_max: the cap of those delays, in seconds.
 
     ``calendar``: an IANA time zone; windows are then that zone's calendar periods (days
     from local midnight, ISO weeks from Monday, months from ``anchor_day`` (1..31, clamped

@@ -54,7 +54,9 @@ class Outcome(str, enum.Enum):
     ``"not sent"``, so code that compares with those strings keeps working."""
 
     MAYBE = "maybe"
+    """Written, and the connection was lost before its reply: it may or may not have run."""
     NOT_SENT = "not sent"
+    """Never written, so it did not run: retry it freely."""
 
     def __str__(self) -> str:
         return str(self.value)

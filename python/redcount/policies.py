@@ -67,6 +67,7 @@ Item = tuple[Union[str, LimitSet], Union[str, bytes]]
 
 Network = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
 Entry = Union[str, bytes, ipaddress.IPv4Address, ipaddress.IPv6Address, ipaddress.IPv4Network, ipaddress.IPv6Network]
+"""One entry of an allow or deny list: a key (str or bytes), an IP address or a network."""
 
 SCREENED = ("hit", "test", "hit_all", "test_all", "reset")
 """The limiter methods a screen goes in front of."""

@@ -68,7 +68,7 @@ class ShardedCounter:
     A write is one atomic script: it records ``request_id`` (kept ``idempotency_ttl``
     seconds), and only if the id is new adds ``amount`` to one shard and appends the delta to
     that shard's delta log (a Redis stream, which a [`Flusher`][redcount.sql.flusher.Flusher] trims once its
-entries are in SQL, and ``log_maxlen`` guards). A write
+    entries are in SQL, and ``log_maxlen`` guards). A write
     with a request id goes to a shard chosen by a stable hash of the id, so a retry meets the
     id it recorded; a write without one goes to a random shard. Reads sum all shards in one
     round trip; [`read`][redcount.sharded.ShardedCounter.read] serves hot readers from a cache.

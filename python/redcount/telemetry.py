@@ -428,7 +428,7 @@ def register(registry: Any = None, *, namespace: str = "redcount", top: int = TO
 
 class Metrics:
     """The type of ``redcount.metrics``, the one object of this module exported at the top:
-    ``redcount.metrics()`` is the process's [`MetricsSnapshot`][redcount.telemetry.MetricsSnapshot] (see [`snapshot`][redcount.telemetry.Metrics.snapshot]);
+    ``redcount.metrics()`` is the process's [`MetricsSnapshot`][redcount.telemetry.MetricsSnapshot] (see [`snapshot`][redcount.telemetry.snapshot]);
     ``redcount.metrics.register()`` adds a [`RedcountCollector`][redcount.telemetry.RedcountCollector] to a Prometheus registry;
     ``redcount.metrics.reset()`` zeroes the counts.
     """

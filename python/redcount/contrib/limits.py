@@ -602,13 +602,16 @@ class RedcountStorage(Storage, MovingWindowSupport, SlidingWindowCounterSupport)
         key_prefix: str = "LIMITS",
         **options: Any,
     ) -> None:
-        """:param uri: one of [`SCHEMES`][redcount.contrib.limits.SCHEMES] (``redcount+redis://``, ``redcount+rediss://``,
-         ``redcount+unix://``, ``redcount+redis+cluster://``, ``redcount+memory://``...) and the
-         rest of a [`redcount.connect`][redcount.store.connect] URL
-        :param wrap_exceptions: raise `limits.errors.StorageError` (with the redcount
-         error as ``storage_error``) instead of the redcount error
-        :param key_prefix: the prefix of every key, as in limits' Redis storage
-        :param options: keyword arguments of [`redcount.connect`][redcount.store.connect]
+        """A storage for the URL ``uri``.
+
+        Args:
+            uri: one of [`SCHEMES`][redcount.contrib.limits.SCHEMES] (``redcount+redis://``, ``redcount+rediss://``,
+                ``redcount+unix://``, ``redcount+redis+cluster://``, ``redcount+memory://``...) and the
+                rest of a [`redcount.connect`][redcount.store.connect] URL.
+            wrap_exceptions: raise `limits.errors.StorageError` (with the redcount error as
+                ``storage_error``) instead of the redcount error.
+            key_prefix: the prefix of every key, as in limits' Redis storage.
+            options: keyword arguments of [`redcount.connect`][redcount.store.connect].
         """
         super().__init__(uri, wrap_exceptions=wrap_exceptions)
         self._core = _Core(uri, key_prefix, options)

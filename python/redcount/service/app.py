@@ -54,6 +54,7 @@ from ..errors import InvalidInputError, RedcountError
 __all__ = ["PROBLEM_CONTENT_TYPE", "ServiceLimits", "create_app"]
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
+"""The media type of the service's error bodies (RFC 9457 problem details)."""
 
 MAX_EXACT = 2**53 - 1
 """The library's bound on one sharded increment (an exact integer in a Lua double)."""
@@ -434,8 +435,10 @@ def create_app(
             ``GET ...?source=snapshot``. Tables are created if missing.
         token: the bearer token that ``/adjust`` requires (at least 16 characters); without
             one, adjustments are refused (403).
-        shards, prefix, idempotency_ttl: of every counter, as for [`redcount.ShardedCounter`][redcount.sharded.ShardedCounter];
-            keep them equal to what the flusher and other writers use.
+        shards: of every counter, as for [`redcount.ShardedCounter`][redcount.sharded.ShardedCounter]; keep it equal to
+            what the flusher and other writers use.
+        prefix: the same, the counters' key prefix.
+        idempotency_ttl: the same, seconds a request id is remembered.
         limits: request limits ([`ServiceLimits`][redcount.service.app.ServiceLimits]).
 
     Raises InvalidInputError for a bad argument (before anything is served). The app serves

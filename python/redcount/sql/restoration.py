@@ -31,6 +31,10 @@ __all__ = ["RestoreReport", "restore"]
 
 @dataclass(frozen=True)
 class RestoreReport:
+    """What [`restore`][redcount.sql.restoration.restore] wrote: the value of each shard, how much came from the
+    SQL snapshot and how much from the stream entries on top of it, and what may be missing
+    (shards whose stream was gone; deltas after ``missing_since`` ms). ``total`` is their sum."""
+
     name: str
     values: list[int]  # per shard, as written
     from_snapshot: int  # the snapshot total

@@ -79,6 +79,10 @@ ZERO = StreamId(0, 0)
 
 @dataclass(frozen=True)
 class ShardSnapshot:
+    """One shard's row of ``redcount_shard_snapshots``: its ``value``, its ``version`` (deltas
+    applied so far), its ``watermark`` (the newest stream entry applied) and when it was last
+    written (``updated_ms``, ms since the epoch)."""
+
     shard: int
     value: int
     version: int
@@ -88,6 +92,9 @@ class ShardSnapshot:
 
 @dataclass(frozen=True)
 class Total:
+    """A counter's row of ``redcount_totals``: the sum of its shard snapshots (``value``), the
+    newest stream id in it, its version and when it was last written (ms since the epoch)."""
+
     value: int
     watermark: StreamId
     version: int
@@ -96,6 +103,9 @@ class Total:
 
 @dataclass(frozen=True)
 class AppliedDelta:
+    """One row of the audit log (``redcount_deltas``): a stream entry of ``shard`` applied to
+    the snapshots, with its request id, when it happened and when it was applied (ms)."""
+
     shard: int
     stream_id: StreamId
     delta: int
@@ -106,6 +116,9 @@ class AppliedDelta:
 
 @dataclass(frozen=True)
 class Adjustment:
+    """One audited correction (``redcount_adjustments``): a ``delta`` with its ``reason``, its
+    request id and when it was written (ms since the epoch)."""
+
     delta: int
     reason: str
     request_id: str | None

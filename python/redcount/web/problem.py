@@ -17,6 +17,7 @@ from .engine import Verdict
 __all__ = ["CONTENT_TYPE", "store_unavailable", "too_many_requests"]
 
 CONTENT_TYPE = "application/problem+json"
+"""The media type of the 429 and 503 bodies (RFC 9457 problem details)."""
 
 
 def too_many_requests(verdict: Verdict) -> dict[str, Any]:

@@ -23,6 +23,8 @@ from .spec import KeyFunc, as_key, remote_address
 __all__ = ["Settings", "TrustedArg"]
 
 TrustedArg = Union[TrustedProxies, int, str, Sequence[str], None]
+"""What the trusted-proxies setting accepts: a [`TrustedProxies`][redcount.web.identity.TrustedProxies], a proxy count, or
+proxy addresses and networks (one string or several)."""
 
 
 @dataclass

@@ -77,6 +77,8 @@ class RequestKey:
 
 
 KeyFunc = Union[RequestKey, Callable[[Any], str]]
+"""What ``key=`` accepts: a [`RequestKey`][redcount.web.spec.RequestKey], or any callable of the framework's request
+returning a str."""
 
 remote_address = RequestKey(lambda v: v.client, "remote_address")
 """The client address: the socket peer, or what trusted proxies forwarded for (the default)."""
