@@ -1,16 +1,16 @@
 """Native asyncio: awaitable stores, counters and limiters.
 
-::
+```python
+import redcount, redcount.aio
 
-    import redcount, redcount.aio
+store = redcount.connect("redis://localhost:6379/0")   # the same store object as for sync code
+limiter = redcount.aio.Limiter(store, "sliding-window")
+if not await limiter.hit("10/minute", "ip:203.0.113.9"):
+    ...  # 429
 
-    store = redcount.connect("redis://localhost:6379/0")   # the same store object as for sync code
-    limiter = redcount.aio.Limiter(store, "sliding-window")
-    if not await limiter.hit("10/minute", "ip:203.0.113.9"):
-        ...  # 429
-
-    astore = redcount.aio.AsyncStore(store)
-    await astore.execute("GET", "k")
+astore = redcount.aio.AsyncStore(store)
+await astore.execute("GET", "k")
+```
 
 The classes take the same arguments as their sync twins and have the same methods, as
 coroutines, with the same results and errors. A sync and an async object can share one core

@@ -1,15 +1,15 @@
 """Analysis of sharded counters as pandas DataFrames, for notebooks and reports.
 
-::
+```python
+from redcount import analysis
 
-    from redcount import analysis
-
-    analysis.shard_table(likes)                        # value and share of every shard
-    analysis.skew_table([likes, views], writes="log")  # max/mean, CV, Gini of values and writes
-    analysis.hot_keys(redcount.HotKeys(...), n=10)     # or a {key: exact count} mapping
-    analysis.drift_history("sqlite:///counters.db", "likes:post:987")
-    analysis.lag_history(flusher, samples=20, interval=0.5)
-    analysis.shard_recommendation({"likes": per_shard_rates}, target_per_shard=20_000)
+analysis.shard_table(likes)                        # value and share of every shard
+analysis.skew_table([likes, views], writes="log")  # max/mean, CV, Gini of values and writes
+analysis.hot_keys(redcount.HotKeys(...), n=10)     # or a {key: exact count} mapping
+analysis.drift_history("sqlite:///counters.db", "likes:post:987")
+analysis.lag_history(flusher, samples=20, interval=0.5)
+analysis.shard_recommendation({"likes": per_shard_rates}, target_per_shard=20_000)
+```
 
 Every function returns a new `pandas.DataFrame`; the skew figures come from
 [`redcount.skew`][redcount.skew] (the one definition the metrics and ``counter.skew()`` share).

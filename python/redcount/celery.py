@@ -1,15 +1,17 @@
 """One rate limit shared by every Celery worker of every host.
 
 Celery's own ``rate_limit`` is enforced by each worker process on its own, so ten workers run
-ten times the limit. A [`LimitedTask`][redcount.celery.LimitedTask] decides every start on the shared store instead::
+ten times the limit. A [`LimitedTask`][redcount.celery.LimitedTask] decides every start on the shared store instead:
 
-    app.conf.redcount_url = "redis://cache:6379/0"
+```python
+app.conf.redcount_url = "redis://cache:6379/0"
 
-    @app.task(base=redcount.celery.LimitedTask, limit="100/minute")
-    def send_email(to: str) -> None: ...
+@app.task(base=redcount.celery.LimitedTask, limit="100/minute")
+def send_email(to: str) -> None: ...
 
-    @redcount.celery.limited("10/second", app=app, limit_key=lambda args, kwargs: kwargs["tenant"])
-    def sync_tenant(*, tenant: str) -> None: ...
+@redcount.celery.limited("10/second", app=app, limit_key=lambda args, kwargs: kwargs["tenant"])
+def sync_tenant(*, tenant: str) -> None: ...
+```
 
 A start the limit refuses is not run and not lost: the task is sent again with
 ``countdown=retry_after`` (plus a jitter), the same id, arguments and options, and the worker

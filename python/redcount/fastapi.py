@@ -1,19 +1,19 @@
 """Rate limiting for FastAPI and Starlette: a pure ASGI middleware and a dependency.
 
-::
+```python
+from fastapi import Depends, FastAPI
+import redcount, redcount.aio, redcount.fastapi
 
-    from fastapi import Depends, FastAPI
-    import redcount, redcount.aio, redcount.fastapi
+store = redcount.connect("redis://cache:6379/0")
+rl = redcount.fastapi.RateLimiter(redcount.aio.Limiter(store), default="1000/minute")
 
-    store = redcount.connect("redis://cache:6379/0")
-    rl = redcount.fastapi.RateLimiter(redcount.aio.Limiter(store), default="1000/minute")
+app = FastAPI()
+app.add_middleware(redcount.fastapi.RateLimitMiddleware, ratelimiter=rl)
 
-    app = FastAPI()
-    app.add_middleware(redcount.fastapi.RateLimitMiddleware, ratelimiter=rl)
-
-    @app.get("/search", dependencies=[Depends(rl.limit("5/second"))])
-    def search() -> dict[str, str]:          # sync or async; no request parameter needed
-        return {"ok": "yes"}
+@app.get("/search", dependencies=[Depends(rl.limit("5/second"))])
+def search() -> dict[str, str]:          # sync or async; no request parameter needed
+    return {"ok": "yes"}
+```
 
 - The middleware (plain ASGI, not ``BaseHTTPMiddleware``) applies ``default`` to every HTTP
   request and WebSocket handshake of the app, counted once across routes, and writes the
@@ -355,10 +355,12 @@ class RateLimiter:
 
     def all_of(self, *specs: LimitSpec) -> Callable[[HTTPConnection, Response], Awaitable[None]]:
         """A dependency deciding several limits (each from [`spec`][redcount.fastapi.RateLimiter.spec]) together, in one
-        round trip and all-or-nothing (a request refused by one is charged against none)::
+        round trip and all-or-nothing (a request refused by one is charged against none):
 
-            both = rl.all_of(rl.spec("1000/hour", key=org_of, scope="org"), rl.spec("100/minute", key=user_of))
-            @app.get("/search", dependencies=[Depends(both)])
+        ```text
+        both = rl.all_of(rl.spec("1000/hour", key=org_of, scope="org"), rl.spec("100/minute", key=user_of))
+        @app.get("/search", dependencies=[Depends(both)])
+        ```
 
         Several ``Depends(rl.limit(...))`` are decided one after the other instead, one round
         trip each (FastAPI runs dependencies one by one)."""

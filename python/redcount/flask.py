@@ -1,22 +1,22 @@
 """Rate limiting for Flask: decorators, app-wide and blueprint limits, IETF headers.
 
-::
+```python
+from flask import Flask
+import redcount, redcount.flask
 
-    from flask import Flask
-    import redcount, redcount.flask
+app = Flask(__name__)
+app.config["REDCOUNT_URL"] = "redis://cache:6379/0"
+rl = redcount.flask.RateLimiter(app, default="100/minute")
 
-    app = Flask(__name__)
-    app.config["REDCOUNT_URL"] = "redis://cache:6379/0"
-    rl = redcount.flask.RateLimiter(app, default="100/minute")
+@app.get("/search")
+@rl.limit("10/minute;100/day")
+def search(): ...
 
-    @app.get("/search")
-    @rl.limit("10/minute;100/day")
-    def search(): ...
-
-    @app.get("/export")
-    @rl.limit(lambda req: "1000/hour" if req.headers.get("X-Plan") == "pro" else "10/hour",
-              key=redcount.web.api_key("X-API-Key"))
-    def export(): ...
+@app.get("/export")
+@rl.limit(lambda req: "1000/hour" if req.headers.get("X-Plan") == "pro" else "10/hour",
+          key=redcount.web.api_key("X-API-Key"))
+def export(): ...
+```
 
 A refused request raises [`RateLimitExceeded`][redcount.flask.RateLimitExceeded] (a werkzeug ``TooManyRequests``) with a
 JSON problem body and the rate-limit headers; register an error handler for 429 (or for

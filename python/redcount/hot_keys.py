@@ -1,12 +1,12 @@
 """Hot-key sampling: which storage keys a process's counters and limiters touch most.
 
-::
-
-    hk = redcount.HotKeys(capacity=1000)
-    store = redcount.connect("redis://localhost:6379/0", hot_keys=hk)
-    ...                                   # counters and limiters on `store`, unchanged
-    for k in hk.top(10):
-        print(k.key, k.count, k.error)    # the true count is in [count - error, count]
+```python
+hk = redcount.HotKeys(capacity=1000)
+store = redcount.connect("redis://localhost:6379/0", hot_keys=hk)
+...                                   # counters and limiters on `store`, unchanged
+for k in hk.top(10):
+    print(k.key, k.count, k.error)    # the true count is in [count - error, count]
+```
 
 A Space-Saving top-K (Metwally, Agrawal and El Abbadi, 2005) in the C++ core: at most
 ``capacity`` keys are kept, whatever the traffic. With ``N = total``, every count is an upper

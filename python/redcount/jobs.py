@@ -1,19 +1,19 @@
 """Rate limits for job queues other than Celery and for plain worker loops.
 
-::
+```python
+limiter = redcount.Limiter(store, "sliding-window")
 
-    limiter = redcount.Limiter(store, "sliding-window")
+while True:                                  # a worker loop: blocks until admitted
+    job = queue.get()
+    redcount.jobs.throttle(limiter, "20/second", "emails")
+    send(job)
 
-    while True:                                  # a worker loop: blocks until admitted
-        job = queue.get()
-        redcount.jobs.throttle(limiter, "20/second", "emails")
-        send(job)
+delay = redcount.jobs.throttle(limiter, "20/second", "emails", block=False)
+if delay:                                    # not admitted, nothing charged
+    queue.put_back(job, delay=delay)         # e.g. RQ's enqueue_in, SQS's DelaySeconds
 
-    delay = redcount.jobs.throttle(limiter, "20/second", "emails", block=False)
-    if delay:                                    # not admitted, nothing charged
-        queue.put_back(job, delay=delay)         # e.g. RQ's enqueue_in, SQS's DelaySeconds
-
-    await redcount.jobs.throttle(alimiter, "20/second", "emails")   # a redcount.aio.Limiter
+await redcount.jobs.throttle(alimiter, "20/second", "emails")   # a redcount.aio.Limiter
+```
 
 Blocking waits go through [`redcount.Limiter.wait`][redcount.limiter.Limiter.wait] (and its asyncio twin): the waiters of
 one process queue in order of arrival and only the first talks to the store, so a hundred

@@ -373,12 +373,14 @@ class Limiter:
         lease: int | None = None,
     ) -> Decision:
         """One decision across several keys: charge ``cost`` against every ``(limit, key)``
-        of ``items`` if all of their limits allow it, else against none::
+        of ``items`` if all of their limits allow it, else against none:
 
-            d = limiter.hit_all([("1000/hour", "org:acme"), ("100/minute", "user:42")])
-            if not d:
-                limit, key = d.refused_by          # e.g. ("100/minute", "user:42")
-                wait = d.retry_after               # the longest wait of the refusing limits
+        ```python
+        d = limiter.hit_all([("1000/hour", "org:acme"), ("100/minute", "user:42")])
+        if not d:
+            limit, key = d.refused_by          # e.g. ("100/minute", "user:42")
+            wait = d.retry_after               # the longest wait of the refusing limits
+        ```
 
         One round trip. Keys in one slot (always on a single Redis server and on memory://;
         on a cluster, keys under one ``tag``) are decided by one script call, atomically. On
@@ -578,13 +580,15 @@ class Limiter:
         self, limit: str | LimitSet, key: str | bytes, cost: int = 1, *, max_wait: float | None = None
     ) -> Throttle:
         """A decorator for calls to a rate-limited API: each call first waits its turn
-        ([`wait`][redcount.limiter.Limiter.wait]), then runs::
+        ([`wait`][redcount.limiter.Limiter.wait]), then runs:
 
-            @limiter.throttle("10/second", key="github", max_wait=30)
-            def get_repo(name: str) -> dict[str, object]: ...
+        ```python
+        @limiter.throttle("10/second", key="github", max_wait=30)
+        def get_repo(name: str) -> dict[str, object]: ...
 
-            @limiter.throttle("10/second", key="github", max_wait=30)
-            async def get_user(name: str) -> dict[str, object]: ...   # waits without blocking the loop
+        @limiter.throttle("10/second", key="github", max_wait=30)
+        async def get_user(name: str) -> dict[str, object]: ...   # waits without blocking the loop
+        ```
 
         Coroutine functions wait through [`redcount.aio.Limiter`][redcount.aio.Limiter] (sharing this
         limiter's core and queues); plain functions block their thread. Signatures, return

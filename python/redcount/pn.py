@@ -1,12 +1,12 @@
 """Multi-region PN-counters.
 
-::
-
-    eu = redcount.PNCounter(eu_store, "stock:sku:42", "eu-west")
-    eu.incr(5)
-    eu.decr(2)
-    eu.merge(us_store)   # or eu.merge(us_counter): the maximum of every (region, P/N) total
-    eu.value()           # sum(P) - sum(N) over every region known on eu_store
+```python
+eu = redcount.PNCounter(eu_store, "stock:sku:42", "eu-west")
+eu.incr(5)
+eu.decr(2)
+eu.merge(us_store)   # or eu.merge(us_counter): the maximum of every (region, P/N) total
+eu.value()           # sum(P) - sum(N) over every region known on eu_store
+```
 """
 
 from __future__ import annotations

@@ -2,12 +2,12 @@
 the store made (decided in this process, before any round trip), and escalating penalties
 (state in the store).
 
-::
-
-    limiter = redcount.Limiter(store, allow=["10.0.0.0/8", "user:admin"], deny=["203.0.113.0/24"],
-                               refusal_cache=10_000)
-    limiter.hit("100/minute", "10.1.2.3")        # allowed, the store untouched
-    limiter.hit("100/minute", "203.0.113.9")     # refused, the store untouched
+```python
+limiter = redcount.Limiter(store, allow=["10.0.0.0/8", "user:admin"], deny=["203.0.113.0/24"],
+                           refusal_cache=10_000)
+limiter.hit("100/minute", "10.1.2.3")        # allowed, the store untouched
+limiter.hit("100/minute", "203.0.113.9")     # refused, the store untouched
+```
 
 [`AccessLists`][redcount.policies.AccessLists] match a key exactly or, when the key is an IP address (or
 ``"<prefix>:<address>"``, such as ``"ip:2001:db8::1"``, or an IPv6 network the web layer
@@ -368,9 +368,11 @@ class Penalty:
     """An escalating penalty: after ``after`` refusals within ``within`` seconds, the key is
     blocked for ``block`` seconds; a block that starts within ``within`` seconds of the end
     of the key's previous block lasts ``factor`` times as long as that one, up to
-    ``max_block``. ::
+    ``max_block``.
 
-        limiter = redcount.Limiter(store, penalty=redcount.Penalty(after=5, within=60, block=60))
+    ```python
+    limiter = redcount.Limiter(store, penalty=redcount.Penalty(after=5, within=60, block=60))
+    ```
 
     A blocked key is refused (``retry_after``: until the block ends) without being charged;
     refusals during a block do not count, and the count restarts when a block starts.

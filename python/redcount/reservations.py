@@ -1,12 +1,12 @@
 """Reservations: charge an estimate now, settle on the real use later.
 
-::
-
-    r = limiter.reserve("100000/day", "tenant:acme", cost=2000, request_id=call_id, deadline=300)
-    if not r:
-        raise TooManyTokens(r.retry_after)
-    usage = call_the_model(...)
-    r.settle(usage.total_tokens)      # gives back or charges the difference, once
+```python
+r = limiter.reserve("100000/day", "tenant:acme", cost=2000, request_id=call_id, deadline=300)
+if not r:
+    raise TooManyTokens(r.retry_after)
+usage = call_the_model(...)
+r.settle(usage.total_tokens)      # gives back or charges the difference, once
+```
 
 From another process (a worker that got the result), the same settlement without the
 object: ``limiter.settle("100000/day", "tenant:acme", request_id=call_id, actual=1830)``.

@@ -1,12 +1,12 @@
 """Shaping instead of refusing: [`redcount.Limiter.wait`][redcount.limiter.Limiter.wait] and ``throttle``.
 
-::
+```python
+limiter = redcount.Limiter(store, "sliding-window")
+limiter.wait("10/second", "github", max_wait=30)     # sleeps until admitted, then charged
 
-    limiter = redcount.Limiter(store, "sliding-window")
-    limiter.wait("10/second", "github", max_wait=30)     # sleeps until admitted, then charged
-
-    @limiter.throttle("10/second", key="github", max_wait=30)
-    def fetch(url: str) -> bytes: ...                    # each call waits for its turn, then runs
+@limiter.throttle("10/second", key="github", max_wait=30)
+def fetch(url: str) -> bytes: ...                    # each call waits for its turn, then runs
+```
 
 The public methods live on [`redcount.Limiter`][redcount.limiter.Limiter] and [`redcount.aio.Limiter`][redcount.aio.Limiter]; this
 module holds what they share: argument checks, the per-process FIFO queues and the

@@ -1,16 +1,16 @@
 """Sharded idempotent counters and strong quotas.
 
-::
+```python
+likes = redcount.ShardedCounter(store, "likes:post:987", shards=16)
+likes.incr(request_id="req-20260223-13001")   # True; a retry with the same id -> False
+likes.value()                                 # all shards summed, one round trip
+likes.read(max_staleness=0.25)                # Reading(value=..., staleness_ms=...)
 
-    likes = redcount.ShardedCounter(store, "likes:post:987", shards=16)
-    likes.incr(request_id="req-20260223-13001")   # True; a retry with the same id -> False
-    likes.value()                                 # all shards summed, one round trip
-    likes.read(max_staleness=0.25)                # Reading(value=..., staleness_ms=...)
-
-    credits = redcount.Quota(store, "merchant:1001:credits", floor=0)
-    credits.set(10_000)
-    if credits.take(25, request_id="order-77"):   # refused (nothing changes) below the floor
-        ...
+credits = redcount.Quota(store, "merchant:1001:credits", floor=0)
+credits.set(10_000)
+if credits.take(25, request_id="order-77"):   # refused (nothing changes) below the floor
+    ...
+```
 """
 
 from __future__ import annotations

@@ -2,15 +2,17 @@
 
 One definition of the figures, used by [`ShardedCounter.skew`][redcount.sharded.ShardedCounter.skew], the metrics snapshot and
 [`redcount.analysis`][redcount.analysis], so that a notebook, a Prometheus gauge and a method call never
-disagree::
+disagree:
 
-    from redcount.skew import skew_of
+```python
+from redcount.skew import skew_of
 
-    s = skew_of([120.0, 80.0, 100.0, 900.0], target_per_shard=250.0)
-    s.max_over_mean      # 3.0: the hottest shard takes 3x its fair share
-    s.cv                 # coefficient of variation (population standard deviation / mean)
-    s.gini               # 0 = perfectly even, (n-1)/n = everything on one shard
-    s.recommended_shards # shards needed so that a fair share is at most 250/s: 5 -> 8
+s = skew_of([120.0, 80.0, 100.0, 900.0], target_per_shard=250.0)
+s.max_over_mean      # 3.0: the hottest shard takes 3x its fair share
+s.cv                 # coefficient of variation (population standard deviation / mean)
+s.gini               # 0 = perfectly even, (n-1)/n = everything on one shard
+s.recommended_shards # shards needed so that a fair share is at most 250/s: 5 -> 8
+```
 
 Pure Python, no dependencies; the functions are pure and thread-safe.
 """

@@ -1,16 +1,16 @@
 """Per-process observability: the figures behind ``redcount.metrics()`` and a Prometheus
 collector.
 
-::
+```python
+hk = redcount.HotKeys(1000)
+store = redcount.connect("redis://localhost:6379/0", hot_keys=hk)   # hot keys: optional
+...
+m = redcount.metrics()             # rates since the previous call of metrics()
+m.increments_per_second, m.write_success_rate, m.idempotency_hit_rate
+m.hot_keys[:3], m.skew, m.snapshot_lag_seconds, m.drift
 
-    hk = redcount.HotKeys(1000)
-    store = redcount.connect("redis://localhost:6379/0", hot_keys=hk)   # hot keys: optional
-    ...
-    m = redcount.metrics()             # rates since the previous call of metrics()
-    m.increments_per_second, m.write_success_rate, m.idempotency_hit_rate
-    m.hot_keys[:3], m.skew, m.snapshot_lag_seconds, m.drift
-
-    redcount.metrics.register()        # prometheus_client: a RedcountCollector in REGISTRY
+redcount.metrics.register()        # prometheus_client: a RedcountCollector in REGISTRY
+```
 
 What is counted, and where:
 

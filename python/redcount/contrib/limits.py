@@ -1,16 +1,16 @@
 """Storages for the ``limits`` library backed by redcount: the switch for limits,
 Flask-Limiter and slowapi apps is one import and a new storage URI.
 
-::
+```python
+import redcount.contrib.limits  # registers the schemes below with limits
+from limits import storage_from_string, strategies, parse
 
-    import redcount.contrib.limits  # registers the schemes below with limits
-    from limits import storage_from_string, strategies, parse
+storage = storage_from_string("redcount+redis://localhost:6379/0")
+limiter = strategies.MovingWindowRateLimiter(storage)
+limiter.hit(parse("10/minute"), "user:42")
 
-    storage = storage_from_string("redcount+redis://localhost:6379/0")
-    limiter = strategies.MovingWindowRateLimiter(storage)
-    limiter.hit(parse("10/minute"), "user:42")
-
-    astorage = storage_from_string("async+redcount+redis://localhost:6379/0")  # limits.aio
+astorage = storage_from_string("async+redcount+redis://localhost:6379/0")  # limits.aio
+```
 
 limits finds a storage by the scheme of its URI once the class that declares the scheme has
 been defined (a metaclass registry), so importing this module is what makes the schemes

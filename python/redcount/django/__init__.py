@@ -1,18 +1,18 @@
 """Rate limiting for Django: a middleware, a view decorator, a drop-in for django-ratelimit
 and Django REST framework throttles, all on one ``REDCOUNT`` setting.
 
-::
+```python
+# settings.py
+INSTALLED_APPS = [..., "redcount.django"]            # validates REDCOUNT at start-up
+MIDDLEWARE = [..., "redcount.django.RateLimitMiddleware"]
+REDCOUNT = {"URL": "redis://cache:6379/0", "DEFAULT_LIMITS": ["1000/hour"]}
 
-    # settings.py
-    INSTALLED_APPS = [..., "redcount.django"]            # validates REDCOUNT at start-up
-    MIDDLEWARE = [..., "redcount.django.RateLimitMiddleware"]
-    REDCOUNT = {"URL": "redis://cache:6379/0", "DEFAULT_LIMITS": ["1000/hour"]}
+# views.py
+from redcount.django import limit
 
-    # views.py
-    from redcount.django import limit
-
-    @limit("10/minute", key="user")
-    def search(request): ...
+@limit("10/minute", key="user")
+def search(request): ...
+```
 
 - [`RateLimitMiddleware`][redcount.django.middleware.RateLimitMiddleware]: the site's default and per-path limits, and the rate-limit
   headers on every response; sync and async (under ASGI it awaits [`redcount.aio`][redcount.aio]).

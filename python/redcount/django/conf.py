@@ -1,17 +1,17 @@
 """The ``REDCOUNT`` setting: read, validated and turned into the objects every request uses.
 
-::
-
-    # settings.py
-    REDCOUNT = {
-        "URL": "redis://cache:6379/0",           # default "memory://" (this process only)
-        "DEFAULT_LIMITS": ["1000/hour"],         # every request, counted once across the site
-        "PATHS": {"/api/login": "5/minute",      # exact path
-                  "/api/": "100/minute",         # a prefix (ends with "/"): the longest match wins
-                  "/health/": None},             # None: no limit at all there, defaults included
-        "FAIL": "open",                          # or "closed" (503 while the store is down)
-        "BUDGET": 0.1,                           # seconds all of a request's checks may take
-    }
+```python
+# settings.py
+REDCOUNT = {
+    "URL": "redis://cache:6379/0",           # default "memory://" (this process only)
+    "DEFAULT_LIMITS": ["1000/hour"],         # every request, counted once across the site
+    "PATHS": {"/api/login": "5/minute",      # exact path
+              "/api/": "100/minute",         # a prefix (ends with "/"): the longest match wins
+              "/health/": None},             # None: no limit at all there, defaults included
+    "FAIL": "open",                          # or "closed" (503 while the store is down)
+    "BUDGET": 0.1,                           # seconds all of a request's checks may take
+}
+```
 
 Every name is checked when the app starts ([`RedcountConfig`][redcount.django.apps.RedcountConfig]'s
 ``ready()``, or the first construction of the middleware when the app is not installed), and

@@ -1,20 +1,20 @@
 """``@redcount.django.limit(...)``: a limit on one view (function, async or class-based).
 
-::
+```python
+from redcount.django import limit
 
-    from redcount.django import limit
+@limit("10/minute")                                  # per client address
+def search(request): ...
 
-    @limit("10/minute")                                  # per client address
-    def search(request): ...
+@limit("5/minute", key="user", methods=["POST"])
+async def comment(request): ...                      # decided on redcount.aio
 
-    @limit("5/minute", key="user", methods=["POST"])
-    async def comment(request): ...                      # decided on redcount.aio
+@limit("5/15 minutes", scope="login", deduct_when=lambda response: response.status_code == 401)
+def login(request): ...                              # only failed logins count
 
-    @limit("5/15 minutes", scope="login", deduct_when=lambda response: response.status_code == 401)
-    def login(request): ...                              # only failed logins count
-
-    @method_decorator(limit("100/hour", key="user"), name="dispatch")
-    class Export(View): ...                              # or @limit(...) on the class itself
+@method_decorator(limit("100/hour", key="user"), name="dispatch")
+class Export(View): ...                              # or @limit(...) on the class itself
+```
 
 A refused request gets a 429 problem+json response (or ``REDCOUNT["VIEW"]``'s) with the
 ``RateLimit``/``RateLimit-Policy`` and ``Retry-After`` headers; allowed responses carry the

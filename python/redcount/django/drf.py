@@ -1,12 +1,12 @@
 """Django REST framework throttles on redcount: atomic twins of DRF's own.
 
-::
-
-    REST_FRAMEWORK = {
-        "DEFAULT_THROTTLE_CLASSES": ["redcount.django.drf.AnonRateThrottle",
-                                     "redcount.django.drf.UserRateThrottle"],
-        "DEFAULT_THROTTLE_RATES": {"anon": "100/day", "user": "1000/day", "uploads": "20/hour"},
-    }
+```python
+REST_FRAMEWORK = {
+    "DEFAULT_THROTTLE_CLASSES": ["redcount.django.drf.AnonRateThrottle",
+                                 "redcount.django.drf.UserRateThrottle"],
+    "DEFAULT_THROTTLE_RATES": {"anon": "100/day", "user": "1000/day", "uploads": "20/hour"},
+}
+```
 
 Each class subclasses its DRF namesake, so scopes, rates (``DEFAULT_THROTTLE_RATES``,
 ``rate``/``scope`` attributes, ``"5/min"`` strings) and the cache keys that say who is

@@ -1,10 +1,10 @@
 """Key functions for Django requests: who a limit counts.
 
-::
-
-    @redcount.django.limit("5/minute", key="user")            # by name
-    @redcount.django.limit("5/minute", key=keys.header("X-Tenant"))
-    @redcount.django.limit("5/minute", key=lambda request: request.session["org"])
+```text
+@redcount.django.limit("5/minute", key="user")            # by name
+@redcount.django.limit("5/minute", key=keys.header("X-Tenant"))
+@redcount.django.limit("5/minute", key=lambda request: request.session["org"])
+```
 
 By name: ``"ip"`` (the client address, through ``REDCOUNT["TRUSTED_PROXIES"]``; the
 default), ``"user"`` and ``"user_or_ip"`` (the authenticated user's primary key, else the

@@ -1,14 +1,14 @@
 """``RateLimitMiddleware``: the site's default and per-path limits, and the rate-limit
 headers on every response.
 
-::
-
-    MIDDLEWARE = [
-        ...,
-        "django.contrib.auth.middleware.AuthenticationMiddleware",   # before it, for key="user"
-        "redcount.django.RateLimitMiddleware",
-        ...,
-    ]
+```python
+MIDDLEWARE = [
+    ...,
+    "django.contrib.auth.middleware.AuthenticationMiddleware",   # before it, for key="user"
+    "redcount.django.RateLimitMiddleware",
+    ...,
+]
+```
 
 Sync and async capable: under WSGI it decides with [`redcount.Limiter`][redcount.limiter.Limiter] on the worker
 thread (the GIL is released while it waits on Redis); under ASGI Django calls its async
@@ -40,13 +40,15 @@ def exempt(view: V) -> V:
     """Exempts a view from [`RateLimitMiddleware`][redcount.django.middleware.RateLimitMiddleware]'s limits (``DEFAULT_LIMITS`` and
     ``PATHS``); the view's own [`limit`][redcount.django.decorators.limit] decorators and throttles
     still apply. Decorates a function or async view, or a class-based view's class
-    (Django's ``View`` or DRF's ``APIView``: every URL routed to its ``as_view()``)::
+    (Django's ``View`` or DRF's ``APIView``: every URL routed to its ``as_view()``):
 
-        @redcount.django.exempt
-        def health(request): ...
+    ```python
+    @redcount.django.exempt
+    def health(request): ...
 
-        @redcount.django.exempt
-        class Status(View): ...
+    @redcount.django.exempt
+    class Status(View): ...
+    ```
 
     Once a view is marked, the middleware resolves each request's URL (Django's
     ``resolve``, which Django does again to call the view) to find out whether its view is

@@ -1,14 +1,14 @@
 """The counter HTTP service: [`create_app`][redcount.service.app.create_app] builds the ASGI app ``redcount serve`` runs.
 
-::
+```python
+store = redcount.connect("redis://127.0.0.1:6379/0")
+app = create_app(store, sql_url="sqlite:///counters.db", token="s3cret", shards=16)
 
-    store = redcount.connect("redis://127.0.0.1:6379/0")
-    app = create_app(store, sql_url="sqlite:///counters.db", token="s3cret", shards=16)
-
-    # POST /api/v1/counters/likes:post:987/increment  X-Request-Id: r-1  {"delta": 1}
-    #   -> {"accepted": true, "applied": true, "counterKey": "likes:post:987", ...}
-    # GET  /api/v1/counters/likes:post:987?maxStalenessMs=100
-    #   -> {"counterKey": "likes:post:987", "value": 1, "stalenessMs": 0, "source": "live"}
+# POST /api/v1/counters/likes:post:987/increment  X-Request-Id: r-1  {"delta": 1}
+#   -> {"accepted": true, "applied": true, "counterKey": "likes:post:987", ...}
+# GET  /api/v1/counters/likes:post:987?maxStalenessMs=100
+#   -> {"counterKey": "likes:post:987", "value": 1, "stalenessMs": 0, "source": "live"}
+```
 
 Every counter key is a [`redcount.ShardedCounter`][redcount.sharded.ShardedCounter] of this ``prefix`` and ``shards``
 (the same keys, delta logs and request-id deduplication as the library's), driven through

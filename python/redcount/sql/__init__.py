@@ -1,14 +1,14 @@
 """Sharded counters and SQL: snapshots, the flusher that writes them, reconciliation and restore.
 
-::
+```python
+from redcount.sql import Flusher, SnapshotStore, reconcile, restore
 
-    from redcount.sql import Flusher, SnapshotStore, reconcile, restore
-
-    with Flusher(store, "sqlite:///counters.db", counters=[likes]) as flusher:
-        flusher.drain()
-    SnapshotStore("sqlite:///counters.db").total("likes:post:987")
-    reconcile(store, "sqlite:///counters.db", "likes:post:987").ok
-    restore(store, "sqlite:///counters.db", "likes:post:987")      # after data loss
+with Flusher(store, "sqlite:///counters.db", counters=[likes]) as flusher:
+    flusher.drain()
+SnapshotStore("sqlite:///counters.db").total("likes:post:987")
+reconcile(store, "sqlite:///counters.db", "likes:post:987").ok
+restore(store, "sqlite:///counters.db", "likes:post:987")      # after data loss
+```
 
 The same names are exported by [`redcount`][redcount]. Importing this package does not import
 SQLAlchemy (``pip install 'redcount[sql]'``); a [`SnapshotStore`][redcount.sql.snapshots.SnapshotStore] does, when it first

@@ -1,13 +1,13 @@
 """The flusher: sharded counters' delta logs applied to SQL snapshots exactly once.
 
-::
-
-    store = redcount.connect("redis://localhost:6379/0")
-    likes = redcount.ShardedCounter(store, "likes:post:987", shards=16)
-    with redcount.Flusher(store, "sqlite:///counters.db", counters=[likes]) as flusher:
-        flusher.drain()                  # apply everything logged so far, then return
-        flusher.lag                      # Lag(entries=0, seconds=0.0)
-    redcount.SnapshotStore("sqlite:///counters.db").total("likes:post:987")
+```python
+store = redcount.connect("redis://localhost:6379/0")
+likes = redcount.ShardedCounter(store, "likes:post:987", shards=16)
+with redcount.Flusher(store, "sqlite:///counters.db", counters=[likes]) as flusher:
+    flusher.drain()                  # apply everything logged so far, then return
+    flusher.lag                      # Lag(entries=0, seconds=0.0)
+redcount.SnapshotStore("sqlite:///counters.db").total("likes:post:987")
+```
 
 or ``redcount flush --url redis://... --sql sqlite:///counters.db --counter likes:post:987``.
 

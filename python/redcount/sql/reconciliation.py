@@ -1,13 +1,13 @@
 """Reconciliation of sharded counters against their SQL snapshots.
 
-::
-
-    store = redcount.connect("redis://localhost:6379/0")
-    report = redcount.reconcile(store, "sqlite:///counters.db", "likes:post:987")
-    report.ok, report.drift, report.relative          # True, 0, 0.0 when all agree
-    for row in report.rows:                           # one per shard
-        print(row.shard, row.live, row.expected, row.drift, row.audit_drift)
-    redcount.reconcile(store, "sqlite:///counters.db", "likes:post:987", repair=True)
+```python
+store = redcount.connect("redis://localhost:6379/0")
+report = redcount.reconcile(store, "sqlite:///counters.db", "likes:post:987")
+report.ok, report.drift, report.relative          # True, 0, 0.0 when all agree
+for row in report.rows:                           # one per shard
+    print(row.shard, row.live, row.expected, row.drift, row.audit_drift)
+redcount.reconcile(store, "sqlite:///counters.db", "likes:post:987", repair=True)
+```
 
 or ``redcount reconcile --url redis://... --sql sqlite:///counters.db --counter likes:post:987``.
 

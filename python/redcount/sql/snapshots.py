@@ -1,11 +1,11 @@
 """Snapshots of sharded counters in SQL: what the flusher wrote, read back.
 
-::
-
-    snaps = redcount.SnapshotStore("sqlite:///counters.db")   # or postgresql+psycopg://..., mysql+pymysql://...
-    value, watermark = snaps.total("likes:post:987")
-    snaps.shard_values("likes:post:987")      # [ShardSnapshot(shard=0, value=..., version=..., watermark=...), ...]
-    snaps.deltas("likes:post:987")            # the audit log: every applied delta, with its request id
+```python
+snaps = redcount.SnapshotStore("sqlite:///counters.db")   # or postgresql+psycopg://..., mysql+pymysql://...
+value, watermark = snaps.total("likes:post:987")
+snaps.shard_values("likes:post:987")      # [ShardSnapshot(shard=0, value=..., version=..., watermark=...), ...]
+snaps.deltas("likes:post:987")            # the audit log: every applied delta, with its request id
+```
 
 The tables (created, and migrated, by [`SnapshotStore.create`][redcount.sql.snapshots.SnapshotStore.create], which the flusher calls):
 

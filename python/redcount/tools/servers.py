@@ -1,16 +1,16 @@
 """Private redis-server processes on free loopback ports: the one helper that ``redcount bench``
 (and its web and abuse siblings) and the test suite's fixtures start servers with.
 
-::
+```python
+with RedisServer() as server:                     # plain TCP on 127.0.0.1, a free port
+    store = redcount.connect(server.url)
+    server.stop(save=True); server.start()        # back on the same port, data kept
+    server.kill()                                 # SIGKILL, as in a crash
 
-    with RedisServer() as server:                     # plain TCP on 127.0.0.1, a free port
-        store = redcount.connect(server.url)
-        server.stop(save=True); server.start()        # back on the same port, data kept
-        server.kill()                                 # SIGKILL, as in a crash
-
-    tls = make_certs(tmp)                             # a throw-away CA and server certificate
-    with RedisServer(tls=tls) as server:              # TLS only: server.url is rediss://
-        redcount.connect(server.url, ssl_ca_certs=tls.ca)
+tls = make_certs(tmp)                             # a throw-away CA and server certificate
+with RedisServer(tls=tls) as server:              # TLS only: server.url is rediss://
+    redcount.connect(server.url, ssl_ca_certs=tls.ca)
+```
 
 Readiness is a PING answered (over TLS when the server speaks only TLS), polled with a
 bounded deadline, never a fixed sleep. Persistence is off and each server has a directory of

@@ -1,12 +1,12 @@
 """Deciding one request: run its checks against a [`Limiter`][redcount.limiter.Limiter] (sync) or a
 [`redcount.aio.Limiter`][redcount.aio.Limiter] (async) under a failure policy, and report to the metrics.
 
-::
-
-    policy = FailurePolicy("open")
-    verdict = decide(limiter, checks, policy)              # sync frameworks (Flask)
-    verdict = await decide_async(alimiter, checks, policy) # asyncio (FastAPI, Starlette)
-    if not verdict.allowed: ...                            # 429, or 503 when closed and down
+```python
+policy = FailurePolicy("open")
+verdict = decide(limiter, checks, policy)              # sync frameworks (Flask)
+verdict = await decide_async(alimiter, checks, policy) # asyncio (FastAPI, Starlette)
+if not verdict.allowed: ...                            # 429, or 503 when closed and down
+```
 
 A request's checks are decided together, in one round trip and all-or-nothing
 ([`redcount.Limiter.hit_all`][redcount.limiter.Limiter.hit_all]): a request refused by one limit is charged against none

@@ -1,11 +1,11 @@
 """Rate-limit response headers: the IETF fields, the legacy ``X-RateLimit-*`` ones and
 ``Retry-After``, rendered from one request's decisions.
 
-::
-
-    sets = HeaderSets.parse("ietf,retry-after")        # or ("ietf", "legacy"), "all", "none"
-    for name, value in render(verdict, sets):
-        response.headers[name] = value                  # set, never add: no duplicates
+```python
+sets = HeaderSets.parse("ietf,retry-after")        # or ("ietf", "legacy"), "all", "none"
+for name, value in render(verdict, sets):
+    response.headers[name] = value                  # set, never add: no duplicates
+```
 
 The IETF fields follow draft-ietf-httpapi-ratelimit-headers-11 (structured fields, RFC 9651):
 

@@ -5,13 +5,13 @@ The default key of every web integration is the socket peer address. ``X-Forward
 can send them: a limiter that believes them by default is bypassed by a client that sends a
 new address with every request.
 
-::
+```python
+from redcount.web import ClientIdentity, TrustedProxies
 
-    from redcount.web import ClientIdentity, TrustedProxies
-
-    who = ClientIdentity(TrustedProxies(cidrs=["10.0.0.0/8"]), ipv6_prefix=64)
-    who.resolve("10.1.2.3", ["203.0.113.9, 10.1.2.4"])   # -> "203.0.113.9"
-    who.resolve("198.51.100.7", ["203.0.113.9"])          # untrusted peer -> "198.51.100.7"
+who = ClientIdentity(TrustedProxies(cidrs=["10.0.0.0/8"]), ipv6_prefix=64)
+who.resolve("10.1.2.3", ["203.0.113.9, 10.1.2.4"])   # -> "203.0.113.9"
+who.resolve("198.51.100.7", ["203.0.113.9"])          # untrusted peer -> "198.51.100.7"
+```
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """The JSON bodies (RFC 9457 problem details, with the problem types of
 draft-ietf-httpapi-ratelimit-headers-11) of the responses the integrations produce.
 
-::
-
-    body = json.dumps(too_many_requests(verdict)).encode()   # 429
-    body = json.dumps(store_unavailable()).encode()          # 503, fail="closed"
+```python
+body = json.dumps(too_many_requests(verdict)).encode()   # 429
+body = json.dumps(store_unavailable()).encode()          # 503, fail="closed"
+```
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """The settings both integrations share, validated once at start-up.
 
-::
-
-    s = Settings.build(key=None, headers="ietf,legacy", trusted_proxies=["10.0.0.0/8"],
-                       ipv6_prefix=64, fail="open", shadow=False, metrics=None, budget=0.1)
+```python
+s = Settings.build(key=None, headers="ietf,legacy", trusted_proxies=["10.0.0.0/8"],
+                   ipv6_prefix=64, fail="open", shadow=False, metrics=None, budget=0.1)
+```
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Limit specifications: what a decorator, a dependency or an app-wide setting asks for,
 checked once at start-up and resolved per request.
 
-::
-
-    spec = LimitSpec.build("10/minute", name="search", where="route 'search'")
-    check = spec.resolve(view)          # -> Check(limits, key, cost, policies) or None
+```python
+spec = LimitSpec.build("10/minute", name="search", where="route 'search'")
+check = spec.resolve(view)          # -> Check(limits, key, cost, policies) or None
+```
 
 A [`LimitSpec`][redcount.web.spec.LimitSpec] holds the limit (a string, or a callable of the request for per-plan
 limits), the key function, the cost, the methods it applies to and an exemption. Everything

@@ -1,13 +1,13 @@
 """django-ratelimit's API on redcount: switching is one import.
 
-::
+```python
+# from django_ratelimit.decorators import ratelimit
+from redcount.django.ratelimit import ratelimit
 
-    # from django_ratelimit.decorators import ratelimit
-    from redcount.django.ratelimit import ratelimit
-
-    @ratelimit(key="ip", rate="5/m", block=False)
-    def login(request):
-        if request.limited: ...
+@ratelimit(key="ip", rate="5/m", block=False)
+def login(request):
+    if request.limited: ...
+```
 
 The module paths mirror django-ratelimit's (``redcount.django.ratelimit.decorators``,
 ``.core``, ``.exceptions``, ``.middleware``), so ``django_ratelimit`` can be replaced by
