@@ -1,26 +1,27 @@
 """The exceptions redcount raises, all under [`RedcountError`][redcount.errors.RedcountError].
 
-``RedcountError``
-    ``InvalidInputError`` (also a ``ValueError``): a bad argument; nothing was sent or stored.
-    ``ConnectionError`` (also the builtin ``ConnectionError``): the store could not be reached.
-    Its ``maybe_applied`` is True when the request had been sent before the failure (it may
-    or may not have run; redcount never resends it), False when it certainly did not run.
-    Its ``outcomes`` is None, or, for a batch spread over Redis Cluster nodes of which some
-    answered and one was lost, one entry per request: its reply (a ``ReplyError`` instance
-    for an error reply), [`Outcome.MAYBE`][redcount.errors.Outcome.MAYBE] (written, unanswered) or
-    [`Outcome.NOT_SENT`][redcount.errors.Outcome.NOT_SENT]; retry only those.
-        ``TimeoutError`` (also the builtin ``TimeoutError``): a connect, command or pool timeout.
-        ``StoreClosed``: the store was closed; not transient, so it is never queued for retry.
-        ``Unavailable``: the store could not decide within its ``budget``, or its circuit
-        breaker is open ([`redcount.connect`][redcount.store.connect]); fail fast instead of waiting.
-    ``ProtocolError``: the server's reply broke the protocol.
-    ``ReplyError``: the server answered with an error reply.
-        ``AuthenticationError``: wrong user name or password, or a password is needed.
-        ``ScriptError``: a Lua script failed on the server.
-    ``RetryQueueFull``: a queued increment could not be queued; it was not applied.
-    ``RateLimitExceeded``: [`Limiter.lease`][redcount.limiter.Limiter.lease] found every slot taken.
-        ``WaitTimeout``: [`Limiter.wait`][redcount.limiter.Limiter.wait] (or a ``throttle`` decorator) gave up after
-        ``max_wait`` seconds; nothing was charged.
+- ``RedcountError``
+    - ``InvalidInputError`` (also a ``ValueError``): a bad argument; nothing was sent or stored.
+    - ``ConnectionError`` (also the builtin ``ConnectionError``): the store could not be
+      reached. Its ``maybe_applied`` is True when the request had been sent before the failure
+      (it may or may not have run; redcount never resends it), False when it certainly did not
+      run. Its ``outcomes`` is None, or, for a batch spread over Redis Cluster nodes of which
+      some answered and one was lost, one entry per request: its reply (a ``ReplyError``
+      instance for an error reply), [`Outcome.MAYBE`][redcount.errors.Outcome.MAYBE] (written, unanswered) or
+      [`Outcome.NOT_SENT`][redcount.errors.Outcome.NOT_SENT]; retry only those.
+        - ``TimeoutError`` (also the builtin ``TimeoutError``): a connect, command or pool
+          timeout.
+        - ``StoreClosed``: the store was closed; not transient, so it is never queued for retry.
+        - ``Unavailable``: the store could not decide within its ``budget``, or its circuit
+          breaker is open ([`redcount.connect`][redcount.store.connect]); fail fast instead of waiting.
+    - ``ProtocolError``: the server's reply broke the protocol.
+    - ``ReplyError``: the server answered with an error reply.
+        - ``AuthenticationError``: wrong user name or password, or a password is needed.
+        - ``ScriptError``: a Lua script failed on the server.
+    - ``RetryQueueFull``: a queued increment could not be queued; it was not applied.
+    - ``RateLimitExceeded``: [`Limiter.lease`][redcount.limiter.Limiter.lease] found every slot taken.
+        - ``WaitTimeout``: [`Limiter.wait`][redcount.limiter.Limiter.wait] (or a ``throttle`` decorator) gave up after
+          ``max_wait`` seconds; nothing was charged.
 
 ``SecurityWarning`` (a ``UserWarning``, not an exception): [`redcount.connect`][redcount.store.connect] was
 asked to skip TLS certificate verification (``ssl_cert_reqs="none"``).

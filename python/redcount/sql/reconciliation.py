@@ -13,12 +13,10 @@ or ``redcount reconcile --url redis://... --sql sqlite:///counters.db --counter 
 
 Per shard, three figures are compared:
 
-``live``
-    the shard's value in Redis (what readers see);
-``expected``
-    the SQL snapshot plus the deltas logged after its watermark (not yet flushed);
-``audited``
-    the sum of the SQL audit log (``redcount_deltas``) plus the same unflushed deltas.
+- ``live``: the shard's value in Redis (what readers see);
+- ``expected``: the SQL snapshot plus the deltas logged after its watermark (not yet flushed);
+- ``audited``: the sum of the SQL audit log (``redcount_deltas``) plus the same unflushed
+  deltas.
 
 ``drift = live - expected``: a write that changed the value without a log entry (a foreign
 INCRBY on a shard key), or a log entry deleted or trimmed before it was flushed.

@@ -9,23 +9,19 @@ snaps.deltas("likes:post:987")            # the audit log: every applied delta, 
 
 The tables (created, and migrated, by [`SnapshotStore.create`][redcount.sql.snapshots.SnapshotStore.create], which the flusher calls):
 
-``redcount_schema``
-    one row: the schema version.
-``redcount_counters``
-    counter metadata: name, key prefix, shard count, created.
-``redcount_shard_snapshots``
-    per (counter, shard): value, version (deltas applied so far) and watermark, the id of the
-    newest stream entry applied (``<ms>-<seq>``, as ``wm_ms``, ``wm_seq``).
-``redcount_totals``
-    per counter: the sum of its shard snapshots, the newest stream id in it, and the version.
-``redcount_deltas``
-    the audit log: one row per applied stream entry (counter, shard, stream id, delta, request
-    id, event time); unique per (counter, shard, stream id).
-``redcount_adjustments``
-    audited corrections (a delta with a reason).
-``redcount_reconcile_runs`` (schema 2)
-    one row per reconciliation run and counter: time, total and absolute drift, relative
-    drift, whether it passed, the corrections written, and the per-shard rows as JSON.
+- ``redcount_schema``: one row: the schema version.
+- ``redcount_counters``: counter metadata: name, key prefix, shard count, created.
+- ``redcount_shard_snapshots``: per (counter, shard): value, version (deltas applied so far)
+  and watermark, the id of the newest stream entry applied (``<ms>-<seq>``, as ``wm_ms``,
+  ``wm_seq``).
+- ``redcount_totals``: per counter: the sum of its shard snapshots, the newest stream id in it,
+  and the version.
+- ``redcount_deltas``: the audit log: one row per applied stream entry (counter, shard, stream
+  id, delta, request id, event time); unique per (counter, shard, stream id).
+- ``redcount_adjustments``: audited corrections (a delta with a reason).
+- ``redcount_reconcile_runs`` (schema 2): one row per reconciliation run and counter: time,
+  total and absolute drift, relative drift, whether it passed, the corrections written, and the
+  per-shard rows as JSON.
 
 SQLAlchemy (2.x) is an optional dependency: ``pip install redcount[sql]`` (SQLite),
 ``redcount[postgres]`` (psycopg 3) or ``redcount[mysql]`` (PyMySQL). Thread-safe: the engine

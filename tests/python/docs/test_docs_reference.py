@@ -61,6 +61,21 @@ def test_no_sphinx_role_in_a_docstring() -> None:
     assert not found, "Sphinx roles render as literal text; write [`name`][redcount.module.name]:\n" + "\n".join(found)
 
 
+def test_no_rest_literal_block_in_a_docstring() -> None:
+    """``text::`` and an indented block is reST; Markdown shows the ``::`` and, after a list or
+    an Args section, folds the block into the text. Examples go in fenced code blocks."""
+    found = []
+    for path in _sources():
+        for node in _docstrings(path):
+            fenced = False
+            for offset, line in enumerate(str(node.value.value).splitlines()):
+                if line.lstrip().startswith(("```", "~~~")):
+                    fenced = not fenced
+                elif not fenced and line.rstrip().endswith("::"):
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno + offset}: {line.strip()}")
+    assert not found, "Use a fenced code block (```python ... ```):\n" + "\n".join(found)
+
+
 def test_no_sphinx_attribute_comment() -> None:
     """``#:`` comments document an attribute for Sphinx only; griffe reads a docstring under it."""
     found = [
