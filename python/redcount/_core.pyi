@@ -31,7 +31,7 @@ class TimeoutError(ConnectionError, builtins.TimeoutError):
     """A connect, command or pool timeout expired. A sent command may or may not have run."""
 class Unavailable(ConnectionError):
     """The store could not decide within the budget, or its circuit breaker is open
-    (redcount.connect(url, budget=..., fallback=...)). A ConnectionError."""
+    ([`redcount.connect`][redcount.store.connect]``(url, budget=..., fallback=...)``). A [`ConnectionError`][redcount.errors.ConnectionError]."""
 class ProtocolError(RedcountError):
     """The server's reply was not what the protocol allows."""
 class ReplyError(RedcountError):
@@ -57,18 +57,23 @@ class ManualClock:
 Value = int | bytes | str | None | list["Value"]
 
 class Store:
-    """A connection to Redis or the embedded memory store."""
+    """A connection to Redis or the embedded memory store, opened by [`redcount.connect`][redcount.store.connect].
+
+    Every counter and limiter takes one; ``with store:`` closes it at the end of the block.
+    Thread-safe.
+    """
     def execute(self, *args: str | bytes | int | float) -> Value:
         """Run one command (e.g. execute('PTTL', key)). Bulk strings come back as bytes, status replies
-        as str; error replies raise ReplyError."""
+        as str; error replies raise [`ReplyError`][redcount.errors.ReplyError]."""
     def execute_many(self, commands: list[tuple[str | bytes | int | float, ...]]) -> list[Value]:
         """Run several commands in one round trip (a pipeline). Error replies are returned as str."""
     def ping(self) -> bool:
-        """Round-trip a PING; raises ConnectionError/AuthenticationError if the store is unusable."""
+        """Round-trip a PING; raises [`ConnectionError`][redcount.errors.ConnectionError] or
+        [`AuthenticationError`][redcount.errors.AuthenticationError] if the store is unusable."""
     def __enter__(self) -> Store: ...
     def __exit__(self, *args: object) -> None: ...
     def now(self) -> float:
-        """This store's clock in seconds since the epoch (the ManualClock for memory:// if given)."""
+        """This store's clock in seconds since the epoch (the [`ManualClock`][redcount.store.ManualClock] for memory:// if given)."""
     @property
     def url(self) -> str:
         """The store's URL, without the password."""
@@ -121,7 +126,7 @@ def open_store(
 
 class ResilientStore(Store):
     """A Redis store with a latency budget, a circuit breaker and an optional fallback store
-    (redcount.connect(url, budget=..., fallback=...)). Thread-safe."""
+    ([`redcount.connect`][redcount.store.connect]``(url, budget=..., fallback=...)``). Thread-safe."""
     @property
     def breaker_state(self) -> str:
         """'closed' (calls go to Redis), 'open' (they fail fast or go to the fallback) or 'half-open'
@@ -351,8 +356,8 @@ class LimitStats:
         """Seconds until its window resets for the key."""
 
 class Lease:
-    """A slot taken by Limiter.acquire() under strategy='concurrency'. Give it back with
-    Limiter.release(); if it is never released it expires after its lease_timeout."""
+    """A slot taken by [`Limiter.acquire`][redcount.limiter.Limiter.acquire] under ``strategy='concurrency'``. Give it back with
+    [`Limiter.release`][redcount.limiter.Limiter.release]; if it is never released it expires after its lease_timeout."""
     @property
     def key(self) -> str:
         """The business key the slot belongs to."""
@@ -370,7 +375,7 @@ class Lease:
         """Whether release() was called."""
 
 class Adjustment:
-    """What Limiter.refund(), reserve() and settle() did. Truthy when it was applied now."""
+    """What [`Limiter.refund`][redcount.limiter.Limiter.refund], [`reserve`][redcount.limiter.Limiter.reserve] and [`settle`][redcount.limiter.Limiter.settle] did. Truthy when it was applied now."""
     @property
     def status(self) -> Literal["applied", "duplicate", "refused", "expired"]:
         """'applied' (done now), 'duplicate' (already done under this request_id: nothing changed),
@@ -778,7 +783,7 @@ class PNCounter:
     def merge_components_async(self, components: dict[str, tuple[int, int]]) -> Any: ...
 
 class BufferedStats:
-    """Counts of a BufferedCounter's flushes since it was made."""
+    """Counts of a [`BufferedCounter`][redcount.sharded.BufferedCounter]'s flushes since it was made."""
     @property
     def flushes(self) -> int:
         """Batches the store acknowledged."""
@@ -813,7 +818,7 @@ class BufferedCounter:
 
 # Hot keys and process metrics (register_hot_keys.cpp).
 class HotKey:
-    """One key of HotKeys.top(): its estimated count and error bound."""
+    """One key of [`HotKeys.top`][redcount.hot_keys.HotKeys.top]: its estimated count and error bound."""
     @property
     def key(self) -> str:
         """The key, as observed."""
