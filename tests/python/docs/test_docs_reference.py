@@ -30,6 +30,8 @@ PACKAGE = ROOT / "python" / "redcount"
 ROLE = re.compile(r":(?:py:)?(?:func|meth|class|attr|mod|exc|data|obj|const|type):`")
 # The same on a rendered page, where the backticks have become a <code> element.
 HTML_ROLE = re.compile(r":(?:py:)?(?:func|meth|class|attr|mod|exc|data|obj|const|type):(?:`|<code>)")
+# Sphinx's field lists (:param x:, :returns:...): the Google style's sections are what renders.
+FIELD = re.compile(r"^\s*:(?:param|parameter|arg|argument|key|keyword|type|raises?|except|exception|returns?|rtype|yields?|var|ivar|cvar)\b[^:`]*:")
 # A Markdown cross-reference that was not turned into a link (in a code block, say).
 HTML_LITERAL_REF = re.compile(r"\]\[redcount[.\]]")
 # Not in the reference: the command's tools are not public API.
@@ -59,6 +61,18 @@ def test_no_sphinx_role_in_a_docstring() -> None:
                 if ROLE.search(line):
                     found.append(f"{path.relative_to(ROOT)}:{node.lineno + offset}: {line.strip()}")
     assert not found, "Sphinx roles render as literal text; write [`name`][redcount.module.name]:\n" + "\n".join(found)
+
+
+def test_no_sphinx_field_list_in_a_docstring() -> None:
+    """The reference reads Google-style docstrings: ``Args:``, ``Returns:``, ``Raises:``
+    sections render as tables, a ``:param x:`` line as literal text."""
+    found = []
+    for path in _sources():
+        for node in _docstrings(path):
+            for offset, line in enumerate(str(node.value.value).splitlines()):
+                if FIELD.match(line):
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno + offset}: {line.strip()}")
+    assert not found, "Use an Args: (Returns:, Raises:) section:\n" + "\n".join(found)
 
 
 def test_no_rest_literal_block_in_a_docstring() -> None:
