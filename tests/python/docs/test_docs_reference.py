@@ -20,9 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import griffe  # comes with mkdocstrings[python], a test dependency
 import pytest
-
-griffe = pytest.importorskip("griffe", reason="griffe comes with mkdocstrings[python], a test dependency")
 
 ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").exists())
 PACKAGE = ROOT / "python" / "redcount"
