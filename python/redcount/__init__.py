@@ -1,25 +1,27 @@
 """redcount: fast, correct counters and rate limiters on Redis or an embedded store.
 
-Quick start::
+Quick start:
 
-    import redcount
+```python
+import redcount
 
-    store = redcount.connect()                    # embedded store; or "redis://host:6379/0"
-    views = redcount.FixedWindowCounter(store, "views", window=3600)
-    views.incr("page:/home")                      # -> count in the current hour
+store = redcount.connect()                    # embedded store; or "redis://host:6379/0"
+views = redcount.FixedWindowCounter(store, "views", window=3600)
+views.incr("page:/home")                      # -> count in the current hour
 
-    limiter = redcount.Limiter(store, "sliding-window")
-    if not limiter.hit("5/second;100/hour", "ip:203.0.113.9"):
-        ...  # reject: 429 Too Many Requests
+limiter = redcount.Limiter(store, "sliding-window")
+if not limiter.hit("5/second;100/hour", "ip:203.0.113.9"):
+    ...  # reject: 429 Too Many Requests
 
-    recent = redcount.SlidingWindowCounter(store, "logins", window=60)
-    recent.add_unique("user:42", "ip:203.0.113.9")   # -> distinct ips in the last minute
+recent = redcount.SlidingWindowCounter(store, "logins", window=60)
+recent.add_unique("user:42", "ip:203.0.113.9")   # -> distinct ips in the last minute
+```
 
-asyncio: :mod:`redcount.aio` has the same classes with coroutine methods
+asyncio: [`redcount.aio`][redcount.aio] has the same classes with coroutine methods
 (``await redcount.aio.Limiter(store).hit("10/minute", key)``). The ``redcount`` command's
-tools (demo, bench, accuracy, abuse) live in :mod:`redcount.tools`; snapshots of sharded
-counters in SQL, the flusher, reconciliation and restore in :mod:`redcount.sql`; the figures
-behind :data:`metrics` in :mod:`redcount.telemetry`.
+tools (demo, bench, accuracy, abuse) live in `redcount.tools`; snapshots of sharded
+counters in SQL, the flusher, reconciliation and restore in [`redcount.sql`][redcount.sql]; the figures
+behind [`metrics`][redcount.telemetry.metrics] in [`redcount.telemetry`][redcount.telemetry].
 """
 
 from __future__ import annotations

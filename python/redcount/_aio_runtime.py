@@ -1,10 +1,10 @@
-"""How an asyncio call completes: the runtime under :mod:`redcount.aio`.
+"""How an asyncio call completes: the runtime under [`redcount.aio`][redcount.aio].
 
-A call that cannot complete inline returns an :class:`OpFuture`; the store's I/O thread
+A call that cannot complete inline returns an `OpFuture`; the store's I/O thread
 finishes it through the running loop's completion queue (one eventfd wake-up completes every
-call finished since the last one; see :mod:`redcount.aio`). Everything here is shared by the
-async twins and by :meth:`redcount.Limiter.throttle`, which waits on a loop without importing
-:mod:`redcount.aio` (that module builds on the sync classes, so they must not import it).
+call finished since the last one; see [`redcount.aio`][redcount.aio]). Everything here is shared by the
+async twins and by [`redcount.Limiter.throttle`][redcount.limiter.Limiter.throttle], which waits on a loop without importing
+[`redcount.aio`][redcount.aio] (that module builds on the sync classes, so they must not import it).
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ _core._aio_setup(OpFuture, queue_for_running_loop)
 def engine_method(core: object, name: str, store: Store) -> Callable[..., Any]:
     """How an async class calls ``name``: on the memory store the sync core method itself
     (it completes inline and cannot block); elsewhere the core's ``<name>_async``, which
-    returns the result or an :class:`OpFuture`."""
+    returns the result or an `OpFuture`."""
     if store.is_memory:
         return getattr(core, name)  # type: ignore[no-any-return]
     return getattr(core, name + "_async")  # type: ignore[no-any-return]

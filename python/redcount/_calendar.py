@@ -2,7 +2,7 @@
 
 The C++ core computes every period (day, ISO week, month anchored on a day, year) from a
 table of the zone's UTC-offset changes. The table is read here, once per zone and process,
-from the IANA time-zone database through :mod:`zoneinfo` (the system's database, or the
+from the IANA time-zone database through `zoneinfo` (the system's database, or the
 ``tzdata`` package where the system has none): it covers 1970 to 2100, and after 2100 the
 last offset holds. The core keeps the table immutable and shared, so deciding a window is
 a binary search with no Python, no lock and no GIL.
@@ -19,14 +19,14 @@ from .errors import InvalidInputError
 
 __all__ = ["CALENDAR_UNITS", "calendar_arg", "calendar_unit", "make_calendar"]
 
-#: The units a calendar window may have, with the nominal length (seconds) the
-#: counter's ``window`` property reports for them.
 CALENDAR_UNITS: dict[str, float] = {
     "day": 86400.0,
     "week": 7 * 86400.0,
     "month": 30 * 86400.0,
     "year": 365 * 86400.0,
 }
+"""The units a calendar window may have, with the nominal length (seconds) the
+counter's ``window`` property reports for them."""
 
 _TABLE_END = int(datetime(2100, 1, 1, tzinfo=timezone.utc).timestamp())
 _DAY = 86400

@@ -8,47 +8,95 @@ import builtins
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal
 
-class RedcountError(Exception): ...
-class InvalidInputError(RedcountError, ValueError): ...
+class RedcountError(Exception):
+    """Base class of every error redcount raises."""
+class InvalidInputError(RedcountError, ValueError):
+    """A bad argument (empty or huge key, non-UTF-8 bytes, window <= 0, bad limit string, bad URL...).
+    Raised before anything is sent or stored. Also a ValueError."""
 class ConnectionError(RedcountError, builtins.ConnectionError):
+    """The store could not be reached: refused, reset, unknown host, closed. Transient. `maybe_applied`
+    is True when the request had been sent (it may or may not have run), False when it certainly
+    did not run."""
     maybe_applied: bool
+    """True when the request had been sent before the failure (it may or may not have run;
+    redcount never resends it), False when it certainly did not run."""
     outcomes: list[Value | ReplyError] | None
+    """None, or, for a batch spread over Redis Cluster nodes of which some answered and one was
+    lost, one entry per request: its reply (a [`ReplyError`][redcount.errors.ReplyError] for an error reply),
+    [`Outcome.MAYBE`][redcount.errors.Outcome.MAYBE] (written, unanswered) or [`Outcome.NOT_SENT`][redcount.errors.Outcome.NOT_SENT]; retry only those."""
 
-class StoreClosed(ConnectionError): ...
-class TimeoutError(ConnectionError, builtins.TimeoutError): ...
-class Unavailable(ConnectionError): ...
-class ProtocolError(RedcountError): ...
-class ReplyError(RedcountError): ...
-class AuthenticationError(ReplyError): ...
-class ScriptError(ReplyError): ...
-class RetryQueueFull(RedcountError): ...
+class StoreClosed(ConnectionError):
+    """The store was closed: nothing was sent. Not transient: a retry cannot help."""
+class TimeoutError(ConnectionError, builtins.TimeoutError):
+    """A connect, command or pool timeout expired. A sent command may or may not have run."""
+class Unavailable(ConnectionError):
+    """The store could not decide within the budget, or its circuit breaker is open
+    ([`redcount.connect`][redcount.store.connect]``(url, budget=..., fallback=...)``). A [`ConnectionError`][redcount.errors.ConnectionError]."""
+class ProtocolError(RedcountError):
+    """The server's reply was not what the protocol allows."""
+class ReplyError(RedcountError):
+    """The server answered with an error reply (ERR, WRONGTYPE, READONLY...)."""
+class AuthenticationError(ReplyError):
+    """AUTH failed or the server needs a password: check the URL."""
+class ScriptError(ReplyError):
+    """A Lua script failed on the server."""
+class RetryQueueFull(RedcountError):
+    """The retry queue is full: the increment was neither applied nor queued."""
 
 class ManualClock:
+    """A clock that only moves when told to, for the memory store: windows turn over and keys expire
+    exactly when you advance it. Thread-safe."""
     def __init__(self, start: float = 1700000000.0) -> None: ...
-    def now(self) -> float: ...
-    def set(self, t: float) -> None: ...
-    def advance(self, seconds: float) -> None: ...
+    def now(self) -> float:
+        """Current time in seconds since the epoch."""
+    def set(self, t: float) -> None:
+        """Jump to `t` seconds since the epoch."""
+    def advance(self, seconds: float) -> None:
+        """Move forward by `seconds` (millisecond precision)."""
 
 Value = int | bytes | str | None | list["Value"]
 
 class Store:
-    def execute(self, *args: str | bytes | int | float) -> Value: ...
-    def execute_many(self, commands: list[tuple[str | bytes | int | float, ...]]) -> list[Value]: ...
-    def ping(self) -> bool: ...
+    """A connection to Redis or the embedded memory store, opened by [`redcount.connect`][redcount.store.connect].
+
+    Every counter and limiter takes one; ``with store:`` closes it at the end of the block.
+    Thread-safe.
+    """
+    def execute(self, *args: str | bytes | int | float) -> Value:
+        """Run one command (e.g. execute('PTTL', key)). Bulk strings come back as bytes, status replies
+        as str; error replies raise [`ReplyError`][redcount.errors.ReplyError]."""
+    def execute_many(self, commands: list[tuple[str | bytes | int | float, ...]]) -> list[Value]:
+        """Run several commands in one round trip (a pipeline). Error replies are returned as str."""
+    def ping(self) -> bool:
+        """Round-trip a PING; raises [`ConnectionError`][redcount.errors.ConnectionError] or
+        [`AuthenticationError`][redcount.errors.AuthenticationError] if the store is unusable."""
     def __enter__(self) -> Store: ...
     def __exit__(self, *args: object) -> None: ...
-    def now(self) -> float: ...
+    def now(self) -> float:
+        """This store's clock in seconds since the epoch (the [`ManualClock`][redcount.store.ManualClock] for memory:// if given)."""
     @property
-    def url(self) -> str: ...
-    def nodes(self) -> list[Store]: ...
-    def cluster_stats(self) -> dict[str, int]: ...
+    def url(self) -> str:
+        """The store's URL, without the password."""
+    def nodes(self) -> list[Store]:
+        """One store per master of a Redis Cluster, or per member of a client-side ring in the order
+        given (execute, execute_many, ping, address), for what is about one node: KEYS,
+        SCAN, DBSIZE, INFO, FLUSHALL. A single server is its own only node."""
+    def cluster_stats(self) -> dict[str, int]:
+        """Redis Cluster replies met since the store opened, counted per request: MOVED, ASK, TRYAGAIN,
+        CLUSTERDOWN, and CLUSTER SLOTS refreshes started. All 0 on any other store."""
     @property
-    def address(self) -> str: ...
+    def address(self) -> str:
+        """host:port of a Redis server (the socket path for unix://); the URL for any other store."""
     @property
-    def is_memory(self) -> bool: ...
-    def sweep(self) -> int: ...
-    def stored_keys(self) -> int: ...
-    def close(self) -> None: ...
+    def is_memory(self) -> bool:
+        """True for the embedded memory:// store."""
+    def sweep(self) -> int:
+        """memory:// only: free expired keys now (a background sweep also does). Returns how many."""
+    def stored_keys(self) -> int:
+        """memory:// only: keys held in memory, including expired ones not yet swept."""
+    def close(self) -> None:
+        """Close every connection (or stop the memory store's sweeper). Later calls raise
+        ConnectionError."""
 
 def open_store(
     url: str,
@@ -77,44 +125,67 @@ def open_store(
 ) -> Store: ...
 
 class ResilientStore(Store):
+    """A Redis store with a latency budget, a circuit breaker and an optional fallback store
+    ([`redcount.connect`][redcount.store.connect]``(url, budget=..., fallback=...)``). Thread-safe."""
     @property
-    def breaker_state(self) -> str: ...
+    def breaker_state(self) -> str:
+        """'closed' (calls go to Redis), 'open' (they fail fast or go to the fallback) or 'half-open'
+        (a probe is on its way). Always 'closed' when the breaker is off."""
     @property
-    def using_fallback(self) -> bool: ...
+    def using_fallback(self) -> bool:
+        """True while calls go to the fallback store."""
     @property
-    def breaker_open(self) -> bool: ...
+    def breaker_open(self) -> bool:
+        """True while the breaker is open or half-open (redcount.web.metrics reads it)."""
     @property
-    def fallback_active(self) -> bool: ...
+    def fallback_active(self) -> bool:
+        """The same as using_fallback (redcount.web.metrics reads it)."""
     @property
-    def breaker_switches(self) -> int: ...
+    def breaker_switches(self) -> int:
+        """How many times the breaker opened or closed since the store was opened."""
     @property
-    def node_breakers(self) -> dict[str, str]: ...
+    def node_breakers(self) -> dict[str, str]:
+        """On a Redis Cluster or a ring (one breaker per node): {node: 'closed' | 'open' | 'half-open'}
+        for every node seen so far; breaker_state then sums them up ('open' while any is).
+        Empty on a single server."""
     @property
-    def budget(self) -> float | None: ...
+    def budget(self) -> float | None:
+        """The latency budget in seconds, or None."""
     @property
-    def breaker(self) -> bool: ...
+    def breaker(self) -> bool:
+        """Whether the circuit breaker is on."""
     @property
-    def fallback(self) -> str | None: ...
+    def fallback(self) -> str | None:
+        """The fallback store's URL, or None."""
 
 def _take_breaker_events() -> list[tuple[int, str]]: ...
 
 class RetryStats:
+    """Counts of the retry queue's traffic since the counter was made."""
     @property
-    def queued(self) -> int: ...
+    def queued(self) -> int:
+        """Increments put in the queue."""
     @property
-    def retried(self) -> int: ...
+    def retried(self) -> int:
+        """Retry attempts of queued increments."""
     @property
-    def delivered(self) -> int: ...
+    def delivered(self) -> int:
+        """Queued increments that finally landed."""
     @property
-    def dropped(self) -> int: ...
+    def dropped(self) -> int:
+        """Dropped because their window (plus grace) had ended."""
     @property
-    def overflowed(self) -> int: ...
+    def overflowed(self) -> int:
+        """Refused because the queue was full."""
     @property
-    def failed(self) -> int: ...
+    def failed(self) -> int:
+        """Dropped on a non-transient error, or still queued when the counter was closed."""
     @property
-    def pending(self) -> int: ...
+    def pending(self) -> int:
+        """In the queue now."""
     @property
-    def last_error(self) -> str: ...
+    def last_error(self) -> str:
+        """The most recent transient error, or ''."""
 
 class Calendar:
     def __init__(self, zone: str, at_ms: list[int], offsets_ms: list[int], anchor_day: int = 1) -> None: ...
@@ -201,46 +272,68 @@ class SlidingWindowCounter:
     def clear_async(self, key: str | bytes) -> Any: ...
 
 class RateLimit:
+    """One parsed limit, e.g. 100 per 5 minutes."""
     @property
-    def amount(self) -> int: ...
+    def amount(self) -> int:
+        """How many units the limit allows per window (100 in ``100/5 minutes``)."""
     @property
-    def multiple(self) -> int: ...
+    def multiple(self) -> int:
+        """How many units of time make the window (5 in ``100/5 minutes``; 1 when not given)."""
     @property
-    def unit(self) -> str: ...
+    def unit(self) -> str:
+        """The unit of time, singular: ``"second"``, ``"minute"``, ``"hour"``, ``"day"``..."""
     @property
-    def burst(self) -> int: ...
+    def burst(self) -> int:
+        """The 'burst N' given, or 0 (then the capacity is the amount)."""
     @property
-    def window(self) -> float: ...
+    def window(self) -> float:
+        """Window in seconds."""
 
 class LimitSet:
+    """A parsed limit string; all of its limits must hold."""
     def __init__(self, text: str | bytes) -> None: ...
     @property
-    def text(self) -> str: ...
+    def text(self) -> str:
+        """The limit string, normalized (``"100/5 minutes;10/second burst 20"``)."""
     @property
-    def limits(self) -> list[RateLimit]: ...
+    def limits(self) -> list[RateLimit]:
+        """One [`RateLimit`][redcount.RateLimit] per limit of the string, in the order written."""
     def __len__(self) -> int: ...
 
 class Decision:
+    """The outcome of a rate-limit check. Truthy when allowed."""
     @property
-    def allowed(self) -> bool: ...
+    def allowed(self) -> bool:
+        """Whether the hit is (or would be) allowed."""
     @property
-    def limit(self) -> int: ...
+    def limit(self) -> int:
+        """The amount of the binding limit."""
     @property
-    def remaining(self) -> int: ...
+    def remaining(self) -> int:
+        """Hits of cost 1 still allowed under every limit."""
     @property
-    def reset_after(self) -> float: ...
+    def reset_after(self) -> float:
+        """Seconds until the binding limit's window resets."""
     @property
-    def retry_after(self) -> float: ...
+    def retry_after(self) -> float:
+        """0 when allowed; else seconds until the same hit would be allowed."""
     @property
-    def unavailable(self) -> bool: ...
+    def unavailable(self) -> bool:
+        """True when the store was unavailable and the limiter's on_unavailable policy ('allow' or
+        'deny') decided without it."""
     @property
-    def refused_by(self) -> tuple[str, str] | None: ...
+    def refused_by(self) -> tuple[str, str] | None:
+        """hit_all()/test_all(), when refused: (limit, key) of the refusing limit (the one that frees
+        up last when several refuse), e.g. ('100/minute', 'user:42'); None otherwise."""
     @property
     def charged_at(self) -> float | None: ...
     @property
     def bound_by(self) -> tuple[str, str] | None: ...
     @property
-    def per_key(self) -> list[tuple[int, int]] | None: ...
+    def per_key(self) -> list[tuple[int, int]] | None:
+        """hit_all()/test_all(): for each (limit, key) item, in order, (limit, remaining) of its
+        tightest limit as decided (when refused, what the call saw; nothing of it was kept).
+        None from hit() and test()."""
     @staticmethod
     def _without_store(allowed: bool, retry_after: float = 0.0) -> Decision: ...
     @staticmethod
@@ -248,40 +341,64 @@ class Decision:
     def __bool__(self) -> bool: ...
 
 class LimitStats:
+    """The state of one limit for one key."""
     @property
-    def limit(self) -> RateLimit: ...
+    def limit(self) -> RateLimit:
+        """The limit these figures are about."""
     @property
-    def count(self) -> int: ...
+    def count(self) -> int:
+        """Units counted against it for the key in its current window."""
     @property
-    def remaining(self) -> int: ...
+    def remaining(self) -> int:
+        """Hits of cost 1 it still allows for the key."""
     @property
-    def reset_after(self) -> float: ...
+    def reset_after(self) -> float:
+        """Seconds until its window resets for the key."""
 
 class Lease:
+    """A slot taken by [`Limiter.acquire`][redcount.limiter.Limiter.acquire] under ``strategy='concurrency'``. Give it back with
+    [`Limiter.release`][redcount.limiter.Limiter.release]; if it is never released it expires after its lease_timeout."""
     @property
-    def key(self) -> str: ...
+    def key(self) -> str:
+        """The business key the slot belongs to."""
     @property
-    def id(self) -> str: ...
+    def id(self) -> str:
+        """The lease's unique id."""
     @property
-    def max_in_flight(self) -> int: ...
+    def max_in_flight(self) -> int:
+        """The slot count the lease was taken under (``acquire(max_in_flight, key)``)."""
     @property
-    def expires_at(self) -> float: ...
+    def expires_at(self) -> float:
+        """When the lease expires by itself, in seconds since the epoch (limiter clock)."""
     @property
-    def released(self) -> bool: ...
+    def released(self) -> bool:
+        """Whether release() was called."""
 
 class Adjustment:
+    """What [`Limiter.refund`][redcount.limiter.Limiter.refund], [`reserve`][redcount.limiter.Limiter.reserve] and [`settle`][redcount.limiter.Limiter.settle] did. Truthy when it was applied now."""
     @property
-    def status(self) -> Literal["applied", "duplicate", "refused", "expired"]: ...
+    def status(self) -> Literal["applied", "duplicate", "refused", "expired"]:
+        """'applied' (done now), 'duplicate' (already done under this request_id: nothing changed),
+        'refused' (reserve(): a limit refused the estimate; nothing charged) or 'expired'
+        (settle(): no reservation under that request_id, never made, refused or past its
+        deadline, where it settled at the estimate; nothing changed)."""
     @property
-    def applied(self) -> bool: ...
+    def applied(self) -> bool:
+        """``status == "applied"``: it was done now."""
     @property
-    def duplicate(self) -> bool: ...
+    def duplicate(self) -> bool:
+        """``status == "duplicate"``: it was already done under this ``request_id``."""
     @property
-    def units(self) -> int: ...
+    def units(self) -> int:
+        """refund(): units given back (the fewest over the limits). reserve(): the estimate charged.
+        settle(): estimate - actual (> 0 given back, < 0 charged)."""
     @property
-    def estimate(self) -> int: ...
+    def estimate(self) -> int:
+        """reserve()/settle(): the reservation's estimate (0 if none)."""
     @property
-    def decision(self) -> Decision: ...
+    def decision(self) -> Decision:
+        """The key's state afterwards (what hit(limit, key, 1) would decide); reserve(): the
+        reservation's own decision."""
     def __bool__(self) -> bool: ...
 def _penalty(store: Store, keys: list[str], args: list[str]) -> Value: ...
 def _penalty_async(store: Store, keys: list[str], args: list[str]) -> Any: ...
@@ -474,10 +591,13 @@ def _aio_cancel(future: object) -> bool: ...
 # sentinel_holds() (its failover holds and early switches).
 
 class Reading:
+    """A counter value and how old it may be (read())."""
     @property
-    def value(self) -> int: ...
+    def value(self) -> int:
+        """The counter's value."""
     @property
-    def staleness_ms(self) -> int: ...
+    def staleness_ms(self) -> int:
+        """The value reflects the store at some moment within the last staleness_ms milliseconds."""
     def __iter__(self) -> Iterator[int]: ...
     def __eq__(self, other: object) -> bool: ...
 
@@ -545,38 +665,56 @@ class ShardedCounter:
     def layout_async(self) -> Any: ...
 
 class ShardGeneration:
+    """One generation of a sharded counter's shards (see reshard)."""
     @property
-    def first(self) -> int: ...
+    def first(self) -> int:
+        """Its first shard index."""
     @property
-    def count(self) -> int: ...
+    def count(self) -> int:
+        """How many shards it has."""
     @property
-    def retired_ms(self) -> int: ...
+    def retired_ms(self) -> int:
+        """When a reshard replaced it (ms since the epoch, store clock); 0 for the current one."""
     @property
-    def shards(self) -> list[int]: ...
+    def shards(self) -> list[int]:
+        """Its shard indices."""
 
 class ShardLayout:
+    """A sharded counter's shard generations, oldest first."""
     @property
-    def version(self) -> int: ...
+    def version(self) -> int:
+        """1 = as created; +1 per reshard."""
     @property
-    def generations(self) -> list[ShardGeneration]: ...
+    def generations(self) -> list[ShardGeneration]:
+        """Every generation, oldest first; the last one takes the writes."""
     @property
-    def current(self) -> ShardGeneration: ...
+    def current(self) -> ShardGeneration:
+        """The generation that takes the writes."""
     @property
-    def total(self) -> int: ...
+    def total(self) -> int:
+        """Shard indices over all generations (0 .. total-1), which every read sums."""
 
 class QuotaResult:
+    """What a quota call did; true when it was applied (bool(result) == result.applied)."""
     @property
-    def applied(self) -> bool: ...
+    def applied(self) -> bool:
+        """Whether the call changed the value (a refused or duplicate call did not)."""
     @property
-    def value(self) -> int: ...
+    def value(self) -> int:
+        """The value after the call (the current value when refused)."""
     @property
-    def duplicate(self) -> bool: ...
+    def duplicate(self) -> bool:
+        """A repeat of a request id already applied."""
     @property
-    def soft_exceeded(self) -> bool: ...
+    def soft_exceeded(self) -> bool:
+        """The value is below the soft threshold."""
     @property
-    def replicas(self) -> int: ...
+    def replicas(self) -> int:
+        """Replicas that acknowledged the write; -1 when not asked."""
     @property
-    def durable_ok(self) -> bool: ...
+    def durable_ok(self) -> bool:
+        """False when fewer than `durable` replicas acknowledged a write within durable_timeout (the
+        write is applied on the master all the same)."""
     def __bool__(self) -> bool: ...
 
 class Quota:
@@ -650,18 +788,25 @@ class PNCounter:
     def merge_components_async(self, components: dict[str, tuple[int, int]]) -> Any: ...
 
 class BufferedStats:
+    """Counts of a [`BufferedCounter`][redcount.sharded.BufferedCounter]'s flushes since it was made."""
     @property
-    def flushes(self) -> int: ...
+    def flushes(self) -> int:
+        """Batches the store acknowledged."""
     @property
-    def flushed_units(self) -> int: ...
+    def flushed_units(self) -> int:
+        """Their net amount."""
     @property
-    def retries(self) -> int: ...
+    def retries(self) -> int:
+        """Failed flush attempts that were retried."""
     @property
-    def failed_units(self) -> int: ...
+    def failed_units(self) -> int:
+        """Net amount given up: a non-transient error, an id that would expire, or close()."""
     @property
-    def pending(self) -> int: ...
+    def pending(self) -> int:
+        """Net amount not yet acknowledged by the store."""
     @property
-    def last_error(self) -> str: ...
+    def last_error(self) -> str:
+        """The most recent transient error, or ``""``."""
 
 class BufferedCounter:
     def __init__(self, counter: ShardedCounter, flush_every: float, max_pending: int) -> None: ...
@@ -678,12 +823,16 @@ class BufferedCounter:
 
 # Hot keys and process metrics (register_hot_keys.cpp).
 class HotKey:
+    """One key of [`HotKeys.top`][redcount.hot_keys.HotKeys.top]: its estimated count and error bound."""
     @property
-    def key(self) -> str: ...
+    def key(self) -> str:
+        """The key, as observed."""
     @property
-    def count(self) -> int: ...
+    def count(self) -> int:
+        """An upper bound of the key's true count."""
     @property
-    def error(self) -> int: ...
+    def error(self) -> int:
+        """The true count is in [count - error, count]."""
     def __eq__(self, other: object) -> bool: ...
 
 class HotKeys:

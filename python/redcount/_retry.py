@@ -1,15 +1,15 @@
 """Defaults of the retry queue (``on_error="queue"``), the one place that names them: the
-counters that have a queue (:class:`~redcount.FixedWindowCounter`,
-:class:`~redcount.ShardedCounter`) and their asyncio twins take them from here."""
+counters that have a queue ([`FixedWindowCounter`][redcount.counters.FixedWindowCounter],
+[`ShardedCounter`][redcount.sharded.ShardedCounter]) and their asyncio twins take them from here."""
 
 from __future__ import annotations
 
-#: The queue's bound, in writes: beyond it a queued write is refused (:class:`~redcount.RetryQueueFull`).
 QUEUE_CAPACITY = 100_000
-#: Seconds before the first retry; each failed attempt doubles it, with jitter ...
+"""The queue's bound, in writes: beyond it a queued write is refused ([`RetryQueueFull`][redcount.errors.RetryQueueFull])."""
 RETRY_BACKOFF = 0.05
-#: ... up to this many seconds.
+"""Seconds before the first retry; each failed attempt doubles it, with jitter ..."""
 RETRY_BACKOFF_MAX = 5.0
-#: Seconds ``close()`` waits for the queue by default; also a counter's ``exit_timeout``, what
-#: the end of a ``with`` block and the interpreter's exit allow it.
+"""... up to this many seconds."""
 CLOSE_TIMEOUT = 5.0
+"""Seconds ``close()`` waits for the queue by default; also a counter's ``exit_timeout``, what
+the end of a ``with`` block and the interpreter's exit allow it."""

@@ -3,7 +3,7 @@
 A sync and an async class can then share one core object. A plain Python method in front
 of each C++ call would put a Python frame on every call, which is most of the cost of a
 call on the memory store. So each public class keeps documented, typed methods (what
-``help()``, the docs and mypy see) and, per instance, :func:`bind_fast_paths` stores the
+``help()``, the docs and mypy see) and, per instance, `bind_fast_paths` stores the
 core's bound methods in the instance ``__dict__``: an instance attribute shadows a method of
 the class, so ``limiter.hit(...)`` goes straight to C++. A subclass that overrides one of
 those methods keeps its override (it is not shadowed).

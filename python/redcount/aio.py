@@ -1,16 +1,16 @@
 """Native asyncio: awaitable stores, counters and limiters.
 
-::
+```python
+import redcount, redcount.aio
 
-    import redcount, redcount.aio
+store = redcount.connect("redis://localhost:6379/0")   # the same store object as for sync code
+limiter = redcount.aio.Limiter(store, "sliding-window")
+if not await limiter.hit("10/minute", "ip:203.0.113.9"):
+    ...  # 429
 
-    store = redcount.connect("redis://localhost:6379/0")   # the same store object as for sync code
-    limiter = redcount.aio.Limiter(store, "sliding-window")
-    if not await limiter.hit("10/minute", "ip:203.0.113.9"):
-        ...  # 429
-
-    astore = redcount.aio.AsyncStore(store)
-    await astore.execute("GET", "k")
+astore = redcount.aio.AsyncStore(store)
+await astore.execute("GET", "k")
+```
 
 The classes take the same arguments as their sync twins and have the same methods, as
 coroutines, with the same results and errors. A sync and an async object can share one core
@@ -31,7 +31,7 @@ step and later calls get their own replies.
 
 On Redis the loop never waits on the network: a call is handed to the store's I/O thread
 (which may wait, with the GIL released, only when the store's queue of unsent requests is
-full: see ``pool_timeout`` in :func:`redcount.connect`).
+full: see ``pool_timeout`` in [`redcount.connect`][redcount.store.connect]).
 """
 
 from __future__ import annotations
@@ -94,10 +94,10 @@ def _unwrap(store: Store | AsyncStore) -> Store:
 
 
 class AsyncStore:
-    """An awaitable view of a :class:`~redcount.Store`, with the same vocabulary.
+    """An awaitable view of a [`Store`][redcount.store.Store], with the same vocabulary.
 
     ``await astore.execute("GET", key)``, ``await astore.execute_many([...])``,
-    ``await astore.ping()``. The store itself is :attr:`store` (close it there, or use
+    ``await astore.ping()``. The store itself is [`store`][redcount.aio.AsyncStore.store] (close it there, or use
     ``async with``). Thread-safe, like the store.
     """
 
@@ -105,10 +105,11 @@ class AsyncStore:
         if isinstance(store, AsyncStore):
             store = store.store
         self.store = store
+        """The [`Store`][redcount.store.Store] this view awaits."""
 
     async def execute(self, *args: str | bytes | int | float) -> Value:
         """Run one command; bulk strings come back as bytes, status replies as str; an error
-        reply raises :class:`~redcount.ReplyError` (or a subclass)."""
+        reply raises [`ReplyError`][redcount.errors.ReplyError] (or a subclass)."""
         r = _core.execute_async(self.store, *args)
         return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
@@ -147,7 +148,7 @@ class AsyncStore:
 
 
 def connect(url: str | Sequence[str] | None = None, **options: Any) -> AsyncStore:
-    """:func:`redcount.connect` for asyncio: the same arguments, an :class:`AsyncStore`."""
+    """[`redcount.connect`][redcount.store.connect] for asyncio: the same arguments, an [`AsyncStore`][redcount.aio.AsyncStore]."""
     return AsyncStore(_connect(url, **options))
 
 
@@ -155,7 +156,7 @@ def _same_arguments(
     sync_cls: Callable[Concatenate[Store, P], object],
 ) -> Callable[[Callable[..., None]], Callable[Concatenate[Any, Store | AsyncStore, P], None]]:
     """Gives an async twin's ``__init__`` the arguments of its sync class, for type checkers
-    and ``help()``: ``store`` (which may also be an :class:`AsyncStore`), then the sync
+    and ``help()``: ``store`` (which may also be an [`AsyncStore`][redcount.aio.AsyncStore]), then the sync
     class's own. So every default is declared once, on the sync class."""
 
     def decorate(init: Callable[..., None]) -> Callable[Concatenate[Any, Store | AsyncStore, P], None]:
@@ -170,15 +171,16 @@ def _same_arguments(
 
 
 class FixedWindowCounter:
-    """The asyncio twin of :class:`redcount.FixedWindowCounter`: the same arguments and
-    behaviour, with :meth:`incr`, :meth:`incr_many`, :meth:`get`, :meth:`get_many` and
-    :meth:`ttl` as coroutines.
+    """The asyncio twin of [`redcount.FixedWindowCounter`][redcount.counters.FixedWindowCounter]: the same arguments and
+    behaviour, with [`incr`][redcount.aio.FixedWindowCounter.incr], [`incr_many`][redcount.aio.FixedWindowCounter.incr_many], [`get`][redcount.aio.FixedWindowCounter.get], [`get_many`][redcount.aio.FixedWindowCounter.get_many] and
+    [`ttl`][redcount.aio.FixedWindowCounter.ttl] as coroutines.
 
     ``FixedWindowCounter.from_sync(counter)`` shares an existing sync counter's core (and its
-    retry queue); :attr:`sync` is the sync twin either way. Thread-safe.
+    retry queue); [`sync`][redcount.aio.FixedWindowCounter.sync] is the sync twin either way. Thread-safe.
     """
 
     sync: _SyncFixedWindowCounter
+    """The sync twin, a [`redcount.FixedWindowCounter`][redcount.counters.FixedWindowCounter], whose core this object shares."""
 
     @_same_arguments(_SyncFixedWindowCounter)
     def __init__(self, store: Store | AsyncStore, *args: Any, **options: Any) -> None:
@@ -202,7 +204,7 @@ class FixedWindowCounter:
 
     async def incr(self, key: str | bytes, amount: int = 1, *, request_id: str | bytes | None = None) -> int:
         """Add ``amount`` to ``key``'s count in the current window; the new count (see
-        :meth:`redcount.FixedWindowCounter.incr`)."""
+        [`redcount.FixedWindowCounter.incr`][redcount.counters.FixedWindowCounter.incr])."""
         r = self._incr(key, amount, request_id=request_id)
         return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
@@ -229,12 +231,12 @@ class FixedWindowCounter:
         return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def flush(self, timeout: float | None = None) -> int:
-        """:meth:`redcount.FixedWindowCounter.flush`, waited for off the loop (it waits for
+        """[`redcount.FixedWindowCounter.flush`][redcount.counters.FixedWindowCounter.flush], waited for off the loop (it waits for
         the retry thread)."""
         return await off_loop(lambda: self.sync.flush(timeout))
 
     async def close(self, timeout: float | None = CLOSE_TIMEOUT) -> int:
-        """:meth:`redcount.FixedWindowCounter.close` (of the shared core), off the loop."""
+        """[`redcount.FixedWindowCounter.close`][redcount.counters.FixedWindowCounter.close] (of the shared core), off the loop."""
         return await off_loop(lambda: self.sync.close(timeout))
 
     def storage_key(self, key: str | bytes) -> str:
@@ -291,13 +293,14 @@ class FixedWindowCounter:
 
 
 class SlidingWindowCounter:
-    """The asyncio twin of :class:`redcount.SlidingWindowCounter`: the same arguments and
-    behaviour, with :meth:`add`, :meth:`count`, :meth:`add_unique`, :meth:`count_unique` and
-    :meth:`clear` as coroutines. ``from_sync(counter)`` shares a sync counter's core;
-    :attr:`sync` is the sync twin. Thread-safe.
+    """The asyncio twin of [`redcount.SlidingWindowCounter`][redcount.sliding.SlidingWindowCounter]: the same arguments and
+    behaviour, with [`add`][redcount.aio.SlidingWindowCounter.add], [`count`][redcount.aio.SlidingWindowCounter.count], [`add_unique`][redcount.aio.SlidingWindowCounter.add_unique], [`count_unique`][redcount.aio.SlidingWindowCounter.count_unique] and
+    [`clear`][redcount.aio.SlidingWindowCounter.clear] as coroutines. ``from_sync(counter)`` shares a sync counter's core;
+    [`sync`][redcount.aio.SlidingWindowCounter.sync] is the sync twin. Thread-safe.
     """
 
     sync: _SyncSlidingWindowCounter
+    """The sync twin, a [`redcount.SlidingWindowCounter`][redcount.sliding.SlidingWindowCounter], whose core this object shares."""
 
     @_same_arguments(_SyncSlidingWindowCounter)
     def __init__(self, store: Store | AsyncStore, *args: Any, **options: Any) -> None:
@@ -373,16 +376,17 @@ class SlidingWindowCounter:
 
 
 class Limiter:
-    """The asyncio twin of :class:`redcount.Limiter`: the same arguments, strategies and
-    decisions, with :meth:`hit`, :meth:`test`, :meth:`stats`, :meth:`reset`, :meth:`acquire`,
-    :meth:`release`, :meth:`in_flight`, :meth:`refund`, :meth:`reserve` and :meth:`settle` as
-    coroutines, and :meth:`lease` as an async context manager.
+    """The asyncio twin of [`redcount.Limiter`][redcount.limiter.Limiter]: the same arguments, strategies and
+    decisions, with [`hit`][redcount.aio.Limiter.hit], [`test`][redcount.aio.Limiter.test], [`stats`][redcount.aio.Limiter.stats], [`reset`][redcount.aio.Limiter.reset], [`acquire`][redcount.aio.Limiter.acquire],
+    [`release`][redcount.aio.Limiter.release], [`in_flight`][redcount.aio.Limiter.in_flight], [`refund`][redcount.aio.Limiter.refund], [`reserve`][redcount.aio.Limiter.reserve] and [`settle`][redcount.aio.Limiter.settle] as
+    coroutines, and [`lease`][redcount.aio.Limiter.lease] as an async context manager.
 
     ``Limiter.from_sync(limiter)`` shares a sync limiter's core (its parsed-limit cache and
-    clock); :attr:`sync` is the sync twin either way. Thread-safe.
+    clock); [`sync`][redcount.aio.Limiter.sync] is the sync twin either way. Thread-safe.
     """
 
     sync: _SyncLimiter
+    """The sync twin, a [`redcount.Limiter`][redcount.limiter.Limiter], whose core this object shares."""
 
     @_same_arguments(_SyncLimiter)
     def __init__(self, store: Store | AsyncStore, *args: Any, **options: Any) -> None:
@@ -446,7 +450,7 @@ class Limiter:
         decision: Decision | None = None,
     ) -> Adjustment:
         """Give back up to ``cost`` units, once per ``request_id``, where ``decision`` (the
-        hit's) charged: see :meth:`redcount.Limiter.refund`."""
+        hit's) charged: see [`redcount.Limiter.refund`][redcount.limiter.Limiter.refund]."""
         self.sync._forget(key, tag)
         r = self._refund(limit, key, cost, request_id=request_id, tag=tag, decision=decision)
         return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
@@ -461,7 +465,7 @@ class Limiter:
         deadline: float = 60.0,
         tag: str | None = None,
     ) -> AsyncReservation:
-        """Charge an estimate and record the reservation: see :meth:`redcount.Limiter.reserve`."""
+        """Charge an estimate and record the reservation: see [`redcount.Limiter.reserve`][redcount.limiter.Limiter.reserve]."""
         rid = new_request_id() if request_id is None else request_id
         r = self._reserve(limit, key, cost, request_id=rid, deadline=deadline, tag=tag)
         adjustment = (await r) if r.__class__ is OpFuture else r
@@ -476,7 +480,7 @@ class Limiter:
         actual: int,
         tag: str | None = None,
     ) -> Adjustment:
-        """Settle a reservation at ``actual``, once: see :meth:`redcount.Limiter.settle`."""
+        """Settle a reservation at ``actual``, once: see [`redcount.Limiter.settle`][redcount.limiter.Limiter.settle]."""
         self.sync._forget(key, tag)
         r = self._settle(limit, key, request_id=request_id, actual=actual, tag=tag)
         return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
@@ -491,11 +495,11 @@ class Limiter:
         tag: str | None = None,
         penalty: Penalty | Literal[False] | None = None,
     ) -> Decision:
-        """Charge ``cost`` against ``key`` if every limit allows it; the :class:`~redcount.Decision`
-        (``on_unavailable`` as in :class:`redcount.Limiter`). ``lease=N``: a leased limit, as
-        in :meth:`redcount.Limiter.hit` (a local admission completes without the loop).
-        ``tag``: the key's state under that hash tag, as in :meth:`redcount.Limiter.hit`.
-        ``penalty``: this call's penalty, as in :meth:`redcount.Limiter.hit`."""
+        """Charge ``cost`` against ``key`` if every limit allows it; the [`Decision`][redcount.limiter.Decision]
+        (``on_unavailable`` as in [`redcount.Limiter`][redcount.limiter.Limiter]). ``lease=N``: a leased limit, as
+        in [`redcount.Limiter.hit`][redcount.limiter.Limiter.hit] (a local admission completes without the loop).
+        ``tag``: the key's state under that hash tag, as in [`redcount.Limiter.hit`][redcount.limiter.Limiter.hit].
+        ``penalty``: this call's penalty, as in [`redcount.Limiter.hit`][redcount.limiter.Limiter.hit]."""
         if penalty is not None:
             check_penalty(penalty)
             if penalty is not False:
@@ -519,9 +523,9 @@ class Limiter:
         lease: int | None = None,
         tag: str | None = None,
     ) -> Decision:
-        """What :meth:`hit` would decide now, without charging anything. ``lease=N``: from this
+        """What [`hit`][redcount.aio.Limiter.hit] would decide now, without charging anything. ``lease=N``: from this
         process's lease of ``key`` when it holds ``cost`` units (no round trip), else by the
-        store; never takes a lease (as :meth:`redcount.Limiter.test`). ``tag``: as in :meth:`hit`."""
+        store; never takes a lease (as [`redcount.Limiter.test`][redcount.limiter.Limiter.test]). ``tag``: as in [`hit`][redcount.aio.Limiter.hit]."""
         try:
             if lease is None and tag is None:
                 r = self._test(limit, key, cost)
@@ -541,7 +545,7 @@ class Limiter:
         lease: int | None = None,
     ) -> Decision:
         """One decision across several ``(limit, key)`` pairs, all or nothing, in one round
-        trip: see :meth:`redcount.Limiter.hit_all` (``penalty`` as there; ``lease=`` refused
+        trip: see [`redcount.Limiter.hit_all`][redcount.limiter.Limiter.hit_all] (``penalty`` as there; ``lease=`` refused
         as there)."""
         refuse_lease_all(lease)
         if penalty is not None:
@@ -556,7 +560,7 @@ class Limiter:
             return unavailable_decision(self.on_unavailable, e)
 
     async def test_all(self, items: Iterable[Item], cost: int = 1, *, tag: str | None = None) -> Decision:
-        """What :meth:`hit_all` would decide now, without charging anything."""
+        """What [`hit_all`][redcount.aio.Limiter.hit_all] would decide now, without charging anything."""
         try:
             r = self._test_all(items, cost, tag=tag)
             return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
@@ -565,7 +569,7 @@ class Limiter:
 
     async def stats(self, limit: str | LimitSet, key: str | bytes, *, tag: str | None = None) -> list[LimitStats]:
         """The count, remaining hits and reset time of ``key`` under each limit (under
-        ``tag``: see :meth:`redcount.Limiter.stats`)."""
+        ``tag``: see [`redcount.Limiter.stats`][redcount.limiter.Limiter.stats])."""
         r = self._stats(limit, key, tag=tag)
         return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
@@ -591,7 +595,7 @@ class Limiter:
         return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def unblock(self, key: str | bytes) -> int:
-        """See :meth:`redcount.Limiter.unblock`."""
+        """See [`redcount.Limiter.unblock`][redcount.limiter.Limiter.unblock]."""
         sync = self.sync
         return await unblock_async(sync.store, sync.prefix, sync._guard, key)
 
@@ -599,7 +603,7 @@ class Limiter:
     async def lease(self, max_in_flight: int, key: str | bytes, *, lease_timeout: float = 60.0) -> AsyncIterator[Lease]:
         """``async with limiter.lease(5, "user:1") as lease: ...``: holds a slot for the block.
 
-        Raises :class:`~redcount.RateLimitExceeded` when all slots are taken; releases the
+        Raises [`RateLimitExceeded`][redcount.errors.RateLimitExceeded] when all slots are taken; releases the
         slot when the block ends, even by an exception or a cancellation."""
         got = await self.acquire(max_in_flight, key, lease_timeout=lease_timeout)
         if got is None:
@@ -636,8 +640,8 @@ class Limiter:
     async def wait(
         self, limit: str | LimitSet, key: str | bytes, cost: int = 1, *, max_wait: float | None = None
     ) -> Decision:
-        """See :meth:`redcount.Limiter.wait`: the same arguments, result and errors
-        (:class:`~redcount.WaitTimeout` when ``max_wait`` runs out), waiting without
+        """See [`redcount.Limiter.wait`][redcount.limiter.Limiter.wait]: the same arguments, result and errors
+        ([`WaitTimeout`][redcount.errors.WaitTimeout] when ``max_wait`` runs out), waiting without
         blocking the loop. Coroutines queue per (event loop, limit, key) in the order they
         call ``wait``. A cancelled waiter leaves the queue and charges nothing (a call to
         the store already in flight is left to finish; an admission it made goes to the
@@ -646,13 +650,13 @@ class Limiter:
         return await _wait_async(shaper, self.hit, self.sync.strategy, limit, key, cost, max_wait)
 
     def waiting(self, limit: str | LimitSet, key: str | bytes) -> int:
-        """See :meth:`redcount.Limiter.waiting` (no store call, so not a coroutine)."""
+        """See [`redcount.Limiter.waiting`][redcount.limiter.Limiter.waiting] (no store call, so not a coroutine)."""
         return self.sync.waiting(limit, key)
 
     def throttle(
         self, limit: str | LimitSet, key: str | bytes, cost: int = 1, *, max_wait: float | None = None
     ) -> Throttle:
-        """See :meth:`redcount.Limiter.throttle`: the same decorator (coroutine functions
+        """See [`redcount.Limiter.throttle`][redcount.limiter.Limiter.throttle]: the same decorator (coroutine functions
         wait on the loop, plain functions block their thread)."""
         _check_wait_args(limit, key, cost, self.sync.strategy, max_wait)
         return Throttle(
@@ -662,14 +666,15 @@ class Limiter:
 
 
 class ShardedCounter:
-    """The asyncio twin of :class:`redcount.ShardedCounter`: the same arguments and
-    behaviour, with :meth:`incr`, :meth:`decr`, :meth:`incr_many`, :meth:`value`,
-    :meth:`shard_values`, :meth:`values` and :meth:`read` as coroutines.
+    """The asyncio twin of [`redcount.ShardedCounter`][redcount.sharded.ShardedCounter]: the same arguments and
+    behaviour, with [`incr`][redcount.aio.ShardedCounter.incr], [`decr`][redcount.aio.ShardedCounter.decr], [`incr_many`][redcount.aio.ShardedCounter.incr_many], [`value`][redcount.aio.ShardedCounter.value],
+    [`shard_values`][redcount.aio.ShardedCounter.shard_values], [`values`][redcount.aio.ShardedCounter.values] and [`read`][redcount.aio.ShardedCounter.read] as coroutines.
     ``from_sync(counter)`` shares a sync counter's core (its read cache and retry queue);
-    :attr:`sync` is the sync twin. Thread-safe.
+    [`sync`][redcount.aio.ShardedCounter.sync] is the sync twin. Thread-safe.
     """
 
     sync: _SyncShardedCounter
+    """The sync twin, a [`redcount.ShardedCounter`][redcount.sharded.ShardedCounter], whose core this object shares."""
 
     @_same_arguments(_SyncShardedCounter)
     def __init__(self, store: Store | AsyncStore, *args: Any, **options: Any) -> None:
@@ -697,7 +702,7 @@ class ShardedCounter:
         self._layout = engine_method(core, "layout", store)
 
     async def incr(self, amount: int = 1, *, request_id: str | bytes | None = None) -> bool:
-        """See :meth:`redcount.ShardedCounter.incr`."""
+        """See [`redcount.ShardedCounter.incr`][redcount.sharded.ShardedCounter.incr]."""
         r = self._incr(amount, request_id=request_id)
         return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
@@ -707,13 +712,13 @@ class ShardedCounter:
         return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def adjust(self, delta: int, reason: str, *, request_id: str | bytes | None = None) -> bool:
-        """See :meth:`redcount.ShardedCounter.adjust`."""
+        """See [`redcount.ShardedCounter.adjust`][redcount.sharded.ShardedCounter.adjust]."""
         check_adjust(delta, reason)
         r = self._adjust(delta, reason, request_id=request_id)
         return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def incr_many(self, items: list[Increment]) -> list[bool]:
-        """See :meth:`redcount.ShardedCounter.incr_many`."""
+        """See [`redcount.ShardedCounter.incr_many`][redcount.sharded.ShardedCounter.incr_many]."""
         r = self._incr_many(items)
         return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
@@ -733,17 +738,17 @@ class ShardedCounter:
         return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def read(self, max_staleness: float = 0.25) -> Reading:
-        """See :meth:`redcount.ShardedCounter.read`."""
+        """See [`redcount.ShardedCounter.read`][redcount.sharded.ShardedCounter.read]."""
         r = self._read(max_staleness)
         return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def reshard(self, new_shards: int) -> ShardLayout:
-        """See :meth:`redcount.ShardedCounter.reshard`."""
+        """See [`redcount.ShardedCounter.reshard`][redcount.sharded.ShardedCounter.reshard]."""
         r = self._reshard(new_shards)
         return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def layout(self) -> ShardLayout:
-        """See :meth:`redcount.ShardedCounter.layout`."""
+        """See [`redcount.ShardedCounter.layout`][redcount.sharded.ShardedCounter.layout]."""
         r = self._layout()
         return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
@@ -752,7 +757,7 @@ class ShardedCounter:
         return self.sync.cached_layout
 
     async def skew(self, window: float = 60.0, target_per_shard: float | None = None) -> Skew:
-        """See :meth:`redcount.ShardedCounter.skew`."""
+        """See [`redcount.ShardedCounter.skew`][redcount.sharded.ShardedCounter.skew]."""
         window_ms, min_id = skew_window(window, self.sync.store)
         gen = (await self.layout()).current
         logs = await AsyncStore(self.sync.store).execute_many(
@@ -761,11 +766,11 @@ class ShardedCounter:
         return skew_of_logs(logs, window_ms, target_per_shard)
 
     async def flush(self, timeout: float | None = None) -> int:
-        """:meth:`redcount.ShardedCounter.flush`, waited for off the loop."""
+        """[`redcount.ShardedCounter.flush`][redcount.sharded.ShardedCounter.flush], waited for off the loop."""
         return await off_loop(lambda: self.sync.flush(timeout))
 
     async def close(self, timeout: float | None = CLOSE_TIMEOUT) -> int:
-        """:meth:`redcount.ShardedCounter.close` (of the shared core), off the loop."""
+        """[`redcount.ShardedCounter.close`][redcount.sharded.ShardedCounter.close] (of the shared core), off the loop."""
         return await off_loop(lambda: self.sync.close(timeout))
 
     def shard_of(self, request_id: str | bytes) -> int:
@@ -806,13 +811,14 @@ class ShardedCounter:
 
 
 class Quota:
-    """The asyncio twin of :class:`redcount.Quota`: the same arguments and behaviour, with
-    :meth:`take`, :meth:`give`, :meth:`set` and :meth:`value` as coroutines.
-    ``from_sync(quota)`` shares a sync quota's core; :attr:`sync` is the sync twin.
+    """The asyncio twin of [`redcount.Quota`][redcount.sharded.Quota]: the same arguments and behaviour, with
+    [`take`][redcount.aio.Quota.take], [`give`][redcount.aio.Quota.give], [`set`][redcount.aio.Quota.set] and [`value`][redcount.aio.Quota.value] as coroutines.
+    ``from_sync(quota)`` shares a sync quota's core; [`sync`][redcount.aio.Quota.sync] is the sync twin.
     Thread-safe.
     """
 
     sync: _SyncQuota
+    """The sync twin, a [`redcount.Quota`][redcount.sharded.Quota], whose core this object shares."""
 
     @_same_arguments(_SyncQuota)
     def __init__(self, store: Store | AsyncStore, *args: Any, **options: Any) -> None:
@@ -834,17 +840,17 @@ class Quota:
         self._value = engine_method(core, "value", store)
 
     async def take(self, n: int = 1, *, request_id: str | bytes | None = None) -> QuotaResult:
-        """See :meth:`redcount.Quota.take`."""
+        """See [`redcount.Quota.take`][redcount.sharded.Quota.take]."""
         r = self._take(n, request_id=request_id)
         return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def give(self, n: int = 1, *, request_id: str | bytes | None = None) -> QuotaResult:
-        """See :meth:`redcount.Quota.give`."""
+        """See [`redcount.Quota.give`][redcount.sharded.Quota.give]."""
         r = self._give(n, request_id=request_id)
         return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def set(self, value: int) -> QuotaResult:
-        """See :meth:`redcount.Quota.set`."""
+        """See [`redcount.Quota.set`][redcount.sharded.Quota.set]."""
         r = self._set(value)
         return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
@@ -873,13 +879,14 @@ class Quota:
 
 
 class PNCounter:
-    """The asyncio twin of :class:`redcount.PNCounter`: the same arguments and behaviour,
-    with :meth:`incr`, :meth:`decr`, :meth:`value`, :meth:`components`, :meth:`merge` and
-    :meth:`merge_components` as coroutines. ``from_sync(counter)`` shares a sync counter's
-    core; :attr:`sync` is the sync twin. Thread-safe.
+    """The asyncio twin of [`redcount.PNCounter`][redcount.pn.PNCounter]: the same arguments and behaviour,
+    with [`incr`][redcount.aio.PNCounter.incr], [`decr`][redcount.aio.PNCounter.decr], [`value`][redcount.aio.PNCounter.value], [`components`][redcount.aio.PNCounter.components], [`merge`][redcount.aio.PNCounter.merge] and
+    [`merge_components`][redcount.aio.PNCounter.merge_components] as coroutines. ``from_sync(counter)`` shares a sync counter's
+    core; [`sync`][redcount.aio.PNCounter.sync] is the sync twin. Thread-safe.
     """
 
     sync: _SyncPNCounter
+    """The sync twin, a [`redcount.PNCounter`][redcount.pn.PNCounter], whose core this object shares."""
 
     @_same_arguments(_SyncPNCounter)
     def __init__(self, store: Store | AsyncStore, *args: Any, **options: Any) -> None:
@@ -902,32 +909,32 @@ class PNCounter:
         self._merge_components = engine_method(core, "merge_components", store)
 
     async def incr(self, amount: int = 1) -> int:
-        """See :meth:`redcount.PNCounter.incr`."""
+        """See [`redcount.PNCounter.incr`][redcount.pn.PNCounter.incr]."""
         r = self._incr(amount)
         return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def decr(self, amount: int = 1) -> int:
-        """See :meth:`redcount.PNCounter.decr`."""
+        """See [`redcount.PNCounter.decr`][redcount.pn.PNCounter.decr]."""
         r = self._decr(amount)
         return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def value(self) -> int:
-        """See :meth:`redcount.PNCounter.value`."""
+        """See [`redcount.PNCounter.value`][redcount.pn.PNCounter.value]."""
         r = self._value()
         return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def components(self) -> dict[str, tuple[int, int]]:
-        """See :meth:`redcount.PNCounter.components`."""
+        """See [`redcount.PNCounter.components`][redcount.pn.PNCounter.components]."""
         r = self._components()
         return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def merge_components(self, components: dict[str, tuple[int, int]]) -> int:
-        """See :meth:`redcount.PNCounter.merge_components`."""
+        """See [`redcount.PNCounter.merge_components`][redcount.pn.PNCounter.merge_components]."""
         r = self._merge_components(components)
         return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def merge(self, other: Store | AsyncStore | PNCounter | _SyncPNCounter) -> int:
-        """See :meth:`redcount.PNCounter.merge`: the read on ``other`` and the merge here are
+        """See [`redcount.PNCounter.merge`][redcount.pn.PNCounter.merge]: the read on ``other`` and the merge here are
         each awaited, one after the other."""
         if isinstance(other, (PNCounter, _SyncPNCounter)):
             if other.name != self.name:

@@ -1,24 +1,24 @@
 """Analysis of sharded counters as pandas DataFrames, for notebooks and reports.
 
-::
+```python
+from redcount import analysis
 
-    from redcount import analysis
+analysis.shard_table(likes)                        # value and share of every shard
+analysis.skew_table([likes, views], writes="log")  # max/mean, CV, Gini of values and writes
+analysis.hot_keys(redcount.HotKeys(...), n=10)     # or a {key: exact count} mapping
+analysis.drift_history("sqlite:///counters.db", "likes:post:987")
+analysis.lag_history(flusher, samples=20, interval=0.5)
+analysis.shard_recommendation({"likes": per_shard_rates}, target_per_shard=20_000)
+```
 
-    analysis.shard_table(likes)                        # value and share of every shard
-    analysis.skew_table([likes, views], writes="log")  # max/mean, CV, Gini of values and writes
-    analysis.hot_keys(redcount.HotKeys(...), n=10)     # or a {key: exact count} mapping
-    analysis.drift_history("sqlite:///counters.db", "likes:post:987")
-    analysis.lag_history(flusher, samples=20, interval=0.5)
-    analysis.shard_recommendation({"likes": per_shard_rates}, target_per_shard=20_000)
-
-Every function returns a new :class:`pandas.DataFrame`; the skew figures come from
-:mod:`redcount.skew` (the one definition the metrics and ``counter.skew()`` share).
+Every function returns a new `pandas.DataFrame`; the skew figures come from
+[`redcount.skew`][redcount.skew] (the one definition the metrics and ``counter.skew()`` share).
 Needs the ``analysis`` extra: ``pip install 'redcount[analysis]'`` (pandas and matplotlib;
-matplotlib only for plotting the frames). Bad input raises :class:`redcount.InvalidInputError`
+matplotlib only for plotting the frames). Bad input raises [`redcount.InvalidInputError`][redcount.errors.InvalidInputError]
 (a ValueError) before anything is read.
 
 The functions keep no state and are thread-safe as far as the objects passed in are (a
-:class:`~redcount.Flusher` is not: do not sample its lag while another thread runs
+[`Flusher`][redcount.sql.flusher.Flusher] is not: do not sample its lag while another thread runs
 ``run_once`` on the same object; sample a second Flusher, or one in another process).
 """
 
@@ -67,22 +67,22 @@ class HotKey(Protocol):
 
 
 class TopK(Protocol):
-    """Anything with ``top(n)`` returning :class:`HotKey` entries, largest count first."""
+    """Anything with ``top(n)`` returning [`HotKey`][redcount.analysis.HotKey] entries, largest count first."""
 
     def top(self, n: int) -> Sequence[HotKey]: ...
 
 
 class LagSource(Protocol):
-    """Anything with a ``lag`` property like :attr:`redcount.Flusher.lag`."""
+    """Anything with a ``lag`` property like [`redcount.Flusher.lag`][redcount.sql.flusher.Flusher.lag]."""
 
     @property
     def lag(self) -> Any: ...
 
 
-#: Counters to analyse: a ShardedCounter, several, or constructed data {name: per-shard values}.
 Counters = Union[ShardedCounter, Iterable[ShardedCounter], Mapping[str, Sequence[int]]]
-#: Writes per shard: {name: per-shard write counts}, or "log" to count each shard's delta log.
+"""Counters to analyse: a ShardedCounter, several, or constructed data {name: per-shard values}."""
 Writes = Union[Mapping[str, Sequence[float]], Literal["log"], None]
+"""Writes per shard: {name: per-shard write counts}, or "log" to count each shard's delta log."""
 
 
 def _figures(xs: object) -> list[Any] | None:
@@ -158,7 +158,7 @@ def log_writes(counter: ShardedCounter, *, since_ms: int | None = None) -> list[
     is the server time of its write), so two calls give the writes per shard of an interval.
     The logs are trimmed to about ``log_maxlen`` entries per shard: a shard that wrote more
     than that shows at most about ``log_maxlen``, so size ``log_maxlen`` for the interval; a
-    running :class:`~redcount.Flusher` also trims the entries it applied, unless its
+    running [`Flusher`][redcount.sql.flusher.Flusher] also trims the entries it applied, unless its
     ``retain`` covers the interval.
     One round trip.
     """
@@ -211,9 +211,9 @@ def _share(x: float, total: float) -> float:
 def shard_table(counters: Counters, *, writes: Writes = None) -> DataFrame:
     """One row per counter and shard: how value (and writes) spread over the shards.
 
-    ``counters``: a :class:`~redcount.ShardedCounter`, several, or constructed data
+    ``counters``: a [`ShardedCounter`][redcount.sharded.ShardedCounter], several, or constructed data
     ``{name: [shard values]}``. ``writes``: ``{name: [writes per shard]}`` (for example from a
-    workload you replayed, or two :func:`log_writes` readings subtracted), or ``"log"`` to count
+    workload you replayed, or two [`log_writes`][redcount.analysis.log_writes] readings subtracted), or ``"log"`` to count
     each live counter's delta log now. Columns: ``counter``, ``shard``, ``value``, ``share``
     (of the counter's sum of values; NaN when it is 0), and with writes ``writes``,
     ``write_share``. Counters without writes have NaN there.
@@ -257,16 +257,16 @@ def skew_table(
     seconds: float | None = None,
     target_per_shard: float | None = None,
 ) -> DataFrame:
-    """Shard skew of each counter: one row per counter and basis, from :func:`redcount.skew.skew_of`.
+    """Shard skew of each counter: one row per counter and basis, from [`redcount.skew.skew_of`][redcount.skew.skew_of].
 
     Basis ``"value"`` is the spread of the shard values (every counter; a counter with a
     negative shard value has no meaningful share and raises InvalidInputError: analyse its
     writes instead); basis ``"writes"`` the spread of the writes per shard (when ``writes`` is
-    given, see :func:`shard_table`). With ``seconds``, the writes were observed over that many
+    given, see [`shard_table`][redcount.analysis.shard_table]). With ``seconds``, the writes were observed over that many
     seconds and ``total``, ``mean`` and ``max`` of the writes rows are rates per second; with
     ``target_per_shard`` (writes per second a shard should take at most, which needs
     ``seconds``), ``recommended_shards`` says how many shards an even spread needs
-    (:func:`redcount.skew.recommended_shards`; never below the current count). Columns:
+    ([`redcount.skew.recommended_shards`][redcount.skew.recommended_shards]; never below the current count). Columns:
     ``counter``, ``basis``, ``shards``, ``total``, ``mean``, ``max``, ``max_over_mean``,
     ``cv``, ``gini``, ``recommended_shards`` (None where not computed).
     """
@@ -324,7 +324,7 @@ def _skew_row(
 
 def shard_recommendation(rates: Mapping[str, Sequence[float]], target_per_shard: float) -> DataFrame:
     """How many shards each counter needs so that an even share of its write rate is at most
-    ``target_per_shard`` writes per second (:func:`redcount.skew.recommended_shards`: a power
+    ``target_per_shard`` writes per second ([`redcount.skew.recommended_shards`][redcount.skew.recommended_shards]: a power
     of two, never below the current count, at most 1024).
 
     ``rates``: ``{name: [writes per second of each shard]}`` (the current shard count is the
@@ -502,7 +502,7 @@ def lag_history(
     stop: threading.Event | None = None,
     between: Callable[[int], None] | None = None,
 ) -> DataFrame:
-    """Sample a flusher's :attr:`~redcount.Flusher.lag` ``samples`` times, ``interval``
+    """Sample a flusher's [`lag`][redcount.sql.flusher.Flusher.lag] ``samples`` times, ``interval``
     seconds apart, while something else writes and flushes.
 
     ``between(i)``, when given, runs after sample ``i`` instead of the wait (a notebook can

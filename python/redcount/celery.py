@@ -1,20 +1,22 @@
 """One rate limit shared by every Celery worker of every host.
 
 Celery's own ``rate_limit`` is enforced by each worker process on its own, so ten workers run
-ten times the limit. A :class:`LimitedTask` decides every start on the shared store instead::
+ten times the limit. A [`LimitedTask`][redcount.celery.LimitedTask] decides every start on the shared store instead:
 
-    app.conf.redcount_url = "redis://cache:6379/0"
+```python
+app.conf.redcount_url = "redis://cache:6379/0"
 
-    @app.task(base=redcount.celery.LimitedTask, limit="100/minute")
-    def send_email(to: str) -> None: ...
+@app.task(base=redcount.celery.LimitedTask, limit="100/minute")
+def send_email(to: str) -> None: ...
 
-    @redcount.celery.limited("10/second", app=app, limit_key=lambda args, kwargs: kwargs["tenant"])
-    def sync_tenant(*, tenant: str) -> None: ...
+@redcount.celery.limited("10/second", app=app, limit_key=lambda args, kwargs: kwargs["tenant"])
+def sync_tenant(*, tenant: str) -> None: ...
+```
 
 A start the limit refuses is not run and not lost: the task is sent again with
 ``countdown=retry_after`` (plus a jitter), the same id, arguments and options, and the worker
 goes on with other work. The first refusal's time travels in a message header, so that after
-``max_wait`` seconds of refusals the task fails with :class:`MaxWaitExceeded`. These
+``max_wait`` seconds of refusals the task fails with [`MaxWaitExceeded`][redcount.celery.MaxWaitExceeded]. These
 re-schedules leave the task's own ``retries`` (and so its ``max_retries``) untouched.
 
 Celery ships no type hints, so the Celery objects here are typed ``Any``.
@@ -53,12 +55,12 @@ __all__ = ["DEFAULT_MAX_WAIT", "FIRST_REFUSED_HEADER", "LEASE_MARGIN", "Deferred
 
 log = logging.getLogger(__name__)
 
-#: Seconds of refusals after which a task fails with :class:`MaxWaitExceeded`.
 DEFAULT_MAX_WAIT = 3600.0
-#: Seconds a default lease outlives the task's hard time limit.
+"""Seconds of refusals after which a task fails with [`MaxWaitExceeded`][redcount.celery.MaxWaitExceeded]."""
 LEASE_MARGIN = 5.0
-#: The message header holding the epoch time of a task's first refusal.
+"""Seconds a default lease outlives the task's hard time limit."""
 FIRST_REFUSED_HEADER = "redcount_first_refused"
+"""The message header holding the epoch time of a task's first refusal."""
 
 _UNAVAILABLE = "the store could not decide (on_unavailable='deny')"
 
@@ -67,7 +69,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 class Deferred(RedcountError):
-    """Why a :class:`LimitedTask` was re-scheduled: the reason of the ``Retry`` it raises
+    """Why a [`LimitedTask`][redcount.celery.LimitedTask] was re-scheduled: the reason of the ``Retry`` it raises
     (what Celery logs, stores as the RETRY state's result and passes to ``on_retry``).
 
     ``key``: the limit's key; ``retry_after``: the countdown it was sent again with. Not an
@@ -80,9 +82,9 @@ class Deferred(RedcountError):
 
 
 class MaxWaitExceeded(WaitTimeout):
-    """A :class:`LimitedTask` was refused for longer than its ``max_wait``: it fails with this
-    error and is not run. A :class:`~redcount.WaitTimeout` (so a
-    :class:`~redcount.RedcountError`); ``key``, ``limit``, ``waited`` (seconds since the first
+    """A [`LimitedTask`][redcount.celery.LimitedTask] was refused for longer than its ``max_wait``: it fails with this
+    error and is not run. A [`WaitTimeout`][redcount.errors.WaitTimeout] (so a
+    [`RedcountError`][redcount.errors.RedcountError]); ``key``, ``limit``, ``waited`` (seconds since the first
     refusal), ``retry_after`` (the limiter's last estimate) and ``max_wait`` as there.
 
     Its only required argument is the message, so Celery's result backends can rebuild it
@@ -198,14 +200,14 @@ class LimitedTask(celery.Task):  # type: ignore[misc]  # celery.Task is untyped
     attributes of a subclass):
 
     - ``limit``: a limit string like ``"100/minute"`` or ``"5/second;100/hour"`` (all must
-      hold), or a :class:`~redcount.LimitSet`: at most that many starts of the key.
+      hold), or a [`LimitSet`][redcount.limiter.LimitSet]: at most that many starts of the key.
     - ``limit_key``: ``callable(args, kwargs) -> str`` giving the key the limit counts; the
       default is the task's name (one limit for all its calls). Tasks returning the same key
       with the same limit share one count.
-    - ``strategy``: a :class:`~redcount.Limiter` strategy; the default, ``"sliding-window"``
+    - ``strategy``: a [`Limiter`][redcount.limiter.Limiter] strategy; the default, ``"sliding-window"``
       (the exact log), lets no interval of one window length hold more starts than the limit.
     - ``max_wait``: seconds of refusals (from the first) after which the task fails with
-      :class:`MaxWaitExceeded` instead of being sent again (default one hour; None: no end).
+      [`MaxWaitExceeded`][redcount.celery.MaxWaitExceeded] instead of being sent again (default one hour; None: no end).
       It gives up as soon as the next countdown would go past it.
     - ``concurrency``: at most N of the key running at once, on expiring leases of the
       ``"concurrency"`` strategy: taken before the start, released when the task returns or
@@ -215,12 +217,12 @@ class LimitedTask(celery.Task):  # type: ignore[misc]  # celery.Task is untyped
     - ``concurrency_retry``: the countdown (jittered) of a task that found every slot taken
       (default 1 s: leases free at unknown times).
     - ``on_unavailable``: when the store cannot decide (a
-      :class:`~redcount.ConnectionError`): ``"deny"`` (default: sent again in 1 s, within
+      [`ConnectionError`][redcount.errors.ConnectionError]): ``"deny"`` (default: sent again in 1 s, within
       ``max_wait``), ``"allow"`` (run unlimited) or ``"raise"`` (the task fails).
 
     App settings: ``redcount_url`` (required: the store every worker shares, such as
     ``"redis://cache:6379/0"``; each process connects once) or ``redcount_store`` (a
-    :class:`~redcount.Store` you opened, e.g. with TLS options or a ``budget``; it wins), and
+    [`Store`][redcount.store.Store] you opened, e.g. with TLS options or a ``budget``; it wins), and
     ``redcount_prefix`` (default ``"redcount:celery"``; the in-flight leases live under
     ``<prefix>:running``) and ``redcount_clock`` (the limiters' ``clock``: ``"client"``, the
     default, or ``"server"`` for workers on hosts whose clocks may disagree).
@@ -228,7 +230,7 @@ class LimitedTask(celery.Task):  # type: ignore[misc]  # celery.Task is untyped
     A refused start is re-sent with ``countdown=retry_after`` (plus up to 10 % + 10 ms of
     jitter), the same id, arguments and options and the same ``retries`` count, so it does
     not count against ``max_retries``; the worker raises Celery's ``Retry`` with a
-    :class:`Deferred` reason and goes on with other work. Tasks run with ``apply()`` or
+    [`Deferred`][redcount.celery.Deferred] reason and goes on with other work. Tasks run with ``apply()`` or
     ``task_always_eager`` wait in the caller instead (up to ``max_wait``); calling the task
     like a function (``send_email("a@b")``) runs it at once, unlimited, as Celery does."""
 
@@ -453,10 +455,10 @@ def limited(
 ) -> Callable[[Callable[..., Any]], Any]:
     """The decorator form: ``@limited("100/minute", app=app)`` is
     ``@app.task(base=LimitedTask, limit="100/minute")`` (``app=None``: Celery's
-    ``shared_task``). ``options``: :class:`LimitedTask`'s (``limit_key``, ``strategy``,
+    ``shared_task``). ``options``: [`LimitedTask`][redcount.celery.LimitedTask]'s (``limit_key``, ``strategy``,
     ``max_wait``, ``concurrency``, ``lease_timeout``, ``concurrency_retry``,
     ``on_unavailable``) and any Celery task option (``name``, ``bind``, ``max_retries``, ...).
-    ``base``: a subclass of :class:`LimitedTask` to use; the options given here override its
+    ``base``: a subclass of [`LimitedTask`][redcount.celery.LimitedTask] to use; the options given here override its
     attributes, the others keep its values."""
     if base is not None and not (isinstance(base, type) and issubclass(base, LimitedTask)):
         raise TypeError(f"base must be a subclass of redcount.celery.LimitedTask, got {base!r}")

@@ -25,13 +25,13 @@ class FixedWindowCounter:
     """Counts events per key in clock-aligned windows of ``window`` seconds.
 
     Windows start at multiples of ``window`` since the Unix epoch, so an hourly counter turns
-    over on the hour. Each window's count lives in its own key (see :meth:`storage_key`),
+    over on the hour. Each window's count lives in its own key (see [`storage_key`][redcount.counters.FixedWindowCounter.storage_key]),
     whose TTL is set to the window's end plus ``grace`` in the same atomic step as the
     increment; a key whose TTL was lost (PERSIST, a foreign SET, a replica promotion) gets it
     back on its next increment.
 
     Args:
-        store: from :func:`redcount.connect`.
+        store: from [`redcount.connect`][redcount.store.connect].
         name: the counter's name, part of every key (no ``{`` or ``}``).
         window: window length in seconds (>= 0.001); with ``calendar``, the period instead:
             ``"day"``, ``"week"``, ``"month"`` or ``"year"``.
@@ -44,23 +44,24 @@ class FixedWindowCounter:
         stagger: shift each key's windows by a deterministic per-key offset, so resets of
             many keys spread over the window instead of all landing on the boundary.
         queue_capacity: the retry queue's bound, in increments.
-        retry_backoff, retry_backoff_max: the retry thread's first delay and its cap, in
-            seconds; delays double per failed attempt, with jitter.
+        retry_backoff: the retry thread's first delay, in seconds; delays double per failed
+            attempt, with jitter.
+        retry_backoff_max: the cap of those delays, in seconds.
 
     ``calendar``: an IANA time zone; windows are then that zone's calendar periods (days
     from local midnight, ISO weeks from Monday, months from ``anchor_day`` (1..31, clamped
     to the last day of shorter months), years from January 1), each key expiring at its
     period's end plus ``grace``. See docs/fixed-windows.md.
 
-    :class:`redcount.aio.FixedWindowCounter` is the asyncio twin; it can share this
+    [`redcount.aio.FixedWindowCounter`][redcount.aio.FixedWindowCounter] is the asyncio twin; it can share this
     counter's core (``redcount.aio.FixedWindowCounter.from_sync(counter)``).
 
     Thread-safe; share one instance between threads.
     """
 
     _core: _core.FixedWindowCounter
-    #: Seconds :func:`close` may wait for the retry queue at interpreter exit.
     exit_timeout: float
+    """Seconds [`close`][redcount.counters.FixedWindowCounter.close] may wait for the retry queue at interpreter exit."""
 
     def __init__(
         self,

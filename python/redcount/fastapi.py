@@ -1,29 +1,29 @@
 """Rate limiting for FastAPI and Starlette: a pure ASGI middleware and a dependency.
 
-::
+```python
+from fastapi import Depends, FastAPI
+import redcount, redcount.aio, redcount.fastapi
 
-    from fastapi import Depends, FastAPI
-    import redcount, redcount.aio, redcount.fastapi
+store = redcount.connect("redis://cache:6379/0")
+rl = redcount.fastapi.RateLimiter(redcount.aio.Limiter(store), default="1000/minute")
 
-    store = redcount.connect("redis://cache:6379/0")
-    rl = redcount.fastapi.RateLimiter(redcount.aio.Limiter(store), default="1000/minute")
+app = FastAPI()
+app.add_middleware(redcount.fastapi.RateLimitMiddleware, ratelimiter=rl)
 
-    app = FastAPI()
-    app.add_middleware(redcount.fastapi.RateLimitMiddleware, ratelimiter=rl)
-
-    @app.get("/search", dependencies=[Depends(rl.limit("5/second"))])
-    def search() -> dict[str, str]:          # sync or async; no request parameter needed
-        return {"ok": "yes"}
+@app.get("/search", dependencies=[Depends(rl.limit("5/second"))])
+def search() -> dict[str, str]:          # sync or async; no request parameter needed
+    return {"ok": "yes"}
+```
 
 - The middleware (plain ASGI, not ``BaseHTTPMiddleware``) applies ``default`` to every HTTP
   request and WebSocket handshake of the app, counted once across routes, and writes the
   rate-limit headers into every response start, so they arrive whatever the endpoint
   returns and when a dependency or the endpoint raises an ``HTTPException``.
 - ``Depends(rl.limit(...))`` limits one route (counted per route) or, with
-  :meth:`RateLimiter.shared_limit`, a group of routes; it refuses with :class:`RateLimitExceeded`
+  [`RateLimiter.shared_limit`][redcount.fastapi.RateLimiter.shared_limit], a group of routes; it refuses with [`RateLimitExceeded`][redcount.fastapi.RateLimitExceeded]
   (an ``HTTPException`` 429 carrying the headers). On a WebSocket route it refuses the
   handshake.
-- Every decision is awaited on :mod:`redcount.aio`: the event loop never waits on Redis.
+- Every decision is awaited on [`redcount.aio`][redcount.aio]: the event loop never waits on Redis.
 - A latency budget, ``budget=0.1`` seconds by default, bounds each wait for Redis: a call
   still waiting when it runs out is decided by ``fail``, and so are the request's checks
   after it (the middleware's, then its route's), so a frozen Redis costs a request about
@@ -105,7 +105,7 @@ class RateLimitExceeded(HTTPException):
     """The 429 a route limit raises: ``detail`` says when to retry, ``headers`` are the
     rate-limit headers, ``problem`` the problem-details body (which policy refused, when to
     retry) and ``verdict`` everything decided. The frameworks' default handlers answer with
-    ``detail`` (FastAPI as ``{"detail": "..."}``); :func:`rate_limit_exceeded_handler` answers
+    ``detail`` (FastAPI as ``{"detail": "..."}``); [`rate_limit_exceeded_handler`][redcount.fastapi.rate_limit_exceeded_handler] answers
     ``application/problem+json``, or register your own handler for this class."""
 
     def __init__(self, verdict: Verdict, headers: list[tuple[str, str]]) -> None:
@@ -115,7 +115,7 @@ class RateLimitExceeded(HTTPException):
 
 
 async def rate_limit_exceeded_handler(request: Request, exc: Exception) -> Response:
-    """An exception handler answering :class:`RateLimitExceeded` with its problem body:
+    """An exception handler answering [`RateLimitExceeded`][redcount.fastapi.RateLimitExceeded] with its problem body:
     ``app.add_exception_handler(RateLimitExceeded, rate_limit_exceeded_handler)``."""
     if not isinstance(exc, RateLimitExceeded):
         raise exc
@@ -191,9 +191,9 @@ def _encode(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
 
 
 class RateLimiter:
-    """Limits for a FastAPI or Starlette app, decided on :mod:`redcount.aio`.
+    """Limits for a FastAPI or Starlette app, decided on [`redcount.aio`][redcount.aio].
 
-    - ``limiter``: a :class:`redcount.aio.Limiter` (or a :class:`redcount.Limiter`, used
+    - ``limiter``: a [`redcount.aio.Limiter`][redcount.aio.Limiter] (or a [`redcount.Limiter`][redcount.limiter.Limiter], used
       through its async twin); default: the embedded ``memory://`` store, fixed window.
     - ``default``: limits the middleware applies to every request and WebSocket handshake,
       counted once for the whole app.
@@ -201,7 +201,7 @@ class RateLimiter:
       time and decides from them locally (``"fixed-window"`` and ``"sliding-window-approx"`` only; see
       docs/leased-limits.md). Default None: not leased.
     - ``key``: the default key function, a callable of the Starlette request or a
-      :class:`redcount.web.RequestKey` (default: the client address).
+      [`redcount.web.RequestKey`][redcount.web.spec.RequestKey] (default: the client address).
     - ``headers``: ``"ietf"``, ``"legacy"``, ``"retry-after"``, ``"all"`` or ``"none"``, as a
       comma-separated string or a list (default ``"ietf,retry-after"``).
     - ``trusted_proxies``: None (default: trust no forwarding header), a proxy count or
@@ -209,7 +209,7 @@ class RateLimiter:
     - ``fail``: ``"open"`` (default) or ``"closed"`` (503) while the store is down: the
       limiter's ``on_unavailable="allow"``/``"deny"``; give the store a ``budget`` (and a
       ``fallback``) in ``redcount.connect`` so that a dead Redis is noticed fast. Store
-      failures include a refused password (:class:`~redcount.AuthenticationError`); each
+      failures include a refused password ([`AuthenticationError`][redcount.errors.AuthenticationError]); each
       switch between the store failing and working is logged once, not per request.
     - ``budget``: seconds a check may wait for the store (default 0.1; None or 0: no
       budget); a call still waiting then is decided by ``fail``, and so are the request's
@@ -219,16 +219,16 @@ class RateLimiter:
       Redis stops the app from starting with the store's own error (default: the
       ``REDCOUNT_CHECK_ON_START`` environment variable, off when unset).
     - ``shadow``: count and report, never refuse. ``metrics``: a
-      :class:`redcount.web.metrics.PrometheusMetrics`.
+      [`redcount.web.metrics.PrometheusMetrics`][redcount.web.metrics.PrometheusMetrics].
     - ``allow``, ``deny``: keys, addresses and CIDRs decided before any round trip, matched
       against each check's identity (the client address by default): an allowed check is
       not counted, a denied one refuses (``Retry-After`` one day). ``refusal_cache``: how
       many refused keys are answered locally until their ``Retry-After`` (0: off).
-      ``penalty``: a :class:`redcount.Penalty` (or a dict of its arguments) for the limiter
+      ``penalty``: a [`redcount.Penalty`][redcount.policies.Penalty] (or a dict of its arguments) for the limiter
       built here when ``limiter`` is not given (with one, build it with ``penalty=``). See
       docs/penalties.md.
 
-    Bad input raises :class:`~redcount.InvalidInputError` here or in :meth:`limit`, at
+    Bad input raises [`InvalidInputError`][redcount.errors.InvalidInputError] here or in [`limit`][redcount.fastapi.RateLimiter.limit], at
     start-up. Read-only after construction; safe from any number of event loops and threads.
     """
 
@@ -309,8 +309,8 @@ class RateLimiter:
         deduct_when: Callable[..., bool] | None = None,
         lease: int | None = None,
     ) -> LimitSpec:
-        """A checked :class:`~redcount.web.LimitSpec` for :meth:`enforce` (Starlette).
-        ``deduct_when`` as in :meth:`limit`."""
+        """A checked [`LimitSpec`][redcount.web.spec.LimitSpec] for [`enforce`][redcount.fastapi.RateLimiter.enforce] (Starlette).
+        ``deduct_when`` as in [`limit`][redcount.fastapi.RateLimiter.limit]."""
         where = f"limit {limit!r}" if scope is None else f"shared limit {scope!r}"
         deduct = deduct_predicate(deduct_when, where)
         spec = LimitSpec.build(
@@ -339,16 +339,16 @@ class RateLimiter:
         """A dependency limiting the route it is attached to, counted per route:
         ``Depends(rl.limit("5/second"))``. ``limit``, ``key``, ``cost`` may be callables of the
         request; ``methods``, ``exempt_when``, ``per_method``, ``shadow`` as in
-        :class:`~redcount.web.LimitSpec`; ``name`` is the policy name in the headers
+        [`LimitSpec`][redcount.web.spec.LimitSpec]; ``name`` is the policy name in the headers
         (default: the route's endpoint function's name, ``search``, suffixed by the window
         when the limit string holds several: ``search-1s``, ``search-3600s``).
 
         ``deduct_when``: charge by outcome, a callable of the response (a
-        :class:`SentResponse`: ``status_code``, ``headers``) or of the request and the
+        [`SentResponse`][redcount.fastapi.SentResponse]: ``status_code``, ``headers``) or of the request and the
         response, returning True for a request that counts: ``lambda r: r.status_code >= 400``
         counts failed logins only. The limit is tested before the endpoint (a request over it
         is refused) and charged when the response starts, if it matches; that needs
-        :class:`RateLimitMiddleware` on the app. Concurrent requests of one key are all tested
+        [`RateLimitMiddleware`][redcount.fastapi.RateLimitMiddleware] on the app. Concurrent requests of one key are all tested
         against the same count, so up to N - 1 more than the limit may run with N in flight
         (see docs/refunds.md).
 
@@ -358,11 +358,13 @@ class RateLimiter:
                                           lease=lease))
 
     def all_of(self, *specs: LimitSpec) -> Callable[[HTTPConnection, Response], Awaitable[None]]:
-        """A dependency deciding several limits (each from :meth:`spec`) together, in one
-        round trip and all-or-nothing (a request refused by one is charged against none)::
+        """A dependency deciding several limits (each from [`spec`][redcount.fastapi.RateLimiter.spec]) together, in one
+        round trip and all-or-nothing (a request refused by one is charged against none):
 
-            both = rl.all_of(rl.spec("1000/hour", key=org_of, scope="org"), rl.spec("100/minute", key=user_of))
-            @app.get("/search", dependencies=[Depends(both)])
+        ```text
+        both = rl.all_of(rl.spec("1000/hour", key=org_of, scope="org"), rl.spec("100/minute", key=user_of))
+        @app.get("/search", dependencies=[Depends(both)])
+        ```
 
         Several ``Depends(rl.limit(...))`` are decided one after the other instead, one round
         trip each (FastAPI runs dependencies one by one)."""
@@ -385,7 +387,7 @@ class RateLimiter:
     ) -> Callable[[HTTPConnection, Response], Awaitable[None]]:
         """A dependency whose count every route using it shares, named ``scope``:
         ``reports = rl.shared_limit("100/hour", "reports")`` then ``Depends(reports)``.
-        ``deduct_when`` as in :meth:`limit`."""
+        ``deduct_when`` as in [`limit`][redcount.fastapi.RateLimiter.limit]."""
         if not isinstance(scope, str) or not scope:
             raise InvalidInputError(f"shared_limit needs a scope name, got {scope!r}")
         return self._dependency(self.spec(limit, key=key, cost=cost, methods=methods, exempt_when=exempt_when,
@@ -435,7 +437,7 @@ class RateLimiter:
         """Name the policies of a route limit declared without a name after the route's
         endpoint function, as Flask names them after the view: two routes with the same
         limit then advertise two policies, not one name for two counts. Without a routed
-        endpoint (plain Starlette's :meth:`enforce`) the policies keep the limit's name."""
+        endpoint (plain Starlette's [`enforce`][redcount.fastapi.RateLimiter.enforce]) the policies keep the limit's name."""
         route = getattr(endpoint, "__name__", None)
         if not isinstance(route, str) or not route.isascii() or not route.isprintable():
             return
@@ -510,13 +512,13 @@ class RateLimiter:
 
     async def enforce(self, connection: HTTPConnection, *specs: LimitSpec) -> list[tuple[str, str]]:
         """Decide ``specs`` for this request or WebSocket; return the headers to send, or
-        raise :class:`RateLimitExceeded` (HTTP), ``WebSocketException`` (a refused
+        raise [`RateLimitExceeded`][redcount.fastapi.RateLimitExceeded] (HTTP), ``WebSocketException`` (a refused
         handshake) or a 503 ``HTTPException`` (store down, ``fail="closed"``)."""
         scope = connection.scope
         return self._answer(scope, await self._decide(scope, specs, connection))
 
     def _answer(self, scope: Scope, verdict: Verdict) -> list[tuple[str, str]]:
-        """The headers for an allowed request; raises the refusal (see :meth:`enforce`)."""
+        """The headers for an allowed request; raises the refusal (see [`enforce`][redcount.fastapi.RateLimiter.enforce])."""
         sets = self.settings.headers
         headers = render(verdict, sets) if sets.any else []
         if verdict.allowed:

@@ -1,29 +1,29 @@
 """Rate limiting for Flask: decorators, app-wide and blueprint limits, IETF headers.
 
-::
+```python
+from flask import Flask
+import redcount, redcount.flask
 
-    from flask import Flask
-    import redcount, redcount.flask
+app = Flask(__name__)
+app.config["REDCOUNT_URL"] = "redis://cache:6379/0"
+rl = redcount.flask.RateLimiter(app, default="100/minute")
 
-    app = Flask(__name__)
-    app.config["REDCOUNT_URL"] = "redis://cache:6379/0"
-    rl = redcount.flask.RateLimiter(app, default="100/minute")
+@app.get("/search")
+@rl.limit("10/minute;100/day")
+def search(): ...
 
-    @app.get("/search")
-    @rl.limit("10/minute;100/day")
-    def search(): ...
+@app.get("/export")
+@rl.limit(lambda req: "1000/hour" if req.headers.get("X-Plan") == "pro" else "10/hour",
+          key=redcount.web.api_key("X-API-Key"))
+def export(): ...
+```
 
-    @app.get("/export")
-    @rl.limit(lambda req: "1000/hour" if req.headers.get("X-Plan") == "pro" else "10/hour",
-              key=redcount.web.api_key("X-API-Key"))
-    def export(): ...
-
-A refused request raises :class:`RateLimitExceeded` (a werkzeug ``TooManyRequests``) with a
+A refused request raises [`RateLimitExceeded`][redcount.flask.RateLimitExceeded] (a werkzeug ``TooManyRequests``) with a
 JSON problem body and the rate-limit headers; register an error handler for 429 (or for
 this class) to shape it. Headers also reach responses of routes that raise: they are added
 in an ``after_request`` hook, which Flask runs for error responses too.
 
-Sync by design: each decision is one :meth:`redcount.Limiter.hit` on the worker thread (the
+Sync by design: each decision is one [`redcount.Limiter.hit`][redcount.limiter.Limiter.hit] on the worker thread (the
 GIL is released while it waits on Redis).
 
 A latency budget, ``REDCOUNT_BUDGET`` (default 0.1 s), bounds each wait for Redis: the store
@@ -145,7 +145,7 @@ _Plan = tuple[list[LimitSpec], Union[list[tuple[LimitSpec, str]], None]]
 
 
 class _AppState:
-    """What :meth:`RateLimiter.init_app` settled for one app (read-only afterwards)."""
+    """What [`RateLimiter.init_app`][redcount.flask.RateLimiter.init_app] settled for one app (read-only afterwards)."""
 
     def __init__(
         self, limiter: Limiter, settings: Settings, default: list[LimitSpec], application: list[LimitSpec], enabled: bool
@@ -183,7 +183,7 @@ def _config_bool(value: Any, name: str) -> bool:
 
 def _config_budget(value: Any) -> float | None:
     """REDCOUNT_BUDGET: seconds as a number or a numeric string (environment-style config);
-    unset or empty: :data:`~redcount.web.engine.DEFAULT_BUDGET`; 0: no budget."""
+    unset or empty: [`DEFAULT_BUDGET`][redcount.web.engine.DEFAULT_BUDGET]; 0: no budget."""
     if value is None or value == "":
         return DEFAULT_BUDGET
     if isinstance(value, str):
@@ -288,10 +288,10 @@ class RateLimiter:
     Arguments (each also read from ``app.config`` when not given here; an argument wins):
 
     - ``limiter`` (``REDCOUNT_URL``, ``REDCOUNT_STRATEGY``, ``REDCOUNT_PREFIX``): a
-      :class:`redcount.Limiter`; by default one over ``redcount.connect(REDCOUNT_URL)``
+      [`redcount.Limiter`][redcount.limiter.Limiter]; by default one over ``redcount.connect(REDCOUNT_URL)``
       (``memory://`` when unset) with the fixed-window strategy; ``REDCOUNT_BUDGET``,
       ``REDCOUNT_BREAKER`` and ``REDCOUNT_FALLBACK`` are that store's ``budget``, ``breaker``
-      and ``fallback`` (see :func:`redcount.connect`).
+      and ``fallback`` (see [`redcount.connect`][redcount.store.connect]).
     - ``budget`` (``REDCOUNT_BUDGET``, default 0.1): seconds a check may wait for the store;
       a check that waited it out, and the request's checks after it, are decided by
       ``fail`` without the store (marked ``RateLimit-Undecided``). 0 turns it off. It is also the ``budget`` of the store built from ``REDCOUNT_URL``,
@@ -317,7 +317,7 @@ class RateLimiter:
       store is down) or ``"closed"`` (503): the limiter's ``on_unavailable="allow"``/``"deny"``.
       How fast a dead store is noticed is the store's: ``redcount.connect(url, budget=0.05,
       fallback="memory://")``. A shadow limit never refuses. Store failures include a
-      refused password (:class:`~redcount.AuthenticationError`); each switch between the
+      refused password ([`AuthenticationError`][redcount.errors.AuthenticationError]); each switch between the
       store failing and working is logged once (ERROR, then WARNING), not per request.
     - ``shadow`` (``REDCOUNT_SHADOW``): count and report, never refuse.
     - ``allow``, ``deny`` (``REDCOUNT_ALLOW``, ``REDCOUNT_DENY``: a list, or one string of
@@ -326,12 +326,12 @@ class RateLimiter:
       check is not counted, a denied one refuses (``Retry-After`` one day).
       ``refusal_cache`` (``REDCOUNT_REFUSAL_CACHE``, default 0: off): how many refused keys
       are answered locally until their ``Retry-After``. ``REDCOUNT_PENALTY``: a
-      :class:`redcount.Penalty` (or a dict of its arguments) for the limiter built from
+      [`redcount.Penalty`][redcount.policies.Penalty] (or a dict of its arguments) for the limiter built from
       ``REDCOUNT_URL``. See docs/penalties.md.
-    - ``metrics``: a :class:`redcount.web.metrics.PrometheusMetrics`.
+    - ``metrics``: a [`redcount.web.metrics.PrometheusMetrics`][redcount.web.metrics.PrometheusMetrics].
     - ``enabled`` (``REDCOUNT_ENABLED``): False turns every check off (tests).
 
-    Bad configuration raises :class:`~redcount.InvalidInputError` in ``init_app``; a bad
+    Bad configuration raises [`InvalidInputError`][redcount.errors.InvalidInputError] in ``init_app``; a bad
     limit in a decorator raises at import, naming the route. Decorate at import time; after
     that the extension is read-only and thread-safe.
     """
@@ -555,7 +555,7 @@ class RateLimiter:
         """A limit that a group of routes share: one count for all the views it decorates,
         named ``scope`` (also the policy name in the headers). Call it once and apply the
         result to each view: ``shared = rl.shared_limit("100/hour", "reports")``.
-        ``deduct_when`` as in :meth:`limit`."""
+        ``deduct_when`` as in [`limit`][redcount.flask.RateLimiter.limit]."""
         if not isinstance(scope, str) or not scope:
             raise InvalidInputError(f"shared_limit needs a scope name, got {scope!r}")
         spec = LimitSpec.build(
@@ -606,6 +606,6 @@ class RateLimiter:
         return state.application + route
 
     def verdict(self) -> Verdict | None:
-        """The current request's :class:`~redcount.web.Verdict` (None before any check)."""
+        """The current request's [`Verdict`][redcount.web.engine.Verdict] (None before any check)."""
         found: Verdict | None = request.environ.get(_VERDICT) if flask.has_request_context() else None
         return found

@@ -1,12 +1,12 @@
 """Hot-key sampling: which storage keys a process's counters and limiters touch most.
 
-::
-
-    hk = redcount.HotKeys(capacity=1000)
-    store = redcount.connect("redis://localhost:6379/0", hot_keys=hk)
-    ...                                   # counters and limiters on `store`, unchanged
-    for k in hk.top(10):
-        print(k.key, k.count, k.error)    # the true count is in [count - error, count]
+```python
+hk = redcount.HotKeys(capacity=1000)
+store = redcount.connect("redis://localhost:6379/0", hot_keys=hk)
+...                                   # counters and limiters on `store`, unchanged
+for k in hk.top(10):
+    print(k.key, k.count, k.error)    # the true count is in [count - error, count]
+```
 
 A Space-Saving top-K (Metwally, Agrawal and El Abbadi, 2005) in the C++ core: at most
 ``capacity`` keys are kept, whatever the traffic. With ``N = total``, every count is an upper
@@ -28,8 +28,8 @@ class HotKeys:
     """A bounded top-K of keys by count (Space-Saving).
 
     ``capacity``: keys kept (1..1,000,000; default 1000); memory stays bounded by it.
-    Pass it to :func:`redcount.connect` (``hot_keys=``) to observe every request's storage
-    key, or call :meth:`observe` yourself. Thread-safe; a forked child starts empty.
+    Pass it to [`redcount.connect`][redcount.store.connect] (``hot_keys=``) to observe every request's storage
+    key, or call [`observe`][redcount.hot_keys.HotKeys.observe] yourself. Thread-safe; a forked child starts empty.
     """
 
     _core: _core.HotKeys
@@ -40,7 +40,7 @@ class HotKeys:
 
     def observe(self, key: str | bytes, n: int = 1) -> None:
         """Count ``n`` (1..2**40) occurrences of ``key`` (non-empty). Bad input raises
-        :class:`~redcount.InvalidInputError` and counts nothing."""
+        [`InvalidInputError`][redcount.errors.InvalidInputError] and counts nothing."""
         self._core.observe(key, n)
 
     def top(self, n: int = 10) -> list[HotKey]:
@@ -53,7 +53,7 @@ class HotKeys:
 
     @property
     def total(self) -> int:
-        """The weight of every observation since creation or :meth:`reset`."""
+        """The weight of every observation since creation or [`reset`][redcount.hot_keys.HotKeys.reset]."""
         return self._core.total
 
     @property

@@ -1,21 +1,21 @@
 """Rate limits for job queues other than Celery and for plain worker loops.
 
-::
+```python
+limiter = redcount.Limiter(store, "sliding-window")
 
-    limiter = redcount.Limiter(store, "sliding-window")
+while True:                                  # a worker loop: blocks until admitted
+    job = queue.get()
+    redcount.jobs.throttle(limiter, "20/second", "emails")
+    send(job)
 
-    while True:                                  # a worker loop: blocks until admitted
-        job = queue.get()
-        redcount.jobs.throttle(limiter, "20/second", "emails")
-        send(job)
+delay = redcount.jobs.throttle(limiter, "20/second", "emails", block=False)
+if delay:                                    # not admitted, nothing charged
+    queue.put_back(job, delay=delay)         # e.g. RQ's enqueue_in, SQS's DelaySeconds
 
-    delay = redcount.jobs.throttle(limiter, "20/second", "emails", block=False)
-    if delay:                                    # not admitted, nothing charged
-        queue.put_back(job, delay=delay)         # e.g. RQ's enqueue_in, SQS's DelaySeconds
+await redcount.jobs.throttle(alimiter, "20/second", "emails")   # a redcount.aio.Limiter
+```
 
-    await redcount.jobs.throttle(alimiter, "20/second", "emails")   # a redcount.aio.Limiter
-
-Blocking waits go through :meth:`redcount.Limiter.wait` (and its asyncio twin): the waiters of
+Blocking waits go through [`redcount.Limiter.wait`][redcount.limiter.Limiter.wait] (and its asyncio twin): the waiters of
 one process queue in order of arrival and only the first talks to the store, so a hundred
 threads of one worker cost one store call per retry, not a hundred.
 """
@@ -71,19 +71,19 @@ def throttle(
 ) -> float | Awaitable[float]:
     """Charge ``cost`` against ``key`` under ``limit`` before a job runs.
 
-    ``block=True`` (default): wait until the limiter admits it (:meth:`redcount.Limiter.wait`),
+    ``block=True`` (default): wait until the limiter admits it ([`redcount.Limiter.wait`][redcount.limiter.Limiter.wait]),
     charge it and return the seconds waited (0.0 when admitted at once). ``max_wait``:
     seconds, or None (default) to wait as long as it takes; when the job cannot be admitted
-    in time, :class:`~redcount.WaitTimeout` is raised and nothing is charged.
+    in time, [`WaitTimeout`][redcount.errors.WaitTimeout] is raised and nothing is charged.
 
     ``block=False``: one decision, no waiting: 0.0 when admitted (charged: run the job now),
     else the seconds to wait before asking again (nothing charged: put the job back with
     that delay). ``max_wait`` is not used then.
 
-    ``limiter``: a :class:`redcount.Limiter` (the call blocks its thread) or a
-    :class:`redcount.aio.Limiter` (the call returns an awaitable: ``await throttle(...)``,
+    ``limiter``: a [`redcount.Limiter`][redcount.limiter.Limiter] (the call blocks its thread) or a
+    [`redcount.aio.Limiter`][redcount.aio.Limiter] (the call returns an awaitable: ``await throttle(...)``,
     which waits without blocking the loop). A ``cost`` the limit can never admit raises
-    :class:`~redcount.InvalidInputError` at once in both modes. Store errors follow the
+    [`InvalidInputError`][redcount.errors.InvalidInputError] at once in both modes. Store errors follow the
     limiter's ``on_unavailable``.
     """
     if isinstance(limiter, Limiter):

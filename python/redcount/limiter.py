@@ -1,4 +1,4 @@
-"""Rate limiting: :class:`Limiter` and its strategies."""
+"""Rate limiting: [`Limiter`][redcount.limiter.Limiter] and its strategies."""
 
 from __future__ import annotations
 
@@ -42,8 +42,8 @@ __all__ = [
     "strategies",
 ]
 
-#: One part of a decision across several keys: (limit, key), e.g. ("100/minute", "user:42").
 Item = tuple[str | LimitSet, str | bytes]
+"""One part of a decision across several keys: (limit, key), e.g. ("100/minute", "user:42")."""
 
 Strategy = Literal["fixed-window", "sliding-window", "sliding-window-approx", "token-bucket", "gcra", "concurrency"]
 Clock = Literal["client", "server", "server-offset"]
@@ -63,8 +63,8 @@ def check_on_unavailable(value: object) -> OnUnavailable:
 
 def unavailable_decision(policy: OnUnavailable, error: BaseException) -> Decision:
     """What ``policy`` decides when the store failed with ``error``: re-raises it for
-    ``"raise"`` (and always for :class:`~redcount.StoreClosed`, a programming error, and
-    anything that is not a :class:`~redcount.ConnectionError`); else a :class:`Decision`
+    ``"raise"`` (and always for [`StoreClosed`][redcount.errors.StoreClosed], a programming error, and
+    anything that is not a [`ConnectionError`][redcount.errors.ConnectionError]); else a [`Decision`][redcount.limiter.Decision]
     with ``unavailable=True``, allowed or denied (``retry_after`` 1 s)."""
     if policy == "raise" or not isinstance(error, StoreConnectionError) or isinstance(error, StoreClosed):
         raise error
@@ -92,7 +92,7 @@ def return_leases_at_exit() -> int:
     take only their hit's cost. Runs at interpreter exit (the end of the main module,
     ``sys.exit``, an uncaught ``KeyboardInterrupt`` from SIGINT, and so the graceful shutdown
     and ``max_requests`` recycling of gunicorn and uvicorn workers, which exit through the
-    interpreter); :mod:`redcount.celery` calls it when a pool process ends, since those end
+    interpreter); [`redcount.celery`][redcount.celery] calls it when a pool process ends, since those end
     with ``os._exit``. Returns how many went back; store errors are swallowed (those units
     expire with their windows). See docs/leased-limits.md."""
     try:
@@ -102,10 +102,10 @@ def return_leases_at_exit() -> int:
 
 
 def refuse_lease_all(lease: object) -> None:
-    """``hit_all(..., lease=N)`` raises :class:`~redcount.InvalidInputError`: a lease is one
+    """``hit_all(..., lease=N)`` raises [`InvalidInputError`][redcount.errors.InvalidInputError]: a lease is one
     (limit, key)'s units held by this process, decided apart from the store, so a call
     across several keys could not take from some leases and charge the others in one
-    all-or-nothing step. Lease the hot key with :meth:`Limiter.hit` instead."""
+    all-or-nothing step. Lease the hot key with [`Limiter.hit`][redcount.limiter.Limiter.hit] instead."""
     if lease is not None:
         raise InvalidInputError(
             "hit_all() takes no lease=: the leases of several keys are held apart from the store and "
@@ -136,13 +136,13 @@ def slots_taken(max_in_flight: int, key: str | bytes) -> RateLimitExceeded:
 def parse_limits(text: str) -> LimitSet:
     """Parse a limit string such as ``"10/minute"``, ``"10 per minute"``, ``"100/5 minutes"``,
     ``"5/second;100/hour"`` (all must hold) or, for the bucket strategies,
-    ``"10/second burst 50"``. Raises ``ValueError`` (:class:`~redcount.InvalidInputError`)
+    ``"10/second burst 50"``. Raises ``ValueError`` ([`InvalidInputError`][redcount.errors.InvalidInputError])
     naming the bad part."""
     return LimitSet(text)
 
 
 def strategies() -> list[str]:
-    """The strategy names :class:`Limiter` accepts."""
+    """The strategy names [`Limiter`][redcount.limiter.Limiter] accepts."""
     return _core.limiter_strategies()
 
 
@@ -150,7 +150,7 @@ class Limiter:
     """Decides whether a key may do something, under one or more rate limits.
 
     ``limit`` arguments are strings like ``"10/minute"`` or ``"5/second;100/hour"`` (parsed
-    once and cached) or a :class:`LimitSet`. Several limits are decided in one round trip and
+    once and cached) or a [`LimitSet`][redcount.limiter.LimitSet]. Several limits are decided in one round trip and
     all-or-nothing: a hit is charged against every limit or, when any limit refuses it,
     against none, so a denied hit stores nothing.
 
@@ -158,8 +158,8 @@ class Limiter:
     every limit allows it; ``test(limit, key, cost=1)`` decides without charging;
     ``stats(limit, key) -> list[LimitStats]``; ``reset(limit, key)``; and for the
     concurrency strategy ``acquire(max_in_flight, key, *, lease_timeout=60.0) -> Lease | None``,
-    ``release(lease) -> bool``, ``in_flight(key)`` and the :meth:`lease` context manager.
-    :meth:`refund`, :meth:`reserve` and :meth:`settle` charge by what a request really cost
+    ``release(lease) -> bool``, ``in_flight(key)`` and the [`lease`][redcount.limiter.Limiter.lease] context manager.
+    [`refund`][redcount.limiter.Limiter.refund], [`reserve`][redcount.limiter.Limiter.reserve] and [`settle`][redcount.limiter.Limiter.settle] charge by what a request really cost
     (docs/refunds.md).
 
     Strategies (``strategy=``):
@@ -176,21 +176,21 @@ class Limiter:
       amount) refilled continuously at the limit's rate; ``"10/second burst 50"``.
     - ``"gcra"``: the generic cell rate algorithm, one timestamp per key; same parameters and
       decisions as the token bucket.
-    - ``"concurrency"``: at most N in flight per key: :meth:`acquire`, :meth:`release`,
-      :meth:`lease`. ``hit("N/period", key)`` takes a slot that frees itself after the period.
+    - ``"concurrency"``: at most N in flight per key: [`acquire`][redcount.limiter.Limiter.acquire], [`release`][redcount.limiter.Limiter.release],
+      [`lease`][redcount.limiter.Limiter.lease]. ``hit("N/period", key)`` takes a slot that frees itself after the period.
 
     ``clock``: ``"client"`` (default; this process's clock), ``"server"`` (Redis ``TIME``
     inside the scripts, immune to skew between app servers; falls back to
     ``"server-offset"`` where the server refuses ``TIME`` in scripts) or ``"server-offset"``
     (the client clock corrected by an offset measured with ``TIME`` every 10 s). The
     fixed-window strategy names its keys after the time, so it always uses the offset form
-    for server time. :attr:`clock` tells which is in force.
+    for server time. [`clock`][redcount.limiter.Limiter.clock] tells which is in force.
 
-    ``on_unavailable``: what :meth:`hit` and :meth:`test` decide when the store cannot
-    (a :class:`~redcount.ConnectionError`: :class:`~redcount.Unavailable` from a store opened
+    ``on_unavailable``: what [`hit`][redcount.limiter.Limiter.hit] and [`test`][redcount.limiter.Limiter.test] decide when the store cannot
+    (a [`ConnectionError`][redcount.errors.ConnectionError]: [`Unavailable`][redcount.errors.Unavailable] from a store opened
     with a ``budget`` or while its circuit breaker is open, a timeout, a refused connection;
-    never :class:`~redcount.StoreClosed`, an error reply or bad input): ``"raise"`` (default)
-    raises it; ``"allow"`` returns an allowing :class:`Decision`, ``"deny"`` a denying one
+    never [`StoreClosed`][redcount.errors.StoreClosed], an error reply or bad input): ``"raise"`` (default)
+    raises it; ``"allow"`` returns an allowing [`Decision`][redcount.limiter.Decision], ``"deny"`` a denying one
     (``retry_after`` 1 s), both with ``unavailable=True`` and ``limit == remaining == 0``. The
     other methods always raise.
 
@@ -206,18 +206,18 @@ class Limiter:
 
     ``allow`` and ``deny``: keys, IP addresses and CIDRs (IPv4 and IPv6) decided without the
     store: an allow-listed key is admitted (``remaining == limit``, nothing charged), a
-    deny-listed key refused (``retry_after`` one day, :data:`redcount.policies.DENIED_RETRY_AFTER`).
+    deny-listed key refused (``retry_after`` one day, [`redcount.policies.DENIED_RETRY_AFTER`][redcount.policies.DENIED_RETRY_AFTER]).
     A key that is an address (or ``"ip:<address>"``) matches the CIDRs; the most specific
     entry wins, deny on a tie. ``refusal_cache``: up to that many keys whose refusal by the
     store is repeated locally until its ``retry_after`` (0, the default: off); see
-    docs/penalties.md. ``penalty``: a :class:`~redcount.Penalty` (escalating blocks of keys
+    docs/penalties.md. ``penalty``: a [`Penalty`][redcount.policies.Penalty] (escalating blocks of keys
     refused too often; the block check goes inside each decision's own script call, so a
     call still costs one round trip, and a refusal one more, the penalty's count). Without
     any of these, calls go straight to the core.
     ``lease_ttl``: seconds (default 10) a lease taken by ``hit(..., lease=N)`` may hold units
     before the unused ones go back to the store. See docs/leased-limits.md.
 
-    :class:`redcount.aio.Limiter` is the asyncio twin; it can share this limiter's core
+    [`redcount.aio.Limiter`][redcount.aio.Limiter] is the asyncio twin; it can share this limiter's core
     (``redcount.aio.Limiter.from_sync(limiter)``).
 
     Thread-safe.
@@ -291,16 +291,16 @@ class Limiter:
         tag: str | None = None,
         penalty: Penalty | Literal[False] | None = None,
     ) -> Decision:
-        """Charge ``cost`` against ``key`` if every limit allows it; return the :class:`Decision`.
+        """Charge ``cost`` against ``key`` if every limit allows it; return the [`Decision`][redcount.limiter.Decision].
 
         ``limit`` is a string like ``"10/minute"`` or ``"5/second;100/hour"`` (parsed once and
-        cached) or a :class:`LimitSet`.
+        cached) or a [`LimitSet`][redcount.limiter.LimitSet].
 
         ``tag``: decide on ``key``'s state under that hash tag, the state
         ``hit_all(..., tag=tag)`` charges (so that a cluster keeps keys sharing a tag in one
         slot). A key's state under a tag is separate from its untagged state: pass the same
-        ``tag`` to :meth:`test`, :meth:`stats`, :meth:`reset`, :meth:`refund`,
-        :meth:`reserve` and :meth:`settle` to act on it. Not with ``lease``.
+        ``tag`` to [`test`][redcount.limiter.Limiter.test], [`stats`][redcount.limiter.Limiter.stats], [`reset`][redcount.limiter.Limiter.reset], [`refund`][redcount.limiter.Limiter.refund],
+        [`reserve`][redcount.limiter.Limiter.reserve] and [`settle`][redcount.limiter.Limiter.settle] to act on it. Not with ``lease``.
 
         ``lease=N`` (``strategy="fixed-window"`` or ``"sliding-window-approx"``): a leased
         limit for a hot key. The process takes up to N units at a time from the store (at
@@ -310,14 +310,14 @@ class Limiter:
         across processes; units other processes hold unused are refused meanwhile
         (under-admission). Unused units go back after ``lease_ttl`` seconds (default 10; at
         this process's next leased call, or within about a second from a background thread),
-        on :meth:`return_leases`, when the store is closed and when the process ends
+        on [`return_leases`][redcount.limiter.Limiter.return_leases], when the store is closed and when the process ends
         (interpreter exit, SIGINT, a SIGTERM nothing else handles, gunicorn, uvicorn and
         Celery workers; a SIGKILL loses at most what the process held). Decisions made
         locally report ``remaining`` as the process knows it; refusals of an exhausted key
         cost one round trip each at most (none with ``refusal_cache``). See
         docs/leased-limits.md.
 
-        ``penalty``: this call's :class:`~redcount.Penalty` instead of the limiter's (None, the
+        ``penalty``: this call's [`Penalty`][redcount.policies.Penalty] instead of the limiter's (None, the
         default: the limiter's; ``False``: none for this call). Its state is the key's, under
         the limiter's prefix, whichever penalty counts it. Anything else raises ``TypeError``.
         See docs/penalties.md."""
@@ -357,11 +357,11 @@ class Limiter:
         lease: int | None = None,
         tag: str | None = None,
     ) -> Decision:
-        """What :meth:`hit` would decide now, without charging anything.
+        """What [`hit`][redcount.limiter.Limiter.hit] would decide now, without charging anything.
 
         ``lease=N``: answered from this process's lease of ``key`` (the one ``hit(...,
         lease=N)`` takes) when it holds ``cost`` units now, with no round trip; else by the
-        store, as without ``lease=``. A test never takes a lease. ``tag``: as in :meth:`hit`."""
+        store, as without ``lease=``. A test never takes a lease. ``tag``: as in [`hit`][redcount.limiter.Limiter.hit]."""
         try:
             if lease is None and tag is None:
                 return self._core.test(limit, key, cost)
@@ -393,12 +393,14 @@ class Limiter:
         lease: int | None = None,
     ) -> Decision:
         """One decision across several keys: charge ``cost`` against every ``(limit, key)``
-        of ``items`` if all of their limits allow it, else against none::
+        of ``items`` if all of their limits allow it, else against none:
 
-            d = limiter.hit_all([("1000/hour", "org:acme"), ("100/minute", "user:42")])
-            if not d:
-                limit, key = d.refused_by          # e.g. ("100/minute", "user:42")
-                wait = d.retry_after               # the longest wait of the refusing limits
+        ```python
+        d = limiter.hit_all([("1000/hour", "org:acme"), ("100/minute", "user:42")])
+        if not d:
+            limit, key = d.refused_by          # e.g. ("100/minute", "user:42")
+            wait = d.retry_after               # the longest wait of the refusing limits
+        ```
 
         One round trip. Keys in one slot (always on a single Redis server and on memory://;
         on a cluster, keys under one ``tag``) are decided by one script call, atomically. On
@@ -410,12 +412,12 @@ class Limiter:
         a key's state under a tag is separate from its untagged state, so use one tag per
         key consistently. One limit per window per key (the amount is not part of the
         key). Every strategy but ``"concurrency"``. Bad input raises
-        :class:`~redcount.InvalidInputError` before anything is stored. ``penalty``: this
-        call's penalty, as in :meth:`hit`.
+        [`InvalidInputError`][redcount.errors.InvalidInputError] before anything is stored. ``penalty``: this
+        call's penalty, as in [`hit`][redcount.limiter.Limiter.hit].
 
-        ``lease=`` is refused (:class:`~redcount.InvalidInputError`): the leases of several
+        ``lease=`` is refused ([`InvalidInputError`][redcount.errors.InvalidInputError]): the leases of several
         keys are units held apart from the store, so one call could not take from some of them
-        and charge the other keys all or nothing. Lease a hot key with :meth:`hit`."""
+        and charge the other keys all or nothing. Lease a hot key with [`hit`][redcount.limiter.Limiter.hit]."""
         refuse_lease_all(lease)
         if penalty is not None:
             check_penalty(penalty)
@@ -427,7 +429,7 @@ class Limiter:
             return unavailable_decision(self.on_unavailable, e)
 
     def test_all(self, items: Iterable[Item], cost: int = 1, *, tag: str | None = None) -> Decision:
-        """What :meth:`hit_all` would decide now, without charging anything."""
+        """What [`hit_all`][redcount.limiter.Limiter.hit_all] would decide now, without charging anything."""
         try:
             return self._core.test_all(items, cost, tag=tag)
         except StoreConnectionError as e:
@@ -435,7 +437,7 @@ class Limiter:
 
     def stats(self, limit: str | LimitSet, key: str | bytes, *, tag: str | None = None) -> list[LimitStats]:
         """The count, remaining hits and reset time of ``key`` under each limit (its state
-        under ``tag``, as :meth:`hit` with that ``tag`` charges it, when given)."""
+        under ``tag``, as [`hit`][redcount.limiter.Limiter.hit] with that ``tag`` charges it, when given)."""
         return self._core.stats(limit, key, tag=tag)
 
     def reset(self, limit: str | LimitSet, key: str | bytes, *, tag: str | None = None) -> None:
@@ -458,7 +460,7 @@ class Limiter:
 
     def release(self, lease: Lease) -> bool:
         """Give the slot back: True when the lease was still held, False when it had already
-        expired. Releasing the same lease twice raises :class:`~redcount.InvalidInputError`."""
+        expired. Releasing the same lease twice raises [`InvalidInputError`][redcount.errors.InvalidInputError]."""
         return self._core.release(lease)
 
     def in_flight(self, key: str | bytes) -> int:
@@ -476,12 +478,12 @@ class Limiter:
         decision: Decision | None = None,
     ) -> Adjustment:
         """Give back up to ``cost`` units charged to ``key`` under every limit (e.g. a request
-        that turned out not to count). Returns an :class:`~redcount.Adjustment`: ``status``
+        that turned out not to count). Returns an [`Adjustment`][redcount.limiter.Adjustment]: ``status``
         ``"applied"`` with ``units`` given back (fewer when less was charged), and
         ``decision``, the key's state afterwards.
 
-        ``decision``: the allowed :meth:`hit`'s :class:`~redcount.Decision`, which says where
-        the units were charged (:attr:`~redcount.Decision.charged_at`). Only the state that
+        ``decision``: the allowed [`hit`][redcount.limiter.Limiter.hit]'s [`Decision`][redcount.limiter.Decision], which says where
+        the units were charged ([`charged_at`][redcount.limiter.Decision.charged_at]). Only the state that
         still holds that charge is credited, so a refund never admits past a limit: the
         charged window while it is the current one (nothing once it has ended), the hit's own
         sliding-log entries still in the window, and for the token bucket and GCRA only what
@@ -493,7 +495,7 @@ class Limiter:
         nothing and says ``"duplicate"`` (retries are safe); the id's marker is written with
         the refund, atomically, and kept at least as long as the longest window. What each
         strategy gives back: see docs/refunds.md. Not for ``strategy="concurrency"``
-        (:meth:`release` gives a lease back). ``tag``: give back to the key's state under
+        ([`release`][redcount.limiter.Limiter.release] gives a lease back). ``tag``: give back to the key's state under
         that hash tag (what ``hit(..., tag=tag)`` or ``hit_all(..., tag=tag)`` charged); the
         id's marker is kept under the same tag."""
         self._forget(key, tag)
@@ -509,17 +511,17 @@ class Limiter:
         deadline: float = 60.0,
         tag: str | None = None,
     ) -> Reservation:
-        """Charge the estimate ``cost`` if every limit allows it (as :meth:`hit` would) and
+        """Charge the estimate ``cost`` if every limit allows it (as [`hit`][redcount.limiter.Limiter.hit] would) and
         record the reservation under ``request_id`` (a fresh one when None) for ``deadline``
-        seconds, in the same script. Returns a :class:`~redcount.Reservation`, truthy when
-        charged; its ``settle(actual)`` (or :meth:`settle` from any process) charges or gives
+        seconds, in the same script. Returns a [`Reservation`][redcount.reservations.Reservation], truthy when
+        charged; its ``settle(actual)`` (or [`settle`][redcount.limiter.Limiter.settle] from any process) charges or gives
         back the difference, once. The record keeps where the estimate was charged, so a
-        settlement gives back only to that state (see :meth:`settle`). A reservation not
+        settlement gives back only to that state (see [`settle`][redcount.limiter.Limiter.settle]). A reservation not
         settled by its deadline settles at the estimate: nothing more happens, and a later
         settle reports ``"expired"``. A second reserve under the same id charges nothing
         (``duplicate``). A refused reservation charges and records nothing. ``tag``: reserve
         on the key's state under that hash tag (the reservation's record goes under it too);
-        the reservation's ``settle`` keeps to it, and :meth:`settle` from elsewhere must pass
+        the reservation's ``settle`` keeps to it, and [`settle`][redcount.limiter.Limiter.settle] from elsewhere must pass
         the same ``tag``."""
         rid = new_request_id() if request_id is None else request_id
         adjustment = self._core.reserve(limit, key, cost, request_id=rid, deadline=deadline, tag=tag)
@@ -563,7 +565,7 @@ class Limiter:
     def lease(self, max_in_flight: int, key: str | bytes, *, lease_timeout: float = 60.0) -> Iterator[Lease]:
         """``with limiter.lease(5, "user:1") as lease: ...``: holds a slot for the block.
 
-        Raises :class:`~redcount.RateLimitExceeded` when all slots are taken; releases the
+        Raises [`RateLimitExceeded`][redcount.errors.RateLimitExceeded] when all slots are taken; releases the
         slot when the block ends, even by an exception."""
         got = self.acquire(max_in_flight, key, lease_timeout=lease_timeout)
         if got is None:
@@ -582,31 +584,31 @@ class Limiter:
         self, limit: str | LimitSet, key: str | bytes, cost: int = 1, *, max_wait: float | None = None
     ) -> Decision:
         """Wait until ``cost`` is allowed under ``limit`` for ``key``, charge it and return
-        the admitting :class:`Decision` (shaping instead of refusing).
+        the admitting [`Decision`][redcount.limiter.Decision] (shaping instead of refusing).
 
         Waiters of this process queue per (limit, key) in order of arrival and only the
-        first talks to the store: one :meth:`hit`; when refused, it sleeps the reported
+        first talks to the store: one [`hit`][redcount.limiter.Limiter.hit]; when refused, it sleeps the reported
         ``retry_after`` plus a few ms of jitter and calls once more. So admission follows
         arrival order within the process; across processes it is best-effort (see
         docs/shaping.md).
 
         ``max_wait``: seconds, finite and >= 0, or None (the default) to wait as long as it
         takes. When the hit cannot be admitted in time this raises
-        :class:`~redcount.WaitTimeout` (a :class:`~redcount.RateLimitExceeded`) with
+        [`WaitTimeout`][redcount.errors.WaitTimeout] (a [`RateLimitExceeded`][redcount.errors.RateLimitExceeded]) with
         ``waited`` and ``retry_after``, having charged nothing; it gives up as soon as the
         limiter's ``retry_after`` goes past the deadline. ``max_wait=0`` tries once.
 
         A ``cost`` the limit can never admit (above its amount, or a bucket's capacity)
-        raises :class:`~redcount.InvalidInputError` at once. ``KeyboardInterrupt`` while
+        raises [`InvalidInputError`][redcount.errors.InvalidInputError] at once. ``KeyboardInterrupt`` while
         waiting leaves the queue and charges nothing. Store errors propagate (the waiter
         leaves the queue; the next one carries on). Works with every strategy: each reports
         when a refused hit would be allowed (for ``"concurrency"``, ``hit("N/period")``
-        slots; leases taken with :meth:`acquire` are not waited for). Thread-safe."""
+        slots; leases taken with [`acquire`][redcount.limiter.Limiter.acquire] are not waited for). Thread-safe."""
         return wait_sync(shaper_of(self), self.hit, self.strategy, limit, key, cost, max_wait)
 
     def waiting(self, limit: str | LimitSet, key: str | bytes) -> int:
         """How many waiters of this process (threads, and coroutines of any
-        :class:`redcount.aio.Limiter` view of this limiter) are queued in :meth:`wait` for
+        [`redcount.aio.Limiter`][redcount.aio.Limiter] view of this limiter) are queued in [`wait`][redcount.limiter.Limiter.wait] for
         ``limit`` and ``key``, the one talking to the store included. No store call."""
         return shaper_of(self).waiting(queue_name(limit, key))
 
@@ -614,17 +616,19 @@ class Limiter:
         self, limit: str | LimitSet, key: str | bytes, cost: int = 1, *, max_wait: float | None = None
     ) -> Throttle:
         """A decorator for calls to a rate-limited API: each call first waits its turn
-        (:meth:`wait`), then runs::
+        ([`wait`][redcount.limiter.Limiter.wait]), then runs:
 
-            @limiter.throttle("10/second", key="github", max_wait=30)
-            def get_repo(name: str) -> dict[str, object]: ...
+        ```python
+        @limiter.throttle("10/second", key="github", max_wait=30)
+        def get_repo(name: str) -> dict[str, object]: ...
 
-            @limiter.throttle("10/second", key="github", max_wait=30)
-            async def get_user(name: str) -> dict[str, object]: ...   # waits without blocking the loop
+        @limiter.throttle("10/second", key="github", max_wait=30)
+        async def get_user(name: str) -> dict[str, object]: ...   # waits without blocking the loop
+        ```
 
-        Coroutine functions wait through :class:`redcount.aio.Limiter` (sharing this
+        Coroutine functions wait through [`redcount.aio.Limiter`][redcount.aio.Limiter] (sharing this
         limiter's core and queues); plain functions block their thread. Signatures, return
-        values and exceptions are kept; :class:`~redcount.WaitTimeout` is raised instead of
+        values and exceptions are kept; [`WaitTimeout`][redcount.errors.WaitTimeout] is raised instead of
         the call when ``max_wait`` runs out. The arguments are checked here, when decorating."""
         check_wait_args(limit, key, cost, self.strategy, max_wait)
 

@@ -1,12 +1,12 @@
 """Multi-region PN-counters.
 
-::
-
-    eu = redcount.PNCounter(eu_store, "stock:sku:42", "eu-west")
-    eu.incr(5)
-    eu.decr(2)
-    eu.merge(us_store)   # or eu.merge(us_counter): the maximum of every (region, P/N) total
-    eu.value()           # sum(P) - sum(N) over every region known on eu_store
+```python
+eu = redcount.PNCounter(eu_store, "stock:sku:42", "eu-west")
+eu.incr(5)
+eu.decr(2)
+eu.merge(us_store)   # or eu.merge(us_counter): the maximum of every (region, P/N) total
+eu.value()           # sum(P) - sum(N) over every region known on eu_store
+```
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ class PNCounter:
     reconcile by merging (a PN-counter CRDT).
 
     Each store keeps two hashes, P and N, with one field per region: that region's running
-    total of increments (P) and of decrements (N). :meth:`incr` and :meth:`decr` add to the
-    own region's field only (one ``HINCRBY``), so every field only grows. :meth:`merge`
+    total of increments (P) and of decrements (N). [`incr`][redcount.pn.PNCounter.incr] and [`decr`][redcount.pn.PNCounter.decr] add to the
+    own region's field only (one ``HINCRBY``), so every field only grows. [`merge`][redcount.pn.PNCounter.merge]
     reads another store's fields and, in one atomic script on this store, keeps the larger
-    of the two totals for every (region, P or N). :meth:`value` is ``sum(P) - sum(N)``.
+    of the two totals for every (region, P or N). [`value`][redcount.pn.PNCounter.value] is ``sum(P) - sum(N)``.
 
     Guarantee: merging is idempotent, commutative and associative, so once every region has
     (directly or through others) merged every other region's latest state, all regions hold
@@ -79,7 +79,7 @@ class PNCounter:
         return self._core.merge(other)
 
     def merge_components(self, components: dict[str, tuple[int, int]]) -> int:
-        """Fold in ``{region: (p, n)}`` (e.g. from another region's :meth:`components`)."""
+        """Fold in ``{region: (p, n)}`` (e.g. from another region's [`components`][redcount.pn.PNCounter.components])."""
         return self._core.merge_components(components)
 
     def storage_keys(self) -> tuple[str, str]:

@@ -2,27 +2,27 @@
 the store made (decided in this process, before any round trip), and escalating penalties
 (state in the store).
 
-::
+```python
+limiter = redcount.Limiter(store, allow=["10.0.0.0/8", "user:admin"], deny=["203.0.113.0/24"],
+                           refusal_cache=10_000)
+limiter.hit("100/minute", "10.1.2.3")        # allowed, the store untouched
+limiter.hit("100/minute", "203.0.113.9")     # refused, the store untouched
+```
 
-    limiter = redcount.Limiter(store, allow=["10.0.0.0/8", "user:admin"], deny=["203.0.113.0/24"],
-                               refusal_cache=10_000)
-    limiter.hit("100/minute", "10.1.2.3")        # allowed, the store untouched
-    limiter.hit("100/minute", "203.0.113.9")     # refused, the store untouched
-
-:class:`AccessLists` match a key exactly or, when the key is an IP address (or
+[`AccessLists`][redcount.policies.AccessLists] match a key exactly or, when the key is an IP address (or
 ``"<prefix>:<address>"``, such as ``"ip:2001:db8::1"``, or an IPv6 network the web layer
 groups clients into), by IPv4 and IPv6 CIDR. The most specific matching entry wins (an
 exact key, then the longest prefix); between an allow and a deny entry of the same
 specificity, deny wins.
 
-:class:`RefusalCache` remembers, per key, the last refusal the store made (limit, cost and
+[`RefusalCache`][redcount.policies.RefusalCache] remembers, per key, the last refusal the store made (limit, cost and
 until when), and refuses the same or a larger cost under the same limit locally until then.
 It only ever repeats a refusal the store made; it never admits. It is bounded (oldest
 entries go first) and thread-safe.
 
-:class:`Screen` puts the two together for :class:`redcount.Limiter`, its asyncio twin and
-the web integrations. :class:`Penalty` blocks a key refused too often (:class:`Penalties`
-keeps its state in the store). :class:`Guard` runs the screen and the penalty in front of a
+[`Screen`][redcount.policies.Screen] puts the two together for [`redcount.Limiter`][redcount.limiter.Limiter], its asyncio twin and
+the web integrations. [`Penalty`][redcount.policies.Penalty] blocks a key refused too often ([`Penalties`][redcount.policies.Penalties]
+keeps its state in the store). [`Guard`][redcount.policies.Guard] runs the screen and the penalty in front of a
 limiter's calls; a limiter without any of them never builds one, so its calls still go
 straight to C++. See docs/penalties.md.
 """
@@ -57,19 +57,20 @@ __all__ = [
     "config_size",
 ]
 
-#: What a deny-listed key is told to wait, in seconds (one day). The lists do not change
-#: while the process runs, so no wait admits it; a finite day keeps ``Retry-After`` a valid
-#: header and tells a well-behaved client to stay away rather than retry at once.
 DENIED_RETRY_AFTER = 86400.0
+"""What a deny-listed key is told to wait, in seconds (one day). The lists do not change
+while the process runs, so no wait admits it; a finite day keeps ``Retry-After`` a valid
+header and tells a well-behaved client to stay away rather than retry at once."""
 
 # One part of a decision across several keys (as in redcount.limiter).
 Item = tuple[Union[str, LimitSet], Union[str, bytes]]
 
 Network = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
 Entry = Union[str, bytes, ipaddress.IPv4Address, ipaddress.IPv6Address, ipaddress.IPv4Network, ipaddress.IPv6Network]
+"""One entry of an allow or deny list: a key (str or bytes), an IP address or a network."""
 
-#: The limiter methods a screen goes in front of.
 SCREENED = ("hit", "test", "hit_all", "test_all", "reset")
+"""The limiter methods a screen goes in front of."""
 
 
 def _network(entry: object, where: str) -> Network | str:
@@ -116,7 +117,7 @@ def _address_of(key: str) -> Network | None:
 
 class AccessLists:
     """Allow and deny lists by key and by CIDR. Immutable after construction, so
-    thread-safe. Bad entries raise :class:`~redcount.InvalidInputError` naming the entry."""
+    thread-safe. Bad entries raise [`InvalidInputError`][redcount.errors.InvalidInputError] naming the entry."""
 
     def __init__(self, allow: Iterable[Entry] | None = None, deny: Iterable[Entry] | None = None) -> None:
         self.keys: dict[str, bool] = {}
@@ -210,14 +211,14 @@ def allowed_decision(limit: str | LimitSet) -> Decision:
 
 
 def denied_decision(limit: str | LimitSet) -> Decision:
-    """A deny-listed key: refused, ``remaining`` 0, ``retry_after`` :data:`DENIED_RETRY_AFTER`."""
+    """A deny-listed key: refused, ``remaining`` 0, ``retry_after`` [`DENIED_RETRY_AFTER`][redcount.policies.DENIED_RETRY_AFTER]."""
     return Decision._local(False, smallest(limit), 0, DENIED_RETRY_AFTER, DENIED_RETRY_AFTER)
 
 
 class RefusalCache:
     """Refusals the store made, per key: ``(limit, cost, until, reset_until, amount)``.
 
-    :meth:`get` answers a refusal for the same limit and a cost at least as large until
+    [`get`][redcount.policies.RefusalCache.get] answers a refusal for the same limit and a cost at least as large until
     ``until`` (the store's ``retry_after`` from when it refused): the store would refuse
     that too, since only time frees units and it was counted in. A different limit for the
     key (a limit change made in this process) drops the entry. At most ``size`` keys; when
@@ -367,13 +368,15 @@ class Penalty:
     """An escalating penalty: after ``after`` refusals within ``within`` seconds, the key is
     blocked for ``block`` seconds; a block that starts within ``within`` seconds of the end
     of the key's previous block lasts ``factor`` times as long as that one, up to
-    ``max_block``. ::
+    ``max_block``.
 
-        limiter = redcount.Limiter(store, penalty=redcount.Penalty(after=5, within=60, block=60))
+    ```python
+    limiter = redcount.Limiter(store, penalty=redcount.Penalty(after=5, within=60, block=60))
+    ```
 
     A blocked key is refused (``retry_after``: until the block ends) without being charged;
     refusals during a block do not count, and the count restarts when a block starts.
-    :meth:`redcount.Limiter.unblock` lifts a block. Only refusals of ``hit`` count
+    [`redcount.Limiter.unblock`][redcount.limiter.Limiter.unblock] lifts a block. Only refusals of ``hit`` count
     (``test`` never charges or counts). Immutable."""
 
     after: int = 5
@@ -408,16 +411,16 @@ class Penalty:
             raise InvalidInputError(f"Penalty(max_block=) must be >= block ({self.block!r}), got {self.max_block!r}")
 
 
-#: The penalty script's bounds: spans (``within``, ``block``, ``max_block``) are whole
-#: milliseconds from 1 to 2^42 (about 139 years, so every sum it makes stays exact), and
-#: ``factor`` is from 1 to a million.
 PENALTY_MAX_SPAN_MS = 2**42
+"""The penalty script's bounds: spans (``within``, ``block``, ``max_block``) are whole
+milliseconds from 1 to 2^42 (about 139 years, so every sum it makes stays exact), and
+``factor`` is from 1 to a million."""
 PENALTY_MIN_FACTOR = 1.0
 PENALTY_MAX_FACTOR = 1e6
 
 
 def _whole_ms(seconds: float) -> int:
-    """A span in seconds as the whole milliseconds :class:`Penalties` sends the script."""
+    """A span in seconds as the whole milliseconds [`Penalties`][redcount.policies.Penalties] sends the script."""
     return int(seconds * 1000)
 
 
@@ -438,7 +441,7 @@ class Penalties:
     limiter core's ``_gated`` calls: no round trip of its own), and, after a refusal only,
     the penalty script (cpp/lua/penalty.lua, with its native twin on memory://), which
     counts the refusal and starts a block atomically. A leased hit, and ``hit_all`` on a
-    cluster, still check the block with a PTTL before the decision (:meth:`gate`).
+    cluster, still check the block with a PTTL before the decision ([`gate`][redcount.policies.Penalties.gate]).
     Immutable, so thread-safe."""
 
     def __init__(self, penalty: Penalty, prefix: str) -> None:
@@ -479,7 +482,7 @@ def blocked_decision(limit: str | LimitSet, ms: int) -> Decision:
 
 
 def blocked(screen: Screen | None, limit: str | LimitSet, key: str | bytes, ms: int) -> Decision:
-    """:func:`blocked_decision`, kept in the refusal cache (if any) until the block ends."""
+    """[`blocked_decision`][redcount.policies.blocked_decision], kept in the refusal cache (if any) until the block ends."""
     d = blocked_decision(limit, ms)
     if screen is not None and screen.cache is not None:
         screen.cache.put(limit, key, 0, d)
@@ -502,7 +505,7 @@ def unblock_pattern(prefix: str, key: str | bytes) -> str:
 
 class Guard:
     """What runs in front of a limiter's decisions: allow and deny lists, the refusal cache
-    (a :class:`Screen`) and a penalty. Built when one of them is configured, and for a call
+    (a [`Screen`][redcount.policies.Screen]) and a penalty. Built when one of them is configured, and for a call
     given its own ``penalty=``."""
 
     def __init__(
@@ -524,7 +527,7 @@ class Guard:
 
     def penalties_for(self, penalty: object) -> Penalties | None:
         """A call's penalty state: ``None`` is the limiter's penalty, ``False`` none, a
-        :class:`Penalty` that one (under the limiter's prefix: the same block and counts
+        [`Penalty`][redcount.policies.Penalty] that one (under the limiter's prefix: the same block and counts
         as the limiter's own penalty for the key)."""
         if penalty is None:
             return self.penalties
@@ -721,7 +724,7 @@ def guarded_async(
     core: Any = None,
     unavailable: Callable[[BaseException], Decision] | None = None,
 ) -> dict[str, Callable[..., Any]]:
-    """The coroutine twins of :func:`guarded_sync` (``methods`` are coroutine functions;
+    """The coroutine twins of [`guarded_sync`][redcount.policies.guarded_sync] (``methods`` are coroutine functions;
     any of the five, each guarded as its sync twin; ``unavailable`` the async limiter's
     on_unavailable, when it differs from the guard's)."""
     from ._aio_runtime import OpFuture, engine_method
@@ -902,7 +905,7 @@ def unblock_sync(store: Any, prefix: str, guard: Guard | None, key: str | bytes)
 
 
 async def unblock_async(store: Any, prefix: str, guard: Guard | None, key: str | bytes) -> int:
-    """The coroutine twin of :func:`unblock_sync`."""
+    """The coroutine twin of [`unblock_sync`][redcount.policies.unblock_sync]."""
     from ._aio_runtime import OpFuture
     from .errors import ReplyError
 
@@ -963,7 +966,7 @@ def config_size(value: object, where: str) -> int:
 
 
 def config_penalty(value: object, where: str) -> Penalty | None:
-    """A penalty from configuration: a :class:`Penalty`, a dict of its arguments, or None."""
+    """A penalty from configuration: a [`Penalty`][redcount.policies.Penalty], a dict of its arguments, or None."""
     if value is None or isinstance(value, Penalty):
         return value
     if isinstance(value, dict):

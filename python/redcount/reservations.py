@@ -1,12 +1,12 @@
 """Reservations: charge an estimate now, settle on the real use later.
 
-::
-
-    r = limiter.reserve("100000/day", "tenant:acme", cost=2000, request_id=call_id, deadline=300)
-    if not r:
-        raise TooManyTokens(r.retry_after)
-    usage = call_the_model(...)
-    r.settle(usage.total_tokens)      # gives back or charges the difference, once
+```python
+r = limiter.reserve("100000/day", "tenant:acme", cost=2000, request_id=call_id, deadline=300)
+if not r:
+    raise TooManyTokens(r.retry_after)
+usage = call_the_model(...)
+r.settle(usage.total_tokens)      # gives back or charges the difference, once
+```
 
 From another process (a worker that got the result), the same settlement without the
 object: ``limiter.settle("100000/day", "tenant:acme", request_id=call_id, actual=1830)``.
@@ -22,7 +22,7 @@ from ._core import Adjustment, Decision, LimitSet
 
 
 class Settles(Protocol):
-    """What settles a reservation: :class:`redcount.Limiter`."""
+    """What settles a reservation: [`redcount.Limiter`][redcount.limiter.Limiter]."""
 
     def settle(
         self, limit: str | LimitSet, key: str | bytes, *, request_id: str | bytes, actual: int, tag: str | None = None
@@ -30,7 +30,7 @@ class Settles(Protocol):
 
 
 class SettlesAsync(Protocol):
-    """What settles a reservation on asyncio: :class:`redcount.aio.Limiter`."""
+    """What settles a reservation on asyncio: [`redcount.aio.Limiter`][redcount.aio.Limiter]."""
 
     async def settle(
         self, limit: str | LimitSet, key: str | bytes, *, request_id: str | bytes, actual: int, tag: str | None = None
@@ -58,12 +58,12 @@ class _ReservationBase:
         self.limit = limit
         self.key = key
         self.request_id = request_id
-        #: The hash tag the reservation was made under (None: the key's untagged state);
-        #: settle() acts on the same state.
         self.tag = tag
-        #: What reserve() did: status "applied", "duplicate" (already reserved under this
-        #: request_id: nothing charged now) or "refused".
+        """The hash tag the reservation was made under (None: the key's untagged state);
+        settle() acts on the same state."""
         self.adjustment = adjustment
+        """What reserve() did: status "applied", "duplicate" (already reserved under this
+        request_id: nothing charged now) or "refused"."""
 
     @property
     def allowed(self) -> bool:
@@ -82,7 +82,7 @@ class _ReservationBase:
 
     @property
     def decision(self) -> Decision:
-        """The reservation's :class:`~redcount.Decision` (allowed unless refused)."""
+        """The reservation's [`Decision`][redcount.limiter.Decision] (allowed unless refused)."""
         return self.adjustment.decision
 
     @property
@@ -108,8 +108,8 @@ class _ReservationBase:
 
 
 class Reservation(_ReservationBase):
-    """What :meth:`redcount.Limiter.reserve` returns: truthy when the estimate was charged.
-    :meth:`settle` charges or gives back the difference to the actual use, once."""
+    """What [`redcount.Limiter.reserve`][redcount.limiter.Limiter.reserve] returns: truthy when the estimate was charged.
+    [`settle`][redcount.reservations.Reservation.settle] charges or gives back the difference to the actual use, once."""
 
     __slots__ = ("_limiter",)
 
@@ -126,13 +126,13 @@ class Reservation(_ReservationBase):
         self._limiter = limiter
 
     def settle(self, actual: int) -> Adjustment:
-        """Settle at ``actual`` units: see :meth:`redcount.Limiter.settle` (under the
+        """Settle at ``actual`` units: see [`redcount.Limiter.settle`][redcount.limiter.Limiter.settle] (under the
         reservation's ``tag``)."""
         return self._limiter.settle(self.limit, self.key, request_id=self.request_id, actual=actual, tag=self.tag)
 
 
 class AsyncReservation(_ReservationBase):
-    """What :meth:`redcount.aio.Limiter.reserve` returns; :meth:`settle` is a coroutine."""
+    """What [`redcount.aio.Limiter.reserve`][redcount.aio.Limiter.reserve] returns; [`settle`][redcount.reservations.AsyncReservation.settle] is a coroutine."""
 
     __slots__ = ("_limiter",)
 
@@ -149,7 +149,7 @@ class AsyncReservation(_ReservationBase):
         self._limiter = limiter
 
     async def settle(self, actual: int) -> Adjustment:
-        """Settle at ``actual`` units: see :meth:`redcount.Limiter.settle` (under the
+        """Settle at ``actual`` units: see [`redcount.Limiter.settle`][redcount.limiter.Limiter.settle] (under the
         reservation's ``tag``)."""
         return await self._limiter.settle(
             self.limit, self.key, request_id=self.request_id, actual=actual, tag=self.tag

@@ -1,14 +1,14 @@
-"""Shaping instead of refusing: :meth:`redcount.Limiter.wait` and ``throttle``.
+"""Shaping instead of refusing: [`redcount.Limiter.wait`][redcount.limiter.Limiter.wait] and ``throttle``.
 
-::
+```python
+limiter = redcount.Limiter(store, "sliding-window")
+limiter.wait("10/second", "github", max_wait=30)     # sleeps until admitted, then charged
 
-    limiter = redcount.Limiter(store, "sliding-window")
-    limiter.wait("10/second", "github", max_wait=30)     # sleeps until admitted, then charged
+@limiter.throttle("10/second", key="github", max_wait=30)
+def fetch(url: str) -> bytes: ...                    # each call waits for its turn, then runs
+```
 
-    @limiter.throttle("10/second", key="github", max_wait=30)
-    def fetch(url: str) -> bytes: ...                    # each call waits for its turn, then runs
-
-The public methods live on :class:`redcount.Limiter` and :class:`redcount.aio.Limiter`; this
+The public methods live on [`redcount.Limiter`][redcount.limiter.Limiter] and [`redcount.aio.Limiter`][redcount.aio.Limiter]; this
 module holds what they share: argument checks, the per-process FIFO queues and the
 decorator object.
 
@@ -78,8 +78,8 @@ def check_wait_args(
     limit: str | LimitSet, key: str | bytes, cost: int, strategy: str, max_wait: float | None
 ) -> tuple[tuple[object, str | bytes], int]:
     """Validate the arguments of a wait before queueing; return the queue's name and the
-    smallest amount of the limits (for :class:`WaitTimeout`). Raises
-    :class:`~redcount.InvalidInputError` (bad values) or ``TypeError`` (wrong types) at
+    smallest amount of the limits (for [`WaitTimeout`][redcount.errors.WaitTimeout]). Raises
+    [`InvalidInputError`][redcount.errors.InvalidInputError] (bad values) or ``TypeError`` (wrong types) at
     once, so a hit that could never be admitted is never waited for."""
     if max_wait is not None:
         if isinstance(max_wait, bool) or not isinstance(max_wait, (int, float)):
@@ -166,7 +166,7 @@ def _signal(ticket: _Ticket) -> None:
 class Shaper:
     """The FIFO queues of one limiter core's waiters in this process: one per (limit, key)
     for threads, and one per (event loop, limit, key) for coroutines. Shared by the sync
-    limiter and every :class:`redcount.aio.Limiter` view of it. Thread-safe (one lock,
+    limiter and every [`redcount.aio.Limiter`][redcount.aio.Limiter] view of it. Thread-safe (one lock,
     never held across I/O or a sleep)."""
 
     def __init__(self) -> None:
@@ -222,7 +222,7 @@ def wait_sync(
     cost: int,
     max_wait: float | None,
 ) -> Decision:
-    """The body of :meth:`redcount.Limiter.wait`."""
+    """The body of [`redcount.Limiter.wait`][redcount.limiter.Limiter.wait]."""
     qname, amount = check_wait_args(limit, key, cost, strategy, max_wait)
     started = time.monotonic()
     deadline = None if max_wait is None else started + max_wait
@@ -269,7 +269,7 @@ async def wait_async(
     cost: int,
     max_wait: float | None,
 ) -> Decision:
-    """The body of :meth:`redcount.aio.Limiter.wait`; ``hit`` is the limiter's public
+    """The body of [`redcount.aio.Limiter.wait`][redcount.aio.Limiter.wait]; ``hit`` is the limiter's public
     ``hit`` coroutine function (so whatever it does, a failure policy included, applies)."""
     import asyncio  # here, not at the top: a running loop has imported it already, and
     # `import redcount` stays without asyncio's cost for programs that never use it
@@ -336,11 +336,11 @@ async def wait_async(
 
 
 class Throttle:
-    """A decorator made by :meth:`redcount.Limiter.throttle` (and its asyncio twin): each
-    call of the decorated function first waits for its turn (:meth:`~redcount.Limiter.wait`),
+    """A decorator made by [`redcount.Limiter.throttle`][redcount.limiter.Limiter.throttle] (and its asyncio twin): each
+    call of the decorated function first waits for its turn ([`wait`][redcount.limiter.Limiter.wait]),
     then runs. Coroutine functions wait without blocking the event loop; plain functions
     block their thread. The wrapped function keeps its signature, return value and
-    exceptions; :class:`~redcount.WaitTimeout` is raised instead of calling it when
+    exceptions; [`WaitTimeout`][redcount.errors.WaitTimeout] is raised instead of calling it when
     ``max_wait`` runs out. Thread-safe."""
 
     def __init__(self, wait_sync: Callable[[], object], wait_async: Callable[[], Awaitable[object]]) -> None:

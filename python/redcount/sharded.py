@@ -1,16 +1,16 @@
 """Sharded idempotent counters and strong quotas.
 
-::
+```python
+likes = redcount.ShardedCounter(store, "likes:post:987", shards=16)
+likes.incr(request_id="req-20260223-13001")   # True; a retry with the same id -> False
+likes.value()                                 # all shards summed, one round trip
+likes.read(max_staleness=0.25)                # Reading(value=..., staleness_ms=...)
 
-    likes = redcount.ShardedCounter(store, "likes:post:987", shards=16)
-    likes.incr(request_id="req-20260223-13001")   # True; a retry with the same id -> False
-    likes.value()                                 # all shards summed, one round trip
-    likes.read(max_staleness=0.25)                # Reading(value=..., staleness_ms=...)
-
-    credits = redcount.Quota(store, "merchant:1001:credits", floor=0)
-    credits.set(10_000)
-    if credits.take(25, request_id="order-77"):   # refused (nothing changes) below the floor
-        ...
+credits = redcount.Quota(store, "merchant:1001:credits", floor=0)
+credits.set(10_000)
+if credits.take(25, request_id="order-77"):   # refused (nothing changes) below the floor
+    ...
+```
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ __all__ = [
     "ShardedCounter",
 ]
 
-#: One item of :meth:`ShardedCounter.incr_many`: ``(name, amount)`` or ``(name, amount, request_id)``.
 Increment = Union[tuple[str, int], tuple[str, int, Union[str, bytes, None]]]
+"""One item of [`ShardedCounter.incr_many`][redcount.sharded.ShardedCounter.incr_many]: ``(name, amount)`` or ``(name, amount, request_id)``."""
 
 _QUEUED: weakref.WeakSet[ShardedCounter] = weakref.WeakSet()
 _BUFFERED: weakref.WeakSet[BufferedCounter] = weakref.WeakSet()
@@ -67,21 +67,21 @@ class ShardedCounter:
 
     A write is one atomic script: it records ``request_id`` (kept ``idempotency_ttl``
     seconds), and only if the id is new adds ``amount`` to one shard and appends the delta to
-    that shard's delta log (a Redis stream, which a :class:`~redcount.Flusher` trims once its
-entries are in SQL, and ``log_maxlen`` guards). A write
+    that shard's delta log (a Redis stream, which a [`Flusher`][redcount.sql.flusher.Flusher] trims once its
+    entries are in SQL, and ``log_maxlen`` guards). A write
     with a request id goes to a shard chosen by a stable hash of the id, so a retry meets the
     id it recorded; a write without one goes to a random shard. Reads sum all shards in one
-    round trip; :meth:`read` serves hot readers from a cache.
+    round trip; [`read`][redcount.sharded.ShardedCounter.read] serves hot readers from a cache.
 
     Eventually consistent in the useful sense: every applied write is in the value at once,
-    but a reader may see a cached value (:meth:`read`) up to ``max_staleness`` old. For
-    refusals that must be exact (stock, credits), use :class:`Quota`.
+    but a reader may see a cached value ([`read`][redcount.sharded.ShardedCounter.read]) up to ``max_staleness`` old. For
+    refusals that must be exact (stock, credits), use [`Quota`][redcount.sharded.Quota].
 
     Args:
-        store: from :func:`redcount.connect`.
+        store: from [`redcount.connect`][redcount.store.connect].
         name: the counter's name (no ``{`` or ``}``).
         shards: 1..4096 (default 16): the counter's first generation of shards. Keep it fixed
-            for a counter's life and change the shard count with :meth:`reshard`, which every
+            for a counter's life and change the shard count with [`reshard`][redcount.sharded.ShardedCounter.reshard], which every
             instance (in every process) follows through the counter's layout key.
         idempotency_ttl: seconds a request id is remembered (default one day).
         route: ``"request-id"`` (default) or ``"random"`` (every write to a random shard;
@@ -150,7 +150,7 @@ entries are in SQL, and ``log_maxlen`` guards). A write
 
     def adjust(self, delta: int, reason: str, *, request_id: str | bytes | None = None) -> bool:
         """An audited correction: adds ``delta`` (a non-zero int) through the delta log like
-        :meth:`incr`, and its log entry carries ``reason`` (1..255 bytes), so the flusher also
+        [`incr`][redcount.sharded.ShardedCounter.incr], and its log entry carries ``reason`` (1..255 bytes), so the flusher also
         records it in the SQL adjustments table. With ``request_id``, a repeat is not applied
         twice (False). Bad input raises InvalidInputError and writes nothing."""
         check_adjust(delta, reason)
@@ -178,7 +178,7 @@ entries are in SQL, and ``log_maxlen`` guards). A write
 
     def read(self, max_staleness: float = 0.25) -> Reading:
         """The value from this object's cache when it is at most ``max_staleness`` seconds
-        old, else a fresh :meth:`value` that refreshes the cache; ``staleness_ms`` says how
+        old, else a fresh [`value`][redcount.sharded.ShardedCounter.value] that refreshes the cache; ``staleness_ms`` says how
         old the value may be. One refresh at a time: meanwhile others get the cached value
         with its true staleness."""
         return self._core.read(max_staleness)
@@ -213,13 +213,13 @@ entries are in SQL, and ``log_maxlen`` guards). A write
 
     def skew(self, window: float = 60.0, target_per_shard: float | None = None) -> Skew:
         """How unevenly the writes of the last ``window`` seconds spread over the current
-        generation's shards: :func:`redcount.skew.skew_of` over per-shard write rates
+        generation's shards: [`redcount.skew.skew_of`][redcount.skew.skew_of] over per-shard write rates
         (log entries per second), with ``recommended_shards`` for ``target_per_shard``
         writes per second per shard.
 
         The rates come from the shards' delta logs (entries newer than now - ``window``), read
         after the layout in one round trip for all shards. A log keeps about ``log_maxlen``
-        entries, and a running :class:`~redcount.Flusher` trims the entries it applied unless
+        entries, and a running [`Flusher`][redcount.sql.flusher.Flusher] trims the entries it applied unless
         it keeps them (its ``retain`` seconds), so a shard that wrote more than that within
         ``window`` is under-counted: keep ``window`` below ``log_maxlen`` / the hottest shard's
         rate, and below a flusher's ``retain``. Frozen generations are left
@@ -313,7 +313,7 @@ def layout_text(layout: ShardLayout) -> str:
 
 def skew_window(window: object, store: Store) -> tuple[int, str]:
     """``skew(window)``'s checked window in ms and the first stream id inside it (by the
-    store's clock). Shared by :meth:`ShardedCounter.skew` and its asyncio twin."""
+    store's clock). Shared by [`ShardedCounter.skew`][redcount.sharded.ShardedCounter.skew] and its asyncio twin."""
     if isinstance(window, bool) or not isinstance(window, (int, float)) or not 0 < window <= 86400 * 7:
         raise InvalidInputError(f"window must be a number of seconds in (0, 604800], got {window!r}")
     window_ms = max(1, round(window * 1000))
@@ -322,14 +322,14 @@ def skew_window(window: object, store: Store) -> tuple[int, str]:
 
 
 def skew_of_logs(logs: Sequence[object], window_ms: int, target_per_shard: float | None) -> Skew:
-    """The :class:`~redcount.skew.Skew` of the shards' write rates, from their delta-log
+    """The [`Skew`][redcount.skew.Skew] of the shards' write rates, from their delta-log
     entries of the last ``window_ms`` (one XRANGE reply per shard)."""
     rates = [len(entries) * 1000.0 / window_ms if isinstance(entries, list) else 0.0 for entries in logs]
     return skew_of(rates, target_per_shard=target_per_shard)
 
 
 def check_adjust(delta: object, reason: object) -> None:
-    """Raise :class:`~redcount.InvalidInputError` unless ``adjust(delta, reason)`` is valid
+    """Raise [`InvalidInputError`][redcount.errors.InvalidInputError] unless ``adjust(delta, reason)`` is valid
     (checked before anything is sent, by the sync and the async counter alike)."""
     if type(delta) is not int or delta == 0:
         raise InvalidInputError(f"adjust: delta must be a non-zero int, got {delta!r}")
@@ -347,7 +347,7 @@ class Quota:
     linearizable on its Redis master, never below ``floor`` (nor above ``ceiling``).
 
     ``take(n)`` is refused, changing nothing, when it would cross the floor; ``give(n)``
-    when it would cross the ceiling. The result is a :class:`QuotaResult`, true when applied.
+    when it would cross the ceiling. The result is a [`QuotaResult`][redcount.sharded.QuotaResult], true when applied.
     With ``request_id``, a repeat of an applied call changes nothing and reports
     ``applied=True, duplicate=True``; a refused call does not use up its id.
 
@@ -469,22 +469,22 @@ class Quota:
 
 
 class BufferedCounter:
-    """Local pre-aggregation in front of a :class:`ShardedCounter`, for counters hit far more
+    """Local pre-aggregation in front of a [`ShardedCounter`][redcount.sharded.ShardedCounter], for counters hit far more
     often than one round trip per hit allows.
 
-    :meth:`incr` adds to an in-process sum (an atomic add in C++: no I/O, no lock); a
+    [`incr`][redcount.sharded.BufferedCounter.incr] adds to an in-process sum (an atomic add in C++: no I/O, no lock); a
     background thread writes the sum every ``flush_every`` seconds or as soon as
     ``max_pending`` units have accumulated, whichever comes first, as one idempotent write
     with its own request id, so a retried flush never counts twice.
 
     The worst case, stated: while the store is reachable, an increment reaches the store at
     most ``flush_every`` (plus a round trip) after it was made; a crash of this process loses
-    at most :attr:`pending` units (accumulated, or written without an acknowledgement), which
-    :attr:`pending` reports at any time. A flush that fails transiently is retried with the
+    at most [`pending`][redcount.sharded.BufferedCounter.pending] units (accumulated, or written without an acknowledgement), which
+    [`pending`][redcount.sharded.BufferedCounter.pending] reports at any time. A flush that fails transiently is retried with the
     same id; units given up (a non-transient error, an id that would expire first,
-    :meth:`close` with the store down) are counted in ``stats().failed_units``.
+    [`close`][redcount.sharded.BufferedCounter.close] with the store down) are counted in ``stats().failed_units``.
 
-    Flushes on :meth:`close` and at interpreter exit. After ``os.fork()`` the child starts
+    Flushes on [`close`][redcount.sharded.BufferedCounter.close] and at interpreter exit. After ``os.fork()`` the child starts
     empty, with its own flusher (the parent writes what it had). Thread-safe.
     """
 
@@ -510,7 +510,7 @@ class BufferedCounter:
 
     def close(self, timeout: float | None = CLOSE_TIMEOUT) -> int:
         """Flush within ``timeout`` seconds, then stop; returns the units given up (also
-        counted in ``stats().failed_units``). Later :meth:`incr` calls raise."""
+        counted in ``stats().failed_units``). Later [`incr`][redcount.sharded.BufferedCounter.incr] calls raise."""
         return self._core.close(timeout)
 
     def stats(self) -> BufferedStats:

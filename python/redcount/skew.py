@@ -1,16 +1,18 @@
 """Shard-skew statistics: how unevenly load or value is spread over a counter's shards.
 
-One definition of the figures, used by :meth:`ShardedCounter.skew`, the metrics snapshot and
-:mod:`redcount.analysis`, so that a notebook, a Prometheus gauge and a method call never
-disagree::
+One definition of the figures, used by [`ShardedCounter.skew`][redcount.sharded.ShardedCounter.skew], the metrics snapshot and
+[`redcount.analysis`][redcount.analysis], so that a notebook, a Prometheus gauge and a method call never
+disagree:
 
-    from redcount.skew import skew_of
+```python
+from redcount.skew import skew_of
 
-    s = skew_of([120.0, 80.0, 100.0, 900.0], target_per_shard=250.0)
-    s.max_over_mean      # 3.0: the hottest shard takes 3x its fair share
-    s.cv                 # coefficient of variation (population standard deviation / mean)
-    s.gini               # 0 = perfectly even, (n-1)/n = everything on one shard
-    s.recommended_shards # shards needed so that a fair share is at most 250/s: 5 -> 8
+s = skew_of([120.0, 80.0, 100.0, 900.0], target_per_shard=250.0)
+s.max_over_mean      # 3.0: the hottest shard takes 3x its fair share
+s.cv                 # coefficient of variation (population standard deviation / mean)
+s.gini               # 0 = perfectly even, (n-1)/n = everything on one shard
+s.recommended_shards # shards needed so that a fair share is at most 250/s: 5 -> 8
+```
 
 Pure Python, no dependencies; the functions are pure and thread-safe.
 """
@@ -23,8 +25,8 @@ from dataclasses import dataclass
 
 __all__ = ["Skew", "gini", "recommended_shards", "skew_of"]
 
-#: The largest shard count :func:`recommended_shards` proposes (the sharded counter's own cap).
 MAX_RECOMMENDED_SHARDS = 1024
+"""The largest shard count [`recommended_shards`][redcount.skew.recommended_shards] proposes (the sharded counter's own cap)."""
 
 
 @dataclass(frozen=True)
@@ -84,10 +86,10 @@ def recommended_shards(total_rate: float, target_per_shard: float, *, current: i
 
 
 def skew_of(values: Sequence[float], *, target_per_shard: float | None = None) -> Skew:
-    """The :class:`Skew` of per-shard ``values`` (one figure per shard, non-negative).
+    """The [`Skew`][redcount.skew.Skew] of per-shard ``values`` (one figure per shard, non-negative).
 
     With ``target_per_shard`` (a rate, in the same unit as ``values``), also the shard count
-    :func:`recommended_shards` proposes for the observed total. Raises ValueError for an empty
+    [`recommended_shards`][redcount.skew.recommended_shards] proposes for the observed total. Raises ValueError for an empty
     sequence or a negative or non-finite value.
     """
     xs = _checked(values)

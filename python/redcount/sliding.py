@@ -1,4 +1,4 @@
-"""Sliding-window counters: :class:`SlidingWindowCounter`."""
+"""Sliding-window counters: [`SlidingWindowCounter`][redcount.sliding.SlidingWindowCounter]."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ _FAST = ("count", "add_unique", "count_unique", "clear", "storage_keys")
 class SlidingWindowCounter:
     """Counts the events, or the distinct items, of each key in the last ``window`` seconds.
 
-    Unlike :class:`~redcount.FixedWindowCounter`, the window slides with the clock at
+    Unlike [`FixedWindowCounter`][redcount.counters.FixedWindowCounter], the window slides with the clock at
     millisecond precision: an event counts while it is less than ``window`` old.
 
     Each key's events live in a sorted set (score = time, member = time plus a unique id, so
@@ -30,10 +30,10 @@ class SlidingWindowCounter:
     TTL to the window and returns the count. The window size is part of the key, so one
     business key can have counters of several granularities. Storage is one set member
     per event (or item) in the window: use it where the window holds thousands of events
-    per key, not millions (a :class:`~redcount.FixedWindowCounter` is O(1)).
+    per key, not millions (a [`FixedWindowCounter`][redcount.counters.FixedWindowCounter] is O(1)).
 
     Args:
-        store: from :func:`redcount.connect`.
+        store: from [`redcount.connect`][redcount.store.connect].
         name: the counter's name, part of every key (no ``{`` or ``}``).
         window: seconds (>= 0.001).
         prefix: the first part of every key (default ``"redcount"``).
@@ -43,7 +43,7 @@ class SlidingWindowCounter:
             in scripts); ``"server-offset"`` corrects the client clock by an offset
             measured with ``TIME`` every 10 s.
 
-    :class:`redcount.aio.SlidingWindowCounter` is the asyncio twin; it can share this
+    [`redcount.aio.SlidingWindowCounter`][redcount.aio.SlidingWindowCounter] is the asyncio twin; it can share this
     counter's core (``redcount.aio.SlidingWindowCounter.from_sync(counter)``).
 
     Thread-safe.

@@ -1,4 +1,4 @@
-"""Opening stores: :func:`connect`."""
+"""Opening stores: [`connect`][redcount.store.connect]."""
 
 from __future__ import annotations
 
@@ -60,8 +60,8 @@ def _tls_path(name: str, value: _PathArg) -> str | None:
     return path
 
 
-#: Thread connections a store may open by default, on top of its ``connections``.
 DEFAULT_THREAD_CONNECTIONS = 16
+"""Thread connections a store may open by default, on top of its ``connections``."""
 
 
 def _spin_seconds(spin: object) -> float | None:
@@ -114,7 +114,7 @@ def connect(
     - ``"redis+cluster://[[user]:password@]host1:port1,host2:port2"``: a Redis Cluster (any
       of its nodes as seeds; ``rediss+cluster://`` for TLS). Batches are split per node and
       their replies put back in order; MOVED and ASK are followed. What is about one node
-      (KEYS, SCAN, DBSIZE, INFO, FLUSHALL) goes through :meth:`Store.nodes`, one store per
+      (KEYS, SCAN, DBSIZE, INFO, FLUSHALL) goes through [`Store.nodes`][redcount.store.Store.nodes], one store per
       master;
     - ``"redis+sentinel://[[user]:password@]s1:port,s2:port/service[/db]"``: the master of a
       Redis Sentinel ``service`` (``rediss+sentinel://`` for TLS to the sentinels and the
@@ -138,7 +138,7 @@ def connect(
     addresses, decide where keys live: keep a server's name when it moves, and adding a
     fourth server to three moves about a quarter of the slots, all to it. Each URL keeps its
     own credentials, database and TLS settings; the keyword options apply to every server.
-    :meth:`Store.nodes` gives one store per server, in the order given. A server that is down
+    [`Store.nodes`][redcount.store.Store.nodes] gives one store per server, in the order given. A server that is down
     is not replaced: calls for its slots fail (with ``budget`` or ``fallback``, fast, through
     its own circuit breaker; see below) while the others keep serving. A member may also be
     a Sentinel group (a ``redis+sentinel://`` URL): its slots go to the master its sentinels
@@ -172,15 +172,15 @@ def connect(
     unencrypted key, for servers that require one (mutual TLS); ``ssl_cert_reqs``
     ``"required"`` (default), ``"optional"`` (the same for a client: a TLS server always
     presents a certificate) or ``"none"`` (no verification at all: warns
-    :class:`~redcount.SecurityWarning`); ``ssl_check_hostname`` (default true) whether the
+    [`SecurityWarning`][redcount.errors.SecurityWarning]); ``ssl_check_hostname`` (default true) whether the
     certificate must name the host (or ``ssl_server_name``, which is also sent as SNI).
 
     When Redis fails (see docs/failures.md, "When Redis fails: budget, breaker, fallback"):
     ``budget`` (seconds, > 0) caps every round trip, waiting for a connection and the store's
     own retries included (the command and pool timeouts become at most ``budget``; a
     connection slower than that to set up goes on in the background); a call that
-    cannot decide in time raises :class:`~redcount.Unavailable` (a
-    :class:`~redcount.ConnectionError`), as does every connection-level failure.
+    cannot decide in time raises [`Unavailable`][redcount.errors.Unavailable] (a
+    [`ConnectionError`][redcount.errors.ConnectionError]), as does every connection-level failure.
     ``breaker`` (on by default, active only with ``budget`` or ``fallback``): three
     consecutive connection failures or timeouts open it; while open, calls do not touch Redis
     (they fail fast with ``Unavailable`` or go to the fallback), and the first call after a
@@ -190,14 +190,14 @@ def connect(
     counter and limiter works there), and back to Redis when it closes; counts made on the
     fallback are not merged back. On a Redis Cluster or a ring there is one breaker per node
     (``node_breakers``): a node's failures open its breaker only, and only the calls for its
-    slots fail fast or go to the fallback, while the other nodes keep serving. The store is then a :class:`ResilientStore`, whose
+    slots fail fast or go to the fallback, while the other nodes keep serving. The store is then a [`ResilientStore`][redcount.store.ResilientStore], whose
     ``breaker_state``, ``using_fallback`` and ``breaker_switches`` tell where calls go; each
     switch is logged once on the ``"redcount"`` logger (WARNING), by a daemon thread
     (within 0.1 s).
     On ``memory://`` a budget changes nothing (it never waits on a network).
 
-    ``hot_keys``: a :class:`~redcount.HotKeys` that observes the storage key of every request
-    sent through the store (sync and :mod:`redcount.aio` alike), when it is submitted: a
+    ``hot_keys``: a [`HotKeys`][redcount.hot_keys.HotKeys] that observes the storage key of every request
+    sent through the store (sync and [`redcount.aio`][redcount.aio] alike), when it is submitted: a
     script call's first key, every key a data command names (GET, INCRBY, PEXPIREAT, MGET,
     HGETALL, XADD...), none for keyless commands (PING, WAIT); a MULTI ... EXEC transaction
     counts each key it names once, like the script it stands in for. The store is then
@@ -205,8 +205,8 @@ def connect(
     ``breaker_state``, read through). Without it, nothing is added to any call.
 
     Nothing is sent until the first command, so a wrong host or password shows up then,
-    as :class:`~redcount.ConnectionError` or :class:`~redcount.AuthenticationError`.
-    Call :meth:`Store.ping` to check at once.
+    as [`ConnectionError`][redcount.errors.ConnectionError] or [`AuthenticationError`][redcount.errors.AuthenticationError].
+    Call [`Store.ping`][redcount.store.Store.ping] to check at once.
     """
     ring_urls, ring_names = _ring_arguments(url, routing, names)
     if url is None:

@@ -1,22 +1,22 @@
 """Per-process observability: the figures behind ``redcount.metrics()`` and a Prometheus
 collector.
 
-::
+```python
+hk = redcount.HotKeys(1000)
+store = redcount.connect("redis://localhost:6379/0", hot_keys=hk)   # hot keys: optional
+...
+m = redcount.metrics()             # rates since the previous call of metrics()
+m.increments_per_second, m.write_success_rate, m.idempotency_hit_rate
+m.hot_keys[:3], m.skew, m.snapshot_lag_seconds, m.drift
 
-    hk = redcount.HotKeys(1000)
-    store = redcount.connect("redis://localhost:6379/0", hot_keys=hk)   # hot keys: optional
-    ...
-    m = redcount.metrics()             # rates since the previous call of metrics()
-    m.increments_per_second, m.write_success_rate, m.idempotency_hit_rate
-    m.hot_keys[:3], m.skew, m.snapshot_lag_seconds, m.drift
-
-    redcount.metrics.register()        # prometheus_client: a RedcountCollector in REGISTRY
+redcount.metrics.register()        # prometheus_client: a RedcountCollector in REGISTRY
+```
 
 What is counted, and where:
 
-- *increments* are counter writes that reach a store: :class:`~redcount.FixedWindowCounter`
-  ``incr`` (``incr_many`` counts each item) and :class:`~redcount.ShardedCounter` writes (a
-  :class:`~redcount.BufferedCounter` flush is one write per counter, its ``incr`` calls are
+- *increments* are counter writes that reach a store: [`FixedWindowCounter`][redcount.counters.FixedWindowCounter]
+  ``incr`` (``incr_many`` counts each item) and [`ShardedCounter`][redcount.sharded.ShardedCounter] writes (a
+  [`BufferedCounter`][redcount.sharded.BufferedCounter] flush is one write per counter, its ``incr`` calls are
   local and not counted, so its fast path pays nothing). *Reads* are ``get``/``get_many``,
   ``value`` and ``read`` (served from the cache or not). The C++ drivers count each operation
   once when it completes, with relaxed atomics; an operation that raised to its caller is an
@@ -24,18 +24,18 @@ What is counted, and where:
   (``on_error="queue"``) counts as a success.
 - *idempotency hits*: sharded writes with a request id that the store answered "already
   applied", over all answered writes with a request id.
-- *hot keys*: the top keys of every :class:`~redcount.HotKeys` passed to
-  :func:`redcount.connect`; *skew*: for each sharded counter among them, :func:`redcount.skew.skew_of`
+- *hot keys*: the top keys of every [`HotKeys`][redcount.hot_keys.HotKeys] passed to
+  [`redcount.connect`][redcount.store.connect]; *skew*: for each sharded counter among them, [`redcount.skew.skew_of`][redcount.skew.skew_of]
   over its shards' observed write counts (shards never observed count as 0, up to the highest
   shard seen).
-- *lag*: of the open :class:`~redcount.Flusher` objects in this process (each ``lag`` reads
+- *lag*: of the open [`Flusher`][redcount.sql.flusher.Flusher] objects in this process (each ``lag`` reads
   Redis and SQL: a few round trips per metrics() call); *trimmed*: delta-log entries this
   process's flushers found trimmed from a log before any flusher of their group applied
   them (lost to the snapshots; ``FlusherStats.trimmed`` summed); *drift*: the last
-  :func:`redcount.reconcile` of each counter run in this process.
+  [`redcount.reconcile`][redcount.sql.reconciliation.reconcile] of each counter run in this process.
 - *undecided requests*: web requests (Flask, FastAPI, Starlette, Django, DRF) that some limit
   decided without the store, by the failure policy, by reason (``timeout``,
-  ``breaker-open``, ``unavailable``; see :data:`redcount.web.engine.UNDECIDED_REASONS`).
+  ``breaker-open``, ``unavailable``; see [`redcount.web.engine.UNDECIDED_REASONS`][redcount.web.engine.UNDECIDED_REASONS]).
   Each one was let through (``fail="open"``) or refused with 503 (``"closed"``) without
   being counted against its limits, so a rise means limits were not enforced exactly.
 - *leased units*: units this process's leases (``Limiter.hit(..., lease=N)``) hold and have
@@ -64,14 +64,14 @@ if TYPE_CHECKING:
 
 __all__ = ["Metrics", "MetricsSnapshot", "RedcountCollector", "metrics", "register", "reset", "snapshot"]
 
-#: Hot keys reported (and exported as labels: the cardinality bound).
 TOP_N = 10
-#: Reconciled counters reported (the most recent ones).
+"""Hot keys reported (and exported as labels: the cardinality bound)."""
 MAX_DRIFT_COUNTERS = 100
+"""Reconciled counters reported (the most recent ones)."""
 
 
 class KeyCount(Protocol):
-    """A hot key in a snapshot: a :class:`redcount.HotKey`, or its figures summed over several
+    """A hot key in a snapshot: a [`redcount.HotKey`][redcount.hot_keys.HotKey], or its figures summed over several
     HotKeys tables."""
 
     @property
@@ -83,7 +83,7 @@ class KeyCount(Protocol):
 
 
 class LagFigures(Protocol):
-    """What a flusher's ``lag`` reports (:class:`redcount.sql.Lag`)."""
+    """What a flusher's ``lag`` reports ([`redcount.sql.Lag`][redcount.sql.flusher.Lag])."""
 
     @property
     def entries(self) -> int: ...
@@ -92,7 +92,7 @@ class LagFigures(Protocol):
 
 
 class LagSource(Protocol):
-    """What this module reads of a :class:`redcount.sql.Flusher`. (A protocol, not the class:
+    """What this module reads of a [`redcount.sql.Flusher`][redcount.sql.flusher.Flusher]. (A protocol, not the class:
     the SQL layer reports here, so this module must not import it.)"""
 
     @property
@@ -100,7 +100,7 @@ class LagSource(Protocol):
 
 
 class DriftReport(Protocol):
-    """What this module keeps of a reconciliation :class:`redcount.sql.Report`."""
+    """What this module keeps of a reconciliation [`redcount.sql.Report`][redcount.sql.reconciliation.Report]."""
 
     @property
     def counter(self) -> str: ...
@@ -111,8 +111,8 @@ class DriftReport(Protocol):
 @dataclass(frozen=True)
 class MetricsSnapshot:
     """The process's figures at ``at`` (Unix time). Totals count since the process started
-    (or :func:`reset`); ``*_per_second`` and the rates cover the ``interval`` seconds since
-    the previous :func:`metrics` call. A rate with nothing to measure is 1.0 (success) or 0.0
+    (or [`reset`][redcount.telemetry.reset]); ``*_per_second`` and the rates cover the ``interval`` seconds since
+    the previous [`metrics`][redcount.telemetry.metrics] call. A rate with nothing to measure is 1.0 (success) or 0.0
     (hits)."""
 
     at: float
@@ -129,24 +129,23 @@ class MetricsSnapshot:
     idempotency_hit_rate: float
     hot_keys: list[KeyCount] = field(default_factory=list)
     hot_keys_total: int = 0
-    #: The hottest key's share of every observed key access (0.0 without hot keys).
     hottest_key_share: float = 0.0
-    #: ``{"<prefix>:<name>": Skew}`` for the sharded counters among the hot keys.
+    """The hottest key's share of every observed key access (0.0 without hot keys)."""
     skew: dict[str, Skew] = field(default_factory=dict)
-    #: The largest age (s) of a delta not yet in SQL over this process's flushers; None without one.
+    """``{"<prefix>:<name>": Skew}`` for the sharded counters among the hot keys."""
     snapshot_lag_seconds: float | None = None
-    #: Delta-log entries after the SQL watermarks, summed over this process's flushers.
+    """The largest age (s) of a delta not yet in SQL over this process's flushers; None without one."""
     watermark_lag_entries: int | None = None
-    #: ``{counter: relative drift}`` of the last reconciliation of each counter run here.
+    """Delta-log entries after the SQL watermarks, summed over this process's flushers."""
     drift: dict[str, float] = field(default_factory=dict)
-    #: Delta-log entries trimmed before they were flushed, found by this process's flushers.
+    """``{counter: relative drift}`` of the last reconciliation of each counter run here."""
     trimmed_entries: int = 0
-    #: Web requests some limit decided without the store (see the module's docstring).
     undecided_requests: int = 0
-    #: The same by reason: ``{"timeout": n, "breaker-open": n, "unavailable": n}``.
+    """Web requests some limit decided without the store (see the module's docstring)."""
     undecided_by_reason: dict[str, int] = field(default_factory=dict)
-    #: Leased units this process holds and has not admitted yet, over every limiter.
+    """The same by reason: ``{"timeout": n, "breaker-open": n, "unavailable": n}``."""
     leased_units: int = 0
+    """Leased units this process holds and has not admitted yet, over every limiter."""
 
 
 _lock = threading.Lock()
@@ -159,7 +158,7 @@ _previous: tuple[float, tuple[int, ...]] | None = None
 
 
 def attach_hot_keys(hk: HotKeys) -> None:
-    """Report ``hk``'s top keys in :func:`metrics` (connect(hot_keys=...) calls this)."""
+    """Report ``hk``'s top keys in [`metrics`][redcount.telemetry.metrics] (connect(hot_keys=...) calls this)."""
     with _lock:
         _hot_keys[:] = [r for r in _hot_keys if r() is not None and r() is not hk]
         _hot_keys.append(weakref.ref(hk))
@@ -300,8 +299,8 @@ def _ratio(num: int, den: int, empty: float) -> float:
 
 
 def snapshot(top: int = TOP_N) -> MetricsSnapshot:
-    """The process's :class:`MetricsSnapshot`, with up to ``top`` hot keys; rates are over the
-    time since the previous call (since the process started, or :func:`reset`, for the first)."""
+    """The process's [`MetricsSnapshot`][redcount.telemetry.MetricsSnapshot], with up to ``top`` hot keys; rates are over the
+    time since the previous call (since the process started, or [`reset`][redcount.telemetry.reset], for the first)."""
     global _previous
     if isinstance(top, bool) or not isinstance(top, int) or top < 0:
         raise _core.InvalidInputError(f"top must be an int >= 0, got {top!r}")
@@ -370,7 +369,7 @@ class RedcountCollector:
       process would lose until their windows end)
 
     Rates are Prometheus's business (``rate(redcount_counter_writes_total[5m])``): a scrape
-    does not disturb the intervals of :func:`metrics`.
+    does not disturb the intervals of [`metrics`][redcount.telemetry.metrics].
     """
 
     def __init__(self, *, namespace: str = "redcount", top: int = TOP_N) -> None:
@@ -457,7 +456,7 @@ class RedcountCollector:
 
 
 def register(registry: Any = None, *, namespace: str = "redcount", top: int = TOP_N) -> RedcountCollector:
-    """Register a :class:`RedcountCollector` in ``registry`` (default: prometheus_client's
+    """Register a [`RedcountCollector`][redcount.telemetry.RedcountCollector] in ``registry`` (default: prometheus_client's
     global ``REGISTRY``) and return it."""
     collector = RedcountCollector(namespace=namespace, top=top)
     if registry is None:
@@ -470,8 +469,8 @@ def register(registry: Any = None, *, namespace: str = "redcount", top: int = TO
 
 class Metrics:
     """The type of ``redcount.metrics``, the one object of this module exported at the top:
-    ``redcount.metrics()`` is the process's :class:`MetricsSnapshot` (see :func:`snapshot`);
-    ``redcount.metrics.register()`` adds a :class:`RedcountCollector` to a Prometheus registry;
+    ``redcount.metrics()`` is the process's [`MetricsSnapshot`][redcount.telemetry.MetricsSnapshot] (see [`snapshot`][redcount.telemetry.snapshot]);
+    ``redcount.metrics.register()`` adds a [`RedcountCollector`][redcount.telemetry.RedcountCollector] to a Prometheus registry;
     ``redcount.metrics.reset()`` zeroes the counts.
     """
 
@@ -486,8 +485,8 @@ class Metrics:
         return "<redcount.metrics>"
 
 
-#: ``redcount.metrics``: call it for a snapshot; ``.register()`` for Prometheus.
 metrics = Metrics()
+"""``redcount.metrics``: call it for a snapshot; ``.register()`` for Prometheus."""
 
 
 def _after_fork_in_child() -> None:

@@ -1,23 +1,23 @@
 """Storages for the ``limits`` library backed by redcount: the switch for limits,
 Flask-Limiter and slowapi apps is one import and a new storage URI.
 
-::
+```python
+import redcount.contrib.limits  # registers the schemes below with limits
+from limits import storage_from_string, strategies, parse
 
-    import redcount.contrib.limits  # registers the schemes below with limits
-    from limits import storage_from_string, strategies, parse
+storage = storage_from_string("redcount+redis://localhost:6379/0")
+limiter = strategies.MovingWindowRateLimiter(storage)
+limiter.hit(parse("10/minute"), "user:42")
 
-    storage = storage_from_string("redcount+redis://localhost:6379/0")
-    limiter = strategies.MovingWindowRateLimiter(storage)
-    limiter.hit(parse("10/minute"), "user:42")
-
-    astorage = storage_from_string("async+redcount+redis://localhost:6379/0")  # limits.aio
+astorage = storage_from_string("async+redcount+redis://localhost:6379/0")  # limits.aio
+```
 
 limits finds a storage by the scheme of its URI once the class that declares the scheme has
 been defined (a metaclass registry), so importing this module is what makes the schemes
 known; nothing is installed into other interpreters or import hooks.
 
 ========================================  ===================================================
-scheme                                    store (:func:`redcount.connect` URL)
+scheme                                    store ([`redcount.connect`][redcount.store.connect] URL)
 ========================================  ===================================================
 ``redcount+redis://h:p/db``               ``redis://h:p/db``
 ``redcount+rediss://h:p/db?...``          ``rediss://h:p/db?...`` (TLS)
@@ -29,9 +29,9 @@ scheme                                    store (:func:`redcount.connect` URL)
 ========================================  ===================================================
 
 On a Redis Cluster each method is one round trip to the master of its key (the sliding
-window counter's two keys share a ``{hash tag}``, so one slot); :meth:`RedcountStorage.reset`
-and :meth:`RedcountStorage.check` are about the whole store and go to every master
-(:meth:`redcount.Store.nodes`).
+window counter's two keys share a ``{hash tag}``, so one slot); [`RedcountStorage.reset`][redcount.contrib.limits.RedcountStorage.reset]
+and [`RedcountStorage.check`][redcount.contrib.limits.RedcountStorage.check] are about the whole store and go to every master
+([`redcount.Store.nodes`][redcount.store.Store.nodes]).
 
 ``redcount+redis+sentinel://[[user]:pw@]s1:p,s2:p/service[/db]`` (``redcount+rediss+sentinel``
 for TLS) opens ``redis+sentinel://...``: the master of a Sentinel service, followed through
@@ -56,8 +56,8 @@ as the scripts are on Redis.
 
 The storages are thread-safe. Options (keyword arguments of ``storage_from_string``, or
 Flask-Limiter's ``RATELIMIT_STORAGE_OPTIONS``): ``key_prefix`` (default ``"LIMITS"``),
-``wrap_exceptions`` (raise :class:`limits.errors.StorageError` instead of redcount's errors),
-and the keyword arguments of :func:`redcount.connect` (``connect_timeout``,
+``wrap_exceptions`` (raise `limits.errors.StorageError` instead of redcount's errors),
+and the keyword arguments of [`redcount.connect`][redcount.store.connect] (``connect_timeout``,
 ``command_timeout``, ``clock``, the ``ssl_*`` options, ``budget``, ``breaker``, ``fallback``...); redis-py's ``socket_timeout`` and
 ``socket_connect_timeout`` are read as ``command_timeout`` and ``connect_timeout``.
 """
@@ -106,7 +106,7 @@ SCHEMES: dict[str, str] = {
     "redcount+rediss+cluster": "rediss+cluster",
     # Other topologies: one block each, mapping our scheme to its redcount.connect() scheme.
 }
-"""Our schemes (without ``async+``) and the :func:`redcount.connect` scheme each maps to."""
+"""Our schemes (without ``async+``) and the [`redcount.connect`][redcount.store.connect] scheme each maps to."""
 
 # Redis Sentinel: the store asks the sentinels for the master and follows it.
 SCHEMES.update({"redcount+redis+sentinel": "redis+sentinel", "redcount+rediss+sentinel": "rediss+sentinel"})
@@ -345,7 +345,7 @@ def _same(reply: Any) -> Any:
 
 class _Core:
     """What the sync and async storages share: the store, the key layout, and each method
-    as an :class:`_Op`. Thread-safe."""
+    as an `_Op`. Thread-safe."""
 
     def __init__(self, uri: str, key_prefix: str, options: dict[str, Any]) -> None:
         if not isinstance(key_prefix, str):
@@ -385,7 +385,7 @@ class _Core:
         return self._run_on(self.store, op)
 
     def run_each(self, op: _Op) -> list[Any]:
-        """``op`` on each master (:meth:`Store.nodes`: every master of a Redis Cluster, the store
+        """``op`` on each master ([`Store.nodes`][redcount.store.Store.nodes]: every master of a Redis Cluster, the store
         itself otherwise), for what is about the whole store rather than one key: a PING to a
         cluster store reaches only one of its nodes."""
         if self.memory:
@@ -415,7 +415,7 @@ class _Core:
         return await self._run_on_async(self.astore, op)
 
     async def run_each_async(self, op: _Op) -> list[Any]:
-        """:meth:`run_each` for ``limits.aio``: the masters are asked concurrently."""
+        """`run_each` for ``limits.aio``: the masters are asked concurrently."""
         if self.memory:
             with self.lock:
                 return [op.memory()]
@@ -447,7 +447,7 @@ class _Core:
         return n
 
     async def reset_all_async(self) -> int:
-        """:meth:`reset_all` for ``limits.aio``: the masters are cleared concurrently."""
+        """`reset_all` for ``limits.aio``: the masters are cleared concurrently."""
         if not self.cluster:
             return sum(await self.run_each_async(self.reset()))
         pattern = self.reset_pattern()
@@ -610,7 +610,7 @@ class _Core:
 
 class RedcountStorage(Storage, MovingWindowSupport, SlidingWindowCounterSupport):
     """A limits storage on a redcount store (Redis or memory): fixed window, moving window
-    and sliding window counter strategies. ``storage`` is the :class:`redcount.Store`.
+    and sliding window counter strategies. ``storage`` is the [`redcount.Store`][redcount.store.Store].
     Thread-safe."""
 
     STORAGE_SCHEME = list(SCHEMES)
@@ -622,13 +622,16 @@ class RedcountStorage(Storage, MovingWindowSupport, SlidingWindowCounterSupport)
         key_prefix: str = "LIMITS",
         **options: Any,
     ) -> None:
-        """:param uri: one of :data:`SCHEMES` (``redcount+redis://``, ``redcount+rediss://``,
-         ``redcount+unix://``, ``redcount+redis+cluster://``, ``redcount+memory://``...) and the
-         rest of a :func:`redcount.connect` URL
-        :param wrap_exceptions: raise :class:`limits.errors.StorageError` (with the redcount
-         error as ``storage_error``) instead of the redcount error
-        :param key_prefix: the prefix of every key, as in limits' Redis storage
-        :param options: keyword arguments of :func:`redcount.connect`
+        """A storage for the URL ``uri``.
+
+        Args:
+            uri: one of [`SCHEMES`][redcount.contrib.limits.SCHEMES] (``redcount+redis://``, ``redcount+rediss://``,
+                ``redcount+unix://``, ``redcount+redis+cluster://``, ``redcount+memory://``...) and the
+                rest of a [`redcount.connect`][redcount.store.connect] URL.
+            wrap_exceptions: raise `limits.errors.StorageError` (with the redcount error as
+                ``storage_error``) instead of the redcount error.
+            key_prefix: the prefix of every key, as in limits' Redis storage.
+            options: keyword arguments of [`redcount.connect`][redcount.store.connect].
         """
         super().__init__(uri, wrap_exceptions=wrap_exceptions)
         self._core = _Core(uri, key_prefix, options)
@@ -684,9 +687,9 @@ class RedcountStorage(Storage, MovingWindowSupport, SlidingWindowCounterSupport)
 
 
 class AsyncRedcountStorage(_AsyncStorage, _AsyncMovingWindowSupport, _AsyncSlidingWindowCounterSupport):
-    """The ``limits.aio`` twin of :class:`RedcountStorage` (schemes ``async+redcount+...``).
+    """The ``limits.aio`` twin of [`RedcountStorage`][redcount.contrib.limits.RedcountStorage] (schemes ``async+redcount+...``).
     On Redis no call blocks the event loop: each is one request handed to the store's I/O
-    thread. ``storage`` is the :class:`redcount.Store`. Thread-safe."""
+    thread. ``storage`` is the [`redcount.Store`][redcount.store.Store]. Thread-safe."""
 
     STORAGE_SCHEME = [f"async+{s}" for s in SCHEMES]
 
@@ -698,7 +701,7 @@ class AsyncRedcountStorage(_AsyncStorage, _AsyncMovingWindowSupport, _AsyncSlidi
         implementation: str | None = None,
         **options: Any,
     ) -> None:
-        """The arguments of :class:`RedcountStorage`. ``implementation`` (limits' choice of
+        """The arguments of [`RedcountStorage`][redcount.contrib.limits.RedcountStorage]. ``implementation`` (limits' choice of
         async Redis client) is accepted and ignored: redcount is the client."""
         super().__init__(uri, wrap_exceptions=wrap_exceptions)
         self._core = _Core(uri, key_prefix, options)

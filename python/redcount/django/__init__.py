@@ -1,29 +1,29 @@
 """Rate limiting for Django: a middleware, a view decorator, a drop-in for django-ratelimit
 and Django REST framework throttles, all on one ``REDCOUNT`` setting.
 
-::
+```python
+# settings.py
+INSTALLED_APPS = [..., "redcount.django"]            # validates REDCOUNT at start-up
+MIDDLEWARE = [..., "redcount.django.RateLimitMiddleware"]
+REDCOUNT = {"URL": "redis://cache:6379/0", "DEFAULT_LIMITS": ["1000/hour"]}
 
-    # settings.py
-    INSTALLED_APPS = [..., "redcount.django"]            # validates REDCOUNT at start-up
-    MIDDLEWARE = [..., "redcount.django.RateLimitMiddleware"]
-    REDCOUNT = {"URL": "redis://cache:6379/0", "DEFAULT_LIMITS": ["1000/hour"]}
+# views.py
+from redcount.django import limit
 
-    # views.py
-    from redcount.django import limit
+@limit("10/minute", key="user")
+def search(request): ...
+```
 
-    @limit("10/minute", key="user")
-    def search(request): ...
-
-- :class:`RateLimitMiddleware`: the site's default and per-path limits, and the rate-limit
-  headers on every response; sync and async (under ASGI it awaits :mod:`redcount.aio`).
-- :func:`exempt`: takes a view out of the middleware's limits.
-- :func:`limit`: a limit on one view (function, async or class-based): key, cost, methods,
+- [`RateLimitMiddleware`][redcount.django.middleware.RateLimitMiddleware]: the site's default and per-path limits, and the rate-limit
+  headers on every response; sync and async (under ASGI it awaits [`redcount.aio`][redcount.aio]).
+- [`exempt`][redcount.django.middleware.exempt]: takes a view out of the middleware's limits.
+- [`limit`][redcount.django.decorators.limit]: a limit on one view (function, async or class-based): key, cost, methods,
   scope, exemption, charge by outcome (``deduct_when``).
-- :mod:`redcount.django.ratelimit`: django-ratelimit's API (``ratelimit``,
+- [`redcount.django.ratelimit`][redcount.django.ratelimit]: django-ratelimit's API (``ratelimit``,
   ``is_ratelimited``, ``get_usage``, ``Ratelimited``, ``ALL``, ``UNSAFE``) on redcount.
-- :mod:`redcount.django.drf`: ``UserRateThrottle``, ``AnonRateThrottle``,
+- [`redcount.django.drf`][redcount.django.drf]: ``UserRateThrottle``, ``AnonRateThrottle``,
   ``ScopedRateThrottle`` twins of Django REST framework's, atomic.
-- :mod:`redcount.django.conf`: the settings (:data:`~redcount.django.conf.DEFAULTS` lists them).
+- [`redcount.django.conf`][redcount.django.conf]: the settings ([`DEFAULTS`][redcount.django.conf.DEFAULTS] lists them).
 
 Refusals are 429 with the IETF ``RateLimit``/``RateLimit-Policy`` fields, ``Retry-After`` and
 an ``application/problem+json`` body (RFC 9457), or ``REDCOUNT["VIEW"]``'s answer.

@@ -36,7 +36,7 @@ class RateLimitExceeded(Exception):
 
 
 class View:
-    """A Django request as the shared web layer sees it (:class:`redcount.web.RequestView`)."""
+    """A Django request as the shared web layer sees it ([`redcount.web.RequestView`][redcount.web.spec.RequestView])."""
 
     __slots__ = ("_client", "_state", "native", "user")
 
@@ -93,7 +93,7 @@ async def load_user(request: Any, specs: Sequence[LimitSpec], state: State) -> A
 
 
 def verdict(request: Any) -> Verdict | None:
-    """The :class:`redcount.web.Verdict` of everything decided for this request so far (the
+    """The [`redcount.web.Verdict`][redcount.web.engine.Verdict] of everything decided for this request so far (the
     middleware's limits, then each decorator's), or None."""
     found: Verdict | None = getattr(request, _ATTR, None)
     return found
@@ -123,7 +123,7 @@ def _problem_response(body: dict[str, Any], status: int) -> HttpResponse:
 
 
 def refuse_sync(request: Any, decided: Verdict, state: State) -> Any:
-    """:func:`refuse` for sync code: an async ``VIEW`` is run to completion here."""
+    """`refuse` for sync code: an async ``VIEW`` is run to completion here."""
     answer = refuse(request, decided, state)
     if hasattr(answer, "__await__"):
         async def wait() -> Any:
@@ -137,7 +137,7 @@ def refuse(request: Any, decided: Verdict, state: State) -> Any:
     """The answer to a refused request: 503 when the store is down and ``FAIL`` is closed;
     else ``REDCOUNT["VIEW"]``'s response or a 429 problem+json, with the rate-limit headers.
     May return an awaitable when ``VIEW`` is an async view (the async paths await it; sync
-    code calls :func:`refuse_sync`)."""
+    code calls `refuse_sync`)."""
     if decided.unavailable:
         response = _problem_response(problem.store_unavailable(), 503)
         response["Retry-After"] = "1"

@@ -11,7 +11,7 @@ __all__ = ["RedcountConfig"]
 
 class RedcountConfig(AppConfig):  # type: ignore[misc]
     """Validates ``settings.REDCOUNT`` in ``ready()``; a bad value raises
-    :class:`~redcount.django.ConfigurationError` naming the setting."""
+    [`ConfigurationError`][redcount.django.conf.ConfigurationError] naming the setting."""
 
     name = "redcount.django"
     label = "redcount"

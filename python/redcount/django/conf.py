@@ -1,6 +1,17 @@
 """The ``REDCOUNT`` setting: read, validated and turned into the objects every request uses.
 
-::
+```python
+# settings.py
+REDCOUNT = {
+    "URL": "redis://cache:6379/0",           # default "memory://" (this process only)
+    "DEFAULT_LIMITS": ["1000/hour"],         # every request, counted once across the site
+    "PATHS": {"/api/login": "5/minute",      # exact path
+              "/api/": "100/minute",         # a prefix (ends with "/"): the longest match wins
+              "/health/": None},             # None: no limit at all there, defaults included
+    "FAIL": "open",                          # or "closed" (503 while the store is down)
+    "BUDGET": 0.1,                           # seconds all of a request's checks may take
+}
+```
 
     # settings.py
     REDCOUNT = {
@@ -13,15 +24,15 @@
         "BUDGET": 0.1,                           # seconds a check may wait for Redis
     }
 
-Every name is checked when the app starts (:class:`~redcount.django.apps.RedcountConfig`'s
+Every name is checked when the app starts ([`RedcountConfig`][redcount.django.apps.RedcountConfig]'s
 ``ready()``, or the first construction of the middleware when the app is not installed), and
-a bad value raises :class:`ConfigurationError`, which names the setting
+a bad value raises [`ConfigurationError`][redcount.django.conf.ConfigurationError], which names the setting
 (``REDCOUNT["FAIL"]: ...``). It is both Django's ``ImproperlyConfigured`` and redcount's
-:class:`~redcount.InvalidInputError`, so either ``except`` catches it. Unknown names are
+[`InvalidInputError`][redcount.errors.InvalidInputError], so either ``except`` catches it. Unknown names are
 refused too, so a typo does not silently do nothing.
 
 The settings mean what the Flask and FastAPI integrations' settings mean, with the same
-defaults (see :class:`redcount.flask.RateLimiter`).
+defaults (see [`redcount.flask.RateLimiter`][redcount.flask.RateLimiter]).
 """
 
 from __future__ import annotations
@@ -79,7 +90,7 @@ DEFAULTS: dict[str, Any] = {
 }
 """Every name ``REDCOUNT`` may hold, with its default (the same as the Flask integration's):
 
-- ``URL``: the store, as for :func:`redcount.connect` (default ``"memory://"``: counts kept in
+- ``URL``: the store, as for [`redcount.connect`][redcount.store.connect] (default ``"memory://"``: counts kept in
   this process only, so each worker process counts apart).
 - ``STRATEGY``: the limiter's strategy (default ``"fixed-window"``); ``PREFIX``: its key
   prefix (default ``"redcount:web"``).
@@ -105,19 +116,19 @@ DEFAULTS: dict[str, Any] = {
   and ``FALLBACK`` (default None) are that store's ``breaker`` and ``fallback``.
 - ``ENABLED``: False turns every limit off (middleware, decorators, throttles).
 - ``SHADOW``: count and report, never refuse. ``CHECK_ON_START``: ping the store at start-up.
-- ``METRICS``: a :class:`redcount.web.metrics.PrometheusMetrics` (or its dotted path).
+- ``METRICS``: a [`redcount.web.metrics.PrometheusMetrics`][redcount.web.metrics.PrometheusMetrics] (or its dotted path).
 - ``VIEW``: a view (or its dotted path) answering refused requests: called as
-  ``view(request, exception)`` with a :class:`~redcount.django.RateLimitExceeded`; the
+  ``view(request, exception)`` with a [`RateLimitExceeded`][redcount.django.RateLimitExceeded]; the
   rate-limit headers are added to what it returns. Default: a 429
   ``application/problem+json`` response.
-- ``RATELIMIT_COMPAT_403``: the :mod:`redcount.django.ratelimit` drop-in raises
-  :class:`~redcount.django.ratelimit.Ratelimited` (403, as django-ratelimit does) instead of
+- ``RATELIMIT_COMPAT_403``: the [`redcount.django.ratelimit`][redcount.django.ratelimit] drop-in raises
+  [`Ratelimited`][redcount.django.ratelimit.exceptions.Ratelimited] (403, as django-ratelimit does) instead of
   answering 429.
 - ``ALLOW``, ``DENY``: keys, addresses and CIDRs (a list, or one comma-separated string)
   decided before any round trip, matched against each check's identity (the client address
   by default): an allowed check is not counted, a denied one refuses (``Retry-After`` one
   day). ``REFUSAL_CACHE`` (default 0: off): how many refused keys are answered locally until
-  their ``Retry-After``. ``PENALTY``: a :class:`redcount.Penalty` (or a dict of its
+  their ``Retry-After``. ``PENALTY``: a [`redcount.Penalty`][redcount.policies.Penalty] (or a dict of its
   arguments) for the limiter. See docs/penalties.md.
 - ``LEASE``: leased middleware limits (``DEFAULT_LIMITS`` and ``PATHS``): each process takes
   up to this many units at a time and decides from them locally (``STRATEGY``
@@ -128,7 +139,7 @@ DEFAULTS: dict[str, Any] = {
 
 class ConfigurationError(ImproperlyConfigured, InvalidInputError):  # type: ignore[misc]
     """A bad ``REDCOUNT`` setting or decorator argument, raised at start-up or at import.
-    Both Django's ``ImproperlyConfigured`` and :class:`redcount.InvalidInputError`."""
+    Both Django's ``ImproperlyConfigured`` and [`redcount.InvalidInputError`][redcount.errors.InvalidInputError]."""
 
 
 def _bool(value: Any, name: str) -> bool:
@@ -224,10 +235,10 @@ class State:
         return found
 
     def limiter_on_clock(self, strategy: str) -> tuple[Limiter, _store.ManualClock]:
-        """A limiter like :meth:`limiter_for`'s (same strategy and key prefix) on a second
-        store opened from ``URL`` whose clock is the returned :class:`~redcount.ManualClock`:
+        """A limiter like [`limiter_for`][redcount.django.conf.State.limiter_for]'s (same strategy and key prefix) on a second
+        store opened from ``URL`` whose clock is the returned [`ManualClock`][redcount.store.ManualClock]:
         the DRF throttles whose ``timer`` is overridden decide on it, setting the clock to
-        the timer's time under :attr:`clock_lock`. On Redis it holds the same keys; on
+        the timer's time under [`clock_lock`][redcount.django.conf.State.clock_lock]. On Redis it holds the same keys; on
         ``memory://`` it is a keyspace of its own (the store is private to its process)."""
         with self._lock:
             if self._on_clock is None:
@@ -245,7 +256,7 @@ class State:
 
 
 def read_settings() -> dict[str, Any]:
-    """``settings.REDCOUNT`` over :data:`DEFAULTS`, unknown names refused."""
+    """``settings.REDCOUNT`` over [`DEFAULTS`][redcount.django.conf.DEFAULTS], unknown names refused."""
     raw = getattr(django_settings, SETTING, None)
     if raw is None:
         raw = {}
@@ -258,8 +269,8 @@ def read_settings() -> dict[str, Any]:
 
 
 def build_state() -> State:
-    """Validate ``settings.REDCOUNT`` and build the :class:`State`; raises
-    :class:`ConfigurationError` naming the first bad setting."""
+    """Validate ``settings.REDCOUNT`` and build the [`State`][redcount.django.conf.State]; raises
+    [`ConfigurationError`][redcount.django.conf.ConfigurationError] naming the first bad setting."""
     cfg = read_settings()
 
     def web(name: str, fn: Callable[[], Any]) -> Any:
@@ -391,7 +402,7 @@ _state_lock = threading.Lock()
 
 
 def get_state() -> State:
-    """The process's :class:`State`, built from the settings on first use."""
+    """The process's [`State`][redcount.django.conf.State], built from the settings on first use."""
     state = _state
     if state is None:
         with _state_lock:

@@ -1,20 +1,20 @@
 """``@redcount.django.limit(...)``: a limit on one view (function, async or class-based).
 
-::
+```python
+from redcount.django import limit
 
-    from redcount.django import limit
+@limit("10/minute")                                  # per client address
+def search(request): ...
 
-    @limit("10/minute")                                  # per client address
-    def search(request): ...
+@limit("5/minute", key="user", methods=["POST"])
+async def comment(request): ...                      # decided on redcount.aio
 
-    @limit("5/minute", key="user", methods=["POST"])
-    async def comment(request): ...                      # decided on redcount.aio
+@limit("5/15 minutes", scope="login", deduct_when=lambda response: response.status_code == 401)
+def login(request): ...                              # only failed logins count
 
-    @limit("5/15 minutes", scope="login", deduct_when=lambda response: response.status_code == 401)
-    def login(request): ...                              # only failed logins count
-
-    @method_decorator(limit("100/hour", key="user"), name="dispatch")
-    class Export(View): ...                              # or @limit(...) on the class itself
+@method_decorator(limit("100/hour", key="user"), name="dispatch")
+class Export(View): ...                              # or @limit(...) on the class itself
+```
 
 A refused request gets a 429 problem+json response (or ``REDCOUNT["VIEW"]``'s) with the
 ``RateLimit``/``RateLimit-Policy`` and ``Retry-After`` headers; allowed responses carry the
@@ -102,8 +102,8 @@ def limit(
       returning one (per-plan limits).
     - ``key``: who is counted: ``"ip"`` (default: ``REDCOUNT["KEY"]``, else the client
       address through ``TRUSTED_PROXIES``), ``"user"``, ``"user_or_ip"``,
-      ``"header:<name>"``, a :class:`redcount.web.RequestKey`, a callable of the request
-      returning a str, or its dotted path (see :mod:`redcount.django.keys`).
+      ``"header:<name>"``, a [`redcount.web.RequestKey`][redcount.web.spec.RequestKey], a callable of the request
+      returning a str, or its dotted path (see [`redcount.django.keys`][redcount.django.keys]).
     - ``cost``: what one request costs, an int or a callable of the request.
     - ``methods``: the HTTP methods it applies to (default: all); ``per_method``: count each
       method apart.
@@ -120,7 +120,7 @@ def limit(
     - ``lease``: a leased limit for a hot key: each process takes up to this many units at
       a time and decides from them locally (see docs/leased-limits.md).
 
-    Bad arguments raise :class:`~redcount.django.ConfigurationError` here, at import.
+    Bad arguments raise [`ConfigurationError`][redcount.django.conf.ConfigurationError] here, at import.
     """
     base_where = f"limit {limit!r}" if isinstance(limit, str) else "limit"
     try:

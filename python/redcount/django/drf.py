@@ -1,12 +1,12 @@
 """Django REST framework throttles on redcount: atomic twins of DRF's own.
 
-::
-
-    REST_FRAMEWORK = {
-        "DEFAULT_THROTTLE_CLASSES": ["redcount.django.drf.AnonRateThrottle",
-                                     "redcount.django.drf.UserRateThrottle"],
-        "DEFAULT_THROTTLE_RATES": {"anon": "100/day", "user": "1000/day", "uploads": "20/hour"},
-    }
+```python
+REST_FRAMEWORK = {
+    "DEFAULT_THROTTLE_CLASSES": ["redcount.django.drf.AnonRateThrottle",
+                                 "redcount.django.drf.UserRateThrottle"],
+    "DEFAULT_THROTTLE_RATES": {"anon": "100/day", "user": "1000/day", "uploads": "20/hour"},
+}
+```
 
 Each class subclasses its DRF namesake, so scopes, rates (``DEFAULT_THROTTLE_RATES``,
 ``rate``/``scope`` attributes, ``"5/min"`` strings) and the cache keys that say who is
@@ -14,8 +14,8 @@ counted (``get_cache_key``, ``get_ident`` with ``NUM_PROXIES``) are DRF's. What 
 the counting: DRF reads the request history from the cache, decides, and writes it back,
 so concurrent requests read the same history and all pass; here each request is one atomic
 limiter call (the exact sliding log, DRF's own algorithm) on the ``REDCOUNT`` store, so no
-window of the throttle's length ever admits more than its rate. :meth:`wait` is the
-limiter's ``retry_after``. With :class:`~redcount.django.RateLimitMiddleware` installed,
+window of the throttle's length ever admits more than its rate. `wait` is the
+limiter's ``retry_after``. With [`RateLimitMiddleware`][redcount.django.middleware.RateLimitMiddleware] installed,
 responses carry the ``RateLimit``/``RateLimit-Policy`` headers too (``Retry-After`` on a 429
 is DRF's). When the store is down, ``REDCOUNT["FAIL"]`` decides: ``"open"`` lets requests
 through, ``"closed"`` answers 503.

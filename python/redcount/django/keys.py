@@ -1,15 +1,15 @@
 """Key functions for Django requests: who a limit counts.
 
-::
-
-    @redcount.django.limit("5/minute", key="user")            # by name
-    @redcount.django.limit("5/minute", key=keys.header("X-Tenant"))
-    @redcount.django.limit("5/minute", key=lambda request: request.session["org"])
+```text
+@redcount.django.limit("5/minute", key="user")            # by name
+@redcount.django.limit("5/minute", key=keys.header("X-Tenant"))
+@redcount.django.limit("5/minute", key=lambda request: request.session["org"])
+```
 
 By name: ``"ip"`` (the client address, through ``REDCOUNT["TRUSTED_PROXIES"]``; the
 default), ``"user"`` and ``"user_or_ip"`` (the authenticated user's primary key, else the
 client address), ``"header:<name>"`` (a header's value, else the client address). Any
-:class:`redcount.web.RequestKey` (:func:`redcount.web.api_key`, :func:`redcount.web.by_header`)
+[`redcount.web.RequestKey`][redcount.web.spec.RequestKey] ([`redcount.web.api_key`][redcount.web.spec.api_key], [`redcount.web.by_header`][redcount.web.spec.by_header])
 or callable of the Django request returning a str works too, as does a dotted path to one.
 """
 
@@ -41,7 +41,7 @@ client address. In async views the user is loaded with ``await request.auser()``
 blocking database call on the event loop."""
 
 user_or_ip = user
-"""The same as :data:`user` (the name django-ratelimit users know)."""
+"""The same as [`user`][redcount.django.keys.user] (the name django-ratelimit users know)."""
 
 
 def header(name: str) -> RequestKey:
@@ -57,7 +57,7 @@ def needs_user(key: Any) -> bool:
 
 def as_key(value: Any, where: str) -> KeyFunc:
     """A ``key=`` argument or ``REDCOUNT["KEY"]`` as a key function; bad values raise
-    :class:`~redcount.InvalidInputError` naming ``where``."""
+    [`InvalidInputError`][redcount.errors.InvalidInputError] naming ``where``."""
     if isinstance(value, str):
         if value == "ip":
             return ip

@@ -1,18 +1,18 @@
 """``RateLimitMiddleware``: the site's default and per-path limits, and the rate-limit
 headers on every response.
 
-::
+```python
+MIDDLEWARE = [
+    ...,
+    "django.contrib.auth.middleware.AuthenticationMiddleware",   # before it, for key="user"
+    "redcount.django.RateLimitMiddleware",
+    ...,
+]
+```
 
-    MIDDLEWARE = [
-        ...,
-        "django.contrib.auth.middleware.AuthenticationMiddleware",   # before it, for key="user"
-        "redcount.django.RateLimitMiddleware",
-        ...,
-    ]
-
-Sync and async capable: under WSGI it decides with :class:`redcount.Limiter` on the worker
+Sync and async capable: under WSGI it decides with [`redcount.Limiter`][redcount.limiter.Limiter] on the worker
 thread (the GIL is released while it waits on Redis); under ASGI Django calls its async
-form, which awaits :mod:`redcount.aio`, so the event loop never waits on the store.
+form, which awaits [`redcount.aio`][redcount.aio], so the event loop never waits on the store.
 """
 
 from __future__ import annotations
@@ -37,16 +37,18 @@ _MARK = "redcount_exempt"
 
 
 def exempt(view: V) -> V:
-    """Exempts a view from :class:`RateLimitMiddleware`'s limits (``DEFAULT_LIMITS`` and
-    ``PATHS``); the view's own :func:`~redcount.django.limit` decorators and throttles
+    """Exempts a view from [`RateLimitMiddleware`][redcount.django.middleware.RateLimitMiddleware]'s limits (``DEFAULT_LIMITS`` and
+    ``PATHS``); the view's own [`limit`][redcount.django.decorators.limit] decorators and throttles
     still apply. Decorates a function or async view, or a class-based view's class
-    (Django's ``View`` or DRF's ``APIView``: every URL routed to its ``as_view()``)::
+    (Django's ``View`` or DRF's ``APIView``: every URL routed to its ``as_view()``):
 
-        @redcount.django.exempt
-        def health(request): ...
+    ```python
+    @redcount.django.exempt
+    def health(request): ...
 
-        @redcount.django.exempt
-        class Status(View): ...
+    @redcount.django.exempt
+    class Status(View): ...
+    ```
 
     Once a view is marked, the middleware resolves each request's URL (Django's
     ``resolve``, which Django does again to call the view) to find out whether its view is
@@ -61,7 +63,7 @@ def exempt(view: V) -> V:
 
 
 def is_exempt(request: Any) -> bool:
-    """Whether ``request``'s URL routes to a view marked with :func:`exempt`."""
+    """Whether ``request``'s URL routes to a view marked with [`exempt`][redcount.django.middleware.exempt]."""
     if not _exempt_marked:
         return False
     try:
@@ -74,7 +76,7 @@ def is_exempt(request: Any) -> bool:
 
 class RateLimitMiddleware:
     """Applies ``REDCOUNT["DEFAULT_LIMITS"]`` and ``REDCOUNT["PATHS"]`` to every request
-    before it reaches a view (except views marked with :func:`exempt`), refusing with 429 (or ``REDCOUNT["VIEW"]``'s answer; 503 when
+    before it reaches a view (except views marked with [`exempt`][redcount.django.middleware.exempt]), refusing with 429 (or ``REDCOUNT["VIEW"]``'s answer; 503 when
     the store is down and ``FAIL`` is ``"closed"``), and sets the rate-limit headers of
     everything decided for the request (its own limits, the decorators' and the DRF
     throttles') on the response. Validates the settings when constructed (start-up).
@@ -109,7 +111,7 @@ class RateLimitMiddleware:
         return apply_headers(response, verdict(request), state)
 
     async def __acall__(self, request: Any) -> Any:
-        """The async form, used under ASGI: the same as ``__call__``, awaiting :mod:`redcount.aio`."""
+        """The async form, used under ASGI: the same as ``__call__``, awaiting [`redcount.aio`][redcount.aio]."""
         state = get_state()
         if state.enabled:
             specs = state.specs_for(request.path_info)

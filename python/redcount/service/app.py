@@ -1,18 +1,18 @@
-"""The counter HTTP service: :func:`create_app` builds the ASGI app ``redcount serve`` runs.
+"""The counter HTTP service: [`create_app`][redcount.service.app.create_app] builds the ASGI app ``redcount serve`` runs.
 
-::
+```python
+store = redcount.connect("redis://127.0.0.1:6379/0")
+app = create_app(store, sql_url="sqlite:///counters.db", token="s3cret", shards=16)
 
-    store = redcount.connect("redis://127.0.0.1:6379/0")
-    app = create_app(store, sql_url="sqlite:///counters.db", token="s3cret", shards=16)
+# POST /api/v1/counters/likes:post:987/increment  X-Request-Id: r-1  {"delta": 1}
+#   -> {"accepted": true, "applied": true, "counterKey": "likes:post:987", ...}
+# GET  /api/v1/counters/likes:post:987?maxStalenessMs=100
+#   -> {"counterKey": "likes:post:987", "value": 1, "stalenessMs": 0, "source": "live"}
+```
 
-    # POST /api/v1/counters/likes:post:987/increment  X-Request-Id: r-1  {"delta": 1}
-    #   -> {"accepted": true, "applied": true, "counterKey": "likes:post:987", ...}
-    # GET  /api/v1/counters/likes:post:987?maxStalenessMs=100
-    #   -> {"counterKey": "likes:post:987", "value": 1, "stalenessMs": 0, "source": "live"}
-
-Every counter key is a :class:`redcount.ShardedCounter` of this ``prefix`` and ``shards``
+Every counter key is a [`redcount.ShardedCounter`][redcount.sharded.ShardedCounter] of this ``prefix`` and ``shards``
 (the same keys, delta logs and request-id deduplication as the library's), driven through
-:mod:`redcount.aio`, so the event loop never waits on the store. SQL snapshot reads, which
+[`redcount.aio`][redcount.aio], so the event loop never waits on the store. SQL snapshot reads, which
 SQLAlchemy only does blocking, run in the default thread pool.
 
 Errors are RFC 9457 problem details (``application/problem+json``) with an extra ``error``
@@ -54,12 +54,13 @@ from ..errors import InvalidInputError, RedcountError
 __all__ = ["PROBLEM_CONTENT_TYPE", "ServiceLimits", "create_app"]
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
+"""The media type of the service's error bodies (RFC 9457 problem details)."""
 
-#: The library's bound on one sharded increment (an exact integer in a Lua double).
 MAX_EXACT = 2**53 - 1
+"""The library's bound on one sharded increment (an exact integer in a Lua double)."""
 
-#: Request ids are stored in the SQL audit log too, whose column holds 255 characters.
 MAX_REQUEST_ID = 200
+"""Request ids are stored in the SQL audit log too, whose column holds 255 characters."""
 _REQUEST_ID = re.compile(r"[\x21-\x7e]+")  # visible ASCII: no spaces, no control characters
 
 _KEY_CHARS = "letters, digits and . _ : -"
@@ -429,14 +430,16 @@ def create_app(
     """The counter service as a FastAPI app.
 
     Args:
-        store: from :func:`redcount.connect` (Redis or ``memory://``); the app does not close it.
-        sql_url: the SQL snapshots the flusher writes (:class:`redcount.SnapshotStore`); enables
+        store: from [`redcount.connect`][redcount.store.connect] (Redis or ``memory://``); the app does not close it.
+        sql_url: the SQL snapshots the flusher writes ([`redcount.SnapshotStore`][redcount.sql.snapshots.SnapshotStore]); enables
             ``GET ...?source=snapshot``. Tables are created if missing.
         token: the bearer token that ``/adjust`` requires (at least 16 characters); without
             one, adjustments are refused (403).
-        shards, prefix, idempotency_ttl: of every counter, as for :class:`redcount.ShardedCounter`;
-            keep them equal to what the flusher and other writers use.
-        limits: request limits (:class:`ServiceLimits`).
+        shards: of every counter, as for [`redcount.ShardedCounter`][redcount.sharded.ShardedCounter]; keep it equal to
+            what the flusher and other writers use.
+        prefix: the same, the counters' key prefix.
+        idempotency_ttl: the same, seconds a request id is remembered.
+        limits: request limits ([`ServiceLimits`][redcount.service.app.ServiceLimits]).
 
     Raises InvalidInputError for a bad argument (before anything is served). The app serves
     one event loop (one worker process); its counter cache is not shared across threads.

@@ -7,12 +7,12 @@ from typing import Any
 
 from ..errors import InvalidInputError
 
-#: Longest counter name the tables hold (MySQL's index limit keeps keys short).
 MAX_NAME = 255
+"""Longest counter name the tables hold (MySQL's index limit keeps keys short)."""
 
 
 def check_name(name: str) -> None:
-    """Raise :class:`~redcount.InvalidInputError` unless ``name`` fits the tables."""
+    """Raise [`InvalidInputError`][redcount.errors.InvalidInputError] unless ``name`` fits the tables."""
     if not isinstance(name, str) or not name or len(name) > MAX_NAME:
         raise InvalidInputError(f"counter name must be 1..{MAX_NAME} characters, got {name!r}")
 

@@ -1,13 +1,13 @@
 """The flusher: sharded counters' delta logs applied to SQL snapshots exactly once.
 
-::
-
-    store = redcount.connect("redis://localhost:6379/0")
-    likes = redcount.ShardedCounter(store, "likes:post:987", shards=16)
-    with redcount.Flusher(store, "sqlite:///counters.db", counters=[likes]) as flusher:
-        flusher.drain()                  # apply everything logged so far, then return
-        flusher.lag                      # Lag(entries=0, seconds=0.0)
-    redcount.SnapshotStore("sqlite:///counters.db").total("likes:post:987")
+```python
+store = redcount.connect("redis://localhost:6379/0")
+likes = redcount.ShardedCounter(store, "likes:post:987", shards=16)
+with redcount.Flusher(store, "sqlite:///counters.db", counters=[likes]) as flusher:
+    flusher.drain()                  # apply everything logged so far, then return
+    flusher.lag                      # Lag(entries=0, seconds=0.0)
+redcount.SnapshotStore("sqlite:///counters.db").total("likes:post:987")
+```
 
 or ``redcount flush --url redis://... --sql sqlite:///counters.db --counter likes:post:987``.
 
@@ -124,8 +124,8 @@ class Flusher:
 
     Args:
         store: the Redis (or ``memory://``) store the counters write to.
-        sql_url: an SQLAlchemy URL (see :class:`redcount.SnapshotStore`), or a SnapshotStore.
-        counters: the counters to flush: :class:`ShardedCounter` objects, or names (then
+        sql_url: an SQLAlchemy URL (see [`redcount.SnapshotStore`][redcount.sql.snapshots.SnapshotStore]), or a SnapshotStore.
+        counters: the counters to flush: [`ShardedCounter`][redcount.sharded.ShardedCounter] objects, or names (then
             ``prefix`` and ``shards`` say where their logs are).
         group: the consumer group's name; flushers with the same group share the work.
         consumer: this flusher's name in the group (default: host, pid and a random part).
@@ -135,7 +135,7 @@ class Flusher:
         progress: True for a progress bar (tqdm, when installed) or plain lines, on
             ``progress_stream`` (stderr); False (default) for none.
         retain: seconds of applied entries to keep in the logs for windowed reads of them
-            (``ShardedCounter.skew``, :func:`redcount.analysis.log_writes`); default 0: each
+            (``ShardedCounter.skew``, [`redcount.analysis.log_writes`][redcount.analysis.log_writes]); default 0: each
             log is trimmed to its unapplied entries after every commit.
 
     Not thread-safe: one thread runs a Flusher (several flushers may run at once, in threads or
@@ -713,7 +713,7 @@ class Flusher:
     def run(self, stop: threading.Event | None = None, *, idle: float = 0.05) -> None:
         """Flush until ``stop`` is set (or forever), waiting ``idle`` seconds when the logs are
         empty. A failed round (database or Redis unreachable) is logged and retried with
-        backoff up to 5 s; :meth:`run_once` and :meth:`drain` raise instead."""
+        backoff up to 5 s; [`run_once`][redcount.sql.flusher.Flusher.run_once] and [`drain`][redcount.sql.flusher.Flusher.drain] raise instead."""
         stop = stop or threading.Event()
         backoff = idle
         while not stop.is_set():

@@ -1,24 +1,22 @@
 """Reconciliation of sharded counters against their SQL snapshots.
 
-::
-
-    store = redcount.connect("redis://localhost:6379/0")
-    report = redcount.reconcile(store, "sqlite:///counters.db", "likes:post:987")
-    report.ok, report.drift, report.relative          # True, 0, 0.0 when all agree
-    for row in report.rows:                           # one per shard
-        print(row.shard, row.live, row.expected, row.drift, row.audit_drift)
-    redcount.reconcile(store, "sqlite:///counters.db", "likes:post:987", repair=True)
+```python
+store = redcount.connect("redis://localhost:6379/0")
+report = redcount.reconcile(store, "sqlite:///counters.db", "likes:post:987")
+report.ok, report.drift, report.relative          # True, 0, 0.0 when all agree
+for row in report.rows:                           # one per shard
+    print(row.shard, row.live, row.expected, row.drift, row.audit_drift)
+redcount.reconcile(store, "sqlite:///counters.db", "likes:post:987", repair=True)
+```
 
 or ``redcount reconcile --url redis://... --sql sqlite:///counters.db --counter likes:post:987``.
 
 Per shard, three figures are compared:
 
-``live``
-    the shard's value in Redis (what readers see);
-``expected``
-    the SQL snapshot plus the deltas logged after its watermark (not yet flushed);
-``audited``
-    the sum of the SQL audit log (``redcount_deltas``) plus the same unflushed deltas.
+- ``live``: the shard's value in Redis (what readers see);
+- ``expected``: the SQL snapshot plus the deltas logged after its watermark (not yet flushed);
+- ``audited``: the sum of the SQL audit log (``redcount_deltas``) plus the same unflushed
+  deltas.
 
 ``drift = live - expected``: a write that changed the value without a log entry (a foreign
 INCRBY on a shard key), or a log entry deleted or trimmed before it was flushed.
@@ -56,8 +54,8 @@ from .snapshots import SnapshotStore
 
 __all__ = ["ReconcileRun", "Report", "ShardRow", "reconcile", "runs"]
 
-#: The default alert threshold: 0.1 % of the counter's expected value.
 DEFAULT_THRESHOLD = 0.001
+"""The default alert threshold: 0.1 % of the counter's expected value."""
 
 REASON = "reconcile"
 
@@ -89,7 +87,7 @@ class Report:
 
     Signs: ``drift`` is what the live value has too much (live - expected), ``audit_drift``
     what the audit log has too little (expected - audited); a correction is what repair *added* (``correction = -drift`` to the live
-    value, ``audit_correction = +audit_drift`` to the audit log), and :meth:`table`'s ``fix``
+    value, ``audit_correction = +audit_drift`` to the audit log), and [`table`][redcount.sql.reconciliation.Report.table]'s ``fix``
     column shows, per shard and in the total row alike, the signed sum of the two.
     ``corrections`` is the unsigned size of everything written."""
 
@@ -143,7 +141,7 @@ def _percent(fraction: float) -> str:
 @dataclass(frozen=True)
 class ReconcileRun:
     """A recorded run (``redcount_reconcile_runs``). ``relative`` is a fraction (0.001 is
-    0.1 %), as in :class:`Report`; ``corrections`` the unsigned size of what a repair wrote."""
+    0.1 %), as in [`Report`][redcount.sql.reconciliation.Report]; ``corrections`` the unsigned size of what a repair wrote."""
 
     counter: str
     run_ms: int

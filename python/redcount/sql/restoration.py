@@ -1,11 +1,11 @@
 """Restore after data loss: rebuild a sharded counter's Redis shards from SQL.
 
-::
-
-    report = redcount.restore(store, "sqlite:///counters.db", "likes:post:987")
-    report.values        # the value written to each shard
-    report.from_log      # deltas taken from the streams (logged after the snapshot)
-    report.missing_since # None, or the time (ms) after which deltas may be missing
+```python
+report = redcount.restore(store, "sqlite:///counters.db", "likes:post:987")
+report.values        # the value written to each shard
+report.from_log      # deltas taken from the streams (logged after the snapshot)
+report.missing_since # None, or the time (ms) after which deltas may be missing
+```
 
 Each shard's value becomes its SQL snapshot plus every delta still in its stream that the
 snapshot does not have (after the watermark, or at or below it and absent from the audit log).
@@ -31,6 +31,10 @@ __all__ = ["RestoreReport", "restore"]
 
 @dataclass(frozen=True)
 class RestoreReport:
+    """What [`restore`][redcount.sql.restoration.restore] wrote: the value of each shard, how much came from the
+    SQL snapshot and how much from the stream entries on top of it, and what may be missing
+    (shards whose stream was gone; deltas after ``missing_since`` ms). ``total`` is their sum."""
+
     name: str
     values: list[int]  # per shard, as written
     from_snapshot: int  # the snapshot total

@@ -1,31 +1,27 @@
 """Snapshots of sharded counters in SQL: what the flusher wrote, read back.
 
-::
+```python
+snaps = redcount.SnapshotStore("sqlite:///counters.db")   # or postgresql+psycopg://..., mysql+pymysql://...
+value, watermark = snaps.total("likes:post:987")
+snaps.shard_values("likes:post:987")      # [ShardSnapshot(shard=0, value=..., version=..., watermark=...), ...]
+snaps.deltas("likes:post:987")            # the audit log: every applied delta, with its request id
+```
 
-    snaps = redcount.SnapshotStore("sqlite:///counters.db")   # or postgresql+psycopg://..., mysql+pymysql://...
-    value, watermark = snaps.total("likes:post:987")
-    snaps.shard_values("likes:post:987")      # [ShardSnapshot(shard=0, value=..., version=..., watermark=...), ...]
-    snaps.deltas("likes:post:987")            # the audit log: every applied delta, with its request id
+The tables (created, and migrated, by [`SnapshotStore.create`][redcount.sql.snapshots.SnapshotStore.create], which the flusher calls):
 
-The tables (created, and migrated, by :meth:`SnapshotStore.create`, which the flusher calls):
-
-``redcount_schema``
-    one row: the schema version.
-``redcount_counters``
-    counter metadata: name, key prefix, shard count, created.
-``redcount_shard_snapshots``
-    per (counter, shard): value, version (deltas applied so far) and watermark, the id of the
-    newest stream entry applied (``<ms>-<seq>``, as ``wm_ms``, ``wm_seq``).
-``redcount_totals``
-    per counter: the sum of its shard snapshots, the newest stream id in it, and the version.
-``redcount_deltas``
-    the audit log: one row per applied stream entry (counter, shard, stream id, delta, request
-    id, event time); unique per (counter, shard, stream id).
-``redcount_adjustments``
-    audited corrections (a delta with a reason).
-``redcount_reconcile_runs`` (schema 2)
-    one row per reconciliation run and counter: time, total and absolute drift, relative
-    drift, whether it passed, the corrections written, and the per-shard rows as JSON.
+- ``redcount_schema``: one row: the schema version.
+- ``redcount_counters``: counter metadata: name, key prefix, shard count, created.
+- ``redcount_shard_snapshots``: per (counter, shard): value, version (deltas applied so far)
+  and watermark, the id of the newest stream entry applied (``<ms>-<seq>``, as ``wm_ms``,
+  ``wm_seq``).
+- ``redcount_totals``: per counter: the sum of its shard snapshots, the newest stream id in it,
+  and the version.
+- ``redcount_deltas``: the audit log: one row per applied stream entry (counter, shard, stream
+  id, delta, request id, event time); unique per (counter, shard, stream id).
+- ``redcount_adjustments``: audited corrections (a delta with a reason).
+- ``redcount_reconcile_runs`` (schema 2): one row per reconciliation run and counter: time,
+  total and absolute drift, relative drift, whether it passed, the corrections written, and the
+  per-shard rows as JSON.
 
 SQLAlchemy (2.x) is an optional dependency: ``pip install redcount[sql]`` (SQLite),
 ``redcount[postgres]`` (psycopg 3) or ``redcount[mysql]`` (PyMySQL). Thread-safe: the engine
@@ -52,8 +48,8 @@ __all__ = [
     "redact_url",
 ]
 
-#: The schema this code writes; :meth:`SnapshotStore.create` migrates older ones up to it.
 SCHEMA_VERSION = 3
+"""The schema this code writes; [`SnapshotStore.create`][redcount.sql.snapshots.SnapshotStore.create] migrates older ones up to it."""
 
 class StreamId(NamedTuple):
     """A stream entry id ``<ms>-<seq>``; ordered as Redis orders them."""
@@ -79,6 +75,10 @@ ZERO = StreamId(0, 0)
 
 @dataclass(frozen=True)
 class ShardSnapshot:
+    """One shard's row of ``redcount_shard_snapshots``: its ``value``, its ``version`` (deltas
+    applied so far), its ``watermark`` (the newest stream entry applied) and when it was last
+    written (``updated_ms``, ms since the epoch)."""
+
     shard: int
     value: int
     version: int
@@ -88,6 +88,9 @@ class ShardSnapshot:
 
 @dataclass(frozen=True)
 class Total:
+    """A counter's row of ``redcount_totals``: the sum of its shard snapshots (``value``), the
+    newest stream id in it, its version and when it was last written (ms since the epoch)."""
+
     value: int
     watermark: StreamId
     version: int
@@ -96,6 +99,9 @@ class Total:
 
 @dataclass(frozen=True)
 class AppliedDelta:
+    """One row of the audit log (``redcount_deltas``): a stream entry of ``shard`` applied to
+    the snapshots, with its request id, when it happened and when it was applied (ms)."""
+
     shard: int
     stream_id: StreamId
     delta: int
@@ -106,6 +112,9 @@ class AppliedDelta:
 
 @dataclass(frozen=True)
 class Adjustment:
+    """One audited correction (``redcount_adjustments``): a ``delta`` with its ``reason``, its
+    request id and when it was written (ms since the epoch)."""
+
     delta: int
     reason: str
     request_id: str | None
@@ -284,7 +293,7 @@ class SnapshotStore:
 
     def create(self) -> int:
         """Create the tables that are missing and migrate the schema to
-        :data:`SCHEMA_VERSION`; returns the version found before (0 for a new database)."""
+        [`SCHEMA_VERSION`][redcount.sql.snapshots.SCHEMA_VERSION]; returns the version found before (0 for a new database)."""
         sa = self._sa
         try:
             self.t.metadata.create_all(self.engine, checkfirst=True)

@@ -17,7 +17,7 @@ Each strategy gets its own fresh key; after the last request the key's size is r
   attacker sends is what Redis holds.
 
 The requests are simulated, not waited for: the store is opened with a
-:class:`~redcount.ManualClock` as its client clock (``clock="client"``, the default), which
+[`ManualClock`][redcount.store.ManualClock] as its client clock (``clock="client"``, the default), which
 steps through the window in a fraction of a second of real time. Redis expires keys on its
 own clock, so the simulated time starts one window ahead of the real time and every TTL the
 scripts set is at least the time to the next request: no key expires during a run.

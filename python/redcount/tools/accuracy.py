@@ -2,7 +2,7 @@
 
 Every strategy (fixed window, the exact sliding log, the approximate sliding window with
 1 and with 4 sub-buckets, token bucket, GCRA) faces the same traffic scenarios on the
-embedded memory store driven by a :class:`~redcount.ManualClock`, so a run is exact,
+embedded memory store driven by a [`ManualClock`][redcount.store.ManualClock], so a run is exact,
 deterministic and takes well under a second. For every admitted hit the time is recorded;
 the figure reported is the most admitted hits in **any** interval one window long
 (``[t, t + window)``, slid over every admitted time, so it is exact), as a multiple of the
@@ -207,7 +207,7 @@ def scenarios(limit: int, window_ms: int, seed: int = 1) -> list[Scenario]:
 
 
 def aligned_start(window_ms: int) -> int:
-    """The first multiple of ``window_ms`` at or after :data:`START_MS` (whole seconds)."""
+    """The first multiple of ``window_ms`` at or after `START_MS` (whole seconds)."""
     return -(-START_MS // window_ms) * window_ms
 
 

@@ -15,9 +15,9 @@ if TYPE_CHECKING:
     from .._core import Store
     from ..sql import Flusher
 
-#: The operations commands (flush, restore, reconcile, reshard) read the store URL from
-#: ``--url`` or, without it, from this environment variable; they have no default.
 URL_ENV = "REDCOUNT_URL"
+"""The operations commands (flush, restore, reconcile, reshard) read the store URL from
+``--url`` or, without it, from this environment variable; they have no default."""
 
 _OPS_URL_HELP = (
     "URL of the Redis server that holds the counters (redis://, rediss://, unix://, redis+cluster://); "

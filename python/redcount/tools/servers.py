@@ -1,16 +1,16 @@
 """Private redis-server processes on free loopback ports: the one helper that ``redcount bench``
 (and its web and abuse siblings) and the test suite's fixtures start servers with.
 
-::
+```python
+with RedisServer() as server:                     # plain TCP on 127.0.0.1, a free port
+    store = redcount.connect(server.url)
+    server.stop(save=True); server.start()        # back on the same port, data kept
+    server.kill()                                 # SIGKILL, as in a crash
 
-    with RedisServer() as server:                     # plain TCP on 127.0.0.1, a free port
-        store = redcount.connect(server.url)
-        server.stop(save=True); server.start()        # back on the same port, data kept
-        server.kill()                                 # SIGKILL, as in a crash
-
-    tls = make_certs(tmp)                             # a throw-away CA and server certificate
-    with RedisServer(tls=tls) as server:              # TLS only: server.url is rediss://
-        redcount.connect(server.url, ssl_ca_certs=tls.ca)
+tls = make_certs(tmp)                             # a throw-away CA and server certificate
+with RedisServer(tls=tls) as server:              # TLS only: server.url is rediss://
+    redcount.connect(server.url, ssl_ca_certs=tls.ca)
+```
 
 Readiness is a PING answered (over TLS when the server speaks only TLS), polled with a
 bounded deadline, never a fixed sleep. Persistence is off and each server has a directory of
@@ -53,8 +53,8 @@ __all__ = [
     "stop_process",
 ]
 
-#: Seconds a server may take to answer PING after it was started (or to free its port).
 READY_TIMEOUT = 10.0
+"""Seconds a server may take to answer PING after it was started (or to free its port)."""
 INSTALL_REDIS = "apt-get install redis-server"
 
 
@@ -71,7 +71,7 @@ def free_port() -> int:
 
 
 def server_binary(name: str = "redis-server", advice: str = INSTALL_REDIS) -> str:
-    """The path of the ``name`` executable, or a :class:`ServerError` that ends with ``advice``."""
+    """The path of the ``name`` executable, or a `ServerError` that ends with ``advice``."""
     found = shutil.which(name)
     if found is None:
         raise ServerError(f"redis-server not found (looked for {name!r}); {advice}")
@@ -82,7 +82,7 @@ _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def die_with_parent() -> Callable[[], None] | None:
-    """A ``preexec_fn`` for :mod:`subprocess` that has the kernel SIGKILL the child when its
+    """A ``preexec_fn`` for `subprocess` that has the kernel SIGKILL the child when its
     parent ends, however it ends (SIGKILL included, which no ``finally`` or ``with`` block
     sees): Linux's ``prctl(PR_SET_PDEATHSIG, SIGKILL)``. None elsewhere (no such call).
 
@@ -185,7 +185,7 @@ class Tls:
 
 def make_certs(directory: str | Path) -> Tls:
     """A throw-away CA and a server certificate for 127.0.0.1 and localhost (EC P-256, valid
-    two days) in ``directory``, made with the ``openssl`` CLI; a :class:`ServerError` if it is
+    two days) in ``directory``, made with the ``openssl`` CLI; a `ServerError` if it is
     missing or fails."""
     openssl = shutil.which("openssl")
     if openssl is None:
@@ -225,12 +225,12 @@ class RedisServer:
 
     ``binary``: a name looked up on PATH, or a path. ``port``: None for a free one.
     ``extra_args``: more redis-server options. ``password``: what the readiness PING and
-    :meth:`command` authenticate with (set the server's own with ``extra_args``). ``tls``:
-    listen only for TLS with these files (:attr:`url` is then ``rediss://``).
+    `command` authenticate with (set the server's own with ``extra_args``). ``tls``:
+    listen only for TLS with these files (`url` is then ``rediss://``).
     ``new_session``: start the server in a session of its own, so that Ctrl-C in a terminal
     does not reach it and the owner stops it (the tools do, on their way out).
     ``die_with_owner``: the kernel kills the server when the thread that started it ends, even
-    by SIGKILL (see :func:`die_with_parent`; Linux), so a killed tool leaves no server behind.
+    by SIGKILL (see `die_with_parent`; Linux), so a killed tool leaves no server behind.
 
     ``with RedisServer() as s:`` starts it and, at the end, stops it and removes its
     directory. Not thread-safe.

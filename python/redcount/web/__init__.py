@@ -1,18 +1,18 @@
-"""The framework-free part of redcount's web integrations (:mod:`redcount.flask`,
-:mod:`redcount.fastapi`): limit specs, client identity, headers, the failure policy and
+"""The framework-free part of redcount's web integrations ([`redcount.flask`][redcount.flask],
+[`redcount.fastapi`][redcount.fastapi]): limit specs, client identity, headers, the failure policy and
 metrics. The integrations only translate between their framework and this layer.
 
-::
+```text
+redcount/web/spec.py       LimitSpec (checked at start-up), key functions, Check
+redcount/web/identity.py   ClientIdentity, TrustedProxies (X-Forwarded-For / Forwarded)
+redcount/web/engine.py     decide / decide_async, FailurePolicy (fail open / closed), Verdict
+redcount/web/headers.py    HeaderSets, render (RateLimit-Policy, RateLimit, X-RateLimit-*, Retry-After)
+redcount/web/metrics.py    PrometheusMetrics (optional: prometheus_client)
+redcount/web/problem.py    the JSON bodies of 429 and 503
+```
 
-    redcount/web/spec.py       LimitSpec (checked at start-up), key functions, Check
-    redcount/web/identity.py   ClientIdentity, TrustedProxies (X-Forwarded-For / Forwarded)
-    redcount/web/engine.py     decide / decide_async, FailurePolicy (fail open / closed), Verdict
-    redcount/web/headers.py    HeaderSets, render (RateLimit-Policy, RateLimit, X-RateLimit-*, Retry-After)
-    redcount/web/metrics.py    PrometheusMetrics (optional: prometheus_client)
-    redcount/web/problem.py    the JSON bodies of 429 and 503
-
-Key functions for ``key=``: :data:`remote_address` (the default), :func:`api_key`,
-:func:`by_header`, :data:`by_route`, or any callable of the framework's request returning a
+Key functions for ``key=``: [`remote_address`][redcount.web.spec.remote_address] (the default), [`api_key`][redcount.web.spec.api_key],
+[`by_header`][redcount.web.spec.by_header], [`by_route`][redcount.web.spec.by_route], or any callable of the framework's request returning a
 str (a user id, a tenant).
 """
 

@@ -1,23 +1,23 @@
-"""Deciding one request: run its checks against a :class:`~redcount.Limiter` (sync) or a
-:class:`redcount.aio.Limiter` (async) under a failure policy, and report to the metrics.
+"""Deciding one request: run its checks against a [`Limiter`][redcount.limiter.Limiter] (sync) or a
+[`redcount.aio.Limiter`][redcount.aio.Limiter] (async) under a failure policy, and report to the metrics.
 
-::
-
-    policy = FailurePolicy("open")
-    verdict = decide(limiter, checks, policy)              # sync frameworks (Flask)
-    verdict = await decide_async(alimiter, checks, policy) # asyncio (FastAPI, Starlette)
-    if not verdict.allowed: ...                            # 429, or 503 when closed and down
+```python
+policy = FailurePolicy("open")
+verdict = decide(limiter, checks, policy)              # sync frameworks (Flask)
+verdict = await decide_async(alimiter, checks, policy) # asyncio (FastAPI, Starlette)
+if not verdict.allowed: ...                            # 429, or 503 when closed and down
+```
 
 A request's checks are decided together, in one round trip and all-or-nothing
-(:meth:`redcount.Limiter.hit_all`): a request refused by one limit is charged against none
+([`redcount.Limiter.hit_all`][redcount.limiter.Limiter.hit_all]): a request refused by one limit is charged against none
 of them. Checks that cannot go together are decided one by one, in order, stopping at the
 first refusal (a request refused by one is then charged against those before it): shadow
 checks (they count and report, never refuse, so they never join an all-or-nothing
 decision), checks of different costs, two checks of one key with the same window, the
-concurrency strategy, and everything when :data:`BATCH_CHECKS` is False. Within one check,
+concurrency strategy, and everything when [`BATCH_CHECKS`][redcount.web.engine.BATCH_CHECKS] is False. Within one check,
 a multi-limit string (``"5/second;100/hour"``) is all-or-nothing, as in the core.
 
-The latency budget (:data:`DEFAULT_BUDGET`, 100 ms, unless the integration is given
+The latency budget ([`DEFAULT_BUDGET`][redcount.web.engine.DEFAULT_BUDGET], 100 ms, unless the integration is given
 another) bounds each wait for the store, never the request's wall-clock time: a check waits
 for Redis at most about one budget, a reply that has arrived is used however long the
 process took to get to it (a CPU-starved machine, a stopped worker), and the app's own work
@@ -31,10 +31,10 @@ build the same one); the async engine awaits the store's own deadline when the s
 budget no longer than the request's, else cuts the wait itself after the budget (taking the
 reply when it completed meanwhile).
 
-A request decided without the store is *undecided*: :attr:`Verdict.undecided` says why
-(:data:`UNDECIDED_REASONS`), the integrations send it as the ``RateLimit-Undecided`` response
+A request decided without the store is *undecided*: [`Verdict.undecided`][redcount.web.engine.Verdict.undecided] says why
+([`UNDECIDED_REASONS`][redcount.web.engine.UNDECIDED_REASONS]), the integrations send it as the ``RateLimit-Undecided`` response
 header, and the metrics count it (``redcount_undecided_total``, and
-:func:`redcount.telemetry.snapshot`'s ``undecided_requests``).
+[`redcount.telemetry.snapshot`][redcount.telemetry.snapshot]'s ``undecided_requests``).
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ DEFAULT_BUDGET = 0.1
 """Seconds one check may wait for the store, unless configured otherwise."""
 
 UNDECIDED_REASONS = ("timeout", "breaker-open", "unavailable")
-"""Why a request was decided without the store (:attr:`Verdict.undecided`, the
+"""Why a request was decided without the store ([`Verdict.undecided`][redcount.web.engine.Verdict.undecided], the
 ``RateLimit-Undecided`` header): ``timeout``, a request was sent and no reply came within the
 budget; ``breaker-open``, the store's circuit breaker was open, so nothing was asked;
 ``unavailable``, anything else that kept the store from deciding (refused or lost
@@ -112,7 +112,7 @@ def check_budget(value: object, where: str) -> float | None:
 def check_store(store: Store) -> None:
     """The integrations' start-up check (``check_on_start``): one PING, so that a wrong or
     rotated password or an unreachable Redis stops the app from starting, with the store's
-    own error (:class:`~redcount.AuthenticationError`, :class:`~redcount.ConnectionError`),
+    own error ([`AuthenticationError`][redcount.errors.AuthenticationError], [`ConnectionError`][redcount.errors.ConnectionError]),
     instead of showing up on the first limited request."""
     try:
         store.ping()
@@ -130,7 +130,7 @@ def _over_budget(budget: float) -> Unavailable:
 
 
 def undecided_reason(error: BaseException | None, store: object | None) -> str:
-    """Which of :data:`UNDECIDED_REASONS` a decision made without the store gets."""
+    """Which of [`UNDECIDED_REASONS`][redcount.web.engine.UNDECIDED_REASONS] a decision made without the store gets."""
     if isinstance(error, (TimeoutError, _OverBudget)):
         return "timeout"
     if isinstance(error, Unavailable) and error.maybe_applied:
@@ -145,7 +145,7 @@ class StoreUnavailable(Exception):
 
 
 class MetricsSink(Protocol):
-    """What the engine reports to (see :class:`redcount.web.metrics.PrometheusMetrics`)."""
+    """What the engine reports to (see [`redcount.web.metrics.PrometheusMetrics`][redcount.web.metrics.PrometheusMetrics])."""
 
     def decision(self, check: Check, decision: Decision, shadow: bool, seconds: float) -> None: ...
     def store_error(self, check: Check, policy: str) -> None:
@@ -159,9 +159,9 @@ class FailurePolicy:
     """What a store failure means for a request: ``"open"`` lets it through without
     rate-limit headers, ``"closed"`` refuses it with 503.
 
-    Built on the core's policy (:class:`redcount.Limiter`'s ``on_unavailable``): ``"open"`` is
+    Built on the core's policy ([`redcount.Limiter`][redcount.limiter.Limiter]'s ``on_unavailable``): ``"open"`` is
     ``on_unavailable="allow"``, ``"closed"`` is ``"deny"``. A store failure
-    (:class:`redcount.ConnectionError`: :class:`redcount.Unavailable` from a store with a
+    ([`redcount.ConnectionError`][redcount.errors.ConnectionError]: [`redcount.Unavailable`][redcount.errors.Unavailable] from a store with a
     ``budget`` or an open circuit breaker, timeouts, a closed store) becomes the decision that
     policy makes, and a decision made without the store (``Decision.unavailable``, also from
     a limiter built with its own ``on_unavailable``, which then wins) is served as such: an
@@ -212,7 +212,7 @@ class FailurePolicy:
 
     def run(self, call: Callable[[], Decision]) -> Decision | None:
         """The decision, or None when the store failed and the policy is open; raises
-        :class:`StoreUnavailable` when it failed and the policy is closed."""
+        [`StoreUnavailable`][redcount.web.engine.StoreUnavailable] when it failed and the policy is closed."""
         try:
             d = call()
         except STORE_FAILURES as e:
@@ -220,7 +220,7 @@ class FailurePolicy:
         return self._settle(d)
 
     async def arun(self, call: Callable[[], Awaitable[Decision]]) -> Decision | None:
-        """The async twin of :meth:`run`."""
+        """The async twin of [`run`][redcount.web.engine.FailurePolicy.run]."""
         try:
             d = await call()
         except STORE_FAILURES as e:
@@ -307,8 +307,8 @@ def _settle(
     store: object | None = None,
 ) -> bool:
     """Add one check's decision (or failure) to the verdict under the failure policy; False
-    when the request is refused (and checking should stop). Shared by :func:`decide` and
-    :func:`decide_async`, and kept free of per-call closures: it runs for every request.
+    when the request is refused (and checking should stop). Shared by [`decide`][redcount.web.engine.decide] and
+    [`decide_async`][redcount.web.engine.decide_async], and kept free of per-call closures: it runs for every request.
     ``own``: what the metrics record for this check of a joint decision (its own limit and
     remaining), when it differs from ``d``. ``store``: the limiter's store, asked whether
     its breaker is open when the decision was made without it."""
@@ -482,7 +482,7 @@ def decide(
     sync call cannot be cut short from here: the store's own ``budget`` bounds it, so this
     one only says what the request was promised. ``after``: the verdict of this request's
     earlier checks (once the store failed for it, the checks left skip the store).
-    ``charge``: False decides with :meth:`~redcount.Limiter.test` (nothing is charged), for
+    ``charge``: False decides with [`test`][redcount.limiter.Limiter.test] (nothing is charged), for
     limits that charge by outcome once the response is known.
     ``screen``: allow and deny lists and a refusal cache, applied before any round trip.
     """
@@ -569,8 +569,8 @@ async def decide_async(
     screen: Screen | None = None,
 ) -> Verdict:
     """Decide ``checks`` in order with an async limiter: the event loop never waits on the
-    store (see :mod:`redcount.aio`). ``budget``, ``after`` and ``charge`` as in
-    :func:`decide`; here a call is bounded by the store's own deadline when the store's
+    store (see [`redcount.aio`][redcount.aio]). ``budget``, ``after`` and ``charge`` as in
+    [`decide`][redcount.web.engine.decide]; here a call is bounded by the store's own deadline when the store's
     budget is no longer than ``budget``, else cut short after ``budget`` (its reply, if one
     comes later, is discarded) and decided by the policy."""
     verdict = _start(checks, shadow_all, after)

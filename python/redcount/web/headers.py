@@ -1,11 +1,11 @@
 """Rate-limit response headers: the IETF fields, the legacy ``X-RateLimit-*`` ones and
 ``Retry-After``, rendered from one request's decisions.
 
-::
-
-    sets = HeaderSets.parse("ietf,retry-after")        # or ("ietf", "legacy"), "all", "none"
-    for name, value in render(verdict, sets):
-        response.headers[name] = value                  # set, never add: no duplicates
+```python
+sets = HeaderSets.parse("ietf,retry-after")        # or ("ietf", "legacy"), "all", "none"
+for name, value in render(verdict, sets):
+    response.headers[name] = value                  # set, never add: no duplicates
+```
 
 The IETF fields follow draft-ietf-httpapi-ratelimit-headers-11 (structured fields, RFC 9651):
 
@@ -16,7 +16,7 @@ The IETF fields follow draft-ietf-httpapi-ratelimit-headers-11 (structured field
 
 ``RateLimit-Undecided: timeout`` (or ``breaker-open``, ``unavailable``) marks a request that
 some limit decided without the store, by the failure policy (see
-:data:`redcount.web.engine.UNDECIDED_REASONS`): it was not counted against that limit. It is
+[`redcount.web.engine.UNDECIDED_REASONS`][redcount.web.engine.UNDECIDED_REASONS]): it was not counted against that limit. It is
 sent whenever any header set is on, alone when no limit decided the request.
 
 ``X-RateLimit-Limit``/``-Remaining``/``-Reset`` give the binding limit's amount, remaining hits
@@ -58,7 +58,7 @@ class HeaderSets:
     def parse(cls, value: HeaderSets | str | Iterable[str] | None) -> HeaderSets:
         """``"all"``, ``"none"``, a comma-separated string or a list of set names; None is
         the default (``ietf`` and ``retry-after``). An unknown name raises
-        :class:`~redcount.InvalidInputError` (at start-up)."""
+        [`InvalidInputError`][redcount.errors.InvalidInputError] (at start-up)."""
         if value is None:
             return cls()
         if isinstance(value, HeaderSets):
@@ -140,5 +140,5 @@ HEADER_NAMES = frozenset(
     for n in ("RateLimit-Policy", "RateLimit", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset",
               "Retry-After", "RateLimit-Undecided")
 )
-"""Every field :func:`render` may set, lower case: integrations drop these from a response
+"""Every field [`render`][redcount.web.headers.render] may set, lower case: integrations drop these from a response
 before adding the rendered ones, so a field is never duplicated."""

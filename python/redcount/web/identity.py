@@ -1,17 +1,17 @@
 """Who the client is: the socket peer, or the address trusted proxies say they forwarded for.
 
 The default key of every web integration is the socket peer address. ``X-Forwarded-For`` and
-``Forwarded`` are read only when :class:`TrustedProxies` is configured, because any client
+``Forwarded`` are read only when [`TrustedProxies`][redcount.web.identity.TrustedProxies] is configured, because any client
 can send them: a limiter that believes them by default is bypassed by a client that sends a
 new address with every request.
 
-::
+```python
+from redcount.web import ClientIdentity, TrustedProxies
 
-    from redcount.web import ClientIdentity, TrustedProxies
-
-    who = ClientIdentity(TrustedProxies(cidrs=["10.0.0.0/8"]), ipv6_prefix=64)
-    who.resolve("10.1.2.3", ["203.0.113.9, 10.1.2.4"])   # -> "203.0.113.9"
-    who.resolve("198.51.100.7", ["203.0.113.9"])          # untrusted peer -> "198.51.100.7"
+who = ClientIdentity(TrustedProxies(cidrs=["10.0.0.0/8"]), ipv6_prefix=64)
+who.resolve("10.1.2.3", ["203.0.113.9, 10.1.2.4"])   # -> "203.0.113.9"
+who.resolve("198.51.100.7", ["203.0.113.9"])          # untrusted peer -> "198.51.100.7"
+```
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ class TrustedProxies:
 
     ``header`` is ``"x-forwarded-for"`` (default) or ``"forwarded"`` (RFC 7239). Bad input
     (a malformed CIDR, a count < 1, both or neither of count and cidrs) raises
-    :class:`~redcount.InvalidInputError` here, at start-up. Immutable, so thread-safe.
+    [`InvalidInputError`][redcount.errors.InvalidInputError] here, at start-up. Immutable, so thread-safe.
     """
 
     def __init__(
@@ -126,7 +126,7 @@ class TrustedProxies:
     @classmethod
     def coerce(cls, value: TrustedProxies | int | str | Sequence[str] | None) -> TrustedProxies | None:
         """The forms a config value takes: None or 0 (trust nobody), an int (a count), a
-        comma-separated string or a list of CIDRs, or a :class:`TrustedProxies`."""
+        comma-separated string or a list of CIDRs, or a [`TrustedProxies`][redcount.web.identity.TrustedProxies]."""
         if value is None or value == 0 or value == "" or isinstance(value, TrustedProxies):
             return value or None  # type: ignore[return-value]
         if isinstance(value, bool):
@@ -170,7 +170,7 @@ _PEER_CACHE = 4096  # peers whose canonical text is kept; the cache is cleared w
 class ClientIdentity:
     """Turns a socket peer and the request's forwarding headers into a client key.
 
-    ``trusted``: None (default: the peer address, headers ignored) or :class:`TrustedProxies`.
+    ``trusted``: None (default: the peer address, headers ignored) or [`TrustedProxies`][redcount.web.identity.TrustedProxies].
     ``ipv6_prefix``: IPv6 clients are grouped by this prefix length (64 puts a whole /64,
     what one subscriber usually gets, under one key; 128, the default, keys each address).
     Its settings are immutable and its cache of canonical peer texts is a dict that is only
@@ -190,7 +190,7 @@ class ClientIdentity:
         return self.trusted.header if self.trusted is not None else None
 
     def resolve(self, peer: str | None, header_values: Sequence[str] = ()) -> str:
-        """The client key for a request from ``peer`` carrying these values of :attr:`header`.
+        """The client key for a request from ``peer`` carrying these values of [`header`][redcount.web.identity.ClientIdentity.header].
         A peer that is not an IP address (a Unix socket, a test client) is returned as is,
         or as ``"unknown"`` when absent."""
         if not peer:

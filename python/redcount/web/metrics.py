@@ -1,12 +1,12 @@
 """Prometheus metrics for the web integrations (``pip install 'redcount[prometheus]'``).
 
-::
+```python
+from redcount.web.metrics import PrometheusMetrics
 
-    from redcount.web.metrics import PrometheusMetrics
-
-    metrics = PrometheusMetrics()                      # the default registry; or registry=...
-    rl = redcount.flask.RateLimiter(app, default="100/minute", metrics=metrics)
-    # then expose prometheus_client's registry as usual (make_wsgi_app, start_http_server)
+metrics = PrometheusMetrics()                      # the default registry; or registry=...
+rl = redcount.flask.RateLimiter(app, default="100/minute", metrics=metrics)
+# then expose prometheus_client's registry as usual (make_wsgi_app, start_http_server)
+```
 
 Series (labels are policy names, never client keys, so cardinality stays bounded):
 

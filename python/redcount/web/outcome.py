@@ -39,7 +39,7 @@ class Deduct:
 
 def deduct_predicate(fn: Callable[..., Any] | None, where: str) -> Deduct | None:
     """``fn`` checked at start-up: a callable of the response, or of the request and the
-    response; None stays None. Raises :class:`~redcount.InvalidInputError` naming ``where``."""
+    response; None stays None. Raises [`InvalidInputError`][redcount.errors.InvalidInputError] naming ``where``."""
     if fn is None:
         return None
     if not callable(fn):

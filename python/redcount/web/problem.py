@@ -1,10 +1,10 @@
 """The JSON bodies (RFC 9457 problem details, with the problem types of
 draft-ietf-httpapi-ratelimit-headers-11) of the responses the integrations produce.
 
-::
-
-    body = json.dumps(too_many_requests(verdict)).encode()   # 429
-    body = json.dumps(store_unavailable()).encode()          # 503, fail="closed"
+```python
+body = json.dumps(too_many_requests(verdict)).encode()   # 429
+body = json.dumps(store_unavailable()).encode()          # 503, fail="closed"
+```
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from .engine import Verdict
 __all__ = ["CONTENT_TYPE", "store_unavailable", "too_many_requests"]
 
 CONTENT_TYPE = "application/problem+json"
+"""The media type of the 429 and 503 bodies (RFC 9457 problem details)."""
 
 
 def too_many_requests(verdict: Verdict) -> dict[str, Any]:

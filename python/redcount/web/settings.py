@@ -1,9 +1,9 @@
 """The settings both integrations share, validated once at start-up.
 
-::
-
-    s = Settings.build(key=None, headers="ietf,legacy", trusted_proxies=["10.0.0.0/8"],
-                       ipv6_prefix=64, fail="open", shadow=False, metrics=None, budget=0.1)
+```python
+s = Settings.build(key=None, headers="ietf,legacy", trusted_proxies=["10.0.0.0/8"],
+                   ipv6_prefix=64, fail="open", shadow=False, metrics=None, budget=0.1)
+```
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from .spec import KeyFunc, as_key, remote_address
 __all__ = ["Settings", "TrustedArg"]
 
 TrustedArg = Union[TrustedProxies, int, str, Sequence[str], None]
+"""What the trusted-proxies setting accepts: a [`TrustedProxies`][redcount.web.identity.TrustedProxies], a proxy count, or
+proxy addresses and networks (one string or several)."""
 
 
 @dataclass
@@ -58,7 +60,7 @@ class Settings:
         deny: Iterable[Entry] | None = None,
         refusal_cache: int | None = 0,
     ) -> Settings:
-        """Validate everything, raising :class:`~redcount.InvalidInputError` on bad input.
+        """Validate everything, raising [`InvalidInputError`][redcount.errors.InvalidInputError] on bad input.
 
         ``allow``/``deny``: keys, IP addresses and CIDRs matched against each check's
         identity (the client address by default); ``refusal_cache``: how many refused keys

@@ -1,14 +1,14 @@
 """Limit specifications: what a decorator, a dependency or an app-wide setting asks for,
 checked once at start-up and resolved per request.
 
-::
+```python
+spec = LimitSpec.build("10/minute", name="search", where="route 'search'")
+check = spec.resolve(view)          # -> Check(limits, key, cost, policies) or None
+```
 
-    spec = LimitSpec.build("10/minute", name="search", where="route 'search'")
-    check = spec.resolve(view)          # -> Check(limits, key, cost, policies) or None
-
-A :class:`LimitSpec` holds the limit (a string, or a callable of the request for per-plan
+A [`LimitSpec`][redcount.web.spec.LimitSpec] holds the limit (a string, or a callable of the request for per-plan
 limits), the key function, the cost, the methods it applies to and an exemption. Everything
-that can be checked without a request is checked in :meth:`LimitSpec.build`, so a typo in a
+that can be checked without a request is checked in [`LimitSpec.build`][redcount.web.spec.LimitSpec.build], so a typo in a
 limit string fails at import or ``init_app``, naming the route, never per request.
 """
 
@@ -53,7 +53,7 @@ class RequestView(Protocol):
     def endpoint(self) -> str: ...
     @property
     def client(self) -> str:
-        """The resolved client address (see :class:`~redcount.web.ClientIdentity`)."""
+        """The resolved client address (see [`ClientIdentity`][redcount.web.identity.ClientIdentity])."""
     @property
     def native(self) -> Any:
         """The framework's own request object, passed to user callables."""
@@ -61,7 +61,7 @@ class RequestView(Protocol):
 
 
 class RequestKey:
-    """A key function of the framework-neutral :class:`RequestView` (the built-in keys);
+    """A key function of the framework-neutral [`RequestView`][redcount.web.spec.RequestView] (the built-in keys);
     a plain callable used as a key gets the framework's own request instead. Immutable, so
     thread-safe."""
 
@@ -77,6 +77,8 @@ class RequestKey:
 
 
 KeyFunc = Union[RequestKey, Callable[[Any], str]]
+"""What ``key=`` accepts: a [`RequestKey`][redcount.web.spec.RequestKey], or any callable of the framework's request
+returning a str."""
 
 remote_address = RequestKey(lambda v: v.client, "remote_address")
 """The client address: the socket peer, or what trusted proxies forwarded for (the default)."""
@@ -167,7 +169,7 @@ def _arity(fn: Callable[..., Any], what: str, where: str) -> int:
 
 
 def as_key(fn: KeyFunc, where: str) -> KeyFunc:
-    """A key function as the integrations call it: a :class:`RequestKey` as is; a callable
+    """A key function as the integrations call it: a [`RequestKey`][redcount.web.spec.RequestKey] as is; a callable
     of the request as is; a callable of nothing (Flask-Limiter's style, reading
     ``flask.request``) wrapped to ignore the request. Checked at start-up."""
     if isinstance(fn, RequestKey):
@@ -228,7 +230,7 @@ def config_lease(value: object, strategy: str, where: str) -> int | None:
     """The lease of limits from configuration (an app-wide or default limit): None, or an
     int >= 1, also as a string of digits (an environment variable or a config file). Only
     ``"fixed-window"`` and ``"sliding-window-approx"`` limiters lease (docs/leased-limits.md
-    says why); others raise :class:`~redcount.InvalidInputError` at start-up rather than on
+    says why); others raise [`InvalidInputError`][redcount.errors.InvalidInputError] at start-up rather than on
     the first request."""
     if value is None or value == "":
         return None
@@ -252,7 +254,7 @@ def _check_name(name: str, where: str) -> str:
 
 @dataclass
 class LimitSpec:
-    """A limit as declared: see :meth:`build`. Immutable after build, so thread-safe."""
+    """A limit as declared: see [`build`][redcount.web.spec.LimitSpec.build]. Immutable after build, so thread-safe."""
 
     limit: str | Callable[..., str]
     name: str
@@ -292,10 +294,10 @@ class LimitSpec:
         lease: int | None = None,
     ) -> LimitSpec:
         """Check everything that can be checked without a request, raising
-        :class:`~redcount.InvalidInputError` that names ``where`` (the route).
+        [`InvalidInputError`][redcount.errors.InvalidInputError] that names ``where`` (the route).
 
         ``limit``: ``"10/minute"``, ``"5/second;100/hour"`` or a callable of the request
-        returning such a string. ``key``: a :class:`RequestKey`, a callable of the request
+        returning such a string. ``key``: a [`RequestKey`][redcount.web.spec.RequestKey], a callable of the request
         returning a str, or None for the integration's default. ``cost``: an int >= 1 or a
         callable of the request. ``methods``: the HTTP methods it applies to (default all).
         ``exempt_when``: a callable (of nothing, or of the request) returning True to skip.
@@ -356,9 +358,9 @@ class LimitSpec:
     def resolve(self, view: RequestView, default_key: KeyFunc) -> Check | None:
         """The check for this request, or None when the spec does not apply to it.
 
-        A callable returning the wrong type raises :class:`KeyFunctionError` (logged once
+        A callable returning the wrong type raises [`KeyFunctionError`][redcount.web.spec.KeyFunctionError] (logged once
         per callable); a dynamic limit string that does not parse raises
-        :class:`~redcount.InvalidInputError` (logged once per callable)."""
+        [`InvalidInputError`][redcount.errors.InvalidInputError] (logged once per callable)."""
         if self.methods is not None and view.method.upper() not in self.methods:
             return None
         if self.exempt_when is not None and self._call(self.exempt_when, self._exempt_arity, view.native):
@@ -415,9 +417,9 @@ class LimitSpec:
 def client_prefix(spec: LimitSpec, endpoint: str | None) -> str | None:
     """When only the client's address varies between the checks this spec makes for
     requests to ``endpoint`` (a fixed limit, cost and scope; every method; no exemption; the
-    integration's default key, which must be :data:`remote_address`), the key up to the
+    integration's default key, which must be [`remote_address`][redcount.web.spec.remote_address]), the key up to the
     client's part: ``Check(spec, spec.static, prefix + client, spec.cost, spec.static_policies)``
-    is then what :meth:`LimitSpec.resolve` would build. None otherwise."""
+    is then what [`LimitSpec.resolve`][redcount.web.spec.LimitSpec.resolve] would build. None otherwise."""
     if (
         spec.static is None
         or spec.methods is not None

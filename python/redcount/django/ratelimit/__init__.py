@@ -1,13 +1,13 @@
 """django-ratelimit's API on redcount: switching is one import.
 
-::
+```python
+# from django_ratelimit.decorators import ratelimit
+from redcount.django.ratelimit import ratelimit
 
-    # from django_ratelimit.decorators import ratelimit
-    from redcount.django.ratelimit import ratelimit
-
-    @ratelimit(key="ip", rate="5/m", block=False)
-    def login(request):
-        if request.limited: ...
+@ratelimit(key="ip", rate="5/m", block=False)
+def login(request):
+    if request.limited: ...
+```
 
 The module paths mirror django-ratelimit's (``redcount.django.ratelimit.decorators``,
 ``.core``, ``.exceptions``, ``.middleware``), so ``django_ratelimit`` can be replaced by
@@ -17,7 +17,7 @@ what they mean there; what differs:
 - counting is atomic on Redis (or the embedded store), from sync and async views alike;
 - ``block=True`` answers 429 with the ``RateLimit``/``RateLimit-Policy`` and ``Retry-After``
   headers and a problem+json body; ``REDCOUNT["RATELIMIT_COMPAT_403"] = True`` raises
-  :class:`Ratelimited` (a ``PermissionDenied``: 403, or ``RATELIMIT_EXCEPTION_CLASS``) as
+  [`Ratelimited`][redcount.django.ratelimit.exceptions.Ratelimited] (a ``PermissionDenied``: 403, or ``RATELIMIT_EXCEPTION_CLASS``) as
   django-ratelimit does;
 - ``key="ip"`` is the client address through ``REDCOUNT["TRUSTED_PROXIES"]`` and
   ``IPV6_PREFIX`` (``RATELIMIT_IP_META_KEY`` and the ``RATELIMIT_*_MASK`` settings are not

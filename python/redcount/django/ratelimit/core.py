@@ -1,8 +1,8 @@
 """``is_ratelimited`` and ``get_usage``: django-ratelimit's functions, deciding on redcount.
 
-Every call is one atomic limiter call (:meth:`redcount.Limiter.hit` when ``increment``,
-else :meth:`~redcount.Limiter.test`) under ``REDCOUNT``'s failure policy and budget. The
-``a``-prefixed twins await :mod:`redcount.aio` for async views.
+Every call is one atomic limiter call ([`redcount.Limiter.hit`][redcount.limiter.Limiter.hit] when ``increment``,
+else [`test`][redcount.limiter.Limiter.test]) under ``REDCOUNT``'s failure policy and budget. The
+``a``-prefixed twins await [`redcount.aio`][redcount.aio] for async views.
 """
 
 from __future__ import annotations
@@ -206,7 +206,7 @@ def usage_and_verdict(
     request: Any, group: Any = None, fn: Any = None, key: Any = None, rate: Any = None, method: Any = ALL,
     increment: bool = False, *, user: Any = None,
 ) -> tuple[dict[str, Any] | None, Verdict | None]:
-    """:func:`get_usage` and the verdict it attached to the request (None when nothing was
+    """[`get_usage`][redcount.django.ratelimit.core.get_usage] and the verdict it attached to the request (None when nothing was
     decided)."""
     state = get_state()
     plan = _plan(request, group, fn, key, rate, method, state, user)
@@ -225,7 +225,7 @@ async def ausage_and_verdict(
     request: Any, group: Any = None, fn: Any = None, key: Any = None, rate: Any = None, method: Any = ALL,
     increment: bool = False,
 ) -> tuple[dict[str, Any] | None, Verdict | None]:
-    """The async twin of :func:`usage_and_verdict` (loads ``request.user`` with ``auser()``
+    """The async twin of [`usage_and_verdict`][redcount.django.ratelimit.core.usage_and_verdict] (loads ``request.user`` with ``auser()``
     for the user keys)."""
     state = get_state()
     user = None
@@ -269,7 +269,7 @@ async def aget_usage(
     request: Any, group: Any = None, fn: Any = None, key: Any = None, rate: Any = None, method: Any = ALL,
     increment: bool = False,
 ) -> dict[str, Any] | None:
-    """The async twin of :func:`get_usage`, on :mod:`redcount.aio`."""
+    """The async twin of [`get_usage`][redcount.django.ratelimit.core.get_usage], on [`redcount.aio`][redcount.aio]."""
     return (await ausage_and_verdict(request, group, fn, key, rate, method, increment))[0]
 
 
@@ -277,7 +277,7 @@ async def ais_ratelimited(
     request: Any, group: Any = None, fn: Any = None, key: Any = None, rate: Any = None, method: Any = ALL,
     increment: bool = False,
 ) -> bool:
-    """The async twin of :func:`is_ratelimited`, on :mod:`redcount.aio`."""
+    """The async twin of [`is_ratelimited`][redcount.django.ratelimit.core.is_ratelimited], on [`redcount.aio`][redcount.aio]."""
     usage = await aget_usage(request, group, fn, key, rate, method, increment)
     return bool(usage is not None and usage["should_limit"])
 

@@ -37,9 +37,9 @@ def ratelimit(group: Any = None, key: Any = None, rate: Any = None, method: Any 
     ``key``: ``"ip"``, ``"user"``, ``"user_or_ip"``, ``"header:<name>"``, ``"get:<name>"``,
     ``"post:<name>"``, a callable ``(group, request)`` or its dotted path; ``rate``:
     ``"5/m"``, ``"100/5m"``, ``(count, seconds)``, None (no limit), or a callable
-    ``(group, request)`` (or its dotted path) returning one; ``method``: :data:`ALL`
-    (default), :data:`UNSAFE`, a method name or a list of them; ``block``: refuse limited
-    requests (429 with the rate-limit headers, or :class:`Ratelimited` with
+    ``(group, request)`` (or its dotted path) returning one; ``method``: [`ALL`][redcount.django.ratelimit.core.ALL]
+    (default), [`UNSAFE`][redcount.django.ratelimit.core.UNSAFE], a method name or a list of them; ``block``: refuse limited
+    requests (429 with the rate-limit headers, or [`Ratelimited`][redcount.django.ratelimit.exceptions.Ratelimited] with
     ``REDCOUNT["RATELIMIT_COMPAT_403"]``). Sets ``request.limited`` (True when this or an
     earlier decorator found the request over its limit).
     """

@@ -21,7 +21,7 @@ Sliding windows and buckets (``--only sliding``), on Redis and on the embedded m
 - redcount ``Limiter("token-bucket")`` and ``Limiter("gcra")`` ``hit`` on their own (``limits``
   has neither), also shown relative to redcount's sliding window, without a target.
 
-Both sides use the same limit, :data:`SLIDING_LIMIT` ``"100/second"``, and the same key
+Both sides use the same limit, `SLIDING_LIMIT` ``"100/second"``, and the same key
 rotation. A limit that is never reached keeps every hit allowed, as in the fixed-window rows,
 but an exact log stores every hit still in its window: under the fixed rows' 10^9/minute a key
 would pile up every hit of the run, and each hit would cost more than the last (``limits``'
@@ -57,25 +57,25 @@ with and without ``lease=1000``, under 8 threads and under 4 processes, in decis
 second with the client's and the server's CPU per decision, the ratio (target >= 20x), the
 refusals per second of a key whose window is used up, with and without ``lease=`` (target
 >= 1.0x) and with a refusal cache, and the over- and under-admission of callers that run a
-limit out (see :mod:`~redcount.tools.bench.leased`).
+limit out (see `leased`).
 
 Unless said otherwise above, each measurement runs single-threaded for about ``--seconds`` in all, after a short warm-up,
 over 10,000 rotating keys under a key prefix unique to the run. The measurements take turns
-in slices of about 0.4 s (see :func:`rounds`), so a change in the machine's state mid-run
+in slices of about 0.4 s (see `rounds`), so a change in the machine's state mid-run
 hits every contender alike; the two sides of each ratio with a target run back to back. On a
 ``--url`` server only the run's own keys are written, and they are deleted (SCAN + DEL) at the
 end.
 
-The package: :mod:`~redcount.tools.bench.run` (arguments, the order of the blocks),
-:mod:`~redcount.tools.bench.harness` (contenders taking turns, the CPU probe),
-:mod:`~redcount.tools.bench.report` (rows, ratios, the table, JSON),
-:mod:`~redcount.tools.bench.rows` (what is measured, by name), one module per block
-(:mod:`~redcount.tools.bench.fixed`, :mod:`~redcount.tools.bench.sliding`,
-:mod:`~redcount.tools.bench.hot`, :mod:`~redcount.tools.bench.engine`,
-:mod:`~redcount.tools.bench.sharded`), :mod:`~redcount.tools.bench.redis_benchmark`, and the
-two benchmarks of their own: :mod:`~redcount.tools.bench.web` (``redcount bench web``) and
-:mod:`~redcount.tools.bench.flush` (the flusher's throughput and snapshot lag). Servers come
-from :mod:`redcount.tools.servers`.
+The package: `run` (arguments, the order of the blocks),
+`harness` (contenders taking turns, the CPU probe),
+`report` (rows, ratios, the table, JSON),
+`rows` (what is measured, by name), one module per block
+(`fixed`, `sliding`,
+`hot`, `engine`,
+`sharded`), `redis_benchmark`, and the
+two benchmarks of their own: `web` (``redcount bench web``) and
+`flush` (the flusher's throughput and snapshot lag). Servers come
+from `redcount.tools.servers`.
 """
 
 from __future__ import annotations

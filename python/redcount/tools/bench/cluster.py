@@ -31,12 +31,12 @@ from ...store import Store
 from .harness import BenchError, info
 from .rows import COUNTER_WINDOW
 
-#: incr_many's batch in this block: one call touches many slots, so every master.
 CLUSTER_MANY = 1000
-#: Shard counts of the one-counter workloads (on 3 masters: 64 spread evenly, 16 do not).
+"""incr_many's batch in this block: one call touches many slots, so every master."""
 CLUSTER_SHARDS = (64, 16)
-#: Targets: server and client CPU per call against a single server, and the projection.
+"""Shard counts of the one-counter workloads (on 3 masters: 64 spread evenly, 16 do not)."""
 SERVER_CPU_WITHIN = 1.10
+"""Targets: server and client CPU per call against a single server, and the projection."""
 CLIENT_CPU_WITHIN = 1.15
 PROJECTED_AT_LEAST = 0.8
 

@@ -38,11 +38,11 @@ from .rows import (
     THREADS,
 )
 
-#: The machine counts as quiet when, with this process idle, the other processes keep less
-#: than this share of its CPUs busy.
 QUIET_BUSY = 0.10
-#: Targets on a quiet machine: the default store from n threads against redis-benchmark -c n.
+"""The machine counts as quiet when, with this process idle, the other processes keep less
+than this share of its CPUs busy."""
 THREAD_TARGETS = {1: 0.9, THREADS: 0.75, 32: 0.75}
+"""Targets on a quiet machine: the default store from n threads against redis-benchmark -c n."""
 
 
 def _cpu_busy(seconds: float) -> float | None:
@@ -260,7 +260,7 @@ def cpu_bound(by_name: dict[str, Result]) -> list[str]:
 
 def engine_notes(by_name: dict[str, Result]) -> list[str]:
     """The engine block's notes on the measured rows: the single-thread figure to compare
-    across builds, and the CPU budget per call (:func:`cpu_bound`)."""
+    across builds, and the CPU budget per call (`cpu_bound`)."""
     single = by_name[RC_INCR]
     return [
         f"single thread, no regression: {RC_INCR} {single.ops_per_sec:,.0f} ops/s "

@@ -4,13 +4,13 @@
     python -m redcount.tools.bench.flush --url redis://127.0.0.1:6379/0 --sql sqlite:////tmp/l.db --lag --rate 10000
 
 Throughput: writes ``--deltas`` idempotent increments (request ids, so the audit log has them)
-to ``--counters`` sharded counters with ``incr_many``, then times one :class:`redcount.Flusher`
+to ``--counters`` sharded counters with ``incr_many``, then times one [`redcount.Flusher`][redcount.sql.flusher.Flusher]
 draining them into the SQL database (the write phase is not timed).
 
 Lag (``--lag``, Redis only): a ``redcount flush`` process runs as in production while this
 process writes ``--rate`` increments per second for ``--seconds`` (in ``incr_many`` chunks
 every 10 ms) and samples the snapshot lag every 100 ms: the age of the oldest delta not yet
-in SQL (:attr:`redcount.Flusher.lag`, 0 when SQL is level with the logs). It prints the
+in SQL ([`redcount.Flusher.lag`][redcount.sql.flusher.Flusher.lag], 0 when SQL is level with the logs). It prints the
 samples' p50, p99 and max; at the end it waits for the flusher to catch up and checks the SQL
 totals against Redis. Both figures depend on the machine and the database's durability
 settings; they are measurements, not tests.

@@ -1,8 +1,8 @@
 """The harness of ``redcount bench``: contenders that take turns in short slices, the CPU
 probe, and the store helpers the tools share (INFO fields, deleting a run's keys).
 
-Each measurement is a :class:`Contender`; the run gives every contender :func:`rounds` turns
-of about :data:`SLICE` seconds in a fixed order, so a change in the machine's state mid-run
+Each measurement is a `Contender`; the run gives every contender `rounds` turns
+of about `SLICE` seconds in a fixed order, so a change in the machine's state mid-run
 hits every contender alike and the two sides of a ratio run back to back.
 """
 
@@ -329,8 +329,8 @@ def info(store: Store, section: str) -> dict[str, str]:
     return {k: v.strip() for k, v in (line.split(":", 1) for line in text.splitlines() if ":" in line)}
 
 
-#: How INFO's ``server_name`` is written in reports (Valkey names itself there; Redis does not).
 _SERVER_NAMES = {"redis": "Redis", "valkey": "Valkey"}
+"""How INFO's ``server_name`` is written in reports (Valkey names itself there; Redis does not)."""
 
 
 def server_version(store: Store) -> str:
@@ -346,7 +346,7 @@ def server_version(store: Store) -> str:
 
 
 def scan_keys(node: Store, pattern: str) -> list[bytes]:
-    """Every key of one node matching ``pattern``, by SCAN (a node of :meth:`Store.nodes`:
+    """Every key of one node matching ``pattern``, by SCAN (a node of [`Store.nodes`][redcount.store.Store.nodes]:
     SCAN is about one server, so a cluster is scanned node by node)."""
     keys: list[bytes] = []
     cursor: str | bytes = "0"

@@ -16,13 +16,13 @@ from ..urls import mask_url, redact
 from .harness import BenchError, Contender
 from .rows import N_KEYS
 
-#: Seconds the one-PING password check may take. redis-benchmark 7.0 never exits when it
-#: cannot connect or gets no reply, so every run of it has a timeout, and dies with us.
 CHECK_TIMEOUT = 10.0
-#: Seconds a measuring run may take at most (a slice is sized to take ``--seconds``).
+"""Seconds the one-PING password check may take. redis-benchmark 7.0 never exits when it
+cannot connect or gets no reply, so every run of it has a timeout, and dies with us."""
 RUN_TIMEOUT = 300.0
-#: Seconds to wait for a TCP connection to the server before anything runs against it.
+"""Seconds a measuring run may take at most (a slice is sized to take ``--seconds``)."""
 CONNECT_TIMEOUT = 2.0
+"""Seconds to wait for a TCP connection to the server before anything runs against it."""
 
 
 def benchmark_target(url: str) -> tuple[list[str], dict[str, str]]:
@@ -31,7 +31,7 @@ def benchmark_target(url: str) -> tuple[list[str], dict[str, str]]:
     The password never goes on the command line (any local user can read a process's
     arguments in /proc/<pid>/cmdline): it goes in ``REDISCLI_AUTH``, the variable the Redis
     command-line tools read it from. A redis-benchmark that ignores it (7.0 does) fails to
-    authenticate, and :func:`check_benchmark_auth` says so before anything is measured."""
+    authenticate, and `check_benchmark_auth` says so before anything is measured."""
     u = urllib.parse.urlsplit(url)
     if u.scheme != "redis":
         raise BenchError(f"--url must be a redis:// URL, got {mask_url(url)!r}")
@@ -100,7 +100,7 @@ def run_redis_benchmark(
 
 
 def check_reachable(url: str, timeout: float = CONNECT_TIMEOUT) -> None:
-    """Raise :class:`BenchError` saying the server is unreachable when nothing accepts a TCP
+    """Raise `BenchError` saying the server is unreachable when nothing accepts a TCP
     connection at ``url``'s host and port within ``timeout`` seconds."""
     u = urllib.parse.urlsplit(url)
     host, port = u.hostname or "127.0.0.1", u.port or 6379

@@ -39,8 +39,8 @@ from .sliding import sliding_blocks
 
 __all__ = ["ONLY", "run_bench"]
 
-#: The values of ``--only``: every block, or one of them.
 ONLY = ("all", "fixed", "sliding", "engine", "sharded", "hot", "cluster", "leased")
+"""The values of ``--only``: every block, or one of them."""
 
 
 def run_bench(args: argparse.Namespace) -> int:

@@ -54,7 +54,7 @@ def sliding_block(
 def sliding_blocks(
     store: Store, mem: Store, url: str, prefix: str, keys: Sequence[str]
 ) -> tuple[list[Contender], list[RatioSpec]]:
-    """:func:`sliding_block` on Redis and on the memory store ``mem``, with their targets."""
+    """`sliding_block` on Redis and on the memory store ``mem``, with their targets."""
     import limits
     import limits.storage
     import limits.strategies

@@ -1,9 +1,9 @@
 """``redcount bench web``: requests per second of minimal Flask, FastAPI and Django apps under a real
 load generator, without a limiter, with redcount and with the peers, in one run.
 
-::
-
-    redcount bench web --seconds 5 --workers 2 --json web.json
+```text
+redcount bench web --seconds 5 --workers 2 --json web.json
+```
 
 Each contender is a minimal app with one route under a limit that is never reached
 (``1000000/minute``, one key: every request is decided and allowed), without rate-limit
