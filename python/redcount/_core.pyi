@@ -326,9 +326,15 @@ class Decision:
         """hit_all()/test_all(), when refused: (limit, key) of the refusing limit (the one that frees
         up last when several refuse), e.g. ('100/minute', 'user:42'); None otherwise."""
     @property
-    def charged_at(self) -> float | None: ...
+    def charged_at(self) -> float | None:
+        """An allowed hit(): where its units were charged (seconds on the limiter's clock), which
+        [`Limiter.refund`][redcount.limiter.Limiter.refund] takes as `decision=` to credit only
+        the state that still holds the charge; None for a refused hit, test(), hit_all() and a
+        decision made without the store."""
     @property
-    def bound_by(self) -> tuple[str, str] | None: ...
+    def bound_by(self) -> tuple[str, str] | None:
+        """hit_all()/test_all(): (limit, key) of the binding limit: the refusing one when refused, else
+        the one with the fewest hits left. None from hit() and test()."""
     @property
     def per_key(self) -> list[tuple[int, int]] | None:
         """hit_all()/test_all(): for each (limit, key) item, in order, (limit, remaining) of its

@@ -238,7 +238,7 @@ class State:
         """A limiter like [`limiter_for`][redcount.django.conf.State.limiter_for]'s (same strategy and key prefix) on a second
         store opened from ``URL`` whose clock is the returned [`ManualClock`][redcount.store.ManualClock]:
         the DRF throttles whose ``timer`` is overridden decide on it, setting the clock to
-        the timer's time under [`clock_lock`][redcount.django.conf.State.clock_lock]. On Redis it holds the same keys; on
+        the timer's time under `clock_lock`. On Redis it holds the same keys; on
         ``memory://`` it is a keyspace of its own (the store is private to its process)."""
         with self._lock:
             if self._on_clock is None:

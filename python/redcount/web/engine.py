@@ -31,7 +31,7 @@ build the same one); the async engine awaits the store's own deadline when the s
 budget no longer than the request's, else cuts the wait itself after the budget (taking the
 reply when it completed meanwhile).
 
-A request decided without the store is *undecided*: [`Verdict.undecided`][redcount.web.engine.Verdict.undecided] says why
+A request decided without the store is *undecided*: `Verdict.undecided` says why
 ([`UNDECIDED_REASONS`][redcount.web.engine.UNDECIDED_REASONS]), the integrations send it as the ``RateLimit-Undecided`` response
 header, and the metrics count it (``redcount_undecided_total``, and
 [`redcount.telemetry.snapshot`][redcount.telemetry.snapshot]'s ``undecided_requests``).
@@ -83,7 +83,7 @@ DEFAULT_BUDGET = 0.1
 """Seconds one check may wait for the store, unless configured otherwise."""
 
 UNDECIDED_REASONS = ("timeout", "breaker-open", "unavailable")
-"""Why a request was decided without the store ([`Verdict.undecided`][redcount.web.engine.Verdict.undecided], the
+"""Why a request was decided without the store (`Verdict.undecided`, the
 ``RateLimit-Undecided`` header): ``timeout``, a request was sent and no reply came within the
 budget; ``breaker-open``, the store's circuit breaker was open, so nothing was asked;
 ``unavailable``, anything else that kept the store from deciding (refused or lost
