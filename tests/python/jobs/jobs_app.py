@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from typing import Any
 
@@ -41,6 +42,16 @@ def configure(base: str) -> None:
     global DATA_URL, _store
     DATA_URL = f"{base}/2"
     app.conf.update(broker_url=f"{base}/0", result_backend=f"{base}/1", redcount_url=DATA_URL)
+    # The app's connection pool, its producer pool and its result backend keep the server they
+    # were made for: drop them (the first two as Celery does after a fork), so the next task and
+    # result go to this server (a test module that ran before may have pointed the app at a
+    # server it has since stopped).
+    app.close()
+    amqp = app.__dict__.get("amqp")
+    if amqp is not None:
+        amqp._producer_pool = None
+    app._backend_cache = None
+    app._local = threading.local()
     if _store is not None:
         _store.close()
         _store = None

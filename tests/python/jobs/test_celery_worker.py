@@ -142,8 +142,10 @@ def test_max_wait_counts_from_the_first_refusal(worker: CeleryWorker, data: redc
         m = re.search(r"refused for ([0-9.]+) s", str(e.value))
         assert m is not None, str(e.value)
         # Sent again every ~0.2 s, each time carrying the first refusal's time: it fails once
-        # the next try would pass max_wait=1.5 s from then.
-        assert 1.2 <= float(m.group(1)) <= 1.5, str(e.value)
+        # the next try would pass max_wait=1.5 s from then. Counted from the last try instead,
+        # the figure would be about 0.2 s. A try that a busy machine delivers late can report
+        # more than 1.5 s, but never more than the time since the task was sent.
+        assert 1.2 <= float(m.group(1)) <= elapsed, (str(e.value), elapsed)
         assert elapsed < 10, elapsed
     finally:
         slots.release(held)
