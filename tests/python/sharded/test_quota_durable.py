@@ -19,7 +19,7 @@ import pytest
 import redcount
 import redcount.aio
 from conftest import RedisServer
-from helpers import wait_until
+from helpers import wait_for_fresh_window, wait_until
 
 pytestmark = pytest.mark.redis_only
 
@@ -227,6 +227,9 @@ def _wait_off_the_node_connection(store: redcount.Store, q: redcount.Quota, mast
     before = q.value()
     counter = redcount.FixedWindowCounter(store, "others", window=60)
     key = counter_key(counter)
+    # The counter's minute must hold until it is read back below (the take may wait out both
+    # timeouts first): a minute that ended in between would read 0.
+    wait_for_fresh_window(store, 60, command_timeout + 2 * durable_timeout + 10)
     replica.pause()
     try:
         durable = DurableCall(lambda: q.take(1, request_id="c-1"))
