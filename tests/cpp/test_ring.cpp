@@ -17,8 +17,10 @@
 #include "redcount/redis/redis_store.h"
 #include "redcount/redis/ring.h"
 #include "redcount/store/resilient_store.h"
+#include "test_servers.h"
 #include "test_support.h"
 
+using rctest::free_port;
 using redcount::InvalidArgument;
 using redcount::redis::fnv1a64;
 using redcount::redis::kRingSlots;
@@ -146,22 +148,6 @@ TEST(Ring, OneNodeOwnsEverything) {
 // servers, a node killed and restarted, are in tests/python/scaling_out/test_ring.py).
 namespace {
 
-// A loopback port with nothing listening (bound, then closed: refused until someone takes it).
-int dead_port() {
-  const int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  int port = 0;
-  if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  ::close(s);
-  return port;
-}
-
 redcount::StoreOptions ring_options(const std::vector<int>& ports, std::vector<std::string> names = {}) {
   redcount::StoreOptions o;
   for (int p : ports) {
@@ -180,7 +166,7 @@ redcount::StoreOptions ring_options(const std::vector<int>& ports, std::vector<s
 }  // namespace
 
 TEST(RingStore, RoutesBySlotAndDescribesItsMembers) {
-  const int a = dead_port(), b = dead_port();
+  const int a = free_port(), b = free_port();
   redcount::RedisStore store(ring_options({a, b}, {"a", "b"}));
   EXPECT_TRUE(store.is_ring());
   EXPECT_EQ(store.shard_of("foo"), 12182u);
@@ -197,12 +183,12 @@ TEST(RingStore, RoutesBySlotAndDescribesItsMembers) {
 }
 
 TEST(RingStore, RefusesBadMembers) {
-  const int a = dead_port();
+  const int a = free_port();
   auto o = ring_options({a, a});
   EXPECT_TRUE(contains(rctest::error_of<InvalidArgument>([&] { redcount::RedisStore s(o); }), "distinct servers"));
-  o = ring_options({a, dead_port()}, {"x"});
+  o = ring_options({a, free_port()}, {"x"});
   EXPECT_TRUE(contains(rctest::error_of<InvalidArgument>([&] { redcount::RedisStore s(o); }), "one name per server"));
-  o = ring_options({a, dead_port()}, {"x", "x"});
+  o = ring_options({a, free_port()}, {"x", "x"});
   EXPECT_TRUE(contains(rctest::error_of<InvalidArgument>([&] { redcount::RedisStore s(o); }), "given twice"));
   o = ring_options({a});
   o.ring[0] = redcount::parse_url("unix:///tmp/nowhere.sock");
@@ -218,7 +204,7 @@ TEST(RingStore, RefusesBadMembers) {
 TEST(RingStore, SentinelGroupsAreMembers) {
   // Two services behind the same sentinels, and a server: three members, named by default
   // "service@first-sentinel" (a group has no fixed server address).
-  const int a = dead_port();
+  const int a = free_port();
   auto o = ring_options({a});
   auto group = [](const std::string& service) {
     redcount::StoreOptions m = redcount::parse_url("redis+sentinel://127.0.0.1:1,127.0.0.1:2/" + service);
@@ -252,7 +238,7 @@ TEST(RingStore, SentinelGroupsAreMembers) {
 
 TEST(RingStore, EachDeadNodeOpensItsOwnBreaker) {
   redcount::take_breaker_events();
-  const int a = dead_port(), b = dead_port();
+  const int a = free_port(), b = free_port();
   redcount::ResilienceOptions r;
   r.budget = std::chrono::milliseconds(100);
   auto store = redcount::open_resilient_store(ring_options({a, b}, {"a", "b"}), r, "");

@@ -86,15 +86,26 @@ def wait_until(predicate: Callable[[], T], timeout: float = 10.0, what: str = "c
         time.sleep(interval)
 
 
-def server_rx_queued(port: int) -> bool:
-    """True when a connection to `port` has bytes the server has not read (it is stopped)."""
+def _rx_queued(port: int, column: int) -> bool:
+    """True when a loopback TCP socket whose address in /proc/net/tcp's `column` (1: local,
+    2: remote) has `port` holds bytes its process has not read."""
     want = f":{port:04X}"
     with open("/proc/net/tcp") as f:
         for line in f.readlines()[1:]:
             parts = line.split()
-            if parts[1].endswith(want) and int(parts[4].split(":")[1], 16) > 0:
+            if parts[column].endswith(want) and int(parts[4].split(":")[1], 16) > 0:
                 return True
     return False
+
+
+def server_rx_queued(port: int) -> bool:
+    """True when a connection to `port` has bytes the server has not read (it is stopped)."""
+    return _rx_queued(port, 1)
+
+
+def reply_waiting_for(port: int) -> bool:
+    """True when a client's connection to `port` holds bytes its process has not read."""
+    return _rx_queued(port, 2)
 
 
 def all_keys(store: redcount.Store, pattern: str = "*") -> list[bytes]:

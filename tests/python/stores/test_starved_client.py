@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 from conftest import RedisServer
-from helpers import wait_until
+from helpers import reply_waiting_for, wait_until
 
 pytestmark = pytest.mark.redis_only
 
@@ -136,17 +136,6 @@ class Child:
         for pipe in (self.proc.stdin, self.proc.stdout):
             if pipe is not None:
                 pipe.close()
-
-
-def reply_waiting_for(port: int) -> bool:
-    """True when a client's connection to ``port`` holds bytes its process has not read."""
-    want = f":{port:04X}"
-    with open("/proc/net/tcp") as f:
-        for line in f.readlines()[1:]:
-            parts = line.split()
-            if parts[2].endswith(want) and int(parts[4].split(":")[1], 16) > 0:
-                return True
-    return False
 
 
 @pytest.fixture
