@@ -38,6 +38,9 @@ What is counted, and where:
   ``breaker-open``, ``unavailable``; see [`redcount.web.engine.UNDECIDED_REASONS`][redcount.web.engine.UNDECIDED_REASONS]).
   Each one was let through (``fail="open"``) or refused with 503 (``"closed"``) without
   being counted against its limits, so a rise means limits were not enforced exactly.
+- *retry queue*: the traffic of every [`FixedWindowCounter`][redcount.counters.FixedWindowCounter] made with
+  ``on_error="queue"`` in this process, summed (``RetryStats``: queued, retried, delivered,
+  dropped, overflowed, failed, and pending now).
 - *leased units*: units this process's leases (``Limiter.hit(..., lease=N)``) hold and have
   not admitted yet, over every limiter: what the process would lose if it were killed now
   (SIGKILL; docs/leased-limits.md), and what other processes cannot admit meanwhile.
@@ -52,7 +55,7 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -61,6 +64,7 @@ from .skew import Skew, skew_of
 
 if TYPE_CHECKING:
     from .hot_keys import HotKeys
+    from .otel import OpenTelemetryMetrics
 
 __all__ = ["Metrics", "MetricsSnapshot", "RedcountCollector", "metrics", "register", "reset", "snapshot"]
 
@@ -146,6 +150,9 @@ class MetricsSnapshot:
     """The same by reason: ``{"timeout": n, "breaker-open": n, "unavailable": n}``."""
     leased_units: int = 0
     """Leased units this process holds and has not admitted yet, over every limiter."""
+    retry_queue: dict[str, int] = field(default_factory=dict)
+    """The retry queues' traffic, summed over this process's counters: ``{"queued": n,
+    "retried": n, "delivered": n, "dropped": n, "overflowed": n, "failed": n, "pending": n}``."""
 
 
 _lock = threading.Lock()
@@ -220,6 +227,70 @@ def reset() -> None:
         _undecided.clear()
         _previous = None
         _trimmed = 0
+
+
+RETRY_FIGURES = ("queued", "retried", "delivered", "dropped", "overflowed", "failed", "pending")
+"""The retry-queue figures, as ``RetryStats`` names them (``pending``: waiting now)."""
+
+
+def _retry_totals() -> dict[str, int]:
+    from .counters import _QUEUED  # counters imports this module's package first
+
+    totals = dict.fromkeys(RETRY_FIGURES, 0)
+    for counter in list(_QUEUED):
+        st = counter.stats()
+        for name in RETRY_FIGURES:
+            totals[name] += int(getattr(st, name))
+    return totals
+
+
+# What the web engine reports to besides a sink it was given: the OpenTelemetry metrics
+# once enable_opentelemetry() ran (a tuple, replaced whole, so readers need no lock).
+_web_sinks: tuple[Any, ...] = ()
+
+
+class _Fanout:
+    """The web engine's sink when global sinks are on: forwards every record to each."""
+
+    __slots__ = ("sinks",)
+
+    def __init__(self, sinks: tuple[Any, ...]) -> None:
+        self.sinks = sinks
+
+    def decision(self, check: Any, decision: Any, shadow: bool, seconds: float) -> None:
+        for s in self.sinks:
+            s.decision(check, decision, shadow, seconds)
+
+    def store_error(self, check: Any, policy: str) -> None:
+        for s in self.sinks:
+            s.store_error(check, policy)
+
+    def undecided(self, reason: str) -> None:
+        for s in self.sinks:
+            note = getattr(s, "undecided", None)
+            if note is not None:
+                note(reason)
+
+
+def web_sink(metrics: Any) -> Any:
+    """``metrics`` (the sink an integration was given, or None) joined with the global
+    sinks: what the web engine records a request's decisions to."""
+    sinks = _web_sinks
+    if not sinks or isinstance(metrics, _Fanout):
+        return metrics
+    return _Fanout(sinks if metrics is None else (metrics, *sinks))
+
+
+def add_web_sink(sink: Any) -> None:
+    global _web_sinks
+    with _lock:
+        _web_sinks = (*(s for s in _web_sinks if s is not sink), sink)
+
+
+def remove_web_sink(sink: Any) -> None:
+    global _web_sinks
+    with _lock:
+        _web_sinks = tuple(s for s in _web_sinks if s is not sink)
 
 
 def _counts() -> tuple[int, ...]:
@@ -341,6 +412,7 @@ def snapshot(top: int = TOP_N) -> MetricsSnapshot:
         undecided_requests=sum(undecided.values()),
         undecided_by_reason=undecided,
         leased_units=_core._leased_units(),
+        retry_queue=_retry_totals(),
     )
 
 
@@ -367,6 +439,8 @@ class RedcountCollector:
       store (``timeout``, ``breaker-open``, ``unavailable``; alert on any increase)
     - ``redcount_leased_units``: leased units held and not admitted yet (what a SIGKILL of the
       process would lose until their windows end)
+    - ``redcount_retry_{queued,retried,delivered,dropped,overflowed,failed}_total`` and
+      ``redcount_retry_pending``: the retry queues of counters with ``on_error="queue"``
 
     Rates are Prometheus's business (``rate(redcount_counter_writes_total[5m])``): a scrape
     does not disturb the intervals of [`metrics`][redcount.telemetry.metrics].
@@ -447,6 +521,10 @@ class RedcountCollector:
         yield undecided
         held = _core._leased_units()
         yield gauge("leased_units", "Leased units this process holds and has not admitted yet", value=held)
+        retry = _retry_totals()
+        for name in RETRY_FIGURES[:-1]:
+            yield counter(f"retry_{name}", f"Retry-queue increments {name}", value=retry[name])
+        yield gauge("retry_pending", "Increments waiting in retry queues", value=retry["pending"])
         drift = _drift()
         if drift:
             g = gauge("reconcile_drift_ratio", "Last reconciliation's relative drift", labels=["counter"])
@@ -471,12 +549,30 @@ class Metrics:
     """The type of ``redcount.metrics``, the one object of this module exported at the top:
     ``redcount.metrics()`` is the process's [`MetricsSnapshot`][redcount.telemetry.MetricsSnapshot] (see [`snapshot`][redcount.telemetry.snapshot]);
     ``redcount.metrics.register()`` adds a [`RedcountCollector`][redcount.telemetry.RedcountCollector] to a Prometheus registry;
-    ``redcount.metrics.reset()`` zeroes the counts.
+    ``redcount.metrics.reset()`` zeroes the counts; ``redcount.metrics.enable_opentelemetry()``
+    exports them, and every web integration's decisions, through OpenTelemetry.
     """
 
     register = staticmethod(register)
     reset = staticmethod(reset)
     snapshot = staticmethod(snapshot)
+
+    @staticmethod
+    def enable_opentelemetry(
+        meter_provider: Any = None, *, top: int = TOP_N, near: float = 0.1, stores: Sequence[Any] = ()
+    ) -> OpenTelemetryMetrics:
+        """[`redcount.otel.enable_opentelemetry`][redcount.otel.enable_opentelemetry]: OpenTelemetry
+        instruments for the process's figures and every web integration's decisions."""
+        from .otel import enable_opentelemetry
+
+        return enable_opentelemetry(meter_provider, top=top, near=near, stores=stores)
+
+    @staticmethod
+    def disable_opentelemetry() -> None:
+        """[`redcount.otel.disable_opentelemetry`][redcount.otel.disable_opentelemetry]."""
+        from .otel import disable_opentelemetry
+
+        disable_opentelemetry()
 
     def __call__(self, top: int = TOP_N) -> MetricsSnapshot:
         return snapshot(top)

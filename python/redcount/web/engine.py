@@ -486,6 +486,7 @@ def decide(
     limits that charge by outcome once the response is known.
     ``screen``: allow and deny lists and a refusal cache, applied before any round trip.
     """
+    metrics = telemetry.web_sink(metrics)  # and OpenTelemetry's, once enabled
     verdict = _start(checks, shadow_all, after)
     if screen is not None and not shadow_all:
         screened = _screen(screen, checks, verdict, policy, metrics)
@@ -573,6 +574,7 @@ async def decide_async(
     [`decide`][redcount.web.engine.decide]; here a call is bounded by the store's own deadline when the store's
     budget is no longer than ``budget``, else cut short after ``budget`` (its reply, if one
     comes later, is discarded) and decided by the policy."""
+    metrics = telemetry.web_sink(metrics)  # and OpenTelemetry's, once enabled
     verdict = _start(checks, shadow_all, after)
     if screen is not None and not shadow_all:
         screened = _screen(screen, checks, verdict, policy, metrics)
