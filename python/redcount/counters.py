@@ -7,7 +7,7 @@ import weakref
 from types import TracebackType
 from typing import Literal
 
-from . import _core
+from . import _core, telemetry
 from ._core import RetryStats, Store
 from ._retry import CLOSE_TIMEOUT, QUEUE_CAPACITY, RETRY_BACKOFF, RETRY_BACKOFF_MAX
 from ._calendar import CALENDAR_UNITS, calendar_arg, calendar_unit
@@ -108,6 +108,7 @@ class FixedWindowCounter:
         self.exit_timeout = CLOSE_TIMEOUT
         if on_error == "queue":
             _QUEUED.add(self)
+            telemetry.track_retry_queue(self)
 
     # The methods below document the calls; on an instance, bind_fast_paths has replaced
     # them by the core's own bound methods (same arguments, results and errors).

@@ -46,18 +46,41 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, Protocol
 
-from . import _core, telemetry
 from ._core import Decision
 from ._version import __version__
 from .errors import InvalidInputError
 
-__all__ = ["OpenTelemetryMetrics", "disable_opentelemetry", "enable_opentelemetry"]
+__all__ = ["DURATION_BUCKETS", "Figures", "OpenTelemetryMetrics"]
 
 DURATION_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 """The decision-duration histogram's bucket bounds (s): the Prometheus histogram's."""
+
+
+class Figures(Protocol):
+    """Where the observable instruments read the process's figures at each collection
+    ([`redcount.telemetry`][redcount.telemetry] gives them; see
+    [`enable_opentelemetry`][redcount.telemetry.enable_opentelemetry])."""
+
+    def counts(self) -> tuple[int, ...]:
+        """(writes ok, writes failed, reads ok, reads failed, idempotent writes, hits)."""
+
+    def undecided(self) -> dict[str, int]:
+        """Web requests decided without the store, by reason."""
+
+    def leased_units(self) -> int: ...
+    def retry_queue(self) -> dict[str, int]:
+        """The retry queues' figures, by ``RetryStats`` name."""
+
+    def hot_keys(self, top: int) -> tuple[list[Any], int, dict[str, Any]]:
+        """(the top keys, every observed access, skew by sharded counter); ([], 0, {})
+        without a hot-key table."""
+
+    def lag(self) -> tuple[float | None, int | None]: ...
+    def trimmed(self) -> int: ...
+    def drift(self) -> dict[str, float]: ...
 
 
 def _api() -> Any:
@@ -73,15 +96,15 @@ def _api() -> Any:
 class OpenTelemetryMetrics:
     """redcount's instruments on one meter (see the module's docstring for the list).
 
-    ``meter_provider``: an OpenTelemetry ``MeterProvider`` (default: the global one, as
-    ``opentelemetry.metrics.get_meter_provider()`` returns it); ``top``: hot keys reported;
-    ``near``: the fraction of a limit left under which an allowed decision counts as near
-    the limit. It is also a web metrics sink: pass it as ``metrics=`` to an integration, or
-    let [`enable_opentelemetry`][redcount.otel.enable_opentelemetry] make it every
-    integration's. Thread-safe.
+    ``figures``: where the process's figures are read; ``meter_provider``: an OpenTelemetry
+    ``MeterProvider`` (default: the global one, as ``opentelemetry.metrics.get_meter_provider()``
+    returns it); ``top``: hot keys reported; ``near``: the fraction of a limit left under which
+    an allowed decision counts as near the limit. Made by
+    [`enable_opentelemetry`][redcount.telemetry.enable_opentelemetry], which also makes it every
+    web integration's sink; it can be passed as ``metrics=`` to one integration too. Thread-safe.
     """
 
-    def __init__(self, meter_provider: Any = None, *, top: int = telemetry.TOP_N, near: float = 0.1) -> None:
+    def __init__(self, figures: Figures, meter_provider: Any = None, *, top: int = 10, near: float = 0.1) -> None:
         api = _api()
         if isinstance(top, bool) or not isinstance(top, int) or top < 0:
             raise InvalidInputError(f"top must be an int >= 0, got {top!r}")
@@ -89,6 +112,7 @@ class OpenTelemetryMetrics:
             raise InvalidInputError(f"near must be a fraction in [0, 1), got {near!r}")
         provider = meter_provider if meter_provider is not None else api.get_meter_provider()
         self.meter = provider.get_meter("redcount", __version__)
+        self.figures = figures
         self.top = top
         self.near = float(near)
         self._closed = False
@@ -143,13 +167,13 @@ class OpenTelemetryMetrics:
         """Stop recording: the synchronous instruments ignore further records and the
         observable ones report nothing (OpenTelemetry's API cannot remove an instrument)."""
         self._closed = True
-        telemetry.remove_web_sink(self)
 
     # -- the process figures, read at each collection -------------------------------------
 
     def _observe(self, m: Any) -> None:
         api = _api()
         obs = api.Observation
+        f = self.figures
 
         def guarded(read: Any) -> Any:
             def callback(_options: Any) -> Iterable[Any]:
@@ -160,11 +184,11 @@ class OpenTelemetryMetrics:
             return [callback]
 
         def writes(o: Any) -> Iterable[Any]:
-            ok, failed, *_ = telemetry._counts()
+            ok, failed, *_ = f.counts()
             return [o(ok, {"redcount.result": "ok"}), o(failed, {"redcount.result": "error"})]
 
         def reads(o: Any) -> Iterable[Any]:
-            _, _, ok, failed, *_ = telemetry._counts()
+            _, _, ok, failed, *_ = f.counts()
             return [o(ok, {"redcount.result": "ok"}), o(failed, {"redcount.result": "error"})]
 
         m.create_observable_counter(
@@ -175,49 +199,45 @@ class OpenTelemetryMetrics:
         )
         m.create_observable_counter(
             "redcount.counter.idempotent_writes",
-            guarded(lambda o: [o(telemetry._counts()[4])]),
+            guarded(lambda o: [o(f.counts()[4])]),
             unit="{operation}",
             description="Sharded writes with a request id, answered",
         )
         m.create_observable_counter(
             "redcount.counter.idempotent_hits",
-            guarded(lambda o: [o(telemetry._counts()[5])]),
+            guarded(lambda o: [o(f.counts()[5])]),
             unit="{operation}",
             description="Sharded writes answered: already applied",
         )
         m.create_observable_counter(
             "redcount.limiter.undecided",
-            guarded(lambda o: [o(n, {"redcount.undecided.reason": r}) for r, n in telemetry._undecided_counts().items()]),
+            guarded(lambda o: [o(n, {"redcount.undecided.reason": r}) for r, n in f.undecided().items()]),
             unit="{request}",
             description="Web requests a limit decided without the store",
         )
         m.create_observable_up_down_counter(
             "redcount.lease.units",
-            guarded(lambda o: [o(_core._leased_units())]),
+            guarded(lambda o: [o(f.leased_units())]),
             unit="{unit}",
             description="Leased units this process holds and has not admitted yet",
         )
-        for figure in telemetry.RETRY_FIGURES[:-1]:
+        for figure in ("queued", "retried", "delivered", "dropped", "overflowed", "failed"):
             m.create_observable_counter(
                 f"redcount.retry_queue.{figure}",
-                guarded(lambda o, f=figure: [o(telemetry._retry_totals()[f])]),
+                guarded(lambda o, name=figure: [o(f.retry_queue()[name])]),
                 unit="{increment}",
                 description=f"Retry-queue increments {figure}",
             )
         m.create_observable_up_down_counter(
             "redcount.retry_queue.pending",
-            guarded(lambda o: [o(telemetry._retry_totals()["pending"])]),
+            guarded(lambda o: [o(f.retry_queue()["pending"])]),
             unit="{increment}",
             description="Increments waiting in retry queues",
         )
 
         def hot(o: Any, share: bool) -> Iterable[Any]:
-            if not telemetry._live_hot_keys():
-                return []
-            keys, total, _ = telemetry._hot(self.top)
-            return [
-                o(telemetry._ratio(k.count, total, 0.0) if share else k.count, {"redcount.key": k.key}) for k in keys
-            ]
+            keys, total, _ = f.hot_keys(self.top)
+            return [o((k.count / total if total else 0.0) if share else k.count, {"redcount.key": k.key}) for k in keys]
 
         m.create_observable_gauge(
             "redcount.hot_key.count",
@@ -233,9 +253,7 @@ class OpenTelemetryMetrics:
         )
 
         def skew(o: Any) -> Iterable[Any]:
-            if not telemetry._live_hot_keys():
-                return []
-            _, _, by_counter = telemetry._hot(self.top)
+            _, _, by_counter = f.hot_keys(self.top)
             out = []
             for name, s in by_counter.items():
                 for stat in ("max_over_mean", "cv", "gini"):
@@ -245,7 +263,7 @@ class OpenTelemetryMetrics:
         m.create_observable_gauge("redcount.shard.skew", guarded(skew), unit="1", description="Skew over a counter's shards")
 
         def lag(o: Any, entries: bool) -> Iterable[Any]:
-            seconds, n = telemetry._lag()
+            seconds, n = f.lag()
             if seconds is None or n is None:
                 return []
             return [o(n if entries else seconds)]
@@ -261,13 +279,13 @@ class OpenTelemetryMetrics:
         )
         m.create_observable_counter(
             "redcount.flusher.trimmed",
-            guarded(lambda o: [o(telemetry._trimmed_total())]),
+            guarded(lambda o: [o(f.trimmed())]),
             unit="{entry}",
             description="Delta-log entries trimmed before a flusher applied them (lost to the snapshots)",
         )
         m.create_observable_gauge(
             "redcount.reconcile.drift_ratio",
-            guarded(lambda o: [o(rel, {"redcount.counter": c}) for c, rel in telemetry._drift().items()]),
+            guarded(lambda o: [o(rel, {"redcount.counter": c}) for c, rel in f.drift().items()]),
             unit="1",
             description="Last reconciliation's relative drift",
         )
@@ -289,37 +307,3 @@ class OpenTelemetryMetrics:
             unit="1",
             description="1 while calls go to the fallback store",
         )
-
-
-_enabled: OpenTelemetryMetrics | None = None
-_enable_lock = threading.Lock()
-
-
-def enable_opentelemetry(
-    meter_provider: Any = None, *, top: int = telemetry.TOP_N, near: float = 0.1, stores: Sequence[Any] = ()
-) -> OpenTelemetryMetrics:
-    """Turn OpenTelemetry metrics on for the process and return them: the instruments are
-    created on ``meter_provider``'s meter (default: the global provider), and every web
-    integration records its decisions to them from now on. ``stores``: stores whose breaker
-    and fallback state to report (see
-    [`OpenTelemetryMetrics.watch_store`][redcount.otel.OpenTelemetryMetrics.watch_store]).
-    A second call replaces the first (whose instruments then report nothing)."""
-    global _enabled
-    fresh = OpenTelemetryMetrics(meter_provider, top=top, near=near)
-    for store in stores:
-        fresh.watch_store(store)
-    with _enable_lock:
-        previous, _enabled = _enabled, fresh
-    if previous is not None:
-        previous.close()
-    telemetry.add_web_sink(fresh)
-    return fresh
-
-
-def disable_opentelemetry() -> None:
-    """Turn off what [`enable_opentelemetry`][redcount.otel.enable_opentelemetry] turned on."""
-    global _enabled
-    with _enable_lock:
-        previous, _enabled = _enabled, None
-    if previous is not None:
-        previous.close()

@@ -66,7 +66,18 @@ if TYPE_CHECKING:
     from .hot_keys import HotKeys
     from .otel import OpenTelemetryMetrics
 
-__all__ = ["Metrics", "MetricsSnapshot", "RedcountCollector", "metrics", "register", "reset", "snapshot"]
+__all__ = [
+    "Metrics",
+    "MetricsSnapshot",
+    "RedcountCollector",
+    "disable_opentelemetry",
+    "enable_opentelemetry",
+    "metrics",
+    "register",
+    "reset",
+    "snapshot",
+    "track_retry_queue",
+]
 
 TOP_N = 10
 """Hot keys reported (and exported as labels: the cardinality bound)."""
@@ -233,11 +244,24 @@ RETRY_FIGURES = ("queued", "retried", "delivered", "dropped", "overflowed", "fai
 """The retry-queue figures, as ``RetryStats`` names them (``pending``: waiting now)."""
 
 
-def _retry_totals() -> dict[str, int]:
-    from .counters import _QUEUED  # counters imports this module's package first
+class RetrySource(Protocol):
+    """A counter with a retry queue, as [`track_retry_queue`][redcount.telemetry.track_retry_queue] takes it."""
 
+    def stats(self) -> Any: ...
+
+
+_retrying: weakref.WeakSet[RetrySource] = weakref.WeakSet()
+
+
+def track_retry_queue(counter: RetrySource) -> None:
+    """Count ``counter``'s retry queue in the process's figures while it lives (a
+    [`FixedWindowCounter`][redcount.counters.FixedWindowCounter] with ``on_error="queue"`` calls this)."""
+    _retrying.add(counter)
+
+
+def _retry_totals() -> dict[str, int]:
     totals = dict.fromkeys(RETRY_FIGURES, 0)
-    for counter in list(_QUEUED):
+    for counter in list(_retrying):
         st = counter.stats()
         for name in RETRY_FIGURES:
             totals[name] += int(getattr(st, name))
@@ -545,6 +569,72 @@ def register(registry: Any = None, *, namespace: str = "redcount", top: int = TO
     return collector
 
 
+class _Figures:
+    """The process's figures as [`OpenTelemetryMetrics`][redcount.otel.OpenTelemetryMetrics] reads them."""
+
+    def counts(self) -> tuple[int, ...]:
+        return _counts()
+
+    def undecided(self) -> dict[str, int]:
+        return _undecided_counts()
+
+    def leased_units(self) -> int:
+        return int(_core._leased_units())
+
+    def retry_queue(self) -> dict[str, int]:
+        return _retry_totals()
+
+    def hot_keys(self, top: int) -> tuple[list[KeyCount], int, dict[str, Skew]]:
+        return _hot(top) if _live_hot_keys() else ([], 0, {})
+
+    def lag(self) -> tuple[float | None, int | None]:
+        return _lag()
+
+    def trimmed(self) -> int:
+        return _trimmed_total()
+
+    def drift(self) -> dict[str, float]:
+        return _drift()
+
+
+_otel: OpenTelemetryMetrics | None = None
+
+
+def enable_opentelemetry(
+    meter_provider: Any = None, *, top: int = TOP_N, near: float = 0.1, stores: Sequence[Any] = ()
+) -> OpenTelemetryMetrics:
+    """Turn OpenTelemetry metrics on for the process (``pip install 'redcount[opentelemetry]'``)
+    and return them: an [`OpenTelemetryMetrics`][redcount.otel.OpenTelemetryMetrics] whose
+    instruments are on ``meter_provider``'s meter (default: the global provider), read the
+    process's figures at each collection, and record every web integration's decisions from
+    now on. ``stores``: stores whose breaker and fallback state to report (see
+    [`OpenTelemetryMetrics.watch_store`][redcount.otel.OpenTelemetryMetrics.watch_store]). A second
+    call replaces the first (whose instruments then report nothing)."""
+    global _otel
+    from .otel import OpenTelemetryMetrics
+
+    fresh = OpenTelemetryMetrics(_Figures(), meter_provider, top=top, near=near)
+    for store in stores:
+        fresh.watch_store(store)
+    with _lock:
+        previous, _otel = _otel, fresh
+    if previous is not None:
+        remove_web_sink(previous)
+        previous.close()
+    add_web_sink(fresh)
+    return fresh
+
+
+def disable_opentelemetry() -> None:
+    """Turn off what [`enable_opentelemetry`][redcount.telemetry.enable_opentelemetry] turned on."""
+    global _otel
+    with _lock:
+        previous, _otel = _otel, None
+    if previous is not None:
+        remove_web_sink(previous)
+        previous.close()
+
+
 class Metrics:
     """The type of ``redcount.metrics``, the one object of this module exported at the top:
     ``redcount.metrics()`` is the process's [`MetricsSnapshot`][redcount.telemetry.MetricsSnapshot] (see [`snapshot`][redcount.telemetry.snapshot]);
@@ -557,22 +647,8 @@ class Metrics:
     reset = staticmethod(reset)
     snapshot = staticmethod(snapshot)
 
-    @staticmethod
-    def enable_opentelemetry(
-        meter_provider: Any = None, *, top: int = TOP_N, near: float = 0.1, stores: Sequence[Any] = ()
-    ) -> OpenTelemetryMetrics:
-        """[`redcount.otel.enable_opentelemetry`][redcount.otel.enable_opentelemetry]: OpenTelemetry
-        instruments for the process's figures and every web integration's decisions."""
-        from .otel import enable_opentelemetry
-
-        return enable_opentelemetry(meter_provider, top=top, near=near, stores=stores)
-
-    @staticmethod
-    def disable_opentelemetry() -> None:
-        """[`redcount.otel.disable_opentelemetry`][redcount.otel.disable_opentelemetry]."""
-        from .otel import disable_opentelemetry
-
-        disable_opentelemetry()
+    enable_opentelemetry = staticmethod(enable_opentelemetry)
+    disable_opentelemetry = staticmethod(disable_opentelemetry)
 
     def __call__(self, top: int = TOP_N) -> MetricsSnapshot:
         return snapshot(top)

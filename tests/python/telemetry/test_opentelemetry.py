@@ -157,7 +157,7 @@ def test_store_errors_retry_queue_and_breaker_of_a_dead_server(reader: InMemoryM
     server = redis_factory()
     store = redcount.connect(server.url, connect_timeout=0.5, command_timeout=0.5)
     budgeted = redcount.connect(server.url, budget=0.2, connect_timeout=0.5, command_timeout=0.5)
-    redcount.otel._enabled.watch_store(budgeted)  # type: ignore[union-attr]
+    redcount.telemetry._otel.watch_store(budgeted)  # type: ignore[union-attr]
     app = Flask(__name__)
     rl = redcount.flask.RateLimiter(app, limiter=redcount.Limiter(store))
 
