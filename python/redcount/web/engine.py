@@ -48,7 +48,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from .._core import Decision
-from .. import _enforcement, telemetry
+from .. import telemetry
+from .. import _enforcement
 from ..errors import AuthenticationError, InvalidInputError, Unavailable
 from ..errors import ConnectionError as StoreConnectionError
 from ..limiter import UNAVAILABLE_RETRY_AFTER, OnUnavailable

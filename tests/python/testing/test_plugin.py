@@ -10,6 +10,7 @@ configured once per process."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -77,7 +78,10 @@ def test_the_entry_point_loads_the_plugin_and_no_redcount_turns_it_off(
             assert redcount_store.is_memory
         """
     )
-    quiet = ("-p", "no:asyncio")  # pytest-asyncio warns at start-up without its ini option
+    # Every installed plugin loads in this in-process run: pytest-asyncio warns at start-up
+    # without its ini option, and pytest-django would set Django up a second time in this
+    # process when this test runs in one session with the Django tests.
+    quiet = ("-p", "no:asyncio", "-p", "no:django")
     pytester.runpytest(*quiet).assert_outcomes(passed=1)
     off = pytester.runpytest(*quiet, "-p", "no:redcount")
     off.assert_outcomes(errors=1)
@@ -92,6 +96,41 @@ def test_importing_the_plugin_loads_no_web_framework_or_celery() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# A child interpreter in which no web framework and no Celery can be imported.
+WITHOUT_FRAMEWORKS = """
+import importlib.abc, sys
+class Refuse(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {"flask", "fastapi", "starlette", "django", "rest_framework", "celery"}:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+sys.meta_path.insert(0, Refuse())
+import pytest
+sys.exit(pytest.main(["-p", "redcount.testing.plugin", "-q"]))
+"""
+
+
+def test_a_session_without_any_framework_installed_works(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+        from redcount.testing import assert_limited, exhaust, limits_disabled
+
+        @pytest.mark.redcount_disabled
+        def test_limits(redcount_limiter):
+            assert limits_disabled()
+            assert exhaust(redcount_limiter, "2/minute", "k") == 2
+            assert_limited(redcount_limiter.test("2/minute", "k"))
+        """
+    )
+    package_dir = str(Path(redcount.__file__).parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([package_dir, os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", WITHOUT_FRAMEWORKS], cwd=pytester.path, env=env,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "1 passed" in out.stdout
 
 
 def test_the_fixtures_are_listed(pytester: pytest.Pytester) -> None:
