@@ -574,6 +574,10 @@ def test_the_helpers_read_decisions_responses_and_calls() -> None:
         assert_limited("429")
 
 
+def ping() -> Response:
+    return Response(200)
+
+
 def test_the_helpers_fail_with_a_readable_message() -> None:
     with redcount.connect() as store:
         limiter = redcount.Limiter(store)
@@ -586,6 +590,10 @@ def test_the_helpers_fail_with_a_readable_message() -> None:
             assert_allowed(limiter.test("5/minute", "k"), "after the burst")
         with pytest.raises(AssertionError, match=r"exhaust: 100 hits of '1000/minute' on key 'x' were all admitted"):
             exhaust(limiter, "1000/minute", "x", max_hits=100)
+    with pytest.raises(AssertionError, match=r"^exhaust: 5 hits of the call were all admitted, none refused; "):
+        exhaust(lambda: Response(200), max_hits=5)
+    with disable_limits(), pytest.raises(AssertionError, match=r"5 hits of ping\(\) .*limits are turned off"):
+        exhaust(ping, max_hits=5)
     refused = Response(429, {"RateLimit": '"default";r=0;t=60', "Retry-After": "60"})
     with pytest.raises(AssertionError, match=r'a 429 response; rate-limit headers: RateLimit: "default";r=0;t=60, '
                        r"Retry-After: 60$"):
