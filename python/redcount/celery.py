@@ -37,6 +37,7 @@ import celery  # type: ignore[import-untyped]  # celery has no type hints
 from celery import signals
 from celery.exceptions import Retry  # type: ignore[import-untyped]
 
+from . import _enforcement
 from ._core import Lease, LimitSet
 from .errors import ConnectionError as StoreConnectionError
 from .errors import InvalidInputError, RedcountError, WaitTimeout
@@ -232,7 +233,8 @@ class LimitedTask(celery.Task):  # type: ignore[misc]  # celery.Task is untyped
     not count against ``max_retries``; the worker raises Celery's ``Retry`` with a
     [`Deferred`][redcount.celery.Deferred] reason and goes on with other work. Tasks run with ``apply()`` or
     ``task_always_eager`` wait in the caller instead (up to ``max_wait``); calling the task
-    like a function (``send_email("a@b")``) runs it at once, unlimited, as Celery does."""
+    like a function (``send_email("a@b")``) runs it at once, unlimited, as Celery does, and so
+    does every start while [`redcount.testing.disable_limits`][redcount.testing.disable_limits] is in force."""
 
     limit: str | LimitSet | None = None
     limit_key: KeyFunction | None = None
@@ -308,6 +310,8 @@ class LimitedTask(celery.Task):  # type: ignore[misc]  # celery.Task is untyped
                 f"task {self.name} has base LimitedTask but neither limit= nor concurrency=; give one, "
                 "or use the plain Task base"
             )
+        if _enforcement.suspended:  # redcount.testing.disable_limits(): run at once, nothing counted
+            return self.run(*args, **kwargs)
         key = self.key_for(args, kwargs)
         if request.is_eager:
             lease = self._admit_eagerly(key)

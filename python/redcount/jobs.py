@@ -26,6 +26,7 @@ import time
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, overload
 
+from . import _enforcement
 from ._core import Decision, LimitSet
 from .limiter import Limiter
 from .shaping import check_wait_args
@@ -84,10 +85,13 @@ def throttle(
     [`redcount.aio.Limiter`][redcount.aio.Limiter] (the call returns an awaitable: ``await throttle(...)``,
     which waits without blocking the loop). A ``cost`` the limit can never admit raises
     [`InvalidInputError`][redcount.errors.InvalidInputError] at once in both modes. Store errors follow the
-    limiter's ``on_unavailable``.
+    limiter's ``on_unavailable``. While [`redcount.testing.disable_limits`][redcount.testing.disable_limits] is in
+    force it returns 0.0 at once and charges nothing.
     """
     if isinstance(limiter, Limiter):
         check_wait_args(limit, key, cost, limiter.strategy, max_wait if block else None)
+        if _enforcement.suspended:  # redcount.testing.disable_limits(): no wait, nothing counted
+            return 0.0
         if block:
             started = time.monotonic()
             limiter.wait(limit, key, cost, max_wait=max_wait)
@@ -104,6 +108,8 @@ def throttle(
 async def _throttle_async(
     limiter: aio.Limiter, limit: str | LimitSet, key: str | bytes, cost: int, block: bool, max_wait: float | None
 ) -> float:
+    if _enforcement.suspended:
+        return 0.0
     if block:
         started = time.monotonic()
         await limiter.wait(limit, key, cost, max_wait=max_wait)

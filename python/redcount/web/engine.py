@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 from .._core import Decision
 from .. import telemetry
+from .. import _enforcement
 from ..errors import AuthenticationError, InvalidInputError, Unavailable
 from ..errors import ConnectionError as StoreConnectionError
 from ..limiter import UNAVAILABLE_RETRY_AFTER, OnUnavailable
@@ -488,6 +489,8 @@ def decide(
     """
     metrics = telemetry.web_sink(metrics)  # and OpenTelemetry's, once enabled
     verdict = _start(checks, shadow_all, after)
+    if _enforcement.suspended:  # redcount.testing.disable_limits(): admitted, nothing counted
+        return verdict
     if screen is not None and not shadow_all:
         screened = _screen(screen, checks, verdict, policy, metrics)
         if screened is None:
@@ -576,6 +579,8 @@ async def decide_async(
     comes later, is discarded) and decided by the policy."""
     metrics = telemetry.web_sink(metrics)  # and OpenTelemetry's, once enabled
     verdict = _start(checks, shadow_all, after)
+    if _enforcement.suspended:  # redcount.testing.disable_limits(): admitted, nothing counted
+        return verdict
     if screen is not None and not shadow_all:
         screened = _screen(screen, checks, verdict, policy, metrics)
         if screened is None:

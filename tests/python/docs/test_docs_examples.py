@@ -8,8 +8,10 @@ marker comment, the convention docs/development.md describes:
 
 The marker's comment may carry hidden set-up lines after its first line, and a
 ``<!-- check ... -->`` comment right after the block may carry hidden assertions; both run in
-the example's namespace. Every ``redis://host:port/db`` URL of the block is pointed at the
-session's redis-server (one database per distinct host) or replaced by ``memory://``. Every
+the example's namespace; a check also sees ``printed`` (the lines the block printed) and
+``source`` (the block's code as run, e.g. to run it again as a pytest module). Every
+``redis://host:port/db`` URL of the block is pointed at the session's redis-server (one
+database per distinct host) or replaced by ``memory://``. Every
 python block must carry one of the two markers, so an example cannot silently stop running.
 """
 
@@ -183,6 +185,7 @@ def test_example_runs(example: Example, store: str, request: pytest.FixtureReque
         with contextlib.redirect_stdout(out):
             run_code(point_urls(example.code, store, redis_url), example.name, namespace)
         namespace["printed"] = out.getvalue().splitlines()
+        namespace["source"] = point_urls(example.code, store, redis_url)
         if example.check:
             run_code(point_urls(example.check, store, redis_url), f"{example.name} (check)", namespace)
     finally:
