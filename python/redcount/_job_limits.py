@@ -1,5 +1,6 @@
-"""What the RQ and Dramatiq integrations share: one job limit's options, checked once, and the
-decision a worker asks of it before a job starts.
+"""What the Celery, RQ and Dramatiq integrations share: the per-process store and limiter
+caches and the jitter of a re-schedule; and, for RQ and Dramatiq, one job limit's options,
+checked once, and the decision a worker asks of it before a job starts.
 
 A `JobLimit` is pure policy: it knows its limit, key function, strategy, ``max_wait``,
 ``on_unavailable`` and store, and answers "may this call start now, and if not, when to ask
@@ -58,7 +59,7 @@ def store_for(store: str | Store) -> Store:
     return got
 
 
-def _shared_limiter(store: Store, strategy: str, prefix: str, clock: str) -> Limiter:
+def shared_limiter(store: Store, strategy: str, prefix: str, clock: str) -> Limiter:
     key = (id(store), strategy, prefix, clock)
     got = _limiters.get(key)
     if got is None:
@@ -119,7 +120,7 @@ class JobLimit:
                 f"job {self.name}: no store to decide on; give store= to the job's limit or to the worker "
                 "(the store every worker shares, e.g. 'redis://cache:6379/0')"
             )
-        return _shared_limiter(store_for(store), self.strategy, self.prefix, self.clock)
+        return shared_limiter(store_for(store), self.strategy, self.prefix, self.clock)
 
     def limit_text(self) -> str:
         limit = self.limit
