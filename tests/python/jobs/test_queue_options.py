@@ -17,7 +17,7 @@ import redis
 from dramatiq.broker import MessageProxy
 from dramatiq.brokers.stub import StubBroker
 from dramatiq.middleware import SkipMessage
-from rq import Queue
+from rq import Queue, Retry
 from rq.job import JobStatus
 from rq.registry import FailedJobRegistry, ScheduledJobRegistry
 
@@ -202,7 +202,7 @@ def dequeue(queue: Queue) -> Any:
 def test_rq_refused_job_is_scheduled_again_with_its_id(rq_queue: Queue, store: redcount.Store) -> None:
     worker = redcount.rq.LimitedSimpleWorker([rq_queue], connection=rq_queue.connection, redcount_store=store)
     rq_queue.enqueue(hourly_job, 1)
-    sent = rq_queue.enqueue(hourly_job, 2, job_id="second")
+    sent = rq_queue.enqueue(hourly_job, 2, job_id="second", retry=Retry(max=2))
     assert worker._admit(dequeue(rq_queue), rq_queue)
     job = dequeue(rq_queue)
     assert job.id == "second"
@@ -210,6 +210,7 @@ def test_rq_refused_job_is_scheduled_again_with_its_id(rq_queue: Queue, store: r
     assert not worker._admit(job, rq_queue)
     sent.refresh()
     assert sent.get_status() == JobStatus.SCHEDULED and sent.args == (2,)
+    assert sent.retries_left == 2  # a deferral is not a retry
     assert before <= sent.meta[redcount.rq.FIRST_REFUSED_META] <= time.time()
     registry = ScheduledJobRegistry(queue=rq_queue)
     assert registry.get_job_ids() == ["second"]
@@ -261,3 +262,25 @@ def test_rq_unmarked_jobs_and_missing_store(rq_queue: Queue) -> None:
     assert "no store to decide on; give store=" in job.latest_result().exc_string  # type: ignore[union-attr]
     with pytest.raises(TypeError, match="redcount_store must be a URL"):
         redcount.rq.LimitedWorker([rq_queue], connection=rq_queue.connection, redcount_store=6379)  # type: ignore[arg-type]
+
+
+@redcount.rq.limited("5/second", on_unavailable="raise", store="redis://127.0.0.1:1/0")
+def strict_job() -> None: ...
+
+
+@redcount.rq.limited("5/second", on_unavailable="allow", store="redis://127.0.0.1:1/0")
+def lenient_job() -> None: ...
+
+
+def test_rq_on_unavailable_raise_fails_the_job_and_allow_runs_it(rq_queue: Queue) -> None:
+    """A store that cannot be reached (nothing listens on port 1)."""
+    worker = redcount.rq.LimitedSimpleWorker([rq_queue], connection=rq_queue.connection)
+    worker.push_exc_handler(lambda job, *exc_info: False)
+    rq_queue.enqueue(lenient_job)
+    assert worker._admit(dequeue(rq_queue), rq_queue)
+    rq_queue.enqueue(strict_job, job_id="strict", retry=Retry(max=3))
+    job = dequeue(rq_queue)
+    assert not worker._admit(job, rq_queue)
+    job.refresh()
+    assert job.get_status() == JobStatus.FAILED  # not retried: it never ran
+    assert "redcount.ConnectionError" in job.latest_result().exc_string  # type: ignore[union-attr]
