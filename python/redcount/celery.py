@@ -26,9 +26,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
-import random
-import threading
 import time
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar, Union
@@ -39,6 +36,7 @@ from celery.exceptions import Retry  # type: ignore[import-untyped]
 
 from . import _enforcement
 from ._core import Lease, LimitSet
+from ._job_limits import jittered, shared_limiter, store_for
 from .errors import ConnectionError as StoreConnectionError
 from .errors import InvalidInputError, RedcountError, WaitTimeout
 from .limiter import (
@@ -50,7 +48,7 @@ from .limiter import (
     strategies,
     unavailable_decision,
 )
-from .store import Store, connect
+from .store import Store
 
 __all__ = ["DEFAULT_MAX_WAIT", "FIRST_REFUSED_HEADER", "LEASE_MARGIN", "Deferred", "LimitedTask", "MaxWaitExceeded", "limited"]
 
@@ -104,24 +102,6 @@ class MaxWaitExceeded(WaitTimeout):
         super().__init__(message, key, limit, waited=waited, retry_after=retry_after, max_wait=max_wait)
 
 
-# One store per URL and one limiter per (store, strategy, prefix) in each process. The store is
-# fork-safe (a prefork child opens its own connection on its first call), so a cache filled in
-# the parent stays valid in the children.
-_lock = threading.Lock()
-_stores: dict[str, Store] = {}
-# keyed by id(store); the value holds the store, so the id cannot be reused while cached
-_limiters: dict[tuple[int, str, str, str], tuple[Store, Limiter]] = {}
-
-
-def _new_lock_after_fork() -> None:
-    global _lock
-    _lock = threading.Lock()  # another thread may have held it at the fork
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_new_lock_after_fork)
-
-
 def _return_leases(**_: Any) -> None:
     # A prefork pool process ends with os._exit (billiard), without atexit: its leased
     # units (Limiter.hit(..., lease=N) in its tasks) go back when Celery announces its end,
@@ -132,35 +112,6 @@ def _return_leases(**_: Any) -> None:
 
 signals.worker_process_shutdown.connect(_return_leases, weak=False, dispatch_uid="redcount.leases.process")
 signals.worker_shutdown.connect(_return_leases, weak=False, dispatch_uid="redcount.leases.worker")
-
-
-def _store_for(url: str) -> Store:
-    got = _stores.get(url)
-    if got is None:
-        with _lock:
-            got = _stores.get(url)
-            if got is None:
-                got = _stores[url] = connect(url)
-    return got
-
-
-def _shared_limiter(store: Store, strategy: str, prefix: str, clock: str) -> Limiter:
-    key = (id(store), strategy, prefix, clock)
-    got = _limiters.get(key)
-    if got is None:
-        with _lock:
-            got = _limiters.get(key)
-            if got is None:
-                limiter = Limiter(store, strategy, prefix=prefix, clock=clock)  # type: ignore[arg-type]
-                got = _limiters[key] = (store, limiter)
-    return got[1]
-
-
-def _jittered(delay: float) -> float:
-    # Refused tasks of one burst all learn the same retry_after; up to 10 % more (+10 ms)
-    # spreads their return so that they do not all reach the store in the same instant.
-    base = max(delay, 0.001)
-    return base + 0.001 + random.uniform(0.0, 0.1 * base + 0.01)
 
 
 def _check_options(cls: type[LimitedTask]) -> None:
@@ -266,20 +217,20 @@ class LimitedTask(celery.Task):  # type: ignore[misc]  # celery.Task is untyped
                 f"task {self.name}: app.conf.redcount_url is not set; set it to the store every worker "
                 "shares, e.g. 'redis://cache:6379/0' (memory:// would limit each worker process on its own)"
             )
-        return _store_for(str(url)), prefix, clock
+        return store_for(str(url)), prefix, clock
 
     @property
     def limiter(self) -> Limiter:
         """The limiter deciding this task's starts (shared by the tasks of this process on
         the same store, strategy and prefix)."""
         store, prefix, clock = self._settings()
-        return _shared_limiter(store, self.strategy, prefix, clock)
+        return shared_limiter(store, self.strategy, prefix, clock)
 
     @property
     def slots(self) -> Limiter:
         """The ``"concurrency"`` limiter holding this task's in-flight leases."""
         store, prefix, clock = self._settings()
-        return _shared_limiter(store, "concurrency", prefix + ":running", clock)
+        return shared_limiter(store, "concurrency", prefix + ":running", clock)
 
     def key_for(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | bytes:
         """The key the limits count for a call with these arguments."""
@@ -386,7 +337,7 @@ class LimitedTask(celery.Task):  # type: ignore[misc]  # celery.Task is untyped
         first = _first_refused(request)
         if first is None:
             first = now
-        countdown = _jittered(retry_after)
+        countdown = jittered(retry_after)
         if self.max_wait is not None and now + countdown - first > self.max_wait:
             waited = now - first
             raise MaxWaitExceeded(
@@ -411,7 +362,7 @@ class LimitedTask(celery.Task):  # type: ignore[misc]  # celery.Task is untyped
         deadline = None if self.max_wait is None else started + self.max_wait
         lease, admitted, why = self._acquire(key)
         while not admitted:
-            delay = _jittered(self.concurrency_retry)
+            delay = jittered(self.concurrency_retry)
             if deadline is not None and time.monotonic() + delay > deadline:
                 raise MaxWaitExceeded(
                     f"task {self.name} not run: {why} on {key!r} for max_wait={self.max_wait} s",
@@ -428,7 +379,7 @@ class LimitedTask(celery.Task):  # type: ignore[misc]  # celery.Task is untyped
             allowed, retry_after, amount, why = self._hit(key)
             if allowed:
                 return lease
-            delay = _jittered(retry_after)
+            delay = jittered(retry_after)
             if deadline is not None and time.monotonic() + delay > deadline:
                 if lease is not None:
                     self._release(lease)

@@ -18,7 +18,7 @@ The tests are grouped by subsystem, one folder each (no ``__init__.py``: a test 
 basename is unique across folders): ``stores/``, ``counters/``, ``limiters/``,
 ``sharded/``, ``sql/``, ``analysis/``, ``telemetry/``, ``invariants/`` (guarantees over
 both stores: parity, TTLs, foreign writes, chaos), ``web/``, ``aio/``, ``integrations/``,
-``jobs/`` (Celery in a real prefork worker pool, ``throttle``), ``tools/`` and ``package/``
+``jobs/`` (Celery in a real prefork worker pool, RQ and Dramatiq in real worker processes, ``throttle``), ``tools/`` and ``package/``
 (the package's shape). Helpers shared by several folders live
 here and in ``helpers.py`` (importable from spawned processes too) and ``sql_servers.py``.
 ``django/`` configures Django only when its modules are collected (they import

@@ -86,6 +86,20 @@ def wait_until(predicate: Callable[[], T], timeout: float = 10.0, what: str = "c
         time.sleep(interval)
 
 
+def tightest_span(decided: list[tuple[float, float]], n: int) -> float:
+    """The least upper bound of the time spanned by ``n`` admissions, each known to have
+    happened within its ``(before, after)`` interval (the limiter reads its clock inside the
+    hit call): under 1 s means ``n`` starts certainly fell within one second. Exact: for each
+    admission as the earliest ``before``, the ``n`` smallest ``after`` among those asked no
+    earlier."""
+    best = float("inf")
+    for lo, _ in decided:
+        afters = sorted(a for b, a in decided if b >= lo)
+        if len(afters) >= n:
+            best = min(best, afters[n - 1] - lo)
+    return best
+
+
 def _rx_queued(port: int, column: int) -> bool:
     """True when a loopback TCP socket whose address in /proc/net/tcp's `column` (1: local,
     2: remote) has `port` holds bytes its process has not read."""

@@ -24,7 +24,7 @@ from redcount.celery import MaxWaitExceeded
 
 from celery_workers import CeleryWorker
 from conftest import RedisServer, new_server
-from helpers import wait_until
+from helpers import tightest_span, wait_until
 
 import jobs_app
 
@@ -70,20 +70,6 @@ def worker(base: str, data: redcount.Store, tmp_path_factory: pytest.TempPathFac
 
 def records(data: redcount.Store, name: str) -> list[dict[str, Any]]:
     return [json.loads(x) for x in data.execute("LRANGE", f"jobs:{name}", 0, -1)]
-
-
-def tightest_span(decided: list[tuple[float, float]], n: int) -> float:
-    """The least upper bound of the time spanned by ``n`` admissions, each known to have
-    happened within its ``(before, after)`` interval (the limiter reads its clock inside the
-    hit call): under 1 s means ``n`` starts certainly fell within one second. Exact: for each
-    admission as the earliest ``before``, the ``n`` smallest ``after`` among those asked no
-    earlier."""
-    best = float("inf")
-    for lo, _ in decided:
-        afters = sorted(a for b, a in decided if b >= lo)
-        if len(afters) >= n:
-            best = min(best, afters[n - 1] - lo)
-    return best
 
 
 @pytest.mark.slow

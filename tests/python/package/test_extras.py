@@ -1,6 +1,8 @@
 """The extras bring what their documented set-up needs: resolved through the metadata of the
 installed distributions, ``redcount[celery]`` includes the Redis transport's dependencies,
-since docs/celery.md runs Celery on a Redis broker (``broker="redis://..."``)."""
+since docs/celery.md runs Celery on a Redis broker (``broker="redis://..."``), and
+``redcount[rq]`` and ``redcount[dramatiq]`` bring redis-py, which docs/jobs.md's RQ queue
+and Dramatiq ``RedisBroker`` need."""
 
 from __future__ import annotations
 
@@ -45,3 +47,11 @@ def test_the_celery_extra_brings_the_redis_transport() -> None:
     brought = resolve(extra("celery"))
     transport = resolve([Requirement("kombu[redis]")])  # what kombu.transport.redis imports
     assert transport <= brought, f"redcount[celery] lacks {sorted(transport - brought)}"
+
+
+def test_the_rq_and_dramatiq_extras_bring_redis_py() -> None:
+    docs = (ROOT / "docs" / "jobs.md").read_text()
+    assert "pip install 'redcount[rq]'" in docs and "pip install 'redcount[dramatiq]'" in docs
+    assert "RedisBroker(" in docs
+    for name in ("rq", "dramatiq"):
+        assert "redis" in resolve(extra(name)), f"redcount[{name}] lacks redis-py"

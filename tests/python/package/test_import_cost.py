@@ -14,7 +14,7 @@ import pytest
 
 EXTRAS = {"pandas", "numpy", "matplotlib", "sqlalchemy", "psycopg", "pymysql", "flask", "werkzeug", "fastapi",
           "starlette", "uvicorn", "prometheus_client", "tqdm", "limits", "redis", "django", "rest_framework",
-          "celery", "kombu", "billiard"}
+          "celery", "kombu", "billiard", "rq", "dramatiq"}
 
 LOADED = """
 import json, sys
@@ -40,7 +40,9 @@ def test_import_loads_no_optional_extra(module: str) -> None:
                                                         ("redcount.fastapi", {"starlette", "fastapi"}),
                                                         ("redcount.django", {"django"}),
                                                         # kombu.utils.json imports django.utils when Django is installed
-                                                        ("redcount.celery", {"celery", "kombu", "billiard", "django"})])
+                                                        ("redcount.celery", {"celery", "kombu", "billiard", "django"}),
+                                                        ("redcount.rq", {"rq", "redis"}),
+                                                        ("redcount.dramatiq", {"dramatiq"})])
 def test_a_framework_module_loads_its_framework_only(module: str, its_framework: set[str]) -> None:
     loaded = loaded_by(module)
     assert loaded & (EXTRAS - its_framework) == set(), sorted(loaded & EXTRAS)

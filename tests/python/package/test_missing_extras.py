@@ -35,6 +35,8 @@ else:
         ("redcount.contrib.limits", {"limits"}, "limits"),
         ("redcount.django", {"django"}, "django"),
         ("redcount.django.drf", {"rest_framework"}, "django-drf"),
+        ("redcount.rq", {"rq"}, "rq"),
+        ("redcount.dramatiq", {"dramatiq"}, "dramatiq"),
     ],
 )
 def test_a_missing_extra_says_what_to_pip_install(module: str, blocked: set[str], extra: str) -> None:
