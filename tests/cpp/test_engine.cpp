@@ -298,19 +298,20 @@ TEST_F(EngineTest, ManyThreadsCompleteInOrderThroughDeadlinesAndAPausedServer) {
 // socket buffer must be written in full before it waits for the reply (it once waited for
 // the reply after the first partial write, until command_timeout).
 TEST_F(EngineTest, ALoneCallerWritesARequestLargerThanTheSocketBufferInFull) {
+  // An engine that waited for a reply (or for readability) before the whole request was
+  // out would never finish the write: the call would end in a timeout, not in the replies.
+  // The timeout is generous so that a slow (sanitized, loaded) machine is not mistaken for it.
   StoreOptions o = options_;
-  o.command_timeout = std::chrono::milliseconds(5000);
+  o.command_timeout = std::chrono::milliseconds(60'000);
   auto store = std::make_shared<RedisStore>(o);
   for (std::size_t size : {std::size_t{16} << 10, std::size_t{1} << 20, std::size_t{16} << 20}) {
     std::string value(size, '\0');
     for (std::size_t i = 0; i < size; ++i) value[i] = static_cast<char>('a' + (i * 7919) % 26);
     const std::string key = prefix_ + rctest::cat("big", size);
-    const auto start = std::chrono::steady_clock::now();
     EXPECT_EQ(rctest::run(*store, {"SET", key, value}).str, "OK") << size;
     EXPECT_EQ(rctest::run(*store, {"STRLEN", key}).integer, static_cast<std::int64_t>(size));
     const Reply got = rctest::run(*store, {"GET", key});
     EXPECT_TRUE(got.str == value) << size;  // not EXPECT_EQ: it would print 16 MB
-    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(4000)) << size;
   }
   store->close();
 }
