@@ -17,6 +17,11 @@ script calls per refusal (INFO commandstats): a leased refusal is one round trip
 (target: the leased rate >= 1.0x the unleased one), with ``refusal_cache`` none until the
 window can admit again.
 
+With ``--strategy token-bucket`` or ``--strategy gcra``, the rows are that strategy's: the
+threads rates (limit ``BIG_APPROX``, a bucket that never runs dry), the refusal rows without
+and with a lease, and the threads' exactness on a bucket of ``EXACT``'s capacity (its refill
+during the run is allowed for: over-admission is what exceeds capacity plus refill).
+
 Exactness: the same callers hammer a fresh key under a limit that runs out, each stopping at
 its first refusal. Every unit admitted was charged first, so over-admission must be 0; once
 every caller has been refused no lease holds a unit, so the admitted total must be the limit
@@ -178,13 +183,13 @@ def _scripts_run(store: Store) -> int:
 
 
 def _refusals(
-    url: str, key: str, prefix: str, lease: int | None, seconds: float, refusal_cache: int
+    url: str, key: str, prefix: str, lease: int | None, seconds: float, refusal_cache: int, strategy: Strategy = FIXED
 ) -> tuple[int, int, float, int]:
     """THREADS threads hitting ``key``, whose ``EXHAUSTED`` window is used up first, for
     ``seconds``: (decisions, admitted, elapsed, script calls the server ran meanwhile)."""
     store = connect(url)
     try:
-        lim = Limiter(store, prefix=prefix, refusal_cache=refusal_cache)
+        lim = Limiter(store, strategy, prefix=prefix, refusal_cache=refusal_cache)
         while lim.hit(EXHAUSTED, key):
             pass
         lim.hit(EXHAUSTED, key, lease=lease)  # connections, scripts; the lease learns the refusal
@@ -385,6 +390,76 @@ def run_leased(url: str, prefix: str, seconds: float) -> LeasedReport:
     return rep
 
 
+def run_leased_strategy(url: str, prefix: str, seconds: float, strategy: Strategy) -> LeasedReport:
+    """``--strategy``: the threads rates, the refusal rows and the threads' exactness of one
+    leasing strategy (the buckets) against the server at ``url``."""
+    rep = LeasedReport(seconds=seconds)
+    store = connect(url)
+    probe = CpuProbe(store)
+    short = strategy
+    try:
+        rows: dict[int | None, Row] = {}
+        for lease in (None, LEASE):
+            name = f"hit hot key, {THREADS} threads, " + ("no lease" if lease is None else f"lease={lease}") + f", {short}"
+            row = Row(name, "threads", lease, strategy=strategy)
+            print(f"[leased] {name} ...", file=sys.stderr, flush=True)
+            c0, s0 = probe.client(), probe.server()
+            row.decisions, row.admitted, row.seconds, row.held = _threads(
+                url, BIG_APPROX, f"hot:{short}:{lease or 0}", prefix, lease, seconds, strategy
+            )
+            row.cpu_client = probe.client() - c0
+            row.cpu_server = probe.server() - s0
+            row.charged = row.admitted  # a bucket has no count to read back
+            rows[lease] = row
+            rep.rows.append(row)
+        refusal_rows = {
+            lease: Row(
+                f"refuse exhausted key, {THREADS} threads, " + ("no lease" if lease is None else f"lease={lease}")
+                + f", {short}",
+                "threads",
+                lease,
+                strategy=strategy,
+                refusals=True,
+            )
+            for lease in (None, LEASE)
+        }
+        for turn in range(2):
+            for lease, row in refusal_rows.items():
+                if turn == 0:
+                    print(f"[leased] {row.name} ...", file=sys.stderr, flush=True)
+                c0, s0 = probe.client(), probe.server()
+                n, ok, el, calls = _refusals(
+                    url, f"exhausted:{short}:{lease or 0}:{turn}", prefix, lease, seconds / 2, 0, strategy
+                )
+                row.decisions += n
+                row.admitted += ok
+                row.seconds += el
+                row.store_calls += calls
+                row.cpu_client += probe.client() - c0
+                row.cpu_server += probe.server() - s0
+        rep.rows.extend(refusal_rows.values())
+        print(f"[leased] exactness, threads, {short} ...", file=sys.stderr, flush=True)
+        amount, _, period = EXACT.partition("/")
+        period_s = {"day": 86400.0}[period]
+        t0 = time.time()
+        _, admitted, _, _ = _threads(url, EXACT, f"exact:{short}", prefix, LEASE, None, strategy)
+        refill = int((time.time() - t0 + 1) * int(amount) / period_s)  # what the bucket refilled meanwhile (and 1 s)
+        rep.exact.append(Exactness("threads", int(amount) + refill, admitted, admitted, strategy))
+        plain, leased = rows[None], rows[LEASE]
+        rep.ratios[f"threads, {short}"] = leased.rate / plain.rate if plain.rate > 0 else 0.0
+        rep.targets[f"threads, {short}"] = TARGET
+        plain, leased = refusal_rows[None], refusal_rows[LEASE]
+        rep.ratios[f"refusals, threads, {short}"] = leased.rate / plain.rate if plain.rate > 0 else 0.0
+        rep.targets[f"refusals, threads, {short}"] = REFUSAL_TARGET
+    finally:
+        store.close()
+    return rep
+
+
+def _short(strategy: str) -> str:
+    return {FIXED: "", APPROX: ", approx"}.get(strategy, ", " + strategy)
+
+
 def leased_lines(rep: LeasedReport) -> list[str]:
     """The report, as printed."""
     lines = [
@@ -411,7 +486,7 @@ def leased_lines(rep: LeasedReport) -> list[str]:
         )
     for e in rep.exact:
         lines.append(
-            f"exactness, {e.callers}{', approx' if e.strategy == APPROX else ''}: admitted {e.admitted:,} of {e.limit:,} (store counted {e.charged:,}); "
+            f"exactness, {e.callers}{_short(e.strategy)}: admitted {e.admitted:,} of {e.limit:,} (store counted {e.charged:,}); "
             f"over-admission {e.over}, under-admission {e.under}"
         )
     lines.append(
