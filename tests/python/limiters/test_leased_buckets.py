@@ -151,6 +151,27 @@ def test_threads_admit_exactly_the_capacity(
     assert lim.leased_units == 0 and left(lim, "500/hour", "hot") == 0
 
 
+@pytest.mark.parametrize("strategy", BUCKETS)
+def test_units_held_while_the_bucket_refills_are_not_admitted_twice(
+    clocked: tuple[redcount.Store, redcount.ManualClock], strategy: str
+) -> None:
+    store, clock = clocked
+    a = redcount.Limiter(store, strategy, lease_ttl=3600)  # type: ignore[arg-type]
+    b = redcount.Limiter(store, strategy)  # type: ignore[arg-type]
+    assert a.hit("10/minute", "k", lease=100)  # takes 5 of 10 tokens, admits 1, holds 4
+    assert a.leased_units == 4
+    clock.advance(30)  # 5 tokens refilled: the bucket is full again, a's 4 are gone
+    n = 0
+    while b.hit("10/minute", "k"):
+        n += 1
+    assert n == 10  # the burst, at this moment
+    assert a.leased_units == 0
+    assert not a.hit("10/minute", "k", lease=100)  # not 4 more on top of the burst
+    clock.advance(12)  # 2 tokens refilled
+    assert a.hit("10/minute", "k", lease=100) and a.hit("10/minute", "k", lease=100)
+    assert not a.hit("10/minute", "k", lease=100) and not b.hit("10/minute", "k")
+
+
 def within_the_bucket(times_ms: list[int], capacity: int, per_ms: float) -> bool:
     """Whether every interval [s, e] of admissions holds at most capacity + (e - s) * rate:
     what a bucket of that capacity refilling at that rate can admit."""
@@ -177,17 +198,29 @@ def test_limiters_sharing_a_key_never_admit_past_the_bucket(
     plain = redcount.Limiter(store, strategy)  # type: ignore[arg-type]
     admitted: list[int] = []
     for _ in range(300):
-        clock.advance(rng.choice([0, 0, 0.1, 0.3, 0.7, 1.0, 2.5]))
+        clock.advance(rng.choice([0, 0, 0.1, 0.3, 0.7, 1.0, 2.5, 6.0]))
         now_ms = round((clock.now() - start) * 1000)
-        for lim in limiters:
-            for _ in range(rng.randint(0, 6)):
+        order = [*limiters, plain]
+        rng.shuffle(order)
+        for lim in order:
+            if lim is plain:
+                # An eager caller: runs the bucket dry whenever it is its turn, so units a
+                # holder kept while the bucket refilled would show as admissions past it.
+                if rng.random() < 0.5:
+                    while plain.hit("20/20 seconds", "hot"):
+                        admitted.append(now_ms)
+                continue
+            # Holders that take a lease, keep it a while, then use all they hold at once.
+            r = rng.random()
+            if r < 0.4:
                 if lim.hit("20/20 seconds", "hot", lease=rng.choice([4, 8, 100])):
                     admitted.append(now_ms)
-            if rng.random() < 0.05:
+            elif r < 0.8:
+                while lim.leased_units > 0 and lim.hit("20/20 seconds", "hot", lease=100):
+                    admitted.append(now_ms)
+            elif r < 0.85:
                 lim.return_leases()
-        if rng.random() < 0.3 and plain.hit("20/20 seconds", "hot"):
-            admitted.append(now_ms)
-    assert len(admitted) > 100  # the bucket was run out again and again
+    assert len(admitted) > 150  # the bucket was run out again and again
     assert within_the_bucket(admitted, 20, 1 / 1000)
 
 
