@@ -457,7 +457,8 @@ def run_leased_strategy(url: str, prefix: str, seconds: float, strategy: Strateg
 
 
 def _short(strategy: str) -> str:
-    return {FIXED: "", APPROX: ", approx"}.get(strategy, ", " + strategy)
+    names: dict[str, str] = {FIXED: "", APPROX: ", approx"}
+    return names.get(strategy, ", " + strategy)
 
 
 def leased_lines(rep: LeasedReport) -> list[str]:
