@@ -108,6 +108,7 @@ class LeasedReport:
     exact: list[Exactness] = field(default_factory=list)
     ratios: dict[str, float] = field(default_factory=dict)
     targets: dict[str, float] = field(default_factory=dict)
+    strategy: str = ""  # --strategy: the one strategy measured (else the default rows)
 
 
 def _count(store: Store, limit: str, key: str, prefix: str, strategy: Strategy = FIXED) -> int:
@@ -393,7 +394,7 @@ def run_leased(url: str, prefix: str, seconds: float) -> LeasedReport:
 def run_leased_strategy(url: str, prefix: str, seconds: float, strategy: Strategy) -> LeasedReport:
     """``--strategy``: the threads rates, the refusal rows and the threads' exactness of one
     leasing strategy (the buckets) against the server at ``url``."""
-    rep = LeasedReport(seconds=seconds)
+    rep = LeasedReport(seconds=seconds, strategy=strategy)
     store = connect(url)
     probe = CpuProbe(store)
     short = strategy
@@ -463,9 +464,13 @@ def _short(strategy: str) -> str:
 
 def leased_lines(rep: LeasedReport) -> list[str]:
     """The report, as printed."""
+    limits = (
+        f"limit {BIG} ({BIG_APPROX} approx; rates)"
+        if not rep.strategy
+        else f"strategy {rep.strategy}, limit {BIG_APPROX} (rates), {EXHAUSTED} (refusals)"
+    )
     lines = [
-        f"Leased limits: one hot key, limit {BIG} ({BIG_APPROX} approx; rates) and {EXACT} (exactness), "
-        f"{os.cpu_count()} CPU cores",
+        f"Leased limits: one hot key, {limits} and {EXACT} (exactness), {os.cpu_count()} CPU cores",
         f"{'row':<64} {'decisions/s':>12} {'client us/dec':>14} {'server us/dec':>14} {'held at stop':>13}",
     ]
     for r in rep.rows:
