@@ -200,10 +200,10 @@ TEST_F(LeasedTest, ABucketsLeaseLosesUnitsAsTheBucketRefills) {
     EXPECT_FALSE(table->admit_local(limits, "k", 1).has_value()) << strategy;
     EXPECT_EQ(left(), 40) << strategy;
     ASSERT_TRUE(table->hit(limits, "k", 1, 10).allowed);  // takes 10 more, holds 9
-    clock_->advance(3'000);  // 3 of them refilled: 6 go back, credited less the 3 refilled
+    clock_->advance(3'000);  // 3 of the 10 refilled: the lease holds 7 of its 9
     EXPECT_EQ(table->held(), 7) << strategy;
     EXPECT_EQ(table->give_back_all(), 7) << strategy;
-    EXPECT_EQ(left(), 30 + 3 + 4) << strategy;
+    EXPECT_EQ(left(), 30 + 3 + 7) << strategy;  // the refilled 3 are not credited again
   }
 }
 

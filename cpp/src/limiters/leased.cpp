@@ -456,11 +456,14 @@ void term_thread() {
 // The call giving back e.units (expired ones dropped first: Entry::expire) at `now`.
 Request give_back_call(const LeaseTable::Entry& e, std::int64_t now) {
   if (!e.adjust_kind.empty()) {
-    // A refund of the held units charged at the take: it credits at most what has not
-    // refilled since then (limiter_adjust.lua), never more than the lease still holds.
+    // A refund of the held units. The lease applied the refund rule already: of the units
+    // it took, it holds only what has not refilled since the take (Entry::expire), so every
+    // one of them is credited (no charge time: the units' full tokens, capped at the
+    // capacity). Sound: the bucket's level plus every unit held never exceeds the capacity
+    // before, so it does not after.
     ScriptCall c{&kLimiterAdjustScript, e.keys, {}};
     c.args = {std::to_string(now * e.time_scale), e.adjust_kind, "refund", std::to_string(e.units), "1000", "lease",
-              std::to_string(e.at_ms * e.time_scale)};
+              std::string()};
     for (const auto& a : e.adjust_args) {
       for (const std::int64_t x : a) c.args.push_back(std::to_string(x));
     }

@@ -1,9 +1,10 @@
 """Leased limits under the buckets (strategy="token-bucket" and "gcra"), on memory:// and a
 real Redis server: a lease takes tokens (emission intervals) from the bucket at once, its
 held units expire as fast as the bucket refills (so the bucket's level plus every unit held
-never exceeds the capacity), and unused units go back, credited only for what has not
-refilled since the take. Several limiters (as processes), threads and real subprocesses
-share one key; none of them admits past what the bucket allows in any interval."""
+never exceeds the capacity), and unused units go back: only what has not refilled since the
+take (a held unit that refilled is dropped, each one still held is credited in full).
+Several limiters (as processes), threads and real subprocesses share one key; none of them
+admits past what the bucket allows in any interval."""
 
 from __future__ import annotations
 
@@ -108,8 +109,10 @@ def test_giving_back_credits_what_has_not_refilled(
     clock.advance(6)  # 10 tokens refilled since the take: 10 of the 40 taken are gone
     assert a.leased_units == 30 and left(a, "100/minute", "k") == 70
     assert a.return_leases() == 30
-    # Credited: what the 30 given back still hold of the charge, 30 less the 10 refilled.
-    assert left(a, "100/minute", "k") == 90
+    # Credited: the 30 units that had not refilled; the 10 that had are not credited again.
+    assert left(a, "100/minute", "k") == 100
+    clock.advance(6)  # 10 more refill: the bucket is full, nothing past the capacity
+    assert left(a, "100/minute", "k") == 100
 
 
 @pytest.mark.parametrize("strategy", BUCKETS)
