@@ -133,7 +133,9 @@ elseif kind == 'sw' then
       redis.call('ZADD', KEYS[i], unpack(args))
       j = j + 256
     end
-    redis.call('PEXPIRE', KEYS[i], arg(i, 2))
+    -- Until the newest entry leaves the window (a lease's, stamped ahead, may be newer).
+    local last = redis.call('ZRANGE', KEYS[i], -1, -1, 'WITHSCORES')
+    redis.call('PEXPIRE', KEYS[i], math.max(arg(i, 2), tonumber(last[2]) - now + arg(i, 2)))
   end
 elseif kind == 'swa' then
   local function field(i, idx)

@@ -29,7 +29,8 @@ namespace redcount {
 
 namespace {
 constexpr const char* kLeasingStrategies =
-    "lease= works with strategy='fixed-window', 'sliding-window-approx', 'token-bucket' or 'gcra'";
+    "lease= works with the rate strategies ('fixed-window', 'sliding-window', 'sliding-window-approx', "
+    "'token-bucket', 'gcra')";
 }  // namespace
 
 const char* lease_refusal(std::string_view strategy) noexcept {
@@ -42,10 +43,10 @@ const char* lease_refusal(std::string_view strategy) noexcept {
   // soon as as many tokens refilled since the take (leased.h), so the level plus every held
   // token never exceeds the capacity.
   if (strategy == "token-bucket" || strategy == "gcra") return nullptr;
-  if (strategy == "sliding-window") {
-    return "a leased unit admitted after it was charged falls in windows that no longer count its entry, and "
-           "a later hit shortens the log's expiry below the lease's end";
-  }
+  // The exact log: a lease's entries are stamped with its end, so they count in every
+  // window containing one of its admissions, and the log lives until its newest entry
+  // leaves the window.
+  if (strategy == "sliding-window") return nullptr;
   // Its estimate is made of per-sub-bucket counts: units charged to the current sub-bucket
   // and admitted before it ends are what the same hits one by one would have charged there.
   if (strategy == "sliding-window-approx") return nullptr;
@@ -225,8 +226,24 @@ class SubBucketLease final : public Op<LeaseGrant> {
     spec_.cost = g;
     spec_.hit = true;
     std::vector<Request> out;
-    out.emplace_back(spec_.call(at_ * spec_.rules->time_scale()));
+    ScriptCall c = spec_.call(at_ * spec_.rules->time_scale());
+    if (spec_.rules->adjust_kind() == "sw") {
+      // The exact log: entries stamped with the lease's end (sliding_log.lua's 'lease:').
+      auto args = std::make_shared<LogArgs>(static_cast<const LogArgs&>(*c.typed));
+      args->stamp_at = log_end();
+      spec_.sent = args;
+      c.typed = std::move(args);
+    }
+    out.emplace_back(std::move(c));
     return out;
+  }
+
+  // The exact log's lease admits until then: a tenth of the shortest window (at least 1 ms),
+  // which its entries count for beyond the window (under-admission, not more).
+  std::int64_t log_end() const {
+    std::int64_t w = std::numeric_limits<std::int64_t>::max();
+    for (const auto& l : spec_.limits) w = std::min(w, l.window_ms);
+    return at_ + std::max<std::int64_t>(1, w / 10);
   }
 
   std::vector<Request> refuse(const Decision& d) {
@@ -263,6 +280,22 @@ class SubBucketLease final : public Op<LeaseGrant> {
         g.window_end_ms = std::min(g.window_end_ms, at_ + all);
       }
       g.last_window_end_ms = g.window_end_ms;
+      complete(std::move(g));
+      return;
+    }
+    if (kind == "sw") {
+      // The exact log: the units' entries are stamped the lease's end; they go back by a
+      // refund of that charge time (those entries, while they are still in the log).
+      const std::int64_t end = log_end();
+      g.adjust_kind = "sw";
+      g.mark_ms = end;
+      g.window_end_ms = end;
+      g.last_window_end_ms = end;
+      for (const auto& l : spec_.limits) {
+        g.keys.push_back(spec_.rules->storage_key(l, spec_.key));
+        g.adjust_args.push_back(spec_.rules->adjust_args(l));
+        g.last_window_end_ms = std::max(g.last_window_end_ms, end + l.window_ms);
+      }
       complete(std::move(g));
       return;
     }
@@ -322,6 +355,7 @@ struct LeaseTable::Entry {
   std::string adjust_kind;
   std::vector<std::array<std::int64_t, 4>> adjust_args;
   std::int64_t time_scale = 1;
+  std::optional<std::int64_t> mark_ms;
   int running = 0;  // refills started and not finished (Refill::running)
   // The store refused `refused_cost` (or more) until then: the key is exhausted for it.
   // Written under `mu`; read without it too (LeaseTable::hit's first look).
@@ -463,7 +497,7 @@ Request give_back_call(const LeaseTable::Entry& e, std::int64_t now) {
     // before, so it does not after.
     ScriptCall c{&kLimiterAdjustScript, e.keys, {}};
     c.args = {std::to_string(now * e.time_scale), e.adjust_kind, "refund", std::to_string(e.units), "1000", "lease",
-              std::string()};
+              e.mark_ms ? std::to_string(*e.mark_ms * e.time_scale) : std::string()};
     for (const auto& a : e.adjust_args) {
       for (const std::int64_t x : a) c.args.push_back(std::to_string(x));
     }
@@ -793,6 +827,7 @@ Decision LeaseTable::install(const Refill& refill, const LeaseGrant& grant) {
   e->adjust_kind = grant.adjust_kind;
   e->adjust_args = grant.adjust_args;
   e->time_scale = grant.time_scale;
+  e->mark_ms = grant.mark_ms;
   e->window_end_ms = grant.window_end_ms;
   e->last_window_end_ms = grant.last_window_end_ms;
   e->ends_ms = std::min(grant.window_end_ms, grant.at_ms + ttl_ms());

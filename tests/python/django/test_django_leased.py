@@ -59,7 +59,7 @@ def test_bad_lease_setting_is_named(configure: Any, value: Any) -> None:
 def test_lease_setting_needs_a_strategy_that_leases(configure: Any) -> None:
     from redcount.django.conf import build_state
 
-    configure(DEFAULT_LIMITS="6/hour", STRATEGY="sliding-window", LEASE=4)
+    configure(DEFAULT_LIMITS="6/hour", STRATEGY="concurrency", LEASE=4)
     with pytest.raises(ConfigurationError, match="fixed-window"):
         build_state()
 

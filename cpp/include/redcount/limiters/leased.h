@@ -92,6 +92,9 @@ struct LeaseGrant {
   std::string adjust_kind;
   std::vector<std::array<std::int64_t, 4>> adjust_args;
   std::int64_t time_scale = 1;
+  // The refund's charge time (ms), where the units were charged: the exact log's entries
+  // are stamped the lease's end. None: no charge time (the buckets).
+  std::optional<std::int64_t> mark_ms;
 };
 
 // Why `strategy` (a LimiterStrategy::name()) cannot be leased without admitting past its
