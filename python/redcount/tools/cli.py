@@ -90,8 +90,8 @@ def _parser() -> argparse.ArgumentParser:
         "--only", choices=["all", "fixed", "sliding", "engine", "sharded", "hot", "cluster", "leased"], default="all", help="which measurements"
     )
     b.add_argument(
-        "--strategy", choices=["token-bucket", "gcra"], default=None,
-        help="bench --only leased: measure this strategy's leases (threads, refusals) instead of the default rows",
+        "--strategy", choices=["sliding-window", "token-bucket", "gcra"], default=None,
+        help="bench --only leased: measure this strategy's leases (threads, refusals, exactness) instead of the default rows",
     )
     b.add_argument("--framework", choices=["all", "flask", "fastapi", "django"], default="all", help="bench web: which apps")
     b.add_argument("--workers", type=int, default=2, help="bench web: server worker processes (default 2)")

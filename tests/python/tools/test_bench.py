@@ -334,9 +334,9 @@ def test_bench_only_leased(tmp_path: Path) -> None:
     assert "leased / unleased refusals of an exhausted key per second, threads:" in done.stdout
 
 
-@pytest.mark.parametrize("strategy", ["token-bucket", "gcra"])
+@pytest.mark.parametrize("strategy", ["sliding-window", "token-bucket", "gcra"])
 def test_bench_only_leased_strategy(tmp_path: Path, strategy: str) -> None:
-    # --strategy: one bucket strategy's threads rates, refusals and exactness.
+    # --strategy: one strategy's threads rates, refusals and exactness.
     _need("redis-server")
     done, out_json = _bench_json(tmp_path, "--only", "leased", "--strategy", strategy)
     assert done.returncode == 0, done.stderr
@@ -349,7 +349,9 @@ def test_bench_only_leased_strategy(tmp_path: Path, strategy: str) -> None:
         (1000, True, strategy),
     ]
     rates = [r for r in data["rows"] if not r["refusals"]]
-    assert all(r["decisions"] > 0 and r["admitted"] == r["decisions"] for r in rates)
+    # (The exact log's largest limit, 100000/second, may be reached by the leased threads.)
+    assert all(r["decisions"] > 0 and 0 < r["admitted"] <= r["decisions"] for r in rates)
+    assert strategy == "sliding-window" or all(r["admitted"] == r["decisions"] for r in rates)
     refusals = [r for r in data["rows"] if r["refusals"]]
     assert all(r["decisions"] > 0 and r["admitted"] == 0 for r in refusals)
     assert [(e["strategy"], e["over"]) for e in data["exact"]] == [(strategy, 0)]

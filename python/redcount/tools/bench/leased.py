@@ -17,10 +17,10 @@ script calls per refusal (INFO commandstats): a leased refusal is one round trip
 (target: the leased rate >= 1.0x the unleased one), with ``refusal_cache`` none until the
 window can admit again.
 
-With ``--strategy token-bucket`` or ``--strategy gcra``, the rows are that strategy's: the
-threads rates (limit ``BIG_APPROX``, a bucket that never runs dry), the refusal rows without
-and with a lease, and the threads' exactness on a bucket of ``EXACT``'s capacity (its refill
-during the run is allowed for: over-admission is what exceeds capacity plus refill).
+With ``--strategy sliding-window``, ``token-bucket`` or ``gcra``, the rows are that
+strategy's: the threads rates (limit ``BIG_APPROX``, never reached), the refusal rows without
+and with a lease, and the threads' exactness on ``EXACT`` (a bucket's refill during the run
+is allowed for: over-admission is what exceeds the capacity plus the refill).
 
 Exactness: the same callers hammer a fresh key under a limit that runs out, each stopping at
 its first refusal. Every unit admitted was charged first, so over-admission must be 0; once
@@ -51,6 +51,7 @@ BIG = "1000000000/day"  # the rate rows' limit: never reached
 BIG_APPROX = "100000000/hour"  # the same for the approximate sliding window (amount x window <= 2^50)
 EXACT = "20000/day"  # the exactness rows' limit: runs out
 TARGET = 20.0  # leased / unleased decisions per second
+LOG_RATE = "100000/second"  # the exact log's rate rows: its largest amount, over its shortest window
 EXHAUSTED = "10/day"  # the refusal rows' limit: used up before they start
 REFUSAL_TARGET = 1.0  # leased / unleased refusals per second on an exhausted key
 REFUSAL_CACHE = 1000  # the refusal_cache of the cached refusal row
@@ -393,11 +394,14 @@ def run_leased(url: str, prefix: str, seconds: float) -> LeasedReport:
 
 def run_leased_strategy(url: str, prefix: str, seconds: float, strategy: Strategy) -> LeasedReport:
     """``--strategy``: the threads rates, the refusal rows and the threads' exactness of one
-    leasing strategy (the buckets) against the server at ``url``."""
+    leasing strategy (the exact log, the buckets) against the server at ``url``."""
     rep = LeasedReport(seconds=seconds, strategy=strategy)
     store = connect(url)
     probe = CpuProbe(store)
     short = strategy
+    # The log keeps one entry per hit in the window, so its amounts stop at 100,000: leased
+    # threads can run into that limit within the second (their refusals count as decisions).
+    rate_limit = LOG_RATE if strategy == "sliding-window" else BIG_APPROX
     try:
         rows: dict[int | None, Row] = {}
         for lease in (None, LEASE):
@@ -406,11 +410,11 @@ def run_leased_strategy(url: str, prefix: str, seconds: float, strategy: Strateg
             print(f"[leased] {name} ...", file=sys.stderr, flush=True)
             c0, s0 = probe.client(), probe.server()
             row.decisions, row.admitted, row.seconds, row.held = _threads(
-                url, BIG_APPROX, f"hot:{short}:{lease or 0}", prefix, lease, seconds, strategy
+                url, rate_limit, f"hot:{short}:{lease or 0}", prefix, lease, seconds, strategy
             )
             row.cpu_client = probe.client() - c0
             row.cpu_server = probe.server() - s0
-            row.charged = row.admitted  # a bucket has no count to read back
+            row.charged = row.admitted  # (a bucket has no count to read back)
             rows[lease] = row
             rep.rows.append(row)
         refusal_rows = {
@@ -467,7 +471,8 @@ def leased_lines(rep: LeasedReport) -> list[str]:
     limits = (
         f"limit {BIG} ({BIG_APPROX} approx; rates)"
         if not rep.strategy
-        else f"strategy {rep.strategy}, limit {BIG_APPROX} (rates), {EXHAUSTED} (refusals)"
+        else f"strategy {rep.strategy}, limit {LOG_RATE if rep.strategy == 'sliding-window' else BIG_APPROX} "
+        f"(rates), {EXHAUSTED} (refusals)"
     )
     lines = [
         f"Leased limits: one hot key, {limits} and {EXACT} (exactness), {os.cpu_count()} CPU cores",
@@ -480,6 +485,8 @@ def leased_lines(rep: LeasedReport) -> list[str]:
         )
         if r.refusals:
             lines.append(f"  {r.calls_per_decision:.3f} store calls per refusal, {r.admitted:,} admitted")
+        elif r.admitted != r.decisions:
+            lines.append(f"  {r.admitted:,} admitted ({r.admitted / r.seconds if r.seconds else 0:,.0f}/s), the rest refused")
         elif r.charged != r.admitted:
             lines.append(f"  store counted {r.charged:,} after the callers closed, admitted {r.admitted:,}")
     for callers, x in rep.ratios.items():
