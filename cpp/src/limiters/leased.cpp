@@ -1,6 +1,6 @@
 // Leased limits: the per-process lease table (leased.h) and the lease operations: the
-// fixed-window strategy's (lease_take.lua) and the approximate sliding window's (its own
-// script, a test then a hit), each after any lease_give_back.lua calls due.
+// fixed-window strategy's (lease_take.lua) and the other rate strategies' (their own
+// script, a test then a hit), each after any give-back calls due.
 #include "redcount/limiters/leased.h"
 
 #include <pthread.h>
@@ -167,12 +167,13 @@ std::shared_ptr<Op<LeaseGrant>> make_fixed_window_lease(TimeSource time, std::sh
 
 namespace {
 
-// The approximate sliding window's lease: a test of `least` by the strategy's own script
+// The scripted strategies' lease (the approximate sliding window, the exact log, the
+// buckets): a test of `least` by the strategy's own script
 // (what the limits allow now), then a hit of g units at the same time (all or nothing: a
 // race with other callers never over-admits; it is then asked once more for `least`).
-class SubBucketLease final : public Op<LeaseGrant> {
+class ScriptedLease final : public Op<LeaseGrant> {
  public:
-  SubBucketLease(TimeSource time, std::shared_ptr<const ScriptedRules> rules, const std::vector<RateLimit>& limits,
+  ScriptedLease(TimeSource time, std::shared_ptr<const ScriptedRules> rules, const std::vector<RateLimit>& limits,
                  std::string_view key, std::int64_t least, std::int64_t most, std::vector<Request> before)
       : time_(std::move(time)),
         spec_{std::move(rules), limits, std::string(key), least, false},
@@ -329,7 +330,7 @@ std::shared_ptr<Op<LeaseGrant>> ScriptedLimiter::make_take_lease(const std::vect
     return LimiterStrategy::make_take_lease(limits, key, least, most, std::move(before));
   }
   check(limits, key, least);
-  return std::make_shared<SubBucketLease>(time_, rules_, limits, key, least, most, std::move(before));
+  return std::make_shared<ScriptedLease>(time_, rules_, limits, key, least, most, std::move(before));
 }
 
 }  // namespace detail

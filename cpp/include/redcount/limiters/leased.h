@@ -38,11 +38,13 @@
 // charges are not seen), reset_after is until the lease's window ends.
 //
 // Fixed-window and approximate sliding-window limits lease (the latter's leases end with
-// the current sub-bucket), and so do the token bucket and GCRA: their leases lose units as
+// the current sub-bucket), and so do the exact sliding log (a lease's entries are stamped
+// with its end, a tenth of the window after the take, so they count in every window that
+// contains one of its admissions) and the token bucket and GCRA: their leases lose units as
 // the bucket refills (a unit that refilled since the take can no longer be admitted from
 // the lease, and is not given back), so the bucket's level plus every unit held never
-// exceeds its capacity. The other strategies throw InvalidArgument from check() and
-// make_take_lease, with the reason they cannot be leased soundly (lease_refusal).
+// exceeds its capacity. The concurrency strategy throws InvalidArgument from check() and
+// make_take_lease, with the reason it cannot be leased (lease_refusal).
 // After fork() the child starts with an empty table: the parent's units stay the parent's.
 //
 // Thread-safe: one mutex per lease; while one thread takes a lease (with no lock held over
@@ -98,8 +100,7 @@ struct LeaseGrant {
 };
 
 // Why `strategy` (a LimiterStrategy::name()) cannot be leased without admitting past its
-// limit, or nullptr when it can ("fixed-window", "sliding-window-approx", "token-bucket",
-// "gcra").
+// limit, or nullptr when it can (every rate strategy).
 const char* lease_refusal(std::string_view strategy) noexcept;
 
 namespace detail {
