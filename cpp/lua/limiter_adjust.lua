@@ -135,7 +135,9 @@ elseif kind == 'sw' then
     end
     -- Until the newest entry leaves the window (a lease's, stamped ahead, may be newer).
     local last = redis.call('ZRANGE', KEYS[i], -1, -1, 'WITHSCORES')
-    redis.call('PEXPIRE', KEYS[i], math.max(arg(i, 2), tonumber(last[2]) - now + arg(i, 2)))
+    local keep = arg(i, 2)
+    if last[2] then keep = math.max(keep, tonumber(last[2]) - now + keep) end
+    redis.call('PEXPIRE', KEYS[i], keep)
   end
 elseif kind == 'swa' then
   local function field(i, idx)

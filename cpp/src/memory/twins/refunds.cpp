@@ -141,8 +141,10 @@ class Adjuster {
       const std::string stamp = std::to_string(now_) + ":" + uid_ + ":";
       for (std::int64_t x = 1; x <= m; ++x) ks_.zadd(k, static_cast<double>(now_), stamp + std::to_string(x));
       // Until the newest entry leaves the window (a lease's, stamped ahead, may be newer).
-      const auto newest = static_cast<std::int64_t>(ks_.zrange(k, -1, -1).at(0).second);
-      ks_.pexpireat(k, ks_.now_ms() + std::max(l.b, newest - now_ + l.b));
+      const auto last = ks_.zrange(k, -1, -1);
+      const std::int64_t keep =
+          last.empty() ? l.b : std::max(l.b, static_cast<std::int64_t>(last.front().second) - now_ + l.b);
+      ks_.pexpireat(k, ks_.now_ms() + keep);
       return;
     }
     if (kind_ == "swa") {
