@@ -133,7 +133,11 @@ elseif kind == 'sw' then
       redis.call('ZADD', KEYS[i], unpack(args))
       j = j + 256
     end
-    redis.call('PEXPIRE', KEYS[i], arg(i, 2))
+    -- Until the newest entry leaves the window (a lease's, stamped ahead, may be newer).
+    local last = redis.call('ZRANGE', KEYS[i], -1, -1, 'WITHSCORES')
+    local keep = arg(i, 2)
+    if last[2] then keep = math.max(keep, tonumber(last[2]) - now + keep) end
+    redis.call('PEXPIRE', KEYS[i], keep)
   end
 elseif kind == 'swa' then
   local function field(i, idx)

@@ -1,10 +1,15 @@
 -- Exact sliding-log rate limit over one or more limits, all or nothing.
 -- KEYS[i]: limit i's sorted set of admitted hits (score = time in ms, member unique).
--- ARGV[1] = now in ms, or '' to read the server's TIME; ARGV[2] = 'hit' or 'test';
+-- ARGV[1] = now in ms, or '' to read the server's TIME; ARGV[2] = 'hit', 'test' or
+-- 'lease:<at>' (a hit whose entries are stamped <at> >= now instead of now: the units of a
+-- lease, admitted in the process until <at>, so that every window containing one of their
+-- admissions counts them);
 -- ARGV[3] = cost; ARGV[4] = a unique id for this call's members;
 -- then per limit i: ARGV[3 + 2i] = amount, ARGV[4 + 2i] = window in ms.
--- A hit at time t counts while now - t < window. The hit is checked before anything is
--- added, so a refused hit stores nothing and a set never holds more than `amount` hits.
+-- A hit at time t counts while now - t < window (an entry stamped ahead counts from when it
+-- is added). The hit is checked before anything is added, so a refused hit stores nothing
+-- and a set never holds more than `amount` hits. A set lives until its newest entry leaves
+-- the window: a hit never shortens that.
 -- Reply: {now, allowed, then per limit: count, newest, need_at}: count = hits in the
 -- window (after this hit when it was charged), newest = time of the newest of them (0 if
 -- none), need_at = for a limit that refuses `cost`, the time from which it would allow it.
@@ -15,6 +20,12 @@ if not now then
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 local hit = ARGV[2] == 'hit'
+local stamp_at = now
+if string.sub(ARGV[2], 1, 6) == 'lease:' then
+  hit = true
+  stamp_at = tonumber(string.sub(ARGV[2], 7))
+  if not stamp_at or stamp_at < now or stamp_at % 1 ~= 0 then return redis.error_reply('ERR sliding_log: malformed arguments') end
+end
 local cost = tonumber(ARGV[3])
 local n = #KEYS
 -- A penalty's gate: with 'gate:<g>' as the last ARGV, the last g KEYS are penalty block
@@ -52,6 +63,11 @@ for i = 1, n do
 end
 local reply = {now, allowed}
 local stamp = string.format('%d', now) .. ':' .. ARGV[4] .. ':'
+-- The time of the newest entry of a set that holds some.
+local function newest_of(key)
+  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  return tonumber(last[2])
+end
 for i = 1, n do
   local amount, window = tonumber(ARGV[3 + 2 * i]), tonumber(ARGV[4 + 2 * i])
   local from = now - window + 1
@@ -62,20 +78,22 @@ for i = 1, n do
       local args = {}
       local last = math.min(cost, j + 255)
       for m = j, last do
-        args[#args + 1] = now
+        args[#args + 1] = stamp_at
         args[#args + 1] = stamp .. m
       end
       redis.call('ZADD', KEYS[i], unpack(args))
       j = last + 1
     end
     counts[i] = counts[i] + cost
-    redis.call('PEXPIRE', KEYS[i], window)
+    -- Until the newest entry leaves the window (a lease's, stamped ahead, may be newer).
+    redis.call('PEXPIRE', KEYS[i], math.max(window, newest_of(KEYS[i]) - now + window))
   else
     if hit and counts[i] > 0 then
       -- A set that lost its TTL would live forever, one given a longer one would outlive
-      -- its window: give it back the window.
+      -- its newest entry's window: give it back that.
+      local keep = math.max(window, newest_of(KEYS[i]) - now + window)
       local left = redis.call('PTTL', KEYS[i])
-      if left == -1 or left > window then redis.call('PEXPIRE', KEYS[i], window) end
+      if left == -1 or left > keep then redis.call('PEXPIRE', KEYS[i], keep) end
     end
     if counts[i] + cost > amount then
       local gone = redis.call('ZRANGEBYSCORE', KEYS[i], from, '+inf', 'WITHSCORES', 'LIMIT',
@@ -85,7 +103,7 @@ for i = 1, n do
   end
   local newest = 0
   if allowed == 1 and hit then
-    newest = now  -- just added (a faster client's later entries make reset_after at most shorter)
+    newest = stamp_at  -- just added (a faster client's later entries make reset_after at most shorter)
   elseif counts[i] > 0 then
     local last = redis.call('ZRANGE', KEYS[i], -1, -1, 'WITHSCORES')
     newest = tonumber(last[2])

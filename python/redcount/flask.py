@@ -305,7 +305,7 @@ class RateLimiter:
       of the app together, counted once across routes.
     - ``lease`` (``REDCOUNT_LEASE``): a leased limit for ``default`` and ``application``
       (each worker takes up to this many units at a time and decides from them locally,
-      ``Limiter.hit(..., lease=N)``; ``"fixed-window"`` and ``"sliding-window-approx"`` only; see
+      ``Limiter.hit(..., lease=N)``; not with ``"concurrency"``; see
       docs/leased-limits.md). Default None: not leased.
     - ``key``: the default key function (the client address: see ``trusted_proxies``).
     - ``headers`` (``REDCOUNT_HEADERS``): header sets, ``"ietf"``, ``"legacy"``,

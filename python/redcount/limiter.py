@@ -302,11 +302,12 @@ class Limiter:
         ``tag`` to [`test`][redcount.limiter.Limiter.test], [`stats`][redcount.limiter.Limiter.stats], [`reset`][redcount.limiter.Limiter.reset], [`refund`][redcount.limiter.Limiter.refund],
         [`reserve`][redcount.limiter.Limiter.reserve] and [`settle`][redcount.limiter.Limiter.settle] to act on it. Not with ``lease``.
 
-        ``lease=N`` (``strategy="fixed-window"`` or ``"sliding-window-approx"``): a leased
-        limit for a hot key. The process takes up to N units at a time from the store (at
-        most half of what the window has left, at least ``cost``), charged there at once, and
-        admits from them locally, with no round trip, until they are used up or the window
-        (the approximate sliding window's current sub-bucket) ends. Never admits past the limit
+        ``lease=N`` (every rate strategy; not ``"concurrency"``): a leased limit for a hot key. The process takes up
+        to N units at a time from the store (at most half of what the window or bucket has
+        left, at least ``cost``), charged there at once, and admits from them locally, with no
+        round trip, until they are used up or the window (the approximate sliding window's
+        current sub-bucket, the exact log's lease: a tenth of the window) ends; a bucket's lease
+        loses units as fast as the bucket refills. Never admits past the limit
         across processes; units other processes hold unused are refused meanwhile
         (under-admission). Unused units go back after ``lease_ttl`` seconds (default 10; at
         this process's next leased call, or within about a second from a background thread),

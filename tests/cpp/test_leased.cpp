@@ -133,7 +133,7 @@ TEST_F(LeasedTest, TheTtlSendsUnitsBackAtTheNextCall) {
 }
 
 TEST_F(LeasedTest, OtherStrategiesRefuseLeases) {
-  auto sliding = make_limiter(store_, "sliding-window", "rl");
+  auto sliding = make_limiter(store_, "concurrency", "rl");
   auto table = LeaseTable::create(*sliding);
   EXPECT_THROW(table->hit(parse_limits("10/minute"), "k", 1, 5), InvalidArgument);
   EXPECT_THROW(leases_->check(0), InvalidArgument);
@@ -141,7 +141,10 @@ TEST_F(LeasedTest, OtherStrategiesRefuseLeases) {
   EXPECT_NO_THROW(leases_->check(5));
   EXPECT_EQ(lease_refusal("fixed-window"), nullptr);
   EXPECT_EQ(lease_refusal("sliding-window-approx"), nullptr);
-  for (const char* strategy : {"sliding-window", "token-bucket", "gcra", "concurrency"}) {
+  EXPECT_EQ(lease_refusal("token-bucket"), nullptr);
+  EXPECT_EQ(lease_refusal("gcra"), nullptr);
+  EXPECT_EQ(lease_refusal("sliding-window"), nullptr);
+  for (const char* strategy : {"concurrency"}) {
     ASSERT_NE(lease_refusal(strategy), nullptr) << strategy;
     auto other = make_limiter(store_, strategy, "rl");
     auto t = LeaseTable::create(*other);
@@ -179,6 +182,30 @@ TEST_F(LeasedTest, TheApproximateSlidingWindowLeasesItsCurrentSubBucket) {
   while (table->hit(limits, "k", 1, 10).allowed) ++admitted;
   EXPECT_EQ(admitted, 100);
   EXPECT_EQ(stats(), 100);
+}
+
+TEST_F(LeasedTest, ABucketsLeaseLosesUnitsAsTheBucketRefills) {
+  for (const char* strategy : {"token-bucket", "gcra"}) {
+    auto bucket = make_limiter(store_, strategy, std::string("rl:") + strategy);
+    auto table = LeaseTable::create(*bucket);
+    table->set_ttl_ms(3'600'000);  // the refill ends the lease's units, not the ttl
+    const auto limits = parse_limits("60/minute");  // one token a second
+    auto left = [&] { return bucket->test(limits, "k", 1).remaining; };
+    Decision d = table->hit(limits, "k", 1, 100);
+    ASSERT_TRUE(d.allowed) << strategy;
+    EXPECT_EQ(table->held(), 29) << strategy;  // 30 taken (half of 60), one admitted
+    EXPECT_EQ(left(), 30) << strategy;
+    clock_->advance(10'000);  // 10 refilled: 10 of the 30 taken are gone from the lease
+    EXPECT_EQ(table->held(), 20) << strategy;
+    for (int i = 0; i < 20; ++i) EXPECT_TRUE(table->admit_local(limits, "k", 1).has_value()) << strategy;
+    EXPECT_FALSE(table->admit_local(limits, "k", 1).has_value()) << strategy;
+    EXPECT_EQ(left(), 40) << strategy;
+    ASSERT_TRUE(table->hit(limits, "k", 1, 10).allowed);  // takes 10 more, holds 9
+    clock_->advance(3'000);  // 3 of the 10 refilled: the lease holds 7 of its 9
+    EXPECT_EQ(table->held(), 7) << strategy;
+    EXPECT_EQ(table->give_back_all(), 7) << strategy;
+    EXPECT_EQ(left(), 30 + 3 + 7) << strategy;  // the refilled 3 are not credited again
+  }
 }
 
 TEST_F(LeasedTest, PeekDecidesFromTheLeaseWithoutTakingFromIt) {

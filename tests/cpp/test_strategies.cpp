@@ -583,6 +583,17 @@ const std::vector<ParityCase>& parity_cases() {
                            {std::to_string(now), rng() % 4 == 0 ? "test" : "hit", std::to_string(1 + rng() % 3),
                             "id" + std::to_string(i), "5", "10000", "9", "60000"}};
        }},
+      {"sliding_log", false,
+       [](std::mt19937& rng, std::int64_t now, int i) {
+         // A lease's hits (entries stamped ahead) among plain ones: the log's expiry follows
+         // its newest entry on both stores.
+         const auto r = rng() % 4;
+         const std::string mode = r == 0 ? "test" : r == 1 ? "hit" : "lease:" + std::to_string(now + rng() % 3000);
+         return ScriptCall{&kSlidingLogScript,
+                           {"swl:{a}:1", "swl:{a}:2"},
+                           {std::to_string(now), mode, std::to_string(1 + rng() % 3), "id" + std::to_string(i), "5",
+                            "10000", "9", "60000"}};
+       }},
       {"sliding_log", true,
        [](std::mt19937& rng, std::int64_t now, int) {
          return typed_call("sliding-window", 1, "5 per 10 seconds;9/minute", rng, now);

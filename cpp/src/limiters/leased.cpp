@@ -1,6 +1,6 @@
 // Leased limits: the per-process lease table (leased.h) and the lease operations: the
-// fixed-window strategy's (lease_take.lua) and the approximate sliding window's (its own
-// script, a test then a hit), each after any lease_give_back.lua calls due.
+// fixed-window strategy's (lease_take.lua) and the other rate strategies' (their own
+// script, a test then a hit), each after any give-back calls due.
 #include "redcount/limiters/leased.h"
 
 #include <pthread.h>
@@ -27,21 +27,26 @@
 
 namespace redcount {
 
+namespace {
+constexpr const char* kLeasingStrategies =
+    "lease= works with the rate strategies ('fixed-window', 'sliding-window', 'sliding-window-approx', "
+    "'token-bucket', 'gcra')";
+}  // namespace
+
 const char* lease_refusal(std::string_view strategy) noexcept {
   // A leased unit is charged when the lease is taken and admitted later, in the process.
   // That admits nothing past the limit only when the strategy's count of the charge is
   // still in force at every time the unit may be admitted; the reasons below say where
   // that fails.
   if (strategy == "fixed-window") return nullptr;  // the charge counts until the window ends: leases end with it
-  if (strategy == "token-bucket" || strategy == "gcra") {
-    return "the bucket refills while a process holds the tokens it took, and the store does not count held "
-           "tokens: a bucket that refills to full while they are held would then admit a full burst on top of "
-           "them (more than the capacity at once)";
-  }
-  if (strategy == "sliding-window") {
-    return "a leased unit admitted after it was charged falls in windows that no longer count its entry, and "
-           "a later hit shortens the log's expiry below the lease's end";
-  }
+  // The bucket refills while a process holds the tokens it took: a held token expires as
+  // soon as as many tokens refilled since the take (leased.h), so the level plus every held
+  // token never exceeds the capacity.
+  if (strategy == "token-bucket" || strategy == "gcra") return nullptr;
+  // The exact log: a lease's entries are stamped with its end, so they count in every
+  // window containing one of its admissions, and the log lives until its newest entry
+  // leaves the window.
+  if (strategy == "sliding-window") return nullptr;
   // Its estimate is made of per-sub-bucket counts: units charged to the current sub-bucket
   // and admitted before it ends are what the same hits one by one would have charged there.
   if (strategy == "sliding-window-approx") return nullptr;
@@ -55,7 +60,7 @@ const char* lease_refusal(std::string_view strategy) noexcept {
 std::shared_ptr<Op<LeaseGrant>> LimiterStrategy::make_take_lease(const std::vector<RateLimit>&, std::string_view,
                                                                  std::int64_t, std::int64_t, std::vector<Request>) {
   const char* why = lease_refusal(name());
-  throw InvalidArgument("lease= works with strategy='fixed-window' only, not '" + std::string(name()) + "': " +
+  throw InvalidArgument(std::string(kLeasingStrategies) + ", not '" + std::string(name()) + "': " +
                         (why ? why : "this strategy has no lease operation") + "; call it without lease=");
 }
 
@@ -162,12 +167,13 @@ std::shared_ptr<Op<LeaseGrant>> make_fixed_window_lease(TimeSource time, std::sh
 
 namespace {
 
-// The approximate sliding window's lease: a test of `least` by the strategy's own script
+// The scripted strategies' lease (the approximate sliding window, the exact log, the
+// buckets): a test of `least` by the strategy's own script
 // (what the limits allow now), then a hit of g units at the same time (all or nothing: a
 // race with other callers never over-admits; it is then asked once more for `least`).
-class SubBucketLease final : public Op<LeaseGrant> {
+class ScriptedLease final : public Op<LeaseGrant> {
  public:
-  SubBucketLease(TimeSource time, std::shared_ptr<const ScriptedRules> rules, const std::vector<RateLimit>& limits,
+  ScriptedLease(TimeSource time, std::shared_ptr<const ScriptedRules> rules, const std::vector<RateLimit>& limits,
                  std::string_view key, std::int64_t least, std::int64_t most, std::vector<Request> before)
       : time_(std::move(time)),
         spec_{std::move(rules), limits, std::string(key), least, false},
@@ -221,8 +227,24 @@ class SubBucketLease final : public Op<LeaseGrant> {
     spec_.cost = g;
     spec_.hit = true;
     std::vector<Request> out;
-    out.emplace_back(spec_.call(at_ * spec_.rules->time_scale()));
+    ScriptCall c = spec_.call(at_ * spec_.rules->time_scale());
+    if (spec_.rules->adjust_kind() == "sw") {
+      // The exact log: entries stamped with the lease's end (sliding_log.lua's 'lease:').
+      auto args = std::make_shared<LogArgs>(static_cast<const LogArgs&>(*c.typed));
+      args->stamp_at = log_end();
+      spec_.sent = args;
+      c.typed = std::move(args);
+    }
+    out.emplace_back(std::move(c));
     return out;
+  }
+
+  // The exact log's lease admits until then: a tenth of the shortest window (at least 1 ms),
+  // which its entries count for beyond the window (under-admission, not more).
+  std::int64_t log_end() const {
+    std::int64_t w = std::numeric_limits<std::int64_t>::max();
+    for (const auto& l : spec_.limits) w = std::min(w, l.window_ms);
+    return at_ + std::max<std::int64_t>(1, w / 10);
   }
 
   std::vector<Request> refuse(const Decision& d) {
@@ -241,6 +263,43 @@ class SubBucketLease final : public Op<LeaseGrant> {
     g.store_remaining = d.remaining;
     g.window_end_ms = std::numeric_limits<std::int64_t>::max();
     g.last_window_end_ms = std::numeric_limits<std::int64_t>::min();
+    const std::string_view kind = spec_.rules->adjust_kind();
+    if (kind == "tb" || kind == "gcra") {
+      // The buckets: the lease's units refill away (LeaseGrant::refill) and go back by a
+      // refund charged at the take, which credits only what has not refilled since.
+      g.adjust_kind = std::string(kind);
+      g.time_scale = spec_.rules->time_scale();
+      for (const auto& l : spec_.limits) {
+        const auto a = spec_.rules->adjust_args(l);
+        g.keys.push_back(spec_.rules->storage_key(l, spec_.key));
+        g.adjust_args.push_back(a);
+        // Token bucket: amount tokens per window_ms; GCRA: one per emission interval (µs).
+        const std::pair<std::int64_t, std::int64_t> rate = kind == "tb" ? std::pair{a[0], a[1]} : std::pair{1000L, a[0]};
+        g.refill.push_back(rate);
+        // Every granted unit has refilled by then: nothing to admit or give back after it.
+        const std::int64_t all = ceil_div(g.granted * rate.second, rate.first);
+        g.window_end_ms = std::min(g.window_end_ms, at_ + all);
+      }
+      g.last_window_end_ms = g.window_end_ms;
+      complete(std::move(g));
+      return;
+    }
+    if (kind == "sw") {
+      // The exact log: the units' entries are stamped the lease's end; they go back by a
+      // refund of that charge time (those entries, while they are still in the log).
+      const std::int64_t end = log_end();
+      g.adjust_kind = "sw";
+      g.mark_ms = end;
+      g.window_end_ms = end;
+      g.last_window_end_ms = end;
+      for (const auto& l : spec_.limits) {
+        g.keys.push_back(spec_.rules->storage_key(l, spec_.key));
+        g.adjust_args.push_back(spec_.rules->adjust_args(l));
+        g.last_window_end_ms = std::max(g.last_window_end_ms, end + l.window_ms);
+      }
+      complete(std::move(g));
+      return;
+    }
     for (const auto& l : spec_.limits) {
       // adjust_args: {amount, sub-bucket ms, sub-buckets per window, 0}.
       const auto a = spec_.rules->adjust_args(l);
@@ -271,10 +330,12 @@ std::shared_ptr<Op<LeaseGrant>> ScriptedLimiter::make_take_lease(const std::vect
     return LimiterStrategy::make_take_lease(limits, key, least, most, std::move(before));
   }
   check(limits, key, least);
-  return std::make_shared<SubBucketLease>(time_, rules_, limits, key, least, most, std::move(before));
+  return std::make_shared<ScriptedLease>(time_, rules_, limits, key, least, most, std::move(before));
 }
 
 }  // namespace detail
+
+__extension__ typedef unsigned __int128 U128;
 
 struct LeaseTable::Entry {
   std::mutex mu;
@@ -288,11 +349,35 @@ struct LeaseTable::Entry {
   std::int64_t store_remaining = 0;
   std::vector<std::string> keys;
   std::vector<std::string> fields;  // per key, the hash field the lease charged (none: string keys)
+  // The buckets' leases (LeaseGrant::refill): units granted at at_ms refill away.
+  std::int64_t granted = 0;
+  std::int64_t at_ms = 0;
+  std::vector<std::pair<std::int64_t, std::int64_t>> refill;
+  std::string adjust_kind;
+  std::vector<std::array<std::int64_t, 4>> adjust_args;
+  std::int64_t time_scale = 1;
+  std::optional<std::int64_t> mark_ms;
   int running = 0;  // refills started and not finished (Refill::running)
   // The store refused `refused_cost` (or more) until then: the key is exhausted for it.
   // Written under `mu`; read without it too (LeaseTable::hit's first look).
   std::atomic<std::int64_t> refused_until_ms{0};
   std::atomic<std::int64_t> refused_cost{0};
+
+  // Under `mu`: drops the units that can no longer be admitted at `now`. A bucket's lease
+  // keeps at most what has not refilled since the take (granted minus the units refilled,
+  // the most over the limits): the store's level plus every held unit then never exceeds
+  // the capacity, so no unit is admitted that the bucket did not hold at that moment.
+  void expire(std::int64_t now) {
+    if (refill.empty() || units <= 0) return;
+    const std::int64_t elapsed = std::max<std::int64_t>(0, now - at_ms);
+    std::int64_t gone = 0;
+    for (const auto& [num, den] : refill) {
+      // ceil(elapsed * num / den) without overflow: elapsed < the lease's span (window_end).
+      const auto r = static_cast<std::int64_t>((static_cast<U128>(elapsed) * num + den - 1) / den);
+      gone = std::max(gone, r);
+    }
+    units = std::max<std::int64_t>(0, std::min(units, granted - gone));
+  }
 
   bool exhausted(std::int64_t cost, std::int64_t now) const {
     return now < refused_until_ms.load(std::memory_order_relaxed) &&
@@ -403,7 +488,22 @@ void term_thread() {
   kill(getpid(), SIGTERM);  // the default action now (or what the application set meanwhile)
 }
 
-Request give_back_call(const LeaseTable::Entry& e) {
+// The call giving back e.units (expired ones dropped first: Entry::expire) at `now`.
+Request give_back_call(const LeaseTable::Entry& e, std::int64_t now) {
+  if (!e.adjust_kind.empty()) {
+    // A refund of the held units. The lease applied the refund rule already: of the units
+    // it took, it holds only what has not refilled since the take (Entry::expire), so every
+    // one of them is credited (no charge time: the units' full tokens, capped at the
+    // capacity). Sound: the bucket's level plus every unit held never exceeds the capacity
+    // before, so it does not after.
+    ScriptCall c{&kLimiterAdjustScript, e.keys, {}};
+    c.args = {std::to_string(now * e.time_scale), e.adjust_kind, "refund", std::to_string(e.units), "1000", "lease",
+              e.mark_ms ? std::to_string(*e.mark_ms * e.time_scale) : std::string()};
+    for (const auto& a : e.adjust_args) {
+      for (const std::int64_t x : a) c.args.push_back(std::to_string(x));
+    }
+    return c;
+  }
   ScriptCall c{&kLeaseGiveBackScript, e.keys, {std::to_string(e.units)}};
   c.args.insert(c.args.end(), e.fields.begin(), e.fields.end());
   return c;
@@ -548,8 +648,8 @@ void LeaseTable::set_ttl_ms(std::int64_t ttl_ms) {
 
 void LeaseTable::check(std::int64_t units) const {
   if (const char* why = lease_refusal(strategy_.name())) {
-    throw InvalidArgument("lease= works with strategy='fixed-window' only, not '" + std::string(strategy_.name()) +
-                          "': " + why + "; call it without lease=");
+    throw InvalidArgument(std::string(kLeasingStrategies) + ", not '" + std::string(strategy_.name()) + "': " + why +
+                          "; call it without lease=");
   }
   if (units < 1 || units > kMaxExact) {
     throw InvalidArgument("lease must be a number of units >= 1, got " + std::to_string(units));
@@ -599,6 +699,7 @@ std::optional<Decision> LeaseTable::admit_local(const std::vector<RateLimit>& li
   auto e = entry(limits, key, false);
   if (!e) return std::nullopt;
   std::lock_guard<std::mutex> g(e->mu);
+  e->expire(now);
   if (e->units < cost || now >= e->ends_ms) return std::nullopt;
   e->units -= cost;
   return local_decision(*e, now);
@@ -610,6 +711,7 @@ std::optional<Decision> LeaseTable::peek_local(const std::vector<RateLimit>& lim
   auto e = entry(limits, key, false);
   if (!e) return std::nullopt;
   std::lock_guard<std::mutex> g(e->mu);
+  e->expire(now);
   if (e->units < cost || now >= e->ends_ms) return std::nullopt;
   return local_decision(*e, now);  // remaining: what is left now, as a test by the store reports it
 }
@@ -621,8 +723,9 @@ std::vector<Request> LeaseTable::collect_due(std::int64_t now) {
   for (auto it = map_.begin(); it != map_.end();) {
     Entry& e = *it->second;
     std::unique_lock<std::mutex> lk(e.mu);
+    e.expire(now);
     if (e.units > 0 && now >= e.ends_ms) {
-      if (now < e.last_window_end_ms) out.push_back(give_back_call(e));
+      if (now < e.last_window_end_ms) out.push_back(give_back_call(e, now));
       e.units = 0;
     }
     if (e.units > 0) next = std::min(next, e.ends_ms);
@@ -645,6 +748,7 @@ LeaseTable::Step LeaseTable::begin(const std::vector<RateLimit>& limits, std::st
   std::unique_lock<std::mutex> lk(e->mu);
   bool exhausted = false;
   for (;;) {
+    e->expire(now);
     if (e->units >= cost && now < e->ends_ms) {
       e->units -= cost;
       Step s;
@@ -663,7 +767,7 @@ LeaseTable::Step LeaseTable::begin(const std::vector<RateLimit>& limits, std::st
     // Due back, not collected yet; or fewer than the cost: they go back in the round trip
     // that takes the new lease, which covers the whole cost, so that what the process
     // holds is never more than one lease's leftover.
-    if (now < e->last_window_end_ms) due.push_back(give_back_call(*e));
+    if (now < e->last_window_end_ms) due.push_back(give_back_call(*e, now));
     e->units = 0;
   }
   // One lease at a time: a refill running beside another (an asynchronous caller's, or one
@@ -704,6 +808,7 @@ Decision LeaseTable::install(const Refill& refill, const LeaseGrant& grant) {
   }
   if (grant.granted < refill.cost) {
     // Refused by the store; units another caller's lease brought in meanwhile still count.
+    e->expire(grant.at_ms);
     if (e->units >= refill.cost && grant.at_ms < e->ends_ms) {
       e->units -= refill.cost;
       return local_decision(*e, grant.at_ms);
@@ -713,8 +818,17 @@ Decision LeaseTable::install(const Refill& refill, const LeaseGrant& grant) {
     return grant.refusal;
   }
   e->refused_until_ms.store(0, std::memory_order_relaxed);  // it admits again (a reset, units given back, a new window)
-  if (grant.window_end_ms != e->window_end_ms) e->units = 0;  // an ended window's units: nothing to keep
+  // An ended window's units: nothing to keep. A bucket's lease expires from its own take:
+  // another refill's leftover (a caller beside this one) is dropped, charged (under-admission).
+  if (grant.window_end_ms != e->window_end_ms || !grant.refill.empty()) e->units = 0;
   e->units += grant.granted - refill.cost;
+  e->granted = grant.granted;
+  e->at_ms = grant.at_ms;
+  e->refill = grant.refill;
+  e->adjust_kind = grant.adjust_kind;
+  e->adjust_args = grant.adjust_args;
+  e->time_scale = grant.time_scale;
+  e->mark_ms = grant.mark_ms;
   e->window_end_ms = grant.window_end_ms;
   e->last_window_end_ms = grant.last_window_end_ms;
   e->ends_ms = std::min(grant.window_end_ms, grant.at_ms + ttl_ms());
@@ -782,8 +896,9 @@ std::int64_t LeaseTable::give_back_all() {
     std::lock_guard<std::mutex> g(mu_);
     for (auto& [id, e] : map_) {
       std::lock_guard<std::mutex> lk(e->mu);
+      e->expire(now);
       if (e->units > 0 && now < e->last_window_end_ms) {
-        batch.push_back(give_back_call(*e));
+        batch.push_back(give_back_call(*e, now));
         total += e->units;
       }
       e->units = 0;
@@ -798,9 +913,11 @@ std::int64_t LeaseTable::give_back_all() {
 
 std::int64_t LeaseTable::held() const {
   std::int64_t total = 0;
+  const std::int64_t now = store_->now_ms();
   std::lock_guard<std::mutex> g(mu_);
   for (const auto& [id, e] : map_) {
     std::lock_guard<std::mutex> lk(e->mu);
+    e->expire(now);
     total += e->units;
   }
   return total;

@@ -269,7 +269,7 @@ class ScriptedLimiter final : public LimiterStrategy {
   std::shared_ptr<Op<Adjustment>> make_settle(const std::vector<RateLimit>& limits, std::string_view key,
                                               std::string_view request_id, std::int64_t actual,
                                               std::string_view tag = {}) override;
-  // leased.cpp: the approximate sliding window leases; the other scripted strategies refuse.
+  // leased.cpp: a test, then a hit of the lease (the exact log stamps it with its end).
   std::shared_ptr<Op<LeaseGrant>> make_take_lease(const std::vector<RateLimit>& limits, std::string_view key,
                                                   std::int64_t least, std::int64_t most,
                                                   std::vector<Request> before) override;

@@ -233,10 +233,14 @@ struct HitArgs final : ScriptArgs {
 struct LogArgs final : detail::TimedArgs {
   bool hit = false;
   std::int64_t cost = 0;
+  // A lease's hit: its entries are stamped this time (>= now) instead of now.
+  std::optional<std::int64_t> stamp_at;
   detail::UniqueId id;
   detail::SmallVec<std::int64_t, 4> amount, window;
   std::vector<std::string> render() const override {
-    std::vector<std::string> out{now_text(), hit ? "hit" : "test", std::to_string(cost), id.global()};
+    std::vector<std::string> out{now_text(),
+                                 stamp_at ? "lease:" + std::to_string(*stamp_at) : hit ? "hit" : "test",
+                                 std::to_string(cost), id.global()};
     for (std::size_t i = 0; i < amount.size(); ++i) {
       out.push_back(std::to_string(amount[i]));
       out.push_back(std::to_string(window[i]));

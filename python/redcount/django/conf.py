@@ -132,7 +132,7 @@ DEFAULTS: dict[str, Any] = {
   arguments) for the limiter. See docs/penalties.md.
 - ``LEASE``: leased middleware limits (``DEFAULT_LIMITS`` and ``PATHS``): each process takes
   up to this many units at a time and decides from them locally (``STRATEGY``
-  ``"fixed-window"`` or ``"sliding-window-approx"``; see docs/leased-limits.md). Default None:
+  any strategy but ``"concurrency"``; see docs/leased-limits.md). Default None:
   not leased.
 """
 

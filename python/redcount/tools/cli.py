@@ -89,6 +89,10 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument(
         "--only", choices=["all", "fixed", "sliding", "engine", "sharded", "hot", "cluster", "leased"], default="all", help="which measurements"
     )
+    b.add_argument(
+        "--strategy", choices=["sliding-window", "token-bucket", "gcra"], default=None,
+        help="bench --only leased: measure this strategy's leases (threads, refusals, exactness) instead of the default rows",
+    )
     b.add_argument("--framework", choices=["all", "flask", "fastapi", "django"], default="all", help="bench web: which apps")
     b.add_argument("--workers", type=int, default=2, help="bench web: server worker processes (default 2)")
     b.add_argument("--connections", type=int, default=32, help="bench web: wrk connections (default 32)")

@@ -223,14 +223,14 @@ def policies_of(name: str | None, limits: LimitSet) -> list[Policy]:
 
 
 # The strategies whose limits lease (docs/leased-limits.md says why the others do not).
-LEASING_STRATEGIES = ("fixed-window", "sliding-window-approx")
+LEASING_STRATEGIES = ("fixed-window", "sliding-window", "sliding-window-approx", "token-bucket", "gcra")
 
 
 def config_lease(value: object, strategy: str, where: str) -> int | None:
     """The lease of limits from configuration (an app-wide or default limit): None, or an
     int >= 1, also as a string of digits (an environment variable or a config file). Only
-    ``"fixed-window"`` and ``"sliding-window-approx"`` limiters lease (docs/leased-limits.md
-    says why); others raise [`InvalidInputError`][redcount.errors.InvalidInputError] at start-up rather than on
+    the rate strategies' limiters lease (not ``"concurrency"``: docs/leased-limits.md says
+    why); others raise [`InvalidInputError`][redcount.errors.InvalidInputError] at start-up rather than on
     the first request."""
     if value is None or value == "":
         return None
@@ -240,7 +240,8 @@ def config_lease(value: object, strategy: str, where: str) -> int | None:
         raise InvalidInputError(f"{where} must be an int >= 1 (units per lease) or None, got {value!r}")
     if strategy not in LEASING_STRATEGIES:
         raise InvalidInputError(
-            f"{where}: leased limits need strategy='fixed-window' or 'sliding-window-approx', this "
+            f"{where}: leased limits need a rate strategy ('fixed-window', 'sliding-window', "
+            f"'sliding-window-approx', 'token-bucket' or 'gcra'), this "
             f"limiter's is {strategy!r} (see docs/leased-limits.md)"
         )
     return value

@@ -56,9 +56,17 @@ def test_bad_lease_setting_is_named(configure: Any, value: Any) -> None:
         build_state()
 
 
-def test_lease_setting_needs_the_fixed_window(configure: Any) -> None:
+def test_lease_setting_needs_a_strategy_that_leases(configure: Any) -> None:
     from redcount.django.conf import build_state
 
-    configure(DEFAULT_LIMITS="6/hour", STRATEGY="gcra", LEASE=4)
+    configure(DEFAULT_LIMITS="6/hour", STRATEGY="concurrency", LEASE=4)
     with pytest.raises(ConfigurationError, match="fixed-window"):
         build_state()
+
+
+@pytest.mark.parametrize("strategy", ["token-bucket", "gcra"])
+def test_the_buckets_lease_too(configure: Any, strategy: str) -> None:
+    from redcount.django.conf import build_state
+
+    configure(DEFAULT_LIMITS="6/hour", STRATEGY=strategy, LEASE=4)
+    build_state()  # accepted at start-up

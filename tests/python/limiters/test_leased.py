@@ -310,7 +310,7 @@ def test_bad_input(memory_store: redcount.Store) -> None:
         lim.hit("10/minute", "k", cost=0, lease=5)
     with pytest.raises(redcount.InvalidInputError, match="lease_ttl"):
         redcount.Limiter(memory_store, lease_ttl=0)
-    for strategy in ("sliding-window", "token-bucket", "gcra"):
+    for strategy in ("concurrency",):
         other = redcount.Limiter(memory_store, strategy)  # type: ignore[arg-type]
         with pytest.raises(redcount.InvalidInputError, match="fixed-window"):
             other.hit("10/minute", "k", lease=5)
@@ -446,7 +446,7 @@ def test_test_with_lease_checks_its_input(memory_store: redcount.Store) -> None:
         lim.test("10/minute", "k", lease=0)
     with pytest.raises(redcount.InvalidInputError, match="cost"):
         lim.test("10/minute", "k", cost=11, lease=5)
-    other = redcount.Limiter(memory_store, "gcra")
+    other = redcount.Limiter(memory_store, "concurrency")
     with pytest.raises(redcount.InvalidInputError, match="fixed-window"):
         other.test("10/minute", "k", lease=5)
 
@@ -454,9 +454,7 @@ def test_test_with_lease_checks_its_input(memory_store: redcount.Store) -> None:
 @pytest.mark.parametrize(
     ("strategy", "why"),
     [
-        ("token-bucket", "refills while a process holds"),
-        ("gcra", "refills while a process holds"),
-        ("sliding-window", "no longer count its entry"),
+        ("concurrency", "counts requests in flight"),
     ],
 )
 def test_strategies_that_cannot_lease_say_why(memory_store: redcount.Store, strategy: str, why: str) -> None:

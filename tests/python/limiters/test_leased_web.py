@@ -119,7 +119,7 @@ def test_flask_lease_setting_is_checked(memory_store: redcount.Store) -> None:
             redcount.flask.RateLimiter(Flask(__name__), limiter=redcount.Limiter(memory_store), default="1/hour",
                                        lease=bad)  # type: ignore[arg-type]
     with pytest.raises(redcount.InvalidInputError, match="fixed-window"):
-        redcount.flask.RateLimiter(Flask(__name__), limiter=redcount.Limiter(memory_store, "gcra"),
+        redcount.flask.RateLimiter(Flask(__name__), limiter=redcount.Limiter(memory_store, "concurrency"),
                                    default="1/hour", lease=4)
     app = Flask(__name__)
     approx = redcount.Limiter(memory_store, "sliding-window-approx")
@@ -152,6 +152,6 @@ def test_fastapi_leased_default_limit(store: redcount.Store) -> None:
     assert asyncio.run(main()) == [200] * 20 + [429] * 5
     assert limiter.sync.leased_units == 0
     with pytest.raises(redcount.InvalidInputError, match="fixed-window"):
-        redcount.fastapi.RateLimiter(redcount.aio.Limiter(store, "token-bucket"), default="1/hour", lease=4)
+        redcount.fastapi.RateLimiter(redcount.aio.Limiter(store, "concurrency"), default="1/hour", lease=4)
     with pytest.raises(redcount.InvalidInputError, match="lease"):
         redcount.fastapi.RateLimiter(limiter, default="1/hour", lease=0)

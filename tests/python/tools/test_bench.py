@@ -334,6 +334,31 @@ def test_bench_only_leased(tmp_path: Path) -> None:
     assert "leased / unleased refusals of an exhausted key per second, threads:" in done.stdout
 
 
+@pytest.mark.parametrize("strategy", ["sliding-window", "token-bucket", "gcra"])
+def test_bench_only_leased_strategy(tmp_path: Path, strategy: str) -> None:
+    # --strategy: one strategy's threads rates, refusals and exactness.
+    _need("redis-server")
+    done, out_json = _bench_json(tmp_path, "--only", "leased", "--strategy", strategy)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(out_json.read_text())
+    assert data["strategy"] == strategy
+    assert [(r["lease"], r["refusals"], r["strategy"]) for r in data["rows"]] == [
+        (None, False, strategy),
+        (1000, False, strategy),
+        (None, True, strategy),
+        (1000, True, strategy),
+    ]
+    rates = [r for r in data["rows"] if not r["refusals"]]
+    # (The exact log's largest limit, 100000/second, may be reached by the leased threads.)
+    assert all(r["decisions"] > 0 and 0 < r["admitted"] <= r["decisions"] for r in rates)
+    assert strategy == "sliding-window" or all(r["admitted"] == r["decisions"] for r in rates)
+    refusals = [r for r in data["rows"] if r["refusals"]]
+    assert all(r["decisions"] > 0 and r["admitted"] == 0 for r in refusals)
+    assert [(e["strategy"], e["over"]) for e in data["exact"]] == [(strategy, 0)]
+    assert set(data["ratios"]) == {f"threads, {strategy}", f"refusals, threads, {strategy}"}
+    assert f"leased / unleased decisions per second, threads, {strategy}:" in done.stdout
+
+
 def test_bench_names_the_server_it_measured(tmp_path: Path) -> None:
     # Valkey answers redis_version:7.2.4 (for clients' sake); the report names the server
     # as the binary itself does (`--version`): "Redis 7.0.15", "Valkey 9.1.2".

@@ -38,8 +38,13 @@
 // charges are not seen), reset_after is until the lease's window ends.
 //
 // Fixed-window and approximate sliding-window limits lease (the latter's leases end with
-// the current sub-bucket); every other strategy throws InvalidArgument from check() and
-// make_take_lease, with the reason it cannot be leased soundly (lease_refusal).
+// the current sub-bucket), and so do the exact sliding log (a lease's entries are stamped
+// with its end, a tenth of the window after the take, so they count in every window that
+// contains one of its admissions) and the token bucket and GCRA: their leases lose units as
+// the bucket refills (a unit that refilled since the take can no longer be admitted from
+// the lease, and is not given back), so the bucket's level plus every unit held never
+// exceeds its capacity. The concurrency strategy throws InvalidArgument from check() and
+// make_take_lease, with the reason it cannot be leased (lease_refusal).
 // After fork() the child starts with an empty table: the parent's units stay the parent's.
 //
 // Thread-safe: one mutex per lease; while one thread takes a lease (with no lock held over
@@ -47,6 +52,7 @@
 // asynchronous caller, which never waits).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <climits>
 #include <condition_variable>
@@ -58,6 +64,7 @@
 #include <string_view>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "redcount/limiters/limiter.h"
@@ -76,10 +83,24 @@ struct LeaseGrant {
   std::vector<std::string> keys;        // the window keys charged
   std::vector<std::string> fields;      // per key, the hash field charged (else none: string keys)
   Decision refusal;                     // when granted == 0: the store's decision
+  // The buckets (token bucket, GCRA): the store refills while the lease holds units, so the
+  // lease's units expire as they refill: at `at_ms + e`, ceil(e * num / den) of the granted
+  // units have refilled (the most over the limits' (num, den)) and can no longer be
+  // admitted. Empty: the units last until window_end_ms.
+  std::vector<std::pair<std::int64_t, std::int64_t>> refill;
+  // Non-empty: units go back by limiter_adjust.lua's refund of this kind ("tb", "gcra"),
+  // with these per-limit numbers and the script's time unit (1 = ms, 1000 = µs); else
+  // by lease_give_back.lua.
+  std::string adjust_kind;
+  std::vector<std::array<std::int64_t, 4>> adjust_args;
+  std::int64_t time_scale = 1;
+  // The refund's charge time (ms), where the units were charged: the exact log's entries
+  // are stamped the lease's end. None: no charge time (the buckets).
+  std::optional<std::int64_t> mark_ms;
 };
 
 // Why `strategy` (a LimiterStrategy::name()) cannot be leased without admitting past its
-// limit, or nullptr when it can ("fixed-window", "sliding-window-approx").
+// limit, or nullptr when it can (every rate strategy).
 const char* lease_refusal(std::string_view strategy) noexcept;
 
 namespace detail {

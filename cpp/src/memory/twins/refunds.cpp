@@ -140,7 +140,11 @@ class Adjuster {
       const std::int64_t m = std::min(c, l.a);
       const std::string stamp = std::to_string(now_) + ":" + uid_ + ":";
       for (std::int64_t x = 1; x <= m; ++x) ks_.zadd(k, static_cast<double>(now_), stamp + std::to_string(x));
-      ks_.pexpireat(k, ks_.now_ms() + l.b);
+      // Until the newest entry leaves the window (a lease's, stamped ahead, may be newer).
+      const auto last = ks_.zrange(k, -1, -1);
+      const std::int64_t keep =
+          last.empty() ? l.b : std::max(l.b, static_cast<std::int64_t>(last.front().second) - now_ + l.b);
+      ks_.pexpireat(k, ks_.now_ms() + keep);
       return;
     }
     if (kind_ == "swa") {

@@ -50,6 +50,12 @@ bool sliding_log_core(Keyspace& ks, const std::vector<std::string>& keys, std::i
   std::string member(uid);
   member += ':';
   const std::size_t stem = member.size();
+  const std::int64_t stamp_at = c.stamp_at ? *c.stamp_at : now;
+  // Until the newest entry leaves the window (a lease's, stamped ahead, may be newer).
+  auto keep = [&](const std::string& key, std::int64_t window) {
+    const auto newest = static_cast<std::int64_t>(ks.zrange(key, -1, -1).at(0).second);
+    return std::max(window, newest - now + window);
+  };
   for (std::size_t i = 0; i < n; ++i) {
     const double from = static_cast<double>(now - c.window[i] + 1);
     std::int64_t need_at = 0;
@@ -58,15 +64,15 @@ bool sliding_log_core(Keyspace& ks, const std::vector<std::string>& keys, std::i
         member.resize(stem);
         member += std::to_string(m);
         if (fresh_ids) {
-          ks.zadd_unique(keys[i], static_cast<double>(now), member);
+          ks.zadd_unique(keys[i], static_cast<double>(stamp_at), member);
         } else {
-          ks.zadd(keys[i], static_cast<double>(now), member);
+          ks.zadd(keys[i], static_cast<double>(stamp_at), member);
         }
       }
       counts[i] += c.cost;
-      ks.pexpireat(keys[i], ks.now_ms() + c.window[i]);
+      ks.pexpireat(keys[i], ks.now_ms() + keep(keys[i], c.window[i]));
     } else {
-      if (c.hit && counts[i] > 0) ks.hold_expiry(keys[i], ks.now_ms() + c.window[i]);
+      if (c.hit && counts[i] > 0) ks.hold_expiry(keys[i], ks.now_ms() + keep(keys[i], c.window[i]));
       if (counts[i] + c.cost > c.amount[i]) {
         const std::int64_t need = counts[i] + c.cost - c.amount[i];
         auto gone = ks.zrangebyscore(keys[i], from, kInf, need);
@@ -76,7 +82,7 @@ bool sliding_log_core(Keyspace& ks, const std::vector<std::string>& keys, std::i
     }
     std::int64_t newest = 0;
     if (allowed && c.hit) {
-      newest = now;
+      newest = stamp_at;
     } else if (counts[i] > 0) {
       newest = static_cast<std::int64_t>(ks.zrange(keys[i], -1, -1).at(0).second);
     }
@@ -101,6 +107,13 @@ Reply native_sliding_log(Keyspace& ks, const std::vector<std::string>& keys, con
   if (!now || !cost) return detail::malformed("sliding_log");
   LogArgs c;
   c.hit = args[1] == "hit";
+  if (args[1].starts_with("lease:")) {
+    // A lease's hit: entries stamped at a time >= now (sliding_log.lua).
+    auto at = detail::arg_in(args[1].substr(6), *now, kMaxExact);
+    if (!at) return detail::malformed("sliding_log");
+    c.hit = true;
+    c.stamp_at = *at;
+  }
   c.cost = *cost;
   for (std::size_t i = 0; i < n; ++i) {
     auto a = detail::arg_in(args[4 + 2 * i], 1, detail::kMaxMembers);

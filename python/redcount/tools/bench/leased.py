@@ -17,6 +17,11 @@ script calls per refusal (INFO commandstats): a leased refusal is one round trip
 (target: the leased rate >= 1.0x the unleased one), with ``refusal_cache`` none until the
 window can admit again.
 
+With ``--strategy sliding-window``, ``token-bucket`` or ``gcra``, the rows are that
+strategy's: the threads rates (limit ``BIG_APPROX``, never reached), the refusal rows without
+and with a lease, and the threads' exactness on ``EXACT`` (a bucket's refill during the run
+is allowed for: over-admission is what exceeds the capacity plus the refill).
+
 Exactness: the same callers hammer a fresh key under a limit that runs out, each stopping at
 its first refusal. Every unit admitted was charged first, so over-admission must be 0; once
 every caller has been refused no lease holds a unit, so the admitted total must be the limit
@@ -46,6 +51,7 @@ BIG = "1000000000/day"  # the rate rows' limit: never reached
 BIG_APPROX = "100000000/hour"  # the same for the approximate sliding window (amount x window <= 2^50)
 EXACT = "20000/day"  # the exactness rows' limit: runs out
 TARGET = 20.0  # leased / unleased decisions per second
+LOG_RATE = "100000/second"  # the exact log's rate rows: its largest amount, over its shortest window
 EXHAUSTED = "10/day"  # the refusal rows' limit: used up before they start
 REFUSAL_TARGET = 1.0  # leased / unleased refusals per second on an exhausted key
 REFUSAL_CACHE = 1000  # the refusal_cache of the cached refusal row
@@ -103,6 +109,7 @@ class LeasedReport:
     exact: list[Exactness] = field(default_factory=list)
     ratios: dict[str, float] = field(default_factory=dict)
     targets: dict[str, float] = field(default_factory=dict)
+    strategy: str = ""  # --strategy: the one strategy measured (else the default rows)
 
 
 def _count(store: Store, limit: str, key: str, prefix: str, strategy: Strategy = FIXED) -> int:
@@ -178,13 +185,13 @@ def _scripts_run(store: Store) -> int:
 
 
 def _refusals(
-    url: str, key: str, prefix: str, lease: int | None, seconds: float, refusal_cache: int
+    url: str, key: str, prefix: str, lease: int | None, seconds: float, refusal_cache: int, strategy: Strategy = FIXED
 ) -> tuple[int, int, float, int]:
     """THREADS threads hitting ``key``, whose ``EXHAUSTED`` window is used up first, for
     ``seconds``: (decisions, admitted, elapsed, script calls the server ran meanwhile)."""
     store = connect(url)
     try:
-        lim = Limiter(store, prefix=prefix, refusal_cache=refusal_cache)
+        lim = Limiter(store, strategy, prefix=prefix, refusal_cache=refusal_cache)
         while lim.hit(EXHAUSTED, key):
             pass
         lim.hit(EXHAUSTED, key, lease=lease)  # connections, scripts; the lease learns the refusal
@@ -385,11 +392,90 @@ def run_leased(url: str, prefix: str, seconds: float) -> LeasedReport:
     return rep
 
 
+def run_leased_strategy(url: str, prefix: str, seconds: float, strategy: Strategy) -> LeasedReport:
+    """``--strategy``: the threads rates, the refusal rows and the threads' exactness of one
+    leasing strategy (the exact log, the buckets) against the server at ``url``."""
+    rep = LeasedReport(seconds=seconds, strategy=strategy)
+    store = connect(url)
+    probe = CpuProbe(store)
+    short = strategy
+    # The log keeps one entry per hit in the window, so its amounts stop at 100,000: leased
+    # threads can run into that limit within the second (their refusals count as decisions).
+    rate_limit = LOG_RATE if strategy == "sliding-window" else BIG_APPROX
+    try:
+        rows: dict[int | None, Row] = {}
+        for lease in (None, LEASE):
+            name = f"hit hot key, {THREADS} threads, " + ("no lease" if lease is None else f"lease={lease}") + f", {short}"
+            row = Row(name, "threads", lease, strategy=strategy)
+            print(f"[leased] {name} ...", file=sys.stderr, flush=True)
+            c0, s0 = probe.client(), probe.server()
+            row.decisions, row.admitted, row.seconds, row.held = _threads(
+                url, rate_limit, f"hot:{short}:{lease or 0}", prefix, lease, seconds, strategy
+            )
+            row.cpu_client = probe.client() - c0
+            row.cpu_server = probe.server() - s0
+            row.charged = row.admitted  # (a bucket has no count to read back)
+            rows[lease] = row
+            rep.rows.append(row)
+        refusal_rows = {
+            lease: Row(
+                f"refuse exhausted key, {THREADS} threads, " + ("no lease" if lease is None else f"lease={lease}")
+                + f", {short}",
+                "threads",
+                lease,
+                strategy=strategy,
+                refusals=True,
+            )
+            for lease in (None, LEASE)
+        }
+        for turn in range(2):
+            for lease, row in refusal_rows.items():
+                if turn == 0:
+                    print(f"[leased] {row.name} ...", file=sys.stderr, flush=True)
+                c0, s0 = probe.client(), probe.server()
+                n, ok, el, calls = _refusals(
+                    url, f"exhausted:{short}:{lease or 0}:{turn}", prefix, lease, seconds / 2, 0, strategy
+                )
+                row.decisions += n
+                row.admitted += ok
+                row.seconds += el
+                row.store_calls += calls
+                row.cpu_client += probe.client() - c0
+                row.cpu_server += probe.server() - s0
+        rep.rows.extend(refusal_rows.values())
+        print(f"[leased] exactness, threads, {short} ...", file=sys.stderr, flush=True)
+        amount, _, period = EXACT.partition("/")
+        period_s = {"day": 86400.0}[period]
+        t0 = time.time()
+        _, admitted, _, _ = _threads(url, EXACT, f"exact:{short}", prefix, LEASE, None, strategy)
+        refill = int((time.time() - t0 + 1) * int(amount) / period_s)  # what the bucket refilled meanwhile (and 1 s)
+        rep.exact.append(Exactness("threads", int(amount) + refill, admitted, admitted, strategy))
+        plain, leased = rows[None], rows[LEASE]
+        rep.ratios[f"threads, {short}"] = leased.rate / plain.rate if plain.rate > 0 else 0.0
+        rep.targets[f"threads, {short}"] = TARGET
+        plain, leased = refusal_rows[None], refusal_rows[LEASE]
+        rep.ratios[f"refusals, threads, {short}"] = leased.rate / plain.rate if plain.rate > 0 else 0.0
+        rep.targets[f"refusals, threads, {short}"] = REFUSAL_TARGET
+    finally:
+        store.close()
+    return rep
+
+
+def _short(strategy: str) -> str:
+    names: dict[str, str] = {FIXED: "", APPROX: ", approx"}
+    return names.get(strategy, ", " + strategy)
+
+
 def leased_lines(rep: LeasedReport) -> list[str]:
     """The report, as printed."""
+    limits = (
+        f"limit {BIG} ({BIG_APPROX} approx; rates)"
+        if not rep.strategy
+        else f"strategy {rep.strategy}, limit {LOG_RATE if rep.strategy == 'sliding-window' else BIG_APPROX} "
+        f"(rates), {EXHAUSTED} (refusals)"
+    )
     lines = [
-        f"Leased limits: one hot key, limit {BIG} ({BIG_APPROX} approx; rates) and {EXACT} (exactness), "
-        f"{os.cpu_count()} CPU cores",
+        f"Leased limits: one hot key, {limits} and {EXACT} (exactness), {os.cpu_count()} CPU cores",
         f"{'row':<64} {'decisions/s':>12} {'client us/dec':>14} {'server us/dec':>14} {'held at stop':>13}",
     ]
     for r in rep.rows:
@@ -399,6 +485,8 @@ def leased_lines(rep: LeasedReport) -> list[str]:
         )
         if r.refusals:
             lines.append(f"  {r.calls_per_decision:.3f} store calls per refusal, {r.admitted:,} admitted")
+        elif r.admitted != r.decisions:
+            lines.append(f"  {r.admitted:,} admitted ({r.admitted / r.seconds if r.seconds else 0:,.0f}/s), the rest refused")
         elif r.charged != r.admitted:
             lines.append(f"  store counted {r.charged:,} after the callers closed, admitted {r.admitted:,}")
     for callers, x in rep.ratios.items():
@@ -411,7 +499,7 @@ def leased_lines(rep: LeasedReport) -> list[str]:
         )
     for e in rep.exact:
         lines.append(
-            f"exactness, {e.callers}{', approx' if e.strategy == APPROX else ''}: admitted {e.admitted:,} of {e.limit:,} (store counted {e.charged:,}); "
+            f"exactness, {e.callers}{_short(e.strategy)}: admitted {e.admitted:,} of {e.limit:,} (store counted {e.charged:,}); "
             f"over-admission {e.over}, under-admission {e.under}"
         )
     lines.append(

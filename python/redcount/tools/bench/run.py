@@ -220,7 +220,7 @@ def _run_leased(args: argparse.Namespace, seconds: float) -> int:
     """``--only leased``: a hot key with and without ``lease=`` (see leased.py)."""
     import json
 
-    from .leased import leased_json, leased_lines, run_leased
+    from .leased import leased_json, leased_lines, run_leased, run_leased_strategy
 
     server_bin = find_server(args.redis_server) if args.url is None else None
     if args.url is not None:
@@ -228,7 +228,8 @@ def _run_leased(args: argparse.Namespace, seconds: float) -> int:
     prefix = f"rcbench:{os.getpid()}:{secrets.token_hex(4)}"
     with sigterm_as_exit(), private_or_existing(server_bin, args.url) as url:
         try:
-            rep = run_leased(url, prefix, seconds)
+            strategy = getattr(args, "strategy", None)
+            rep = run_leased(url, prefix, seconds) if strategy is None else run_leased_strategy(url, prefix, seconds, strategy)
         finally:
             if server_bin is None:
                 store = connect(url)
