@@ -59,7 +59,12 @@ def hold_then_end(url: str, prefix: str, lease: int, how: str) -> tuple[int, boo
     }
     if how in sig:
         proc.send_signal(sig[how])
-    proc.communicate(timeout=60)
+    try:
+        proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()  # never leave it to a later test's garbage collection
+        proc.communicate()
+        raise AssertionError(f"the holder did not end within 60 s of {how!r}") from None
     return int(held), armed == b"True", proc.returncode
 
 
