@@ -22,6 +22,7 @@
 #include "redcount/common/errors.h"
 #include "redcount/common/fork_hooks.h"
 #include "redcount/common/keys.h"
+#include "redcount/common/threads.h"
 #include "redcount/common/window.h"
 #include "store/script_args.h"
 
@@ -471,7 +472,7 @@ void term_thread() {
     bool done = false;
   };
   auto done = std::make_shared<Done>();
-  std::thread([done] {
+  start_thread([done] {
     try {
       (void)LeaseTable::give_back_everything(true);
     } catch (...) {
@@ -577,7 +578,7 @@ void LeaseTable::wake_sweeper() {
   {
     std::lock_guard<std::mutex> g(sweep_mu_);
     if (stopping_) return;
-    if (!sweeper_) sweeper_ = std::make_unique<std::thread>([this] { sweep(); });
+    if (!sweeper_) sweeper_ = std::make_unique<std::thread>(start_thread([this] { sweep(); }));
   }
   sweep_cv_.notify_all();
 }
@@ -969,17 +970,12 @@ void LeaseTable::arm_sigterm() {
   // code, or it is ignored): theirs is how the process ends; ours stays out.
   if ((cur.sa_flags & SA_SIGINFO) != 0 || cur.sa_handler != SIG_DFL) return;
   if (sem_init(&t.sem, 0, 0) != 0) return;
-  // The thread takes no signal: they go to the application's threads, as before.
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
+  // The thread takes no signal (start_thread): they go to the application's threads, as before.
   try {
-    std::thread(term_thread).detach();
+    start_thread(term_thread).detach();
   } catch (...) {
-    pthread_sigmask(SIG_SETMASK, &old, nullptr);
     return;  // no thread: SIGTERM keeps its default action
   }
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
   t.armed.store(me, std::memory_order_relaxed);
   struct sigaction act {};
   act.sa_handler = on_sigterm;

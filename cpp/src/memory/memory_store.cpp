@@ -12,6 +12,7 @@
 #include <set>
 
 #include "redcount/common/errors.h"
+#include "redcount/common/threads.h"
 #include "redcount/common/util.h"
 #include "memory/keyspace.h"
 
@@ -23,7 +24,7 @@ MemoryStore::MemoryStore(const StoreOptions& options)
     : clock_(options.clock ? options.clock : std::make_shared<SystemClock>()),
       sweep_interval_(options.sweep_interval) {
   fork_hooks_ = ForkHooks::of(this);
-  if (sweep_interval_.count() > 0) sweeper_ = std::make_unique<std::thread>([this] { sweeper_loop(); });
+  if (sweep_interval_.count() > 0) sweeper_ = std::make_unique<std::thread>(start_thread([this] { sweeper_loop(); }));
 }
 
 MemoryStore::~MemoryStore() {
@@ -74,7 +75,7 @@ void MemoryStore::fork_child() {
 void MemoryStore::restart_sweeper_after_fork() {
   std::lock_guard<std::mutex> closing(close_mu_);
   if (!restart_sweeper_.exchange(false) || stop_sweeper_) return;
-  sweeper_ = std::make_unique<std::thread>([this] { sweeper_loop(); });
+  sweeper_ = std::make_unique<std::thread>(start_thread([this] { sweeper_loop(); }));
 }
 
 void MemoryStore::sweeper_loop() {

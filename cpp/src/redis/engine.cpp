@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "redcount/common/errors.h"
+#include "redcount/common/threads.h"
 #include "redcount/common/util.h"
 
 namespace redcount::redis {
@@ -190,7 +191,7 @@ void Engine::start_locked() {
     std::lock_guard<std::mutex> lock(resolved_->mu);
     resolved_->fd = event_fd_;
   }
-  thread_ = std::thread([this] { run(); });
+  thread_ = start_thread([this] { run(); });
   started_ = true;
 }
 

@@ -3,6 +3,8 @@
 #include <thread>
 #include <utility>
 
+#include "redcount/common/threads.h"
+
 namespace redcount::redis {
 namespace {
 
@@ -53,7 +55,7 @@ AddrList resolve(const std::string& host, int port) {
 std::shared_ptr<Resolution> Resolution::start(std::string host, int port, std::function<void()> on_done) {
   auto r = std::make_shared<Resolution>();
   // The thread holds its own reference, so the owner may drop the resolution early.
-  std::thread([r, host = std::move(host), port, on_done = std::move(on_done)] {
+  start_thread([r, host = std::move(host), port, on_done = std::move(on_done)] {
     AddrList found = resolve(host, port);
     {
       std::lock_guard<std::mutex> lock(r->mu_);

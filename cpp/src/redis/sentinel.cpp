@@ -13,6 +13,7 @@
 #include <system_error>
 
 #include "redcount/common/errors.h"
+#include "redcount/common/threads.h"
 #include "redcount/redis/resolver.h"
 #include "redcount/common/util.h"
 
@@ -369,7 +370,7 @@ void SwitchMasterWatcher::start(std::optional<Address> known) {
   if (thread_.joinable()) return;
   drain_wake();
   stopping_ = false;
-  thread_ = std::thread([this, known = std::move(known)] { run(known); });
+  thread_ = start_thread([this, known = std::move(known)] { run(known); });
 }
 
 void SwitchMasterWatcher::stop() {

@@ -1,5 +1,7 @@
 #include "redcount/redis/timer.h"
 
+#include "redcount/common/threads.h"
+
 namespace redcount::redis {
 
 void Timer::run(const std::shared_ptr<State>& state) {
@@ -34,7 +36,7 @@ void Timer::schedule(TimePoint at, std::function<void()> fn) {
   }
   state_->cv.notify_all();
   std::lock_guard<std::mutex> lock(thread_mu_);
-  if (!closed_ && !thread_.joinable()) thread_ = std::thread([s = state_] { run(s); });
+  if (!closed_ && !thread_.joinable()) thread_ = start_thread([s = state_] { run(s); });
 }
 
 void Timer::close() {

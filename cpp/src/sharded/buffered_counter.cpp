@@ -6,6 +6,7 @@
 #include <set>
 
 #include "redcount/common/errors.h"
+#include "redcount/common/threads.h"
 
 namespace redcount {
 namespace {
@@ -54,7 +55,7 @@ void BufferedCounter::start() {
   if (closed_) throw Error("this BufferedCounter is closed; create a new one");
   if (running_.load(std::memory_order_relaxed)) return;
   stopping_ = false;
-  thread_ = std::make_unique<std::thread>([this] { loop(); });
+  thread_ = std::make_unique<std::thread>(start_thread([this] { loop(); }));
   running_.store(true, std::memory_order_release);
 }
 

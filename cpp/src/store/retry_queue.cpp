@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "redcount/common/errors.h"
+#include "redcount/common/threads.h"
 #include "redcount/common/util.h"
 
 namespace redcount {
@@ -70,7 +71,7 @@ void RetryQueue::enqueue(std::vector<std::unique_ptr<Entry>> entries, const std:
     // The thread keeps its queue alive: close() may leave it to finish an attempt stuck on
     // a stalled server, and a counter dropped then must not wait for it (nor free what the
     // thread still uses).
-    thread_ = std::thread([self = shared_from_this()] {
+    thread_ = start_thread([self = shared_from_this()] {
       self->loop();
       std::lock_guard<std::mutex> ended(self->mu_);
       self->running_ = false;
