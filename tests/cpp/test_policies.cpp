@@ -335,6 +335,8 @@ class DeadStore final : public Store {
  public:
   explicit DeadStore(std::shared_ptr<MemoryStore> inner) : inner_(std::move(inner)) {}
   std::vector<Reply> execute(const std::vector<Request>&) override { throw ConnectionError("down (simulated)"); }
+  // A cluster that cannot be reached cannot list its nodes either.
+  std::vector<std::shared_ptr<Store>> nodes() override { throw ConnectionError("down (simulated)"); }
   std::int64_t now_ms() const override { return inner_->now_ms(); }
   std::string describe() const override { return "dead"; }
   bool is_memory() const noexcept override { return false; }
@@ -359,6 +361,10 @@ TEST_F(GuardTest, OnUnavailableDecidesWhenTheStoreFails) {
   EXPECT_TRUE(d.unavailable);
   EXPECT_EQ(d.retry_after_ms, kUnavailableRetryAfterMs);
   EXPECT_EQ(deny.cache()->size(), 0u);  // not a refusal the store made
+  // hit_all under a penalty on a store that cannot list its nodes: the block check is a
+  // batch of its own, whose failure is no block; the decision's failure is on_unavailable.
+  d = run(*dead, *allow.make_hit_all(*lim, {{limits_, "a"}, {limits_, "b"}}, 1));
+  EXPECT_TRUE(d.allowed && d.unavailable);
   // A tagged call under a penalty: the PTTL's failure is no block; the decision's is on_unavailable.
   d = run(*dead, *allow.make_hit(*lim, limits_, "k", 1, "t"));
   EXPECT_TRUE(d.allowed && d.unavailable);

@@ -638,7 +638,21 @@ Guard::Guard(std::shared_ptr<Store> store, std::string prefix, Options options)
     options.penalty->validate();
     penalty_ = options.penalty;
   }
-  one_slot_ = store_->nodes().size() <= 1;
+}
+
+bool Guard::one_slot() {
+  int known = one_slot_.load(std::memory_order_relaxed);
+  if (known < 0) {
+    // Asked once, on the first hit_all under a penalty (a cluster may fetch its slot table);
+    // a store that cannot say keeps the block check a batch of its own.
+    try {
+      known = store_->nodes().size() <= 1 ? 1 : 0;
+    } catch (const Error&) {
+      return false;
+    }
+    one_slot_.store(known, std::memory_order_relaxed);
+  }
+  return known == 1;
 }
 
 const PenaltyConfig* Guard::penalty_for(const CallPenalty& p) const noexcept {
@@ -813,7 +827,7 @@ std::shared_ptr<Op<Decision>> Guard::many(LimiterStrategy& strategy, const std::
     std::vector<std::string> blocks;
     blocks.reserve(rest.size());
     for (const auto& item : rest) blocks.push_back(penalty_key(prefix_, item.key, "b"));
-    if (one_slot_) {
+    if (one_slot()) {
       // One round trip: every key's block checked inside the one script call.
       p.gated = make_gated(std::move(inner), std::move(blocks));
     } else {

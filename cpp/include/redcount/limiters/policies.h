@@ -241,7 +241,10 @@ class Guard {
   std::shared_ptr<RefusalCache> cache_;
   std::optional<PenaltyConfig> penalty_;
   std::atomic<OnUnavailable> on_unavailable_;
-  bool one_slot_;  // one script call can carry every key of a hit_all and its block keys
+  // Whether one script call can carry every key of a hit_all and its block keys (a single
+  // server, memory://; not a cluster). -1 until first asked.
+  bool one_slot();
+  std::atomic<int> one_slot_{-1};
 };
 
 // Decisions made without the store.
