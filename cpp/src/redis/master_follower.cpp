@@ -458,6 +458,30 @@ std::uint64_t MasterFollower::early_switches() const noexcept { return watcher_ 
 
 std::uint64_t MasterFollower::aborted_holds() const noexcept { return watcher_ ? watcher_->aborted_holds() : 0; }
 
+void MasterFollower::submit_routed(std::vector<Request> batch, BatchDone done, CancelFlag cancelled, TimePoint,
+                                   std::shared_ptr<std::vector<std::uint8_t>>) {
+  submit(std::move(batch), std::move(done), std::move(cancelled));
+}
+
+std::vector<Reply> MasterFollower::execute_routed(const std::vector<Request>& batch, TimePoint) { return execute(batch); }
+
+FollowerStats MasterFollower::follower_stats() const {
+  const auto at = master();
+  return FollowerStats{at ? at->text() : std::string(), switches(), holds(), early_switches(), aborted_holds()};
+}
+
+std::string MasterFollower::describe() const { return sentinel_url(options_); }
+
+std::string MasterFollower::address() const {
+  if (const auto at = master()) return at->text();
+  std::string hosts;
+  for (const auto& s : options_.sentinels) {
+    if (!hosts.empty()) hosts += ',';
+    hosts += s.text();
+  }
+  return hosts;
+}
+
 std::optional<Address> MasterFollower::master() const {
   std::lock_guard<std::mutex> lock(mu_);
   if (!current_) return std::nullopt;

@@ -242,6 +242,17 @@ Reply ControlLink::call(const std::vector<std::string>& args) {
 
 // --- roles ---------------------------------------------------------------------------------
 
+std::string sentinel_url(const StoreOptions& o) {
+  std::string hosts;
+  for (const auto& s : o.sentinels) {
+    if (!hosts.empty()) hosts += ',';
+    hosts += s.text();
+  }
+  return std::string(o.tls ? "rediss+sentinel://" : "redis+sentinel://") +
+         (o.username.empty() ? std::string() : o.username + "@") + hosts + "/" + o.sentinel_service + "/" +
+         std::to_string(o.db);
+}
+
 Command role_command() { return Command{{"ROLE"}}; }
 
 Role parse_role(const Reply& reply) {

@@ -94,6 +94,9 @@ class ControlLink {
   resp::Parser parser_;
 };
 
+// "redis+sentinel://[user@]s1:p,s2:p/service/db" (never a password).
+std::string sentinel_url(const StoreOptions& o);
+
 // --- the role of a data node --------------------------------------------------------------
 
 enum class Role { Master, Replica, Sentinel, Unknown };
