@@ -7,8 +7,8 @@
 
 #include "redcount/common/errors.h"
 #include "redcount/common/util.h"
-#include "redcount/redis/open_target.h"
-#include "redcount/redis/target.h"
+#include "redcount/redis/topology/open_target.h"
+#include "redcount/redis/io/target.h"
 
 namespace redcount {
 namespace {

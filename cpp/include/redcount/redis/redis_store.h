@@ -5,14 +5,14 @@
 //   auto replies = store->execute(batch);  // one round trip for the whole batch
 //   store->submit(batch, [](std::vector<Reply>&& r, std::exception_ptr e) { ... });
 //
-// Calls go to one redis::Target (redis/target.h), opened from the URL by
+// Calls go to one redis::Target (redis/io/target.h), opened from the URL by
 // redis::open_target: one server's engine; a router over a Redis Cluster
 // (redis+cluster://) or a client-side hash ring (StoreOptions::ring), where shard_of() is
 // the key's hash slot and nodes() gives a store per master or member; or, behind Redis
 // Sentinel (redis+sentinel://), a follower of the master the sentinels name. This class
 // never asks which.
 //
-// Under every topology each server is one I/O engine (redis/engine.h: a reactor thread,
+// Under every topology each server is one I/O engine (redis/io/engine.h: a reactor thread,
 // `connections` multiplexed sockets, auto-pipelining, deadlines and the failure contract).
 // This class adds what belongs to the store:
 // - Connection-state commands are refused on the shared connections (SELECT, WATCH,
@@ -81,7 +81,7 @@ class RedisStore final : public Store {
   // {failover holds begun, switches to a promoted replica before any sentinel announced it,
   // holds ended by Sentinel aborting the failover}.
   std::array<std::uint64_t, 3> sentinel_holds() const;
-  // A cluster store's redirect counts (redis/cluster.h); all zero for any other.
+  // A cluster store's redirect counts (redis/topology/cluster.h); all zero for any other.
   redis::ClusterStats cluster_stats();
   bool is_ring() const noexcept { return !options_.ring.empty(); }
   // "host:port" ("[v6]:port"), the socket path for unix://, the seed list of a cluster, a

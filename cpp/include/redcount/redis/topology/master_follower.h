@@ -58,10 +58,10 @@
 #include <vector>
 
 #include "redcount/common/options.h"
-#include "redcount/redis/pipeline.h"
-#include "redcount/redis/sentinel.h"
-#include "redcount/redis/target.h"
-#include "redcount/redis/timer.h"
+#include "redcount/redis/io/pipeline.h"
+#include "redcount/redis/topology/sentinel.h"
+#include "redcount/redis/io/target.h"
+#include "redcount/redis/io/timer.h"
 #include "redcount/store/store.h"
 
 namespace redcount::redis {

@@ -3,16 +3,16 @@
 //   auto target = redis::open_target(parse_url("redis+sentinel://s1:26379/cache"));
 //
 // - a cluster (redis+cluster://) or a client-side ring (StoreOptions::ring): a Cluster
-//   router (cluster.h), whose ring members are opened here too;
-// - a Sentinel group (redis+sentinel://): a MasterFollower (master_follower.h);
-// - anything else: one server's Engine (engine.h).
+//   router (topology/cluster.h), whose ring members are opened here too;
+// - a Sentinel group (redis+sentinel://): a MasterFollower (topology/master_follower.h);
+// - anything else: one server's Engine (io/engine.h).
 // Validates the options; connects to nothing yet.
 #pragma once
 
 #include <memory>
 
 #include "redcount/common/options.h"
-#include "redcount/redis/target.h"
+#include "redcount/redis/io/target.h"
 
 namespace redcount::redis {
 

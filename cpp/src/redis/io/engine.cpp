@@ -1,4 +1,4 @@
-#include "redcount/redis/engine.h"
+#include "redcount/redis/io/engine.h"
 
 #include <sched.h>
 #include <sys/epoll.h>

@@ -1,8 +1,8 @@
-#include "redcount/redis/open_target.h"
+#include "redcount/redis/topology/open_target.h"
 
-#include "redcount/redis/cluster.h"
-#include "redcount/redis/engine.h"
-#include "redcount/redis/master_follower.h"
+#include "redcount/redis/topology/cluster.h"
+#include "redcount/redis/io/engine.h"
+#include "redcount/redis/topology/master_follower.h"
 
 namespace redcount::redis {
 

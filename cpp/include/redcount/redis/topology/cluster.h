@@ -12,7 +12,7 @@
 //
 // A batch is cut into units (command_keys.h): a keyed request, or a transaction, with the
 // keyless requests attached to it. The units of one node form one child job for that
-// node's engine (redis/engine.h), written contiguously on one of its connections; the
+// node's engine (redis/io/engine.h), written contiguously on one of its connections; the
 // batch completes when every child has. Each node's engine keeps the single-server
 // failure contract; on top of it:
 // - MOVED: the slot is patched, a refresh is asked for (coalesced), and the unit is sent
@@ -38,10 +38,10 @@
 //
 // A client-side hash ring (StoreOptions::ring) is routed by the same code with a static
 // table: each slot goes to a member by rendezvous hashing over the members' names
-// (redis/ring.h). It never asks CLUSTER SLOTS and never changes its table: a member that
+// (redis/topology/ring.h). It never asks CLUSTER SLOTS and never changes its table: a member that
 // is down is not replaced (its slots fail; nothing is re-hashed onto the others). A member
 // may be a Sentinel group (redis+sentinel://): its slots go to a MasterFollower
-// (redis/master_follower.h), which follows that group's master through failovers, so a
+// (redis/topology/master_follower.h), which follows that group's master through failovers, so a
 // ring of Sentinel groups scales out and fails over.
 //
 // Breakers per node (use_node_breakers, turned on by a ResilientStore in front): each node
@@ -68,10 +68,10 @@
 
 #include "redcount/common/address.h"
 #include "redcount/common/options.h"
-#include "redcount/redis/command_keys.h"
-#include "redcount/redis/pipeline.h"
-#include "redcount/redis/target.h"
-#include "redcount/redis/timer.h"
+#include "redcount/redis/topology/command_keys.h"
+#include "redcount/redis/io/pipeline.h"
+#include "redcount/redis/io/target.h"
+#include "redcount/redis/io/timer.h"
 #include "redcount/store/breaker.h"
 #include "redcount/store/store.h"
 

@@ -1,10 +1,10 @@
 // What a RedisStore sends its calls to, whichever topology serves them: one server
-// (Engine, engine.h), a Redis Cluster or a client-side hash ring (Cluster, cluster.h), or
-// the master a group of Sentinels names (MasterFollower, master_follower.h). A router's
+// (Engine, io/engine.h), a Redis Cluster or a client-side hash ring (Cluster, topology/cluster.h), or
+// the master a group of Sentinels names (MasterFollower, topology/master_follower.h). A router's
 // members are Targets too, so a ring member that is a Sentinel group is routed as any
 // other member is, and a store over one member is a RedisStore over its Target.
 //
-//   std::shared_ptr<redis::Target> t = redis::open_target(parse_url(url));  // topology/open_target.h
+//   std::shared_ptr<redis::Target> t = redis::open_target(parse_url(url));  // redis/topology/open_target.h
 //   std::vector<Reply> replies = t->execute(batch);
 //   t->submit(batch, done, cancelled);
 //   t->close();
@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "redcount/common/options.h"
-#include "redcount/redis/pipeline.h"
+#include "redcount/redis/io/pipeline.h"
 #include "redcount/store/store.h"
 
 namespace redcount::redis {

@@ -84,9 +84,9 @@
 #include <vector>
 
 #include "redcount/common/options.h"
-#include "redcount/redis/connection.h"
-#include "redcount/redis/pipeline.h"
-#include "redcount/redis/target.h"
+#include "redcount/redis/io/connection.h"
+#include "redcount/redis/io/pipeline.h"
+#include "redcount/redis/io/target.h"
 #include "redcount/store/store.h"
 
 namespace redcount::redis {

@@ -1,14 +1,14 @@
-#include "redcount/redis/cluster.h"
+#include "redcount/redis/topology/cluster.h"
 
 #include <algorithm>
 #include <random>
 
 #include "redcount/common/slot.h"
 #include "redcount/common/errors.h"
-#include "redcount/redis/engine.h"
-#include "redcount/redis/open_target.h"
-#include "redcount/redis/sentinel.h"
-#include "redcount/redis/ring.h"
+#include "redcount/redis/io/engine.h"
+#include "redcount/redis/topology/open_target.h"
+#include "redcount/redis/topology/sentinel.h"
+#include "redcount/redis/topology/ring.h"
 #include "redcount/common/util.h"
 
 namespace redcount::redis {

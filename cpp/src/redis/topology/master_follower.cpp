@@ -1,9 +1,9 @@
-#include "redcount/redis/master_follower.h"
+#include "redcount/redis/topology/master_follower.h"
 
 #include <algorithm>
 
 #include "redcount/common/errors.h"
-#include "redcount/redis/engine.h"
+#include "redcount/redis/io/engine.h"
 
 namespace redcount::redis {
 namespace {
