@@ -11,6 +11,7 @@
 #include "redcount/common/errors.h"
 #include "redcount/limiters/gate.h"
 #include "redcount/limiters/leased.h"
+#include "redcount/limiters/policies.h"
 #include "redcount/limiters/limiter.h"
 #include "redcount/common/limit_string.h"
 #include "redcount/store/scripts.h"
@@ -126,26 +127,74 @@ struct LimiterHandle {
     }
   }
 
-  // A decision behind penalty block keys (gate.h).
-  std::shared_ptr<Op<Gated>> gated_op(py::handle limit, py::handle key, py::handle cost, py::handle gate, bool hit) {
-    auto set = limits(limit);
-    const std::string k = text_arg(key, "key");
-    const std::int64_t c = int_arg(cost, "cost");
-    std::vector<std::string> gates{text_arg(gate, "gate")};
-    return make_gated(hit ? strategy->make_hit(set->limits, k, c) : strategy->make_test(set->limits, k, c),
-                      std::move(gates));
+  // What runs in front of the decisions (policies.h): allow and deny lists, the refusal
+  // cache, a penalty and on_unavailable. Set by _set_guard before the limiter is used.
+  std::shared_ptr<Guard> guard;
+  std::string prefix;
+
+  // penalty=: None (the limiter's), False (none for this call) or a redcount.Penalty,
+  // whose fields are read here (the Penalty checked their types; PenaltyConfig the ranges).
+  static CallPenalty penalty_arg(py::handle p) {
+    if (p.is_none()) return {};
+    if (p.ptr() == Py_False) return CallPenalty::off();
+    if (!py::hasattr(p, "after") || !py::hasattr(p, "max_block") || py::isinstance<py::bool_>(p)) {
+      throw py::type_error(
+          "penalty must be a redcount.Penalty, None (the limiter's) or False (none for this call), got " +
+          std::string(py::repr(p)));
+    }
+    return CallPenalty::of(penalty_config(p));
   }
-  std::shared_ptr<Op<Gated>> gated_all_op(py::handle items_, py::handle cost, py::handle tag, py::handle gates,
-                                          bool hit) {
-    auto all = items(items_);
-    const std::int64_t c = int_arg(cost, "cost");
-    const std::string t = tag_of(tag);
-    std::vector<std::string> g;
-    for (py::handle x : gates) g.push_back(text_arg(x, "gate"));
-    return make_gated(hit ? strategy->make_hit_all(all, c, t) : strategy->make_test_all(all, c, t), std::move(g));
+  static PenaltyConfig penalty_config(py::handle p) {
+    return PenaltyConfig::make(p.attr("after").cast<std::int64_t>(), p.attr("within").cast<double>(),
+                               p.attr("block").cast<double>(), p.attr("factor").cast<double>(),
+                               p.attr("max_block").cast<double>());
   }
-  // hit(..., penalty=P): called as penalized(limit, key, cost, lease, tag, penalty).
-  py::object penalized = py::none();
+  // Whether a call goes through the guard: something is configured in front of the limiter,
+  // the call brings its own penalty, or (sync) a failed store is decided by on_unavailable.
+  bool guarded(const CallPenalty& p, bool sync = true) const {
+    return guard->active() || p.kind == CallPenalty::Kind::Given ||
+           (sync && guard->on_unavailable() != OnUnavailable::Raise);
+  }
+  // hit or test (charge false) through the guard. A leased call decides in this process, so
+  // its steps are the guard's pieces around it: the lists and the cache, the block as a PTTL
+  // of its own, the lease, then what follows a refusal.
+  Decision guarded_one(const std::vector<RateLimit>& limits, const std::string& k, std::int64_t c,
+                       const std::string& t, py::handle lease, const CallPenalty& p, bool charge) {
+    if (lease.is_none()) {
+      auto op = charge ? guard->make_hit(*strategy, limits, k, c, t, p) : guard->make_test(*strategy, limits, k, c, t, p);
+      NetworkWait wait(memory);
+      return run(*store, *op);
+    }
+    const std::int64_t n = lease_units(limits, k, c, lease);
+    if (auto d = guard->decide_locally(limits, k, c, t, p)) return *d;
+    auto check = guard->make_block_check(limits, k, p);
+    Decision d;
+    {
+      NetworkWait wait(memory);
+      if (auto blocked = run(*store, *check)) return *blocked;
+    }
+    try {
+      if (charge) {
+        if (auto local = leases->admit_local(limits, k, c)) {
+          d = *local;
+        } else {
+          NetworkWait wait(memory);
+          d = leases->hit(limits, k, c, n);
+        }
+      } else if (auto peek = leases->peek_local(limits, k, c)) {
+        d = *peek;
+      } else {
+        NetworkWait wait(memory);
+        d = strategy->test(limits, k, c);
+      }
+    } catch (const ConnectionError&) {
+      d = unavailable_decision(guard->on_unavailable(), std::current_exception());
+    }
+    if (d.allowed || d.unavailable) return d;
+    auto after = guard->make_after(limits, k, c, t, p, std::move(d), charge);
+    NetworkWait wait(memory);
+    return run(*store, *after);
+  }
 
   // Leased limits (leased.h): local admissions keep the GIL; a refill releases it.
   std::shared_ptr<LeaseTable> leases;
@@ -180,10 +229,6 @@ struct LimiterHandle {
     });
   }
 };
-
-py::object gated_result(const Gated& g) {
-  return g.decision ? py::cast(*g.decision) : py::object(py::int_(g.blocked_ms));
-}
 
 // LimiterCore.hit as a CPython vectorcall method. pybind11 matches keyword arguments by
 // making a string of each parameter name on every call and passes positional ones in a
@@ -225,6 +270,7 @@ PyObject* fast_hit(PyObject* self, PyObject* const* args, Py_ssize_t nargsf, PyO
   }
   try {
     auto& h = py::cast<LimiterHandle&>(py::handle(self));
+    if (h.guarded({})) return slow_hit(self, args, nargs, kwnames);  // the guard decides (policies.h)
     auto limits = h.limits(args[0]);
     const std::string k = text_arg(args[1], "key");
     const std::int64_t c = cost == nullptr ? 1 : int_arg(cost, "cost");
@@ -468,8 +514,10 @@ void register_limiter(py::module_& m) {
              auto h = std::make_unique<LimiterHandle>();
              h->memory = store && store->is_memory();
              h->store = store;
+             h->prefix = o.prefix;
              h->strategy = make_limiter(std::move(store), strategy, std::move(o));
              h->leases = LeaseTable::create(*h->strategy);
+             h->guard = std::make_shared<Guard>(h->store, h->prefix, Guard::Options{});
              return h;
            }),
            py::arg("store"), py::arg("strategy"), py::arg("prefix"), py::arg("clock"), py::arg("sub_buckets"),
@@ -481,16 +529,13 @@ void register_limiter(py::module_& m) {
           "hit",
           [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost, py::handle lease, py::handle tag,
              py::handle penalty) -> py::object {
-            if (!penalty.is_none()) [[unlikely]] {
-              // A per-call penalty: the Python limiter's guard decides it (policies.py).
-              if (h.penalized.is_none()) throw py::type_error("penalty= needs a redcount.Limiter");
-              return h.penalized(limit, key, cost, lease, tag, penalty);
-            }
             auto limits = h.limits(limit);
             const std::string k = text_arg(key, "key");
             const std::int64_t c = int_arg(cost, "cost");
             const std::string t = LimiterHandle::tag_of(tag);
             LimiterHandle::check_lease_tag(lease, t);
+            const CallPenalty p = LimiterHandle::penalty_arg(penalty);
+            if (h.guarded(p)) return py::cast(h.guarded_one(limits->limits, k, c, t, lease, p, true));
             if (!lease.is_none()) [[unlikely]] return py::cast(h.leased_hit(limits->limits, k, c, lease));
             Decision d;
             if (!t.empty()) {
@@ -511,8 +556,72 @@ void register_limiter(py::module_& m) {
           "process and admit from them locally (see docs/leased-limits.md). `tag`: the key's state "
           "under that hash tag, the state hit_all(..., tag=) charges. `penalty=`: this call's penalty "
           "(see docs/penalties.md).")
-      .def_readwrite("_penalized", &LimiterHandle::penalized,
-                     "What decides a hit with a per-call penalty= (set by redcount.Limiter).")
+      .def(
+          "_set_guard",
+          [](LimiterHandle& h, std::vector<std::string> allow, std::vector<std::string> deny, std::size_t refusal_cache,
+             py::handle penalty, const std::string& on_unavailable) {
+            Guard::Options o;
+            o.allow = std::move(allow);
+            o.deny = std::move(deny);
+            o.refusal_cache = refusal_cache;
+            if (!penalty.is_none()) o.penalty = LimiterHandle::penalty_config(penalty);
+            o.on_unavailable = on_unavailable == "allow"  ? OnUnavailable::Allow
+                               : on_unavailable == "deny" ? OnUnavailable::Deny
+                                                          : OnUnavailable::Raise;
+            h.guard = std::make_shared<Guard>(h.store, h.prefix, std::move(o));
+          },
+          py::arg("allow"), py::arg("deny"), py::arg("refusal_cache"), py::arg("penalty"), py::arg("on_unavailable"),
+          "Put allow and deny lists (keys and CIDRs), a refusal cache of that many keys (0: none), a "
+          "redcount.Penalty (or None) and on_unavailable ('raise', 'allow', 'deny') in front of hit, "
+          "test, hit_all and test_all. Called once, before the limiter is used.")
+      .def_property_readonly("_guarded", [](const LimiterHandle& h) { return h.guard->active(); },
+                             "Whether lists, a refusal cache or a penalty are in front of the decisions.")
+      .def_property_readonly(
+          "_refusal_cache",
+          [](const LimiterHandle& h) -> py::object {
+            if (h.guard->cache() == nullptr) return py::none();
+            return py::make_tuple(h.guard->cache()->size(), h.guard->cache()->hits());
+          },
+          "(entries, refusals answered from it) of the refusal cache, or None without one.")
+      .def(
+          "_forget",
+          [](LimiterHandle& h, py::handle key, py::handle tag) {
+            if (h.guard->cache() != nullptr) {
+              h.guard->cache()->drop(refusal_state_key(text_arg(key, "key"), LimiterHandle::tag_of(tag)));
+            }
+          },
+          py::arg("key"), py::arg("tag") = py::none(), "Forget `key`'s cached refusal (its state changed here).")
+      .def(
+          "_decide_locally",
+          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost, py::handle tag,
+             py::handle penalty) -> std::optional<Decision> {
+            auto limits = h.limits(limit);
+            return h.guard->decide_locally(limits->limits, text_arg(key, "key"), int_arg(cost, "cost"),
+                                           LimiterHandle::tag_of(tag), LimiterHandle::penalty_arg(penalty));
+          },
+          py::arg("limit"), py::arg("key"), py::arg("cost"), py::arg("tag"), py::arg("penalty"),
+          "A decision the lists or the refusal cache make (None: ask the store). For a leased asyncio call.")
+      .def(
+          "_block_check_async",
+          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle penalty) {
+            auto limits = h.limits(limit);
+            auto op = h.guard->make_block_check(limits->limits, text_arg(key, "key"), LimiterHandle::penalty_arg(penalty));
+            return aio::submit_async(h.store, std::move(op), [](std::optional<Decision>& d) { return py::cast(d); });
+          },
+          py::arg("limit"), py::arg("key"), py::arg("penalty"),
+          "The penalty's block of `key` as a PTTL of its own: the blocked Decision, or None.")
+      .def(
+          "_after_async",
+          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost, py::handle tag, py::handle penalty,
+             const Decision& decided, bool charge) {
+            auto limits = h.limits(limit);
+            auto op = h.guard->make_after(limits->limits, text_arg(key, "key"), int_arg(cost, "cost"),
+                                          LimiterHandle::tag_of(tag), LimiterHandle::penalty_arg(penalty), decided,
+                                          charge, OnUnavailable::Raise);
+            return aio::submit_async(h.store, std::move(op), [](Decision& d) { return py::cast(d); });
+          },
+          py::arg("limit"), py::arg("key"), py::arg("cost"), py::arg("tag"), py::arg("penalty"), py::arg("decision"),
+          py::arg("charge"), "What follows a leased decision: a refusal counted by the penalty and filed in the cache.")
       .def(
           "return_leases",
           [](LimiterHandle& h) {
@@ -534,6 +643,7 @@ void register_limiter(py::module_& m) {
             const std::int64_t c = int_arg(cost, "cost");
             const std::string t = LimiterHandle::tag_of(tag);
             LimiterHandle::check_lease_tag(lease, t);
+            if (h.guarded({})) return h.guarded_one(limits->limits, k, c, t, lease, {}, false);
             if (!t.empty()) {
               auto op = h.strategy->make_test(limits->limits, k, c, t);
               NetworkWait wait(h.memory);
@@ -566,22 +676,25 @@ void register_limiter(py::module_& m) {
           [](LimiterHandle& h, py::handle limit, py::handle key, py::handle tag) {
             auto limits = h.limits(limit);
             const std::string k = text_arg(key, "key");
-            auto op = h.strategy->make_reset(limits->limits, k, LimiterHandle::tag_of(tag));
+            auto op = h.guard->make_reset(*h.strategy, limits->limits, k, LimiterHandle::tag_of(tag));
             NetworkWait wait(h.memory);
             run(*h.store, *op);
           },
           py::arg("limit"), py::arg("key"), py::kw_only(), py::arg("tag") = py::none(), "Forget `key`'s state under these limits.")
       .def(
           "hit_all",
-          [](LimiterHandle& h, py::handle items, py::handle cost, py::handle tag) {
+          [](LimiterHandle& h, py::handle items, py::handle cost, py::handle tag, py::handle penalty) {
             auto all = h.items(items);
             const std::int64_t c = int_arg(cost, "cost");
             const std::string t = LimiterHandle::tag_of(tag);
-            auto op = h.strategy->make_hit_all(all, c, t);  // validates before the GIL goes
+            const CallPenalty p = LimiterHandle::penalty_arg(penalty);
+            // Validates before the GIL goes.
+            auto op = h.guarded(p) ? h.guard->make_hit_all(*h.strategy, all, c, t, p) : h.strategy->make_hit_all(all, c, t);
             NetworkWait wait(h.memory);
             return run(*h.store, *op);
           },
           py::arg("items"), py::arg("cost") = 1, py::kw_only(), py::arg("tag") = py::none(),
+          py::arg("penalty") = py::none(),
           "One decision across several (limit, key) pairs: charges `cost` against all of them if every "
           "limit allows it, else against none.")
       .def(
@@ -590,52 +703,12 @@ void register_limiter(py::module_& m) {
             auto all = h.items(items);
             const std::int64_t c = int_arg(cost, "cost");
             const std::string t = LimiterHandle::tag_of(tag);
-            auto op = h.strategy->make_test_all(all, c, t);
+            auto op = h.guarded({}) ? h.guard->make_test_all(*h.strategy, all, c, t) : h.strategy->make_test_all(all, c, t);
             NetworkWait wait(h.memory);
             return run(*h.store, *op);
           },
           py::arg("items"), py::arg("cost") = 1, py::kw_only(), py::arg("tag") = py::none(),
           "What hit_all() would decide now, without charging anything.")
-      // A penalty's block check in the decision's own round trip (gate.h): each returns the
-      // Decision, or the block in force in ms (an int) when a block key lives.
-      .def(
-          "_gated",
-          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost, py::handle gate, bool hit) {
-            auto op = h.gated_op(limit, key, cost, gate, hit);  // validates before the GIL goes
-            Gated g;
-            {
-              NetworkWait wait(h.memory);
-              g = run(*h.store, *op);
-            }
-            return gated_result(g);
-          },
-          py::arg("limit"), py::arg("key"), py::arg("cost"), py::arg("gate"), py::arg("hit"))
-      .def(
-          "_gated_async",
-          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost, py::handle gate, bool hit) {
-            return aio::submit_async(h.store, h.gated_op(limit, key, cost, gate, hit),
-                                     [](Gated& g) { return gated_result(g); });
-          },
-          py::arg("limit"), py::arg("key"), py::arg("cost"), py::arg("gate"), py::arg("hit"))
-      .def(
-          "_gated_all",
-          [](LimiterHandle& h, py::handle items, py::handle cost, py::handle tag, py::handle gates, bool hit) {
-            auto op = h.gated_all_op(items, cost, tag, gates, hit);
-            Gated g;
-            {
-              NetworkWait wait(h.memory);
-              g = run(*h.store, *op);
-            }
-            return gated_result(g);
-          },
-          py::arg("items"), py::arg("cost"), py::arg("tag"), py::arg("gates"), py::arg("hit"))
-      .def(
-          "_gated_all_async",
-          [](LimiterHandle& h, py::handle items, py::handle cost, py::handle tag, py::handle gates, bool hit) {
-            return aio::submit_async(h.store, h.gated_all_op(items, cost, tag, gates, hit),
-                                     [](Gated& g) { return gated_result(g); });
-          },
-          py::arg("items"), py::arg("cost"), py::arg("tag"), py::arg("gates"), py::arg("hit"))
       .def(
           "acquire",
           [](LimiterHandle& h, py::handle max_in_flight, py::handle key, py::handle lease_timeout) {
@@ -729,10 +802,23 @@ void register_limiter(py::module_& m) {
       // completed at once (memory://), else a future the store's I/O thread completes.
       .def(
           "hit_async",
-          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost, py::handle lease, py::handle tag) {
+          [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost, py::handle lease, py::handle tag,
+             py::handle penalty) {
             auto limits = h.limits(limit);
             const std::string t = LimiterHandle::tag_of(tag);
             LimiterHandle::check_lease_tag(lease, t);
+            const CallPenalty p = LimiterHandle::penalty_arg(penalty);
+            if (h.guarded(p, false) && !lease.is_none() && p.kind != CallPenalty::Kind::Off) {
+              // A leased hit decides in this process: redcount.aio puts the guard's steps
+              // (_decide_locally, _block_check_async, _after_async) around the leased decision,
+              // which it asks for with penalty=False.
+              throw InvalidArgument("a leased hit_async under the guard takes penalty=False (redcount.aio guards it)");
+            }
+            if (h.guarded(p, false) && lease.is_none()) {
+              auto op = h.guard->make_hit(*h.strategy, limits->limits, text_arg(key, "key"), int_arg(cost, "cost"), t, p,
+                                          OnUnavailable::Raise);
+              return aio::submit_async(h.store, std::move(op), [](Decision& d) { return py::cast(d); });
+            }
             if (!lease.is_none()) [[unlikely]] {
               return h.leased_hit_async(limits->limits, text_arg(key, "key"), int_arg(cost, "cost"), lease);
             }
@@ -740,7 +826,7 @@ void register_limiter(py::module_& m) {
             return aio::submit_async(h.store, std::move(op), [](Decision& d) { return py::cast(d); });
           },
           py::arg("limit"), py::arg("key"), py::arg("cost") = 1, py::kw_only(), py::arg("lease") = py::none(),
-          py::arg("tag") = py::none())
+          py::arg("tag") = py::none(), py::arg("penalty") = py::none())
       .def(
           "test_async",
           [](LimiterHandle& h, py::handle limit, py::handle key, py::handle cost, py::handle lease, py::handle tag) {
@@ -749,6 +835,10 @@ void register_limiter(py::module_& m) {
             const std::int64_t c = int_arg(cost, "cost");
             const std::string t = LimiterHandle::tag_of(tag);
             LimiterHandle::check_lease_tag(lease, t);
+            if (h.guarded({}, false) && lease.is_none()) {  // a leased test: redcount.aio guards it
+              auto op = h.guard->make_test(*h.strategy, limits->limits, k, c, t, {}, OnUnavailable::Raise);
+              return aio::submit_async(h.store, std::move(op), [](Decision& d) { return py::cast(d); });
+            }
             if (!lease.is_none()) {
               (void)h.lease_units(limits->limits, k, c, lease);
               if (auto d = h.leases->peek_local(limits->limits, k, c)) return py::cast(*d);
@@ -770,21 +860,31 @@ void register_limiter(py::module_& m) {
           "reset_async",
           [](LimiterHandle& h, py::handle limit, py::handle key, py::handle tag) {
             auto limits = h.limits(limit);
-            auto op = h.strategy->make_reset(limits->limits, text_arg(key, "key"), LimiterHandle::tag_of(tag));
+            auto op = h.guard->make_reset(*h.strategy, limits->limits, text_arg(key, "key"), LimiterHandle::tag_of(tag));
             return aio::submit_async(h.store, std::move(op), [](std::monostate&) { return py::none(); });
           },
           py::arg("limit"), py::arg("key"), py::kw_only(), py::arg("tag") = py::none())
       .def(
           "hit_all_async",
-          [](LimiterHandle& h, py::handle items, py::handle cost, py::handle tag) {
-            auto op = h.strategy->make_hit_all(h.items(items), int_arg(cost, "cost"), LimiterHandle::tag_of(tag));
+          [](LimiterHandle& h, py::handle items, py::handle cost, py::handle tag, py::handle penalty) {
+            auto all = h.items(items);
+            const std::int64_t c = int_arg(cost, "cost");
+            const std::string t = LimiterHandle::tag_of(tag);
+            const CallPenalty p = LimiterHandle::penalty_arg(penalty);
+            auto op = h.guarded(p, false) ? h.guard->make_hit_all(*h.strategy, all, c, t, p, OnUnavailable::Raise)
+                                          : h.strategy->make_hit_all(all, c, t);
             return aio::submit_async(h.store, std::move(op), [](Decision& d) { return py::cast(d); });
           },
-          py::arg("items"), py::arg("cost") = 1, py::kw_only(), py::arg("tag") = py::none())
+          py::arg("items"), py::arg("cost") = 1, py::kw_only(), py::arg("tag") = py::none(),
+          py::arg("penalty") = py::none())
       .def(
           "test_all_async",
           [](LimiterHandle& h, py::handle items, py::handle cost, py::handle tag) {
-            auto op = h.strategy->make_test_all(h.items(items), int_arg(cost, "cost"), LimiterHandle::tag_of(tag));
+            auto all = h.items(items);
+            const std::int64_t c = int_arg(cost, "cost");
+            const std::string t = LimiterHandle::tag_of(tag);
+            auto op = h.guarded({}, false) ? h.guard->make_test_all(*h.strategy, all, c, t, {}, OnUnavailable::Raise)
+                                           : h.strategy->make_test_all(all, c, t);
             return aio::submit_async(h.store, std::move(op), [](Decision& d) { return py::cast(d); });
           },
           py::arg("items"), py::arg("cost") = 1, py::kw_only(), py::arg("tag") = py::none())
@@ -833,6 +933,14 @@ void register_limiter(py::module_& m) {
   m.def("_sigterm_returns_leases", &LeaseTable::sigterm_armed,
         "Whether a SIGTERM to this process gives its leased units back before it ends.");
 
+  m.def(
+      "_check_penalty",
+      [](std::int64_t after, double within, double block, double factor, double max_block) {
+        (void)PenaltyConfig::make(after, within, block, factor, max_block);
+      },
+      py::arg("after"), py::arg("within"), py::arg("block"), py::arg("factor"), py::arg("max_block"),
+      "Raise InvalidInputError, naming the field and its range, for a penalty penalty.lua would refuse.");
+
   // The penalty script (cpp/lua/penalty.lua; the memory store runs its twin): counts one
   // refusal of a key and starts its block, atomically, in one round trip.
   m.def(
@@ -850,15 +958,6 @@ void register_limiter(py::module_& m) {
       py::arg("store"), py::arg("keys"), py::arg("args"),
       "Run penalty.lua: KEYS block, count, last; ARGV after, within_ms, block_ms, factor, max_ms. "
       "Returns [ms, started].");
-  m.def(
-      "_penalty_async",
-      [](std::shared_ptr<Store> store, std::vector<std::string> keys, std::vector<std::string> args) {
-        std::vector<Request> batch;
-        batch.emplace_back(ScriptCall{&kPenaltyScript, std::move(keys), std::move(args)});
-        return aio::submit_async(std::move(store), std::make_shared<CommandsOp>(std::move(batch)),
-                                 [](std::vector<Reply>& replies) { return to_python(replies.front()); });
-      },
-      py::arg("store"), py::arg("keys"), py::arg("args"), "_penalty() for asyncio: the reply, or a future of it.");
 }
 
 }  // namespace redcount::bind

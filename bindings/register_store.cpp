@@ -12,7 +12,7 @@
 #include "redcount/common/errors.h"
 #include "redcount/memory/memory_store.h"
 #include "redcount/common/options.h"
-#include "redcount/redis/cluster.h"
+#include "redcount/redis/topology/cluster.h"
 #include "redcount/redis/redis_store.h"
 #include "redcount/store/resilient_store.h"
 #include "redcount/store/store.h"

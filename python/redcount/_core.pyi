@@ -407,7 +407,7 @@ class Adjustment:
         reservation's own decision."""
     def __bool__(self) -> bool: ...
 def _penalty(store: Store, keys: list[str], args: list[str]) -> Value: ...
-def _penalty_async(store: Store, keys: list[str], args: list[str]) -> Any: ...
+def _check_penalty(after: int, within: float, block: float, factor: float, max_block: float) -> None: ...
 
 class LimiterCore:
     def __init__(
@@ -431,30 +431,33 @@ class LimiterCore:
         tag: str | None = None,
         penalty: object = None,
     ) -> Decision: ...
-    # hit(..., penalty=P) calls it as (limit, key, cost, lease, tag, penalty); set by redcount.Limiter.
+    # What runs in front of the decisions (cpp/include/redcount/limiters/policies.h).
+    def _set_guard(
+        self,
+        allow: list[str | bytes],
+        deny: list[str | bytes],
+        refusal_cache: int,
+        penalty: Any,
+        on_unavailable: str,
+    ) -> None: ...
     @property
-    def _penalized(self) -> Any: ...
-    @_penalized.setter
-    def _penalized(self, f: Any) -> None: ...
-    # A decision behind penalty block keys, in one round trip: the Decision, or the longest
-    # block in force in ms (an int) when one is. `hit`: hit (True) or test (False).
-    def _gated(self, limit: str | LimitSet, key: str | bytes, cost: int, gate: str, hit: bool) -> Decision | int: ...
-    def _gated_async(self, limit: str | LimitSet, key: str | bytes, cost: int, gate: str, hit: bool) -> Any: ...
-    def _gated_all(
+    def _guarded(self) -> bool: ...
+    @property
+    def _refusal_cache(self) -> tuple[int, int] | None: ...
+    def _forget(self, key: str | bytes, tag: str | None = None) -> None: ...
+    def _decide_locally(
+        self, limit: str | LimitSet, key: str | bytes, cost: int, tag: str | None, penalty: object
+    ) -> Decision | None: ...
+    def _block_check_async(self, limit: str | LimitSet, key: str | bytes, penalty: object) -> Any: ...
+    def _after_async(
         self,
-        items: Iterable[tuple[str | LimitSet, str | bytes]],
+        limit: str | LimitSet,
+        key: str | bytes,
         cost: int,
         tag: str | None,
-        gates: Iterable[str],
-        hit: bool,
-    ) -> Decision | int: ...
-    def _gated_all_async(
-        self,
-        items: Iterable[tuple[str | LimitSet, str | bytes]],
-        cost: int,
-        tag: str | None,
-        gates: Iterable[str],
-        hit: bool,
+        penalty: object,
+        decision: Decision,
+        charge: bool,
     ) -> Any: ...
     def return_leases(self) -> int: ...
     @property
@@ -473,7 +476,12 @@ class LimiterCore:
         tag: str | None = None,
     ) -> Decision: ...
     def hit_all(
-        self, items: Iterable[tuple[str | LimitSet, str | bytes]], cost: int = 1, *, tag: str | None = None
+        self,
+        items: Iterable[tuple[str | LimitSet, str | bytes]],
+        cost: int = 1,
+        *,
+        tag: str | None = None,
+        penalty: object = None,
     ) -> Decision: ...
     def test_all(
         self, items: Iterable[tuple[str | LimitSet, str | bytes]], cost: int = 1, *, tag: str | None = None
@@ -515,6 +523,7 @@ class LimiterCore:
         *,
         lease: int | None = None,
         tag: str | None = None,
+        penalty: object = None,
     ) -> Any: ...
     def test_async(
         self,
@@ -526,7 +535,12 @@ class LimiterCore:
         tag: str | None = None,
     ) -> Any: ...
     def hit_all_async(
-        self, items: Iterable[tuple[str | LimitSet, str | bytes]], cost: int = 1, *, tag: str | None = None
+        self,
+        items: Iterable[tuple[str | LimitSet, str | bytes]],
+        cost: int = 1,
+        *,
+        tag: str | None = None,
+        penalty: object = None,
     ) -> Any: ...
     def test_all_async(
         self, items: Iterable[tuple[str | LimitSet, str | bytes]], cost: int = 1, *, tag: str | None = None

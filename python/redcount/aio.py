@@ -59,7 +59,7 @@ from .limiter import (
 )
 from .limiter import Limiter as _SyncLimiter
 from .pn import PNCounter as _SyncPNCounter
-from .policies import SCREENED, Guard, Penalty, check_penalty, guarded_async, unblock_async
+from .policies import Penalty, unblock_async
 from .reservations import Adjustment, AsyncReservation, new_request_id
 from .shaping import Throttle
 from .shaping import check_wait_args as _check_wait_args
@@ -418,26 +418,42 @@ class Limiter:
         self._refund = engine_method(core, "refund", store)
         self._reserve = engine_method(core, "reserve", store)
         self._settle = engine_method(core, "settle", store)
-        self._per_call: dict[str, Callable[..., Any]] | None = None
-        guard = getattr(sync, "_guard", None)
-        if guard is not None:  # lists, a refusal cache, a penalty: shared with the sync twin
-            methods = {n: getattr(self, n) for n in SCREENED}
-            vars(self).update(guarded_async(guard, store, methods, core, self._unavailable))
 
     def _unavailable(self, error: BaseException) -> Decision:
         """What a call decides when the store failed: this limiter's ``on_unavailable``."""
         return unavailable_decision(self.on_unavailable, error)
 
-    def _per_call_methods(self) -> dict[str, Callable[..., Any]]:
-        """The guarded calls for a per-call ``penalty=`` on a limiter built without a guard."""
-        found = self._per_call
-        if found is None:
-            sync = self.sync
-            guard = Guard(None, None, sync.prefix, self._unavailable)
-            methods = {n: getattr(self, n) for n in SCREENED}
-            found = guarded_async(guard, sync.store, methods, sync._core)
-            self._per_call = found
-        return found
+    async def _leased_guarded(
+        self,
+        limit: str | LimitSet,
+        key: str | bytes,
+        cost: int,
+        lease: int,
+        tag: str | None,
+        penalty: object,
+        charge: bool,
+    ) -> Decision:
+        """A leased ``hit`` (``charge``) or ``test`` on a limiter with lists, a refusal cache or
+        a penalty: the lease decides in this process, so the core's guard steps go around it
+        (the lists and the cache, the block as a PTTL of its own, then a refusal counted by
+        the penalty and filed in the cache)."""
+        core = self.sync._core
+        d: Decision | None = core._decide_locally(limit, key, cost, tag, penalty)
+        if d is not None:
+            return d
+        r = core._block_check_async(limit, key, penalty)
+        d = (await r) if r.__class__ is OpFuture else r
+        if d is not None:
+            return d
+        if charge:
+            r = self._hit(limit, key, cost, lease=lease, tag=tag, penalty=False)
+        else:
+            r = self._test(limit, key, cost, lease=lease, tag=tag)
+        got: Decision = (await r) if r.__class__ is OpFuture else r
+        if got.allowed or got.unavailable:
+            return got
+        r = core._after_async(limit, key, cost, tag, penalty, got, charge)
+        return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
 
     async def refund(
         self,
@@ -500,16 +516,13 @@ class Limiter:
         in [`redcount.Limiter.hit`][redcount.limiter.Limiter.hit] (a local admission completes without the loop).
         ``tag``: the key's state under that hash tag, as in [`redcount.Limiter.hit`][redcount.limiter.Limiter.hit].
         ``penalty``: this call's penalty, as in [`redcount.Limiter.hit`][redcount.limiter.Limiter.hit]."""
-        if penalty is not None:
-            check_penalty(penalty)
-            if penalty is not False:
-                hit = self._per_call_methods()["hit"]
-                return await hit(limit, key, cost, penalty=penalty, lease=lease, tag=tag)  # type: ignore[no-any-return]
         try:
-            if lease is None and tag is None:
+            if lease is not None and ((penalty is not None and penalty is not False) or self.sync._core._guarded):
+                return await self._leased_guarded(limit, key, cost, lease, tag, penalty, True)
+            if lease is None and tag is None and penalty is None:
                 r = self._hit(limit, key, cost)
             else:
-                r = self._hit(limit, key, cost, lease=lease, tag=tag)
+                r = self._hit(limit, key, cost, lease=lease, tag=tag, penalty=penalty)
             return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
         except _StoreConnectionError as e:
             return unavailable_decision(self.on_unavailable, e)
@@ -527,6 +540,8 @@ class Limiter:
         process's lease of ``key`` when it holds ``cost`` units (no round trip), else by the
         store; never takes a lease (as [`redcount.Limiter.test`][redcount.limiter.Limiter.test]). ``tag``: as in [`hit`][redcount.aio.Limiter.hit]."""
         try:
+            if lease is not None and self.sync._core._guarded:
+                return await self._leased_guarded(limit, key, cost, lease, tag, None, False)
             if lease is None and tag is None:
                 r = self._test(limit, key, cost)
             else:
@@ -548,13 +563,8 @@ class Limiter:
         trip: see [`redcount.Limiter.hit_all`][redcount.limiter.Limiter.hit_all] (``penalty`` as there; ``lease=`` refused
         as there)."""
         refuse_lease_all(lease)
-        if penalty is not None:
-            check_penalty(penalty)
-            if penalty is not False:
-                hit_all = self._per_call_methods()["hit_all"]
-                return await hit_all(items, cost, tag=tag, penalty=penalty)  # type: ignore[no-any-return]
         try:
-            r = self._hit_all(items, cost, tag=tag)
+            r = self._hit_all(items, cost, tag=tag, penalty=penalty)
             return (await r) if r.__class__ is OpFuture else r  # type: ignore[no-any-return]
         except _StoreConnectionError as e:
             return unavailable_decision(self.on_unavailable, e)
@@ -597,7 +607,7 @@ class Limiter:
     async def unblock(self, key: str | bytes) -> int:
         """See [`redcount.Limiter.unblock`][redcount.limiter.Limiter.unblock]."""
         sync = self.sync
-        return await unblock_async(sync.store, sync.prefix, sync._guard, key)
+        return await unblock_async(sync.store, sync.prefix, sync._core, key)
 
     @asynccontextmanager
     async def lease(self, max_in_flight: int, key: str | bytes, *, lease_timeout: float = 60.0) -> AsyncIterator[Lease]:

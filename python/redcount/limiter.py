@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import atexit
-import weakref
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Literal
@@ -14,19 +13,7 @@ from ._calendar import calendar_arg
 from ._wrap import bind_fast_paths
 from .errors import ConnectionError as StoreConnectionError
 from .errors import InvalidInputError, RateLimitExceeded, StoreClosed
-from .policies import (
-    SCREENED,
-    Entry,
-    Guard,
-    Penalties,
-    Penalty,
-    Screen,
-    check_penalty,
-    guarded_async,
-    guarded_sync,
-    state_key,
-    unblock_sync,
-)
+from .policies import Entry, Penalty, access_entries, config_size, unblock_sync
 from .reservations import Adjustment, Reservation, new_request_id
 from .shaping import Throttle, check_wait_args, queue_name, shaper_of, wait_async, wait_sync
 
@@ -71,21 +58,6 @@ def unavailable_decision(policy: OnUnavailable, error: BaseException) -> Decisio
     return Decision._without_store(policy == "allow", UNAVAILABLE_RETRY_AFTER)
 
 
-def _per_call_hit(ref: weakref.ReferenceType[Limiter]) -> Callable[..., Decision]:
-    """What the core calls for ``hit(..., penalty=P)`` on a limiter without a guard."""
-
-    def penalized(
-        limit: str | LimitSet, key: str | bytes, cost: int, lease: int | None, tag: str | None, penalty: object
-    ) -> Decision:
-        limiter = ref()
-        if limiter is None:
-            raise StoreClosed("the limiter this core belonged to is gone")
-        check_penalty(penalty)
-        if penalty is False:
-            return limiter._core.hit(limit, key, cost, lease=lease, tag=tag)
-        return limiter._per_call_methods()["hit"](limit, key, cost, penalty=penalty, lease=lease, tag=tag)
-
-    return penalized
 @atexit.register
 def return_leases_at_exit() -> int:
     """Give every unit the leases of this process hold back to their stores; later leases
@@ -112,15 +84,6 @@ def refuse_lease_all(lease: object) -> None:
             "cannot be charged together all or nothing; call hit(limit, key, lease=N) for the hot key"
         )
 
-
-def _guard_sync(call: Callable[..., Decision], policy: OnUnavailable) -> Callable[..., Decision]:
-    def guarded(limit: str | LimitSet, key: str | bytes, cost: int = 1, **leased: object) -> Decision:
-        try:
-            return call(limit, key, cost, **leased)
-        except StoreConnectionError as e:
-            return unavailable_decision(policy, e)
-
-    return guarded
 
 # Methods that go straight to the core object (see _wrap.py).
 _FAST = ("hit", "test", "stats", "reset", "acquire", "release", "in_flight")
@@ -245,31 +208,16 @@ class Limiter:
         self.on_unavailable: OnUnavailable = check_on_unavailable(on_unavailable)
         if penalty is not None and not isinstance(penalty, Penalty):
             raise InvalidInputError(f"penalty must be a redcount.Penalty, got {penalty!r}")
-        self._screen = Screen.build(allow, deny, refusal_cache, store.now)
-        pen = Penalties(penalty, prefix) if penalty is not None else None
-        self._guard = (
-            Guard(self._screen, pen, prefix, self._unavailable) if self._screen is not None or pen is not None else None
-        )
-        self._per_call: dict[str, Callable[..., Decision]] | None = None
+        allowed, denied = access_entries(allow, "allow"), access_entries(deny, "deny")
+        cache_size = config_size(refusal_cache, "refusal_cache")
         cal = calendar_arg(calendar, anchor_day)
         core = _core.LimiterCore(store, strategy, prefix, clock, sub_buckets, cal)
         core.lease_ttl = lease_ttl
         self._core = core
+        # Lists, the refusal cache, the penalty and on_unavailable run in the core, in front
+        # of every decision (sync and asyncio alike): the core's methods are the limiter's.
+        core._set_guard(allowed, denied, cache_size, penalty, on_unavailable)
         bind_fast_paths(self, Limiter, core, _FAST)
-        if on_unavailable != "raise":
-            # Only then: the default keeps the core's bound methods, with no Python frame.
-            d = vars(self)
-            for name in ("hit", "test"):
-                if name in d:
-                    d[name] = _guard_sync(d[name], on_unavailable)
-        if self._guard is not None:
-            # Only then: without lists, a cache or a penalty the calls stay the core's own.
-            d = vars(self)
-            d.update(guarded_sync(self._guard, store, {n: getattr(self, n) for n in SCREENED}, core))
-        else:
-            # hit(..., penalty=P) on the core's own method comes back here (a weak reference:
-            # the core must not keep the limiter alive).
-            core._penalized = _per_call_hit(weakref.ref(self))
         self.penalty = penalty
         self.store = store
         self.strategy = strategy
@@ -322,16 +270,7 @@ class Limiter:
         default: the limiter's; ``False``: none for this call). Its state is the key's, under
         the limiter's prefix, whichever penalty counts it. Anything else raises ``TypeError``.
         See docs/penalties.md."""
-        if penalty is not None:
-            check_penalty(penalty)
-            if penalty is not False:
-                return self._per_call_methods()["hit"](limit, key, cost, penalty=penalty, lease=lease, tag=tag)
-        try:
-            if lease is None and tag is None:
-                return self._core.hit(limit, key, cost)
-            return self._core.hit(limit, key, cost, lease=lease, tag=tag)
-        except StoreConnectionError as e:
-            return unavailable_decision(self.on_unavailable, e)
+        return self._core.hit(limit, key, cost, lease=lease, tag=tag, penalty=penalty)
 
     def return_leases(self) -> int:
         """Give every unit this process holds in leases (``hit(..., lease=N)``) and has not
@@ -363,26 +302,11 @@ class Limiter:
         ``lease=N``: answered from this process's lease of ``key`` (the one ``hit(...,
         lease=N)`` takes) when it holds ``cost`` units now, with no round trip; else by the
         store, as without ``lease=``. A test never takes a lease. ``tag``: as in [`hit`][redcount.limiter.Limiter.hit]."""
-        try:
-            if lease is None and tag is None:
-                return self._core.test(limit, key, cost)
-            return self._core.test(limit, key, cost, lease=lease, tag=tag)
-        except StoreConnectionError as e:
-            return unavailable_decision(self.on_unavailable, e)
+        return self._core.test(limit, key, cost, lease=lease, tag=tag)
 
     def _unavailable(self, error: BaseException) -> Decision:
         """What a call decides when the store failed: this limiter's ``on_unavailable``."""
         return unavailable_decision(self.on_unavailable, error)
-
-    def _per_call_methods(self) -> dict[str, Callable[..., Decision]]:
-        """The guarded calls for a per-call ``penalty=`` on a limiter built without a guard
-        (made on first use)."""
-        found = self._per_call
-        if found is None:
-            guard = Guard(None, None, self.prefix, self._unavailable)
-            methods = {n: getattr(self, n) for n in SCREENED}
-            found = self._per_call = guarded_sync(guard, self.store, methods, self._core)
-        return found
 
     def hit_all(
         self,
@@ -420,21 +344,11 @@ class Limiter:
         keys are units held apart from the store, so one call could not take from some of them
         and charge the other keys all or nothing. Lease a hot key with [`hit`][redcount.limiter.Limiter.hit]."""
         refuse_lease_all(lease)
-        if penalty is not None:
-            check_penalty(penalty)
-            if penalty is not False:
-                return self._per_call_methods()["hit_all"](items, cost, tag=tag, penalty=penalty)
-        try:
-            return self._core.hit_all(items, cost, tag=tag)
-        except StoreConnectionError as e:
-            return unavailable_decision(self.on_unavailable, e)
+        return self._core.hit_all(items, cost, tag=tag, penalty=penalty)
 
     def test_all(self, items: Iterable[Item], cost: int = 1, *, tag: str | None = None) -> Decision:
         """What [`hit_all`][redcount.limiter.Limiter.hit_all] would decide now, without charging anything."""
-        try:
-            return self._core.test_all(items, cost, tag=tag)
-        except StoreConnectionError as e:
-            return unavailable_decision(self.on_unavailable, e)
+        return self._core.test_all(items, cost, tag=tag)
 
     def stats(self, limit: str | LimitSet, key: str | bytes, *, tag: str | None = None) -> list[LimitStats]:
         """The count, remaining hits and reset time of ``key`` under each limit (its state
@@ -451,7 +365,7 @@ class Limiter:
         (one DEL of every such key; found with SCAN, or KEYS on ``memory://``), and its
         entry in the refusal cache; returns how many storage keys were deleted. For an admin
         action, not a request path: the scan walks the keyspace. Not on a cluster."""
-        return unblock_sync(self.store, self.prefix, self._guard, key)
+        return unblock_sync(self.store, self.prefix, self._core, key)
 
     def acquire(self, max_in_flight: int, key: str | bytes, *, lease_timeout: float = 60.0) -> Lease | None:
         """Take one of ``key``'s ``max_in_flight`` slots, or return None when all are taken
@@ -554,8 +468,7 @@ class Limiter:
     def _forget(self, key: str | bytes, tag: str | None = None) -> None:
         """Drops ``key``'s state (under ``tag``) from the refusal cache (if any): units given
         back may admit it."""
-        if self._screen is not None:
-            self._screen.drop(state_key(key, tag))
+        self._core._forget(key, tag)
 
     @property
     def clock(self) -> str:
@@ -650,11 +563,7 @@ class Limiter:
                     except StoreConnectionError as e:
                         return unavailable_decision(policy, e)
 
-                if self._guard is None:
-                    hits.append(hit_async)
-                else:  # lists, a refusal cache, a penalty: as on the sync path
-                    guarded = guarded_async(self._guard, self.store, {"hit": hit_async}, self._core)
-                    hits.append(guarded["hit"])
+                hits.append(hit_async)
             return wait_async(shaper_of(self), hits[0], self.strategy, limit, key, cost, max_wait)
 
         return Throttle(lambda: self.wait(limit, key, cost, max_wait=max_wait), wait_on_loop)

@@ -20,11 +20,10 @@ until when), and refuses the same or a larger cost under the same limit locally 
 It only ever repeats a refusal the store made; it never admits. It is bounded (oldest
 entries go first) and thread-safe.
 
-[`Screen`][redcount.policies.Screen] puts the two together for [`redcount.Limiter`][redcount.limiter.Limiter], its asyncio twin and
-the web integrations. [`Penalty`][redcount.policies.Penalty] blocks a key refused too often ([`Penalties`][redcount.policies.Penalties]
-keeps its state in the store). [`Guard`][redcount.policies.Guard] runs the screen and the penalty in front of a
-limiter's calls; a limiter without any of them never builds one, so its calls still go
-straight to C++. See docs/penalties.md.
+[`Screen`][redcount.policies.Screen] puts the two together for the web integrations. A limiter's own lists,
+cache and [`Penalty`][redcount.policies.Penalty] (which blocks a key refused too often, its state in the store)
+run in the C++ core, in front of every decision, sync and asyncio alike (the same matching
+and caching as here). See docs/penalties.md.
 """
 
 from __future__ import annotations
@@ -38,20 +37,17 @@ from typing import Any, Union
 
 from . import _core
 from ._core import Decision, LimitSet
-from .errors import ConnectionError as StoreConnectionError
-from .errors import InvalidInputError, ProtocolError
+from .errors import InvalidInputError
 
 __all__ = [
     "DENIED_RETRY_AFTER",
     "SCREENED",
     "AccessLists",
     "Entry",
-    "Guard",
-    "Penalties",
     "Penalty",
     "RefusalCache",
+    "access_entries",
     "Screen",
-    "check_penalty",
     "config_list",
     "config_penalty",
     "config_size",
@@ -395,20 +391,8 @@ class Penalty:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v == v or v == float("inf"):
                 raise InvalidInputError(f"Penalty({name}=) must be a finite number, got {v!r}")
-        if not PENALTY_MIN_FACTOR <= self.factor <= PENALTY_MAX_FACTOR:
-            raise InvalidInputError(
-                f"Penalty(factor=) must be between 1 and {PENALTY_MAX_FACTOR:,.0f} (1: every block as long), "
-                f"got {self.factor!r}"
-            )
-        for name in ("within", "block", "max_block"):
-            v = getattr(self, name)
-            if not 1 <= _whole_ms(v) <= PENALTY_MAX_SPAN_MS:
-                raise InvalidInputError(
-                    f"Penalty({name}=) must be between 0.001 and {PENALTY_MAX_SPAN_MS / 1000:.3f} seconds "
-                    f"(1 ms to 2^42 ms, about 139 years), got {v!r}"
-                )
-        if _whole_ms(self.max_block) < _whole_ms(self.block):
-            raise InvalidInputError(f"Penalty(max_block=) must be >= block ({self.block!r}), got {self.max_block!r}")
+        # The ranges: the core's PenaltyConfig, which every decision under this penalty uses.
+        _core._check_penalty(self.after, self.within, self.block, self.factor, self.max_block)
 
 
 PENALTY_MAX_SPAN_MS = 2**42
@@ -419,74 +403,11 @@ PENALTY_MIN_FACTOR = 1.0
 PENALTY_MAX_FACTOR = 1e6
 
 
-def _whole_ms(seconds: float) -> int:
-    """A span in seconds as the whole milliseconds [`Penalties`][redcount.policies.Penalties] sends the script."""
-    return int(seconds * 1000)
-
-
 def tagged(key: str | bytes) -> str:
     """``key`` as the storage keys carry it: in braces (its hash tag), escaped as the core does."""
     if isinstance(key, bytes):
         key = key.decode("utf-8", "surrogateescape")
     return "{\\" + key + "}" if key[:1] in ("}", "\\") else "{" + key + "}"
-
-
-class Penalties:
-    """The penalty state of a limiter's keys in the store, under the limiter's prefix, every
-    key with a TTL: ``<prefix>:pen:{key}:b`` (the block, expiring when it ends), ``:n`` (the
-    refusals counted since the first of them, expiring ``within`` after it) and ``:l`` (the
-    last block's length, expiring ``within`` after that block's end).
-
-    Two steps: the block check, which goes inside the decision's own script call (the
-    limiter core's ``_gated`` calls: no round trip of its own), and, after a refusal only,
-    the penalty script (cpp/lua/penalty.lua, with its native twin on memory://), which
-    counts the refusal and starts a block atomically. A leased hit, and ``hit_all`` on a
-    cluster, still check the block with a PTTL before the decision ([`gate`][redcount.policies.Penalties.gate]).
-    Immutable, so thread-safe."""
-
-    def __init__(self, penalty: Penalty, prefix: str) -> None:
-        self.penalty = penalty
-        self.prefix = prefix
-        self.within_ms = _whole_ms(penalty.within)
-        self.args = [
-            str(penalty.after),
-            str(self.within_ms),
-            str(_whole_ms(penalty.block)),
-            repr(float(penalty.factor)),
-            str(_whole_ms(penalty.max_block)),
-        ]
-
-    def keys(self, key: str | bytes) -> list[str]:
-        base = f"{self.prefix}:pen:{tagged(key)}:"
-        return [base + "b", base + "n", base + "l"]
-
-    def block_key(self, key: str | bytes) -> str:
-        """The key of ``key``'s block: in the slot of the limit's own keys (same hash tag)."""
-        return f"{self.prefix}:pen:{tagged(key)}:b"
-
-    def gate(self, key: str | bytes) -> tuple[str | int, ...]:
-        """The block check as a command of its own (where it cannot go in the script)."""
-        return ("PTTL", self.block_key(key))
-
-    @staticmethod
-    def blocked_for(reply: Any) -> int:
-        """The penalty script's reply: the block in force or just started (ms), else 0."""
-        if isinstance(reply, list) and reply and isinstance(reply[0], int):
-            return reply[0]
-        raise ProtocolError(f"the penalty script returned an unexpected reply: {reply!r}")
-
-
-def blocked_decision(limit: str | LimitSet, ms: int) -> Decision:
-    """A key under a penalty block: refused until the block ends."""
-    return Decision._local(False, smallest(limit), 0, ms / 1000.0, ms / 1000.0)
-
-
-def blocked(screen: Screen | None, limit: str | LimitSet, key: str | bytes, ms: int) -> Decision:
-    """[`blocked_decision`][redcount.policies.blocked_decision], kept in the refusal cache (if any) until the block ends."""
-    d = blocked_decision(limit, ms)
-    if screen is not None and screen.cache is not None:
-        screen.cache.put(limit, key, 0, d)
-    return d
 
 
 def _glob(text: str) -> str:
@@ -503,366 +424,12 @@ def unblock_pattern(prefix: str, key: str | bytes) -> str:
     return f"{_glob(prefix)}:*:{_glob(tagged(key))}:*"
 
 
-class Guard:
-    """What runs in front of a limiter's decisions: allow and deny lists, the refusal cache
-    (a [`Screen`][redcount.policies.Screen]) and a penalty. Built when one of them is configured, and for a call
-    given its own ``penalty=``."""
-
-    def __init__(
-        self,
-        screen: Screen | None,
-        penalties: Penalties | None,
-        prefix: str = "redcount:lim",
-        unavailable: Callable[[BaseException], Decision] | None = None,
-    ) -> None:
-        self.screen = screen
-        self.penalties = penalties
-        self.prefix = prefix
-        # What a call whose store failed decides (the limiter's on_unavailable); default: raise.
-        self.unavailable = unavailable if unavailable is not None else _reraise
-        # With a penalty, every refusal of the store must reach it (to be counted), so the
-        # cache keeps only blocks (refusals during a block do not count anyway).
-        self.cache_refusals = penalties is None
-        self._per_call: dict[Penalty, Penalties] = {}
-
-    def penalties_for(self, penalty: object) -> Penalties | None:
-        """A call's penalty state: ``None`` is the limiter's penalty, ``False`` none, a
-        [`Penalty`][redcount.policies.Penalty] that one (under the limiter's prefix: the same block and counts
-        as the limiter's own penalty for the key)."""
-        if penalty is None:
-            return self.penalties
-        if penalty is False:
-            return None
-        if not isinstance(penalty, Penalty):
-            raise TypeError(
-                "penalty must be a redcount.Penalty, None (the limiter's) or False (none for this call), "
-                f"got {penalty!r}"
-            )
-        if self.penalties is not None and self.penalties.penalty == penalty:
-            return self.penalties
-        found = self._per_call.get(penalty)
-        if found is None:
-            found = Penalties(penalty, self.prefix)
-            if len(self._per_call) >= 64:
-                self._per_call.clear()  # bounded; rebuilt on the next call that needs one
-            self._per_call[penalty] = found
-        return found
-
-
 def state_key(key: str | bytes, tag: str | None) -> str | bytes:
     """What the refusal cache files a key's state under: the key itself, or for its state
     under a hash tag (``tag=``, a separate state) the key with the tag in front."""
     if tag is None:
         return key
     return f"@{{{tag}}}:" + (key.decode("utf-8", "surrogateescape") if isinstance(key, bytes) else key)
-
-
-def _reraise(error: BaseException) -> Decision:
-    raise error
-
-
-def check_penalty(penalty: object) -> None:
-    """Raises unless ``penalty`` is a per-call ``penalty=`` value: None, False or a Penalty."""
-    if penalty is not None and penalty is not False and not isinstance(penalty, Penalty):
-        raise TypeError(
-            "penalty must be a redcount.Penalty, None (the limiter's) or False (none for this call), "
-            f"got {penalty!r}"
-        )
-
-
-def _one_key(
-    limit: str | LimitSet, key: str | bytes, cost: int, d: Decision, guard: Guard, pen: Penalties | None
-) -> None:
-    screen = guard.screen
-    if screen is None or screen.cache is None or d.allowed:
-        return
-    if guard.cache_refusals and pen is None:
-        screen.cache.put(limit, key, cost, d)
-
-
-def _one_slot(store: Any) -> bool:
-    """Whether one script call can carry every key of a ``hit_all`` and its block keys:
-    true on a single server and on memory://, not on a cluster."""
-    try:
-        return len(store.nodes()) == 1
-    except Exception:  # a store without nodes(): keep the separate check
-        return False
-
-
-def guarded_sync(
-    guard: Guard, store: Any, methods: dict[str, Callable[..., Any]], core: Any = None
-) -> dict[str, Callable[..., Any]]:
-    """The sync limiter's ``hit``, ``test``, ``hit_all``, ``test_all`` and ``reset`` with the
-    guard in front (``methods`` are the unguarded ones; ``core`` the limiter's core object,
-    whose ``_gated`` calls check a penalty's block in the decision's own round trip)."""
-    screen = guard.screen
-    execute, execute_many = store.execute, store.execute_many
-    unavailable = guard.unavailable
-    one_slot = _one_slot(store)
-
-    def one(call: Callable[..., Decision], charge: bool) -> Callable[..., Decision]:
-        def guarded(
-            limit: str | LimitSet, key: str | bytes, cost: int = 1, *, penalty: object = None, **leased: Any
-        ) -> Decision:
-            tag = leased.get("tag")
-            pen = guard.penalties if penalty is None else guard.penalties_for(penalty)
-            if screen is not None:
-                d = screen.before(limit, key, cost, tag, pen is not None or guard.cache_refusals)
-                if d is not None:
-                    return d
-            if pen is None:
-                d = call(limit, key, cost, **leased)
-            elif core is not None and leased.get("lease") is None and tag is None:
-                # One round trip: the block check inside the decision's script call.
-                try:
-                    r = core._gated(limit, key, cost, pen.block_key(key), charge)
-                except StoreConnectionError as e:
-                    return unavailable(e)
-                if r.__class__ is int:
-                    return blocked(screen, limit, key, r)
-                d = r
-            else:
-                # A leased hit admits locally, and a state under a tag (tag=) may sit in another
-                # slot than the key's block: their block check stays a PTTL of its own.
-                try:
-                    ms = execute(*pen.gate(key))
-                except StoreConnectionError:
-                    ms = 0  # the decision itself meets the failure, under on_unavailable
-                if isinstance(ms, int) and ms > 0:
-                    return blocked(screen, limit, key, ms)
-                d = call(limit, key, cost, **leased)
-            if d.allowed or d.unavailable:
-                return d
-            if pen is not None and charge:
-                try:
-                    ms = pen.blocked_for(_core._penalty(store, pen.keys(key), pen.args))
-                except StoreConnectionError:
-                    ms = 0  # the refusal stands, uncounted
-                if ms > 0:
-                    return blocked(screen, limit, key, ms)
-            _one_key(limit, state_key(key, tag), cost, d, guard, pen)
-            return d
-
-        return guarded
-
-    def many(call: Callable[..., Decision], charge: bool) -> Callable[..., Decision]:
-        def guarded(
-            items: Iterable[Item],
-            cost: int = 1,
-            *,
-            tag: str | None = None,
-            penalty: object = None,
-            **leased: int | None,
-        ) -> Decision:
-            if leased:  # the limiter's own call says what is wrong with them (hit_all refuses lease=)
-                return call(items, cost, tag=tag, **leased)
-            pen = guard.penalties if penalty is None else guard.penalties_for(penalty)
-            rest = list(items)
-            if screen is not None:
-                d, rest = screen.before_all(rest, cost, tag, pen is not None or guard.cache_refusals)
-                if d is not None:
-                    return d
-            if pen is not None and rest and core is not None and one_slot:
-                # One round trip: every key's block checked inside the one script call.
-                try:
-                    r = core._gated_all(rest, cost, tag, [pen.block_key(k) for _, k in rest], charge)
-                except StoreConnectionError as e:
-                    return unavailable(e)
-                if r.__class__ is int:
-                    return blocked_decision(rest[0][0], r)
-                d = r
-            else:
-                if pen is not None and rest:
-                    # A cluster decides keys of several slots: the block check is a batch of
-                    # its own before the decision.
-                    try:
-                        waits = execute_many([pen.gate(k) for _, k in rest])
-                    except StoreConnectionError:
-                        waits = []
-                    longest = max((w for w in waits if isinstance(w, int)), default=0)
-                    if longest > 0:
-                        return blocked_decision(rest[0][0], longest)
-                d = call(rest, cost, tag=tag)
-            if d.allowed or d.unavailable:
-                return d
-            if pen is not None and charge and d.refused_by is not None:
-                try:
-                    ms = pen.blocked_for(_core._penalty(store, pen.keys(d.refused_by[1]), pen.args))
-                except StoreConnectionError:
-                    ms = 0
-                if ms > 0:
-                    return blocked_decision(rest[0][0], ms)
-            if screen is not None and guard.cache_refusals and pen is None:
-                screen.after_all(rest, cost, d, tag)
-            return d
-
-        return guarded
-
-    reset = methods["reset"]
-
-    def guarded_reset(limit: str | LimitSet, key: str | bytes, *, tag: str | None = None) -> None:
-        if screen is not None:
-            screen.drop(state_key(key, tag))
-        if tag is None:
-            reset(limit, key)
-        else:
-            reset(limit, key, tag=tag)
-
-    return {
-        "hit": one(methods["hit"], True),
-        "test": one(methods["test"], False),
-        "hit_all": many(methods["hit_all"], True),
-        "test_all": many(methods["test_all"], False),
-        "reset": guarded_reset,
-    }
-
-
-def guarded_async(
-    guard: Guard,
-    store: Any,
-    methods: dict[str, Callable[..., Any]],
-    core: Any = None,
-    unavailable: Callable[[BaseException], Decision] | None = None,
-) -> dict[str, Callable[..., Any]]:
-    """The coroutine twins of [`guarded_sync`][redcount.policies.guarded_sync] (``methods`` are coroutine functions;
-    any of the five, each guarded as its sync twin; ``unavailable`` the async limiter's
-    on_unavailable, when it differs from the guard's)."""
-    from ._aio_runtime import OpFuture, engine_method
-
-    screen = guard.screen
-    if unavailable is None:
-        unavailable = guard.unavailable
-    one_slot = _one_slot(store)
-    gated = engine_method(core, "_gated", store) if core is not None else None
-    gated_all = engine_method(core, "_gated_all", store) if core is not None else None
-
-    async def execute(*args: Any) -> Any:
-        r = _core.execute_async(store, *args)
-        return (await r) if r.__class__ is OpFuture else r
-
-    async def execute_many(commands: list[tuple[Any, ...]]) -> Any:
-        r = _core.execute_many_async(store, commands)
-        return (await r) if r.__class__ is OpFuture else r
-
-    async def penalty_step(pen: Penalties, keys: list[str]) -> Any:
-        r = _core._penalty_async(store, keys, pen.args)
-        return (await r) if r.__class__ is OpFuture else r
-
-    def one(call: Callable[..., Any], charge: bool) -> Callable[..., Any]:
-        async def guarded(
-            limit: str | LimitSet, key: str | bytes, cost: int = 1, *, penalty: object = None, **leased: Any
-        ) -> Decision:
-            tag = leased.get("tag")
-            pen = guard.penalties if penalty is None else guard.penalties_for(penalty)
-            if screen is not None:
-                d = screen.before(limit, key, cost, tag, pen is not None or guard.cache_refusals)
-                if d is not None:
-                    return d
-            got: Decision
-            if pen is None:
-                got = await call(limit, key, cost, **leased)
-            elif gated is not None and leased.get("lease") is None and tag is None:
-                try:
-                    r = gated(limit, key, cost, pen.block_key(key), charge)
-                    if r.__class__ is OpFuture:
-                        r = await r
-                except StoreConnectionError as e:
-                    return unavailable(e)
-                if r.__class__ is int:
-                    return blocked(screen, limit, key, r)
-                got = r
-            else:
-                try:
-                    ms = await execute(*pen.gate(key))
-                except StoreConnectionError:
-                    ms = 0
-                if isinstance(ms, int) and ms > 0:
-                    return blocked(screen, limit, key, ms)
-                got = await call(limit, key, cost, **leased)
-            if got.allowed or got.unavailable:
-                return got
-            if pen is not None and charge:
-                try:
-                    ms = pen.blocked_for(await penalty_step(pen, pen.keys(key)))
-                except StoreConnectionError:
-                    ms = 0
-                if ms > 0:
-                    return blocked(screen, limit, key, ms)
-            _one_key(limit, state_key(key, tag), cost, got, guard, pen)
-            return got
-
-        return guarded
-
-    def many(call: Callable[..., Any], charge: bool) -> Callable[..., Any]:
-        async def guarded(
-            items: Iterable[Item],
-            cost: int = 1,
-            *,
-            tag: str | None = None,
-            penalty: object = None,
-            **leased: int | None,
-        ) -> Decision:
-            if leased:  # the limiter's own call says what is wrong with them (hit_all refuses lease=)
-                refused: Decision = await call(items, cost, tag=tag, **leased)
-                return refused
-            pen = guard.penalties if penalty is None else guard.penalties_for(penalty)
-            rest = list(items)
-            if screen is not None:
-                d, rest = screen.before_all(rest, cost, tag, pen is not None or guard.cache_refusals)
-                if d is not None:
-                    return d
-            got: Decision
-            if pen is not None and rest and gated_all is not None and one_slot:
-                try:
-                    r = gated_all(rest, cost, tag, [pen.block_key(k) for _, k in rest], charge)
-                    if r.__class__ is OpFuture:
-                        r = await r
-                except StoreConnectionError as e:
-                    return unavailable(e)
-                if r.__class__ is int:
-                    return blocked_decision(rest[0][0], r)
-                got = r
-            else:
-                if pen is not None and rest:
-                    try:
-                        waits = await execute_many([pen.gate(k) for _, k in rest])
-                    except StoreConnectionError:
-                        waits = []
-                    longest = max((w for w in waits if isinstance(w, int)), default=0)
-                    if longest > 0:
-                        return blocked_decision(rest[0][0], longest)
-                got = await call(rest, cost, tag=tag)
-            if got.allowed or got.unavailable:
-                return got
-            if pen is not None and charge and got.refused_by is not None:
-                try:
-                    ms = pen.blocked_for(await penalty_step(pen, pen.keys(got.refused_by[1])))
-                except StoreConnectionError:
-                    ms = 0
-                if ms > 0:
-                    return blocked_decision(rest[0][0], ms)
-            if screen is not None and guard.cache_refusals and pen is None:
-                screen.after_all(rest, cost, got, tag)
-            return got
-
-        return guarded
-
-    def reset_of(reset: Callable[..., Any]) -> Callable[..., Any]:
-        async def guarded_reset(limit: str | LimitSet, key: str | bytes, *, tag: str | None = None) -> None:
-            if screen is not None:
-                screen.drop(state_key(key, tag))
-            await reset(limit, key, tag=tag)
-
-        return guarded_reset
-
-    makers: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
-        "hit": lambda m: one(m, True),
-        "test": lambda m: one(m, False),
-        "hit_all": lambda m: many(m, True),
-        "test_all": lambda m: many(m, False),
-        "reset": reset_of,
-    }
-    return {name: makers[name](m) for name, m in methods.items()}
 
 
 def find_keys_sync(store: Any, pattern: str) -> list[Any]:
@@ -884,12 +451,11 @@ def find_keys_sync(store: Any, pattern: str) -> list[Any]:
     return out
 
 
-def unblock_sync(store: Any, prefix: str, guard: Guard | None, key: str | bytes) -> int:
+def unblock_sync(store: Any, prefix: str, core: Any, key: str | bytes) -> int:
     """Delete every limit and penalty state of ``key``; the number of keys deleted. One DEL
     on a single server; on a cluster, the keys found on each master are deleted there one
     by one (a ``tag=`` may have put some in a slot of their own)."""
-    if guard is not None and guard.screen is not None:
-        guard.screen.drop(key)
+    core._forget(key)  # its refusal in the cache, if any
     pattern = unblock_pattern(prefix, key)
     nodes = store.nodes()
     if len(nodes) == 1:
@@ -904,7 +470,7 @@ def unblock_sync(store: Any, prefix: str, guard: Guard | None, key: str | bytes)
     return deleted + (n if isinstance(n, int) else 0)
 
 
-async def unblock_async(store: Any, prefix: str, guard: Guard | None, key: str | bytes) -> int:
+async def unblock_async(store: Any, prefix: str, core: Any, key: str | bytes) -> int:
     """The coroutine twin of [`unblock_sync`][redcount.policies.unblock_sync]."""
     from ._aio_runtime import OpFuture
     from .errors import ReplyError
@@ -913,8 +479,7 @@ async def unblock_async(store: Any, prefix: str, guard: Guard | None, key: str |
         r = _core.execute_async(store, *args)
         return (await r) if r.__class__ is OpFuture else r
 
-    if guard is not None and guard.screen is not None:
-        guard.screen.drop(key)
+    core._forget(key)  # its refusal in the cache, if any
     pattern = unblock_pattern(prefix, key)
     nodes = store.nodes()
     per_node: list[tuple[Any, list[Any]]] = []
@@ -942,6 +507,28 @@ async def unblock_async(store: Any, prefix: str, guard: Guard | None, key: str |
             deleted += sum(x for x in ((await r) if r.__class__ is OpFuture else r) if isinstance(x, int))
     n = await execute("DEL", concurrency_key(prefix, key))
     return deleted + (n if isinstance(n, int) else 0)
+
+
+def access_entries(value: object, where: str) -> list[str | bytes]:
+    """An allow or deny list as the core takes it: keys (str or bytes) and addresses or CIDRs
+    as text. The core checks each entry (empty, not UTF-8, a bad CIDR) and matches them."""
+    if value is None:
+        return []
+    if isinstance(value, (str, bytes)):
+        raise InvalidInputError(f"{where} must be a list of keys and CIDRs, got the single string {value!r}")
+    out: list[str | bytes] = []
+    for e in value:  # type: ignore[attr-defined]
+        if isinstance(e, (str, bytes)):
+            out.append(e)
+        elif isinstance(e, (ipaddress.IPv4Address, ipaddress.IPv6Address)):
+            out.append(str(e))
+        elif isinstance(e, (ipaddress.IPv4Network, ipaddress.IPv6Network)):
+            out.append(e.with_prefixlen)
+        else:
+            raise InvalidInputError(
+                f"{where}: entry {e!r} must be a key (str), an IP address or a CIDR like '10.0.0.0/8'"
+            )
+    return out
 
 
 def config_list(value: object, where: str) -> list[Entry] | None:

@@ -26,8 +26,8 @@
 #include "redcount/common/util.h"
 #include "redcount/common/errors.h"
 #include "redcount/common/options.h"
-#include "redcount/redis/cluster.h"
-#include "redcount/redis/command_keys.h"
+#include "redcount/redis/topology/cluster.h"
+#include "redcount/redis/topology/command_keys.h"
 #include "redcount/redis/redis_store.h"
 #include "redcount/store/store.h"
 

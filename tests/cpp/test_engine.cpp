@@ -21,11 +21,11 @@
 
 #include "redcount/common/errors.h"
 #include "redcount/common/options.h"
-#include "redcount/redis/pipeline.h"
-#include "redcount/redis/resolver.h"
+#include "redcount/redis/io/pipeline.h"
+#include "redcount/redis/io/resolver.h"
 #include "redcount/sharded/quota.h"
 #include "redcount/store/scripts.h"
-#include "redcount/redis/transport.h"
+#include "redcount/redis/io/transport.h"
 #include "redcount/redis/redis_store.h"
 #include "test_support.h"
 

@@ -190,7 +190,7 @@ TEST(HotKeysStore, SeesTheKeysCountersTouch) {
   EXPECT_EQ(hk->total(), before + 3);
 }
 
-// Key positions are the cluster router's (redcount/redis/command_keys.h): every key of a
+// Key positions are the cluster router's (redcount/redis/topology/command_keys.h): every key of a
 // multi-key command, none of the arguments that are not keys, KEYS[1] of an EVAL.
 TEST(HotKeysStore, UsesTheRouterKeyPositions) {
   auto hk = std::make_shared<HotKeys>(100);

@@ -1,4 +1,4 @@
-// The RESP reply parser (redis/resp.h): hiredis's reader plus the conversion into Reply.
+// The RESP reply parser (redis/io/resp.h): hiredis's reader plus the conversion into Reply.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "redcount/common/errors.h"
-#include "redcount/redis/resp.h"
+#include "redcount/redis/io/resp.h"
 #include "test_support.h"
 
 using namespace redcount;

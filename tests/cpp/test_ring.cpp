@@ -15,7 +15,7 @@
 #include "redcount/common/options.h"
 #include "redcount/common/slot.h"
 #include "redcount/redis/redis_store.h"
-#include "redcount/redis/ring.h"
+#include "redcount/redis/topology/ring.h"
 #include "redcount/store/resilient_store.h"
 #include "test_servers.h"
 #include "test_support.h"

@@ -31,7 +31,7 @@
 
 #include "redcount/common/errors.h"
 #include "redcount/common/options.h"
-#include "redcount/redis/sentinel.h"
+#include "redcount/redis/topology/sentinel.h"
 #include "redcount/redis/redis_store.h"
 #include "test_servers.h"
 #include "test_support.h"

@@ -27,7 +27,7 @@
 
 #include "redcount/common/errors.h"
 #include "redcount/common/options.h"
-#include "redcount/redis/transport.h"
+#include "redcount/redis/io/transport.h"
 #include "test_servers.h"
 #include "test_support.h"
 

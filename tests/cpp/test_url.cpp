@@ -6,7 +6,7 @@
 
 #include "redcount/common/errors.h"
 #include "redcount/common/options.h"
-#include "redcount/redis/sentinel.h"
+#include "redcount/redis/topology/sentinel.h"
 #include "test_support.h"
 
 using namespace redcount;

@@ -14,10 +14,11 @@
 
 #include "redcount/common/errors.h"
 #include "redcount/memory/memory_store.h"
-#include "redcount/redis/cluster.h"
-#include "redcount/redis/pipeline.h"
-#include "redcount/redis/resp.h"
-#include "redcount/redis/sentinel.h"
+#include "redcount/redis/topology/cluster.h"
+#include "redcount/redis/io/pipeline.h"
+#include "redcount/redis/io/resp.h"
+#include "redcount/redis/io/role.h"
+#include "redcount/redis/topology/sentinel.h"
 #include "redcount/store/time_source.h"
 
 using namespace redcount;

@@ -130,6 +130,15 @@ std::string concurrency_key(std::string_view prefix, std::string_view key) {
   return out;
 }
 
+std::string penalty_key(std::string_view prefix, std::string_view key, std::string_view component) {
+  std::string out;
+  out.reserve(prefix.size() + key.size() + component.size() + 10);
+  out.append(prefix).append(":pen:");
+  append_tagged(out, key);
+  out.append(":").append(component);
+  return out;
+}
+
 std::string sliding_counter_key(std::string_view prefix, std::string_view name, std::string_view key,
                                 std::int64_t window_ms, std::string_view suffix) {
   const Digits w(window_ms);

@@ -94,12 +94,15 @@ def test_hit_all_leaves_allowed_keys_out_and_a_denied_key_refuses(store: redcoun
     assert lim.hit_all([("1/minute", "org:free")]) and lim.test_all([("1/minute", "org:free")])
 
 
-def test_without_lists_the_calls_stay_the_cores(memory_store: redcount.Store) -> None:
+def test_the_calls_stay_the_cores_with_or_without_lists(memory_store: redcount.Store) -> None:
+    # The lists, the cache, a penalty and on_unavailable run in the core: no Python frame in
+    # front of it, whatever is configured.
     plain = redcount.Limiter(memory_store)
-    assert plain.hit == plain._core.hit  # no Python frame in front of the core
-    listed = redcount.Limiter(memory_store, allow=["a"])
-    assert listed.hit != listed._core.hit
-    assert listed.stats == listed._core.stats  # only the decisions are screened
+    assert plain.hit == plain._core.hit
+    listed = redcount.Limiter(memory_store, allow=["a"], refusal_cache=10, penalty=redcount.Penalty(),
+                              on_unavailable="allow")
+    assert listed.hit == listed._core.hit and listed.test == listed._core.test
+    assert listed.hit("1/hour", "a") and listed.hit("1/hour", "a")  # allow-listed: never charged
 
 
 def test_async_twin(store: redcount.Store) -> None:

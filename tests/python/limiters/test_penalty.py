@@ -97,13 +97,13 @@ def test_refusal_cache_keeps_blocks_and_every_refusal_counts(clock_store: redcou
     lim = redcount.Limiter(clock_store, penalty=PEN, refusal_cache=10)
     assert lim.hit("1/hour", "k")
     refuse(lim, 2)  # not cached: each must reach the penalty's count
-    assert lim._screen.cache.hits == 0  # type: ignore[union-attr]
+    assert lim._core._refusal_cache == (0, 0)  # no refusal kept before a block, none answered
     assert lim.hit("1/hour", "k").retry_after == 60.0
     clock_store.close()
     clock.advance(30)
     d = lim.hit("1/hour", "k")  # the block, answered locally
     assert not d and d.retry_after == pytest.approx(30.0, abs=0.01)
-    lim._guard.screen.drop("k")  # type: ignore[union-attr]
+    lim._core._forget("k")
     with pytest.raises(redcount.StoreClosed):
         lim.hit("1/hour", "k")
 

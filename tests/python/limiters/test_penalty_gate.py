@@ -154,6 +154,22 @@ def test_per_call_penalty_async(store: redcount.Store) -> None:
     asyncio.run(main())
 
 
+def test_a_leased_async_hit_counts_refusals_under_a_per_call_penalty(store: redcount.Store) -> None:
+    """A leased hit decides in the process: redcount.aio puts the core's guard steps around
+    it (the block check before, the penalty's count after a refusal), sync and async alike."""
+    async def main() -> None:
+        lim = aio.Limiter(store)  # no penalty of its own
+        strict = redcount.Penalty(after=1, within=60, block=30)
+        assert await lim.hit("1/hour", "lk", lease=1, penalty=strict)
+        blocked = await lim.hit("1/hour", "lk", lease=1, penalty=strict)  # counted: the block starts
+        assert not blocked and blocked.retry_after == 30.0
+        assert (await lim.hit("100/hour", "lk", lease=1, penalty=strict)).retry_after == pytest.approx(30.0, abs=0.5)
+        assert lim.sync.hit("100/hour", "lk", lease=1, penalty=strict).retry_after == pytest.approx(30.0, abs=0.5)
+        lim.sync.return_leases()
+
+    asyncio.run(main())
+
+
 @pytest.mark.redis_only
 def test_a_block_from_another_client_is_honoured_at_once(redis_store: redcount.Store,
                                                          admin: redcount.Store) -> None:

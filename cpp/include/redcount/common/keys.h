@@ -24,6 +24,7 @@
 //   limiter request id    <prefix>:<kind>:{<key>}:refund:<request_id>    (a refund's marker)
 //                         <prefix>:<kind>:{<key>}:reserve:<request_id>   (a reservation)
 //   concurrency           <prefix>:cc:{<key>}
+//   penalty               <prefix>:pen:{<key>}:b | :n | :l   (block, refusal count, last block)
 //   sliding counter       <prefix>:<name>:{<key>}:<window_ms>:log | :log:w | :uniq
 //   sharded counter       {<prefix>:<name>:<shard>}            value (a string)
 //   its shard layout      {<prefix>:<name>}:layout             generations (a string)
@@ -55,6 +56,9 @@ std::string fixed_window_limiter_key(std::string_view prefix, std::string_view k
 std::string limiter_key(std::string_view prefix, std::string_view kind, std::string_view key,
                         std::int64_t window_ms, std::string_view tag = {});
 std::string concurrency_key(std::string_view prefix, std::string_view key);
+// A penalty's state of `key` (policies.h): `component` is "b" (the block), "n" (refusals
+// counted) or "l" (the last block's length). In the slot of the key's limiter state.
+std::string penalty_key(std::string_view prefix, std::string_view key, std::string_view component);
 // A request id's record for a limiter key: `what` is "refund" (a refund's marker) or
 // "reserve" (a reservation). Under a non-empty `tag` it is in the tag's slot, with the
 // tagged state it concerns: "<prefix>:<kind>:@{<tag>}:{<key>}:<what>:<id>".

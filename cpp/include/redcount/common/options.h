@@ -57,7 +57,7 @@ struct StoreOptions {
   // Redis Cluster: the seed nodes of a redis+cluster:// URL (host and port are the first).
   bool cluster = false;
   std::vector<Address> seeds;
-  // A client-side hash ring (redis/ring.h) over standalone servers: one entry per member,
+  // A client-side hash ring (redis/topology/ring.h) over standalone servers: one entry per member,
   // each a redis:// or rediss:// server with its own address, credentials, database and
   // TLS settings; `ring_names` are their names on the ring (empty: "host:port" each). The
   // store routes by the key's hash slot, as on a cluster, from a table computed from the

@@ -5,24 +5,22 @@
 //   auto replies = store->execute(batch);  // one round trip for the whole batch
 //   store->submit(batch, [](std::vector<Reply>&& r, std::exception_ptr e) { ... });
 //
-// On a Redis Cluster (a redis+cluster:// URL) a router (redis/cluster.h) replaces the one
-// engine: one engine per master, batches split per node and put back in order, MOVED and
-// ASK followed; shard_of() is the key's hash slot, and nodes() gives a store per master.
-// A client-side hash ring (StoreOptions::ring) takes the same router with a table computed
-// from the members' names (redis/ring.h): shard_of() is the hash slot there too, and
-// nodes() gives a store per member.
-// Behind Redis Sentinel (a redis+sentinel:// URL) a MasterFollower (redis/master_follower.h)
-// holds one engine on the master the sentinels name and moves to a new one on a failover.
+// Calls go to one redis::Target (redis/io/target.h), opened from the URL by
+// redis::open_target: one server's engine; a router over a Redis Cluster
+// (redis+cluster://) or a client-side hash ring (StoreOptions::ring), where shard_of() is
+// the key's hash slot and nodes() gives a store per master or member; or, behind Redis
+// Sentinel (redis+sentinel://), a follower of the master the sentinels name. This class
+// never asks which.
 //
-// Underneath is one I/O engine (redis/engine.h: a reactor thread, `connections`
-// multiplexed sockets, auto-pipelining, deadlines and the failure contract). This class
-// adds what belongs to the store:
+// Under every topology each server is one I/O engine (redis/io/engine.h: a reactor thread,
+// `connections` multiplexed sockets, auto-pipelining, deadlines and the failure contract).
+// This class adds what belongs to the store:
 // - Connection-state commands are refused on the shared connections (SELECT, WATCH,
 //   SUBSCRIBE, CLIENT REPLY, AUTH, HELLO, RESET, blocking pops...), with InvalidArgument
 //   saying why; MULTI is accepted only with its EXEC or DISCARD in the same batch (a batch
 //   is written contiguously, so a transaction cannot interleave with other callers).
-// - Fork safety: a child process never touches the parent's engine, sockets or thread; it
-//   opens its own engine at its first call, and the parent keeps working.
+// - Fork safety: a child process never touches the parent's target, sockets or threads; it
+//   opens its own target at its first call, and the parent keeps working.
 // - close() is idempotent and safe from any number of threads; later calls raise
 //   StoreClosed (a ConnectionError that is not transient).
 //
@@ -45,21 +43,16 @@
 namespace redcount {
 
 namespace redis {
-class Engine;
-class Cluster;
-class MasterFollower;
+class Target;
 struct ClusterStats;
 }
 
 class RedisStore final : public Store {
  public:
   explicit RedisStore(StoreOptions options);
-  // A store over an engine someone else owns (a cluster's node): close() closes this
-  // view only.
-  RedisStore(StoreOptions options, std::shared_ptr<redis::Engine> engine);
-  // The same over a Sentinel follower someone else owns (a ring member that is a Sentinel
-  // group).
-  RedisStore(StoreOptions options, std::shared_ptr<redis::MasterFollower> follower);
+  // A store over a target someone else owns (a cluster's master, a ring's member, which
+  // may be a Sentinel group): close() closes this view only.
+  RedisStore(StoreOptions options, std::shared_ptr<redis::Target> target);
   ~RedisStore() override;
   RedisStore(const RedisStore&) = delete;
   RedisStore& operator=(const RedisStore&) = delete;
@@ -88,12 +81,11 @@ class RedisStore final : public Store {
   // {failover holds begun, switches to a promoted replica before any sentinel announced it,
   // holds ended by Sentinel aborting the failover}.
   std::array<std::uint64_t, 3> sentinel_holds() const;
-  // A cluster store's redirect counts (redis/cluster.h); all zero for a single server.
+  // A cluster store's redirect counts (redis/topology/cluster.h); all zero for any other.
   redis::ClusterStats cluster_stats();
   bool is_ring() const noexcept { return !options_.ring.empty(); }
-  // A cluster or a ring: batches go through the router.
-  bool routed() const noexcept { return options_.cluster || !options_.ring.empty(); }
-  // "host:port" ("[v6]:port"), the socket path for unix://, or the seed list of a cluster.
+  // "host:port" ("[v6]:port"), the socket path for unix://, the seed list of a cluster, a
+  // ring's members, or a Sentinel group's current master.
   std::string address() const;
 
   // Connections open right now (set up and usable).
@@ -105,27 +97,24 @@ class RedisStore final : public Store {
   void fork_child();
 
  private:
-  redis::Engine& engine();
-  redis::Cluster& cluster();
-  redis::MasterFollower& follower();
+  // The target, opened again in a forked child at its first call.
+  redis::Target& target();
   [[noreturn]] void throw_closed() const;
 
   StoreOptions options_;
+  std::string describe_;  // the target's, fixed at construction
+  std::string address_;   // the target's at construction (before a forked child's first call)
   std::atomic<bool> closed_{false};
-  std::mutex mu_;  // creating or replacing the engine
-  std::shared_ptr<redis::Engine> engine_;
-  std::atomic<redis::Engine*> current_{nullptr};
-  bool owns_engine_ = true;
-  std::shared_ptr<redis::Cluster> cluster_;
-  std::atomic<redis::Cluster*> cluster_current_{nullptr};
-  // Breakers per node, once asked for (kept for a router opened again in a forked child).
+  std::mutex mu_;  // creating or replacing the target
+  std::shared_ptr<redis::Target> target_;
+  std::atomic<redis::Target*> current_{nullptr};
+  bool owns_target_ = true;
+  // Breakers per node, once asked for (kept for a target opened again in a forked child).
   std::optional<ResilienceOptions> node_breakers_;
   bool node_breakers_fallback_ = false;
-  std::shared_ptr<redis::MasterFollower> follower_;
-  std::atomic<redis::MasterFollower*> follower_current_{nullptr};
-  // Where an engine inherited through fork() is put: never destroyed, never used (its
-  // thread does not exist in the child and its sockets belong to the parent).
-  alignas(std::shared_ptr<redis::Engine>) unsigned char inherited_[sizeof(std::shared_ptr<redis::Engine>)];
+  // Where a target inherited through fork() is put: never destroyed, never used (its
+  // threads do not exist in the child and its sockets belong to the parent).
+  alignas(std::shared_ptr<redis::Target>) unsigned char inherited_[sizeof(std::shared_ptr<redis::Target>)];
   ForkHooks fork_hooks_;  // registered from construction to destruction
 };
 

@@ -112,7 +112,7 @@ class HotKeys {
 // A store that observes the storage key of every request before passing the batch on,
 // unchanged, to `inner`: for a script call KEYS[1] (the other keys of one call share its
 // hash tag: request ids, delta logs); for a command every key it names, at the key
-// positions the cluster router uses (redcount/redis/command_keys.h: GET, INCRBY, PEXPIREAT,
+// positions the cluster router uses (redcount/redis/topology/command_keys.h: GET, INCRBY, PEXPIREAT,
 // MGET, DEL, HGETALL, XADD, XREADGROUP's streams, ...; EVAL and EVALSHA: KEYS[1] only);
 // connection and server commands (PING, MULTI, EXEC, SCRIPT, WAIT, INFO...) name no key and
 // are not observed. A MULTI ... EXEC transaction counts each key

@@ -1,6 +1,6 @@
 // Where the keys of a command are: which arguments of GET, INCRBY, XADD, EVALSHA... are
 // keys, and what a keyless command is about. Pure functions, no I/O; the Redis Cluster
-// router (redis/command_keys.h) cuts batches by it and hot-key observation
+// router (redis/topology/command_keys.h) cuts batches by it and hot-key observation
 // (store/hot_keys.h) counts the keys it names.
 //
 //   std::vector<std::string_view> keys;

@@ -1,4 +1,4 @@
-#include "redcount/redis/resp.h"
+#include "redcount/redis/io/resp.h"
 
 #include <hiredis/hiredis.h>
 #include <hiredis/read.h>

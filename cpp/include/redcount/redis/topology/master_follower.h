@@ -58,16 +58,17 @@
 #include <vector>
 
 #include "redcount/common/options.h"
-#include "redcount/redis/pipeline.h"
-#include "redcount/redis/sentinel.h"
-#include "redcount/redis/timer.h"
+#include "redcount/redis/io/pipeline.h"
+#include "redcount/redis/topology/sentinel.h"
+#include "redcount/redis/io/target.h"
+#include "redcount/redis/io/timer.h"
 #include "redcount/store/store.h"
 
 namespace redcount::redis {
 
 class Engine;
 
-class MasterFollower {
+class MasterFollower final : public Target {
  public:
   // Validates the options (options.sentinel set, at least one sentinel, a service name);
   // connects to nothing yet.
@@ -76,15 +77,25 @@ class MasterFollower {
   MasterFollower(const MasterFollower&) = delete;
   MasterFollower& operator=(const MasterFollower&) = delete;
 
-  std::vector<Reply> execute(const std::vector<Request>& batch);
-  void submit(std::vector<Request> batch, BatchDone done, CancelFlag cancelled);
+  std::vector<Reply> execute(const std::vector<Request>& batch) override;
+  void submit(std::vector<Request> batch, BatchDone done, CancelFlag cancelled) override;
+  // As a ring's member: the call keeps its own deadline (the member's command_timeout, as
+  // the ring's batch has) and reports no partial replies (`answered` is left untouched).
+  void submit_routed(std::vector<Request> batch, BatchDone done, CancelFlag cancelled, TimePoint deadline,
+                     std::shared_ptr<std::vector<std::uint8_t>> answered) override;
+  std::vector<Reply> execute_routed(const std::vector<Request>& batch, TimePoint deadline) override;
   // Idempotent; stops the watcher and closes every engine.
-  void close();
+  void close() override;
 
-  int open_connections() const;
-  bool contended() const noexcept;
+  int open_connections() const override;
+  bool contended() const noexcept override;
   // The server major version of the current master's connections (0 until known).
-  int server_major() const noexcept;
+  int server_major() const noexcept override;
+  FollowerStats follower_stats() const override;
+  // "redis+sentinel://[user@]s1:p,s2:p/service/db".
+  std::string describe() const override;
+  // The current master's "host:port", or the sentinels' before the first call resolved it.
+  std::string address() const override;
   // The master calls go to now (nullopt before the first call resolved it).
   std::optional<Address> master() const;
   // How many times the master changed since the first resolution.

@@ -1,4 +1,4 @@
-#include "redcount/redis/timer.h"
+#include "redcount/redis/io/timer.h"
 
 #include "redcount/common/threads.h"
 

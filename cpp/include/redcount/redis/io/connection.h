@@ -25,10 +25,10 @@
 #include <string>
 
 #include "redcount/common/options.h"
-#include "redcount/redis/pipeline.h"
-#include "redcount/redis/resolver.h"
-#include "redcount/redis/resp.h"
-#include "redcount/redis/transport.h"
+#include "redcount/redis/io/pipeline.h"
+#include "redcount/redis/io/resolver.h"
+#include "redcount/redis/io/resp.h"
+#include "redcount/redis/io/transport.h"
 
 namespace redcount::redis {
 

@@ -1,4 +1,4 @@
-#include "redcount/redis/resolver.h"
+#include "redcount/redis/io/resolver.h"
 
 #include <thread>
 #include <utility>

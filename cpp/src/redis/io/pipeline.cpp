@@ -1,9 +1,9 @@
-#include "redcount/redis/pipeline.h"
+#include "redcount/redis/io/pipeline.h"
 
 #include <algorithm>
 
 #include "redcount/common/errors.h"
-#include "redcount/redis/resp.h"
+#include "redcount/redis/io/resp.h"
 #include "redcount/common/util.h"
 
 namespace redcount::redis {

@@ -12,7 +12,7 @@
 //
 // A batch is cut into units (command_keys.h): a keyed request, or a transaction, with the
 // keyless requests attached to it. The units of one node form one child job for that
-// node's engine (redis/engine.h), written contiguously on one of its connections; the
+// node's engine (redis/io/engine.h), written contiguously on one of its connections; the
 // batch completes when every child has. Each node's engine keeps the single-server
 // failure contract; on top of it:
 // - MOVED: the slot is patched, a refresh is asked for (coalesced), and the unit is sent
@@ -38,10 +38,10 @@
 //
 // A client-side hash ring (StoreOptions::ring) is routed by the same code with a static
 // table: each slot goes to a member by rendezvous hashing over the members' names
-// (redis/ring.h). It never asks CLUSTER SLOTS and never changes its table: a member that
+// (redis/topology/ring.h). It never asks CLUSTER SLOTS and never changes its table: a member that
 // is down is not replaced (its slots fail; nothing is re-hashed onto the others). A member
 // may be a Sentinel group (redis+sentinel://): its slots go to a MasterFollower
-// (redis/master_follower.h), which follows that group's master through failovers, so a
+// (redis/topology/master_follower.h), which follows that group's master through failovers, so a
 // ring of Sentinel groups scales out and fails over.
 //
 // Breakers per node (use_node_breakers, turned on by a ResilientStore in front): each node
@@ -68,43 +68,21 @@
 
 #include "redcount/common/address.h"
 #include "redcount/common/options.h"
-#include "redcount/redis/command_keys.h"
-#include "redcount/redis/pipeline.h"
-#include "redcount/redis/timer.h"
+#include "redcount/redis/topology/command_keys.h"
+#include "redcount/redis/io/pipeline.h"
+#include "redcount/redis/io/target.h"
+#include "redcount/redis/io/timer.h"
 #include "redcount/store/breaker.h"
 #include "redcount/store/store.h"
 
 namespace redcount::redis {
 
-class Engine;
-class MasterFollower;
-
-// Redirect and rejection replies the router has met, since the store opened (metrics, tests:
-// how many TRYAGAIN a slot migration cost). Counted per request that carried one.
-struct ClusterStats {
-  std::uint64_t moved = 0;
-  std::uint64_t ask = 0;
-  std::uint64_t tryagain = 0;
-  std::uint64_t clusterdown = 0;
-  std::uint64_t refreshes = 0;  // CLUSTER SLOTS refreshes started
-};
-
 // host:port of a node: common/address.h.
 using redcount::Address;
-
-// One master of a cluster, or one member of a ring: its engine, or for a ring member that
-// is a Sentinel group (a redis+sentinel:// URL), the follower of that group's master.
-struct NodeLink {
-  Address address;  // a Sentinel member's: "service@first-sentinel:port"
-  std::shared_ptr<Engine> engine;
-  std::shared_ptr<MasterFollower> follower;
-};
 
 // The address a ring member is known by: its server's, or for a Sentinel group
 // "service@host:port" of its first sentinel (the group has no fixed server address).
 Address ring_member_address(const StoreOptions& member);
-// "redis+sentinel://[user@]s1:p,s2:p/service/db" (never a password).
-std::string sentinel_url(const StoreOptions& o);
 
 struct SlotRange {
   std::uint32_t first = 0;
@@ -137,7 +115,7 @@ struct Child {
 Child build_child(const std::vector<Request>& batch, const std::vector<Unit>& all_units,
                   const std::vector<std::uint32_t>& units, const std::vector<char>& asking);
 
-class Cluster : public std::enable_shared_from_this<Cluster> {
+class Cluster final : public Target, public std::enable_shared_from_this<Cluster> {
  public:
   static constexpr int kMaxMoved = 5;
   static constexpr std::chrono::milliseconds kRefreshEvery{10'000};
@@ -150,28 +128,42 @@ class Cluster : public std::enable_shared_from_this<Cluster> {
   Cluster(const Cluster&) = delete;
   Cluster& operator=(const Cluster&) = delete;
 
-  void submit(std::vector<Request> batch, BatchDone done, CancelFlag cancelled);
-  std::vector<Reply> execute(const std::vector<Request>& batch);
-  void close();
+  void submit(std::vector<Request> batch, BatchDone done, CancelFlag cancelled) override;
+  std::vector<Reply> execute(const std::vector<Request>& batch) override;
+  // A router is never a router's member: these are submit() and execute(), under the
+  // store's own deadline.
+  void submit_routed(std::vector<Request> batch, BatchDone done, CancelFlag cancelled, TimePoint deadline,
+                     std::shared_ptr<std::vector<std::uint8_t>> answered) override;
+  std::vector<Reply> execute_routed(const std::vector<Request>& batch, TimePoint deadline) override;
+  void close() override;
 
   // The slot's master right now (nullopt: not served).
   std::optional<Address> master_of(std::uint32_t slot) const;
-  // Every master (a ring's members in the order given), with its engine or follower (for
-  // Store::nodes()).
-  std::vector<NodeLink> masters();
+  // Every master (a ring's members in the order given), with its target.
+  std::vector<Member> masters();
+  // masters(), after learning the table when none is known yet (Store::nodes()).
+  std::vector<Member> members() override;
   // True when every master's connection reported Redis >= `major`.
   bool masters_at_least(int major) const;
-  bool contended() const;
-  int open_connections() const;
+  // The lowest major version of the masters (0 until each reported one).
+  int server_major() const noexcept override;
+  bool contended() const noexcept override;
+  int open_connections() const override;
+  // The key's hash slot (a ring's table is indexed by slots too).
+  std::uint32_t shard_of(std::string_view key) const noexcept override;
+  std::string describe() const override;
+  std::string address() const override;
   // CLUSTER SLOTS refreshes started so far (tests, metrics).
   std::uint64_t refreshes() const noexcept { return refreshes_.load(std::memory_order_relaxed); }
   ClusterStats stats() const noexcept;
+  // stats() for a cluster; all zero for a ring (no server of which redirects).
+  ClusterStats cluster_stats() const noexcept override;
   bool is_ring() const noexcept { return ring_; }
   // A ring's member names, in the order given (empty on a cluster).
   const std::vector<std::string>& ring_names() const noexcept { return ring_names_; }
   // Turns on a circuit breaker per node (for every node, also those learned later).
-  void use_node_breakers(const ResilienceOptions& options, bool has_fallback);
-  std::vector<NodeBreakerState> node_breakers() const;
+  bool use_node_breakers(const ResilienceOptions& options, bool has_fallback) override;
+  std::vector<NodeBreakerState> node_breakers() const override;
   // Asks for a refresh now (coalesced and rate-limited like every other).
   void request_refresh();
   // Blocks until a refresh has succeeded since the call (asking other nodes after a failed
@@ -182,22 +174,11 @@ class Cluster : public std::enable_shared_from_this<Cluster> {
   struct Batch;
   struct Node {
     Address address;
-    std::shared_ptr<Engine> engine;    // null for a Sentinel ring member
+    std::shared_ptr<Target> target;    // a server's engine, or a Sentinel ring member's follower
+    StoreOptions options;              // what a store over this node alone is opened with
     std::string name;                  // a ring member's name; empty on a cluster
     std::shared_ptr<Breaker> breaker;  // with breakers per node
-    std::shared_ptr<MasterFollower> follower;  // a Sentinel ring member's (else null)
     std::string where;                 // a Sentinel ring member's URL, for messages
-
-    // What the router asks of a node, whichever kind it is. A follower's calls keep its own
-    // deadline (the store's command_timeout, as the batch's) and report no partial replies:
-    // on a failure every unanswered request is Maybe or NotSent as the error says.
-    void submit(std::vector<Request> batch, BatchDone done, CancelFlag cancelled, TimePoint deadline,
-                std::shared_ptr<std::vector<std::uint8_t>> answered) const;
-    std::vector<Reply> execute(const std::vector<Request>& batch, TimePoint deadline) const;
-    void close() const;
-    int open_connections() const;
-    int server_major() const noexcept;
-    bool contended() const noexcept;
   };
   std::shared_ptr<Breaker> make_breaker_locked(const Node& n) const;
   // The breaker of the node at `address` (null without breakers).
@@ -222,6 +203,7 @@ class Cluster : public std::enable_shared_from_this<Cluster> {
 
   StoreOptions options_;
   std::vector<Address> seeds_;
+  std::string describe_, address_;  // fixed at construction
 
   mutable std::mutex mu_;  // the table, the nodes, refresh state
   std::vector<std::int32_t> slots_;  // slot -> index into masters_, -1 = not served

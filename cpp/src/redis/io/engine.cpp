@@ -1,4 +1,4 @@
-#include "redcount/redis/engine.h"
+#include "redcount/redis/io/engine.h"
 
 #include <sched.h>
 #include <sys/epoll.h>
@@ -11,6 +11,7 @@
 #include <cstring>
 #include <thread>
 
+#include "redcount/common/address.h"
 #include "redcount/common/errors.h"
 #include "redcount/common/threads.h"
 #include "redcount/common/util.h"
@@ -122,6 +123,18 @@ Engine::~Engine() {
 bool Engine::closed() const {
   std::lock_guard<std::mutex> lock(mu_);
   return closed_;
+}
+
+std::string Engine::describe() const {
+  if (options_.kind == StoreOptions::Kind::Unix) return "unix://" + options_.unix_path + "?db=" + std::to_string(options_.db);
+  return std::string(options_.tls ? "rediss://" : "redis://") +
+         (options_.username.empty() ? std::string() : options_.username + "@") + options_.host + ":" +
+         std::to_string(options_.port) + "/" + std::to_string(options_.db);
+}
+
+std::string Engine::address() const {
+  if (options_.kind == StoreOptions::Kind::Unix) return options_.unix_path;
+  return Address{options_.host, options_.port}.text();
 }
 
 int Engine::open_connections() const {

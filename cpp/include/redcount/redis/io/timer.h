@@ -19,7 +19,7 @@
 #include <mutex>
 #include <thread>
 
-#include "redcount/redis/pipeline.h"
+#include "redcount/redis/io/pipeline.h"
 
 namespace redcount::redis {
 

@@ -1,4 +1,4 @@
-#include "redcount/redis/connection.h"
+#include "redcount/redis/io/connection.h"
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -18,7 +18,7 @@
 
 #include "redcount/common/errors.h"
 #include "redcount/common/util.h"
-#include "redcount/redis/sentinel.h"
+#include "redcount/redis/io/role.h"
 
 namespace redcount::redis {
 namespace {

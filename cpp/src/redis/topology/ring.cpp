@@ -1,4 +1,4 @@
-#include "redcount/redis/ring.h"
+#include "redcount/redis/topology/ring.h"
 
 #include <limits>
 

@@ -9,7 +9,7 @@
 #include <cstring>
 
 #include "redcount/common/errors.h"
-#include "redcount/redis/transport.h"
+#include "redcount/redis/io/transport.h"
 
 namespace redcount {
 namespace {

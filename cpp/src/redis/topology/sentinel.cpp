@@ -1,4 +1,4 @@
-#include "redcount/redis/sentinel.h"
+#include "redcount/redis/topology/sentinel.h"
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -14,7 +14,7 @@
 
 #include "redcount/common/errors.h"
 #include "redcount/common/threads.h"
-#include "redcount/redis/resolver.h"
+#include "redcount/redis/io/resolver.h"
 #include "redcount/common/util.h"
 
 namespace redcount::redis {
@@ -93,18 +93,6 @@ int connect_tcp(const Address& address, const std::string& where, TimePoint dead
   throw ConnectionError("cannot connect to " + where + ": " + std::strerror(last_err));
 }
 
-const char* role_name(Role r) {
-  switch (r) {
-    case Role::Master:
-      return "master";
-    case Role::Replica:
-      return "replica";
-    case Role::Sentinel:
-      return "sentinel";
-    default:
-      return "unknown";
-  }
-}
 
 std::optional<int> parse_port(std::string_view s) {
   auto p = parse_int64(s);
@@ -243,24 +231,15 @@ Reply ControlLink::call(const std::vector<std::string>& args) {
 
 // --- roles ---------------------------------------------------------------------------------
 
-Command role_command() { return Command{{"ROLE"}}; }
-
-Role parse_role(const Reply& reply) {
-  if (reply.type != Reply::Type::Array || reply.elements.empty()) return Role::Unknown;
-  const Reply& first = reply.elements.front();
-  if (first.type != Reply::Type::String && first.type != Reply::Type::Status) return Role::Unknown;
-  if (first.str == "master") return Role::Master;
-  if (first.str == "slave" || first.str == "replica") return Role::Replica;
-  if (first.str == "sentinel") return Role::Sentinel;
-  return Role::Unknown;
-}
-
-void expect_master(const Reply& reply, const std::string& where) {
-  if (reply.is_error()) throw_reply_error(reply.str + " (ROLE at " + where + ")");
-  const Role role = parse_role(reply);
-  if (role == Role::Master) return;
-  throw ConnectionError(where + " is not the master (ROLE says " + role_name(role) +
-                        "): the service failed over, or is failing over; re-resolve the master");
+std::string sentinel_url(const StoreOptions& o) {
+  std::string hosts;
+  for (const auto& s : o.sentinels) {
+    if (!hosts.empty()) hosts += ',';
+    hosts += s.text();
+  }
+  return std::string(o.tls ? "rediss+sentinel://" : "redis+sentinel://") +
+         (o.username.empty() ? std::string() : o.username + "@") + hosts + "/" + o.sentinel_service + "/" +
+         std::to_string(o.db);
 }
 
 Role probe_role(const Address& address, const LinkOptions& options) {

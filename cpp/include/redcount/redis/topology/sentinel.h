@@ -37,9 +37,10 @@
 
 #include "redcount/common/address.h"
 #include "redcount/common/options.h"
-#include "redcount/redis/pipeline.h"
-#include "redcount/redis/resp.h"
-#include "redcount/redis/transport.h"
+#include "redcount/redis/io/pipeline.h"
+#include "redcount/redis/io/resp.h"
+#include "redcount/redis/io/role.h"
+#include "redcount/redis/io/transport.h"
 #include "redcount/store/reply.h"
 #include "redcount/store/store.h"
 
@@ -94,19 +95,11 @@ class ControlLink {
   resp::Parser parser_;
 };
 
-// --- the role of a data node --------------------------------------------------------------
+// "redis+sentinel://[user@]s1:p,s2:p/service/db" (never a password).
+std::string sentinel_url(const StoreOptions& o);
 
-enum class Role { Master, Replica, Sentinel, Unknown };
+// --- the role of a data node (Role, parse_role: redis/io/role.h) ---------------------------
 
-// {"ROLE"}: what a connection's handshake sends to learn whether it reached the master.
-Command role_command();
-// The role in a ROLE reply ("master", "slave", "sentinel"); Unknown for anything else,
-// including an error reply (an ACL that refuses ROLE).
-Role parse_role(const Reply& reply);
-// Throws ConnectionError (nothing was sent, so maybe_applied is false) unless `reply` says
-// master: a connection that reached a replica or a sentinel must not be used, and the
-// caller re-resolves. An error reply throws the ReplyError it holds (NOPERM: grant ROLE).
-void expect_master(const Reply& reply, const std::string& where);
 // A blocking probe: connects to `address`, sends ROLE, returns the role. Throws as
 // ControlLink does.
 Role probe_role(const Address& address, const LinkOptions& options);

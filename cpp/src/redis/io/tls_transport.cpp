@@ -26,7 +26,7 @@
 
 #include "redcount/common/errors.h"
 #include "redcount/common/options.h"
-#include "redcount/redis/transport.h"
+#include "redcount/redis/io/transport.h"
 
 namespace redcount {
 namespace {

@@ -84,13 +84,14 @@
 #include <vector>
 
 #include "redcount/common/options.h"
-#include "redcount/redis/connection.h"
-#include "redcount/redis/pipeline.h"
+#include "redcount/redis/io/connection.h"
+#include "redcount/redis/io/pipeline.h"
+#include "redcount/redis/io/target.h"
 #include "redcount/store/store.h"
 
 namespace redcount::redis {
 
-class Engine : public std::enable_shared_from_this<Engine> {
+class Engine final : public Target, public std::enable_shared_from_this<Engine> {
  public:
   static constexpr std::size_t kMaxQueued = 1u << 16;    // requests waiting to be written
   static constexpr std::size_t kMaxInFlight = 1u << 14;  // replies awaited per connection
@@ -102,29 +103,30 @@ class Engine : public std::enable_shared_from_this<Engine> {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  void submit(std::vector<Request> batch, BatchDone done, CancelFlag cancelled);
-  std::vector<Reply> execute(const std::vector<Request>& batch);
+  void submit(std::vector<Request> batch, BatchDone done, CancelFlag cancelled) override;
+  std::vector<Reply> execute(const std::vector<Request>& batch) override;
   std::vector<Reply> execute(std::vector<Request>&& batch);  // takes the requests over
+  std::vector<Reply> execute_owned(std::vector<Request>&& batch) override { return execute(std::move(batch)); }
   // For the cluster router: the batch's deadline is the router's; MOVED, ASK, TRYAGAIN
   // and CLUSTERDOWN come back as replies (Job::routed); on a failure `done` also gets the
   // replies received so far, marked in `answered` (one entry per request).
   void submit_routed(std::vector<Request> batch, BatchDone done, CancelFlag cancelled, TimePoint deadline,
-                     std::shared_ptr<std::vector<std::uint8_t>> answered);
+                     std::shared_ptr<std::vector<std::uint8_t>> answered) override;
   // The synchronous fast path of a routed batch (a borrowed idle connection when there is one).
-  std::vector<Reply> execute_routed(const std::vector<Request>& batch, TimePoint deadline);
+  std::vector<Reply> execute_routed(const std::vector<Request>& batch, TimePoint deadline) override;
   // From now on a "did not run" reply (READONLY, NOREPLICAS...) completes its request with
   // that reply instead of being retried here: for a server that is no longer the one to
   // use (a Sentinel master that was replaced), where the caller resends elsewhere. Any thread.
   void stop_retries() noexcept;
   // Idempotent; from any thread, also from a done callback.
-  void close();
+  void close() override;
   bool closed() const;
   // Connections open right now (set-up finished).
-  int open_connections() const;
+  int open_connections() const override;
   const std::string& where() const noexcept { return where_; }
   // The major version the last connection set up reported (0 until one is, or when INFO
   // is refused).
-  int server_major() const noexcept { return server_major_.load(std::memory_order_relaxed); }
+  int server_major() const noexcept override { return server_major_.load(std::memory_order_relaxed); }
   // True while a synchronous call is in execute() on another thread and this engine may
   // open thread connections (max_connections above connections): concurrent synchronous
   // calls then make separate round trips, each on a socket of its own, rather than share
@@ -132,6 +134,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
   bool sync_contended() const noexcept {
     return thread_slots_ && sync_callers_.load(std::memory_order_relaxed) > 0;
   }
+  bool contended() const noexcept override { return sync_contended(); }
+  std::string describe() const override;
+  std::string address() const override;
 
  private:
   enum class Owner { None, Reactor, Caller };

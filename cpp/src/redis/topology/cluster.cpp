@@ -1,13 +1,14 @@
-#include "redcount/redis/cluster.h"
+#include "redcount/redis/topology/cluster.h"
 
 #include <algorithm>
 #include <random>
 
 #include "redcount/common/slot.h"
 #include "redcount/common/errors.h"
-#include "redcount/redis/engine.h"
-#include "redcount/redis/master_follower.h"
-#include "redcount/redis/ring.h"
+#include "redcount/redis/io/engine.h"
+#include "redcount/redis/topology/open_target.h"
+#include "redcount/redis/topology/sentinel.h"
+#include "redcount/redis/topology/ring.h"
 #include "redcount/common/util.h"
 
 namespace redcount::redis {
@@ -163,38 +164,6 @@ Address ring_member_address(const StoreOptions& member) {
   return Address{member.host, member.port};
 }
 
-std::string sentinel_url(const StoreOptions& o) {
-  std::string hosts;
-  for (const auto& s : o.sentinels) {
-    if (!hosts.empty()) hosts += ',';
-    hosts += s.text();
-  }
-  return std::string(o.tls ? "rediss+sentinel://" : "redis+sentinel://") +
-         (o.username.empty() ? std::string() : o.username + "@") + hosts + "/" + o.sentinel_service + "/" +
-         std::to_string(o.db);
-}
-
-void Cluster::Node::submit(std::vector<Request> batch, BatchDone done, CancelFlag cancelled, TimePoint deadline,
-                           std::shared_ptr<std::vector<std::uint8_t>> answered) const {
-  if (follower) return follower->submit(std::move(batch), std::move(done), std::move(cancelled));
-  engine->submit_routed(std::move(batch), std::move(done), std::move(cancelled), deadline, std::move(answered));
-}
-
-std::vector<Reply> Cluster::Node::execute(const std::vector<Request>& batch, TimePoint deadline) const {
-  if (follower) return follower->execute(batch);
-  return engine->execute_routed(batch, deadline);
-}
-
-void Cluster::Node::close() const {
-  if (follower) return follower->close();
-  engine->close();
-}
-
-int Cluster::Node::open_connections() const { return follower ? follower->open_connections() : engine->open_connections(); }
-
-int Cluster::Node::server_major() const noexcept { return follower ? follower->server_major() : engine->server_major(); }
-
-bool Cluster::Node::contended() const noexcept { return follower ? follower->contended() : engine->sync_contended(); }
 
 // ----------------------------------------------------------------------------- cluster
 
@@ -233,17 +202,23 @@ Cluster::Cluster(const StoreOptions& options) : options_(options), slots_(kClust
       auto n = std::make_shared<Node>();
       n->address = address;
       n->name = ring_names_[i];
-      if (o.sentinel) {
-        n->follower = std::make_shared<MasterFollower>(o);  // validates; asks the sentinels at the first call
-        n->where = sentinel_url(o);
-      } else {
-        n->engine = std::make_shared<Engine>(o);
-      }
+      n->target = open_target(o);  // validates; connects at the first call
+      n->options = o;
+      if (o.sentinel) n->where = sentinel_url(o);
       nodes_.emplace(address.text(), n);
       masters_.push_back(n);
     }
     for (std::uint32_t slot = 0; slot < kClusterSlots; ++slot) {
       slots_[slot] = static_cast<std::int32_t>(ring.node_of(slot));
+    }
+    // "ring:name=redis://host:port/db,..." (no space: it shows in reprs)
+    describe_ = "ring:";
+    for (std::size_t i = 0; i < options_.ring.size(); ++i) {
+      if (i > 0) describe_ += ',';
+      if (i > 0) address_ += ',';
+      describe_ += i < options_.ring_names.size() ? printable(options_.ring_names[i]) : masters_[i]->address.text();
+      describe_ += '=' + masters_[i]->target->describe();
+      address_ += masters_[i]->address.text();
     }
     options_.ring.clear();
     options_.ring_names.clear();
@@ -251,6 +226,13 @@ Cluster::Cluster(const StoreOptions& options) : options_(options), slots_(kClust
     periodic_started_ = true;  // a static table: never refreshed
   } else {
     seeds_ = options_.seeds;
+    for (const auto& seed : options_.seeds) {
+      if (!address_.empty()) address_ += ',';
+      address_ += seed.text();
+    }
+    describe_ = std::string(options_.tls ? "rediss+cluster://" : "redis+cluster://") +
+                (options_.username.empty() ? std::string() : options_.username + "@") + address_ + "/" +
+                std::to_string(options_.db);
     if (seeds_.empty()) seeds_.push_back(Address{options_.host, options_.port});
     options_.cluster = false;
     options_.seeds.clear();
@@ -274,7 +256,7 @@ void Cluster::close() {
   }
   // Batches waiting for a backoff end now, with StoreClosed (dispatch sees closed_).
   timer_.close();
-  for (auto& n : nodes) n->close();
+  for (auto& n : nodes) n->target->close();
 }
 
 std::shared_ptr<Cluster::Node> Cluster::node_locked(const Address& address) {
@@ -284,7 +266,10 @@ std::shared_ptr<Cluster::Node> Cluster::node_locked(const Address& address) {
   StoreOptions o = options_;
   o.host = address.host;
   o.port = address.port;
-  auto n = std::make_shared<Node>(Node{address, std::make_shared<Engine>(o), std::string(), nullptr, nullptr, std::string()});
+  auto n = std::make_shared<Node>();
+  n->address = address;
+  n->target = std::make_shared<Engine>(o);
+  n->options = std::move(o);
   if (breakers_on_.load(std::memory_order_relaxed)) n->breaker = make_breaker_locked(*n);
   nodes_.emplace(key, n);
   return n;
@@ -297,30 +282,60 @@ std::optional<Address> Cluster::master_of(std::uint32_t slot) const {
   return masters_[static_cast<std::size_t>(i)]->address;
 }
 
-std::vector<NodeLink> Cluster::masters() {
-  std::vector<NodeLink> out;
+std::vector<Member> Cluster::masters() {
+  std::vector<Member> out;
   std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& m : masters_) out.push_back(NodeLink{m->address, m->engine, m->follower});
+  for (const auto& m : masters_) out.push_back(Member{m->options, m->target});
   return out;
 }
+
+std::vector<Member> Cluster::members() {
+  auto out = masters();
+  if (!out.empty() || ring_) return out;
+  refresh_now(options_.command_timeout.count() > 0 ? options_.command_timeout : std::chrono::milliseconds(2000));
+  out = masters();
+  if (out.empty()) throw ConnectionError("no node of the cluster answered CLUSTER SLOTS (seeds: " + describe_ + ")");
+  return out;
+}
+
+int Cluster::server_major() const noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (masters_.empty()) return 0;
+  int major = masters_.front()->target->server_major();
+  for (const auto& n : masters_) major = std::min(major, n->target->server_major());
+  return major;
+}
+
+std::uint32_t Cluster::shard_of(std::string_view key) const noexcept { return key_slot(key); }
+
+std::string Cluster::describe() const { return describe_; }
+
+std::string Cluster::address() const { return address_; }
+
+void Cluster::submit_routed(std::vector<Request> batch, BatchDone done, CancelFlag cancelled, TimePoint,
+                            std::shared_ptr<std::vector<std::uint8_t>>) {
+  submit(std::move(batch), std::move(done), std::move(cancelled));
+}
+
+std::vector<Reply> Cluster::execute_routed(const std::vector<Request>& batch, TimePoint) { return execute(batch); }
 
 bool Cluster::masters_at_least(int major) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (masters_.empty()) return false;
   return std::all_of(masters_.begin(), masters_.end(),
-                     [major](const std::shared_ptr<Node>& n) { return n->server_major() >= major; });
+                     [major](const std::shared_ptr<Node>& n) { return n->target->server_major() >= major; });
 }
 
-bool Cluster::contended() const {
+bool Cluster::contended() const noexcept {
   std::lock_guard<std::mutex> lock(mu_);
   return std::any_of(masters_.begin(), masters_.end(),
-                     [](const std::shared_ptr<Node>& n) { return n->contended(); });
+                     [](const std::shared_ptr<Node>& n) { return n->target->contended(); });
 }
 
 int Cluster::open_connections() const {
   std::lock_guard<std::mutex> lock(mu_);
   int total = 0;
-  for (const auto& [k, n] : nodes_) total += n->open_connections();
+  for (const auto& [k, n] : nodes_) total += n->target->open_connections();
   return total;
 }
 
@@ -332,7 +347,7 @@ std::shared_ptr<Breaker> Cluster::make_breaker_locked(const Node& n) const {
   return std::make_shared<Breaker>(breaker_options_, std::move(where), breaker_fallback_);
 }
 
-void Cluster::use_node_breakers(const ResilienceOptions& options, bool has_fallback) {
+bool Cluster::use_node_breakers(const ResilienceOptions& options, bool has_fallback) {
   std::lock_guard<std::mutex> lock(mu_);
   breaker_options_ = options;
   breaker_fallback_ = has_fallback;
@@ -340,6 +355,7 @@ void Cluster::use_node_breakers(const ResilienceOptions& options, bool has_fallb
   for (auto& [key, n] : nodes_) {
     if (!n->breaker) n->breaker = make_breaker_locked(*n);
   }
+  return true;
 }
 
 std::vector<NodeBreakerState> Cluster::node_breakers() const {
@@ -364,7 +380,7 @@ void Cluster::probe(const std::shared_ptr<Node>& node) {
   const auto timeout = options_.command_timeout.count() > 0 ? options_.command_timeout : std::chrono::milliseconds(2000);
   std::vector<Request> ping;
   ping.emplace_back(Command{{"PING"}});
-  node->submit(
+  node->target->submit_routed(
       std::move(ping),
       [b = node->breaker](std::vector<Reply>&& replies, std::exception_ptr error) {
         b->probe_done(replies, std::move(error));
@@ -504,7 +520,7 @@ void Cluster::start_refresh() {
     }
     std::vector<std::shared_ptr<Node>> alive;
     for (const auto& n : candidates) {
-      if (n->engine->open_connections() > 0) alive.push_back(n);
+      if (n->target->open_connections() > 0) alive.push_back(n);
     }
     if (!alive.empty()) candidates.swap(alive);
     // Calls wait for a failed master's slots: ask its replicas, one of which will be
@@ -531,7 +547,7 @@ void Cluster::start_refresh() {
   std::vector<Request> batch;
   batch.emplace_back(Command{{"CLUSTER", "SLOTS"}});
   auto self = shared_from_this();
-  node->engine->submit_routed(
+  node->target->submit_routed(
       std::move(batch),
       [self, host = node->address.host, at = node->address.text()](std::vector<Reply>&& replies,
                                                                    std::exception_ptr error) {
@@ -687,7 +703,7 @@ std::vector<Reply> Cluster::execute(const std::vector<Request>& batch) {
   std::exception_ptr error;
   if (one) {
     try {
-      replies = one->execute(batch, deadline);
+      replies = one->target->execute_routed(batch, deadline);
     } catch (...) {
       error = std::current_exception();
     }
@@ -836,7 +852,7 @@ void Cluster::dispatch(const std::shared_ptr<Batch>& batch) {
     auto answered = std::make_shared<std::vector<std::uint8_t>>();
     std::vector<Request> requests = std::move(child->requests);
     child->requests.clear();
-    g.node->submit(
+    g.node->target->submit_routed(
         std::move(requests),
         [self, batch, child, answered, address = g.node->address](std::vector<Reply>&& r, std::exception_ptr e) {
           self->absorb(batch, *child, address, std::move(r), answered.get(), e);
@@ -968,6 +984,8 @@ void Cluster::absorb(const std::shared_ptr<Batch>& batch, const Child& child, co
   if (refresh) request_refresh();
   if (last) finish_round(batch);
 }
+
+ClusterStats Cluster::cluster_stats() const noexcept { return ring_ ? ClusterStats{} : stats(); }
 
 ClusterStats Cluster::stats() const noexcept {
   constexpr auto relaxed = std::memory_order_relaxed;

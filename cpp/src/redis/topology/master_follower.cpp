@@ -1,9 +1,9 @@
-#include "redcount/redis/master_follower.h"
+#include "redcount/redis/topology/master_follower.h"
 
 #include <algorithm>
 
 #include "redcount/common/errors.h"
-#include "redcount/redis/engine.h"
+#include "redcount/redis/io/engine.h"
 
 namespace redcount::redis {
 namespace {
@@ -457,6 +457,30 @@ std::uint64_t MasterFollower::holds() const noexcept { return watcher_ ? watcher
 std::uint64_t MasterFollower::early_switches() const noexcept { return watcher_ ? watcher_->early_switches() : 0; }
 
 std::uint64_t MasterFollower::aborted_holds() const noexcept { return watcher_ ? watcher_->aborted_holds() : 0; }
+
+void MasterFollower::submit_routed(std::vector<Request> batch, BatchDone done, CancelFlag cancelled, TimePoint,
+                                   std::shared_ptr<std::vector<std::uint8_t>>) {
+  submit(std::move(batch), std::move(done), std::move(cancelled));
+}
+
+std::vector<Reply> MasterFollower::execute_routed(const std::vector<Request>& batch, TimePoint) { return execute(batch); }
+
+FollowerStats MasterFollower::follower_stats() const {
+  const auto at = master();
+  return FollowerStats{at ? at->text() : std::string(), switches(), holds(), early_switches(), aborted_holds()};
+}
+
+std::string MasterFollower::describe() const { return sentinel_url(options_); }
+
+std::string MasterFollower::address() const {
+  if (const auto at = master()) return at->text();
+  std::string hosts;
+  for (const auto& s : options_.sentinels) {
+    if (!hosts.empty()) hosts += ',';
+    hosts += s.text();
+  }
+  return hosts;
+}
 
 std::optional<Address> MasterFollower::master() const {
   std::lock_guard<std::mutex> lock(mu_);

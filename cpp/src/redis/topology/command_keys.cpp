@@ -1,4 +1,4 @@
-#include "redcount/redis/command_keys.h"
+#include "redcount/redis/topology/command_keys.h"
 
 #include <string>
 #include <unordered_map>
